@@ -1,0 +1,76 @@
+"""The one place that chooses the Keras implementation and imports TensorFlow and bert4keras.
+
+bert4keras 0.11.5 reads ``TF_KERAS`` when it is first imported, and TensorFlow 2.16+ reads
+``TF_USE_LEGACY_KERAS`` when ``tf.keras`` is first touched; both must be set before either import,
+so every module of this package takes ``tf``, ``keras`` and the bert4keras helpers from here.
+
+TensorFlow prints start-up lines (oneDNN, CUDA probing) from C++ before its log level applies.
+Unless ``TF_CPP_MIN_LOG_LEVEL`` is already set by the user, those lines are swallowed while
+TensorFlow is imported (and shown if the import fails), and the C++ log level is set to 3.
+Set ``TF_CPP_MIN_LOG_LEVEL=0`` to see everything.
+"""
+import contextlib
+import os
+import sys
+import tempfile
+
+os.environ["TF_KERAS"] = "1"
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+_QUIET = "TF_CPP_MIN_LOG_LEVEL" not in os.environ
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+@contextlib.contextmanager
+def _stderr_swallowed(enabled):
+    """Send file descriptor 2 to a temporary file; replay it if the block raises."""
+    if not enabled:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            sink.seek(0)
+            sys.stderr.write(sink.read().decode("utf-8", "replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+with _stderr_swallowed(_QUIET):
+    import tensorflow as tf
+
+    tf.get_logger().setLevel("ERROR")
+    _keras_before = sys.modules.get("keras")
+    try:
+        from bert4keras.models import build_transformer_model
+        from bert4keras.tokenizers import Tokenizer, load_vocab
+    except ImportError as error:  # pragma: no cover - depends on the installation
+        raise ImportError(
+            "bert4keras is missing. Install it without its dependencies (its metadata pins "
+            "keras<=2.3.1, which cannot coexist with TensorFlow 2): "
+            "pip install --no-deps bert4keras==0.11.5"
+        ) from error
+    finally:
+        # bert4keras aliases sys.modules["keras"] to tf.keras; its modules keep their own
+        # reference, so the alias is undone to leave `import keras` alone for the user.
+        if _keras_before is None:
+            sys.modules.pop("keras", None)
+        else:
+            sys.modules["keras"] = _keras_before
+
+keras = tf.keras
+
+if not keras.__name__.startswith("tf_keras"):  # pragma: no cover - depends on import order
+    raise ImportError(
+        "tf.keras resolved to %s, not tf-keras (Keras 2). TensorFlow was imported and tf.keras "
+        "used before bert_whitening could set TF_USE_LEGACY_KERAS=1: import bert_whitening first, "
+        "or set TF_USE_LEGACY_KERAS=1 in the environment." % keras.__name__
+    )
+
+__all__ = ["tf", "keras", "build_transformer_model", "Tokenizer", "load_vocab"]

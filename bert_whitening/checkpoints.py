@@ -1,0 +1,98 @@
+"""Google-format BERT checkpoint directories: find and check their files, and write them.
+
+A directory holds ``bert_config.json``, ``vocab.txt`` and a TensorFlow checkpoint (usually
+``bert_model.ckpt.index`` + ``bert_model.ckpt.data-*``; NEZHA ships ``model.ckpt-N``), with the
+variable names of google-research/bert (``bert/encoder/layer_0/attention/self/query/kernel``...).
+"""
+import dataclasses
+import glob
+import hashlib
+import json
+import os
+
+
+class CheckpointError(ValueError):
+    """A checkpoint directory that cannot be used; the message names the file."""
+
+
+@dataclasses.dataclass
+class CheckpointFiles:
+    directory: str
+    config_path: str
+    checkpoint_prefix: str
+    vocab_path: str
+    config: dict
+    vocab_size: int
+    vocab_sha256: str
+
+
+def find_checkpoint(directory):
+    """Locate and check the files of a Google-format checkpoint directory."""
+    if not os.path.isdir(directory):
+        raise CheckpointError("model directory %s does not exist" % directory)
+    config_path = os.path.join(directory, "bert_config.json")
+    vocab_path = os.path.join(directory, "vocab.txt")
+    config = _read_json(config_path)
+    vocab_bytes = _read_bytes(vocab_path)
+    vocab_size = len(vocab_bytes.decode("utf-8").splitlines())
+    if config.get("vocab_size") != vocab_size:
+        raise CheckpointError("%s has %d tokens but %s says vocab_size %s"
+                              % (vocab_path, vocab_size, config_path, config.get("vocab_size")))
+    return CheckpointFiles(
+        directory=directory, config_path=config_path,
+        checkpoint_prefix=_checkpoint_prefix(directory), vocab_path=vocab_path, config=config,
+        vocab_size=vocab_size, vocab_sha256=hashlib.sha256(vocab_bytes).hexdigest())
+
+
+def _checkpoint_prefix(directory):
+    """``bert_model.ckpt`` when present, else the one checkpoint the directory holds."""
+    indexes = sorted(glob.glob(os.path.join(directory, "*.ckpt*.index")))
+    preferred = os.path.join(directory, "bert_model.ckpt.index")
+    if preferred in indexes:
+        indexes = [preferred]
+    if not indexes:
+        raise CheckpointError("%s holds no checkpoint: expected bert_model.ckpt.index and "
+                              "bert_model.ckpt.data-00000-of-00001" % directory)
+    if len(indexes) > 1:
+        raise CheckpointError("%s holds several checkpoints (%s); keep one"
+                              % (directory, ", ".join(os.path.basename(i) for i in indexes)))
+    prefix = indexes[0][:-len(".index")]
+    for path in [indexes[0]] + (glob.glob(prefix + ".data-*") or [prefix + ".data-00000-of-00001"]):
+        _read_bytes(path, probe=True)
+    return prefix
+
+
+def _read_bytes(path, probe=False):
+    try:
+        with open(path, "rb") as stream:
+            return stream.read(1 if probe else -1)
+    except FileNotFoundError:
+        raise CheckpointError("missing checkpoint file %s" % path) from None
+    except OSError as error:
+        raise CheckpointError("cannot read checkpoint file %s: %s" % (path, error.strerror)) from None
+
+
+def _read_json(path):
+    try:
+        return json.loads(_read_bytes(path).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError("%s is not valid JSON: %s" % (path, error)) from None
+
+
+def write_checkpoint(directory, config, variables, vocab):
+    """Write a Google-format directory: ``bert_config.json``, ``vocab.txt``, ``bert_model.ckpt.*``.
+
+    ``variables`` maps google-research/bert variable names to numpy arrays; ``vocab`` is the
+    token list. TensorFlow is imported here only, so reading checkpoints needs none of it.
+    """
+    from bert_whitening.backend import tf
+
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "bert_config.json"), "w", encoding="utf-8") as stream:
+        json.dump(config, stream, indent=2)
+    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as stream:
+        stream.write("".join(token + "\n" for token in vocab))
+    names = sorted(variables)
+    tf.raw_ops.SaveV2(prefix=os.path.join(directory, "bert_model.ckpt"), tensor_names=names,
+                      shape_and_slices=[""] * len(names),
+                      tensors=[tf.constant(variables[name]) for name in names])

@@ -1,0 +1,186 @@
+"""The ``bert-whitening`` command line: parse, call the package, report.
+
+TensorFlow is imported only once a command runs, so ``--help`` answers at once.
+"""
+import argparse
+import itertools
+import logging
+import sys
+
+import numpy as np
+
+from bert_whitening.names import MODEL_TYPES, POOLINGS
+from bert_whitening.data import FORMATS, DataError, detect_format, read_sentences
+from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening, write_atomically
+
+logger = logging.getLogger("bert_whitening")
+
+#: Sentences read, tokenised and sorted together; bounds memory whatever the input size.
+CHUNK_SENTENCES = 8192
+
+
+
+def _model_options(parser, pooling_default):
+    parser.add_argument("--model", required=True, metavar="DIR",
+                        help="Google-format checkpoint directory (bert_config.json, "
+                             "bert_model.ckpt.*, vocab.txt)")
+    parser.add_argument("--model-type", default="bert", type=str.lower, choices=MODEL_TYPES,
+                        help="model family; wobert and roformer split words with jieba first")
+    parser.add_argument("--pooling", default=pooling_default, choices=POOLINGS,
+                        help="how token vectors become one sentence vector"
+                             + ("" if pooling_default else
+                                " (default: the whitening file's, else first-last-avg)"))
+    parser.add_argument("--maxlen", type=int, default=64,
+                        help="tokens per sentence including [CLS] and [SEP]; longer sentences "
+                             "are truncated and counted")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per model call")
+    parser.add_argument("--cased", action="store_true",
+                        help="keep letter case (default: lower-case, as uncased and Chinese "
+                             "BERT vocabularies expect)")
+    parser.add_argument("--allow-rank-deficient", action="store_true",
+                        help="allow n_components above the rank of the covariance (fewer "
+                             "sentences than dimensions): those directions are noise")
+
+
+def build_parser():
+    formatter = argparse.ArgumentDefaultsHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="bert-whitening", formatter_class=formatter,
+        description="Fit BERT-whitening on sentences and encode sentences into whitened, "
+                    "L2-normalised vectors for cosine similarity.")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="what to report")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    fit = commands.add_parser(
+        "fit", formatter_class=formatter, help="fit a whitening on sentence files",
+        description="Encode every sentence of the INPUT files and fit the whitening (mean and "
+                    "covariance accumulated batch by batch) into one .npz file.")
+    _model_options(fit, "first-last-avg")
+    fit.add_argument("--n-components", type=int, default=-1,
+                     help="default number of whitened dimensions stored in the file: 0 = no "
+                          "whitening, negative = all; encode can choose another")
+    fit.add_argument("--beta", type=float, default=1.0,
+                     help="bias = -beta * mean (1 = original whitening, 0 = no centring)")
+    fit.add_argument("--gamma", type=float, default=1.0,
+                     help="kernel = U diag(s ** (-gamma / 2)) (1 = original, 0 = rotation only)")
+    fit.add_argument("--format", default="auto", choices=FORMATS,
+                     help="lines: one sentence per line; pairs: senteval_cn "
+                          "sentence1<TAB>sentence2<TAB>label, both sentences used; auto: pairs "
+                          "when the first line is one")
+    fit.add_argument("--skip-bad-lines", action="store_true",
+                     help="skip malformed pair lines with a warning instead of stopping")
+    fit.add_argument("--output", required=True, metavar="FILE.npz", help="whitening file to write")
+    fit.add_argument("inputs", nargs="+", metavar="INPUT", help="sentence or pair files")
+    fit.set_defaults(run=run_fit)
+
+    encode = commands.add_parser(
+        "encode", formatter_class=formatter, help="encode a sentence file into vectors",
+        description="Write one vector per line of INPUT (an empty line is encoded as "
+                    "[CLS][SEP]), in order, as a float32 .npy array.")
+    _model_options(encode, None)
+    encode.add_argument("--whitening", metavar="FILE.npz",
+                        help="whitening file from `fit`; without it the pooled vectors are "
+                             "only normalised")
+    encode.add_argument("--n-components", type=int, default=None,
+                        help="whitened dimensions to keep: 0 = no whitening, negative = all "
+                             "(default: the value given to fit)")
+    encode.add_argument("--no-normalize", action="store_true",
+                        help="skip the final L2 normalisation")
+    encode.add_argument("--output", required=True, metavar="FILE.npy", help="array to write")
+    encode.add_argument("input", metavar="INPUT", help="sentence file, one per line")
+    encode.set_defaults(run=run_encode)
+    return parser
+
+
+def chunked(iterable, size):
+    iterator = iter(iterable)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
+def _progress(total=None):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="sent", disable=None, desc="encoding")
+
+
+def _encoder(args, whitening=None):
+    from bert_whitening.models import build_encoder
+
+    pooling = args.pooling or (whitening.pooling if whitening else None) or "first-last-avg"
+    return build_encoder(args.model, args.model_type, pooling, args.maxlen, not args.cased)
+
+
+def _encode_chunks(encoder, sentences, batch_size, bar):
+    """Vectors of an iterable of sentences, a chunk at a time; logs the truncations once."""
+    from bert_whitening.encoding import encode_ids, log_truncated, tokenize
+
+    total = truncated = 0
+    for chunk in chunked(sentences, CHUNK_SENTENCES):
+        sequences, cut = tokenize(encoder, chunk)
+        total, truncated = total + len(chunk), truncated + cut
+        yield encode_ids(encoder, sequences, batch_size, bar)
+    log_truncated(truncated, total, encoder.maxlen)
+
+
+def run_fit(args):
+    formats = {path: detect_format(path) if args.format == "auto" else args.format
+               for path in args.inputs}
+    encoder = _encoder(args)
+    stats = WhiteningStats()
+    with _progress() as bar:
+        for path in args.inputs:
+            sentences = read_sentences(path, formats[path], args.skip_bad_lines)
+            for vectors in _encode_chunks(encoder, sentences, args.batch_size, bar):
+                stats.update(vectors)
+    if stats.count == 0:
+        raise DataError("no sentences in %s" % ", ".join(args.inputs))
+    whitening = fit_whitening(stats, args.n_components, args.beta, args.gamma, encoder.pooling,
+                              encoder.identity, args.allow_rank_deficient)
+    whitening.save(args.output)
+    logger.info("fitted on %d sentences (dimension %d, rank %d), default n_components %d; "
+                "wrote %s", stats.count, whitening.dim, whitening.rank,
+                whitening.components(allow_rank_deficient=True), args.output)
+
+
+def run_encode(args):
+    from bert_whitening.models import with_whitening
+
+    count = sum(1 for _ in read_sentences(args.input, "lines"))
+    if count == 0:
+        raise DataError("%s: empty input file" % args.input)
+    whitening = Whitening.load(args.whitening) if args.whitening else None
+    encoder = with_whitening(_encoder(args, whitening), whitening, args.n_components,
+                             not args.no_normalize, args.allow_rank_deficient)
+
+    def write(temporary):
+        output = np.lib.format.open_memmap(temporary, "w+", np.float32, (count, encoder.dim))
+        row = 0
+        with _progress(count) as bar:
+            sentences = read_sentences(args.input, "lines")
+            for vectors in _encode_chunks(encoder, sentences, args.batch_size, bar):
+                output[row:row + len(vectors)] = vectors
+                row += len(vectors)
+        output.flush()
+        del output
+
+    write_atomically(args.output, write)
+    logger.info("encoded %d sentences into %s (%d x %d, %s)", count, args.output, count,
+                encoder.dim, "whitened, k=%d" % encoder.n_components if encoder.n_components
+                else "not whitened")
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(levelname)s: %(message)s")
+    try:
+        args.run(args)
+    except (ValueError, OSError) as error:
+        logger.error("%s", error)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

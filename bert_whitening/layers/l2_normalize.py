@@ -1,0 +1,21 @@
+"""L2 normalisation of vectors."""
+from bert_whitening.backend import keras, tf
+
+
+class L2Normalize(keras.layers.Layer):
+    """``x / max(||x||, epsilon)`` along ``axis``, as the original ``transform_and_normalize``.
+
+    Masking: works on pooled vectors, so there is no mask to handle.
+    """
+
+    def __init__(self, epsilon=1e-8, axis=-1, **kwargs):
+        super().__init__(**kwargs)
+        self.epsilon = epsilon
+        self.axis = axis
+
+    def call(self, inputs):
+        norms = tf.norm(inputs, axis=self.axis, keepdims=True)
+        return inputs / tf.maximum(norms, self.epsilon)
+
+    def get_config(self):
+        return {**super().get_config(), "epsilon": self.epsilon, "axis": self.axis}

@@ -1,0 +1,280 @@
+"""Whitening statistics, kernel and bias, and the ``.npz`` file format. numpy only.
+
+The transform is the one of BERT-whitening (Su et al., 2021) in its parameterised form
+(kexue.fm/archives/9079)::
+
+    mu, Sigma = mean and covariance of the sentence vectors
+    Sigma = U diag(s) U^T                       (s in descending order)
+    kernel = U diag(s ** (-gamma / 2)),  bias = -beta * mu
+    y = (x + bias) @ kernel[:, :k]              then L2-normalise
+
+``beta = gamma = 1`` is the original whitening; ``beta = gamma = 0`` is a pure rotation with
+truncation. ``n_components`` keeps the original's meaning everywhere: 0 = no whitening,
+negative = all dimensions, ``k > 0`` = keep the first ``k`` columns.
+"""
+import dataclasses
+import json
+import logging
+import os
+import tempfile
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+
+#: Eigenvalues at or below ``EIGENVALUE_RTOL * dim * largest eigenvalue`` count as zero (the
+#: tolerance numpy's ``matrix_rank`` uses for float64). They are floored to that value before
+#: ``s ** (-gamma / 2)`` so that no division by zero or by a negative round-off value happens.
+EIGENVALUE_RTOL = np.finfo(np.float64).eps
+
+#: Rows handed to one float64 outer-product update; bounds the memory of `WhiteningStats.update`.
+UPDATE_CHUNK_ROWS = 65536
+
+
+class WhiteningStats:
+    """Running count, mean and centred scatter matrix of vectors, in float64.
+
+    Batches are combined with the pairwise update of Chan, Golub and LeVeque, which stays
+    accurate when the mean is large against the spread (BERT vectors have such dimensions).
+    Memory is ``dim * dim`` float64 plus one chunk of the batch, whatever the number of vectors.
+    Two accumulators over disjoint shards ``merge`` into the accumulator of their union.
+    """
+
+    def __init__(self, dim=None):
+        self.dim, self.count, self.mean, self.scatter = None, 0, None, None
+        if dim is not None:
+            self._allocate(dim)
+
+    def _allocate(self, dim):
+        self.dim, self.mean, self.scatter = dim, np.zeros(dim), np.zeros((dim, dim))
+
+    def update(self, vectors):
+        """Add a batch of shape ``(n, dim)``; a NaN or infinite entry is an error naming its row."""
+        vectors = np.asarray(vectors)
+        if vectors.ndim != 2:
+            raise ValueError("expected a 2-D batch of vectors, got shape %s" % (vectors.shape,))
+        if self.dim is None:
+            self._allocate(vectors.shape[1])
+        if vectors.shape[1] != self.dim:
+            raise ValueError(
+                "vectors have dimension %d, the statistics have %d" % (vectors.shape[1], self.dim)
+            )
+        for start in range(0, len(vectors), UPDATE_CHUNK_ROWS):
+            chunk = np.asarray(vectors[start:start + UPDATE_CHUNK_ROWS], dtype=np.float64)
+            bad = ~np.isfinite(chunk).all(axis=1)
+            if bad.any():
+                row = self.count + int(np.argmax(bad))
+                raise ValueError("vector %d (0-based, in input order) contains NaN or inf" % row)
+            chunk_mean = chunk.mean(axis=0)
+            centred = chunk - chunk_mean
+            self._combine(len(chunk), chunk_mean, centred.T @ centred)
+        return self
+
+    def merge(self, other):
+        """Add the statistics of ``other`` (vectors of a disjoint shard) into this accumulator."""
+        if other.count == 0:
+            return self
+        if self.dim is None:
+            self._allocate(other.dim)
+        if other.dim != self.dim:
+            raise ValueError("cannot merge statistics of dimension %d and %d" % (self.dim, other.dim))
+        self._combine(other.count, other.mean, other.scatter)
+        return self
+
+    def _combine(self, count, mean, scatter):
+        total = self.count + count
+        delta = mean - self.mean
+        self.scatter = self.scatter + scatter + np.outer(delta, delta) * (self.count * count / total)
+        self.mean = self.mean + delta * (count / total)
+        self.count = total
+
+    @property
+    def covariance(self):
+        """Sample covariance with ``n - 1`` in the denominator, as ``np.cov``."""
+        if self.count < 2:
+            raise ValueError("a covariance needs at least 2 vectors, got %d" % self.count)
+        return self.scatter / (self.count - 1)
+
+
+@dataclasses.dataclass
+class Whitening:
+    """A fitted whitening: ``y = (x + bias) @ kernel[:, :k]``, with what it was fitted on.
+
+    ``kernel`` is kept whole (``dim x dim``); ``n_components`` is the default ``k`` chosen at fit
+    time, and ``components(k)`` resolves any other request against the rank of the covariance.
+    """
+
+    kernel: np.ndarray
+    bias: np.ndarray
+    mean: np.ndarray
+    eigenvalues: np.ndarray
+    rank: int
+    count: int
+    n_components: int = -1
+    beta: float = 1.0
+    gamma: float = 1.0
+    pooling: str = ""
+    model: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def dim(self):
+        return self.kernel.shape[0]
+
+    def components(self, n_components=None, allow_rank_deficient=False):
+        """The number of kernel columns to keep, or 0 for no whitening.
+
+        ``None`` means the default chosen at fit time. A ``k`` above the rank of the covariance
+        would scale directions that only carry round-off noise; it is refused unless
+        ``allow_rank_deficient``.
+        """
+        k = self.n_components if n_components is None else int(n_components)
+        return resolve_components(k, self.dim, self.rank, allow_rank_deficient)
+
+    def transform(self, vectors, n_components=None, allow_rank_deficient=False):
+        """Whiten (unless ``k`` is 0) and L2-normalise, as the original ``transform_and_normalize``."""
+        k = self.components(n_components, allow_rank_deficient)
+        if not k:
+            return l2_normalize(np.asarray(vectors))
+        return transform_and_normalize(vectors, self.kernel[:, :k], self.bias)
+
+    def save(self, path):
+        """Write one ``.npz``; written to a temporary file first, so a failure leaves no file."""
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "dim": self.dim,
+            "rank": self.rank,
+            "count": self.count,
+            "n_components": self.n_components,
+            "beta": self.beta,
+            "gamma": self.gamma,
+            "pooling": self.pooling,
+            "model": self.model,
+        }
+        arrays = dict(kernel=self.kernel, bias=self.bias, mean=self.mean,
+                      eigenvalues=self.eigenvalues, meta=np.array(json.dumps(meta)))
+        def write(temporary):
+            with open(temporary, "wb") as stream:
+                np.savez(stream, **arrays)
+
+        write_atomically(path, write)
+
+    @classmethod
+    def load(cls, path):
+        """Read a file written by `save`, checking every array's shape against ``meta.dim``."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {name: data[name] for name in data.files}
+        except (OSError, ValueError) as error:
+            raise ValueError("%s: not a readable whitening .npz file (%s)" % (path, error)) from None
+        missing = {"kernel", "bias", "mean", "eigenvalues", "meta"} - set(arrays)
+        if missing:
+            raise ValueError("%s: not a whitening file, missing %s" % (path, ", ".join(sorted(missing))))
+        meta = json.loads(str(arrays["meta"]))
+        dim = meta.get("dim")
+        expected = {"kernel": (dim, dim), "bias": (dim,), "mean": (dim,), "eigenvalues": (dim,)}
+        for name, shape in expected.items():
+            if arrays[name].shape != shape:
+                raise ValueError("%s: %s has shape %s, expected %s for dimension %s"
+                                 % (path, name, arrays[name].shape, shape, dim))
+            if not np.isfinite(arrays[name]).all():
+                raise ValueError("%s: %s contains NaN or inf" % (path, name))
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise ValueError("%s: format version %s, this version reads %d"
+                             % (path, meta.get("format_version"), FORMAT_VERSION))
+        return cls(kernel=arrays["kernel"], bias=arrays["bias"], mean=arrays["mean"],
+                   eigenvalues=arrays["eigenvalues"], rank=meta["rank"], count=meta["count"],
+                   n_components=meta["n_components"], beta=meta["beta"], gamma=meta["gamma"],
+                   pooling=meta["pooling"], model=meta["model"])
+
+
+def resolve_components(n_components, dim, rank=None, allow_rank_deficient=False):
+    """Map the original's ``n_components`` (0 none, negative all, k) to a column count."""
+    k = dim if n_components < 0 else n_components
+    if k > dim:
+        raise ValueError("n_components %d is larger than the vector dimension %d" % (k, dim))
+    if rank is not None and k > rank and not allow_rank_deficient:
+        raise ValueError(
+            "n_components %d (%s) is larger than the rank %d of the covariance: the extra "
+            "directions hold only round-off noise, which whitening would blow up. Fit on more "
+            "sentences (at least dimension + 1), choose n_components <= %d, or allow it "
+            "explicitly (allow_rank_deficient / --allow-rank-deficient)"
+            % (k, "all" if n_components < 0 else "requested", rank, rank)
+        )
+    return k
+
+
+def fit_whitening(stats, n_components=-1, beta=1.0, gamma=1.0, pooling="", model=None,
+                  allow_rank_deficient=False):
+    """Eigen-decompose the covariance of ``stats`` into a `Whitening`.
+
+    Eigenvalues at or below the rank tolerance (`EIGENVALUE_RTOL`) are floored to it, with a
+    warning giving the numbers. Eigenvector signs are fixed (largest entry positive) so that
+    fits of the same data in any batch order give the same kernel.
+    """
+    cov = stats.covariance
+    eigenvalues, vectors = np.linalg.eigh(cov)
+    order = np.argsort(eigenvalues)[::-1]
+    eigenvalues, vectors = eigenvalues[order], vectors[:, order]
+    pivots = np.argmax(np.abs(vectors), axis=0)
+    vectors = vectors * np.sign(vectors[pivots, np.arange(vectors.shape[1])])
+    floor = EIGENVALUE_RTOL * stats.dim * max(eigenvalues[0], 0.0)
+    rank = int((eigenvalues > floor).sum())
+    if rank == 0:
+        raise ValueError("all %d vectors are identical: nothing to whiten" % stats.count)
+    if rank < stats.dim:
+        logger.warning(
+            "the covariance of %d vectors of dimension %d has rank %d; %d eigenvalues at or "
+            "below %.3g (smallest %.3g) are floored to %.3g",
+            stats.count, stats.dim, rank, stats.dim - rank, floor, eigenvalues[-1], floor)
+    floored = np.maximum(eigenvalues, floor)
+    whitening = Whitening(
+        kernel=vectors * floored ** (-gamma / 2.0), bias=-beta * stats.mean, mean=stats.mean,
+        eigenvalues=eigenvalues, rank=rank, count=stats.count, n_components=int(n_components),
+        beta=float(beta), gamma=float(gamma), pooling=pooling, model=dict(model or {}))
+    whitening.components(allow_rank_deficient=allow_rank_deficient)  # refuse a bad default now
+    return whitening
+
+
+def compute_kernel_bias(vecs, beta=1.0, gamma=1.0):
+    """The original ``compute_kernel_bias``: ``(kernel, bias)`` with ``y = (x + bias) @ kernel``.
+
+    ``vecs`` is one array or a list of arrays (the original concatenates them). The kernel is
+    whole; slice ``kernel[:, :k]`` to keep ``k`` components.
+    """
+    stats = WhiteningStats()
+    for batch in [vecs] if isinstance(vecs, np.ndarray) else vecs:
+        stats.update(batch)
+    whitening = fit_whitening(stats, beta=beta, gamma=gamma, allow_rank_deficient=True)
+    return whitening.kernel, whitening.bias
+
+
+def l2_normalize(vectors, epsilon=1e-8):
+    """Divide each row by its norm, clipped below at ``epsilon`` as in the original."""
+    norms = np.sqrt((vectors ** 2).sum(axis=1, keepdims=True))
+    return vectors / np.clip(norms, epsilon, np.inf)
+
+
+def transform_and_normalize(vecs, kernel=None, bias=None):
+    """The original ``transform_and_normalize``: ``(x + bias) @ kernel`` then L2-normalise."""
+    if kernel is not None and bias is not None:
+        vecs = (vecs + bias) @ kernel
+    return l2_normalize(vecs)
+
+
+def write_atomically(path, write):
+    """Call ``write(temporary_path)`` for a file beside ``path``, then rename it into place.
+
+    A failure or an interruption leaves ``path`` as it was and removes the temporary file.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
+    os.close(handle)
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise

@@ -1,0 +1,25 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="bert-whitening",
+    version="0.1.0",
+    description="BERT-whitening sentence vectors, fitted and exported as one TensorFlow graph",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["bert_whitening", "bert_whitening.*"]),
+    python_requires=">=3.9,<3.12",
+    # bert4keras==0.11.5 is not listed: its metadata pins keras<=2.3.1, which cannot coexist
+    # with TensorFlow 2. Install it with `pip install --no-deps bert4keras==0.11.5` (the Makefile
+    # does); six is its one runtime dependency that TensorFlow does not already bring.
+    install_requires=[
+        "tensorflow>=2.16,<2.22",
+        "tf-keras>=2.16,<2.22",
+        "numpy>=1.23",
+        "scipy>=1.9",
+        "tqdm>=4.60",
+        "jieba>=0.42",
+        "six>=1.16",
+    ],
+    extras_require={"test": ["pytest>=7"]},
+    entry_points={"console_scripts": ["bert-whitening = bert_whitening.cli:main"]},
+)

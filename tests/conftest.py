@@ -1,0 +1,79 @@
+import os
+
+import numpy as np
+import pytest
+
+TINY_VOCAB = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+              + list("今天气很好我们你他她是的不在有一个人中国北京上海爱喝茶咖啡猫狗跑吃饭学习工作。，！？")
+              + ["the", "a", "cat", "dog", "is", "on", "mat", "run", "##s", "##ing", "hello",
+                 "world", "good", "bad", "weather", "today", ",", ".", "!", "?"])
+
+TINY_CONFIG = {
+    "vocab_size": len(TINY_VOCAB), "hidden_size": 24, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "intermediate_size": 48, "hidden_act": "gelu",
+    "max_position_embeddings": 64, "type_vocab_size": 2, "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02,
+}
+
+SENTENCES = [
+    "今天天气很好", "我们在北京", "你爱喝茶还是咖啡？", "他在上海工作", "猫和狗在跑",
+    "the cat is on the mat", "hello world!", "good weather today", "the dogs are running",
+    "中国人爱喝茶", "我不在学习", "", "a", "她是一个好人。", "吃饭了吗", "the cat runs, the dog runs.",
+]
+
+
+def tiny_weights(config, seed=0, with_pooler=True):
+    """Random weights under google-research/bert variable names."""
+    rng = np.random.default_rng(seed)
+    hidden, inner = config["hidden_size"], config["intermediate_size"]
+    normal = lambda *shape: rng.normal(0.0, 0.3, shape).astype(np.float32)
+    weights = {
+        "bert/embeddings/word_embeddings": normal(config["vocab_size"], hidden),
+        "bert/embeddings/token_type_embeddings": normal(config["type_vocab_size"], hidden),
+        "bert/embeddings/position_embeddings": normal(config["max_position_embeddings"], hidden),
+        "bert/embeddings/LayerNorm/gamma": 1 + normal(hidden),
+        "bert/embeddings/LayerNorm/beta": normal(hidden),
+    }
+    shapes = {"attention/self/query": (hidden, hidden), "attention/self/key": (hidden, hidden),
+              "attention/self/value": (hidden, hidden), "attention/output/dense": (hidden, hidden),
+              "intermediate/dense": (hidden, inner), "output/dense": (inner, hidden)}
+    for layer in range(config["num_hidden_layers"]):
+        prefix = "bert/encoder/layer_%d/" % layer
+        for name, shape in shapes.items():
+            weights[prefix + name + "/kernel"] = normal(*shape)
+            weights[prefix + name + "/bias"] = normal(shape[1])
+        for name in ("attention/output/LayerNorm", "output/LayerNorm"):
+            weights[prefix + name + "/gamma"] = 1 + normal(hidden)
+            weights[prefix + name + "/beta"] = normal(hidden)
+    if with_pooler:
+        weights["bert/pooler/dense/kernel"] = normal(hidden, hidden)
+        weights["bert/pooler/dense/bias"] = normal(hidden)
+    return weights
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A tiny random BERT written as a real Google-format checkpoint directory."""
+    from bert_whitening.checkpoints import write_checkpoint
+
+    directory = str(tmp_path_factory.mktemp("models") / "tiny_bert")
+    weights = tiny_weights(TINY_CONFIG)
+    write_checkpoint(directory, TINY_CONFIG, weights, TINY_VOCAB)
+    return directory, weights
+
+
+@pytest.fixture(scope="session")
+def encoders(tiny_model):
+    """One tiny encoder per pooling, built once for the session."""
+    from bert_whitening.models import build_encoder
+    from bert_whitening.names import POOLINGS
+
+    directory, _ = tiny_model
+    return {pooling: build_encoder(directory, pooling=pooling) for pooling in POOLINGS}
+
+
+@pytest.fixture
+def sentence_file(tmp_path):
+    path = tmp_path / "sentences.txt"
+    path.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
+    return str(path)
