@@ -48,9 +48,11 @@ def build_encoder(model_dir, model_type="bert", pooling="first-last-avg", maxlen
         hint = " (pooler pooling needs the pooler weights)" if "pooler" in error.message else ""
         raise CheckpointError("%s: %s%s" % (files.checkpoint_prefix, error.message.splitlines()[0],
                                             hint)) from None
-    blocks = _block_outputs(bert)
-    taps = {"first-last-avg": [blocks[0], blocks[-1]], "last-avg": [blocks[-1]],
-            "cls": [blocks[-1]], "pooler": [bert.get_layer("Pooler-Dense").output]}[pooling]
+    if pooling == "pooler":
+        taps = [bert.get_layer("Pooler-Dense").output]
+    else:
+        blocks = _block_outputs(bert)
+        taps = [blocks[0], blocks[-1]] if pooling == "first-last-avg" else [blocks[-1]]
     body = keras.Model(bert.inputs, taps, name="transformer")
 
     input_ids = keras.Input((None,), dtype="int32", name="input_ids")

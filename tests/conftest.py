@@ -6,7 +6,7 @@ import pytest
 TINY_VOCAB = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
               + list("今天气很好我们你他她是的不在有一个人中国北京上海爱喝茶咖啡猫狗跑吃饭学习工作。，！？")
               + ["the", "a", "cat", "dog", "is", "on", "mat", "run", "##s", "##ing", "hello",
-                 "world", "good", "bad", "weather", "today", ",", ".", "!", "?"])
+                 "world", "good", "bad", "weather", "today", ",", ".", "!", "?", "我们", "北京"])
 
 TINY_CONFIG = {
     "vocab_size": len(TINY_VOCAB), "hidden_size": 24, "num_hidden_layers": 3,

@@ -1,0 +1,169 @@
+"""Encoders from a real Google-format checkpoint against the numpy BERT of tests/reference.py."""
+import logging
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from bert_whitening.checkpoints import CheckpointError
+from bert_whitening.encoding import encode, token_ids
+from bert_whitening.models import build_encoder, with_whitening
+from bert_whitening.names import POOLINGS
+from bert_whitening.whitening import WhiteningStats, fit_whitening
+from conftest import SENTENCES, TINY_CONFIG, tiny_weights
+from reference import original_transform_and_normalize, pooled_reference
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_every_pooling_equals_the_numpy_bert_reference(encoders, tiny_model, pooling):
+    _, weights = tiny_model
+    encoder = encoders[pooling]
+    vectors = encode(encoder, SENTENCES, batch_size=5)
+    for sentence, vector in zip(SENTENCES, vectors):
+        ids = encoder.tokenizer.encode(sentence, maxlen=encoder.maxlen)[0]
+        expected = pooled_reference(weights, TINY_CONFIG, ids, pooling)
+        np.testing.assert_allclose(vector, expected, atol=1e-5, err_msg=sentence)
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_padding_does_not_change_a_sentence_vector(encoders, pooling):
+    encoder = encoders[pooling]
+    alone = np.stack([encode(encoder, [s])[0] for s in SENTENCES])
+    batched = encode(encoder, SENTENCES, batch_size=len(SENTENCES))  # padded to the longest
+    np.testing.assert_allclose(batched, alone, atol=1e-5)
+
+
+def test_results_come_back_in_input_order(encoders):
+    encoder = encoders["first-last-avg"]
+    vectors = encode(encoder, SENTENCES, batch_size=3)
+    reordered = encode(encoder, SENTENCES[::-1], batch_size=4)[::-1]
+    np.testing.assert_allclose(vectors, reordered, atol=1e-5)
+    assert len({v.tobytes() for v in vectors}) == len(set(SENTENCES))
+
+
+def test_original_global_padding_procedure_gives_the_same_vectors(encoders):
+    """The original pads a whole split to its longest sentence and averages under the mask."""
+    encoder = encoders["first-last-avg"]
+    ids = [encoder.tokenizer.encode(s, maxlen=encoder.maxlen)[0] for s in SENTENCES]
+    padded = np.zeros((len(ids), max(map(len, ids))), dtype=np.int32)
+    for row, sequence in enumerate(ids):
+        padded[row, :len(sequence)] = sequence
+    original = encoder.model.predict_on_batch([padded, np.zeros_like(padded)])
+    np.testing.assert_allclose(encode(encoder, SENTENCES, batch_size=4), original, atol=1e-5)
+
+
+@pytest.mark.parametrize("k", [-1, 10, 0])
+@pytest.mark.parametrize("pooling", ["first-last-avg", "cls"])
+def test_whitened_encoder_equals_the_numpy_pipeline(encoders, pooling, k):
+    encoder = encoders[pooling]
+    pooled = encode(encoder, SENTENCES * 3).astype(np.float64)
+    rng = np.random.default_rng(1)
+    fit_on = pooled + rng.normal(scale=0.05, size=pooled.shape)  # 48 vectors > 24 dimensions
+    whitening = fit_whitening(WhiteningStats().update(fit_on), pooling=pooling)
+    whitened = with_whitening(encoder, whitening, k)
+    assert whitened.dim == (k if k > 0 else 24 if k < 0 else 24)
+    cols = slice(None) if k < 0 else slice(0, k)
+    expected = original_transform_and_normalize(
+        pooled[:len(SENTENCES)], whitening.kernel[:, cols] if k else None, whitening.bias)
+    np.testing.assert_allclose(encode(whitened, SENTENCES), expected, atol=1e-5)
+
+
+def test_whitening_from_another_model_or_pooling_is_refused(encoders):
+    encoder = encoders["last-avg"]
+    rng = np.random.default_rng(0)
+    other_size = fit_whitening(WhiteningStats().update(rng.normal(size=(100, 16))), pooling="last-avg")
+    with pytest.raises(ValueError, match="dimension 16 but the model's hidden size is 24"):
+        with_whitening(encoder, other_size)
+    other_pooling = fit_whitening(WhiteningStats().update(rng.normal(size=(100, 24))), pooling="cls")
+    with pytest.raises(ValueError, match="fitted on cls pooling, the encoder uses last-avg"):
+        with_whitening(encoder, other_pooling)
+    same = fit_whitening(WhiteningStats().update(rng.normal(size=(100, 24))), pooling="last-avg")
+    with pytest.raises(ValueError, match="larger than the vector dimension 24"):
+        with_whitening(encoder, same, 25)
+
+
+def test_truncation_matches_bert4keras_and_empty_sentences_are_cls_sep(encoders):
+    tokenizer = encoders["cls"].tokenizer
+    for sentence in SENTENCES + ["今天天气很好" * 20, "the cat is on the mat " * 30]:
+        for maxlen in (2, 3, 5, 8, 64):
+            ids, cut = token_ids(tokenizer, sentence, maxlen)
+            assert ids == tokenizer.encode(sentence, maxlen=maxlen)[0]
+            assert cut == (len(tokenizer.encode(sentence)[0]) > maxlen)
+    assert token_ids(tokenizer, "", 64) == ([2, 3], False)
+
+
+def test_truncated_sentences_are_counted_in_the_log(encoders, caplog):
+    encoder = encoders["cls"]
+    with caplog.at_level(logging.INFO, logger="bert_whitening"):
+        encode(encoder, ["今天天气很好" * 20, "好", "我们在北京" * 30])
+    assert "2 of 3 sentences were longer than maxlen 64 tokens" in caplog.text
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "nezha", "wobert", "roformer", "simbert", "BERT"])
+def test_every_model_family_builds_from_a_bert_checkpoint(tiny_model, model_type):
+    directory, _ = tiny_model
+    encoder = build_encoder(directory, model_type=model_type, pooling="last-avg")
+    vectors = encode(encoder, SENTENCES[:4])
+    assert vectors.shape == (4, 24) and np.isfinite(vectors).all()
+    assert encoder.identity["type"] == model_type.lower()
+
+
+def test_word_level_models_split_words_with_jieba(tiny_model):
+    directory, _ = tiny_model
+    words = build_encoder(directory, model_type="wobert", pooling="cls").tokenizer.tokenize("我们在北京")
+    chars = build_encoder(directory, model_type="bert", pooling="cls").tokenizer.tokenize("我们在北京")
+    assert chars == ["[CLS]", "我", "们", "在", "北", "京", "[SEP]"]
+    assert words == ["[CLS]", "我们", "在", "北京", "[SEP]"]  # words of the tiny vocabulary
+
+
+@pytest.fixture
+def model_copy(tiny_model, tmp_path):
+    directory = str(tmp_path / "copy")
+    shutil.copytree(tiny_model[0], directory)
+    return directory
+
+
+@pytest.mark.parametrize("missing", ["bert_config.json", "vocab.txt", "bert_model.ckpt.index",
+                                     "bert_model.ckpt.data-00000-of-00001"])
+def test_missing_checkpoint_files_are_named(model_copy, missing):
+    os.remove(os.path.join(model_copy, missing))
+    with pytest.raises(CheckpointError, match=missing.replace(".", r"\.")):
+        build_encoder(model_copy)
+
+
+def test_unreadable_file_and_missing_directory_are_named(model_copy, tmp_path):
+    with pytest.raises(CheckpointError, match="nowhere does not exist"):
+        build_encoder(str(tmp_path / "nowhere"))
+    with open(os.path.join(model_copy, "bert_config.json"), "w") as stream:
+        stream.write("{not json")
+    with pytest.raises(CheckpointError, match="bert_config.json is not valid JSON"):
+        build_encoder(model_copy)
+
+
+def test_vocab_size_must_match_the_config(model_copy):
+    with open(os.path.join(model_copy, "vocab.txt"), "a", encoding="utf-8") as stream:
+        stream.write("extra\n")
+    with pytest.raises(CheckpointError, match=r"vocab.txt has %d tokens but .*bert_config.json "
+                                              r"says vocab_size %d" % (TINY_CONFIG["vocab_size"] + 1,
+                                                                       TINY_CONFIG["vocab_size"])):
+        build_encoder(model_copy)
+
+
+def test_pooler_pooling_needs_pooler_weights(tmp_path):
+    from bert_whitening.checkpoints import write_checkpoint
+    from conftest import TINY_VOCAB
+
+    directory = str(tmp_path / "no_pooler")
+    write_checkpoint(directory, TINY_CONFIG, tiny_weights(TINY_CONFIG, with_pooler=False), TINY_VOCAB)
+    build_encoder(directory, pooling="cls")  # fine without the pooler
+    with pytest.raises(CheckpointError, match="bert/pooler/dense/kernel.*needs the pooler weights"):
+        build_encoder(directory, pooling="pooler")
+
+
+def test_unknown_pooling_and_model_type_list_the_choices(tiny_model):
+    with pytest.raises(ValueError, match="unknown pooling 'mean'; choose one of: first-last-avg, "
+                                         "last-avg, cls, pooler"):
+        build_encoder(tiny_model[0], pooling="mean")
+    with pytest.raises(ValueError, match="unknown model type 'gpt'; choose one of: bert, roberta"):
+        build_encoder(tiny_model[0], model_type="gpt")
