@@ -5,9 +5,9 @@ bert4keras 0.11.5 reads ``TF_KERAS`` when it is first imported, and TensorFlow 2
 so every module of this package takes ``tf``, ``keras`` and the bert4keras helpers from here.
 
 TensorFlow prints start-up lines (oneDNN, CUDA probing) from C++ before its log level applies.
-Unless ``TF_CPP_MIN_LOG_LEVEL`` is already set by the user, those lines are swallowed while
-TensorFlow is imported (and shown if the import fails), and the C++ log level is set to 3.
-Set ``TF_CPP_MIN_LOG_LEVEL=0`` to see everything.
+Unless ``TF_CPP_MIN_LOG_LEVEL`` is set below 3, the C++ log level is set to 3 and those lines
+are swallowed while TensorFlow is imported (and shown if the import fails). Set
+``TF_CPP_MIN_LOG_LEVEL=0`` to see everything.
 """
 import contextlib
 import os
@@ -16,8 +16,8 @@ import tempfile
 
 os.environ["TF_KERAS"] = "1"
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
-_QUIET = "TF_CPP_MIN_LOG_LEVEL" not in os.environ
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+_QUIET = os.environ["TF_CPP_MIN_LOG_LEVEL"] == "3"
 
 
 @contextlib.contextmanager
