@@ -13,6 +13,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import warnings
 
 os.environ["TF_KERAS"] = "1"
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
@@ -65,6 +66,10 @@ with _stderr_swallowed(_QUIET):
             sys.modules["keras"] = _keras_before
 
 keras = tf.keras
+
+# bert4keras shares one unseeded initializer across layers; tf-keras warns about it on every
+# model build. The weights come from the checkpoint, so the warning is noise here.
+warnings.filterwarnings("ignore", message="The initializer .* is unseeded", category=UserWarning)
 
 if not keras.__name__.startswith("tf_keras"):  # pragma: no cover - depends on import order
     raise ImportError(

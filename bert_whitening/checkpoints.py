@@ -10,6 +10,8 @@ import hashlib
 import json
 import os
 
+import numpy as np
+
 
 class CheckpointError(ValueError):
     """A checkpoint directory that cannot be used; the message names the file."""
@@ -96,3 +98,36 @@ def write_checkpoint(directory, config, variables, vocab):
     tf.raw_ops.SaveV2(prefix=os.path.join(directory, "bert_model.ckpt"), tensor_names=names,
                       shape_and_slices=[""] * len(names),
                       tensors=[tf.constant(variables[name]) for name in names])
+
+
+def random_weights(config, seed=0, with_pooler=True, scale=0.3):
+    """Random weights of a BERT of ``config`` under google-research/bert names.
+
+    For tests and the offline demo: a model that loads and runs like a real one, with no
+    download. Its vectors carry no meaning.
+    """
+    rng = np.random.default_rng(seed)
+    hidden, inner = config["hidden_size"], config["intermediate_size"]
+    normal = lambda *shape: rng.normal(0.0, scale, shape).astype(np.float32)
+    weights = {
+        "bert/embeddings/word_embeddings": normal(config["vocab_size"], hidden),
+        "bert/embeddings/token_type_embeddings": normal(config["type_vocab_size"], hidden),
+        "bert/embeddings/position_embeddings": normal(config["max_position_embeddings"], hidden),
+        "bert/embeddings/LayerNorm/gamma": 1 + normal(hidden),
+        "bert/embeddings/LayerNorm/beta": normal(hidden),
+    }
+    shapes = {"attention/self/query": (hidden, hidden), "attention/self/key": (hidden, hidden),
+              "attention/self/value": (hidden, hidden), "attention/output/dense": (hidden, hidden),
+              "intermediate/dense": (hidden, inner), "output/dense": (inner, hidden)}
+    for layer in range(config["num_hidden_layers"]):
+        prefix = "bert/encoder/layer_%d/" % layer
+        for name, shape in shapes.items():
+            weights[prefix + name + "/kernel"] = normal(*shape)
+            weights[prefix + name + "/bias"] = normal(shape[1])
+        for name in ("attention/output/LayerNorm", "output/LayerNorm"):
+            weights[prefix + name + "/gamma"] = 1 + normal(hidden)
+            weights[prefix + name + "/beta"] = normal(hidden)
+    if with_pooler:
+        weights["bert/pooler/dense/kernel"] = normal(hidden, hidden)
+        weights["bert/pooler/dense/bias"] = normal(hidden)
+    return weights

@@ -1,6 +1,5 @@
 import os
 
-import numpy as np
 import pytest
 
 TINY_VOCAB = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -23,32 +22,9 @@ SENTENCES = [
 
 
 def tiny_weights(config, seed=0, with_pooler=True):
-    """Random weights under google-research/bert variable names."""
-    rng = np.random.default_rng(seed)
-    hidden, inner = config["hidden_size"], config["intermediate_size"]
-    normal = lambda *shape: rng.normal(0.0, 0.3, shape).astype(np.float32)
-    weights = {
-        "bert/embeddings/word_embeddings": normal(config["vocab_size"], hidden),
-        "bert/embeddings/token_type_embeddings": normal(config["type_vocab_size"], hidden),
-        "bert/embeddings/position_embeddings": normal(config["max_position_embeddings"], hidden),
-        "bert/embeddings/LayerNorm/gamma": 1 + normal(hidden),
-        "bert/embeddings/LayerNorm/beta": normal(hidden),
-    }
-    shapes = {"attention/self/query": (hidden, hidden), "attention/self/key": (hidden, hidden),
-              "attention/self/value": (hidden, hidden), "attention/output/dense": (hidden, hidden),
-              "intermediate/dense": (hidden, inner), "output/dense": (inner, hidden)}
-    for layer in range(config["num_hidden_layers"]):
-        prefix = "bert/encoder/layer_%d/" % layer
-        for name, shape in shapes.items():
-            weights[prefix + name + "/kernel"] = normal(*shape)
-            weights[prefix + name + "/bias"] = normal(shape[1])
-        for name in ("attention/output/LayerNorm", "output/LayerNorm"):
-            weights[prefix + name + "/gamma"] = 1 + normal(hidden)
-            weights[prefix + name + "/beta"] = normal(hidden)
-    if with_pooler:
-        weights["bert/pooler/dense/kernel"] = normal(hidden, hidden)
-        weights["bert/pooler/dense/bias"] = normal(hidden)
-    return weights
+    from bert_whitening.checkpoints import random_weights
+
+    return random_weights(config, seed, with_pooler)
 
 
 @pytest.fixture(scope="session")
