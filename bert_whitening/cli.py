@@ -141,7 +141,7 @@ def run_fit(args):
     whitening.save(args.output)
     logger.info("fitted on %d sentences (dimension %d, rank %d), default n_components %d; "
                 "wrote %s", stats.count, whitening.dim, whitening.rank,
-                whitening.components(allow_rank_deficient=True), args.output)
+                whitening.components(allow_rank_deficient=args.allow_rank_deficient), args.output)
 
 
 def run_encode(args):

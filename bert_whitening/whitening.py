@@ -190,19 +190,29 @@ class Whitening:
 
 
 def resolve_components(n_components, dim, rank=None, allow_rank_deficient=False):
-    """Map the original's ``n_components`` (0 none, negative all, k) to a column count."""
-    k = dim if n_components < 0 else n_components
-    if k > dim:
-        raise ValueError("n_components %d is larger than the vector dimension %d" % (k, dim))
-    if rank is not None and k > rank and not allow_rank_deficient:
+    """Map the original's ``n_components`` (0 none, negative all, k) to a column count.
+
+    Directions beyond the rank of the covariance carry only round-off noise, which whitening
+    would scale up to unit variance. So "all" means all the directions the covariance supports
+    (its rank, with a warning when that is fewer than ``dim``), and an explicit ``k`` above the
+    rank is refused; ``allow_rank_deficient`` lifts both (all = ``dim``).
+    """
+    if n_components > dim:
+        raise ValueError("n_components %d is larger than the vector dimension %d" % (n_components, dim))
+    if rank is None or rank >= dim or allow_rank_deficient:
+        return dim if n_components < 0 else n_components
+    if n_components < 0:
+        logger.warning("n_components %d (all) keeps the %d dimensions the covariance supports, "
+                       "not all %d: the rest are round-off noise (--allow-rank-deficient keeps "
+                       "them)", n_components, rank, dim)
+        return rank
+    if n_components > rank:
         raise ValueError(
-            "n_components %d (%s) is larger than the rank %d of the covariance: the extra "
-            "directions hold only round-off noise, which whitening would blow up. Fit on more "
-            "sentences (at least dimension + 1), choose n_components <= %d, or allow it "
-            "explicitly (allow_rank_deficient / --allow-rank-deficient)"
-            % (k, "all" if n_components < 0 else "requested", rank, rank)
-        )
-    return k
+            "n_components %d is larger than the rank %d of the covariance: the extra directions "
+            "hold only round-off noise, which whitening would blow up. Fit on more sentences "
+            "(at least dimension + 1), choose n_components <= %d, or allow it explicitly "
+            "(allow_rank_deficient / --allow-rank-deficient)" % (n_components, rank, rank))
+    return n_components
 
 
 def fit_whitening(stats, n_components=-1, beta=1.0, gamma=1.0, pooling="", model=None,
@@ -233,7 +243,8 @@ def fit_whitening(stats, n_components=-1, beta=1.0, gamma=1.0, pooling="", model
         kernel=vectors * floored ** (-gamma / 2.0), bias=-beta * stats.mean, mean=stats.mean,
         eigenvalues=eigenvalues, rank=rank, count=stats.count, n_components=int(n_components),
         beta=float(beta), gamma=float(gamma), pooling=pooling, model=dict(model or {}))
-    whitening.components(allow_rank_deficient=allow_rank_deficient)  # refuse a bad default now
+    if n_components > 0:
+        whitening.components(allow_rank_deficient=allow_rank_deficient)  # refuse a bad k now
     return whitening
 
 

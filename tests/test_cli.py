@@ -71,19 +71,21 @@ def test_encode_without_whitening_writes_normalised_pooled_vectors(files, tiny_m
     np.testing.assert_allclose(np.load(output), encode(encoders["cls"], MANY[:50]), atol=1e-6)
 
 
-def test_rank_deficient_fit_is_refused_with_advice_unless_k_fits(files, tiny_model, caplog):
+def test_rank_deficient_fit_keeps_the_supported_dimensions_and_refuses_more(files, tiny_model, caplog):
     tmp_path, sentences, _ = files
     few = tmp_path / "few.txt"
     few.write_text("".join(s + "\n" for s in MANY[:12]), encoding="utf-8")  # 12 < 24 dims
-    output = tmp_path / "w.npz"
-    assert run("fit", "--model", tiny_model[0], "--output", output, few) == 2
-    assert "larger than the rank 11" in caplog.text and not output.exists()
-    assert run("fit", "--model", tiny_model[0], "--n-components", 8, "--output", output, few) == 0
+    output, vectors = tmp_path / "w.npz", tmp_path / "v.npy"
+    assert run("fit", "--model", tiny_model[0], "--n-components", 12, "--output", output, few) == 2
+    assert "n_components 12 is larger than the rank 11" in caplog.text and not output.exists()
+    assert run("fit", "--model", tiny_model[0], "--output", output, few) == 0
     assert Whitening.load(str(output)).rank == 11
+    assert run("encode", "--model", tiny_model[0], "--whitening", output, "--output", vectors, few) == 0
+    assert np.load(vectors).shape == (12, 11)
+    assert "keeps the 11 dimensions the covariance supports, not all 24" in caplog.text
     assert run("encode", "--model", tiny_model[0], "--whitening", output, "--n-components", -1,
-               "--output", tmp_path / "v.npy", few) == 2
-    assert run("encode", "--model", tiny_model[0], "--whitening", output, "--n-components", -1,
-               "--allow-rank-deficient", "--output", tmp_path / "v.npy", few) == 0
+               "--allow-rank-deficient", "--output", vectors, few) == 0
+    assert np.load(vectors).shape == (12, 24) and np.isfinite(np.load(vectors)).all()
 
 
 def test_bad_inputs_fail_cleanly_without_output(files, tiny_model, tmp_path, caplog):

@@ -116,17 +116,21 @@ def test_kernel_does_not_depend_on_batch_order():
 def test_rank_deficient_data_is_floored_warned_and_k_above_rank_refused(caplog):
     x = correlated(10)  # 10 vectors in 16 dimensions: rank 9
     with caplog.at_level(logging.WARNING):
-        whitening = fit_whitening(stats_of(x), n_components=9)
+        whitening = fit_whitening(stats_of(x))
     assert whitening.rank == 9
     assert "rank 9" in caplog.text and "floored" in caplog.text
     assert np.isfinite(whitening.kernel).all()
-    assert np.isfinite(whitening.transform(x)).all()
-    with pytest.raises(ValueError, match="larger than the rank 9"):
-        whitening.transform(x, -1)
-    with pytest.raises(ValueError, match="larger than the rank 9"):
-        fit_whitening(stats_of(x))  # the default -1 means all 16
-    allowed = fit_whitening(stats_of(x), allow_rank_deficient=True)
-    assert np.isfinite(allowed.transform(x, -1, allow_rank_deficient=True)).all()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert whitening.transform(x).shape == (10, 9)  # all = the 9 supported directions
+    assert "keeps the 9 dimensions the covariance supports, not all 16" in caplog.text
+    np.testing.assert_allclose(whitening.transform(x), whitening.transform(x, 9))
+    for refused in (lambda: whitening.transform(x, 10),
+                    lambda: fit_whitening(stats_of(x), n_components=12)):
+        with pytest.raises(ValueError, match="n_components 1[02] is larger than the rank 9"):
+            refused()
+    allowed = whitening.transform(x, -1, allow_rank_deficient=True)
+    assert allowed.shape == (10, 16) and np.isfinite(allowed).all()
 
 
 def test_k_larger_than_dimension_is_refused():
