@@ -14,6 +14,7 @@ setup(
     install_requires=[
         "tensorflow>=2.16,<2.22",
         "tf-keras>=2.16,<2.22",
+        "tensorflow-text>=2.16,<2.22",
         "numpy>=1.23",
         "scipy>=1.9",
         "tqdm>=4.60",

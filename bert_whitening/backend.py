@@ -10,6 +10,7 @@ are swallowed while TensorFlow is imported (and shown if the import fails). Set
 ``TF_CPP_MIN_LOG_LEVEL=0`` to see everything.
 """
 import contextlib
+import logging
 import os
 import sys
 import tempfile
@@ -47,6 +48,7 @@ with _stderr_swallowed(_QUIET):
     import tensorflow as tf
 
     tf.get_logger().setLevel("ERROR")
+    logging.getLogger("absl").setLevel(logging.WARNING)  # e.g. SavedModel input renaming notes
     _keras_before = sys.modules.get("keras")
     try:
         from bert4keras.models import build_transformer_model

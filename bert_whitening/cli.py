@@ -3,8 +3,10 @@
 TensorFlow is imported only once a command runs, so ``--help`` answers at once.
 """
 import argparse
+import hashlib
 import itertools
 import logging
+import os
 import sys
 
 import numpy as np
@@ -33,13 +35,23 @@ def _model_options(parser, pooling_default):
     parser.add_argument("--maxlen", type=int, default=64,
                         help="tokens per sentence including [CLS] and [SEP]; longer sentences "
                              "are truncated and counted")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per model call")
     parser.add_argument("--cased", action="store_true",
                         help="keep letter case (default: lower-case, as uncased and Chinese "
                              "BERT vocabularies expect)")
     parser.add_argument("--allow-rank-deficient", action="store_true",
                         help="allow n_components above the rank of the covariance (fewer "
                              "sentences than dimensions): those directions are noise")
+
+
+def _whitening_options(parser, what):
+    parser.add_argument("--whitening", metavar="FILE.npz",
+                        help="whitening file from `fit`; without it the pooled vectors are "
+                             "only normalised")
+    parser.add_argument("--n-components", type=int, default=None,
+                        help="whitened dimensions to keep: 0 = no whitening, negative = all "
+                             "(default: the value given to fit)")
+    parser.add_argument("--no-normalize", action="store_true",
+                        help="skip the final L2 normalisation of the %s" % what)
 
 
 def build_parser():
@@ -57,6 +69,7 @@ def build_parser():
         description="Encode every sentence of the INPUT files and fit the whitening (mean and "
                     "covariance accumulated batch by batch) into one .npz file.")
     _model_options(fit, "first-last-avg")
+    fit.add_argument("--batch-size", type=int, default=64, help="sentences per model call")
     fit.add_argument("--n-components", type=int, default=-1,
                      help="default number of whitened dimensions stored in the file: 0 = no "
                           "whitening, negative = all; encode can choose another")
@@ -79,17 +92,29 @@ def build_parser():
         description="Write one vector per line of INPUT (an empty line is encoded as "
                     "[CLS][SEP]), in order, as a float32 .npy array.")
     _model_options(encode, None)
-    encode.add_argument("--whitening", metavar="FILE.npz",
-                        help="whitening file from `fit`; without it the pooled vectors are "
-                             "only normalised")
-    encode.add_argument("--n-components", type=int, default=None,
-                        help="whitened dimensions to keep: 0 = no whitening, negative = all "
-                             "(default: the value given to fit)")
-    encode.add_argument("--no-normalize", action="store_true",
-                        help="skip the final L2 normalisation")
+    encode.add_argument("--batch-size", type=int, default=64, help="sentences per model call")
+    _whitening_options(encode, "vectors")
     encode.add_argument("--output", required=True, metavar="FILE.npy", help="array to write")
     encode.add_argument("input", metavar="INPUT", help="sentence file, one per line")
     encode.set_defaults(run=run_encode)
+
+    export = commands.add_parser(
+        "export", formatter_class=formatter, help="export the whitened encoder as a SavedModel",
+        description="Write the encoder, its pooling, the whitening Dense and the L2 "
+                    "normalisation as one SavedModel in TF Serving's layout BASE/N, verified in a "
+                    "fresh process before it is moved into place.")
+    _model_options(export, None)
+    _whitening_options(export, "embeddings")
+    export.add_argument("--text", action="store_true",
+                        help="add the serve_text signature (sentences in, tokenised in the graph "
+                             "exactly as bert4keras does; needs tensorflow-text when served)")
+    export.add_argument("--output", required=True, metavar="BASE",
+                        help="model base directory; the export goes to BASE/N")
+    export.add_argument("--version", type=int, default=None,
+                        help="integer version N (default: one more than the highest in BASE, 1 "
+                             "for a new BASE)")
+    export.add_argument("--overwrite", action="store_true", help="replace an existing BASE/N")
+    export.set_defaults(run=run_export)
     return parser
 
 
@@ -144,15 +169,19 @@ def run_fit(args):
                 whitening.components(allow_rank_deficient=args.allow_rank_deficient), args.output)
 
 
-def run_encode(args):
+def _whitened_encoder(args):
     from bert_whitening.models import with_whitening
 
+    whitening = Whitening.load(args.whitening) if args.whitening else None
+    return with_whitening(_encoder(args, whitening), whitening, args.n_components,
+                          not args.no_normalize, args.allow_rank_deficient)
+
+
+def run_encode(args):
     count = sum(1 for _ in read_sentences(args.input, "lines"))
     if count == 0:
         raise DataError("%s: empty input file" % args.input)
-    whitening = Whitening.load(args.whitening) if args.whitening else None
-    encoder = with_whitening(_encoder(args, whitening), whitening, args.n_components,
-                             not args.no_normalize, args.allow_rank_deficient)
+    encoder = _whitened_encoder(args)
 
     def write(temporary):
         output = np.lib.format.open_memmap(temporary, "w+", np.float32, (count, encoder.dim))
@@ -169,6 +198,19 @@ def run_encode(args):
     logger.info("encoded %d sentences into %s (%d x %d, %s)", count, args.output, count,
                 encoder.dim, "whitened, k=%d" % encoder.n_components if encoder.n_components
                 else "not whitened")
+
+
+def run_export(args):
+    from bert_whitening.export import export_saved_model, target_version
+
+    target_version(args.output, args.version, args.overwrite)  # refuse early, before loading
+    encoder = _whitened_encoder(args)
+    metadata = {"model_directory": os.path.abspath(args.model)}
+    if args.whitening:
+        with open(args.whitening, "rb") as stream:
+            metadata["whitening_file"] = {"name": os.path.basename(args.whitening),
+                                          "sha256": hashlib.sha256(stream.read()).hexdigest()}
+    export_saved_model(encoder, args.output, args.version, args.text, args.overwrite, metadata)
 
 
 def main(argv=None):

@@ -23,8 +23,10 @@ class Encoder:
     maxlen: int
     hidden_size: int
     identity: dict
+    lowercase: bool = True
     n_components: int = 0
     normalize: bool = False
+    whitening: dict = None
 
     @property
     def dim(self):
@@ -73,7 +75,7 @@ def build_encoder(model_dir, model_type="bert", pooling="first-last-avg", maxlen
                 "num_hidden_layers": files.config["num_hidden_layers"],
                 "vocab_sha256": files.vocab_sha256}
     return Encoder(model=model, tokenizer=tokenizer, pooling=pooling, maxlen=maxlen,
-                   hidden_size=files.config["hidden_size"], identity=identity)
+                   hidden_size=files.config["hidden_size"], identity=identity, lowercase=lowercase)
 
 
 def with_whitening(encoder, whitening=None, n_components=None, normalize=True,
@@ -100,7 +102,11 @@ def with_whitening(encoder, whitening=None, n_components=None, normalize=True,
     if normalize:
         vectors = L2Normalize(name="normalize")(vectors)
     model = keras.Model(encoder.model.inputs, vectors, name="whitened_encoder")
-    return dataclasses.replace(encoder, model=model, n_components=k, normalize=normalize)
+    fitted = None if whitening is None else {
+        "beta": whitening.beta, "gamma": whitening.gamma, "count": whitening.count,
+        "rank": whitening.rank, "fitted_on_model": whitening.model}
+    return dataclasses.replace(encoder, model=model, n_components=k, normalize=normalize,
+                               whitening=fitted)
 
 
 def _block_outputs(bert):

@@ -1,0 +1,197 @@
+"""Export an encoder (pooling, whitening and normalisation included) as one SavedModel.
+
+The layout is TF Serving's: ``BASE/N/`` with ``N`` an integer version. Signatures:
+
+- ``serving_default``: ``input_ids`` and ``segment_ids``, int32 ``[batch, length]`` padded with 0,
+  to ``embedding``, float32 ``[batch, k]``;
+- ``serve_text`` (optional): ``text``, string ``[batch]``, tokenised in the graph exactly as the
+  bert4keras Tokenizer does (`bert_whitening.graph_tokenizer`), to ``embedding``.
+
+The SavedModel is written to a temporary directory beside ``BASE``, loaded again in a fresh
+Python process, and both signatures are compared with the in-memory Keras model on sample
+sentences; only then is it renamed to ``BASE/N``. A failure at any step leaves no ``BASE/N``.
+"""
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from bert_whitening.backend import tf
+from bert_whitening.encoding import encode_ids, pad, tokenize
+from bert_whitening.names import MODEL_TYPES
+
+logger = logging.getLogger(__name__)
+
+METADATA_FILE = "bert_whitening.json"
+TOLERANCE = 1e-5
+
+#: Sentences the verification runs through both signatures: Chinese, English, mixed, accents,
+#: empty, and one longer than any maxlen.
+VERIFY_SENTENCES = [
+    "今天天气很好", "我们明天去北京看长城。", "花呗每月最低还款额，怎么计算？", "",
+    "The cat sat on the mat.", "A man is playing a guitar!", "Café naïve ÉCOLE", "mixed 中文 and English 123",
+    "这是一个很长的句子" * 20,
+]
+
+
+class ExportError(ValueError):
+    """An export that was refused or failed; nothing was left at the target."""
+
+
+def versions():
+    """Versions of what produced the export, for its metadata."""
+    names = ("tensorflow", "tf-keras", "bert4keras", "tensorflow-text", "bert-whitening")
+    found = {}
+    for name in names:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def target_version(base, version=None, overwrite=False):
+    """The version to write: ``version``, or one more than the highest integer one in ``base``."""
+    existing = [int(name) for name in os.listdir(base) if name.isdigit()] if os.path.isdir(base) else []
+    if version is None:
+        return max(existing, default=0) + 1
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ExportError("version must be a non-negative integer (TF Serving's layout), got %r"
+                          % (version,))
+    if version in existing and not overwrite:
+        raise ExportError("%s already exists; pass overwrite (--overwrite) to replace it"
+                          % os.path.join(base, str(version)))
+    return version
+
+
+class ServingModule(tf.Module):
+    """The object saved: the Keras encoder, and the in-graph tokenizer when there is one."""
+
+    IDS = [tf.TensorSpec([None, None], tf.int32, name="input_ids"),
+           tf.TensorSpec([None, None], tf.int32, name="segment_ids")]
+    TEXT = [tf.TensorSpec([None], tf.string, name="text")]
+
+    def __init__(self, model, tokenizer=None):
+        super().__init__()
+        self.model = model
+        self.serve_ids = tf.function(self._embed, input_signature=self.IDS)
+        if tokenizer is not None:
+            self.tokenizer = tokenizer
+            self.serve_text = tf.function(self._embed_text, input_signature=self.TEXT)
+
+    def _embed(self, input_ids, segment_ids):
+        return {"embedding": self.model([input_ids, segment_ids], training=False)}
+
+    def _embed_text(self, text):
+        input_ids = self.tokenizer(text)
+        return self._embed(input_ids, tf.zeros_like(input_ids))
+
+    def signatures(self):
+        signatures = {"serving_default": self.serve_ids.get_concrete_function()}
+        if hasattr(self, "serve_text"):
+            signatures["serve_text"] = self.serve_text.get_concrete_function()
+        return signatures
+
+
+def export_saved_model(encoder, base, version=None, text=False, overwrite=False, metadata=None,
+                       tolerance=TOLERANCE):
+    """Write ``encoder`` to ``BASE/N`` and return ``(path, largest difference found)``."""
+    if text and MODEL_TYPES[encoder.identity["type"]][1]:
+        raise ExportError("--text is not available for %s: it splits words with jieba, which "
+                          "cannot run inside a TensorFlow graph; export the token-id signature "
+                          "and tokenise on the client" % encoder.identity["type"])
+    number = target_version(base, version, overwrite)
+    tokenizer = None
+    if text:
+        from bert_whitening.graph_tokenizer import GraphTokenizer
+
+        tokenizer = GraphTokenizer(encoder.tokenizer._token_dict, encoder.maxlen, encoder.lowercase)
+    module = ServingModule(encoder.model, tokenizer)
+
+    parent = os.path.dirname(os.path.abspath(base))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=parent, prefix=".%s-export-" % os.path.basename(base))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would hide the model from a server user
+    try:
+        tf.saved_model.save(module, staging, signatures=module.signatures())
+        os.makedirs(os.path.join(staging, "assets"), exist_ok=True)
+        info = {**(metadata or {}), "model": encoder.identity, "pooling": encoder.pooling,
+                "maxlen": encoder.maxlen, "lowercase": encoder.lowercase,
+                "n_components": encoder.n_components, "normalize": encoder.normalize,
+                "whitening": encoder.whitening, "signatures": sorted(module.signatures()),
+                "versions": versions()}
+        with open(os.path.join(staging, "assets", METADATA_FILE), "w", encoding="utf-8") as stream:
+            json.dump(info, stream, indent=2, ensure_ascii=False)
+        difference = verify(staging, encoder, text, tolerance)
+        target = os.path.join(base, str(number))
+        os.makedirs(base, exist_ok=True)
+        if os.path.exists(target):  # overwrite was asked for: swap, then remove the old one
+            retired = tempfile.mkdtemp(dir=parent, prefix=".%s-retired-" % os.path.basename(base))
+            os.rename(target, os.path.join(retired, "old"))
+            os.rename(staging, target)
+            shutil.rmtree(retired)
+        else:
+            os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    logger.info("exported %s (signatures: %s); the reloaded model differs from the Keras model "
+                "by at most %.2g", target, ", ".join(sorted(module.signatures())), difference)
+    return target, difference
+
+
+def verify(directory, encoder, text, tolerance=TOLERANCE):
+    """Run the SavedModel in a fresh process and compare it with the in-memory encoder.
+
+    Returns the largest absolute difference over both signatures; raises ExportError above
+    ``tolerance``. The text signature is compared with bert4keras tokenisation plus the Keras
+    model, so it also checks the in-graph tokenizer.
+    """
+    sequences, _ = tokenize(encoder, VERIFY_SENTENCES)
+    input_ids = pad(sequences)
+    expected = encode_ids(encoder, sequences, progress=False)
+    with tempfile.TemporaryDirectory() as scratch:
+        request, response = os.path.join(scratch, "request.npz"), os.path.join(scratch, "response.npz")
+        np.savez(request, input_ids=input_ids, text=np.array(VERIFY_SENTENCES if text else [], dtype=object))
+        child = subprocess.run([sys.executable, "-m", "bert_whitening.export", directory, request,
+                                response], capture_output=True, text=True)
+        if child.returncode != 0:
+            raise ExportError("the exported SavedModel failed to load or run in a fresh process:\n"
+                              + child.stderr[-3000:])
+        with np.load(response) as outputs:
+            results = {name: outputs[name] for name in outputs.files}
+    difference = float(np.abs(results["serving_default"] - expected).max())
+    if text:
+        difference = max(difference, float(np.abs(results["serve_text"] - expected).max()))
+    if not difference <= tolerance:
+        raise ExportError("the reloaded SavedModel differs from the Keras model by %.3g "
+                          "(tolerance %.3g); nothing was written" % (difference, tolerance))
+    return difference
+
+
+def _run_saved_model(directory, request_path, response_path):
+    """Child side of `verify`: load the SavedModel as a server would, run both signatures."""
+    with np.load(request_path, allow_pickle=True) as request:
+        input_ids, text = request["input_ids"], list(request["text"])
+    if text:
+        import tensorflow_text  # noqa: F401  registers the tokenizer ops
+
+    loaded = tf.saved_model.load(directory)
+    outputs = {"serving_default": loaded.signatures["serving_default"](
+        input_ids=tf.constant(input_ids), segment_ids=tf.zeros_like(input_ids))["embedding"].numpy()}
+    if text:
+        outputs["serve_text"] = loaded.signatures["serve_text"](
+            text=tf.constant(text))["embedding"].numpy()
+    np.savez(response_path, **outputs)
+
+
+if __name__ == "__main__":
+    _run_saved_model(*sys.argv[1:4])

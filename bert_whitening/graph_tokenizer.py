@@ -1,0 +1,60 @@
+"""bert4keras' ``Tokenizer.encode`` rebuilt from TensorFlow and tensorflow-text ops.
+
+A serving client should send sentences, not token ids, so the exported SavedModel tokenises
+inside the graph. tensorflow-text's ``BertTokenizer`` is not the same tokenizer: its case folding
+is NFKC (``，`` becomes ``,``), so it disagreed with bert4keras on 33,244 of 147,380 sentences of
+the shared Chinese and English data. This module spells out bert4keras' own steps instead:
+
+1. ``\\t\\n\\r`` become spaces; control and format characters (Cc, Cf) and U+FFFD are dropped;
+2. when lower-casing: ``str.lower``, NFD, and combining marks (Mn) dropped;
+3. split on spaces (Zs, U+2028, U+2029), keeping each punctuation character (ASCII 33-47, 58-64,
+   91-96, 123-126, or category P) and each CJK ideograph as a token of its own;
+4. greedy longest-match wordpiece with ``##``; a word that cannot be covered, or longer than
+   200 characters, becomes ``[UNK]``;
+5. keep the first ``maxlen - 2`` tokens and add ``[CLS]`` and ``[SEP]``; pad with id 0.
+
+Step 1 runs before step 2, unlike bert4keras, because TensorFlow's string ops stop at NUL; the
+order changes nothing else. The vocabulary is bert4keras' ``load_vocab`` dictionary, so ids agree
+even for vocabularies with repeated lines.
+"""
+from bert_whitening.backend import tf
+
+import tensorflow_text as tf_text  # after backend, which must set up TensorFlow first
+
+CJK = (r"\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}"
+       r"\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}")
+OWN_TOKEN = r"[!-/:-@\[-`{-~\p{P}" + CJK + "]"
+SEPARATOR = r"[ \p{Zs}\x{2028}\x{2029}]|" + OWN_TOKEN
+WORD_MAX_CHARS = 200
+
+
+class GraphTokenizer(tf.Module):
+    """Sentences (string ``[batch]``) to token ids (int32 ``[batch, length]``), in the graph."""
+
+    def __init__(self, token_dict, maxlen, lowercase=True, name=None):
+        super().__init__(name=name)
+        self.maxlen = maxlen
+        self.lowercase = lowercase
+        self.cls_id, self.sep_id = token_dict["[CLS]"], token_dict["[SEP]"]
+        tokens = list(token_dict)
+        self.table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tokens, tf.constant([token_dict[t] for t in tokens], tf.int64)), default_value=-1)
+        self._wordpiece = tf_text.WordpieceTokenizer(
+            self.table, suffix_indicator="##", max_bytes_per_word=WORD_MAX_CHARS * 4 + 4,
+            token_out_type=tf.int64, unknown_token="[UNK]", split_unknown_characters=False)
+
+    def __call__(self, text):
+        text = tf.strings.regex_replace(text, r"[\t\n\r]", " ")
+        text = tf.strings.regex_replace(text, r"[\p{Cc}\p{Cf}\x{FFFD}]", "")
+        if self.lowercase:
+            text = tf.strings.lower(text, encoding="utf-8")
+            text = tf_text.normalize_utf8(text, "NFD")
+            text = tf.strings.regex_replace(text, r"\p{Mn}", "")
+        words = tf_text.regex_split(text, SEPARATOR, OWN_TOKEN)
+        too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > WORD_MAX_CHARS
+        words = words.with_flat_values(tf.where(too_long, "[UNK]", words.flat_values))
+        ids = self._wordpiece.tokenize(words).merge_dims(-2, -1)[:, :self.maxlen - 2]
+        edge = lambda token_id: tf.fill([ids.nrows(), 1], tf.constant(token_id, tf.int64))
+        ids = tf.concat([edge(self.cls_id), ids, edge(self.sep_id)], axis=1)
+        return tf.cast(ids.to_tensor(0), tf.int32)

@@ -1,0 +1,144 @@
+"""SavedModel export: signatures, versions, atomicity, verification, saved_model_cli."""
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bert_whitening import cli
+from bert_whitening.backend import tf
+from bert_whitening.encoding import encode, pad, tokenize
+from bert_whitening.export import ExportError, export_saved_model, target_version
+from bert_whitening.models import build_encoder, with_whitening
+from bert_whitening.whitening import WhiteningStats, fit_whitening
+from conftest import SENTENCES
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def whitened(encoders):
+    encoder = encoders["first-last-avg"]
+    rng = np.random.default_rng(0)
+    vectors = encode(encoder, SENTENCES * 4) + rng.normal(scale=0.05, size=(64, 24))
+    whitening = fit_whitening(WhiteningStats().update(vectors), pooling="first-last-avg")
+    return with_whitening(encoder, whitening, 16)
+
+
+@pytest.fixture(scope="module")
+def exported(whitened, tmp_path_factory):
+    base = str(tmp_path_factory.mktemp("export") / "encoder")
+    path, difference = export_saved_model(whitened, base, text=True, metadata={"note": "test"})
+    return base, path, difference
+
+
+def test_exports_version_1_readable_with_metadata(exported, whitened):
+    base, path, difference = exported
+    assert path == os.path.join(base, "1") and difference <= 1e-5
+    assert os.stat(path).st_mode & stat.S_IROTH and os.stat(path).st_mode & stat.S_IXOTH
+    with open(os.path.join(path, "assets", "bert_whitening.json"), encoding="utf-8") as stream:
+        info = json.load(stream)
+    assert info["pooling"] == "first-last-avg" and info["maxlen"] == 64
+    assert info["n_components"] == 16 and info["normalize"] is True and info["note"] == "test"
+    assert info["model"]["vocab_sha256"] == whitened.identity["vocab_sha256"]
+    assert info["whitening"]["beta"] == 1.0 and info["whitening"]["count"] == 64
+    assert info["signatures"] == ["serve_text", "serving_default"]
+    assert info["versions"]["tensorflow"] and info["versions"]["bert4keras"] == "0.11.5"
+    assert sorted(os.listdir(os.path.dirname(base))) == ["encoder"]  # no staging left
+
+
+def test_signatures_equal_the_keras_model_and_ignore_padding(exported, whitened):
+    loaded = tf.saved_model.load(exported[1])
+    serve = loaded.signatures["serving_default"]
+    sequences, _ = tokenize(whitened, SENTENCES)
+    ids = pad(sequences)
+    expected = encode(whitened, SENTENCES)
+    vectors = serve(input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids))["embedding"].numpy()
+    np.testing.assert_allclose(vectors, expected, atol=1e-5)
+    padded = np.pad(ids, ((0, 0), (0, 7)))
+    more = serve(input_ids=tf.constant(padded), segment_ids=tf.zeros_like(padded))["embedding"]
+    np.testing.assert_allclose(more.numpy(), expected, atol=1e-5)
+    texts = loaded.signatures["serve_text"](text=tf.constant(SENTENCES))["embedding"].numpy()
+    np.testing.assert_allclose(texts, expected, atol=1e-5)
+    assert texts.shape == (len(SENTENCES), 16) and texts.dtype == np.float32
+
+
+def test_versions_count_up_and_existing_ones_need_overwrite(whitened, tmp_path):
+    base = str(tmp_path / "m")
+    os.makedirs(os.path.join(base, "7"))
+    os.makedirs(os.path.join(base, "notes"))
+    assert target_version(base) == 8
+    assert target_version(str(tmp_path / "new")) == 1
+    with pytest.raises(ExportError, match="7 already exists; pass overwrite"):
+        target_version(base, 7)
+    assert target_version(base, 7, overwrite=True) == 7
+    for bad in ("2", -1, 1.5):
+        with pytest.raises(ExportError, match="non-negative integer"):
+            target_version(base, bad)
+    path, _ = export_saved_model(whitened, base, version=7, overwrite=True)
+    assert path == os.path.join(base, "7") and os.path.isfile(os.path.join(path, "saved_model.pb"))
+    assert sorted(os.listdir(tmp_path)) == ["m"]
+
+
+def test_failed_verification_leaves_nothing(whitened, tmp_path):
+    base = str(tmp_path / "m")
+    with pytest.raises(ExportError, match="differs from the Keras model by .* nothing was written"):
+        export_saved_model(whitened, base, tolerance=-1.0)
+    assert os.listdir(tmp_path) == [] or os.listdir(base) == []
+
+
+def test_text_signature_is_refused_for_jieba_models(tiny_model):
+    encoder = build_encoder(tiny_model[0], model_type="wobert", pooling="cls")
+    with pytest.raises(ExportError, match="wobert: it splits words with jieba"):
+        export_saved_model(encoder, "unused", text=True)
+
+
+def test_cli_refuses_a_mismatched_whitening_before_writing(tiny_model, tmp_path, caplog):
+    rng = np.random.default_rng(0)
+    other = str(tmp_path / "other.npz")
+    fit_whitening(WhiteningStats().update(rng.normal(size=(50, 16))), pooling="cls").save(other)
+    base = tmp_path / "served"
+    assert cli.main(["export", "--model", tiny_model[0], "--whitening", other, "--output",
+                     str(base)]) == 2
+    assert "dimension 16 but the model's hidden size is 24" in caplog.text
+    assert not base.exists() and sorted(os.listdir(tmp_path)) == ["other.npz"]
+
+
+def saved_model_cli(*args, wrapper=False):
+    command = ([sys.executable, "-m", "bert_whitening.saved_model_cli"] if wrapper else
+               [os.path.join(os.path.dirname(sys.executable), "saved_model_cli")])
+    return subprocess.run(command + list(args), capture_output=True, text=True)
+
+
+def test_saved_model_cli_shows_both_signatures(exported):
+    shown = saved_model_cli("show", "--all", "--dir", exported[1])
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    default = text[text.index("signature_def['serving_default']"):]
+    for name in ("input_ids", "segment_ids"):
+        block = default[default.index("inputs['%s']" % name):]
+        assert block.index("dtype: DT_INT32") < block.index("shape: (-1, -1)") < 120
+    assert "outputs['embedding']" in default and "shape: (-1, 16)" in default
+    served_text = text[text.index("signature_def['serve_text']"):text.index("signature_def['serving_default']")]
+    assert "inputs['text']" in served_text and "dtype: DT_STRING" in served_text
+    assert "shape: (-1)" in served_text and "shape: (-1, 16)" in served_text
+
+
+def test_saved_model_cli_runs_serving_default(whitened, exported, tmp_path):
+    sequences, _ = tokenize(whitened, SENTENCES[:3])
+    ids = pad(sequences)
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "segments.npy", np.zeros_like(ids))
+    ids_only, _ = export_saved_model(whitened, str(tmp_path / "ids_only"))
+    inputs = "input_ids=%s;segment_ids=%s" % (tmp_path / "ids.npy", tmp_path / "segments.npy")
+    expected = encode(whitened, SENTENCES[:3])
+    for directory, wrapper in ((ids_only, False), (exported[1], True)):
+        out = tmp_path / ("out_%s" % wrapper)
+        run = saved_model_cli("run", "--dir", directory, "--tag_set", "serve", "--signature_def",
+                              "serving_default", "--inputs", inputs, "--outdir", str(out),
+                              wrapper=wrapper)
+        assert run.returncode == 0, run.stderr[-2000:]
+        np.testing.assert_allclose(np.load(out / "embedding.npy"), expected, atol=1e-5)

