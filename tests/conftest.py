@@ -48,8 +48,27 @@ def encoders(tiny_model):
     return {pooling: build_encoder(directory, pooling=pooling) for pooling in POOLINGS}
 
 
-@pytest.fixture
-def sentence_file(tmp_path):
-    path = tmp_path / "sentences.txt"
-    path.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
-    return str(path)
+@pytest.fixture(scope="session")
+def whitened(encoders):
+    """The tiny first-last-avg encoder with a whitening (k = 16) and normalisation."""
+    import numpy as np
+
+    from bert_whitening.encoding import encode
+    from bert_whitening.models import with_whitening
+    from bert_whitening.whitening import WhiteningStats, fit_whitening
+
+    encoder = encoders["first-last-avg"]
+    rng = np.random.default_rng(0)
+    vectors = encode(encoder, SENTENCES * 4) + rng.normal(scale=0.05, size=(64, 24))
+    whitening = fit_whitening(WhiteningStats().update(vectors), pooling="first-last-avg")
+    return with_whitening(encoder, whitening, 16)
+
+
+@pytest.fixture(scope="session")
+def exported(whitened, tmp_path_factory):
+    """``(base, path, difference)`` of the whitened tiny encoder exported with both signatures."""
+    from bert_whitening.export import export_saved_model
+
+    base = str(tmp_path_factory.mktemp("export") / "encoder")
+    path, difference = export_saved_model(whitened, base, text=True, metadata={"note": "test"})
+    return base, path, difference

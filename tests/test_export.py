@@ -19,22 +19,6 @@ from conftest import SENTENCES
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def whitened(encoders):
-    encoder = encoders["first-last-avg"]
-    rng = np.random.default_rng(0)
-    vectors = encode(encoder, SENTENCES * 4) + rng.normal(scale=0.05, size=(64, 24))
-    whitening = fit_whitening(WhiteningStats().update(vectors), pooling="first-last-avg")
-    return with_whitening(encoder, whitening, 16)
-
-
-@pytest.fixture(scope="module")
-def exported(whitened, tmp_path_factory):
-    base = str(tmp_path_factory.mktemp("export") / "encoder")
-    path, difference = export_saved_model(whitened, base, text=True, metadata={"note": "test"})
-    return base, path, difference
-
-
 def test_exports_version_1_readable_with_metadata(exported, whitened):
     base, path, difference = exported
     assert path == os.path.join(base, "1") and difference <= 1e-5

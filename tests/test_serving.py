@@ -1,0 +1,90 @@
+"""The serving client up to the wire format: bodies decoded as TF Serving decodes them and fed to
+the exported signatures must give `encode`'s vectors; replies must parse back to them."""
+import json
+
+import numpy as np
+import pytest
+
+from bert_whitening.backend import tf
+from bert_whitening.encoding import encode, tokenize
+from bert_whitening.serving import (grpc_request, grpc_vectors, ids_request, parse_response,
+                                    rest_url, text_request)
+from conftest import SENTENCES
+from tfserving_json import decode
+
+pytestmark = pytest.mark.slow
+
+SIGNATURE_INPUTS = {"serve_text": {"text": object},
+                    "serving_default": {"input_ids": np.int32, "segment_ids": np.int32}}
+
+
+@pytest.fixture(scope="module")
+def loaded(exported):
+    return tf.saved_model.load(exported[1])
+
+
+def serve(loaded, body):
+    signature = body["signature_name"]
+    tensors = decode(body, SIGNATURE_INPUTS[signature])
+    return loaded.signatures[signature](**{k: tf.constant(v) for k, v in tensors.items()})["embedding"].numpy()
+
+
+@pytest.mark.parametrize("format", ["row", "columnar"])
+def test_text_bodies_give_the_vectors_of_encode(loaded, whitened, format):
+    body = text_request(SENTENCES, format)
+    np.testing.assert_allclose(serve(loaded, body), encode(whitened, SENTENCES), atol=1e-5)
+
+
+@pytest.mark.parametrize("format", ["row", "columnar"])
+def test_id_bodies_give_the_vectors_of_encode(loaded, whitened, format):
+    sequences, _ = tokenize(whitened, SENTENCES)
+    body = ids_request(sequences, format=format)  # ragged lists, padded by the client
+    np.testing.assert_allclose(serve(loaded, body), encode(whitened, SENTENCES), atol=1e-5)
+
+
+def test_replies_parse_back_to_vectors(whitened):
+    vectors = encode(whitened, SENTENCES[:4])
+    replies = [{"predictions": vectors.tolist()},
+               {"predictions": [{"embedding": v} for v in vectors.tolist()]},
+               {"outputs": vectors.tolist()}, {"outputs": {"embedding": vectors.tolist()}}]
+    for reply in replies:
+        np.testing.assert_allclose(parse_response(json.dumps(reply)), vectors, atol=1e-6)
+    with pytest.raises(RuntimeError, match="Op type not registered"):
+        parse_response({"error": "Op type not registered 'RegexSplitWithOffsets'"})
+    with pytest.raises(ValueError, match="not a TF Serving predict reply"):
+        parse_response({"result": []})
+
+
+def test_grpc_requests_carry_the_right_tensors(loaded, whitened):
+    request = grpc_request("encoder", sentences=SENTENCES, version=3)
+    assert request.model_spec.name == "encoder" and request.model_spec.version.value == 3
+    assert request.model_spec.signature_name == "serve_text"
+    text = tf.make_ndarray(request.inputs["text"])
+    out = loaded.signatures["serve_text"](text=tf.constant(text))["embedding"]
+    np.testing.assert_allclose(out.numpy(), encode(whitened, SENTENCES), atol=1e-5)
+
+    sequences, _ = tokenize(whitened, SENTENCES)
+    request = grpc_request("encoder", input_ids=sequences)
+    assert request.model_spec.signature_name == "serving_default"
+    assert request.inputs["input_ids"].dtype == tf.int32.as_datatype_enum
+    tensors = {name: tf.constant(tf.make_ndarray(request.inputs[name]))
+               for name in ("input_ids", "segment_ids")}
+    out = loaded.signatures["serving_default"](**tensors)["embedding"]
+    np.testing.assert_allclose(out.numpy(), encode(whitened, SENTENCES), atol=1e-5)
+
+    from tensorflow_serving.apis import predict_pb2
+
+    response = predict_pb2.PredictResponse()
+    response.outputs["embedding"].CopyFrom(tf.make_tensor_proto(out.numpy()))
+    np.testing.assert_allclose(grpc_vectors(response), out.numpy())
+
+
+def test_urls_and_argument_checks():
+    assert rest_url("localhost", "encoder") == "http://localhost:8501/v1/models/encoder:predict"
+    assert rest_url("h", "m", 2, 9000) == "http://h:9000/v1/models/m/versions/2:predict"
+    with pytest.raises(ValueError, match="row or columnar"):
+        text_request(["a"], "rows")
+    with pytest.raises(ValueError, match="either sentences or input_ids"):
+        grpc_request("m")
+    with pytest.raises(ValueError, match="segment_ids have shape"):
+        ids_request([[2, 3]], [[0, 0, 0]])
