@@ -84,6 +84,8 @@ class ServingModule(tf.Module):
         if tokenizer is not None:
             self.tokenizer = tokenizer
             self.serve_text = tf.function(self._embed_text, input_signature=self.TEXT)
+            # Not a signature: lets a Python client see the ids serve_text feeds the model.
+            self.tokenize = tf.function(tokenizer.__call__, input_signature=self.TEXT)
 
     def _embed(self, input_ids, segment_ids):
         return {"embedding": self.model([input_ids, segment_ids], training=False)}

@@ -45,6 +45,7 @@ def test_signatures_equal_the_keras_model_and_ignore_padding(exported, whitened)
     padded = np.pad(ids, ((0, 0), (0, 7)))
     more = serve(input_ids=tf.constant(padded), segment_ids=tf.zeros_like(padded))["embedding"]
     np.testing.assert_allclose(more.numpy(), expected, atol=1e-5)
+    np.testing.assert_array_equal(loaded.tokenize(tf.constant(SENTENCES)).numpy(), ids)
     texts = loaded.signatures["serve_text"](text=tf.constant(SENTENCES))["embedding"].numpy()
     np.testing.assert_allclose(texts, expected, atol=1e-5)
     assert texts.shape == (len(SENTENCES), 16) and texts.dtype == np.float32
