@@ -127,3 +127,23 @@ def test_saved_model_cli_runs_serving_default(whitened, exported, tmp_path):
                               wrapper=wrapper)
         assert run.returncode == 0, run.stderr[-2000:]
         np.testing.assert_allclose(np.load(out / "embedding.npy"), expected, atol=1e-5)
+
+
+def test_cli_export_records_the_whitening_file(tiny_model, tmp_path):
+    import hashlib
+
+    rng = np.random.default_rng(0)
+    whitening = str(tmp_path / "w.npz")
+    fit_whitening(WhiteningStats().update(rng.normal(size=(60, 24))), pooling="cls").save(whitening)
+    base = tmp_path / "served"
+    argv = ["export", "--model", tiny_model[0], "--whitening", whitening, "--n-components", "8",
+            "--output", str(base)]
+    assert cli.main(argv) == 0 and cli.main(argv) == 0  # pooling taken from the whitening file
+    assert sorted(os.listdir(base)) == ["1", "2"]
+    with open(base / "2" / "assets" / "bert_whitening.json", encoding="utf-8") as stream:
+        info = json.load(stream)
+    with open(whitening, "rb") as stream:
+        assert info["whitening_file"]["sha256"] == hashlib.sha256(stream.read()).hexdigest()
+    assert info["pooling"] == "cls" and info["n_components"] == 8
+    assert info["signatures"] == ["serving_default"]
+    assert cli.main(argv + ["--version", "2"]) == 2  # exists, no --overwrite
