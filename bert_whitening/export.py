@@ -22,6 +22,7 @@ import tempfile
 
 import numpy as np
 
+from bert_whitening.atomic import staged_directory
 from bert_whitening.backend import tf
 from bert_whitening.encoding import encode_ids, pad, tokenize
 from bert_whitening.names import MODEL_TYPES
@@ -116,13 +117,7 @@ def export_saved_model(encoder, base, version=None, text=False, overwrite=False,
         tokenizer = GraphTokenizer(encoder.tokenizer._token_dict, encoder.maxlen, encoder.lowercase)
     module = ServingModule(encoder.model, tokenizer)
 
-    parent = os.path.dirname(os.path.abspath(base))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(dir=parent, prefix=".%s-export-" % os.path.basename(base))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would hide the model from a server user
-    try:
+    with staged_directory(base) as staging:
         tf.saved_model.save(module, staging, signatures=module.signatures())
         os.makedirs(os.path.join(staging, "assets"), exist_ok=True)
         info = {**(metadata or {}), "model": encoder.identity, "pooling": encoder.pooling,
@@ -136,15 +131,12 @@ def export_saved_model(encoder, base, version=None, text=False, overwrite=False,
         target = os.path.join(base, str(number))
         os.makedirs(base, exist_ok=True)
         if os.path.exists(target):  # overwrite was asked for: swap, then remove the old one
-            retired = tempfile.mkdtemp(dir=parent, prefix=".%s-retired-" % os.path.basename(base))
-            os.rename(target, os.path.join(retired, "old"))
+            retired = target + ".retired"
+            os.rename(target, retired)
             os.rename(staging, target)
             shutil.rmtree(retired)
         else:
             os.rename(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     logger.info("exported %s (signatures: %s); the reloaded model differs from the Keras model "
                 "by at most %.2g", target, ", ".join(sorted(module.signatures())), difference)
     return target, difference

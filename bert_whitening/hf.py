@@ -5,11 +5,10 @@
 transposed); `convert_hf` writes the result as a Google-format checkpoint directory that
 bert4keras loads. Reading needs numpy and ``safetensors`` only, no PyTorch.
 """
-import json
 import os
 import re
 
-from bert_whitening.checkpoints import CheckpointError
+from bert_whitening.checkpoints import CheckpointError, read_bytes, read_json
 
 CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "intermediate_size", "hidden_act", "max_position_embeddings", "type_vocab_size",
@@ -52,34 +51,35 @@ def google_variables(tensors):
 
 
 def read_hf(directory):
-    """``(bert_config, variables, vocab_tokens)`` of a Hugging Face BERT directory."""
+    """``(bert_config, google_named_arrays)`` of a Hugging Face BERT directory."""
     from safetensors.numpy import load_file
 
-    paths = {name: os.path.join(directory, name)
-             for name in ("config.json", "model.safetensors", "vocab.txt")}
-    for name, path in paths.items():
-        if not os.path.isfile(path):
-            extra = (" (only pytorch_model.bin is there: convert it to safetensors first)"
-                     if name == "model.safetensors"
-                     and os.path.isfile(os.path.join(directory, "pytorch_model.bin")) else "")
-            raise CheckpointError("missing %s%s; a Hugging Face BERT directory needs config.json, "
-                                  "model.safetensors and vocab.txt" % (path, extra))
-    with open(paths["config.json"], encoding="utf-8") as stream:
-        hf_config = json.load(stream)
+    config_path = os.path.join(directory, "config.json")
+    weights_path = os.path.join(directory, "model.safetensors")
+    hf_config = read_json(config_path)
     if hf_config.get("model_type") != "bert":
-        raise CheckpointError("%s: model_type %r is not supported; only BERT (model_type "
-                              "\"bert\") checkpoints are" % (paths["config.json"],
-                                                             hf_config.get("model_type")))
+        raise CheckpointError("%s: model_type %r is not supported; only BERT checkpoints "
+                              "(model_type \"bert\") are" % (config_path, hf_config.get("model_type")))
+    if not os.path.isfile(weights_path):
+        only_bin = os.path.isfile(os.path.join(directory, "pytorch_model.bin"))
+        raise CheckpointError(
+            "missing %s%s; a Hugging Face BERT directory needs config.json, model.safetensors "
+            "and vocab.txt" % (weights_path, " (there is only pytorch_model.bin: save the model "
+                                             "with safe_serialization=True)" if only_bin else ""))
+    read_bytes(weights_path, probe=True)
+    missing = [key for key in CONFIG_KEYS[:5] if key not in hf_config]
+    if missing:
+        raise CheckpointError("%s lacks %s" % (config_path, ", ".join(missing)))
     config = {key: hf_config[key] for key in CONFIG_KEYS if key in hf_config}
-    with open(paths["vocab.txt"], encoding="utf-8") as stream:
-        vocab = stream.read().splitlines()
-    return config, google_variables(load_file(paths["model.safetensors"])), vocab
+    return config, google_variables(load_file(weights_path))
 
 
 def convert_hf(hf_directory, output_directory):
     """Write the Hugging Face BERT in ``hf_directory`` as a Google-format checkpoint directory."""
     from bert_whitening.checkpoints import write_checkpoint
 
-    config, variables, vocab = read_hf(hf_directory)
+    config, variables = read_hf(hf_directory)
+    with open(os.path.join(hf_directory, "vocab.txt"), encoding="utf-8") as stream:
+        vocab = stream.read().splitlines()
     write_checkpoint(output_directory, config, variables, vocab)
     return output_directory

@@ -5,10 +5,9 @@ padding id 0) to one vector per sentence, with the tokenizer and settings that g
 `with_whitening` appends the whitening Dense and the L2 normalisation to the same graph.
 """
 import dataclasses
-import os
 
 from bert_whitening.backend import Tokenizer, build_transformer_model, keras, tf
-from bert_whitening.checkpoints import CheckpointError, find_checkpoint
+from bert_whitening.checkpoints import CheckpointError, find_model
 from bert_whitening.layers import FirstTokenPooling, L2Normalize, MaskedAveragePooling, WhiteningDense
 from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
 
@@ -33,23 +32,25 @@ class Encoder:
         return self.n_components or self.hidden_size
 
 
-def build_encoder(model_dir, model_type="bert", pooling="first-last-avg", maxlen=64, lowercase=True):
-    """Load a Google-format checkpoint directory into a pooled sentence `Encoder`."""
+def build_encoder(model=None, model_type="bert", pooling="first-last-avg", maxlen=64, lowercase=True):
+    """Load a model directory (Google or Hugging Face format; None or ``minilm`` for the
+    built-in all-MiniLM-L6-v2) into a pooled sentence `Encoder`."""
     model_type = model_type.lower()
     check_choice("model type", model_type, list(MODEL_TYPES))
     check_choice("pooling", pooling, POOLINGS)
     if maxlen < 2:
         raise ValueError("maxlen must leave room for [CLS] and [SEP]; got %d" % maxlen)
-    files = find_checkpoint(model_dir)
+    files = find_model(model)
     architecture, word_level = MODEL_TYPES[model_type]
     try:
         bert = build_transformer_model(
-            files.config_path, files.checkpoint_prefix, model=architecture,
-            with_pool="linear" if pooling == "pooler" else False)
-    except tf.errors.NotFoundError as error:
-        hint = " (pooler pooling needs the pooler weights)" if "pooler" in error.message else ""
-        raise CheckpointError("%s: %s%s" % (files.checkpoint_prefix, error.message.splitlines()[0],
-                                            hint)) from None
+            None, files.weights, model=architecture,
+            with_pool="linear" if pooling == "pooler" else False, **files.config)
+    except (tf.errors.NotFoundError, KeyError) as error:
+        message = error.message.splitlines()[0] if hasattr(error, "message") else (
+            "Key %s not found in the weights" % error.args[0])
+        hint = " (pooler pooling needs the pooler weights)" if "pooler" in message else ""
+        raise CheckpointError("%s: %s%s" % (files.directory, message, hint)) from None
     if pooling == "pooler":
         taps = [bert.get_layer("Pooler-Dense").output]
     else:
@@ -70,7 +71,7 @@ def build_encoder(model_dir, model_type="bert", pooling="first-last-avg", maxlen
 
     pre_tokenize = _jieba_words if word_level else None
     tokenizer = Tokenizer(files.vocab_path, do_lower_case=lowercase, pre_tokenize=pre_tokenize)
-    identity = {"name": os.path.basename(os.path.normpath(model_dir)), "type": model_type,
+    identity = {"name": files.name, "format": files.format, "type": model_type,
                 "hidden_size": files.config["hidden_size"],
                 "num_hidden_layers": files.config["num_hidden_layers"],
                 "vocab_sha256": files.vocab_sha256}

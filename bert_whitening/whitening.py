@@ -15,10 +15,9 @@ negative = all dimensions, ``k > 0`` = keep the first ``k`` columns.
 import dataclasses
 import json
 import logging
-import os
-import tempfile
-
 import numpy as np
+
+from bert_whitening.atomic import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -272,20 +271,3 @@ def transform_and_normalize(vecs, kernel=None, bias=None):
     if kernel is not None and bias is not None:
         vecs = (vecs + bias) @ kernel
     return l2_normalize(vecs)
-
-
-def write_atomically(path, write):
-    """Call ``write(temporary_path)`` for a file beside ``path``, then rename it into place.
-
-    A failure or an interruption leaves ``path`` as it was and removes the temporary file.
-    """
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
-    os.close(handle)
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise

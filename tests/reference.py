@@ -42,37 +42,91 @@ def gelu(x):
     return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
 
 
-def bert_hidden_states(weights, config, ids, segments=None):
-    """Hidden states after every block, ``[(length, hidden)] * layers``, for one unpadded sentence."""
+class GoogleNames:
+    """Parameters of a google-research/bert checkpoint: kernels are ``(in, out)``."""
+
+    def __init__(self, weights):
+        self.w = weights
+
+    def embedding(self, kind):  # word, token_type, position
+        return self.w["bert/embeddings/%s_embeddings" % kind]
+
+    def norm(self, layer, where):  # where: embeddings, attention, output
+        prefix = ("bert/embeddings/" if layer is None else "bert/encoder/layer_%d/%s" % (
+            layer, "attention/output/" if where == "attention" else "output/"))
+        return self.w[prefix + "LayerNorm/gamma"], self.w[prefix + "LayerNorm/beta"]
+
+    def dense(self, layer, part):  # query, key, value, attention_output, intermediate, output
+        path = {"query": "attention/self/query", "key": "attention/self/key",
+                "value": "attention/self/value", "attention_output": "attention/output/dense",
+                "intermediate": "intermediate/dense", "output": "output/dense"}[part]
+        prefix = "bert/encoder/layer_%d/%s/" % (layer, path)
+        return self.w[prefix + "kernel"], self.w[prefix + "bias"]
+
+    def pooler(self):
+        return self.w["bert/pooler/dense/kernel"], self.w["bert/pooler/dense/bias"]
+
+
+class HuggingFaceNames:
+    """Parameters of a transformers BertModel state dict: Linear weights are ``(out, in)``."""
+
+    def __init__(self, tensors):
+        self.w = tensors
+
+    def embedding(self, kind):
+        return self.w["embeddings.%s_embeddings.weight" % kind]
+
+    def norm(self, layer, where):
+        prefix = ("embeddings." if layer is None else "encoder.layer.%d.%s" % (
+            layer, "attention.output." if where == "attention" else "output."))
+        return self.w[prefix + "LayerNorm.weight"], self.w[prefix + "LayerNorm.bias"]
+
+    def dense(self, layer, part):
+        path = {"query": "attention.self.query", "key": "attention.self.key",
+                "value": "attention.self.value", "attention_output": "attention.output.dense",
+                "intermediate": "intermediate.dense", "output": "output.dense"}[part]
+        prefix = "encoder.layer.%d.%s." % (layer, path)
+        return self.w[prefix + "weight"].T, self.w[prefix + "bias"]
+
+    def pooler(self):
+        return self.w["pooler.dense.weight"].T, self.w["pooler.dense.bias"]
+
+
+def bert_hidden_states(params, config, ids, segments=None):
+    """Hidden states after every block, ``[(length, hidden)] * layers``, for one unpadded sentence.
+
+    ``params`` is a GoogleNames or HuggingFaceNames (a dict is taken as Google names).
+    """
+    params = GoogleNames(params) if isinstance(params, dict) else params
     ids = np.asarray(ids)
     segments = np.zeros_like(ids) if segments is None else np.asarray(segments)
-    w = lambda name: weights["bert/" + name]
-    x = (w("embeddings/word_embeddings")[ids] + w("embeddings/token_type_embeddings")[segments]
-         + w("embeddings/position_embeddings")[:len(ids)])
-    x = layer_norm(x, w("embeddings/LayerNorm/gamma"), w("embeddings/LayerNorm/beta"))
+    x = (params.embedding("word")[ids] + params.embedding("token_type")[segments]
+         + params.embedding("position")[:len(ids)])
+    x = layer_norm(x, *params.norm(None, "embeddings"))
     heads = config["num_attention_heads"]
     size = config["hidden_size"] // heads
     states = []
     for layer in range(config["num_hidden_layers"]):
-        p = "encoder/layer_%d/" % layer
-        dense = lambda v, name: v @ w(p + name + "/kernel") + w(p + name + "/bias")
+        def dense(v, part):
+            kernel, bias = params.dense(layer, part)
+            return v @ kernel + bias
+
         split = lambda v: v.reshape(len(ids), heads, size).transpose(1, 0, 2)
-        q, k, v = (split(dense(x, "attention/self/" + n)) for n in ("query", "key", "value"))
+        q, k, v = (split(dense(x, part)) for part in ("query", "key", "value"))
         scores = q @ k.transpose(0, 2, 1) / math.sqrt(size)
         scores = np.exp(scores - scores.max(-1, keepdims=True))
         context = (scores / scores.sum(-1, keepdims=True)) @ v
         context = context.transpose(1, 0, 2).reshape(len(ids), heads * size)
-        x = layer_norm(x + dense(context, "attention/output/dense"),
-                       w(p + "attention/output/LayerNorm/gamma"), w(p + "attention/output/LayerNorm/beta"))
-        x = layer_norm(x + dense(gelu(dense(x, "intermediate/dense")), "output/dense"),
-                       w(p + "output/LayerNorm/gamma"), w(p + "output/LayerNorm/beta"))
+        x = layer_norm(x + dense(context, "attention_output"), *params.norm(layer, "attention"))
+        x = layer_norm(x + dense(gelu(dense(x, "intermediate")), "output"), *params.norm(layer, "output"))
         states.append(x)
     return states
 
 
-def pooled_reference(weights, config, ids, pooling):
+def pooled_reference(params, config, ids, pooling):
     """The sentence vector of the original get_encoder, for one unpadded sentence."""
-    states = bert_hidden_states(weights, config, ids)
+    params = GoogleNames(params) if isinstance(params, dict) else params
+    states = bert_hidden_states(params, config, ids)
     if pooling == "first-last-avg":
         return (states[0].mean(0) + states[-1].mean(0)) / 2
     if pooling == "last-avg":
@@ -80,5 +134,6 @@ def pooled_reference(weights, config, ids, pooling):
     if pooling == "cls":
         return states[-1][0]
     if pooling == "pooler":  # bert4keras with_pool='linear': the pooler Dense without tanh
-        return states[-1][0] @ weights["bert/pooler/dense/kernel"] + weights["bert/pooler/dense/bias"]
+        kernel, bias = params.pooler()
+        return states[-1][0] @ kernel + bias
     raise ValueError(pooling)
