@@ -20,6 +20,7 @@ setup(
         "tqdm>=4.60",
         "jieba>=0.42",
         "six>=1.16",
+        "safetensors>=0.4",
     ],
     extras_require={"serving": ["tensorflow-serving-api>=2.16,<2.22"],
                     "test": ["pytest>=7", "tensorflow-serving-api>=2.16,<2.22"]},

@@ -1,0 +1,152 @@
+"""Hugging Face BERT directories: read directly, converted, and checked against a numpy forward
+pass written in transformers' own parameter layout (tests/reference.py, HuggingFaceNames)."""
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from bert_whitening import cli
+from bert_whitening.backend import tf
+from bert_whitening.checkpoints import CheckpointError, find_model
+from bert_whitening.encoding import encode
+from bert_whitening.models import build_encoder
+from bert_whitening.names import POOLINGS
+from conftest import SENTENCES, TINY_CONFIG, TINY_VOCAB
+from reference import HuggingFaceNames, bert_hidden_states, pooled_reference
+
+
+def hf_tensors(config, seed=1, prefix=""):
+    """Random BertModel tensors under transformers' names, Linear weights ``(out, in)``."""
+    rng = np.random.default_rng(seed)
+    hidden, inner = config["hidden_size"], config["intermediate_size"]
+    normal = lambda *shape: rng.normal(0.0, 0.3, shape).astype(np.float32)
+    tensors = {
+        "embeddings.word_embeddings.weight": normal(config["vocab_size"], hidden),
+        "embeddings.position_embeddings.weight": normal(config["max_position_embeddings"], hidden),
+        "embeddings.token_type_embeddings.weight": normal(config["type_vocab_size"], hidden),
+        "embeddings.LayerNorm.weight": 1 + normal(hidden), "embeddings.LayerNorm.bias": normal(hidden),
+        "embeddings.position_ids": np.arange(config["max_position_embeddings"])[None],
+        "pooler.dense.weight": normal(hidden, hidden), "pooler.dense.bias": normal(hidden),
+    }
+    linear = {"attention.self.query": (hidden, hidden), "attention.self.key": (hidden, hidden),
+              "attention.self.value": (hidden, hidden), "attention.output.dense": (hidden, hidden),
+              "intermediate.dense": (inner, hidden), "output.dense": (hidden, inner)}
+    for layer in range(config["num_hidden_layers"]):
+        for name, (out, into) in linear.items():
+            tensors["encoder.layer.%d.%s.weight" % (layer, name)] = normal(out, into)
+            tensors["encoder.layer.%d.%s.bias" % (layer, name)] = normal(out)
+        for name in ("attention.output.LayerNorm", "output.LayerNorm"):
+            tensors["encoder.layer.%d.%s.weight" % (layer, name)] = 1 + normal(hidden)
+            tensors["encoder.layer.%d.%s.bias" % (layer, name)] = normal(hidden)
+    tensors = {prefix + name: value for name, value in tensors.items()}
+    if prefix:  # a BertForMaskedLM-style file also carries heads, which are not used
+        tensors["cls.predictions.bias"] = normal(config["vocab_size"])
+    return tensors
+
+
+def write_hf(directory, tensors, config=TINY_CONFIG, model_type="bert"):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as stream:
+        json.dump({**config, "model_type": model_type, "architectures": ["BertModel"],
+                   "layer_norm_eps": 1e-12}, stream)
+    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as stream:
+        stream.write("".join(token + "\n" for token in TINY_VOCAB))
+    save_file(tensors, os.path.join(directory, "model.safetensors"))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory):
+    tensors = hf_tensors(TINY_CONFIG)
+    return write_hf(str(tmp_path_factory.mktemp("hf") / "tiny_hf"), tensors), tensors
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+@pytest.mark.parametrize("prefix", ["", "bert."])
+def test_hf_directories_load_directly_and_match_numpy(tmp_path, pooling, prefix):
+    tensors = hf_tensors(TINY_CONFIG, seed=3, prefix=prefix)
+    directory = write_hf(str(tmp_path / "hf"), tensors)
+    encoder = build_encoder(directory, pooling=pooling)
+    assert encoder.identity["format"] == "huggingface"
+    params = HuggingFaceNames({name[len(prefix):]: value for name, value in tensors.items()})
+    for sentence, vector in zip(SENTENCES, encode(encoder, SENTENCES)):
+        ids = encoder.tokenizer.encode(sentence)[0]
+        np.testing.assert_allclose(vector, pooled_reference(params, TINY_CONFIG, ids, pooling),
+                                   atol=1e-5, err_msg=sentence)
+
+
+def test_convert_hf_round_trips(tiny_hf, tmp_path):
+    directory, tensors = tiny_hf
+    out = tmp_path / "google"
+    assert cli.main(["convert-hf", directory, str(out)]) == 0
+    assert sorted(os.listdir(out)) == ["bert_config.json", "bert_model.ckpt.data-00000-of-00001",
+                                       "bert_model.ckpt.index", "vocab.txt"]
+    prefix = str(out / "bert_model.ckpt")
+    np.testing.assert_array_equal(
+        tf.train.load_variable(prefix, "bert/encoder/layer_1/attention/self/query/kernel"),
+        tensors["encoder.layer.1.attention.self.query.weight"].T)
+    np.testing.assert_array_equal(tf.train.load_variable(prefix, "bert/embeddings/LayerNorm/gamma"),
+                                  tensors["embeddings.LayerNorm.weight"])
+    assert find_model(str(out)).format == "google"
+    for pooling in ("first-last-avg", "pooler"):
+        np.testing.assert_allclose(encode(build_encoder(str(out), pooling=pooling), SENTENCES),
+                                   encode(build_encoder(directory, pooling=pooling), SENTENCES),
+                                   atol=1e-6)
+    assert cli.main(["convert-hf", directory, str(out)]) == 2  # never over an existing directory
+    assert sorted(os.listdir(tmp_path)) == ["google"]
+
+
+def test_unsupported_directories_say_what_is_supported(tiny_hf, tmp_path):
+    directory, tensors = tiny_hf
+    other = write_hf(str(tmp_path / "roberta"), tensors, model_type="roberta")
+    with pytest.raises(CheckpointError, match="model_type 'roberta' is not supported; only BERT"):
+        find_model(other)
+    os.remove(os.path.join(other, "model.safetensors"))
+    open(os.path.join(other, "pytorch_model.bin"), "wb").close()
+    with open(os.path.join(other, "config.json"), "w") as stream:
+        json.dump({**TINY_CONFIG, "model_type": "bert"}, stream)
+    with pytest.raises(CheckpointError, match="model.safetensors .*only pytorch_model.bin"):
+        find_model(other)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CheckpointError, match="not a model directory. Supported: Google format "
+                                              r"\(bert_config.json.*Hugging Face BERT"):
+        find_model(str(empty))
+
+
+def test_the_built_in_model_is_the_default_and_says_so(tmp_path, caplog):
+    files = find_model(None)
+    assert files.name == "all-MiniLM-L6-v2" and files.format == "huggingface"
+    assert files.config["hidden_size"] == 384 and files.config["num_hidden_layers"] == 6
+    assert find_model("minilm").directory == files.directory
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("hello world\n今天天气很好\n", encoding="utf-8")
+    with caplog.at_level(logging.INFO):
+        assert cli.main(["encode", "--pooling", "cls", "--output", str(tmp_path / "v.npy"),
+                         str(sentences)]) == 0
+    assert caplog.text.count("no --model given: using the built-in all-MiniLM-L6-v2") == 1
+    assert np.load(tmp_path / "v.npy").shape == (2, 384)
+
+
+REAL_SENTENCES = ["A man is playing a guitar.", "The cat sits on the mat, doesn't it?",
+                  "Héllo wörld!", "今天天气很好", "花呗每月最低还款额，怎么计算", "",
+                  "A very long sentence " * 20]
+
+
+@pytest.mark.slow
+def test_minilm_last_avg_is_sentence_transformers_mean_pooling():
+    """sentence-transformers' all-MiniLM-L6-v2 pools by the mean of the last layer over real
+    tokens (its 1_Pooling config); recompute that in numpy from the published weights."""
+    files = find_model("minilm")
+    with open(os.path.join(files.directory, "1_Pooling", "config.json")) as stream:
+        assert json.load(stream)["pooling_mode_mean_tokens"] is True
+    params = HuggingFaceNames(load_file(os.path.join(files.directory, "model.safetensors")))
+    encoder = build_encoder("minilm", pooling="last-avg", maxlen=128)
+    vectors = encode(encoder, REAL_SENTENCES, batch_size=3)
+    for sentence, vector in zip(REAL_SENTENCES, vectors):
+        ids, _ = encoder.tokenizer.encode(sentence, maxlen=128)
+        expected = bert_hidden_states(params, files.config, ids)[-1].mean(axis=0)
+        np.testing.assert_allclose(vector, expected, atol=1e-4, err_msg=sentence)
