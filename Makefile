@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SAMPLE := data/sample
 
-.PHONY: demo test clean
+.PHONY: demo test verify-hf clean
 
 $(BIN)/.installed: setup.py requirements.txt requirements-nodeps.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,5 +21,9 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+## Hidden states of every layer vs Hugging Face transformers (torch in a separate .venv-verify).
+verify-hf: $(BIN)/.installed
+	$(BIN)/python scripts/verify_against_transformers.py
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) .venv-verify build *.egg-info
