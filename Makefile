@@ -13,7 +13,7 @@ $(BIN)/.installed: setup.py requirements.txt requirements-nodeps.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
 
-## Main job: fit a whitening on the sample sentences and encode them with it.
+## Main job: fit, evaluate and export a whitening of the built-in model on the sample pairs.
 demo: $(BIN)/.installed
 	$(BIN)/python scripts/demo.py
 
