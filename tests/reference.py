@@ -137,3 +137,23 @@ def pooled_reference(params, config, ids, pooling):
         kernel, bias = params.pooler()
         return states[-1][0] @ kernel + bias
     raise ValueError(pooling)
+
+
+def original_encode(bert, tokenizer, sentences, first_last=True, maxlen=64, chunk=64):
+    """The original convert_to_vecs with get_encoder's first-last-avg: every sentence padded to
+    the longest of the whole list, Keras' mask-aware GlobalAveragePooling1D on the first and
+    last FeedForward-Norm outputs, averaged. Run in chunks of rows of that one padded array."""
+    from bert_whitening.backend import keras
+
+    blocks = [layer for layer in bert.layers
+              if layer.name.startswith("Transformer-") and layer.name.endswith("-FeedForward-Norm")]
+    pooled = [keras.layers.GlobalAveragePooling1D()(layer.output)
+              for layer in ([blocks[0], blocks[-1]] if first_last else [blocks[-1]])]
+    output = keras.layers.Average()(pooled) if len(pooled) > 1 else pooled[0]
+    encoder = keras.Model(bert.inputs, output)
+    ids = [tokenizer.encode(s, maxlen=maxlen)[0] for s in sentences]
+    padded = np.zeros((len(ids), max(map(len, ids))), dtype=np.int32)
+    for row, sequence in enumerate(ids):
+        padded[row, :len(sequence)] = sequence
+    return np.concatenate([encoder.predict_on_batch([padded[i:i + chunk], np.zeros_like(padded[i:i + chunk])])
+                           for i in range(0, len(padded), chunk)])
