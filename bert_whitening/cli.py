@@ -60,8 +60,10 @@ def build_parser():
     formatter = argparse.ArgumentDefaultsHelpFormatter
     parser = argparse.ArgumentParser(
         prog="bert-whitening", formatter_class=formatter,
-        description="Fit BERT-whitening on sentences and encode sentences into whitened, "
-                    "L2-normalised vectors for cosine similarity.")
+        description="Fit BERT-whitening on sentences, encode sentences into whitened, "
+                    "L2-normalised vectors for cosine similarity, and export the whole encoder as "
+                    "one SavedModel for TF Serving. Models: Google-format or Hugging Face BERT "
+                    "directories, or the built-in all-MiniLM-L6-v2.")
     parser.add_argument("--log-level", default="INFO",
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="what to report")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
