@@ -4,11 +4,16 @@ A pair file has one ``sentence1<TAB>sentence2<TAB>label`` per line, the label a 
 a 0-5 score). A sentence file has one sentence per line; an empty line is an empty sentence.
 Files are read line by line, never whole.
 """
+import gzip
 import logging
+import os
 
 logger = logging.getLogger(__name__)
 
 FORMATS = ("auto", "lines", "pairs")
+SPLITS = ("train", "valid", "test")
+ENGLISH_STS = "STS-B-en"
+DATA_ENV = "BERT_WHITENING_DATA"
 
 
 class DataError(ValueError):
@@ -16,8 +21,9 @@ class DataError(ValueError):
 
 
 def _lines(path):
+    opener = gzip.open if path.endswith(".gz") else open
     try:
-        with open(path, encoding="utf-8", newline="") as stream:
+        with opener(path, "rt", encoding="utf-8", newline="") as stream:
             for number, line in enumerate(stream, 1):
                 yield number, line.rstrip("\r\n")
     except FileNotFoundError:
@@ -81,3 +87,75 @@ def read_sentences(path, format="auto", skip_bad_lines=False):
 def check_format(format):
     if format not in FORMATS:
         raise ValueError("unknown input format %r; choose one of: %s" % (format, ", ".join(FORMATS)))
+
+
+def data_dir(given=None):
+    """``--data-dir``, else ``$BERT_WHITENING_DATA``, else ``data/senteval_cn``."""
+    return given or os.environ.get(DATA_ENV) or os.path.join("data", "senteval_cn")
+
+
+def _sts_benchmark(directory, skip_bad_lines=False):
+    """English STS benchmark splits from ``stsbenchmark.tsv.gz`` (sentence-transformers' file:
+    header, CRLF, ``split genre dataset year sid score s1 s2``) or the original
+    ``sts-{train,dev,test}.csv`` (``genre file year id score s1 s2``, sometimes two more fields).
+    Fields are split on tabs with no quoting: the sentences contain bare double quotes."""
+    packed = os.path.join(directory, "stsbenchmark.tsv.gz")
+    splits = {split: [] for split in SPLITS}
+    if os.path.exists(packed):
+        names = {"train": "train", "dev": "valid", "test": "test"}
+        for number, line in _lines(packed):
+            fields = line.split("\t")
+            if number == 1 and fields[0] == "split":
+                continue
+            try:
+                splits[names[fields[0]]].append((fields[6], fields[7], float(fields[5])))
+            except (IndexError, KeyError, ValueError):
+                _bad_line(packed, number, line, skip_bad_lines)
+        return splits
+    for split, name in (("train", "sts-train.csv"), ("valid", "sts-dev.csv"), ("test", "sts-test.csv")):
+        path = os.path.join(directory, name)
+        if not os.path.exists(path):
+            del splits[split]
+            continue
+        for number, line in _lines(path):
+            fields = line.split("\t")
+            try:
+                splits[split].append((fields[5], fields[6], float(fields[4])))
+            except (IndexError, ValueError):
+                _bad_line(path, number, line, skip_bad_lines)
+    return splits
+
+
+def _bad_line(path, number, line, skip):
+    if not skip:
+        raise DataError("%s:%d: malformed line %r" % (path, number, line[:200]))
+    logger.warning("%s:%d: skipped a malformed line", path, number)
+
+
+def load_task(task, directory=None, skip_bad_lines=False):
+    """``{split: [(sentence1, sentence2, label)]}`` for the splits present, with a log line
+    naming the missing ones. senteval_cn tasks live in ``DIR/TASK/TASK.SPLIT.data``;
+    ``STS-B-en`` in ``DIR/STS-B-en/`` or ``DIR/../stsbenchmark/``."""
+    directory = data_dir(directory)
+    if task == ENGLISH_STS:
+        for candidate in (os.path.join(directory, ENGLISH_STS),
+                          os.path.join(directory, os.pardir, "stsbenchmark")):
+            if os.path.isdir(candidate):
+                splits = _sts_benchmark(candidate, skip_bad_lines)
+                break
+        else:
+            raise DataError("%s: no English STS benchmark under %s/%s or %s/../stsbenchmark"
+                            % (task, directory, ENGLISH_STS, directory))
+    else:
+        splits = {}
+        for split in SPLITS:
+            path = os.path.join(directory, task, "%s.%s.data" % (task, split))
+            if os.path.exists(path):
+                splits[split] = list(read_pairs(path, skip_bad_lines))
+        if not splits:
+            raise DataError("%s: no %s.{train,valid,test}.data under %s"
+                            % (task, task, os.path.join(directory, task)))
+    missing = [split for split in SPLITS if split not in splits]
+    if missing:
+        logger.info("%s: no %s split; evaluating %s", task, "/".join(missing), "/".join(splits))
+    return splits

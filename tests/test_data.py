@@ -48,3 +48,60 @@ def test_empty_missing_and_non_utf8_files(tmp_path):
         list(read_sentences(write(tmp_path, "gbk.txt", "今天天气\n", "gbk"), "lines"))
     with pytest.raises(ValueError, match="unknown input format 'csv'"):
         list(read_sentences(str(tmp_path / "e.txt"), "csv"))
+
+
+SHARED = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "shared", "data")
+
+
+def test_senteval_tasks_load_present_splits_and_name_missing_ones(tmp_path, caplog):
+    from bert_whitening.data import load_task
+
+    task = tmp_path / "ATEC"
+    task.mkdir()
+    (task / "ATEC.valid.data").write_text("a\tb\t1\nc\td\t0\n", encoding="utf-8")
+    (task / "ATEC.test.data").write_text("e\tf\t1\n", encoding="utf-8")
+    with caplog.at_level(logging.INFO):
+        splits = load_task("ATEC", str(tmp_path))
+    assert list(splits) == ["valid", "test"] and splits["test"] == [("e", "f", 1.0)]
+    assert "ATEC: no train split; evaluating valid/test" in caplog.text
+    with pytest.raises(DataError, match="BQ: no BQ.{train,valid,test}.data under"):
+        load_task("BQ", str(tmp_path))
+
+
+def test_data_dir_comes_from_the_flag_then_the_environment(monkeypatch):
+    from bert_whitening.data import data_dir
+
+    monkeypatch.delenv("BERT_WHITENING_DATA", raising=False)
+    assert data_dir() == "data/senteval_cn"
+    monkeypatch.setenv("BERT_WHITENING_DATA", "/env")
+    assert data_dir() == "/env" and data_dir("/flag") == "/flag"
+
+
+def test_english_sts_both_layouts_agree(tmp_path):
+    from bert_whitening.data import load_task
+
+    os = __import__("os")
+    if not os.path.isdir(SHARED):
+        pytest.skip("../shared/data is not beside this checkout")
+    packed = load_task("STS-B-en", os.path.join(SHARED, "senteval_cn"))
+    assert {k: len(v) for k, v in packed.items()} == {"train": 5749, "valid": 1500, "test": 1379}
+    csv_dir = tmp_path / "STS-B-en"
+    csv_dir.mkdir()
+    for name in ("sts-dev.csv", "sts-test.csv"):
+        (csv_dir / name).write_bytes(open(os.path.join(SHARED, "stsbenchmark", name), "rb").read())
+    original = load_task("STS-B-en", str(tmp_path))
+    assert list(original) == ["valid", "test"]
+    assert original["test"] == packed["test"] and original["valid"] == packed["valid"]
+    assert any('"' in a or '"' in b for a, b, _ in packed["test"])  # quotes kept as they are
+
+
+def test_english_sts_malformed_line_is_named(tmp_path):
+    from bert_whitening.data import load_task
+
+    folder = tmp_path / "STS-B-en"
+    folder.mkdir()
+    (folder / "sts-test.csv").write_text("g\tf\t2012\t0001\t4.0\ta\tb\ng\tf\t2012\t0002\tx\ta\tb\n",
+                                        encoding="utf-8")
+    with pytest.raises(DataError, match=r"sts-test.csv:2: malformed line"):
+        load_task("STS-B-en", str(tmp_path))
+    assert load_task("STS-B-en", str(tmp_path), skip_bad_lines=True)["test"] == [("a", "b", 4.0)]
