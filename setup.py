@@ -21,6 +21,7 @@ setup(
         "jieba>=0.42",
         "six>=1.16",
         "safetensors>=0.4",
+        "matplotlib>=3.5",
     ],
     extras_require={"serving": ["tensorflow-serving-api>=2.16,<2.22"],
                     "test": ["pytest>=7", "tensorflow-serving-api>=2.16,<2.22"]},

