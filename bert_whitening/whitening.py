@@ -23,10 +23,15 @@ logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 
-#: Eigenvalues at or below ``EIGENVALUE_RTOL * dim * largest eigenvalue`` count as zero (the
-#: tolerance numpy's ``matrix_rank`` uses for float64). They are floored to that value before
-#: ``s ** (-gamma / 2)`` so that no division by zero or by a negative round-off value happens.
-EIGENVALUE_RTOL = np.finfo(np.float64).eps
+#: Eigenvalues at or below the round-off floor count as zero, and are raised to it before
+#: ``s ** (-gamma / 2)``, so nothing is divided by zero or by a negative round-off value. The floor
+#: is the larger of numpy's float64 rank tolerance (``eps64 * dim * largest eigenvalue``) and the
+#: variance float32 round-off gives any direction of vectors computed in float32
+#: (``eps32 ** 2 * mean squared norm``): a LayerNorm output (cls, last-avg) or a linear map of one
+#: (pooler) has a null direction that float32 arithmetic lifts to about 1e-14 of the largest
+#: eigenvalue, while real directions of BERT vectors measured here stay above 1e-8.
+EPS64 = np.finfo(np.float64).eps
+EPS32 = np.finfo(np.float32).eps
 
 #: Rows handed to one float64 outer-product update; bounds the memory of `WhiteningStats.update`.
 UPDATE_CHUNK_ROWS = 65536
@@ -218,8 +223,8 @@ def fit_whitening(stats, n_components=-1, beta=1.0, gamma=1.0, pooling="", model
                   allow_rank_deficient=False):
     """Eigen-decompose the covariance of ``stats`` into a `Whitening`.
 
-    Eigenvalues at or below the rank tolerance (`EIGENVALUE_RTOL`) are floored to it, with a
-    warning giving the numbers. Eigenvector signs are fixed (largest entry positive) so that
+    Eigenvalues at or below the round-off floor (see `EPS32`) are raised to it, with a warning
+    giving the numbers. Eigenvector signs are fixed (largest entry positive) so that
     fits of the same data in any batch order give the same kernel.
     """
     cov = stats.covariance
@@ -228,7 +233,8 @@ def fit_whitening(stats, n_components=-1, beta=1.0, gamma=1.0, pooling="", model
     eigenvalues, vectors = eigenvalues[order], vectors[:, order]
     pivots = np.argmax(np.abs(vectors), axis=0)
     vectors = vectors * np.sign(vectors[pivots, np.arange(vectors.shape[1])])
-    floor = EIGENVALUE_RTOL * stats.dim * max(eigenvalues[0], 0.0)
+    mean_squared_norm = np.trace(stats.scatter) / stats.count + stats.mean @ stats.mean
+    floor = max(EPS64 * stats.dim * max(eigenvalues[0], 0.0), EPS32 ** 2 * mean_squared_norm)
     rank = int((eigenvalues > floor).sum())
     if rank == 0:
         raise ValueError("all %d vectors are identical: nothing to whiten" % stats.count)

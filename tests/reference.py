@@ -139,17 +139,24 @@ def pooled_reference(params, config, ids, pooling):
     raise ValueError(pooling)
 
 
-def original_encode(bert, tokenizer, sentences, first_last=True, maxlen=64, chunk=64):
-    """The original convert_to_vecs with get_encoder's first-last-avg: every sentence padded to
-    the longest of the whole list, Keras' mask-aware GlobalAveragePooling1D on the first and
-    last FeedForward-Norm outputs, averaged. Run in chunks of rows of that one padded array."""
+def original_encode(bert, tokenizer, sentences, pooling="first-last-avg", maxlen=64, chunk=64):
+    """The original convert_to_vecs over get_encoder: every sentence padded to the longest of the
+    whole list; first-last-avg / last-avg through Keras' mask-aware GlobalAveragePooling1D; cls
+    the first position; pooler the output of a model built with_pool='linear'. The one padded
+    array is run in chunks of rows."""
     from bert_whitening.backend import keras
 
-    blocks = [layer for layer in bert.layers
+    blocks = [layer.output for layer in bert.layers
               if layer.name.startswith("Transformer-") and layer.name.endswith("-FeedForward-Norm")]
-    pooled = [keras.layers.GlobalAveragePooling1D()(layer.output)
-              for layer in ([blocks[0], blocks[-1]] if first_last else [blocks[-1]])]
-    output = keras.layers.Average()(pooled) if len(pooled) > 1 else pooled[0]
+    if pooling == "first-last-avg":
+        output = keras.layers.Average()([keras.layers.GlobalAveragePooling1D()(blocks[0]),
+                                         keras.layers.GlobalAveragePooling1D()(blocks[-1])])
+    elif pooling == "last-avg":
+        output = keras.layers.GlobalAveragePooling1D()(blocks[-1])
+    elif pooling == "cls":
+        output = keras.layers.Lambda(lambda x: x[:, 0])(blocks[-1])
+    else:
+        output = bert.get_layer("Pooler-Dense").output
     encoder = keras.Model(bert.inputs, output)
     ids = [tokenizer.encode(s, maxlen=maxlen)[0] for s in sentences]
     padded = np.zeros((len(ids), max(map(len, ids))), dtype=np.int32)
@@ -157,3 +164,25 @@ def original_encode(bert, tokenizer, sentences, first_last=True, maxlen=64, chun
         padded[row, :len(sequence)] = sequence
     return np.concatenate([encoder.predict_on_batch([padded[i:i + chunk], np.zeros_like(padded[i:i + chunk])])
                            for i in range(0, len(padded), chunk)])
+
+
+def original_eval(bert, tokenizer, splits, pooling, n_components_list, maxlen=64):
+    """chn/eval.py for one task, each split encoded once: ``{k: (scores per split, avg, w-avg)}``
+    with the kernel fitted on all splits."""
+    vecs = {split: (original_encode(bert, tokenizer, [a for a, _, _ in pairs], pooling, maxlen),
+                    original_encode(bert, tokenizer, [b for _, b, _ in pairs], pooling, maxlen))
+            for split, pairs in splits.items()}
+    full_kernel, bias = original_kernel_bias([v for pair in vecs.values() for v in pair])
+    figures = {}
+    for n_components in n_components_list:
+        kernel = None if n_components == 0 else (
+            full_kernel[:, :n_components] if n_components > 0 else full_kernel)
+        scores = {}
+        for split, (a, b) in vecs.items():
+            a = original_transform_and_normalize(a, kernel, bias)
+            b = original_transform_and_normalize(b, kernel, bias)
+            scores[split] = spearman([label for _, _, label in splits[split]], (a * b).sum(axis=1))
+        values = list(scores.values())
+        figures[n_components] = (scores, np.average(values),
+                                 np.average(values, weights=[len(p) for p in splits.values()]))
+    return figures

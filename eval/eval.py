@@ -1,0 +1,82 @@
+"""The original chn/eval.py command line, over the package.
+
+    python eval/eval.py MODEL_TYPE POOLING TASK N_COMPONENTS [--model-root DIR] [--data-dir DIR]
+
+Same choices, meanings and printed lines as the original: maxlen 64 (128 for PAWSX); the
+whitening fitted on both sentences of every pair of all splits of the task; then one line per
+split ``TASK-split: spearman``, and ``avg`` and ``w-avg`` (weighted by split size). The
+checkpoint of MODEL_TYPE is found under --model-root (else $BERT_WHITENING_MODELS) by the
+original directory names. Differences, on purpose: splits that are missing are skipped (and
+named) instead of failing; and where the covariance is singular (eigenvalues at round-off
+level, as with cls or last-avg pooling, whose vectors come out of one LayerNorm), a negative
+N_COMPONENTS keeps the rank-many real directions, with a warning. The original divides by the
+square root of those round-off eigenvalues and so adds dimensions of amplified noise, whose
+values change with batch composition: its figures there cannot be reproduced by anyone.
+"""
+import argparse
+import logging
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bert_whitening.data import data_dir, load_task  # noqa: E402
+from bert_whitening.evaluation import Setting, encode_splits, evaluate, fit_statistics  # noqa: E402
+
+MODEL_DIRS = {
+    "BERT": ("chinese_L-12_H-768_A-12", "bert"),
+    "RoBERTa": ("chinese_roberta_wwm_ext_L-12_H-768_A-12", "roberta"),
+    "WoBERT": ("chinese_wobert_plus_L-12_H-768_A-12", "wobert"),
+    "NEZHA": ("nezha_base_wwm", "nezha"),
+    "RoFormer": ("chinese_roformer_L-12_H-768_A-12", "roformer"),
+    "BERT-large": ("uer/mixed_corpus_bert_large_model", "bert"),
+    "RoBERTa-large": ("chinese_roberta_wwm_large_ext_L-24_H-1024_A-16", "roberta"),
+    "NEZHA-large": ("nezha_large_wwm", "nezha"),
+    "SimBERT": ("chinese_simbert_L-12_H-768_A-12", "simbert"),
+    "SimBERT-tiny": ("chinese_simbert_L-4_H-312_A-12", "simbert"),
+    "SimBERT-small": ("chinese_simbert_L-6_H-384_A-12", "simbert"),
+}
+POOLINGS = ["first-last-avg", "last-avg", "cls", "pooler"]
+TASKS = ["ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"]
+MODELS_ENV = "BERT_WHITENING_MODELS"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model_type", choices=list(MODEL_DIRS))
+    parser.add_argument("pooling", choices=POOLINGS)
+    parser.add_argument("task_name", choices=TASKS)
+    parser.add_argument("n_components", type=int, help="0 = no whitening, negative = all, k")
+    parser.add_argument("--model-root", help="directory holding the checkpoints under their "
+                                             "original names (default: $%s)" % MODELS_ENV)
+    parser.add_argument("--data-dir", help="senteval_cn directory (default: $BERT_WHITENING_DATA, "
+                                           "else data/senteval_cn)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
+    root = args.model_root or os.environ.get(MODELS_ENV)
+    if not root:
+        parser.error("give --model-root DIR or set %s" % MODELS_ENV)
+
+    from bert_whitening.encoding import encode
+    from bert_whitening.models import build_encoder
+
+    name, family = MODEL_DIRS[args.model_type]
+    maxlen = 128 if args.task_name == "PAWSX" else 64
+    splits = load_task(args.task_name, data_dir(args.data_dir))
+    missing = [s for s in ("train", "valid", "test") if s not in splits]
+    if missing:
+        print("missing splits (skipped): %s" % ", ".join(missing), file=sys.stderr)
+    encoder = build_encoder(os.path.join(root, name), family, args.pooling, maxlen)
+    encoded = encode_splits(lambda sentences: encode(encoder, sentences, args.batch_size), splits)
+    stats = fit_statistics(encoded, "all")
+    (result,), _ = evaluate(encoded, stats, [Setting(args.n_components)])
+    for split, value in result["splits"].items():
+        print("%s-%s: %s" % (args.task_name, split, value))
+    print("avg: %s" % result["avg"])
+    print("w-avg: %s" % result["w-avg"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
