@@ -166,11 +166,11 @@ def original_encode(bert, tokenizer, sentences, pooling="first-last-avg", maxlen
                            for i in range(0, len(padded), chunk)])
 
 
-def original_eval(bert, tokenizer, splits, pooling, n_components_list, maxlen=64):
+def original_eval(bert, tokenizer, splits, pooling, n_components_list, maxlen=64, chunk=64):
     """chn/eval.py for one task, each split encoded once: ``{k: (scores per split, avg, w-avg)}``
     with the kernel fitted on all splits."""
-    vecs = {split: (original_encode(bert, tokenizer, [a for a, _, _ in pairs], pooling, maxlen),
-                    original_encode(bert, tokenizer, [b for _, b, _ in pairs], pooling, maxlen))
+    vecs = {split: (original_encode(bert, tokenizer, [a for a, _, _ in pairs], pooling, maxlen, chunk),
+                    original_encode(bert, tokenizer, [b for _, b, _ in pairs], pooling, maxlen, chunk))
             for split, pairs in splits.items()}
     full_kernel, bias = original_kernel_bias([v for pair in vecs.values() for v in pair])
     figures = {}
