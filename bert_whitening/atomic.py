@@ -13,6 +13,7 @@ def write_atomically(path, write):
     directory = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
     os.close(handle)
+    os.chmod(temporary, 0o666 & ~_umask())  # what open() would give, not mkstemp's 0600
     try:
         write(temporary)
         os.replace(temporary, path)
@@ -32,11 +33,15 @@ def staged_directory(target):
     parent = os.path.dirname(os.path.abspath(target))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(dir=parent, prefix=".%s-" % os.path.basename(os.path.normpath(target)))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(staging, 0o777 & ~umask)
+    os.chmod(staging, 0o777 & ~_umask())
     try:
         yield staging
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def _umask():
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask

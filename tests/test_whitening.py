@@ -1,5 +1,6 @@
 """The numpy whitening against the original formulas (tests/reference.py) and np.cov."""
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -170,6 +171,9 @@ def test_save_and_load_round_trip(tmp_path):
     for name in ("rank", "count", "n_components", "beta", "gamma", "pooling", "model"):
         assert getattr(loaded, name) == getattr(whitening, name)
     assert [p.name for p in tmp_path.iterdir()] == ["w.npz"]  # no temporary left behind
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask  # as open() makes it, not 0600
 
 
 def test_load_names_what_is_wrong(tmp_path):
