@@ -137,3 +137,9 @@ def test_original_command_line_prints_the_original_lines(tiny_model, sample_task
     values = [float(line.split(": ")[1]) for line in lines]
     assert abs(values[3] - np.mean(values[:3])) < 1e-12
     assert abs(values[4] - np.average(values[:3], weights=[90, 60, 60])) < 1e-12
+    out = tmp_path / "modern.json"
+    assert cli.main(["eval", "--model", tiny_model[0], "--task", "STS-B", "--data-dir",
+                     str(task_dir), "--n-components", "-1", "--json", str(out)]) == 0
+    modern = json.loads(out.read_text())["tasks"]["STS-B"]["results"][0]
+    expected = list(modern["splits"].values()) + [modern["avg"], modern["w-avg"]]
+    np.testing.assert_allclose(values, expected, atol=1e-6)  # the two commands agree
