@@ -23,7 +23,7 @@ CHUNK_SENTENCES = 8192
 
 
 
-def _model_options(parser, pooling_default):
+def _model_options(parser, pooling_default, batches=True):
     parser.add_argument("--model", metavar="DIR",
                         help="model directory, Google format (bert_config.json, bert_model.ckpt.*, "
                              "vocab.txt) or Hugging Face BERT (config.json, model.safetensors, "
@@ -37,6 +37,8 @@ def _model_options(parser, pooling_default):
     parser.add_argument("--maxlen", type=int, default=64,
                         help="tokens per sentence including [CLS] and [SEP]; longer sentences "
                              "are truncated and counted")
+    if batches:
+        parser.add_argument("--batch-size", type=int, default=64, help="sentences per model call")
     parser.add_argument("--cased", action="store_true",
                         help="keep letter case (default: lower-case, as uncased and Chinese "
                              "BERT vocabularies expect)")
@@ -73,7 +75,6 @@ def build_parser():
         description="Encode every sentence of the INPUT files and fit the whitening (mean and "
                     "covariance accumulated batch by batch) into one .npz file.")
     _model_options(fit, "first-last-avg")
-    fit.add_argument("--batch-size", type=int, default=64, help="sentences per model call")
     fit.add_argument("--n-components", type=int, default=-1,
                      help="default number of whitened dimensions stored in the file: 0 = no "
                           "whitening, negative = all; encode can choose another")
@@ -96,7 +97,6 @@ def build_parser():
         description="Write one vector per line of INPUT (an empty line is encoded as "
                     "[CLS][SEP]), in order, as a float32 .npy array.")
     _model_options(encode, None)
-    encode.add_argument("--batch-size", type=int, default=64, help="sentences per model call")
     _whitening_options(encode, "vectors")
     encode.add_argument("--output", required=True, metavar="FILE.npy", help="array to write")
     encode.add_argument("input", metavar="INPUT", help="sentence file, one per line")
@@ -107,7 +107,7 @@ def build_parser():
         description="Write the encoder, its pooling, the whitening Dense and the L2 "
                     "normalisation as one SavedModel in TF Serving's layout BASE/N, verified in a "
                     "fresh process before it is moved into place.")
-    _model_options(export, None)
+    _model_options(export, None, batches=False)
     _whitening_options(export, "embeddings")
     export.add_argument("--text", action="store_true",
                         help="add the serve_text signature (sentences in, tokenised in the graph "
@@ -128,7 +128,6 @@ def build_parser():
                     "averages, for every requested setting. --maxlen defaults to the original's "
                     "choice: 128 for PAWSX, 64 otherwise.")
     _model_options(evaluate, "first-last-avg")
-    evaluate.add_argument("--batch-size", type=int, default=64, help="sentences per model call")
     evaluate.add_argument("--task", action="append", required=True, metavar="TASK",
                           help="senteval_cn task (ATEC, BQ, LCQMC, PAWSX, STS-B) or STS-B-en; "
                                "repeat for several")

@@ -8,6 +8,8 @@ import gzip
 import logging
 import os
 
+from bert_whitening.names import check_choice
+
 logger = logging.getLogger(__name__)
 
 FORMATS = ("auto", "lines", "pairs")
@@ -72,7 +74,7 @@ def detect_format(path):
 
 def read_sentences(path, format="auto", skip_bad_lines=False):
     """Yield the sentences of a file: every line of a sentence file, both sentences of a pair."""
-    check_format(format)
+    check_choice("input format", format, FORMATS)
     if format == "auto":
         format = detect_format(path)
     if format == "lines":
@@ -83,10 +85,6 @@ def read_sentences(path, format="auto", skip_bad_lines=False):
             yield first
             yield second
 
-
-def check_format(format):
-    if format not in FORMATS:
-        raise ValueError("unknown input format %r; choose one of: %s" % (format, ", ".join(FORMATS)))
 
 
 def data_dir(given=None):

@@ -12,6 +12,8 @@ import json
 
 import numpy as np
 
+from bert_whitening.names import check_choice
+
 FORMATS = ("row", "columnar")
 TEXT_SIGNATURE = "serve_text"
 IDS_SIGNATURE = "serving_default"
@@ -23,14 +25,9 @@ def rest_url(host, model, version=None, port=8501):
     return "http://%s:%d%s:predict" % (host, port, path)
 
 
-def _check_format(format):
-    if format not in FORMATS:
-        raise ValueError("unknown request format %r; choose row or columnar" % (format,))
-
-
 def text_request(sentences, format="row"):
     """A REST body for the ``serve_text`` signature: UTF-8 sentences in, vectors out."""
-    _check_format(format)
+    check_choice("request format", format, FORMATS)
     sentences = [str(s) for s in sentences]
     if format == "row":
         return {"signature_name": TEXT_SIGNATURE, "instances": sentences}
@@ -49,7 +46,7 @@ def pad_ids(sequences):
 def ids_request(input_ids, segment_ids=None, format="row"):
     """A REST body for ``serving_default``; ragged id lists are padded with 0 (padding does not
     change a sentence's vector), segment ids default to zeros."""
-    _check_format(format)
+    check_choice("request format", format, FORMATS)
     input_ids = pad_ids(input_ids)
     segment_ids = np.zeros_like(input_ids) if segment_ids is None else pad_ids(segment_ids)
     if segment_ids.shape != input_ids.shape:

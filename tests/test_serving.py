@@ -82,7 +82,7 @@ def test_grpc_requests_carry_the_right_tensors(loaded, whitened):
 def test_urls_and_argument_checks():
     assert rest_url("localhost", "encoder") == "http://localhost:8501/v1/models/encoder:predict"
     assert rest_url("h", "m", 2, 9000) == "http://h:9000/v1/models/m/versions/2:predict"
-    with pytest.raises(ValueError, match="row or columnar"):
+    with pytest.raises(ValueError, match="unknown request format 'rows'; choose one of: row, columnar"):
         text_request(["a"], "rows")
     with pytest.raises(ValueError, match="either sentences or input_ids"):
         grpc_request("m")
