@@ -17,8 +17,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 SHARED = os.path.join(ROOT, "..", "shared", "data")
@@ -46,7 +44,7 @@ def export_minilm(workdir):
     encoder = build_encoder(model_dir, pooling="first-last-avg")
     stats = WhiteningStats().update(encode(encoder, sts_sentences(4000)))
     whitening = fit_whitening(stats, pooling="first-last-avg")
-    path, difference = export_saved_model(with_whitening(encoder, whitening, 256),
+    path, _ = export_saved_model(with_whitening(encoder, whitening, 256),
                                           os.path.join(workdir, "served"), text=True)
     return path
 

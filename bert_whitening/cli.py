@@ -4,7 +4,6 @@ TensorFlow is imported only once a command runs, so ``--help`` answers at once.
 """
 import argparse
 import hashlib
-import itertools
 import logging
 import os
 import sys
@@ -12,7 +11,7 @@ import sys
 import numpy as np
 
 from bert_whitening.names import MODEL_TYPES, POOLINGS
-from bert_whitening.data import FORMATS, DataError, detect_format, read_sentences
+from bert_whitening.data import FORMATS, DataError, chunked, detect_format, read_sentences
 from bert_whitening.atomic import staged_directory, write_atomically
 from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening
 
@@ -167,12 +166,6 @@ def _int_list(text):
 
 def _float_list(text):
     return [float(part) for part in text.split(",")]
-
-
-def chunked(iterable, size):
-    iterator = iter(iterable)
-    while chunk := list(itertools.islice(iterator, size)):
-        yield chunk
 
 
 def _progress(total=None):

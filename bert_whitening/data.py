@@ -5,6 +5,7 @@ a 0-5 score). A sentence file has one sentence per line; an empty line is an emp
 Files are read line by line, never whole.
 """
 import gzip
+import itertools
 import logging
 import os
 
@@ -47,21 +48,37 @@ def parse_pair(line):
         return None
 
 
-def read_pairs(path, skip_bad_lines=False):
-    """Yield ``(sentence1, sentence2, label)``; a malformed line is an error, or with
-    ``skip_bad_lines`` a skipped line counted in one warning at the end."""
+def _records(path, parse, expected, skip_bad_lines=False, header=None):
+    """Yield ``parse(line)`` for each line of ``path``. A line it returns None for is an error
+    naming file, line and content, or with ``skip_bad_lines`` a skipped line, counted in one
+    warning at the end. A first line starting with ``header`` is passed over."""
     skipped = 0
     for number, line in _lines(path):
-        pair = parse_pair(line)
-        if pair is not None:
-            yield pair
+        if number == 1 and header and line.startswith(header):
+            continue
+        record = parse(line)
+        if record is not None:
+            yield record
         elif skip_bad_lines:
             skipped += 1
         else:
-            raise DataError("%s:%d: expected sentence1<TAB>sentence2<TAB>numeric label, got %r"
-                            % (path, number, line[:200]))
+            raise DataError("%s:%d: %s, got %r" % (path, number, expected, line[:200]))
     if skipped:
         logger.warning("%s: skipped %d malformed lines", path, skipped)
+
+
+def read_pairs(path, skip_bad_lines=False):
+    """Yield ``(sentence1, sentence2, label)``; a malformed line is an error, or with
+    ``skip_bad_lines`` a skipped line counted in one warning at the end."""
+    return _records(path, parse_pair, "expected sentence1<TAB>sentence2<TAB>numeric label",
+                    skip_bad_lines)
+
+
+def chunked(iterable, size):
+    """Lists of up to ``size`` items of ``iterable``, read lazily."""
+    iterator = iter(iterable)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
 
 
 def detect_format(path):
@@ -92,42 +109,34 @@ def data_dir(given=None):
     return given or os.environ.get(DATA_ENV) or os.path.join("data", "senteval_cn")
 
 
+def _fields(line, columns, label):
+    """Selected tab-separated fields with the label as a float, or None when they are not there."""
+    fields = line.split("\t")
+    try:
+        return tuple(fields[c] for c in columns) + (float(fields[label]),)
+    except (IndexError, ValueError):
+        return None
+
+
 def _sts_benchmark(directory, skip_bad_lines=False):
     """English STS benchmark splits from ``stsbenchmark.tsv.gz`` (sentence-transformers' file:
     header, CRLF, ``split genre dataset year sid score s1 s2``) or the original
     ``sts-{train,dev,test}.csv`` (``genre file year id score s1 s2``, sometimes two more fields).
     Fields are split on tabs with no quoting: the sentences contain bare double quotes."""
     packed = os.path.join(directory, "stsbenchmark.tsv.gz")
-    splits = {split: [] for split in SPLITS}
     if os.path.exists(packed):
         names = {"train": "train", "dev": "valid", "test": "test"}
-        for number, line in _lines(packed):
-            fields = line.split("\t")
-            if number == 1 and fields[0] == "split":
-                continue
-            try:
-                splits[names[fields[0]]].append((fields[6], fields[7], float(fields[5])))
-            except (IndexError, KeyError, ValueError):
-                _bad_line(packed, number, line, skip_bad_lines)
+        splits = {split: [] for split in SPLITS}
+        parse = lambda line: (_fields(line, (0, 6, 7), 5) if line.split("\t")[0] in names else None)
+        expected = "malformed line: expected split<TAB>genre<TAB>dataset<TAB>year<TAB>sid<TAB>score<TAB>s1<TAB>s2"
+        for split, first, second, score in _records(packed, parse, expected, skip_bad_lines, "split\t"):
+            splits[names[split]].append((first, second, score))
         return splits
-    for split, name in (("train", "sts-train.csv"), ("valid", "sts-dev.csv"), ("test", "sts-test.csv")):
-        path = os.path.join(directory, name)
-        if not os.path.exists(path):
-            del splits[split]
-            continue
-        for number, line in _lines(path):
-            fields = line.split("\t")
-            try:
-                splits[split].append((fields[5], fields[6], float(fields[4])))
-            except (IndexError, ValueError):
-                _bad_line(path, number, line, skip_bad_lines)
-    return splits
-
-
-def _bad_line(path, number, line, skip):
-    if not skip:
-        raise DataError("%s:%d: malformed line %r" % (path, number, line[:200]))
-    logger.warning("%s:%d: skipped a malformed line", path, number)
+    expected = "malformed line: expected genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>s1<TAB>s2"
+    files = (("train", "sts-train.csv"), ("valid", "sts-dev.csv"), ("test", "sts-test.csv"))
+    return {split: list(_records(os.path.join(directory, name), lambda line: _fields(line, (5, 6), 4),
+                                 expected, skip_bad_lines))
+            for split, name in files if os.path.exists(os.path.join(directory, name))}
 
 
 def load_task(task, directory=None, skip_bad_lines=False):

@@ -13,8 +13,11 @@ import itertools
 import numpy as np
 import scipy.stats
 
-from bert_whitening.data import read_sentences
+from bert_whitening.data import chunked, read_sentences
 from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
+
+#: Sentences of a --fit-on file encoded at a time, so a corpus of any size fits in memory.
+FILE_CHUNK = 8192
 
 
 @dataclasses.dataclass
@@ -73,8 +76,8 @@ def fit_statistics(encoded, fit_on="all", encode=None, skip_bad_lines=False):
         stats.update(encoded["train"][0]).update(encoded["train"][1])
     else:
         for path in fit_on:
-            stats.update(np.asarray(encode(list(read_sentences(path, "auto", skip_bad_lines))),
-                                    dtype=np.float64))
+            for chunk in chunked(read_sentences(path, "auto", skip_bad_lines), FILE_CHUNK):
+                stats.update(encode(chunk))
     return stats
 
 

@@ -1,5 +1,3 @@
-import os
-
 import pytest
 
 TINY_VOCAB = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -12,7 +12,7 @@ from bert_whitening import cli
 from bert_whitening.backend import tf
 from bert_whitening.encoding import encode, pad, tokenize
 from bert_whitening.export import ExportError, export_saved_model, target_version
-from bert_whitening.models import build_encoder, with_whitening
+from bert_whitening.models import build_encoder
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 from conftest import SENTENCES
 

@@ -3,7 +3,6 @@ import glob
 import gzip
 import os
 
-import numpy as np
 import pytest
 
 from bert_whitening.backend import Tokenizer, load_vocab, tf
