@@ -9,7 +9,6 @@ batch-of-32 throughput for serve_text and serving_default, with the thread setti
 Timings are wall-clock on a shared machine: compare ratios, not absolute figures.
 """
 import argparse
-import gzip
 import os
 import platform
 import statistics
@@ -23,11 +22,10 @@ SHARED = os.path.join(ROOT, "..", "shared", "data")
 
 
 def sts_sentences(limit=None):
-    with gzip.open(os.path.join(SHARED, "stsbenchmark", "stsbenchmark.tsv.gz"), "rt",
-                   encoding="utf-8", newline="") as stream:
-        next(stream)
-        sentences = [s for line in stream for s in line.rstrip("\r\n").split("\t")[5:7]]
-    return list(dict.fromkeys(sentences))[:limit]
+    """The first ``limit`` distinct sentences of the English STS benchmark, in file order."""
+    from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
+
+    return distinct_sentences(load_task(ENGLISH_STS, os.path.join(SHARED, "senteval_cn")))[:limit]
 
 
 def export_minilm(workdir):

@@ -103,6 +103,10 @@ def read_sentences(path, format="auto", skip_bad_lines=False):
             yield second
 
 
+def distinct_sentences(splits):
+    """Each sentence of ``{split: [(sentence1, sentence2, label)]}`` once, in file order."""
+    return list(dict.fromkeys(s for pairs in splits.values() for a, b, _ in pairs for s in (a, b)))
+
 
 def data_dir(given=None):
     """``--data-dir``, else ``$BERT_WHITENING_DATA``, else ``data/senteval_cn``."""

@@ -12,7 +12,6 @@ Prints the largest absolute difference per layer over real (non-padding) tokens;
 any exceeds 1e-4.
 """
 import argparse
-import gzip
 import os
 import subprocess
 import sys
@@ -43,14 +42,13 @@ np.savez(response, *[h.numpy() for h in out.hidden_states[1:]])
 
 
 def real_sentences(count):
+    """``count // 2`` Chinese STS-B sentences, then English STS benchmark ones."""
+    from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
+
+    directory = os.path.join(SHARED, "senteval_cn")
     half = count // 2
-    with open(os.path.join(SHARED, "senteval_cn", "STS-B", "STS-B.test.data"), encoding="utf-8") as f:
-        chinese = [s for line in f for s in line.rstrip("\n").split("\t")[:2]][:half]
-    with gzip.open(os.path.join(SHARED, "stsbenchmark", "stsbenchmark.tsv.gz"), "rt",
-                   encoding="utf-8", newline="") as f:
-        next(f)
-        english = [s for line in f for s in line.rstrip("\r\n").split("\t")[5:7]][:count - half]
-    return chinese + english
+    return (distinct_sentences(load_task("STS-B", directory))[:half]
+            + distinct_sentences(load_task(ENGLISH_STS, directory))[:count - half])
 
 
 def ensure_verify_venv():
