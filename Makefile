@@ -21,9 +21,9 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## Hidden states of every layer vs Hugging Face transformers (torch in a separate .venv-verify).
+## Hidden states of every layer vs Hugging Face transformers (torch in a separate .venv-torch).
 verify-hf: $(BIN)/.installed
 	$(BIN)/python scripts/verify_against_transformers.py
 
 clean:
-	rm -rf $(VENV) .venv-verify build *.egg-info
+	rm -rf $(VENV) .venv-torch build *.egg-info

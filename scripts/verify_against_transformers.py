@@ -6,8 +6,8 @@ Runs in two environments so that PyTorch never becomes a dependency of the packa
 1. here (the project's .venv): hidden states after every transformer block, through
    `find_model` + bert4keras' loader (the path every command uses), for real sentences from
    ../shared/data (Chinese STS-B and English STS-B);
-2. in .venv-verify, created on first use with torch==2.13.0 (the CPU build on these machines)
-   and transformers: BertModel with output_hidden_states on the same token ids.
+2. in .venv-torch (see scripts/torch_venv.py: torch 2.13.0 CPU and transformers, created on
+   first use): BertModel with output_hidden_states on the same token ids.
 Prints the largest absolute difference per layer over real (non-padding) tokens; exits 1 if
 any exceeds 1e-4.
 """
@@ -19,9 +19,10 @@ import tempfile
 
 import numpy as np
 
+import torch_venv
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(ROOT, "..", "shared", "data")
-VERIFY_VENV = os.path.join(ROOT, ".venv-verify")
 TOLERANCE = 1e-4
 
 TRANSFORMERS_SIDE = r'''
@@ -51,17 +52,6 @@ def real_sentences(count):
             + distinct_sentences(load_task(ENGLISH_STS, directory))[:count - half])
 
 
-def ensure_verify_venv():
-    python = os.path.join(VERIFY_VENV, "bin", "python")
-    if not os.path.exists(os.path.join(VERIFY_VENV, ".installed")):
-        subprocess.run([sys.executable, "-m", "venv", VERIFY_VENV], check=True)
-        pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        subprocess.run(pip + ["torch==2.13.0"], check=True)  # first: nothing may pull CUDA torch
-        subprocess.run(pip + ["transformers", "safetensors", "numpy"], check=True)
-        open(os.path.join(VERIFY_VENV, ".installed"), "w").close()
-    return python
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="minilm",
@@ -87,7 +77,7 @@ def main():
                                        for i in range(layers)])
     ours = states.predict_on_batch([ids, np.zeros_like(ids)])
 
-    python = ensure_verify_venv()
+    python = torch_venv.python()
     with tempfile.TemporaryDirectory() as scratch:
         request, response = os.path.join(scratch, "in.npz"), os.path.join(scratch, "out.npz")
         np.savez(request, input_ids=ids)
