@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from bert_whitening.names import MODEL_TYPES, POOLINGS
+from bert_whitening.names import MODEL_TYPES, POOLINGS, PRECISIONS
 from bert_whitening.data import FORMATS, DataError, chunked, detect_format, read_sentences
 from bert_whitening.atomic import staged_directory, write_atomically
 from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening
@@ -37,7 +37,13 @@ def _model_options(parser, pooling_default, batches=True):
                         help="tokens per sentence including [CLS] and [SEP]; longer sentences "
                              "are truncated and counted")
     if batches:
-        parser.add_argument("--batch-size", type=int, default=64, help="sentences per model call")
+        parser.add_argument("--batch-size", type=int, default=128,
+                            help="sentences per model call (lower it for long --maxlen on a "
+                                 "small machine)")
+        parser.add_argument("--precision", default="float32", choices=PRECISIONS,
+                            help="bfloat16: the transformer's matrix products in bfloat16 "
+                                 "(oneDNN mixed precision), about 1.3x faster on CPUs with "
+                                 "AVX512_BF16 or AMX; the whitening stays in float64")
     parser.add_argument("--cased", action="store_true",
                         help="keep letter case (default: lower-case, as uncased and Chinese "
                              "BERT vocabularies expect)")
@@ -184,7 +190,7 @@ def _encoder(args, whitening=None):
     return build_encoder(args.model, args.model_type, pooling, args.maxlen or 64, not args.cased)
 
 
-def _encode_chunks(encoder, sentences, batch_size, bar):
+def _encode_chunks(encoder, sentences, args, bar):
     """Vectors of an iterable of sentences, a chunk at a time; logs the truncations once."""
     from bert_whitening.encoding import encode_ids, log_truncated, tokenize
 
@@ -192,7 +198,7 @@ def _encode_chunks(encoder, sentences, batch_size, bar):
     for chunk in chunked(sentences, CHUNK_SENTENCES):
         sequences, cut = tokenize(encoder, chunk)
         total, truncated = total + len(chunk), truncated + cut
-        yield encode_ids(encoder, sequences, batch_size, bar)
+        yield encode_ids(encoder, sequences, args.batch_size, bar, args.precision)
     log_truncated(truncated, total, encoder.maxlen)
 
 
@@ -204,7 +210,7 @@ def run_fit(args):
     with _progress() as bar:
         for path in args.inputs:
             sentences = read_sentences(path, formats[path], args.skip_bad_lines)
-            for vectors in _encode_chunks(encoder, sentences, args.batch_size, bar):
+            for vectors in _encode_chunks(encoder, sentences, args, bar):
                 stats.update(vectors)
     if stats.count == 0:
         raise DataError("no sentences in %s" % ", ".join(args.inputs))
@@ -235,7 +241,7 @@ def run_encode(args):
         row = 0
         with _progress(count) as bar:
             sentences = read_sentences(args.input, "lines")
-            for vectors in _encode_chunks(encoder, sentences, args.batch_size, bar):
+            for vectors in _encode_chunks(encoder, sentences, args, bar):
                 output[row:row + len(vectors)] = vectors
                 row += len(vectors)
         output.flush()
@@ -277,12 +283,13 @@ def run_eval(args):
     tasks = {task: load_task(task, directory, args.skip_bad_lines) for task in args.task}
     encoder = _encoder(args)
     report = {"model": encoder.identity, "pooling": encoder.pooling, "data_dir": directory,
-              "fit_on": fit_on, "tasks": {}, "versions": versions()}
+              "fit_on": fit_on, "precision": args.precision, "tasks": {}, "versions": versions()}
     spectra = {}
     for task, splits in tasks.items():
         maxlen = args.maxlen or (128 if task == "PAWSX" else 64)  # the original's choice
         task_encoder = dataclasses.replace(encoder, maxlen=maxlen)
-        run = lambda sentences: encode(task_encoder, sentences, args.batch_size)
+        run = lambda sentences: encode(task_encoder, sentences, args.batch_size,
+                                       precision=args.precision)
         encoded = encode_splits(run, splits)
         stats = fit_statistics(encoded, fit_on, run, args.skip_bad_lines)
         results, whitening = evaluate(encoded, stats, requested, args.allow_rank_deficient)

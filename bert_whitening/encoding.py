@@ -4,8 +4,16 @@ The original pads a whole split to its longest sentence and calls ``predict``, s
 compute goes into padding. Here sentences are sorted by token count, cut into batches, each
 batch is padded only to its own longest sentence, and the vectors are put back in input order.
 The model runs under one ``tf.function`` whose input signature has a free batch and length, so
-no length triggers a retrace.
+no length triggers a retrace. (XLA with fixed length buckets was measured slower than this on
+these CPUs, where oneDNN does the matrix products; see benchmarks/bench_encode.py.)
+
+``precision="bfloat16"`` turns on oneDNN's automatic mixed precision (a Grappler rewrite) for
+the calls of one `encode_ids`: matrix products in bfloat16, the rest in float32. It needs a CPU
+with bfloat16 instructions (AVX512_BF16 or AMX) to be faster; its accuracy is printed by the
+benchmark. The option is process-wide while it is on, so encode from one thread at a time.
 """
+import contextlib
+import functools
 import logging
 import weakref
 
@@ -13,6 +21,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from bert_whitening.backend import tf
+from bert_whitening.names import PRECISIONS, check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -55,24 +64,60 @@ def tokenize(encoder, texts):
     return [ids for ids, _ in encoded], sum(cut for _, cut in encoded)
 
 
-def encode_ids(encoder, sequences, batch_size=64, progress=None):
+@functools.lru_cache(maxsize=None)
+def _cpu_has_bfloat16():
+    try:
+        with open("/proc/cpuinfo") as stream:
+            flags = stream.read()
+    except OSError:
+        return None
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+@contextlib.contextmanager
+def matmul_precision(precision):
+    """Inside the block, the model's matrix products run in ``precision`` (see PRECISIONS)."""
+    check_choice("precision", precision, PRECISIONS)
+    if precision == "float32":
+        yield
+        return
+    if _cpu_has_bfloat16() is False:
+        logger.warning("this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): oneDNN "
+                       "emulates them, so --precision bfloat16 is likely slower than float32")
+    option = "auto_mixed_precision_onednn_bfloat16"
+    before = tf.config.optimizer.get_experimental_options().get(option, False)
+    tf.config.optimizer.set_experimental_options({option: True})
+    try:
+        yield
+    finally:
+        tf.config.optimizer.set_experimental_options({option: before})
+
+
+def batches(sequences, batch_size):
+    """``(rows, ids)`` per model call: ``batch_size`` rows of ``sequences`` in order of length,
+    and their ids padded to the longest of them."""
+    order = np.argsort([len(ids) for ids in sequences], kind="stable")
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        yield rows, pad([sequences[row] for row in rows])
+
+
+def encode_ids(encoder, sequences, batch_size=128, progress=None, precision="float32"):
     """Vectors of token-id sequences as float32 ``(len(sequences), encoder.dim)``, in order.
 
     ``progress``: a tqdm bar to advance, True or False for a bar of its own, or None for a bar
-    on a terminal only.
+    on a terminal only. ``precision``: "float32" or "bfloat16" (see the module docstring).
     """
-    order = np.argsort([len(ids) for ids in sequences], kind="stable")
     vectors = np.zeros((len(sequences), encoder.dim), dtype=np.float32)
     run = compiled(encoder.model)
     bar = progress if hasattr(progress, "update") else tqdm(
         total=len(sequences), unit="sent", leave=False,
         disable=None if progress is None else not progress)
     try:
-        for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            ids = pad([sequences[row] for row in rows])
-            vectors[rows] = run(tf.constant(ids), tf.zeros_like(ids)).numpy()
-            bar.update(len(rows))
+        with matmul_precision(precision):
+            for rows, ids in batches(sequences, batch_size):
+                vectors[rows] = run(tf.constant(ids), tf.zeros_like(ids)).numpy()
+                bar.update(len(rows))
     finally:
         if bar is not progress:
             bar.close()
@@ -85,11 +130,11 @@ def log_truncated(truncated, total, maxlen):
                     truncated, total, maxlen)
 
 
-def encode(encoder, texts, batch_size=64, progress=None):
+def encode(encoder, texts, batch_size=128, progress=None, precision="float32"):
     """Vectors of ``texts`` (a list of strings) as float32 ``(len(texts), encoder.dim)``, in order.
 
     Sentences longer than ``encoder.maxlen`` tokens are truncated, and their count is logged.
     """
     sequences, truncated = tokenize(encoder, texts)
     log_truncated(truncated, len(texts), encoder.maxlen)
-    return encode_ids(encoder, sequences, batch_size, progress)
+    return encode_ids(encoder, sequences, batch_size, progress, precision)

@@ -15,6 +15,10 @@ MODEL_TYPES = {
 #: the original get_encoder builds it (bert4keras ``with_pool='linear'``), not BERT's tanh pooler.
 POOLINGS = ("first-last-avg", "last-avg", "cls", "pooler")
 
+#: How the model's matrix products run. ``bfloat16`` is oneDNN's automatic mixed precision:
+#: matrix products in bfloat16, accumulations and everything else in float32 (see encoding.py).
+PRECISIONS = ("float32", "bfloat16")
+
 
 def check_choice(name, value, choices):
     """Raise a ValueError that lists the choices when ``value`` is not one of them."""

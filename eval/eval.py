@@ -51,7 +51,7 @@ def main(argv=None):
                                              "original names (default: $%s)" % MODELS_ENV)
     parser.add_argument("--data-dir", help="senteval_cn directory (default: $BERT_WHITENING_DATA, "
                                            "else data/senteval_cn)")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=128)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     root = args.model_root or os.environ.get(MODELS_ENV)

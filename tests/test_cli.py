@@ -125,7 +125,7 @@ def test_a_failure_midway_leaves_no_partial_output(files, tiny_model, monkeypatc
     monkeypatch.setattr(cli, "CHUNK_SENTENCES", 10)
     calls = []
 
-    def failing(encoder, sequences, batch_size, bar):
+    def failing(encoder, sequences, batch_size, bar, precision):
         calls.append(len(sequences))
         if len(calls) == 3:
             raise OSError("simulated failure")

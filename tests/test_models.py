@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bert_whitening.checkpoints import CheckpointError
-from bert_whitening.encoding import encode, token_ids
+from bert_whitening.encoding import _cpu_has_bfloat16, encode, token_ids
 from bert_whitening.models import build_encoder, with_whitening
 from bert_whitening.names import POOLINGS
 from bert_whitening.whitening import WhiteningStats, fit_whitening
@@ -167,3 +167,23 @@ def test_unknown_pooling_and_model_type_list_the_choices(tiny_model):
         build_encoder(tiny_model[0], pooling="mean")
     with pytest.raises(ValueError, match="unknown model type 'gpt'; choose one of: bert, roberta"):
         build_encoder(tiny_model[0], model_type="gpt")
+
+
+def test_bfloat16_rounds_the_transformer_only(encoders, whitened):
+    pooled = encoders["first-last-avg"]
+    before = encode(pooled, SENTENCES)
+    low = encode(pooled, SENTENCES, precision="bfloat16")
+    cosines = (before * low).sum(axis=1) / np.linalg.norm(before, axis=1) / np.linalg.norm(low, axis=1)
+    assert cosines.min() >= 0.9999, cosines
+    if _cpu_has_bfloat16():  # oneDNN rewrites the matrix products only on such CPUs
+        assert np.abs(low - before).max() > 1e-6, "the bfloat16 rewrite did not run"
+    kernel, bias = whitened.model.get_layer("whitening").get_weights()
+    expected = low.astype(np.float64) @ kernel + bias  # whitening of the bfloat16 vectors, float64
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(encode(whitened, SENTENCES, precision="bfloat16"), expected, atol=1e-5)
+    np.testing.assert_array_equal(encode(pooled, SENTENCES), before)  # the option is off again
+
+
+def test_unknown_precision_lists_the_choices(encoders):
+    with pytest.raises(ValueError, match="float32, bfloat16"):
+        encode(encoders["cls"], SENTENCES, precision="float16")

@@ -16,7 +16,9 @@ def test_equals_x_plus_bias_times_kernel():
     vectors, whitening = fitted()
     layer = WhiteningDense.from_whitening(whitening, 4)
     expected = (vectors + whitening.bias) @ whitening.kernel[:, :4]
-    np.testing.assert_allclose(layer(vectors).numpy(), expected, atol=1e-4)
+    outputs = layer(vectors).numpy()
+    assert outputs.dtype == np.float32
+    np.testing.assert_allclose(outputs, expected, atol=1e-5)
 
 
 def test_is_not_trainable_by_default():

@@ -1,7 +1,7 @@
 """Whitening as a Dense layer."""
 import numpy as np
 
-from bert_whitening.backend import keras
+from bert_whitening.backend import keras, tf
 
 
 class WhiteningDense(keras.layers.Dense):
@@ -11,10 +11,18 @@ class WhiteningDense(keras.layers.Dense):
     saved with it. The config holds only sizes and flags (``units``, ``trainable`` defaults to
     False so fine-tuning the encoder leaves the fitted whitening alone); the kernel and bias are
     weights, saved apart. Masking: works on pooled vectors, so there is no mask to handle.
+
+    It computes in float64 and returns float32. ``x W`` and ``b`` nearly cancel when the mean
+    is large next to the spread, and the smallest directions are scaled up by ``1/sqrt(s)``, so
+    rounding the input is what whitening can least afford; in float64 the layer also stays out
+    of bfloat16 mixed-precision rewrites (``--precision bfloat16`` rounds only the transformer).
     """
 
-    def __init__(self, units, trainable=False, **kwargs):
-        super().__init__(units, trainable=trainable, **kwargs)
+    def __init__(self, units, trainable=False, dtype="float64", **kwargs):
+        super().__init__(units, trainable=trainable, dtype=dtype, **kwargs)
+
+    def call(self, inputs):
+        return tf.cast(super().call(inputs), tf.float32)
 
     @classmethod
     def from_whitening(cls, whitening, n_components, **kwargs):
@@ -22,5 +30,5 @@ class WhiteningDense(keras.layers.Dense):
         kernel = whitening.kernel[:, :n_components]
         layer = cls(n_components, **kwargs)
         layer.build((None, whitening.dim))
-        layer.set_weights([kernel.astype(np.float32), (whitening.bias @ kernel).astype(np.float32)])
+        layer.set_weights([kernel, whitening.bias @ kernel])
         return layer
