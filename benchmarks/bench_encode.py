@@ -33,17 +33,30 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "scripts")]
 SENTEVAL = os.path.join(ROOT, "..", "shared", "data", "senteval_cn")
+FLOAT32, BFLOAT16 = "bert-whitening encode (float32)", "bert-whitening encode (bfloat16)"
+PEER, ORIGINAL = "sentence-transformers (batch %d)", "original procedure (global padding)"
+SAVED_MODEL, IN_PROCESS = "SavedModel serving_default", "in-process tf.function"
+
+
+def seconds(call):
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
 
 
 def median_seconds(call, repeats):
     """Median wall-clock seconds of ``call()`` over ``repeats`` runs after one warm-up run."""
     call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(seconds(call) for _ in range(repeats))
+
+
+def interleaved(paths, repeats):
+    """``{name: median seconds}``: one warm-up each, then every path once per round, so that a
+    slow spell of a shared machine falls on all of them rather than on one."""
+    for timer in paths.values():
+        timer()
+    rounds = [{name: timer() for name, timer in paths.items()} for _ in range(repeats)]
+    return {name: statistics.median(r[name] for r in rounds) for name in paths}
 
 
 def gemm_peak(tf, size=4096, repeats=5):
@@ -65,21 +78,38 @@ def cosines(a, b):
     return (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
-def run_peer(sentences, model_dir, args):
-    import torch_venv
+class Peer:
+    """sentence-transformers in .venv-torch, kept running so its repetitions interleave with ours."""
 
-    python = torch_venv.python()
-    with tempfile.TemporaryDirectory() as workdir:
-        request, response = os.path.join(workdir, "request.json"), os.path.join(workdir, "response.npz")
+    def __init__(self, sentences, model_dir, args, workdir):
+        import torch_venv
+
+        request = os.path.join(workdir, "peer.json")
         with open(request, "w", encoding="utf-8") as stream:
             json.dump({"sentences": sentences, "model": model_dir, "maxlen": args.maxlen,
-                       "batch_size": args.peer_batch_size, "threads": args.threads,
-                       "repeats": args.repeats}, stream)
-        subprocess.run([python, os.path.join(ROOT, "benchmarks", "peer_sentence_transformers.py"),
-                        request, response], check=True, stderr=subprocess.DEVNULL)
-        with np.load(response) as result:
-            return (statistics.median(result["seconds"]), result["vectors"],
-                    " / ".join(result["versions"]), int(result["threads"]))
+                       "batch_size": args.peer_batch_size, "threads": args.threads}, stream)
+        self.process = subprocess.Popen(
+            [torch_venv.python(), os.path.join(ROOT, "benchmarks", "peer_sentence_transformers.py"),
+             request], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True)
+        self.about = json.loads(self._answer())
+
+    def _answer(self):
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError("the sentence-transformers process exited (code %s)" % self.process.wait())
+        return line
+
+    def seconds(self):
+        self.process.stdin.write("time\n")
+        self.process.stdin.flush()
+        return float(self._answer())
+
+    def vectors(self, path):
+        self.process.stdin.write("save %s\n" % path)
+        self.process.stdin.flush()
+        self.process.wait()
+        return np.load(path)
 
 
 def main():
@@ -116,19 +146,43 @@ def main():
     encoder = with_whitening(pooled, whitening)
     sequences, _ = tokenize(encoder, sentences)
     lengths = [len(ids) for ids in sequences]
-    rows = {}
+    padded = [ids for _, ids in batches(sequences, args.batch_size)]
+    run_pooled, run_whitened = compiled(pooled.model), compiled(encoder.model)
 
     def ours(precision):
         return encode(encoder, sentences, args.batch_size, progress=False, precision=precision)
 
-    for precision in ("float32", "bfloat16"):
-        rows["bert-whitening encode (%s)" % precision] = median_seconds(lambda: ours(precision),
-                                                                       args.repeats)
+    def on_batches(call):
+        return lambda: [call(tf.constant(ids), tf.zeros_like(ids)) for ids in padded]
+
+    with tempfile.TemporaryDirectory() as workdir:
+        peer = Peer(sentences, files.directory, args, workdir)
+        paths = {FLOAT32: lambda: seconds(lambda: ours("float32")),
+                 BFLOAT16: lambda: seconds(lambda: ours("bfloat16")),
+                 PEER % args.peer_batch_size: peer.seconds}
+        if not args.skip_original:
+            from reference import original_encode, original_transform_and_normalize
+
+            bert = build_transformer_model(None, files.weights, **files.config)
+            tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
+            paths[ORIGINAL] = lambda: seconds(lambda: original_transform_and_normalize(
+                original_encode(bert, tokenizer, sentences, "first-last-avg", args.maxlen, chunk=32),
+                whitening.kernel, whitening.bias))
+        rows = interleaved(paths, args.repeats)
+        peer_vectors = peer.vectors(os.path.join(workdir, "peer.npy"))
+
+        # The exported SavedModel against the in-process graph, on the same padded batches.
+        path, _ = export_saved_model(encoder, os.path.join(workdir, "served"))
+        serving = tf.saved_model.load(path).signatures["serving_default"]
+        served = interleaved({
+            SAVED_MODEL: lambda: seconds(on_batches(
+                lambda ids, segments: serving(input_ids=ids, segment_ids=segments)["embedding"].numpy())),
+            IN_PROCESS: lambda: seconds(on_batches(
+                lambda ids, segments: run_whitened(ids, segments).numpy()))}, args.repeats)
     reference, low = ours("float32"), ours("bfloat16")
+    last_avg = encode(build_encoder("minilm", pooling="last-avg", maxlen=args.maxlen), sentences)
 
     # Where the time goes, stage by stage on the same batches.
-    padded = [ids for _, ids in batches(sequences, args.batch_size)]
-    run_pooled, run_whitened = compiled(pooled.model), compiled(encoder.model)
     pooled_outputs = [run_pooled(tf.constant(ids), tf.zeros_like(ids)).numpy() for ids in padded]
     head = tf.function(lambda x: encoder.model.get_layer("normalize")(
         encoder.model.get_layer("whitening")(x)))
@@ -136,59 +190,33 @@ def main():
         "tokenisation": median_seconds(lambda: tokenize(encoder, sentences), args.repeats),
         "sorting and padding": median_seconds(lambda: list(batches(sequences, args.batch_size)),
                                               args.repeats),
-        "transformer and pooling": median_seconds(
-            lambda: [run_pooled(tf.constant(ids), tf.zeros_like(ids)).numpy() for ids in padded],
-            args.repeats),
+        "transformer and pooling": median_seconds(on_batches(
+            lambda ids, segments: run_pooled(ids, segments).numpy()), args.repeats),
         "whitening and normalisation": median_seconds(
             lambda: [head(tf.constant(x)).numpy() for x in pooled_outputs], args.repeats),
     }
-
-    # The exported SavedModel against the in-process graph, on the same padded batches.
-    with tempfile.TemporaryDirectory() as workdir:
-        path, _ = export_saved_model(encoder, os.path.join(workdir, "served"))
-        serving = tf.saved_model.load(path).signatures["serving_default"]
-        saved_model = median_seconds(
-            lambda: [serving(input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids)) for ids in padded],
-            args.repeats)
-    in_process = median_seconds(
-        lambda: [run_whitened(tf.constant(ids), tf.zeros_like(ids)).numpy() for ids in padded],
-        args.repeats)
-
-    peer_seconds, peer_vectors, peer_versions, peer_threads = run_peer(sentences, files.directory, args)
-    rows["sentence-transformers (batch %d)" % args.peer_batch_size] = peer_seconds
-    last_avg = encode(build_encoder("minilm", pooling="last-avg", maxlen=args.maxlen), sentences)
-
-    if not args.skip_original:
-        from reference import original_encode, original_transform_and_normalize
-
-        bert = build_transformer_model(None, files.weights, **files.config)
-        tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
-        rows["original procedure (global padding)"] = median_seconds(
-            lambda: original_transform_and_normalize(
-                original_encode(bert, tokenizer, sentences, "first-last-avg", args.maxlen, chunk=32),
-                whitening.kernel, whitening.bias), args.repeats)
 
     test = {"test": splits["test"]}
     spearman = {precision: cosine_spearman(*_test_vectors(encoder, test, precision, args))
                 for precision in ("float32", "bfloat16")}
 
     # Report.
-    peer = rows["sentence-transformers (batch %d)" % args.peer_batch_size]
+    peer_seconds = rows[PEER % args.peer_batch_size]
     print("%d distinct English STS-benchmark sentences (%d tokens), all-MiniLM-L6-v2, maxlen %d; "
           "ours: first-last-avg + whitening (k=%d) + L2, batch %d" % (
               len(sentences), sum(lengths), args.maxlen, encoder.n_components, args.batch_size))
     print("machine: %s, %d cores, %s; tensorflow %s, %s; threads: tensorflow %d, torch %d; "
           "median of %d" % (platform.machine(), os.cpu_count(), _cpu_name(), tf.__version__,
-                            peer_versions, args.threads, peer_threads, args.repeats))
+                            peer.about["versions"], args.threads, peer.about["threads"], args.repeats))
     print()
     print("%-40s %8s %12s %10s" % ("path", "seconds", "sentences/s", "vs peer"))
-    for name, seconds in rows.items():
-        print("%-40s %8.2f %12.0f %9.2fx" % (name, seconds, len(sentences) / seconds, peer / seconds))
+    for name, took in rows.items():
+        print("%-40s %8.2f %12.0f %9.2fx" % (name, took, len(sentences) / took, peer_seconds / took))
     print()
     total = sum(stages.values())
     print("where the time goes (float32, stages timed apart; sum %.2f s):" % total)
-    for name, seconds in stages.items():
-        print("  %-30s %6.2f s %5.1f%%" % (name, seconds, 100 * seconds / total))
+    for name, took in stages.items():
+        print("  %-30s %6.2f s %5.1f%%" % (name, took, 100 * took / total))
     flops = model_flops(files.config, lengths)
     achieved = flops / stages["transformer and pooling"] / 1e9
     peak = gemm_peak(tf)
@@ -196,8 +224,9 @@ def main():
           "%.0f%% of the fp32 GEMM peak measured here (%.0f GFLOP/s)"
           % (flops / 1e12, flops / sum(lengths) / 1e6, achieved, 100 * achieved / peak, peak))
     print()
-    print("SavedModel serving_default vs in-process graph, same %d padded batches: %.2f s vs %.2f s "
-          "(%.1f%% slower)" % (len(padded), saved_model, in_process, 100 * (saved_model / in_process - 1)))
+    served_ratio = served[SAVED_MODEL] / served[IN_PROCESS]
+    print("SavedModel serving_default vs the in-process graph, same %d padded batches: %.2f s vs "
+          "%.2f s (%+.1f%%)" % (len(padded), served[SAVED_MODEL], served[IN_PROCESS], 100 * (served_ratio - 1)))
     low_cosines = cosines(reference, low)
     print("bfloat16 vs float32: min cosine %.5f (median %.6f) over %d vectors; Spearman x100 on "
           "STS-B test %.2f vs %.2f (%+.2f points)" % (
@@ -206,16 +235,14 @@ def main():
     print("same model check: sentence-transformers vs our last-avg + L2, min cosine %.6f"
           % cosines(peer_vectors, last_avg).min())
     print()
-    fp32 = rows["bert-whitening encode (float32)"]
-    bf16 = rows["bert-whitening encode (bfloat16)"]
+    fp32, bf16 = peer_seconds / rows[FLOAT32], peer_seconds / rows[BFLOAT16]
     checks = [
-        ("float32 >= 2.0x sentence-transformers", peer / fp32 >= 2.0, "%.2fx" % (peer / fp32)),
-        ("bfloat16 >= 2.0x sentence-transformers", peer / bf16 >= 2.0, "%.2fx" % (peer / bf16)),
+        ("float32 >= 2.0x sentence-transformers", fp32 >= 2.0, "%.2fx" % fp32),
+        ("bfloat16 >= 2.0x sentence-transformers", bf16 >= 2.0, "%.2fx" % bf16),
         ("bfloat16 every cosine >= 0.999", low_cosines.min() >= 0.999, "%.5f" % low_cosines.min()),
         ("bfloat16 Spearman within 0.1 point", abs(spearman["bfloat16"] - spearman["float32"]) <= 1e-3,
          "%+.2f" % (100 * (spearman["bfloat16"] - spearman["float32"]))),
-        ("SavedModel within 10% of in-process", saved_model <= 1.1 * in_process,
-         "%+.1f%%" % (100 * (saved_model / in_process - 1))),
+        ("SavedModel within 10% of in-process", served_ratio <= 1.1, "%+.1f%%" % (100 * (served_ratio - 1))),
     ]
     for name, passed, figure in checks:
         print("%-42s %-8s %s" % (name, figure, "met" if passed else "NOT MET"))
