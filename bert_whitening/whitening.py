@@ -33,8 +33,9 @@ FORMAT_VERSION = 1
 EPS64 = np.finfo(np.float64).eps
 EPS32 = np.finfo(np.float32).eps
 
-#: Rows handed to one float64 outer-product update; bounds the memory of `WhiteningStats.update`.
-UPDATE_CHUNK_ROWS = 65536
+#: Rows handed to one float64 outer-product update; bounds the memory of `WhiteningStats.update`
+#: (about ``2 * 8 * rows * dim`` bytes: 200 MB at dimension 768).
+UPDATE_CHUNK_ROWS = 16384
 
 
 class WhiteningStats:
@@ -74,6 +75,30 @@ class WhiteningStats:
             chunk_mean = chunk.mean(axis=0)
             centred = chunk - chunk_mean
             self._combine(len(chunk), chunk_mean, centred.T @ centred)
+        return self
+
+    def update_from_npy(self, path, rows=UPDATE_CHUNK_ROWS):
+        """Add every row of a 2-D ``.npy`` file, mapping ``rows`` of them at a time.
+
+        Each block is mapped alone and unmapped after use: one ``np.load(mmap_mode="r")`` over
+        the whole file would keep every page it touched resident, so a file as large as the
+        machine's memory would fill it.
+        """
+        whole = np.load(path, mmap_mode="r")
+        shape, dtype, offset, fortran = whole.shape, whole.dtype, whole.offset, whole.flags.f_contiguous
+        del whole
+        if len(shape) != 2 or (fortran and shape[0] > 1 and shape[1] > 1):
+            raise ValueError("%s: expected a 2-D C-ordered array of vectors, got shape %s%s"
+                             % (path, shape, " in Fortran order" if len(shape) == 2 else ""))
+        for start in range(0, shape[0], rows):
+            count = min(rows, shape[0] - start)
+            block = np.memmap(path, dtype, "r", offset + start * shape[1] * dtype.itemsize,
+                              (count, shape[1]))
+            try:
+                self.update(block)
+            except ValueError as error:
+                raise ValueError("%s: %s" % (path, error)) from None
+            del block
         return self
 
     def merge(self, other):

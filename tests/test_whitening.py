@@ -56,6 +56,31 @@ def test_large_batches_are_processed_in_bounded_chunks(monkeypatch):
     assert relative_error(stats.covariance, np.cov(vectors.T)) <= 1e-9
 
 
+def test_npy_file_is_read_in_blocks_and_equals_np_cov(tmp_path):
+    vectors = correlated(1000, offset=1e3).astype(np.float32)
+    path = str(tmp_path / "vectors.npy")
+    np.save(path, vectors)
+    stats = WhiteningStats().update_from_npy(path, rows=64)
+    assert stats.count == 1000
+    assert relative_error(stats.mean, vectors.astype(np.float64).mean(axis=0)) <= 1e-9
+    assert relative_error(stats.covariance, np.cov(vectors.T)) <= 1e-9
+
+
+def test_npy_file_errors_name_the_file(tmp_path):
+    path = str(tmp_path / "bad.npy")
+    np.save(path, np.zeros((3, 4, 5), np.float32))
+    with pytest.raises(ValueError, match="bad.npy: expected a 2-D C-ordered array"):
+        WhiteningStats().update_from_npy(path)
+    np.save(path, np.asfortranarray(correlated(6)))
+    with pytest.raises(ValueError, match="in Fortran order"):
+        WhiteningStats().update_from_npy(path)
+    vectors = correlated(10)
+    vectors[8, 1] = np.nan
+    np.save(path, vectors)
+    with pytest.raises(ValueError, match="bad.npy: vector 8 "):
+        WhiteningStats().update_from_npy(path, rows=3)
+
+
 @pytest.mark.parametrize("k", [0, -1, 16, 5])
 def test_kernel_and_transform_match_the_original(k):
     vecs = [correlated(200, seed=1), correlated(150, seed=2)]
