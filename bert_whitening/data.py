@@ -5,6 +5,7 @@ a 0-5 score). A sentence file has one sentence per line; an empty line is an emp
 Files are read line by line, never whole.
 """
 import gzip
+import io
 import itertools
 import logging
 import os
@@ -23,10 +24,16 @@ class DataError(ValueError):
     """Bad input data; the message names the file and the 1-based line number."""
 
 
-def _lines(path):
-    opener = gzip.open if path.endswith(".gz") else open
+def open_local(path):
+    """A binary stream of a local file, decompressed when its name ends in ``.gz``."""
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def _lines(path, opener=open_local):
+    """``(number, line)`` of each line; ``opener(path)`` gives a binary stream (Beam passes
+    its FileSystems, which read ``gs://`` and the like)."""
     try:
-        with opener(path, "rt", encoding="utf-8", newline="") as stream:
+        with io.TextIOWrapper(opener(path), encoding="utf-8", newline="") as stream:
             for number, line in enumerate(stream, 1):
                 yield number, line.rstrip("\r\n")
     except FileNotFoundError:
@@ -34,7 +41,7 @@ def _lines(path):
     except UnicodeDecodeError as error:
         raise DataError("%s: not UTF-8 text (%s)" % (path, error)) from None
     except OSError as error:
-        raise DataError("%s: cannot read (%s)" % (path, error.strerror)) from None
+        raise DataError("%s: cannot read (%s)" % (path, error.strerror or error)) from None
 
 
 def parse_pair(line):
@@ -48,12 +55,12 @@ def parse_pair(line):
         return None
 
 
-def _records(path, parse, expected, skip_bad_lines=False, header=None):
+def _records(path, parse, expected, skip_bad_lines=False, header=None, opener=open_local):
     """Yield ``parse(line)`` for each line of ``path``. A line it returns None for is an error
     naming file, line and content, or with ``skip_bad_lines`` a skipped line, counted in one
     warning at the end. A first line starting with ``header`` is passed over."""
     skipped = 0
-    for number, line in _lines(path):
+    for number, line in _lines(path, opener):
         if number == 1 and header and line.startswith(header):
             continue
         record = parse(line)
@@ -67,11 +74,11 @@ def _records(path, parse, expected, skip_bad_lines=False, header=None):
         logger.warning("%s: skipped %d malformed lines", path, skipped)
 
 
-def read_pairs(path, skip_bad_lines=False):
+def read_pairs(path, skip_bad_lines=False, opener=open_local):
     """Yield ``(sentence1, sentence2, label)``; a malformed line is an error, or with
     ``skip_bad_lines`` a skipped line counted in one warning at the end."""
     return _records(path, parse_pair, "expected sentence1<TAB>sentence2<TAB>numeric label",
-                    skip_bad_lines)
+                    skip_bad_lines, opener=opener)
 
 
 def chunked(iterable, size):
@@ -81,24 +88,24 @@ def chunked(iterable, size):
         yield chunk
 
 
-def detect_format(path):
+def detect_format(path, opener=open_local):
     """``pairs`` when the first non-empty line is a pair line, else ``lines``."""
-    for _, line in _lines(path):
+    for _, line in _lines(path, opener):
         if line:
             return "pairs" if parse_pair(line) is not None else "lines"
     raise DataError("%s: empty input file" % path)
 
 
-def read_sentences(path, format="auto", skip_bad_lines=False):
+def read_sentences(path, format="auto", skip_bad_lines=False, opener=open_local):
     """Yield the sentences of a file: every line of a sentence file, both sentences of a pair."""
     check_choice("input format", format, FORMATS)
     if format == "auto":
-        format = detect_format(path)
+        format = detect_format(path, opener)
     if format == "lines":
-        for _, line in _lines(path):
+        for _, line in _lines(path, opener):
             yield line
     else:
-        for first, second, _ in read_pairs(path, skip_bad_lines):
+        for first, second, _ in read_pairs(path, skip_bad_lines, opener):
             yield first
             yield second
 

@@ -71,12 +71,9 @@ def build_encoder(model=None, model_type="bert", pooling="first-last-avg", maxle
 
     pre_tokenize = _jieba_words if word_level else None
     tokenizer = Tokenizer(files.vocab_path, do_lower_case=lowercase, pre_tokenize=pre_tokenize)
-    identity = {"name": files.name, "format": files.format, "type": model_type,
-                "hidden_size": files.config["hidden_size"],
-                "num_hidden_layers": files.config["num_hidden_layers"],
-                "vocab_sha256": files.vocab_sha256}
     return Encoder(model=model, tokenizer=tokenizer, pooling=pooling, maxlen=maxlen,
-                   hidden_size=files.config["hidden_size"], identity=identity, lowercase=lowercase)
+                   hidden_size=files.config["hidden_size"], identity=files.identity(model_type),
+                   lowercase=lowercase)
 
 
 def with_whitening(encoder, whitening=None, n_components=None, normalize=True,

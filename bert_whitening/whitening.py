@@ -170,6 +170,14 @@ class Whitening:
 
     def save(self, path):
         """Write one ``.npz``; written to a temporary file first, so a failure leaves no file."""
+        def write(temporary):
+            with open(temporary, "wb") as stream:
+                self.write(stream)
+
+        write_atomically(path, write)
+
+    def write(self, stream):
+        """Write the ``.npz`` to a binary stream (see `save` for a file)."""
         meta = {
             "format_version": FORMAT_VERSION,
             "dim": self.dim,
@@ -181,13 +189,8 @@ class Whitening:
             "pooling": self.pooling,
             "model": self.model,
         }
-        arrays = dict(kernel=self.kernel, bias=self.bias, mean=self.mean,
-                      eigenvalues=self.eigenvalues, meta=np.array(json.dumps(meta)))
-        def write(temporary):
-            with open(temporary, "wb") as stream:
-                np.savez(stream, **arrays)
-
-        write_atomically(path, write)
+        np.savez(stream, kernel=self.kernel, bias=self.bias, mean=self.mean,
+                 eigenvalues=self.eigenvalues, meta=np.array(json.dumps(meta)))
 
     @classmethod
     def load(cls, path):

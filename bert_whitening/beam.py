@@ -1,0 +1,228 @@
+"""Fitting and applying the whitening on Apache Beam (``pip install bert-whitening[beam]``).
+
+The whitening statistics are a count, a mean and a centred scatter matrix, which combine exactly
+(`WhiteningStats.merge`), so `WhiteningStatsFn` is a ``CombineFn`` around the same accumulator
+that ``bert-whitening fit`` uses. `EncodeFn` loads the model once per worker (``setup``) and
+encodes the batches that ``BatchElements`` forms inside the worker, each sorted by length as
+``encode`` sorts them.
+
+Pipelines:
+- `fit_pipeline`: files -> sentences -> vectors -> one `WhiteningStats` -> one whitening file,
+  written by one worker after the combine, to a temporary name and then renamed, so a failed
+  pipeline leaves no file;
+- `encode_pipeline`: files -> ``(path, line)`` keyed sentences -> whitened vectors -> sharded
+  TFRecord files of ``tf.train.Example`` with ``path``, ``line`` (1-based) and ``embedding``;
+  Beam's file sink writes the shards under temporary names and publishes them once, so every
+  input line appears exactly once. `read_encoded` reads them back.
+
+Input files are read through Beam's ``FileSystems`` (local paths, ``gs://`` ...) with the same
+parsers as the single-process commands: a malformed line is an error naming file and line, or
+with ``skip_bad_lines`` a skipped line, counted in a warning of the worker's log.
+"""
+import dataclasses
+import io
+import logging
+import uuid
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystems import FileSystems
+
+from bert_whitening.data import DataError, read_sentences
+from bert_whitening.whitening import WhiteningStats, fit_whitening
+
+logger = logging.getLogger(__name__)
+
+#: Sentences that ``BatchElements`` may put into one `EncodeFn` call; within a call, ``encode``
+#: sorts them by length and runs them ``batch_size`` at a time.
+MAX_SENTENCES_PER_CALL = 4096
+
+#: File name ending of the shards `encode_pipeline` writes.
+SUFFIX = ".tfrecord"
+
+
+@dataclasses.dataclass
+class EncoderSpec:
+    """What a worker needs to build the encoder; small and picklable, unlike the encoder."""
+
+    model: str = None
+    model_type: str = "bert"
+    pooling: str = "first-last-avg"
+    maxlen: int = 64
+    lowercase: bool = True
+    batch_size: int = 128
+    precision: str = "float32"
+    whitening: object = None  # a `Whitening`, shipped with the DoFn
+    n_components: int = None
+    normalize: bool = True
+    allow_rank_deficient: bool = False
+
+    def build(self):
+        from bert_whitening.models import build_encoder, with_whitening
+
+        encoder = build_encoder(self.model, self.model_type, self.pooling, self.maxlen, self.lowercase)
+        if self.whitening is None and not self.normalize:
+            return encoder
+        return with_whitening(encoder, self.whitening, self.n_components, self.normalize,
+                              self.allow_rank_deficient)
+
+
+class WhiteningStatsFn(beam.CombineFn):
+    """Combines batches of vectors (``(n, dim)`` arrays) into one `WhiteningStats`."""
+
+    def create_accumulator(self):
+        return WhiteningStats()
+
+    def add_input(self, accumulator, vectors):
+        return accumulator.update(vectors)
+
+    def merge_accumulators(self, accumulators):
+        accumulators = iter(accumulators)
+        merged = next(accumulators)
+        for accumulator in accumulators:
+            merged.merge(accumulator)
+        return merged
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
+class EncodeFn(beam.DoFn):
+    """``[(key, sentence), ...]`` -> ``(keys, vectors)``, the model loaded once per worker."""
+
+    def __init__(self, spec):
+        self.spec = spec
+        self.encoder = None
+
+    def setup(self):
+        self.encoder = self.spec.build()
+
+    def process(self, batch):
+        from bert_whitening.encoding import encode
+
+        keys = [key for key, _ in batch]
+        vectors = encode(self.encoder, [sentence for _, sentence in batch], self.spec.batch_size,
+                         progress=False, precision=self.spec.precision)
+        yield keys, vectors
+
+
+def _read_file(path, format, skip_bad_lines):
+    """``((path, number), sentence)`` for each sentence of one file; ``number`` counts sentences
+    from 1, which for a sentence file is its line number."""
+    sentences = read_sentences(path, format, skip_bad_lines, FileSystems.open)
+    for number, sentence in enumerate(sentences, 1):
+        yield (path, number), sentence
+
+
+def _sentences(pipeline, patterns, format, skip_bad_lines):
+    """Keyed sentences of every file matching ``patterns``, spread over the workers."""
+    from apache_beam.io import fileio
+
+    return (pipeline
+            | "Patterns" >> beam.Create(patterns)
+            | "Match" >> fileio.MatchAll(fileio.EmptyMatchTreatment.DISALLOW)
+            | "Paths" >> beam.Map(lambda metadata: metadata.path)
+            | "Read" >> beam.FlatMap(_read_file, format, skip_bad_lines)
+            | "Spread" >> beam.Reshuffle()
+            | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=MAX_SENTENCES_PER_CALL))
+
+
+def write_whitening(stats, path, options):
+    """Fit on the combined statistics and write the file under a temporary name, then rename."""
+    if stats.count == 0:
+        raise DataError("no sentences in the input")
+    whitening = fit_whitening(stats, **options)
+    buffer = io.BytesIO()
+    whitening.write(buffer)
+    temporary = "%s.tmp-%s" % (path, uuid.uuid4().hex)
+    try:
+        with FileSystems.create(temporary) as stream:
+            stream.write(buffer.getvalue())
+        FileSystems.rename([temporary], [path])
+    except BaseException:
+        if FileSystems.exists(temporary):
+            FileSystems.delete([temporary])
+        raise
+    logger.info("fitted on %d sentences (dimension %d, rank %d); wrote %s",
+                stats.count, whitening.dim, whitening.rank, path)
+    return path
+
+
+def fit_pipeline(pipeline, patterns, spec, output, fit_options, format="auto", skip_bad_lines=False):
+    """Add the fit to ``pipeline``: ``fit_options`` go to `fit_whitening` (n_components, beta,
+    gamma, pooling, model, allow_rank_deficient)."""
+    return (_sentences(pipeline, patterns, format, skip_bad_lines)
+            | "Encode" >> beam.ParDo(EncodeFn(spec))
+            | "Vectors" >> beam.Map(lambda encoded: encoded[1])
+            | "Combine" >> beam.CombineGlobally(WhiteningStatsFn())
+            | "Write" >> beam.Map(write_whitening, output, fit_options))
+
+
+def _examples(encoded):
+    from bert_whitening.backend import tf
+
+    keys, vectors = encoded
+    for (path, line), vector in zip(keys, vectors):
+        yield tf.train.Example(features=tf.train.Features(feature={
+            "path": tf.train.Feature(bytes_list=tf.train.BytesList(value=[path.encode("utf-8")])),
+            "line": tf.train.Feature(int64_list=tf.train.Int64List(value=[line])),
+            "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=vector)),
+        })).SerializeToString()
+
+
+def encode_pipeline(pipeline, patterns, spec, output_prefix, num_shards=0):
+    """Add the encode to ``pipeline``: one TFRecord example per input line, in shards
+    ``PREFIX-SSSSS-of-NNNNN.tfrecord`` (``num_shards`` 0 lets the runner choose)."""
+    return (_sentences(pipeline, patterns, "lines", False)
+            | "Encode" >> beam.ParDo(EncodeFn(spec))
+            | "Examples" >> beam.FlatMap(_examples)
+            | "Write" >> beam.io.WriteToTFRecord(output_prefix, file_name_suffix=SUFFIX,
+                                                 num_shards=num_shards))
+
+
+def run(build, flags=(), runner="DirectRunner"):
+    """Run ``build(pipeline)`` on ``runner`` with the Beam pipeline options in ``flags``."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    with beam.Pipeline(options=PipelineOptions(list(flags), runner=runner)) as pipeline:
+        build(pipeline)
+
+
+def shards(output_prefix):
+    """The pattern of the shards `encode_pipeline` writes for ``output_prefix``."""
+    return output_prefix + "-*-of-*" + SUFFIX
+
+
+def run_encode(patterns, spec, output_prefix, num_shards=0, flags=(), runner="DirectRunner"):
+    """`encode_pipeline` on ``runner``. Refuses to start when shards of ``output_prefix``
+    exist (a reader of ``PREFIX-*`` would see old and new lines together), and removes the
+    sink's temporary files if the pipeline fails."""
+    existing = FileSystems.match([shards(output_prefix)])[0].metadata_list
+    if existing:
+        raise ValueError("%s: %d output shards already exist (%s ...); remove them or choose "
+                         "another --output" % (output_prefix, len(existing), existing[0].path))
+    try:
+        run(lambda pipeline: encode_pipeline(pipeline, patterns, spec, output_prefix, num_shards),
+            flags, runner)
+    except BaseException:
+        directory, name = FileSystems.split(output_prefix)
+        leftovers = FileSystems.match([FileSystems.join(directory, "beam-temp-%s-*" % name)])
+        if leftovers[0].metadata_list:
+            FileSystems.delete([found.path for found in leftovers[0].metadata_list])
+        raise
+
+
+def read_encoded(pattern):
+    """``(keys, vectors)`` of the TFRecord shards matching ``pattern``: keys as
+    ``(path, line)`` tuples, vectors as a float32 array, sorted by key."""
+    from bert_whitening.backend import tf
+
+    records = []
+    for match in FileSystems.match([pattern])[0].metadata_list:
+        for serialized in tf.data.TFRecordDataset(match.path).as_numpy_iterator():
+            feature = tf.train.Example.FromString(serialized).features.feature
+            records.append(((feature["path"].bytes_list.value[0].decode("utf-8"),
+                             feature["line"].int64_list.value[0]),
+                            np.array(feature["embedding"].float_list.value, dtype=np.float32)))
+    records.sort(key=lambda record: record[0])
+    return [key for key, _ in records], np.array([vector for _, vector in records], dtype=np.float32)
