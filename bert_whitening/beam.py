@@ -20,6 +20,7 @@ parsers as the single-process commands: a malformed line is an error naming file
 with ``skip_bad_lines`` a skipped line, counted in a warning of the worker's log.
 """
 import dataclasses
+import glob
 import io
 import logging
 import uuid
@@ -188,6 +189,18 @@ def run(build, flags=(), runner="DirectRunner"):
         build(pipeline)
 
 
+def run_fit(patterns, spec, output, n_components=-1, beta=1.0, gamma=1.0, format="auto",
+            skip_bad_lines=False, flags=(), runner="DirectRunner"):
+    """`fit_pipeline` on ``runner``; the file records the model as ``fit``'s does."""
+    from bert_whitening.checkpoints import find_model
+
+    options = {"n_components": n_components, "beta": beta, "gamma": gamma, "pooling": spec.pooling,
+               "model": find_model(spec.model).identity(spec.model_type),
+               "allow_rank_deficient": spec.allow_rank_deficient}
+    run(lambda pipeline: fit_pipeline(pipeline, patterns, spec, output, options, format,
+                                      skip_bad_lines), flags, runner)
+
+
 def shards(output_prefix):
     """The pattern of the shards `encode_pipeline` writes for ``output_prefix``."""
     return output_prefix + "-*-of-*" + SUFFIX
@@ -205,11 +218,20 @@ def run_encode(patterns, spec, output_prefix, num_shards=0, flags=(), runner="Di
         run(lambda pipeline: encode_pipeline(pipeline, patterns, spec, output_prefix, num_shards),
             flags, runner)
     except BaseException:
-        directory, name = FileSystems.split(output_prefix)
-        leftovers = FileSystems.match([FileSystems.join(directory, "beam-temp-%s-*" % name)])
-        if leftovers[0].metadata_list:
-            FileSystems.delete([found.path for found in leftovers[0].metadata_list])
+        _remove_sink_temporaries(output_prefix)
         raise
+
+
+def _remove_sink_temporaries(output_prefix):
+    """Delete the ``beam-temp-NAME-*`` directories Beam's file sink leaves after a failure."""
+    directory, name = FileSystems.split(output_prefix)
+    pattern = FileSystems.join(directory, "beam-temp-%s-*" % name)
+    if FileSystems.get_scheme(pattern) is None:  # local: match() lists files, not (empty) directories
+        leftovers = glob.glob(pattern)
+    else:  # object stores have no empty directories, only the files in them
+        leftovers = [found.path for found in FileSystems.match([pattern + "/*"])[0].metadata_list]
+    if leftovers:
+        FileSystems.delete(leftovers)
 
 
 def read_encoded(pattern):

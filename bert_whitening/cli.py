@@ -405,16 +405,8 @@ def _spec(args, whitening=None, n_components=None, normalize=False):
 
 
 def run_beam_fit(args):
-    from bert_whitening.checkpoints import find_model
-
-    spec = _spec(args)
-    options = {"n_components": args.n_components, "beta": args.beta, "gamma": args.gamma,
-               "pooling": spec.pooling, "model": find_model(args.model).identity(spec.model_type),
-               "allow_rank_deficient": args.allow_rank_deficient}
-    beam = _beam()
-    beam.run(lambda pipeline: beam.fit_pipeline(
-        pipeline, args.input, spec, args.output, options, args.format, args.skip_bad_lines),
-        args.pipeline_options, args.runner)
+    _beam().run_fit(args.input, _spec(args), args.output, args.n_components, args.beta, args.gamma,
+                    args.format, args.skip_bad_lines, args.pipeline_options, args.runner)
 
 
 def run_beam_encode(args):
