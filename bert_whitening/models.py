@@ -32,6 +32,30 @@ class Encoder:
         return self.n_components or self.hidden_size
 
 
+@dataclasses.dataclass
+class EncoderSpec:
+    """How to build an encoder, whitened or not: small and picklable (Beam ships it to its
+    workers), unlike the encoder. ``build`` is `build_encoder`, then `with_whitening` when there
+    is a whitening or a normalisation to add."""
+
+    model: str = None
+    model_type: str = "bert"
+    pooling: str = "first-last-avg"
+    maxlen: int = 64
+    lowercase: bool = True
+    whitening: object = None  # a `Whitening`
+    n_components: int = None
+    normalize: bool = False
+    allow_rank_deficient: bool = False
+
+    def build(self):
+        encoder = build_encoder(self.model, self.model_type, self.pooling, self.maxlen, self.lowercase)
+        if self.whitening is None and not self.normalize:
+            return encoder
+        return with_whitening(encoder, self.whitening, self.n_components, self.normalize,
+                              self.allow_rank_deficient)
+
+
 def build_encoder(model=None, model_type="bert", pooling="first-last-avg", maxlen=64, lowercase=True):
     """Load a model directory (Google or Hugging Face format; None or ``minilm`` for the
     built-in all-MiniLM-L6-v2) into a pooled sentence `Encoder`."""
