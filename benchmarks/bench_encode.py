@@ -132,7 +132,7 @@ def main():
     from bert_whitening.checkpoints import find_model
     from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
     from bert_whitening.encoding import batches, compiled, encode, tokenize
-    from bert_whitening.evaluation import cosine_spearman
+    from bert_whitening.evaluation import cosine_spearman, encode_splits
     from bert_whitening.export import export_saved_model
     from bert_whitening.models import build_encoder, with_whitening
     from bert_whitening.whitening import WhiteningStats, fit_whitening
@@ -197,8 +197,9 @@ def main():
     }
 
     test = {"test": splits["test"]}
-    spearman = {precision: cosine_spearman(*_test_vectors(encoder, test, precision, args))
-                for precision in ("float32", "bfloat16")}
+    spearman = {precision: cosine_spearman(*encode_splits(
+        lambda texts: encode(encoder, texts, args.batch_size, progress=False, precision=precision),
+        test)["test"]) for precision in ("float32", "bfloat16")}
 
     # Report.
     peer_seconds = rows[PEER % args.peer_batch_size]
@@ -246,15 +247,6 @@ def main():
     ]
     for name, passed, figure in checks:
         print("%-42s %-8s %s" % (name, figure, "met" if passed else "NOT MET"))
-
-
-def _test_vectors(encoder, splits, precision, args):
-    """First vectors, second vectors and labels of the STS-B test pairs."""
-    from bert_whitening.encoding import encode
-    from bert_whitening.evaluation import encode_splits
-
-    return encode_splits(lambda s: encode(encoder, s, args.batch_size, progress=False,
-                                          precision=precision), splits)["test"]
 
 
 def _cpu_name():

@@ -66,7 +66,7 @@ def child_streamed(path, result):
             "rss_before": before, "peak_rss": peak_rss_mib()}
 
 
-def child_original(path, result, rows):
+def child_original(path, rows):
     """The original chn/utils.py compute_kernel_bias on the first ``rows`` vectors, in memory."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from reference import original_kernel_bias
@@ -100,9 +100,9 @@ def main():
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        kind, path, result, *rest = args.child
-        figures = (child_streamed(path, result) if kind == "streamed"
-                   else child_original(path, result, int(rest[0])))
+        kind, path, argument = args.child
+        figures = (child_streamed(path, argument) if kind == "streamed"
+                   else child_original(path, int(argument)))
         print(json.dumps(figures))
         return
 
@@ -115,8 +115,7 @@ def main():
         print("generated %d x %d float32 vectors (%.2f GB) in %.0f s: %s"
               % (args.rows, args.dim, os.path.getsize(path) / 1e9, time.perf_counter() - start, path))
         streamed = run_child("streamed", path, os.path.join(workdir, "streamed.npz"))
-        original = run_child("original", path, os.path.join(workdir, "original.npz"),
-                             str(args.original_rows))
+        original = run_child("original", path, str(args.original_rows))
         with np.load(os.path.join(workdir, "streamed.npz")) as saved:
             mean, covariance = saved["mean"], saved["covariance"]
 

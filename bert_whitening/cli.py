@@ -219,12 +219,9 @@ def _progress(total=None):
     return tqdm(total=total, unit="sent", disable=None, desc="encoding")
 
 
-def _encoder(args, whitening=None, n_components=None, normalize=False):
-    """The encoder the options describe; with a whitening or ``normalize``, the whitened one."""
-    return _spec(args, whitening, n_components, normalize).build()
-
-
 def _spec(args, whitening=None, n_components=None, normalize=False):
+    """The `EncoderSpec` the options describe: unwhitened unless a whitening or ``normalize``
+    is given (`_whitened_spec` takes both from the options)."""
     from bert_whitening.models import EncoderSpec
 
     if args.model is None:
@@ -253,7 +250,7 @@ def _encode_chunks(encoder, sentences, args, bar):
 def run_fit(args):
     formats = {path: detect_format(path) if args.format == "auto" else args.format
                for path in args.inputs}
-    encoder = _encoder(args)
+    encoder = _spec(args).build()
     stats = WhiteningStats()
     with _progress() as bar:
         for path in args.inputs:
@@ -270,16 +267,17 @@ def run_fit(args):
                 whitening.components(allow_rank_deficient=args.allow_rank_deficient), args.output)
 
 
-def _whitened_encoder(args):
+def _whitened_spec(args):
+    """The spec of ``--whitening``, ``--n-components`` and ``--no-normalize`` (encode, export)."""
     whitening = Whitening.load(args.whitening) if args.whitening else None
-    return _encoder(args, whitening, args.n_components, not args.no_normalize)
+    return _spec(args, whitening, args.n_components, not args.no_normalize)
 
 
 def run_encode(args):
     count = sum(1 for _ in read_sentences(args.input, "lines"))
     if count == 0:
         raise DataError("%s: empty input file" % args.input)
-    encoder = _whitened_encoder(args)
+    encoder = _whitened_spec(args).build()
 
     def write(temporary):
         output = np.lib.format.open_memmap(temporary, "w+", np.float32, (count, encoder.dim))
@@ -302,7 +300,7 @@ def run_export(args):
     from bert_whitening.export import export_saved_model, target_version
 
     target_version(args.output, args.version, args.overwrite)  # refuse early, before loading
-    encoder = _whitened_encoder(args)
+    encoder = _whitened_spec(args).build()
     metadata = {}
     if args.whitening:
         with open(args.whitening, "rb") as stream:
@@ -326,7 +324,7 @@ def run_eval(args):
     requested = settings(args.n_components, args.beta, args.gamma)
     directory = data_dir(args.data_dir)
     tasks = {task: load_task(task, directory, args.skip_bad_lines) for task in args.task}
-    encoder = _encoder(args)
+    encoder = _spec(args).build()
     report = {"model": encoder.identity, "pooling": encoder.pooling, "data_dir": directory,
               "fit_on": fit_on, "precision": args.precision, "tasks": {}, "versions": versions()}
     spectra = {}
@@ -408,11 +406,9 @@ def run_beam_fit(args):
 
 
 def run_beam_encode(args):
-    whitening = Whitening.load(args.whitening) if args.whitening else None
-    spec = _spec(args, whitening, args.n_components, not args.no_normalize)
     beam = _beam()
-    beam.run_encode(args.input, spec, args.output, args.num_shards, args.batch_size, args.precision,
-                    args.pipeline_options, args.runner)
+    beam.run_encode(args.input, _whitened_spec(args), args.output, args.num_shards,
+                    args.batch_size, args.precision, args.pipeline_options, args.runner)
     logger.info("wrote %s", beam.shards(args.output))
 
 
