@@ -33,7 +33,7 @@ def export_minilm(workdir):
 
     from bert_whitening.encoding import encode
     from bert_whitening.export import export_saved_model
-    from bert_whitening.hf import convert_hf
+    from bert_whitening.checkpoints.huggingface import convert_hf
     from bert_whitening.models import build_encoder, with_whitening
     from bert_whitening.whitening import WhiteningStats, fit_whitening
 

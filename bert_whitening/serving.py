@@ -14,7 +14,7 @@ import numpy as np
 
 from bert_whitening.names import check_choice
 
-FORMATS = ("row", "columnar")
+REQUEST_FORMATS = ("row", "columnar")
 TEXT_SIGNATURE = "serve_text"
 IDS_SIGNATURE = "serving_default"
 
@@ -27,7 +27,7 @@ def rest_url(host, model, version=None, port=8501):
 
 def text_request(sentences, format="row"):
     """A REST body for the ``serve_text`` signature: UTF-8 sentences in, vectors out."""
-    check_choice("request format", format, FORMATS)
+    check_choice("request format", format, REQUEST_FORMATS)
     sentences = [str(s) for s in sentences]
     if format == "row":
         return {"signature_name": TEXT_SIGNATURE, "instances": sentences}
@@ -46,7 +46,7 @@ def pad_ids(sequences):
 def ids_request(input_ids, segment_ids=None, format="row"):
     """A REST body for ``serving_default``; ragged id lists are padded with 0 (padding does not
     change a sentence's vector), segment ids default to zeros."""
-    check_choice("request format", format, FORMATS)
+    check_choice("request format", format, REQUEST_FORMATS)
     input_ids = pad_ids(input_ids)
     segment_ids = np.zeros_like(input_ids) if segment_ids is None else pad_ids(segment_ids)
     if segment_ids.shape != input_ids.shape:
