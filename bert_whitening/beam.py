@@ -141,7 +141,7 @@ def _examples(encoded):
     from bert_whitening.backend import tf
 
     keys, vectors = encoded
-    for (path, line), vector in zip(keys, vectors):
+    for (path, line), vector in zip(keys, vectors, strict=True):
         yield tf.train.Example(features=tf.train.Features(feature={
             "path": tf.train.Feature(bytes_list=tf.train.BytesList(value=[path.encode("utf-8")])),
             "line": tf.train.Feature(int64_list=tf.train.Int64List(value=[line])),

@@ -319,7 +319,8 @@ def run_encode(args):
 
     def counted(sentences):
         nonlocal lines
-        for lines, sentence in enumerate(sentences, 1):
+        for sentence in sentences:
+            lines += 1
             yield sentence
 
     def write(temporary):

@@ -9,6 +9,7 @@ Spearman of every split, their plain average (``avg``) and their average weighte
 imports no TensorFlow; `evaluate_tasks` builds the encoder when it is called.
 """
 import dataclasses
+import functools
 import itertools
 import json
 import logging
@@ -153,9 +154,10 @@ def evaluate_tasks(spec, tasks, directory=None, n_components=(0, -1, 256), betas
     spectra = {}
     for task, splits in loaded.items():
         task_encoder = dataclasses.replace(encoder, maxlen=maxlens[task])
-        encoded = encode_splits(lambda sentences: encode(task_encoder, sentences, batch_size), splits)
-        stats = fit_statistics(encoded, fit_on, lambda paths: statistics_from_files(
-            task_encoder, paths, "auto", skip_bad_lines, batch_size))
+        encoded = encode_splits(functools.partial(encode, task_encoder, batch_size=batch_size), splits)
+        stats = fit_statistics(encoded, fit_on, functools.partial(
+            statistics_from_files, task_encoder, format="auto", skip_bad_lines=skip_bad_lines,
+            batch_size=batch_size))
         results, whitening = evaluate(encoded, stats, requested, spec.allow_rank_deficient)
         report["tasks"][task] = {"maxlen": maxlens[task],
                                  "counts": {split: len(pairs) for split, pairs in splits.items()},

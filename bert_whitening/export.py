@@ -32,10 +32,10 @@ import numpy as np
 
 from bert_whitening.atomic import staged_directory
 from bert_whitening.backend import tf
-from bert_whitening.errors import ExportError
 from bert_whitening.encoding import encode_ids, tokenize
-from bert_whitening.serving import pad_ids
+from bert_whitening.errors import ExportError
 from bert_whitening.names import MODEL_TYPES
+from bert_whitening.serving import pad_ids
 
 logger = logging.getLogger(__name__)
 
@@ -130,9 +130,9 @@ def export_saved_model(encoder, base, version=None, text=False, overwrite=False,
     with staged_directory(os.path.join(base, str(number))) as staging:
         try:
             tf.saved_model.save(module, staging, signatures=module.signatures())
-        except tf.errors.OpError as error:
-            raise ExportError("%s: cannot write the SavedModel: %s"
-                              % (base, error.message.splitlines()[0])) from None
+        except tf.errors.OpError as error:  # "STAGING/FILE; No space left on device" and the like
+            reason = error.message.splitlines()[0].split("; ")[-1].replace(staging, "")
+            raise ExportError("%s: cannot write the SavedModel: %s" % (base, reason)) from None
         os.makedirs(os.path.join(staging, "assets"), exist_ok=True)
         info = {**(metadata or {}), "model": encoder.identity, "pooling": encoder.pooling,
                 "maxlen": encoder.maxlen, "lowercase": encoder.lowercase,

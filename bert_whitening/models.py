@@ -85,9 +85,12 @@ def build_encoder(model=None, model_type="bert", pooling="first-last-avg", maxle
         bert = build_transformer_model(
             None, files.weights, model=family.architecture,
             with_pool="linear" if pooling == "pooler" else False, **files.config)
-    except (tf.errors.OpError, KeyError) as error:
-        message = error.message.splitlines()[0] if hasattr(error, "message") else (
-            "Key %s not found in the weights" % error.args[0])
+    except (tf.errors.OpError, KeyError, IndexError) as error:
+        if isinstance(error, IndexError) and "Read less bytes" not in str(error):
+            raise  # not the checkpoint reader's word for a truncated file: a bug
+        message = (error.message.splitlines()[0] if hasattr(error, "message")
+                   else "Key %s not found in the weights" % error.args[0] if isinstance(error, KeyError)
+                   else "the checkpoint data is truncated (%s)" % error)
         hint = " (pooler pooling needs the pooler weights)" if "pooler" in message else ""
         raise CheckpointError("%s: %s%s" % (files.directory, message, hint)) from None
     if pooling == "pooler":

@@ -53,7 +53,7 @@ def ids_request(input_ids, segment_ids=None, format="row"):
         raise ValueError("segment_ids have shape %s, input_ids %s" % (segment_ids.shape, input_ids.shape))
     if format == "row":
         instances = [{"input_ids": ids.tolist(), "segment_ids": segs.tolist()}
-                     for ids, segs in zip(input_ids, segment_ids)]
+                     for ids, segs in zip(input_ids, segment_ids, strict=True)]
         return {"signature_name": IDS_SIGNATURE, "instances": instances}
     return {"signature_name": IDS_SIGNATURE,
             "inputs": {"input_ids": input_ids.tolist(), "segment_ids": segment_ids.tolist()}}
@@ -85,8 +85,9 @@ def grpc_request(model, sentences=None, input_ids=None, segment_ids=None, versio
 
     Give ``sentences`` for ``serve_text`` or ``input_ids`` for ``serving_default``.
     """
-    from bert_whitening.backend import tf
     from tensorflow_serving.apis import predict_pb2
+
+    from bert_whitening.backend import tf
 
     if (sentences is None) == (input_ids is None):
         raise ValueError("give either sentences or input_ids")

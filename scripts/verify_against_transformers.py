@@ -18,7 +18,6 @@ import sys
 import tempfile
 
 import numpy as np
-
 import torch_venv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,7 +89,7 @@ def main():
     print("model %s (%s), %d sentences (half Chinese STS-B, half English STS-B), %d real tokens"
           % (files.name, files.directory, len(sentences), real.sum()))
     worst = 0.0
-    for layer, (a, b) in enumerate(zip(ours, theirs)):
+    for layer, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         difference = float(np.abs(a[real] - b[real]).max())
         worst = max(worst, difference)
         print("layer %d: max |bert4keras - transformers| on real tokens = %.2e" % (layer, difference))

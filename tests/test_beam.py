@@ -9,6 +9,7 @@ import pytest
 from bert_whitening import cli
 from bert_whitening.beam import WhiteningStatsFn, read_encoded
 from bert_whitening.whitening import Whitening, WhiteningStats
+
 from conftest import SENTENCES
 
 LINES = SENTENCES + ["%s %s" % (SENTENCES[i], SENTENCES[-1 - i]) for i in range(14)]
@@ -105,7 +106,8 @@ def test_malformed_line_fails_the_pipeline_and_writes_nothing(tiny_model, corpus
         stream.write("only one field\n")
     output = tmp_path / "w.npz"
     assert run("beam-fit", "--model", tiny_model[0], "--input", corpus / "*", "--output", output) == 1
-    assert "c.data:7: expected sentence1<TAB>sentence2<TAB>label with a finite numeric label, got 'only one field'" in caplog.text
+    assert ("c.data:7: expected sentence1<TAB>sentence2<TAB>label with a finite numeric label, "
+            "got 'only one field'") in caplog.text
     assert os.listdir(tmp_path) == ["corpus"]  # no whitening file, no temporary file
 
     caplog.clear()

@@ -21,7 +21,7 @@ def files(tmp_path):
     sentences.write_text("".join(s + "\n" for s in MANY[:50]), encoding="utf-8")
     pairs = tmp_path / "pairs.data"
     pairs.write_text("".join("%s\t%s\t%d\n" % (a, b, i % 6)
-                             for i, (a, b) in enumerate(zip(MANY[50:65], MANY[65:80]))),
+                             for i, (a, b) in enumerate(zip(MANY[50:65], MANY[65:80], strict=True))),
                      encoding="utf-8")
     return tmp_path, str(sentences), str(pairs)
 
@@ -40,7 +40,7 @@ def test_fit_then_encode_equals_the_python_api(files, tiny_model, encoders):
     assert whitening.model["name"] == "tiny_bert" and whitening.n_components == -1
 
     encoder = encoders["first-last-avg"]
-    pair_sentences = [s for pair in zip(MANY[50:65], MANY[65:80]) for s in pair]
+    pair_sentences = [s for pair in zip(MANY[50:65], MANY[65:80], strict=True) for s in pair]
     expected = fit_whitening(WhiteningStats().update(encode(encoder, MANY[:50] + pair_sentences)))
     np.testing.assert_allclose(whitening.mean, expected.mean, rtol=1e-6)
     np.testing.assert_allclose(whitening.eigenvalues, expected.eigenvalues, rtol=1e-4, atol=1e-9)

@@ -15,6 +15,7 @@ from bert_whitening.data import load_task
 from bert_whitening.encoding import encode
 from bert_whitening.evaluation import Setting, encode_splits, evaluate, fit_statistics, settings
 from bert_whitening.names import POOLINGS
+
 from conftest import TINY_VOCAB
 from reference import original_eval
 

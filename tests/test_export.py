@@ -11,10 +11,11 @@ import pytest
 from bert_whitening import cli
 from bert_whitening.backend import tf
 from bert_whitening.encoding import encode, tokenize
-from bert_whitening.serving import pad_ids
 from bert_whitening.export import ExportError, export_saved_model, target_version
 from bert_whitening.models import build_encoder
+from bert_whitening.serving import pad_ids
 from bert_whitening.whitening import WhiteningStats, fit_whitening
+
 from conftest import SENTENCES
 
 pytestmark = pytest.mark.slow

@@ -11,6 +11,7 @@ from bert_whitening.encoding import _cpu_has_bfloat16, encode, precision_scope, 
 from bert_whitening.models import build_encoder, with_whitening
 from bert_whitening.names import POOLINGS
 from bert_whitening.whitening import WhiteningStats, fit_whitening
+
 from conftest import SENTENCES, TINY_CONFIG, tiny_weights
 from reference import original_transform_and_normalize, pooled_reference
 
@@ -20,7 +21,7 @@ def test_every_pooling_equals_the_numpy_bert_reference(encoders, tiny_model, poo
     _, weights = tiny_model
     encoder = encoders[pooling]
     vectors = encode(encoder, SENTENCES, batch_size=5)
-    for sentence, vector in zip(SENTENCES, vectors):
+    for sentence, vector in zip(SENTENCES, vectors, strict=True):
         ids = encoder.tokenizer.encode(sentence, maxlen=encoder.maxlen)[0]
         expected = pooled_reference(weights, TINY_CONFIG, ids, pooling)
         np.testing.assert_allclose(vector, expected, atol=1e-5, err_msg=sentence)
@@ -152,6 +153,7 @@ def test_vocab_size_must_match_the_config(model_copy):
 
 def test_pooler_pooling_needs_pooler_weights(tmp_path):
     from bert_whitening.checkpoints.google import write_checkpoint
+
     from conftest import TINY_VOCAB
 
     directory = str(tmp_path / "no_pooler")
