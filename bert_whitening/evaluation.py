@@ -140,6 +140,7 @@ def evaluate_tasks(spec, tasks, directory=None, n_components=(0, -1, 256), betas
     Returns the report (JSON-ready: settings, counts, per-split Spearman, ranks, versions,
     seconds) and ``{task: eigenvalues}`` of each task's whitening, for `write_report`.
     """
+    from bert_whitening.checkpoints import find_model
     from bert_whitening.encoding import encode, statistics_from_files
     from bert_whitening.export import versions
 
@@ -148,7 +149,14 @@ def evaluate_tasks(spec, tasks, directory=None, n_components=(0, -1, 256), betas
     directory = data_dir(directory)
     loaded = {task: load_task(task, directory, skip_bad_lines) for task in tasks}
     maxlens = {task: task_maxlen(task, spec.maxlen) for task in tasks}
-    encoder = dataclasses.replace(spec, maxlen=max(maxlens.values())).build()
+    spec = dataclasses.replace(spec, maxlen=max(maxlens.values()))
+    spec.check()
+    hidden_size = find_model(spec.model).config["hidden_size"]
+    too_many = [k for k in n_components if k > hidden_size]
+    if too_many:
+        raise BertWhiteningError("n_components %d is larger than the model's hidden size %d"
+                                 % (too_many[0], hidden_size))
+    encoder = spec.build()
     report = {"model": encoder.identity, "pooling": encoder.pooling, "data_dir": directory,
               "fit_on": fit_on, "tasks": {}, "versions": versions()}
     spectra = {}

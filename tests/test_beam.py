@@ -10,7 +10,7 @@ from bert_whitening import cli
 from bert_whitening.beam import WhiteningStatsFn, read_encoded
 from bert_whitening.whitening import Whitening, WhiteningStats
 
-from conftest import SENTENCES
+from helpers import SENTENCES, relative_error, run
 
 LINES = SENTENCES + ["%s %s" % (SENTENCES[i], SENTENCES[-1 - i]) for i in range(14)]
 
@@ -25,14 +25,6 @@ def corpus(tmp_path):
     pairs = ["%s\t%s\t%d" % (LINES[i], LINES[-1 - i], i % 2) for i in range(6)]
     (directory / "c.data").write_text("\n".join(pairs) + "\n", encoding="utf-8")
     return directory
-
-
-def run(*argv):
-    return cli.main([str(a) for a in argv])
-
-
-def relative_error(actual, expected):
-    return np.abs(actual - expected).max() / np.abs(expected).max()
 
 
 def covariance(whitening):

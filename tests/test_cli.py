@@ -6,10 +6,11 @@ import sys
 import numpy as np
 import pytest
 
-from bert_whitening import cli
 from bert_whitening.encoding import encode
 from bert_whitening.models import with_whitening
 from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening
+
+from helpers import run
 
 WORDS = ["今天", "天气", "很好", "我们", "在北京", "喝茶", "the cat", "is on", "the mat", "hello"]
 MANY = ["".join(parts) for parts in itertools.permutations(WORDS, 3)][::7][:80]  # 80 sentences
@@ -24,10 +25,6 @@ def files(tmp_path):
                              for i, (a, b) in enumerate(zip(MANY[50:65], MANY[65:80], strict=True))),
                      encoding="utf-8")
     return tmp_path, str(sentences), str(pairs)
-
-
-def run(*argv):
-    return cli.main([str(a) for a in argv])
 
 
 def test_fit_then_encode_equals_the_python_api(files, tiny_model, encoders):

@@ -5,6 +5,8 @@ import pytest
 
 from bert_whitening.data import DataError, read_pairs, read_sentences
 
+from helpers import shared_data
+
 
 def write(tmp_path, name, text, encoding="utf-8"):
     path = tmp_path / name
@@ -112,9 +114,6 @@ def test_standard_input_is_read_once_with_the_format_detected_on_the_same_read(m
         list(read_pairs("-"))
 
 
-SHARED = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "shared", "data")
-
-
 def test_senteval_tasks_load_present_splits_and_name_missing_ones(tmp_path, caplog):
     from bert_whitening.data import load_task
 
@@ -142,15 +141,12 @@ def test_data_dir_comes_from_the_flag_then_the_environment(monkeypatch):
 def test_english_sts_both_layouts_agree(tmp_path):
     from bert_whitening.data import load_task
 
-    os = __import__("os")
-    if not os.path.isdir(SHARED):
-        pytest.skip("../shared/data is not beside this checkout")
-    packed = load_task("STS-B-en", os.path.join(SHARED, "senteval_cn"))
+    packed = load_task("STS-B-en", shared_data("senteval_cn"))
     assert {k: len(v) for k, v in packed.items()} == {"train": 5749, "valid": 1500, "test": 1379}
     csv_dir = tmp_path / "STS-B-en"
     csv_dir.mkdir()
     for name in ("sts-dev.csv", "sts-test.csv"):
-        (csv_dir / name).write_bytes(open(os.path.join(SHARED, "stsbenchmark", name), "rb").read())
+        (csv_dir / name).write_bytes(open(shared_data("stsbenchmark", name), "rb").read())
     original = load_task("STS-B-en", str(tmp_path))
     assert list(original) == ["valid", "test"]
     assert original["test"] == packed["test"] and original["valid"] == packed["valid"]

@@ -16,7 +16,7 @@ from bert_whitening.encoding import encode
 from bert_whitening.evaluation import Setting, encode_splits, evaluate, fit_statistics, settings
 from bert_whitening.names import POOLINGS
 
-from conftest import TINY_VOCAB
+from helpers import TINY_VOCAB
 from reference import original_eval
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")

@@ -16,7 +16,7 @@ from bert_whitening.models import build_encoder
 from bert_whitening.serving import pad_ids
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
-from conftest import SENTENCES
+from helpers import SENTENCES
 
 pytestmark = pytest.mark.slow
 

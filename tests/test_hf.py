@@ -15,7 +15,7 @@ from bert_whitening.encoding import encode
 from bert_whitening.models import build_encoder
 from bert_whitening.names import POOLINGS
 
-from conftest import SENTENCES, TINY_CONFIG, TINY_VOCAB
+from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB
 from reference import HuggingFaceNames, bert_hidden_states, pooled_reference
 
 

@@ -16,7 +16,7 @@ from bert_whitening.serving import (
     text_request,
 )
 
-from conftest import SENTENCES
+from helpers import SENTENCES
 from tfserving_json import decode
 
 pytestmark = pytest.mark.slow
