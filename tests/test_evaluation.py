@@ -115,9 +115,11 @@ def test_eval_command_writes_table_json_and_plot(tiny_model, sample_task, tmp_pa
 def test_fit_on_train_without_a_train_split_is_an_error(tiny_model, sample_task, tmp_path, caplog):
     shutil.copytree(os.path.join(sample_task, "SAMPLE"), tmp_path / "SAMPLE")
     os.remove(tmp_path / "SAMPLE" / "SAMPLE.train.data")
-    assert cli.main(["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir",
-                     str(tmp_path), "--fit-on", "train"]) == 1
+    argv = ["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir", str(tmp_path)]
+    assert cli.main(argv + ["--fit-on", "train", "--n-components", "0,-1,8"]) == 1
     assert "this task has no train split (splits: valid, test)" in caplog.text
+    assert cli.main(argv + ["--n-components", "0,25"]) == 1  # refused before anything is encoded
+    assert "n_components 25 is larger than the model's hidden size 24" in caplog.text
 
 
 def test_original_command_line_prints_the_original_lines(tiny_model, sample_task, tmp_path):
