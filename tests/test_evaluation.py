@@ -16,7 +16,7 @@ from bert_whitening.encoding import encode
 from bert_whitening.evaluation import Setting, encode_splits, evaluate, fit_statistics, settings
 from bert_whitening.names import POOLINGS
 from conftest import TINY_VOCAB
-from reference import original_eval
+from reference import original_eval, spearman, su_9079_kernel
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
@@ -143,3 +143,20 @@ def test_original_command_line_prints_the_original_lines(tiny_model, sample_task
     modern = json.loads(out.read_text())["tasks"]["STS-B"]["results"][0]
     expected = list(modern["splits"].values()) + [modern["avg"], modern["w-avg"]]
     np.testing.assert_allclose(values, expected, atol=1e-6)  # the two commands agree
+
+
+def test_eval_beta_0_gamma_0_reproduces_kexue_9079(tiny_model, encoders, sample_task, tmp_path):
+    """9079's setting without centring: Sigma is the raw second moment, not the covariance."""
+    out = tmp_path / "r.json"
+    assert cli.main(["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir", sample_task,
+                     "--n-components", "8", "--beta", "0", "--gamma", "0", "--json", str(out)]) == 0
+    (result,) = json.loads(out.read_text())["tasks"]["SAMPLE"]["results"]
+    splits = load_task("SAMPLE", sample_task)
+    vectors = {split: [encode(encoders["first-last-avg"], [pair[side] for pair in pairs]).astype(np.float64)
+                       for side in (0, 1)] for split, pairs in splits.items()}
+    shift, kernel, _ = su_9079_kernel(np.concatenate(sum(vectors.values(), [])), 0.0, 0.0)
+    for split, (first, second) in vectors.items():
+        first, second = ((v - shift) @ kernel[:, :8] for v in (first, second))
+        cosines = (first * second).sum(axis=1) / np.linalg.norm(first, axis=1) / np.linalg.norm(second, axis=1)
+        expected = spearman([label for _, _, label in splits[split]], cosines)
+        assert abs(result["splits"][split] - expected) <= 1e-3, (split, result["splits"][split], expected)

@@ -1,13 +1,16 @@
 """The numpy whitening against the original formulas (tests/reference.py) and np.cov."""
+import json
 import logging
 import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra.numpy import arrays
 
 from bert_whitening.whitening import (Whitening, WhiteningStats, compute_kernel_bias,
                                       fit_whitening, transform_and_normalize)
-from reference import original_kernel_bias, original_transform_and_normalize
+from reference import original_kernel_bias, original_transform_and_normalize, su_9079_whitening
 
 
 def correlated(rows, dim=16, seed=0, offset=3.0):
@@ -47,6 +50,48 @@ def test_merged_shards_equal_one_pass():
     assert relative_error(merged.covariance, whole.covariance) <= 1e-12
     empty_first = WhiteningStats().merge(whole)
     assert relative_error(empty_first.covariance, whole.covariance) <= 1e-15
+
+
+@st.composite
+def sharded_vectors(draw):
+    """Vectors (any values, any mean) and cut points splitting them into shards, some empty."""
+    rows, dim = draw(st.integers(2, 40)), draw(st.integers(1, 6))
+    values = draw(arrays(np.float64, (rows, dim), elements=st.floats(-1e3, 1e3)))
+    offset = draw(arrays(np.float64, dim, elements=st.floats(-1e4, 1e4)))
+    cuts = sorted(draw(st.lists(st.integers(0, rows), max_size=6)))
+    return values + offset, cuts
+
+
+def assert_statistics_of(stats, vectors):
+    scale = np.abs(vectors).max() ** 2 + 1.0
+    assert stats.count == len(vectors) and stats.dim == vectors.shape[1]
+    np.testing.assert_allclose(stats.mean, vectors.mean(axis=0), rtol=1e-12, atol=1e-12 * scale ** 0.5)
+    np.testing.assert_allclose(stats.covariance, np.cov(vectors.T).reshape(stats.dim, stats.dim),
+                               rtol=1e-9, atol=1e-9 * scale)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(sharded_vectors(), st.randoms(use_true_random=False))
+def test_any_split_into_shards_merges_to_the_statistics_of_one_pass(data, random):
+    vectors, cuts = data
+    shards = np.split(vectors, cuts)
+    assert_statistics_of(stats_of(*shards), vectors)  # one accumulator, batch after batch
+    parts = [stats_of(shard) for shard in shards]
+    while len(parts) > 1:  # merged in a random order and grouping
+        first = parts.pop(random.randrange(len(parts)))
+        second = parts.pop(random.randrange(len(parts)))
+        parts.append(first.merge(second))
+    assert_statistics_of(parts[0], vectors)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(sharded_vectors(), st.floats(-2.0, 2.0))
+def test_second_moment_is_the_scatter_around_beta_times_the_mean(data, beta):
+    vectors, cuts = data
+    shifted = vectors - beta * vectors.mean(axis=0)
+    scale = np.abs(vectors).max() ** 2 + 1.0
+    np.testing.assert_allclose(stats_of(*np.split(vectors, cuts)).second_moment(beta),
+                               shifted.T @ shifted / (len(vectors) - 1), rtol=1e-9, atol=1e-9 * scale)
 
 
 def test_large_batches_are_processed_in_bounded_chunks(monkeypatch):
@@ -112,16 +157,64 @@ def test_beta_gamma_zero_is_a_rotation_with_truncation():
                                np.linalg.norm(x, axis=1), rtol=1e-12)
 
 
-def test_beta_gamma_interpolate_the_original_formula():
-    x = correlated(300)
+@pytest.mark.parametrize("k", [None, 5])
+@pytest.mark.parametrize("gamma", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
+def test_beta_gamma_follow_kexue_9079(beta, gamma, k):
+    x = correlated(300, offset=20.0)  # a mean large against the spread, as BERT vectors have
+    whitening = fit_whitening(stats_of(x[:100], x[100:]), beta=beta, gamma=gamma)
+    expected, kernel, eigenvalues = su_9079_whitening(x, beta, gamma, k)
+    n = len(x)
+    cols = slice(0, k)
+    signs = np.sign((whitening.kernel[:, cols] * kernel).sum(axis=0))  # eigenvectors up to sign
+    # Sigma_beta over N - 1 (np.cov's, so beta = 1 is the original) is 9079's over N times
+    # N / (N - 1): the same eigenvectors, every column of the kernel scaled alike.
+    np.testing.assert_allclose(whitening.eigenvalues, eigenvalues * n / (n - 1), rtol=1e-9)
+    np.testing.assert_allclose(whitening.kernel[:, cols] * signs,
+                               kernel * (n / (n - 1)) ** (-gamma / 2), rtol=1e-7,
+                               atol=1e-9 * np.abs(kernel).max())
+    np.testing.assert_allclose(whitening.bias, -beta * x.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(whitening.transform(x, k or -1) * signs, expected, atol=1e-9)
+    assert whitening.beta == beta and whitening.gamma == gamma
+
+
+def test_beta_zero_decomposes_the_second_moment_not_the_covariance():
+    x = correlated(300, offset=20.0)
+    raw = fit_whitening(stats_of(x), beta=0.0, gamma=0.0)
+    covariance = fit_whitening(stats_of(x), beta=1.0, gamma=0.0)
+    second_moment_axis = np.linalg.eigh(x.T @ x)[1][:, -1]
+    assert abs(raw.kernel[:, 0] @ second_moment_axis) > 1 - 1e-9
+    assert abs(covariance.kernel[:, 0] @ second_moment_axis) < 0.9
+
+
+def test_eigenvector_signs_are_fixed_largest_entry_positive():
+    x = correlated(300, offset=20.0)
+    for beta in (0.0, 1.0):
+        stats = stats_of(x)
+        raw_vectors = np.linalg.eigh(stats.second_moment(beta))[1]
+        raw_pivots = raw_vectors[np.argmax(np.abs(raw_vectors), axis=0), np.arange(16)]
+        assert (raw_pivots < 0).any()  # numpy's signs need the fixing on this data
+        kernel = fit_whitening(stats, beta=beta).kernel
+        pivots = kernel[np.argmax(np.abs(kernel), axis=0), np.arange(16)]
+        assert (pivots > 0).all(), pivots
+
+
+def test_float32_round_off_of_a_layer_norm_output_is_below_the_rank_floor(caplog):
+    """A LayerNorm output lies on a hyperplane ``w . x = c``: its covariance has a null direction,
+    which float32 rounding of vectors with a large mean lifts far above float64's tolerance
+    (``eps64 * dim``) but not above float32's variance floor. Sigma_beta for beta < 1 keeps
+    that direction (``c != 0``), so it has full rank."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(500, 16)) * np.geomspace(3, 0.3, 16)
+    z = (z - z.mean(axis=1, keepdims=True)) / z.std(axis=1, keepdims=True)
+    x = (z * (1 + 0.3 * rng.normal(size=16)) + 100 * rng.normal(size=16)).astype(np.float32)
     stats = stats_of(x)
-    beta, gamma = 0.5, 0.3
-    half = fit_whitening(stats, beta=beta, gamma=gamma)
-    full = fit_whitening(stats)
-    s = full.eigenvalues
-    rotation = full.kernel * np.sqrt(s)  # U
-    np.testing.assert_allclose(half.kernel, rotation * s ** (-gamma / 2), rtol=1e-9)
-    np.testing.assert_allclose(half.bias, -beta * x.mean(axis=0), rtol=1e-12)
+    eigenvalues = np.linalg.eigvalsh(stats.covariance)
+    assert eigenvalues[0] > 10 * 16 * np.finfo(np.float64).eps * eigenvalues[-1]
+    with caplog.at_level(logging.WARNING):
+        assert fit_whitening(stats).rank == 15
+    assert "rank 15; 1 eigenvalues" in caplog.text
+    assert [fit_whitening(stats, beta=beta).rank for beta in (0.0, 0.5)] == [16, 16]
 
 
 def test_whitened_vectors_have_identity_covariance():
@@ -199,6 +292,31 @@ def test_save_and_load_round_trip(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask  # as open() makes it, not 0600
+
+
+def rewrite_meta(path, **changes):
+    with np.load(path) as data:
+        arrays = dict(data)
+    meta = json.loads(str(arrays["meta"]))
+    meta.update(changes)
+    np.savez(path, **{**arrays, "meta": np.array(json.dumps(meta))})
+
+
+def test_version_1_files_load_when_beta_is_1_and_are_refused_otherwise(tmp_path):
+    """Version 1 decomposed the covariance whatever beta: the same kernel as now for beta = 1."""
+    stats = stats_of(correlated(100, offset=20.0))
+    original = fit_whitening(stats, gamma=0.5)
+    path = str(tmp_path / "old.npz")
+    original.save(path)
+    rewrite_meta(path, format_version=1)
+    np.testing.assert_array_equal(Whitening.load(path).kernel, original.kernel)
+    fit_whitening(stats, beta=0.5).save(path)
+    rewrite_meta(path, format_version=1)
+    with pytest.raises(ValueError, match="old.npz: format version 1 with beta 0.5: .* fit it again"):
+        Whitening.load(path)
+    rewrite_meta(path, format_version=3)
+    with pytest.raises(ValueError, match="old.npz: format version 3, this version reads 1"):
+        Whitening.load(path)
 
 
 def test_load_names_what_is_wrong(tmp_path):
