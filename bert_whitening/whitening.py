@@ -208,7 +208,10 @@ class Whitening:
     def load(cls, path):
         """Read a file written by `save`, checking every array's shape against ``meta.dim``."""
         try:
-            with np.load(path, allow_pickle=False) as data:
+            data = np.load(path, allow_pickle=False)
+            if not isinstance(data, np.lib.npyio.NpzFile):  # a .npy file: one bare array
+                raise ValueError("one array, not an .npz archive")
+            with data:
                 arrays = {name: data[name] for name in data.files}
         except (OSError, ValueError) as error:
             raise ValueError("%s: not a readable whitening .npz file (%s)" % (path, error)) from None
@@ -306,7 +309,7 @@ def compute_kernel_bias(vecs, beta=1.0, gamma=1.0):
     stats = WhiteningStats()
     for batch in [vecs] if isinstance(vecs, np.ndarray) else vecs:
         stats.update(batch)
-    whitening = fit_whitening(stats, beta=beta, gamma=gamma, allow_rank_deficient=True)
+    whitening = fit_whitening(stats, beta=beta, gamma=gamma)
     return whitening.kernel, whitening.bias
 
 

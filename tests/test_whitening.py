@@ -10,7 +10,8 @@ from hypothesis.extra.numpy import arrays
 
 from bert_whitening.whitening import (Whitening, WhiteningStats, compute_kernel_bias,
                                       fit_whitening, transform_and_normalize)
-from reference import original_kernel_bias, original_transform_and_normalize, su_9079_whitening
+from reference import (original_kernel_bias, original_transform_and_normalize, su_9079_kernel,
+                       su_9079_whitening)
 
 
 def correlated(rows, dim=16, seed=0, offset=3.0):
@@ -351,3 +352,165 @@ def test_failed_save_leaves_no_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         whitening.save(str(tmp_path / "w.npz"))
     assert list(tmp_path.iterdir()) == []
+
+
+def documented_floor(x):
+    """The rank floor as the module documents it, from np.cov and numpy's eigenvalues."""
+    eigenvalues = np.linalg.eigvalsh(np.cov(x.T))
+    mean_squared_norm = (x ** 2).sum(axis=1).mean()
+    return max(np.finfo(np.float64).eps * x.shape[1] * eigenvalues.max(),
+               np.finfo(np.float32).eps ** 2 * mean_squared_norm)
+
+
+@pytest.mark.parametrize("x,rank", [
+    (correlated(10), 9),  # float32 round-off term: a mean large against the spread, dimension 16
+    # float64 term: dimension 128 (above 64 it can dominate), largest eigenvalue below 1
+    (np.random.default_rng(3).normal(size=(100, 128)) * np.r_[0.5, np.geomspace(0.05, 5e-4, 127)], 99),
+])
+def test_the_rank_warning_gives_the_documented_floor_and_the_smallest_eigenvalue(caplog, x, rank):
+    with caplog.at_level(logging.WARNING):
+        whitening = fit_whitening(stats_of(x))
+    dim = x.shape[1]
+    assert whitening.rank == rank
+    floor = "%.3g" % documented_floor(x)
+    assert caplog.messages == [
+        "Sigma_beta (beta 1) of %d vectors of dimension %d has rank %d; %d eigenvalues at or below "
+        "%s (smallest %.3g) are floored to %s" % (len(x), dim, rank, dim - rank, floor,
+                                                  whitening.eigenvalues.min(), floor)]
+
+
+def test_full_rank_data_gives_no_warning(caplog):
+    with caplog.at_level(logging.WARNING):
+        whitening = fit_whitening(stats_of(correlated(100)))
+        assert whitening.components(-1) == 16 and whitening.components(0) == 0
+    assert caplog.messages == []
+
+
+def test_rank_rules_with_the_default_arguments(caplog):
+    from bert_whitening.whitening import resolve_components
+
+    whitening = fit_whitening(stats_of(correlated(10)))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert whitening.components(0) == 0 and resolve_components(0, 16, 9) == 0  # no whitening
+        assert resolve_components(5, 16, 9) == 5 and resolve_components(-1, 16) == 16
+    assert caplog.messages == []
+    for refused in (lambda: whitening.components(10), lambda: resolve_components(10, 16, 9)):
+        with pytest.raises(ValueError, match="n_components 10 is larger than the rank 9"):
+            refused()
+    with caplog.at_level(logging.WARNING):
+        assert resolve_components(-1, 16, 9) == 9
+    assert caplog.messages == [
+        "n_components -1 (all) keeps the 9 dimensions the covariance supports, not all 16: the "
+        "rest are round-off noise (--allow-rank-deficient keeps them)"]
+    allowed = fit_whitening(stats_of(correlated(10)), n_components=12, allow_rank_deficient=True)
+    assert allowed.n_components == 12 and allowed.components(allow_rank_deficient=True) == 12
+
+
+def raised(action):
+    with pytest.raises(ValueError) as info:
+        action()
+    return str(info.value)
+
+
+def test_error_messages_in_full(tmp_path):
+    sixteen = stats_of(correlated(5))
+    assert raised(lambda: WhiteningStats().update(np.zeros(3))) == \
+        "expected a 2-D batch of vectors, got shape (3,)"
+    assert raised(lambda: WhiteningStats(16).update(np.zeros((2, 8)))) == \
+        "vectors have dimension 8, the statistics have 16"
+    assert raised(lambda: sixteen.merge(stats_of(np.zeros((2, 8))))) == \
+        "cannot merge statistics of dimension 16 and 8"
+    assert raised(lambda: stats_of(correlated(1)).second_moment(0.0)) == \
+        "a covariance needs at least 2 vectors, got 1"
+    assert raised(lambda: fit_whitening(stats_of(np.ones((5, 16))))) == \
+        "all 5 vectors are identical: nothing to whiten"
+    assert raised(lambda: fit_whitening(sixteen).transform(correlated(2), 17)) == \
+        "n_components 17 is larger than the vector dimension 16"
+    assert raised(lambda: fit_whitening(sixteen, n_components=5)) == (
+        "n_components 5 is larger than the rank 4 of the covariance: the extra directions hold "
+        "only round-off noise, which whitening would blow up. Fit on more sentences (at least "
+        "dimension + 1), choose n_components <= 4, or allow it explicitly (allow_rank_deficient / "
+        "--allow-rank-deficient)")
+    bad = correlated(4)
+    bad[2, 3] = np.inf
+    assert raised(lambda: stats_of(correlated(5)).update(bad)) == \
+        "vector 7 (0-based, in input order) contains NaN or inf"
+
+    npy = str(tmp_path / "v.npy")
+    np.save(npy, np.zeros((3, 4, 5)))
+    assert raised(lambda: WhiteningStats().update_from_npy(npy)) == \
+        "%s: expected a 2-D C-ordered array of vectors, got shape (3, 4, 5)" % npy
+    np.save(npy, np.asfortranarray(correlated(6)))
+    assert raised(lambda: WhiteningStats().update_from_npy(npy)) == \
+        "%s: expected a 2-D C-ordered array of vectors, got shape (6, 16) in Fortran order" % npy
+    np.save(npy, bad)
+    assert raised(lambda: WhiteningStats().update_from_npy(npy, rows=2)) == \
+        "%s: vector 2 (0-based, in input order) contains NaN or inf" % npy
+
+    path = str(tmp_path / "w.npz")
+    fit_whitening(stats_of(correlated(100))).save(path)
+    with np.load(path) as data:
+        arrays = dict(data)
+    broken = str(tmp_path / "broken.npz")
+    np.savez(broken, **{**arrays, "bias": arrays["bias"][:5]})
+    assert raised(lambda: Whitening.load(broken)) == \
+        "%s: bias has shape (5,), expected (16,) for dimension 16" % broken
+    np.savez(broken, **{**arrays, "kernel": arrays["kernel"] * np.nan})
+    assert raised(lambda: Whitening.load(broken)) == "%s: kernel contains NaN or inf" % broken
+    np.savez(broken, meta=arrays["meta"], bias=arrays["bias"], mean=arrays["mean"])
+    assert raised(lambda: Whitening.load(broken)) == \
+        "%s: not a whitening file, missing eigenvalues, kernel" % broken
+    assert raised(lambda: Whitening.load(npy)).startswith("%s: not a readable whitening .npz file (" % npy)
+    rewrite_meta(path, format_version=1, beta=0.5)
+    assert raised(lambda: Whitening.load(path)) == (
+        "%s: format version 1 with beta 0.5: its kernel decomposes the covariance around the "
+        "mean, not Sigma_beta of kexue.fm/archives/9079 as version 2 does; fit it again" % path)
+    rewrite_meta(path, format_version=3)
+    assert raised(lambda: Whitening.load(path)) == \
+        "%s: format version 3, this version reads 1 (beta = 1) and 2" % path
+
+
+@pytest.mark.parametrize("shape,accepted", [((1, 16), True), ((5, 1), True), ((2, 16), False),
+                                            ((5, 2), False)])
+def test_fortran_order_is_refused_only_where_it_differs_from_c_order(tmp_path, shape, accepted):
+    vectors = np.asfortranarray(np.arange(np.prod(shape), dtype=np.float64).reshape(shape))
+    path = str(tmp_path / "v.npy")
+    np.save(path, vectors)
+    if accepted:
+        stats = WhiteningStats().update_from_npy(path)
+        np.testing.assert_array_equal(stats.mean, vectors.mean(axis=0))
+    else:
+        with pytest.raises(ValueError, match="in Fortran order"):
+            WhiteningStats().update_from_npy(path)
+
+
+def test_compute_kernel_bias_takes_one_array_and_beta_gamma():
+    x = correlated(200, offset=20.0)
+    np.testing.assert_allclose(compute_kernel_bias(x)[0], compute_kernel_bias([x[:50], x[50:]])[0], rtol=1e-8)
+    kernel, bias = compute_kernel_bias(x, beta=0.0, gamma=0.5)
+    shift, expected, _ = su_9079_kernel(x, 0.0, 0.5)
+    n = len(x)
+    signs = np.sign((kernel * expected).sum(axis=0))
+    np.testing.assert_allclose(kernel * signs, expected * (n / (n - 1)) ** -0.25, rtol=1e-7,
+                               atol=1e-9 * np.abs(expected).max())
+    np.testing.assert_array_equal(bias, -shift)
+
+
+def test_normalisation_leaves_zero_vectors_at_zero_and_needs_kernel_and_bias():
+    from bert_whitening.whitening import l2_normalize
+
+    vectors = np.array([[0.0, 0.0], [3.0, 4.0]])
+    np.testing.assert_array_equal(l2_normalize(vectors), [[0.0, 0.0], [0.6, 0.8]])
+    np.testing.assert_array_equal(transform_and_normalize(vectors, None, np.ones(2)), l2_normalize(vectors))
+    np.testing.assert_array_equal(transform_and_normalize(vectors, np.eye(2), None), l2_normalize(vectors))
+
+
+def test_fit_records_what_it_was_fitted_on():
+    stats = stats_of(correlated(100))
+    bare = fit_whitening(stats)
+    assert (bare.pooling, bare.model, bare.count, bare.n_components) == ("", {}, 100, -1)
+    named = fit_whitening(stats, 8, pooling="cls", model={"name": "tiny"})
+    assert (named.pooling, named.model, named.n_components) == ("cls", {"name": "tiny"}, 8)
+    preset = WhiteningStats(16)
+    assert preset.dim == 16 and preset.mean.shape == (16,) and preset.scatter.shape == (16, 16)
