@@ -141,14 +141,15 @@ def test_english_sts_packed_layout_beside_senteval_cn(tmp_path, caplog):
     write_packed_sts(tmp_path / "stsbenchmark", STS_ROWS)
     assert load_task("STS-B-en", str(senteval)) == STS_EXPECTED
     broken = tmp_path / "broken" / "STS-B-en"
-    write_packed_sts(broken, STS_ROWS + [("other",) + STS_ROWS[0][1:], ("split",) + STS_ROWS[0][1:]])
+    write_packed_sts(broken, STS_ROWS + [("other",) + STS_ROWS[0][1:], ("split",) + STS_ROWS[0][1:],
+                                         ("", "dev") + STS_ROWS[0][2:]])  # no split: not "dev"
     path = str(broken / "stsbenchmark.tsv.gz")
     assert message(DataError, lambda: load_task("STS-B-en", str(broken.parent))) == (
         "%s:5: malformed line: expected split<TAB>genre<TAB>dataset<TAB>year<TAB>sid<TAB>score<TAB>"
         "s1<TAB>s2, got %r" % (path, "\t".join(("other",) + STS_ROWS[0][1:])))
     with caplog.at_level(logging.WARNING):
         assert load_task("STS-B-en", str(broken.parent), skip_bad_lines=True) == STS_EXPECTED
-    assert caplog.messages == ["%s: skipped 2 malformed lines" % path]
+    assert caplog.messages == ["%s: skipped 3 malformed lines" % path]
 
 
 def test_english_sts_csv_layout_reads_the_same(tmp_path):
@@ -160,6 +161,10 @@ def test_english_sts_csv_layout_reads_the_same(tmp_path):
         rows = [row[1:] + ("extra", "fields") for row in STS_ROWS if row[0] == split]
         (folder / name).write_text("".join("\t".join(row) + "\n" for row in rows), encoding="utf-8")
     assert load_task("STS-B-en", str(tmp_path)) == STS_EXPECTED
+    (folder / "sts-dev.csv").write_text("g\tf\t2012\t1\tnone\ta\tb\n", encoding="utf-8")
+    assert message(DataError, lambda: load_task("STS-B-en", str(tmp_path))) == (
+        "%s:1: malformed line: expected genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>s1<TAB>s2, got %r"
+        % (folder / "sts-dev.csv", "g\tf\t2012\t1\tnone\ta\tb"))
 
 
 def test_gzip_files_custom_openers_and_line_ends(tmp_path):

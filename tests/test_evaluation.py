@@ -189,10 +189,11 @@ def test_encode_splits_encodes_every_sentence_once_in_pair_order():
         calls.append(list(sentences))
         return [[len(s), ord(s[0])] for s in sentences]
 
-    splits = {"train": [("ab", "c", 1.0), ("def", "gh", 0.0)], "test": [("ijkl", "m", 5.0)]}
+    splits = {"train": [("ab", "c", 1.0), ("def", "gh", 0.0)], "valid": [("no", "p", 2.0)],
+              "test": [("ijkl", "m", 5.0)]}
     encoded = encode_splits(encode_lengths, splits)
-    assert calls == [["ab", "c", "def", "gh", "ijkl", "m"]]
-    assert list(encoded) == ["train", "test"]
+    assert calls == [["ab", "c", "def", "gh", "no", "p", "ijkl", "m"]]
+    assert list(encoded) == ["train", "valid", "test"]
     first, second, labels = encoded["train"]
     np.testing.assert_array_equal(first, [[2, ord("a")], [3, ord("d")]])
     np.testing.assert_array_equal(second, [[1, ord("c")], [2, ord("g")]])
@@ -274,6 +275,9 @@ def test_evaluate_equals_plain_numpy_9079_for_every_setting():
     assert only_raw[1] is None and only_raw[0][0]["splits"] == results[0]["splits"]
     other = evaluate(encoded, fit_statistics(encoded), [Setting(2, 0.0, 0.0)])[1]
     assert (other.beta, other.gamma) == (0.0, 0.0)
+    later = evaluate(encoded, fit_statistics(encoded), [Setting(2, 0.0, 0.0), Setting(2, 1.0, 0.5),
+                                                        Setting(2, 0.5, 1.0), Setting(2)])[1]
+    assert (later.beta, later.gamma) == (1.0, 1.0)
 
 
 def test_evaluate_keeps_the_rank_unless_allowed():
