@@ -191,6 +191,90 @@ def build_parser():
                           help="plot Spearman against n_components and the eigenvalue spectrum")
     evaluate.set_defaults(run=run_eval, maxlen=None)
 
+    # Retrieval (issue #14): eval-retrieval, index, search, and export --corpus.
+    retrieval_eval = commands.add_parser(
+        "eval-retrieval", formatter_class=formatter,
+        help="MRR@10 and Recall@k of cosine search, index size and query latency per k",
+        description="Make a retrieval benchmark from a pair task's split: queries are the "
+                    "distinct first sentences of positive pairs (label 1 on 0/1 tasks, score >= 4 "
+                    "on 0-5 STS tasks), the corpus the distinct second sentences of all pairs "
+                    "(plus --distractors), the relevant items of a query the second sentences "
+                    "of its positive pairs. Each task is encoded once; for every setting it "
+                    "reports MRR@10, Recall@1 and Recall@10 of exact cosine search, the FAISS "
+                    "IndexFlatIP size and latency (p50/p99 of one query, queries/s in batches "
+                    "of 64) and an HNSW index's Recall@10 against exact search. Needs "
+                    "`pip install bert-whitening[search]`.")
+    _model_options(retrieval_eval, "first-last-avg")
+    retrieval_eval.add_argument("--task", action="append", required=True, metavar="TASK",
+                                help="senteval_cn task (ATEC, BQ, LCQMC, PAWSX, STS-B) or "
+                                     "STS-B-en; repeat for several")
+    retrieval_eval.add_argument("--split", default="test", help="split the benchmark is made from")
+    retrieval_eval.add_argument("--n-components", default="0,-1,256,128,64", type=_int_list,
+                                help="comma-separated settings: 0 = raw, negative = all, k")
+    retrieval_eval.add_argument("--beta", default="1", type=_float_list, help="comma-separated betas")
+    retrieval_eval.add_argument("--gamma", default="1", type=_float_list, help="comma-separated gammas")
+    retrieval_eval.add_argument("--fit-on", nargs="+", default=["all"], metavar="all|train|FILE",
+                                help="what the whitening is fitted on: all splits of the task, "
+                                     "its train split, or sentence/pair files")
+    retrieval_eval.add_argument("--distractors", nargs="+", default=[], metavar="FILE",
+                                help="sentence files added to every task's corpus")
+    retrieval_eval.add_argument("--hnsw-m", type=int, default=32,
+                                help="neighbours per node of the HNSW index compared with exact search")
+    retrieval_eval.add_argument("--data-dir", help="senteval_cn directory (default: "
+                                                   "$BERT_WHITENING_DATA, else data/senteval_cn)")
+    retrieval_eval.add_argument("--skip-bad-lines", action="store_true",
+                                help="skip malformed data lines with a warning instead of stopping")
+    retrieval_eval.add_argument("--json", metavar="OUT.json", help="write every figure and setting")
+    retrieval_eval.add_argument("--plot", metavar="OUT.png",
+                                help="plot quality and latency against k")
+    retrieval_eval.set_defaults(run=run_eval_retrieval, maxlen=None)
+
+    index = commands.add_parser(
+        "index", formatter_class=formatter, help="encode a corpus into a FAISS index directory",
+        description="Encode every line of the INPUT sentence files (streamed, any size) and write "
+                    "a directory with the FAISS index (index.faiss), the file and line of each "
+                    "vector (keys.tsv) and what made them (index.json: model, pooling, whitening "
+                    "sha256, k), all at once: a failure leaves no directory. --from-vectors or "
+                    "--from-beam index vectors already encoded; the encoder options then say "
+                    "what encoded them. Needs `pip install bert-whitening[search]`.")
+    _model_options(index, None)
+    _whitening_options(index, "vectors")
+    index.add_argument("--hnsw", type=int, default=0, metavar="M",
+                       help="build an approximate HNSW index with M neighbours per node "
+                            "(0: exact IndexFlatIP)")
+    index.add_argument("--from-vectors", metavar="FILE.npy",
+                       help="index the rows of an `encode` output; INPUT, if given, is the "
+                            "sentence file they came from (for the keys)")
+    index.add_argument("--from-beam", metavar="PATTERN",
+                       help="index `beam-encode` TFRecord shards, e.g. 'out/vectors-*'")
+    index.add_argument("--output", required=True, metavar="DIR", help="index directory to write")
+    index.add_argument("inputs", nargs="*", metavar="INPUT", help="sentence files, one per line")
+    index.set_defaults(run=run_index)
+
+    search = commands.add_parser(
+        "search", formatter_class=formatter, help="nearest corpus lines of queries in an index",
+        description="Encode the queries with the encoder the index records (model, pooling, "
+                    "whitening, k) and print the nearest lines with their cosine. A --model, "
+                    "--pooling or --whitening other than the index's is refused.")
+    search.add_argument("--index", required=True, metavar="DIR", help="directory from `index`")
+    search.add_argument("--top-k", type=int, default=10, help="lines per query")
+    search.add_argument("--queries", metavar="FILE", help="file of queries, one per line")
+    search.add_argument("--model", metavar="DIR",
+                        help="the index's model directory where it has moved (default: recorded)")
+    search.add_argument("--pooling", choices=POOLINGS, help="must equal the index's")
+    search.add_argument("--whitening", metavar="FILE.npz",
+                        help="the index's whitening file where it has moved (default: recorded)")
+    search.add_argument("--batch-size", type=int, default=128, help="queries per model call")
+    search.add_argument("--json", action="store_true", help="print JSON instead of text")
+    search.add_argument("query", nargs="*", metavar="QUERY", help="query sentences")
+    search.set_defaults(run=run_search)
+
+    export.add_argument("--corpus", metavar="DIR",
+                        help="an exact index directory from `index` made with this encoder: adds "
+                             "the serve_search signature (nearest corpus rows, brute-force cosine "
+                             "in the graph; n x k x 4 bytes resident)")
+    export.add_argument("--top-k", type=int, default=10, help="ids and scores serve_search returns")
+
     convert = commands.add_parser(
         "convert-hf", formatter_class=formatter,
         help="write a Hugging Face BERT as a Google-format checkpoint",
@@ -410,6 +494,48 @@ def run_beam_encode(args):
     beam.run_encode(args.input, _whitened_spec(args), args.output, args.num_shards,
                     args.batch_size, args.precision, args.pipeline_options, args.runner)
     logger.info("wrote %s", beam.shards(args.output))
+
+
+def run_eval_retrieval(args):
+    import json
+
+    from bert_whitening.search import evaluate_retrieval, format_retrieval_table, plot_retrieval
+
+    fit_on = "all" if args.fit_on == ["all"] else "train" if args.fit_on == ["train"] else args.fit_on
+    report = evaluate_retrieval(_spec(args), args.task, args.data_dir, args.split, args.n_components,
+                                args.beta, args.gamma, fit_on, args.distractors, args.hnsw_m,
+                                args.batch_size, args.precision, args.maxlen, args.skip_bad_lines)
+    for task, entry in report["tasks"].items():
+        print(format_retrieval_table(task, entry))
+    if args.json:
+        write_atomically(args.json, lambda path: _write_text(path, json.dumps(report, indent=2,
+                                                                              ensure_ascii=False)))
+        logger.info("wrote %s", args.json)
+    if args.plot:
+        write_atomically(args.plot, lambda path: plot_retrieval(report, path))
+        logger.info("wrote %s", args.plot)
+
+
+def run_index(args):
+    from bert_whitening.search import build_index
+
+    build_index(_whitened_spec(args), args.output, args.inputs, args.whitening, args.hnsw,
+                args.from_vectors, args.from_beam, args.batch_size, args.precision)
+
+
+def run_search(args):
+    import json
+
+    from bert_whitening.search import format_hits, search
+
+    queries = list(args.query)
+    if args.queries:
+        queries += list(read_sentences(args.queries, "lines"))
+    if not queries:
+        raise ValueError("no queries: give QUERY arguments or --queries FILE")
+    results = search(args.index, queries, args.top_k, args.model, None, args.pooling,
+                     args.whitening, args.batch_size)
+    print(json.dumps(results, indent=2, ensure_ascii=False) if args.json else format_hits(results))
 
 
 def main(argv=None):

@@ -1,0 +1,313 @@
+"""Retrieval with an encoder: ``eval-retrieval``, ``index`` and ``search`` as Python functions.
+
+The command line only parses options into these calls. The benchmark definition, metrics and
+index files are in `bert_whitening.retrieval` (numpy only); this module adds the encoder.
+"""
+import dataclasses
+import hashlib
+import itertools
+import logging
+import os
+import time
+
+import numpy as np
+
+from bert_whitening import retrieval
+from bert_whitening.data import DataError, chunked, data_dir, load_task, read_sentences
+from bert_whitening.evaluation import encode_splits, fit_statistics, settings
+from bert_whitening.whitening import Whitening, fit_whitening, l2_normalize
+
+logger = logging.getLogger(__name__)
+
+#: Sentences read and encoded together while indexing; bounds memory whatever the corpus size.
+CHUNK_SENTENCES = 8192
+
+
+def _progress(total=None, unit="sent", desc="encoding"):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit=unit, disable=None, desc=desc)
+
+
+def _encoder_run(encoder, batch_size, precision):
+    from bert_whitening.encoding import encode
+
+    return lambda sentences: encode(encoder, list(sentences), batch_size, precision=precision)
+
+
+# --- eval-retrieval ----------------------------------------------------------------------
+
+
+def _splits_to_encode(splits, split, fit_on):
+    """The splits whose vectors are needed: all of them for ``fit_on="all"``, else the scored
+    split (and train for ``fit_on="train"``)."""
+    wanted = set(splits) if fit_on == "all" else {split, "train"} if fit_on == "train" else {split}
+    return {name: pairs for name, pairs in splits.items() if name in wanted}
+
+
+def evaluate_task(run, splits, split, requested, fit_on="all", distractors=(), hnsw_m=retrieval.HNSW_M,
+                  skip_bad_lines=False, allow_rank_deficient=False, where="task"):
+    """Retrieval figures of every setting on one task's ``split``: its sentences are encoded
+    once with ``run`` (a list of sentences to an array) and every setting is scored on the same
+    vectors. Returns ``(results, counts)``."""
+    if split not in splits:
+        raise DataError("%s has no %s split (splits: %s)" % (where, split, ", ".join(splits)))
+    bench = retrieval.build_benchmark(splits[split], distractors, where="%s.%s" % (where, split))
+    if not bench.queries:
+        raise DataError("%s.%s: no positive pairs, so no queries" % (where, split))
+    encoded = encode_splits(run, _splits_to_encode(splits, split, fit_on))
+    stats = fit_statistics(encoded, fit_on, run, skip_bad_lines)
+    first, second, _ = encoded[split]
+    queries = first[bench.query_pairs]
+    corpus = second[bench.corpus_pairs]
+    if bench.distractors:
+        corpus = np.concatenate([corpus, np.asarray(run(bench.distractors), dtype=np.float64)])
+    fitted, results = {}, []
+    for setting in requested:
+        whitening, k = None, 0
+        if setting.n_components:
+            key = (setting.beta, setting.gamma)
+            if key not in fitted:
+                fitted[key] = fit_whitening(stats, beta=setting.beta, gamma=setting.gamma,
+                                            allow_rank_deficient=True)
+            whitening = fitted[key]
+            k = whitening.components(setting.n_components, allow_rank_deficient)
+        transform = (lambda x: whitening.transform(x, k, True)) if k else l2_normalize
+        logger.info("%s: %s (k=%d) on %d queries x %d corpus", where, setting.label, k,
+                    len(queries), len(corpus))
+        scored = retrieval.score_setting(transform(queries), transform(corpus), bench.relevant, hnsw_m)
+        results.append({"setting": setting.label, "n_components": k, "beta": setting.beta,
+                        "gamma": setting.gamma, **scored})
+    counts = {"pairs": len(splits[split]), "queries": len(bench.queries), "corpus": len(bench.corpus),
+              "distractors": len(bench.distractors),
+              "relevant": int(sum(len(r) for r in bench.relevant)), "fitted_on_vectors": stats.count}
+    return results, counts
+
+
+def evaluate_retrieval(spec, tasks, directory=None, split="test", n_components=(0, -1, 256, 128, 64),
+                       betas=(1.0,), gammas=(1.0,), fit_on="all", distractor_files=(),
+                       hnsw_m=retrieval.HNSW_M, batch_size=128, precision="float32", maxlen=None,
+                       skip_bad_lines=False):
+    """The ``eval-retrieval`` report: ``{"model", "pooling", ..., "tasks": {task: {"counts",
+    "results": [per setting]}}}``. ``spec`` is a `bert_whitening.models.EncoderSpec` of the
+    unwhitened encoder; ``maxlen`` None means the original's choice (128 for PAWSX, else 64)."""
+    from bert_whitening.export import versions
+
+    started = time.time()
+    requested = settings(n_components, betas, gammas)
+    directory = data_dir(directory)
+    loaded = {task: load_task(task, directory, skip_bad_lines) for task in tasks}
+    distractors = list(retrieval.read_distractors(distractor_files, skip_bad_lines))
+    encoder = spec.build()
+    report = {"model": encoder.identity, "pooling": encoder.pooling, "data_dir": directory,
+              "split": split, "fit_on": fit_on, "precision": precision,
+              "distractor_files": list(distractor_files), "cutoff": retrieval.CUTOFF,
+              "hnsw": {"m": hnsw_m, "ef_construction": retrieval.HNSW_EF_CONSTRUCTION,
+                       "ef_search": retrieval.HNSW_EF_SEARCH},
+              "faiss_threads": _faiss_threads(), "tasks": {}, "versions": versions()}
+    for task, splits in loaded.items():
+        task_maxlen = maxlen or (128 if task == "PAWSX" else 64)
+        run = _encoder_run(dataclasses.replace(encoder, maxlen=task_maxlen), batch_size, precision)
+        results, counts = evaluate_task(run, splits, split, requested, fit_on, distractors, hnsw_m,
+                                        skip_bad_lines, spec.allow_rank_deficient, where=task)
+        report["tasks"][task] = {"maxlen": task_maxlen, "counts": counts, "results": results}
+    report["versions"]["faiss-cpu"] = retrieval.faiss().__version__
+    report["seconds"] = round(time.time() - started, 1)
+    return report
+
+
+def _faiss_threads():
+    return retrieval.faiss().omp_get_max_threads()
+
+
+def format_retrieval_table(task, entry):
+    """One row per setting: quality, then FAISS flat size and speed, then HNSW."""
+    counts = entry["counts"]
+    lines = ["%s: %d queries, corpus %d (%d distractors), %d relevant pairs"
+             % (task, counts["queries"], counts["corpus"], counts["distractors"], counts["relevant"]),
+             "%-14s %4s %7s %7s %7s %9s %8s %8s %8s %9s %8s" % (
+                 "setting", "k", "MRR@10", "R@1", "R@10", "index MB", "p50 ms", "p99 ms", "q/s@64",
+                 "HNSW R@10", "HNSW p50")]
+    for result in entry["results"]:
+        flat, hnsw = result["flat"], result["hnsw"]
+        lines.append("%-14s %4d %7.4f %7.4f %7.4f %9.2f %8.3f %8.3f %8.0f %9.4f %8.3f" % (
+            result["setting"], result["dim"], result["mrr@10"], result["recall@1"], result["recall@10"],
+            flat["index_bytes"] / 1e6, flat["p50_ms"], flat["p99_ms"], flat["qps_batch64"],
+            hnsw["recall@10_vs_exact"], hnsw["p50_ms"]))
+    return "\n".join(lines)
+
+
+def plot_retrieval(report, path):
+    """MRR@10 and Recall@10 against k, and the FAISS flat query latency against k, per task."""
+    from bert_whitening.plots import plt  # sets the headless backend
+
+    tasks = list(report["tasks"])
+    figure, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.6 * len(tasks)), squeeze=False)
+    for row, task in enumerate(tasks):
+        results = [r for r in report["tasks"][task]["results"] if (r["beta"], r["gamma"]) == (1, 1)
+                   or not r["n_components"]]
+        results.sort(key=lambda r: r["dim"])
+        dims = [r["dim"] for r in results]
+        quality, speed = axes[row]
+        for metric in ("mrr@10", "recall@1", "recall@10"):
+            quality.plot(dims, [r[metric] for r in results], marker="o", label=metric)
+        raw = [r for r in results if not r["n_components"]]
+        if raw:
+            quality.axhline(raw[0]["mrr@10"], color="grey", linestyle=":", label="raw MRR@10")
+        quality.set(title="%s: quality (exact cosine)" % task, xlabel="dimensions k", ylabel="score")
+        speed.plot(dims, [r["flat"]["p50_ms"] for r in results], marker="o", label="flat p50 (1 query)")
+        speed.plot(dims, [1e3 * 64 / r["flat"]["qps_batch64"] for r in results], marker="o",
+                   label="flat, per batch of 64")
+        speed.set(title="%s: FAISS IndexFlatIP latency" % task, xlabel="dimensions k", ylabel="ms")
+        for axis in (quality, speed):
+            axis.grid(alpha=0.3)
+            axis.legend()
+    figure.suptitle("%s, %s pooling, split %s" % (report["model"]["name"], report["pooling"],
+                                                   report["split"]))
+    figure.tight_layout()
+    with open(path, "wb") as stream:
+        figure.savefig(stream, format="png", dpi=90)
+    plt.close(figure)
+
+
+# --- index and search --------------------------------------------------------------------
+
+
+def file_sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def encoder_record(spec, whitening_path=None):
+    """What an index records of the encoder that made its vectors, and its dimension: model
+    identity, pooling, maxlen, case, whitening file (path and sha256) and k."""
+    from bert_whitening.checkpoints import find_model
+
+    identity = find_model(spec.model).identity(spec.model_type)
+    k = spec.whitening.components(spec.n_components, spec.allow_rank_deficient) if spec.whitening else 0
+    whitening = None
+    if spec.whitening is not None:
+        if spec.whitening.dim != identity["hidden_size"]:
+            raise ValueError("%s has dimension %d but the model's hidden size is %d"
+                             % (whitening_path, spec.whitening.dim, identity["hidden_size"]))
+        whitening = {"path": os.path.abspath(whitening_path), "sha256": file_sha256(whitening_path)}
+    record = {"model": identity,
+              "model_dir": None if spec.model in (None, "minilm") else os.path.abspath(spec.model),
+              "pooling": spec.pooling, "maxlen": spec.maxlen, "lowercase": spec.lowercase,
+              "whitening": whitening, "n_components": k,
+              "allow_rank_deficient": spec.allow_rank_deficient}
+    return record, k or identity["hidden_size"]
+
+
+def build_index(spec, output, inputs=(), whitening_path=None, hnsw_m=0, from_vectors=None,
+                from_beam=None, batch_size=128, precision="float32"):
+    """Write an index directory of the sentence files ``inputs`` encoded with ``spec`` (a
+    normalised `EncoderSpec`), or of vectors already encoded: ``from_vectors`` (a ``.npy``; keys
+    from ``inputs`` when given, else its rows) or ``from_beam`` (a ``beam-encode`` shard
+    pattern). Returns the number of vectors."""
+    if not spec.normalize:
+        raise ValueError("an index holds L2-normalised vectors: --no-normalize cannot be used")
+    record, dim = encoder_record(spec, whitening_path)
+    with retrieval.IndexWriter(output, dim, record, hnsw_m) as writer:
+        if from_beam:
+            from bert_whitening.beam import read_encoded
+
+            keys, vectors = read_encoded(from_beam)
+            if not keys:
+                raise DataError("%s: no beam-encode shards match" % from_beam)
+            writer.add(vectors, [(os.path.abspath(path), line) for path, line in keys])
+        elif from_vectors:
+            chunks = (vectors for _, vectors in retrieval.npy_chunks(from_vectors))
+            keys = retrieval.line_keys(inputs) if inputs else (
+                (os.path.abspath(from_vectors), row) for row in itertools.count(1))
+            retrieval.add_keyed_chunks(writer, chunks, keys)
+        else:
+            if not inputs:
+                raise ValueError("nothing to index: give sentence files, --from-vectors or --from-beam")
+            run = _encoder_run(spec.build(), batch_size, precision)
+            with _progress() as bar:
+                for path in inputs:
+                    lines = read_sentences(path, "lines")
+                    keys = retrieval.line_keys([path])
+                    chunks = (_advance(bar, run(chunk)) for chunk in chunked(lines, CHUNK_SENTENCES))
+                    retrieval.add_keyed_chunks(writer, chunks, keys)
+        count = writer.index.ntotal
+    logger.info("indexed %d vectors of dimension %d into %s (%s)", count, dim, output,
+                "HNSW, M=%d" % hnsw_m if hnsw_m else "exact IndexFlatIP")
+    return count
+
+
+def _advance(bar, vectors):
+    bar.update(len(vectors))
+    return vectors
+
+
+def query_spec(record, model=None, model_type=None, pooling=None, whitening_path=None):
+    """The `EncoderSpec` that an index's ``record`` names, refusing any given override (model,
+    pooling, whitening file) that differs from it: a query must be encoded as the corpus was."""
+    from bert_whitening.checkpoints import find_model
+    from bert_whitening.models import EncoderSpec
+
+    model = model or record["model_dir"]
+    identity = find_model(model).identity(model_type or record["model"]["type"])
+    if identity != record["model"]:
+        raise ValueError("the query model %s is not the index's (%s, vocabulary %s...): refused"
+                         % (identity["name"], record["model"]["name"],
+                            record["model"]["vocab_sha256"][:12]))
+    if pooling and pooling != record["pooling"]:
+        raise ValueError("the index was built with %s pooling, not %s: refused"
+                         % (record["pooling"], pooling))
+    whitening = None
+    if record["whitening"] or whitening_path:
+        if not record["whitening"]:
+            raise ValueError("the index holds unwhitened vectors; a query with --whitening "
+                             "would not match them: refused")
+        whitening_path = whitening_path or record["whitening"]["path"]
+        if not os.path.exists(whitening_path):
+            raise ValueError("%s: the index's whitening file is gone; pass --whitening with a "
+                             "copy (sha256 %s)" % (whitening_path, record["whitening"]["sha256"]))
+        if file_sha256(whitening_path) != record["whitening"]["sha256"]:
+            raise ValueError("%s is not the whitening the index was built with (sha256 differs "
+                             "from %s): refused" % (whitening_path, record["whitening"]["sha256"]))
+        whitening = Whitening.load(whitening_path)
+    return EncoderSpec(model=model, model_type=identity["type"], pooling=record["pooling"],
+                       maxlen=record["maxlen"], lowercase=record["lowercase"], whitening=whitening,
+                       n_components=record["n_components"], normalize=True,
+                       allow_rank_deficient=record["allow_rank_deficient"])
+
+
+def search(directory, queries, top_k=10, model=None, model_type=None, pooling=None,
+           whitening_path=None, batch_size=128):
+    """For each query, its ``top_k`` nearest corpus lines: ``[{"query", "hits": [{"rank",
+    "score" (cosine), "file", "line", "text"}]}]``. The encoder is the one the index records."""
+    from bert_whitening.encoding import encode
+
+    record = retrieval.read_metadata(directory)
+    if record.get("model") is None:
+        raise ValueError("%s records no encoder, so text queries cannot be encoded" % directory)
+    encoder = query_spec(record, model, model_type, pooling, whitening_path).build()
+    if encoder.dim != record["dim"]:
+        raise ValueError("the query encoder gives %d dimensions, the index holds %d"
+                         % (encoder.dim, record["dim"]))
+    vectors = encode(encoder, list(queries), batch_size, progress=False)
+    scores, ids = retrieval.read_index(directory).search(np.ascontiguousarray(vectors), top_k)
+    keys = retrieval.read_keys(directory)
+    found = [[keys[i] for i in row if i >= 0] for row in ids]
+    texts = retrieval.key_texts([key for row in found for key in row])
+    return [{"query": query, "hits": [
+        {"rank": rank + 1, "score": float(score), "file": key[0], "line": key[1],
+         "text": texts.get(key)} for rank, (key, score) in enumerate(zip(row, row_scores))]}
+            for query, row, row_scores in zip(queries, found, scores)]
+
+
+def format_hits(results):
+    lines = []
+    for result in results:
+        lines.append("query: %s" % result["query"])
+        for hit in result["hits"]:
+            shown = hit["text"] if hit["text"] is not None else "(%s:%d)" % (hit["file"], hit["line"])
+            lines.append("  %2d  %.4f  %s" % (hit["rank"], hit["score"], shown))
+    return "\n".join(lines)
