@@ -390,7 +390,13 @@ def run_export(args):
         with open(args.whitening, "rb") as stream:
             metadata["whitening_file"] = {"name": os.path.basename(args.whitening),
                                           "sha256": hashlib.sha256(stream.read()).hexdigest()}
-    export_saved_model(encoder, args.output, args.version, args.text, args.overwrite, metadata)
+    corpus = None
+    if args.corpus:
+        from bert_whitening.search import corpus_for_export
+
+        corpus, metadata["corpus"] = corpus_for_export(args.corpus, encoder, args.whitening)
+    export_saved_model(encoder, args.output, args.version, args.text, args.overwrite, metadata,
+                       corpus=corpus, top_k=args.top_k)
 
 
 def run_eval(args):

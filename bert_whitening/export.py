@@ -78,7 +78,7 @@ class ServingModule(tf.Module):
            tf.TensorSpec([None, None], tf.int32, name="segment_ids")]
     TEXT = [tf.TensorSpec([None], tf.string, name="text")]
 
-    def __init__(self, model, tokenizer=None):
+    def __init__(self, model, tokenizer=None, corpus=None, top_k=10):
         super().__init__()
         self.model = model
         self.serve_ids = tf.function(self._embed, input_signature=self.IDS)
@@ -87,6 +87,14 @@ class ServingModule(tf.Module):
             self.serve_text = tf.function(self._embed_text, input_signature=self.TEXT)
             # Not a signature: lets a Python client see the ids serve_text feeds the model.
             self.tokenize = tf.function(tokenizer.__call__, input_signature=self.TEXT)
+        if corpus is not None:
+            # A variable, not a constant: saved under variables/, so a corpus over GraphDef's
+            # 2 GB limit still exports.
+            self.corpus = tf.Variable(np.asarray(corpus, dtype=np.float32), trainable=False, name="corpus")
+            self.top_k = min(top_k, len(corpus))
+            self.serve_search = (tf.function(self._search_text, input_signature=self.TEXT)
+                                 if tokenizer is not None else
+                                 tf.function(self._search_ids, input_signature=self.IDS))
 
     def _embed(self, input_ids, segment_ids):
         return {"embedding": self.model([input_ids, segment_ids], training=False)}
@@ -95,16 +103,32 @@ class ServingModule(tf.Module):
         input_ids = self.tokenizer(text)
         return self._embed(input_ids, tf.zeros_like(input_ids))
 
+    def _nearest(self, embedding):
+        """Exact cosine (the embeddings and corpus rows are unit vectors) and the top k."""
+        scores, ids = tf.math.top_k(tf.matmul(embedding, self.corpus, transpose_b=True), k=self.top_k)
+        return {"ids": tf.cast(ids, tf.int64), "scores": scores}
+
+    def _search_ids(self, input_ids, segment_ids):
+        return self._nearest(self._embed(input_ids, segment_ids)["embedding"])
+
+    def _search_text(self, text):
+        return self._nearest(self._embed_text(text)["embedding"])
+
     def signatures(self):
         signatures = {"serving_default": self.serve_ids.get_concrete_function()}
         if hasattr(self, "serve_text"):
             signatures["serve_text"] = self.serve_text.get_concrete_function()
+        if hasattr(self, "serve_search"):
+            signatures["serve_search"] = self.serve_search.get_concrete_function()
         return signatures
 
 
 def export_saved_model(encoder, base, version=None, text=False, overwrite=False, metadata=None,
-                       tolerance=TOLERANCE):
-    """Write ``encoder`` to ``BASE/N`` and return ``(path, largest difference found)``."""
+                       tolerance=TOLERANCE, corpus=None, top_k=10):
+    """Write ``encoder`` to ``BASE/N`` and return ``(path, largest difference found)``.
+
+    ``corpus``: unit vectors of the encoder's dimension for a ``serve_search`` signature that
+    returns the ``top_k`` nearest rows, verified against FAISS (`bert_whitening.export_search`)."""
     if text and MODEL_TYPES[encoder.identity["type"]][1]:
         raise ExportError("--text is not available for %s: it splits words with jieba, which "
                           "cannot run inside a TensorFlow graph; export the token-id signature "
@@ -115,7 +139,7 @@ def export_saved_model(encoder, base, version=None, text=False, overwrite=False,
         from bert_whitening.graph_tokenizer import GraphTokenizer
 
         tokenizer = GraphTokenizer(encoder.tokenizer._token_dict, encoder.maxlen, encoder.lowercase)
-    module = ServingModule(encoder.model, tokenizer)
+    module = ServingModule(encoder.model, tokenizer, corpus, top_k)
 
     with staged_directory(base) as staging:
         tf.saved_model.save(module, staging, signatures=module.signatures())
@@ -128,6 +152,10 @@ def export_saved_model(encoder, base, version=None, text=False, overwrite=False,
         with open(os.path.join(staging, "assets", METADATA_FILE), "w", encoding="utf-8") as stream:
             json.dump(info, stream, indent=2, ensure_ascii=False)
         difference = verify(staging, encoder, text, tolerance)
+        if corpus is not None:
+            from bert_whitening.export_search import verify_search
+
+            verify_search(staging, encoder, corpus, text, tolerance)
         target = os.path.join(base, str(number))
         os.makedirs(base, exist_ok=True)
         if os.path.exists(target):  # overwrite was asked for: swap, then remove the old one

@@ -16,6 +16,7 @@ top 10 (0 when there is none); Recall@k the share of queries with any relevant i
 
 numpy only; FAISS (``pip install '.[search]'``) is imported inside the functions that use it.
 """
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -44,6 +45,7 @@ SEARCH_BLOCK = 256
 
 
 def faiss():
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # its per-CPU-variant notes
     try:
         import faiss as module
     except ImportError:
@@ -159,17 +161,32 @@ def index_bytes(index):
     return int(faiss().serialize_index(index).nbytes)
 
 
+@contextlib.contextmanager
+def one_thread():
+    """FAISS on one OpenMP thread inside the block. A lone query is not worth splitting, and on a
+    busy machine OpenMP's waiting made one-query p50 20x slower with 2 threads than with 1
+    (measured here); batches keep all threads."""
+    before = faiss().omp_get_max_threads()
+    faiss().omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss().omp_set_num_threads(before)
+
+
 def latencies(search, queries, singles=200, batch=64, minimum_batched=1024):
     """``{"p50_ms", "p99_ms"}`` of one-query calls of ``search(array)`` on the first ``singles``
-    queries, and ``"qps_batch64"``: queries per second in calls of ``batch`` (the queries are
-    repeated to at least ``minimum_batched`` so a small set is still timed over many calls)."""
+    queries (FAISS on one thread), and ``"qps_batch64"``: queries per second in calls of
+    ``batch`` (the queries are repeated to at least ``minimum_batched`` so a small set is still
+    timed over many calls)."""
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     search(queries[:1])  # warm-up
     times = []
-    for row in range(min(singles, len(queries))):
-        started = time.perf_counter()
-        search(queries[row:row + 1])
-        times.append(time.perf_counter() - started)
+    with one_thread():
+        for row in range(min(singles, len(queries))):
+            started = time.perf_counter()
+            search(queries[row:row + 1])
+            times.append(time.perf_counter() - started)
     batched = queries if len(queries) >= minimum_batched else np.resize(
         queries, (minimum_batched, queries.shape[1]))
     started = time.perf_counter()

@@ -311,3 +311,24 @@ def format_hits(results):
             shown = hit["text"] if hit["text"] is not None else "(%s:%d)" % (hit["file"], hit["line"])
             lines.append("  %2d  %.4f  %s" % (hit["rank"], hit["score"], shown))
     return "\n".join(lines)
+
+
+def corpus_for_export(directory, encoder, whitening_path=None):
+    """The vectors of an index directory for ``export --corpus``, and what the export records of
+    them; refused unless the index was made by this encoder (model, pooling, whitening, k)."""
+    record = retrieval.read_metadata(directory)
+    whitening = file_sha256(whitening_path) if whitening_path else None
+    made_by = (record["model"], record["pooling"], record["n_components"],
+               (record["whitening"] or {}).get("sha256"))
+    if made_by != (encoder.identity, encoder.pooling, encoder.n_components, whitening):
+        raise ValueError("%s was indexed with %s, %s pooling, k=%s, whitening %s; the export is "
+                         "%s, %s pooling, k=%s, whitening %s: refused" % (
+                             directory, record["model"]["name"], record["pooling"],
+                             record["n_components"], (made_by[3] or "none")[:12],
+                             encoder.identity["name"], encoder.pooling, encoder.n_components,
+                             (whitening or "none")[:12]))
+    vectors = retrieval.corpus_vectors(directory)
+    logger.info("serve_search corpus: %d x %d float32 = %.1f MB resident in the server",
+                len(vectors), vectors.shape[1], vectors.nbytes / 1e6)
+    return vectors, {"index": os.path.abspath(directory), "count": len(vectors),
+                     "dim": int(vectors.shape[1]), "keys": retrieval.KEYS_FILE}
