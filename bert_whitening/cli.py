@@ -270,7 +270,7 @@ def build_parser():
     search.set_defaults(run=run_search)
 
     export.add_argument("--corpus", metavar="DIR",
-                        help="an exact index directory from `index` made with this encoder: adds "
+                        help="an index directory from `index` made with this encoder: adds "
                              "the serve_search signature (nearest corpus rows, brute-force cosine "
                              "in the graph; n x k x 4 bytes resident)")
     export.add_argument("--top-k", type=int, default=10, help="ids and scores serve_search returns")

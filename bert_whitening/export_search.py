@@ -2,8 +2,9 @@
 
 The child loads the SavedModel as a server would, runs ``serve_search`` on the verification
 sentences, embeds the same sentences with ``serving_default`` and searches those embeddings in a
-FAISS ``IndexFlatIP`` of the same corpus vectors. The two rankings must return the same ids
-except where the scores tie (to the tolerance), and the same scores.
+FAISS ``IndexFlatIP`` of the same corpus vectors. The two rankings must agree rank by rank:
+each returned id's own cosine must equal FAISS's score at that rank (so different ids pass only
+where cosines tie, to the tolerance), and the returned scores must be those cosines.
 """
 import json
 import os
@@ -16,12 +17,15 @@ import numpy as np
 from bert_whitening import retrieval
 
 
-def mismatches(ids, scores, expected_ids, expected_scores, tolerance):
-    """``[(row, rank, id, expected id)]`` where the ids differ and the scores do not tie, plus
-    the largest score difference."""
-    found = [(row, rank, int(ids[row, rank]), int(expected_ids[row, rank]))
-             for row, rank in zip(*np.nonzero(ids != expected_ids))
-             if abs(float(scores[row, rank]) - float(expected_scores[row, rank])) > tolerance]
+def mismatches(ids, scores, expected_ids, expected_scores, queries, corpus, tolerance):
+    """``[(row, rank, id, expected id)]`` where a returned id's own cosine with its query (not
+    the score returned beside it) differs from the expected score at that rank, or the score
+    returned is not that cosine; plus the largest score difference. Different ids with equal
+    cosines are ties, and pass."""
+    cosines = np.einsum("qkd,qd->qk", np.asarray(corpus, np.float64)[ids], np.asarray(queries, np.float64))
+    bad = (np.abs(cosines - expected_scores) > tolerance) | (np.abs(cosines - scores) > tolerance)
+    found = [(int(row), int(rank), int(ids[row, rank]), int(expected_ids[row, rank]))
+             for row, rank in zip(*np.nonzero(bad))]
     return found, float(np.abs(scores - expected_scores).max())
 
 
@@ -64,7 +68,8 @@ def _child(directory, scratch, tolerance):
     served = loaded.signatures["serve_search"](**({"text": tf.constant(text)} if text else ids_input))
     ids, scores = served["ids"].numpy(), served["scores"].numpy()
     expected_scores, expected_ids = retrieval.flat_index(corpus).search(embeddings, ids.shape[1])
-    found, difference = mismatches(ids, scores, expected_ids, expected_scores, float(tolerance))
+    found, difference = mismatches(ids, scores, expected_ids, expected_scores, embeddings, corpus,
+                                   float(tolerance))
     with open(os.path.join(scratch, "result.json"), "w", encoding="utf-8") as stream:
         json.dump({"mismatches": found, "score_difference": difference, "top_k": ids.shape[1],
                    "ids_dtype": str(ids.dtype), "scores_dtype": str(scores.dtype)}, stream)

@@ -303,17 +303,20 @@ def corpus_vectors(directory):
     return index.reconstruct_n(0, index.ntotal)
 
 
-def read_keys(directory):
-    """``[(file, line)]`` of every vector, in index order."""
-    keys = []
+def read_keys(directory, rows=None):
+    """``[(file, line)]`` of every vector, in index order; or, given a set of ``rows``, only
+    ``{row: (file, line)}`` of those (a search needs a few keys of a large index)."""
+    keys = {}
     with open(os.path.join(directory, KEYS_FILE), encoding="utf-8") as stream:
-        for number, line in enumerate(stream, 1):
+        for row, line in enumerate(stream):
+            if rows is not None and row not in rows:
+                continue
             fields = line.rstrip("\n").split("\t")
             if len(fields) != 2 or not fields[1].isdigit():
                 raise DataError("%s:%d: expected file<TAB>line, got %r"
-                                % (os.path.join(directory, KEYS_FILE), number, line[:200]))
-            keys.append((fields[0], int(fields[1])))
-    return keys
+                                % (os.path.join(directory, KEYS_FILE), row + 1, line[:200]))
+            keys[row] = (fields[0], int(fields[1]))
+    return list(keys.values()) if rows is None else keys
 
 
 def key_texts(keys):

@@ -294,7 +294,7 @@ def search(directory, queries, top_k=10, model=None, model_type=None, pooling=No
                          % (encoder.dim, record["dim"]))
     vectors = encode(encoder, list(queries), batch_size, progress=False)
     scores, ids = retrieval.read_index(directory).search(np.ascontiguousarray(vectors), top_k)
-    keys = retrieval.read_keys(directory)
+    keys = retrieval.read_keys(directory, set(ids.ravel().tolist()))
     found = [[keys[i] for i in row if i >= 0] for row in ids]
     texts = retrieval.key_texts([key for row in found for key in row])
     return [{"query": query, "hits": [

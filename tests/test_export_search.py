@@ -38,13 +38,15 @@ def test_serve_search_returns_the_exact_nearest_rows(search_export, whitened, co
     assert ids.dtype == np.int64 and scores.dtype == np.float32 and ids.shape == (6, 7)
     dots = encode(whitened, SENTENCES[:6]).astype(np.float64) @ corpus.T.astype(np.float64)
     expected = np.argsort(-dots, axis=1, kind="stable")[:, :7]
-    assert not mismatches(ids, scores, expected, np.take_along_axis(dots, expected, 1), 1e-5)[0]
+    queries = encode(whitened, SENTENCES[:6])
+    assert not mismatches(ids, scores, expected, np.take_along_axis(dots, expected, 1), queries, corpus, 1e-5)[0]
     np.testing.assert_allclose(scores, np.take_along_axis(dots, expected, 1), atol=1e-5)
     assert set(ids[0, :2]) == {0, len(corpus) - 3}  # sentence 0 and its duplicate, cosine 1
     with open(os.path.join(search_export, "assets", "bert_whitening.json"), encoding="utf-8") as stream:
         assert "serve_search" in json.load(stream)["signatures"]
     assert isinstance(loaded.corpus, tf.Variable) and loaded.corpus.shape == corpus.shape
-    assert os.path.getsize(os.path.join(search_export, "saved_model.pb")) < corpus.nbytes  # not a constant
+    with open(os.path.join(search_export, "saved_model.pb"), "rb") as stream:
+        assert corpus[20].tobytes() not in stream.read()  # not a constant in the graph
 
 
 def test_serve_search_without_text_takes_token_ids(whitened, corpus, tmp_path):
@@ -60,10 +62,14 @@ def test_serve_search_without_text_takes_token_ids(whitened, corpus, tmp_path):
 
 
 def test_ties_are_accepted_and_other_differences_are_not():
-    ids, scores = np.array([[3, 4, 9]]), np.array([[0.9, 0.8, 0.8]])
-    assert mismatches(np.array([[3, 9, 4]]), scores, ids, scores, 1e-5) == ([], 0.0)
-    found, _ = mismatches(np.array([[4, 3, 9]]), scores, ids, scores, 1e-5)
-    assert found == [(0, 0, 4, 3), (0, 1, 3, 4)]
+    corpus = np.array([[1, 0], [0.6, 0.8], [0.6, 0.8], [0, 1]])
+    queries = np.array([[1.0, 0.0]])
+    ids, scores = np.array([[0, 1, 2]]), np.array([[1.0, 0.6, 0.6]])
+    assert mismatches(np.array([[0, 2, 1]]), scores, ids, scores, queries, corpus, 1e-5) == ([], 0.0)
+    found, _ = mismatches(np.array([[0, 1, 3]]), scores, ids, scores, queries, corpus, 1e-5)
+    assert found == [(0, 2, 3, 2)]  # row 3's cosine is 0, not 0.6: right score, wrong id
+    found, difference = mismatches(ids, np.array([[1.0, 0.6, 0.5]]), ids, scores, queries, corpus, 1e-5)
+    assert found == [(0, 2, 2, 2)] and difference == pytest.approx(0.1)
 
 
 def test_a_wrong_serve_search_fails_verification_and_leaves_nothing(whitened, corpus, tmp_path, monkeypatch):

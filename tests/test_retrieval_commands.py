@@ -148,3 +148,18 @@ def test_failed_index_leaves_no_directory(indexed, tmp_path, caplog):
                "--output", target) == 2  # 24 dimensions by default, the vectors have 12
     assert "dimension 24" in caplog.text
     assert not target.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".")]
+
+
+@pytest.mark.slow
+def test_index_from_beam_encode_shards(indexed, tmp_path):
+    from bert_whitening import retrieval
+
+    model, corpus, whitening, vectors, index = indexed
+    prefix = tmp_path / "beam" / "vectors"
+    assert run("beam-encode", "--model", model, "--whitening", whitening, "--n-components", 12,
+               "--input", corpus, "--num-shards", 2, "--output", prefix) == 0
+    from_beam = tmp_path / "from_beam"
+    assert run("index", "--model", model, "--whitening", whitening, "--n-components", 12,
+               "--from-beam", "%s-*" % prefix, "--output", from_beam) == 0
+    assert retrieval.read_keys(str(from_beam)) == retrieval.read_keys(str(index))
+    np.testing.assert_allclose(retrieval.corpus_vectors(str(from_beam)), np.load(vectors), atol=1e-5)
