@@ -148,7 +148,7 @@ def run_size(n, dim, rng, args, rows):
 
 def print_row(row):
     n, dim, path, qps, p50, size, note = row
-    print("%8d %4d  %-18s %10.0f %10.3f %10.1f  %s" % (n, dim, path, qps, p50, size / 2 ** 20, note))
+    print("%8d %4d  %-18s %10.1f %10.3f %10.1f  %s" % (n, dim, path, qps, p50, size / 2 ** 20, note))
 
 
 def main():

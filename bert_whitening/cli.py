@@ -510,9 +510,9 @@ def run_eval_retrieval(args):
     fit_on = "all" if args.fit_on == ["all"] else "train" if args.fit_on == ["train"] else args.fit_on
     report = evaluate_retrieval(_spec(args), args.task, args.data_dir, args.split, args.n_components,
                                 args.beta, args.gamma, fit_on, args.distractors, args.hnsw_m,
-                                args.batch_size, args.precision, args.maxlen, args.skip_bad_lines)
-    for task, entry in report["tasks"].items():
-        print(format_retrieval_table(task, entry))
+                                args.batch_size, args.precision, args.maxlen, args.skip_bad_lines,
+                                on_task=lambda task, entry: print(format_retrieval_table(task, entry),
+                                                                  flush=True))
     if args.json:
         write_atomically(args.json, lambda path: _write_text(path, json.dumps(report, indent=2,
                                                                               ensure_ascii=False)))

@@ -87,10 +87,11 @@ def evaluate_task(run, splits, split, requested, fit_on="all", distractors=(), h
 def evaluate_retrieval(spec, tasks, directory=None, split="test", n_components=(0, -1, 256, 128, 64),
                        betas=(1.0,), gammas=(1.0,), fit_on="all", distractor_files=(),
                        hnsw_m=retrieval.HNSW_M, batch_size=128, precision="float32", maxlen=None,
-                       skip_bad_lines=False):
+                       skip_bad_lines=False, on_task=None):
     """The ``eval-retrieval`` report: ``{"model", "pooling", ..., "tasks": {task: {"counts",
     "results": [per setting]}}}``. ``spec`` is a `bert_whitening.models.EncoderSpec` of the
-    unwhitened encoder; ``maxlen`` None means the original's choice (128 for PAWSX, else 64)."""
+    unwhitened encoder; ``maxlen`` None means the original's choice (128 for PAWSX, else 64).
+    ``on_task(task, entry)`` is called as each task is done (the CLI prints its table)."""
     from bert_whitening.export import versions
 
     started = time.time()
@@ -111,6 +112,8 @@ def evaluate_retrieval(spec, tasks, directory=None, split="test", n_components=(
         results, counts = evaluate_task(run, splits, split, requested, fit_on, distractors, hnsw_m,
                                         skip_bad_lines, spec.allow_rank_deficient, where=task)
         report["tasks"][task] = {"maxlen": task_maxlen, "counts": counts, "results": results}
+        if on_task:
+            on_task(task, report["tasks"][task])
     report["versions"]["faiss-cpu"] = retrieval.faiss().__version__
     report["seconds"] = round(time.time() - started, 1)
     return report

@@ -2,13 +2,22 @@
 import json
 import os
 
+import itertools
+
 import numpy as np
 import pytest
-from test_cli import MANY, run
 from test_retrieval import reference_metrics, reference_ranking
 
+from bert_whitening import cli
 from bert_whitening.encoding import encode
 from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
+
+WORDS = ["今天", "天气", "很好", "我们", "在北京", "喝茶", "the cat", "is on", "the mat", "hello"]
+MANY = ["".join(parts) for parts in itertools.permutations(WORDS, 3)][::7][:80]  # 80 sentences
+
+
+def run(*argv):
+    return cli.main([str(a) for a in argv])
 
 
 @pytest.fixture
