@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SAMPLE := data/sample
 
-.PHONY: demo test verify-hf clean
+.PHONY: demo test lint verify-hf clean
 
 $(BIN)/.installed: setup.py requirements.txt requirements-nodeps.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ demo: $(BIN)/.installed
 ## Test suite (what CI runs). PYTEST_ARGS="-m 'not slow'" skips the real-model tests.
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## Lint (what CI runs before the tests): pyflakes, pycodestyle, isort and bugbear rules, pyproject.toml.
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
 
 ## Hidden states of every layer vs Hugging Face transformers (torch in a separate .venv-torch).
 verify-hf: $(BIN)/.installed

@@ -19,6 +19,7 @@ measured here) that the model reaches, and the accuracy of bfloat16 against floa
 vector's cosine and Spearman on the English STS-B test split.
 """
 import argparse
+import functools
 import json
 import os
 import platform
@@ -131,7 +132,7 @@ def main():
 
     from bert_whitening.checkpoints import find_model
     from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
-    from bert_whitening.encoding import batches, compiled, encode, tokenize
+    from bert_whitening.encoding import batches, compiled, encode, precision_scope, tokenize
     from bert_whitening.evaluation import cosine_spearman, encode_splits
     from bert_whitening.export import export_saved_model
     from bert_whitening.models import build_encoder, with_whitening
@@ -150,7 +151,8 @@ def main():
     run_pooled, run_whitened = compiled(pooled.model), compiled(encoder.model)
 
     def ours(precision):
-        return encode(encoder, sentences, args.batch_size, progress=False, precision=precision)
+        with precision_scope(precision):  # this script runs one thread: switching is safe here
+            return encode(encoder, sentences, args.batch_size, progress=False)
 
     def on_batches(call):
         return lambda: [call(tf.constant(ids), tf.zeros_like(ids)) for ids in padded]
@@ -197,9 +199,11 @@ def main():
     }
 
     test = {"test": splits["test"]}
-    spearman = {precision: cosine_spearman(*encode_splits(
-        lambda texts: encode(encoder, texts, args.batch_size, progress=False, precision=precision),
-        test)["test"]) for precision in ("float32", "bfloat16")}
+    spearman = {}
+    for precision in ("float32", "bfloat16"):
+        with precision_scope(precision):
+            spearman[precision] = cosine_spearman(*encode_splits(
+                functools.partial(encode, encoder, batch_size=args.batch_size, progress=False), test)["test"])
 
     # Report.
     peer_seconds = rows[PEER % args.peer_batch_size]

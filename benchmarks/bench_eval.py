@@ -32,6 +32,7 @@ def main():
     from bert_whitening.encoding import encode
     from bert_whitening.evaluation import Setting, encode_splits, evaluate, fit_statistics
     from bert_whitening.models import build_encoder
+
     from reference import original_eval
 
     splits = load_task(args.task, SHARED)

@@ -122,7 +122,7 @@ def main():
         vectors = np.load(path, mmap_mode="r")
         bounds = np.linspace(0, args.rows, args.shards + 1).astype(int)
         merged = WhiteningStats()
-        for low, high in zip(bounds[:-1], bounds[1:]):
+        for low, high in zip(bounds[:-1], bounds[1:], strict=True):
             merged.merge(WhiteningStats().update(vectors[low:high]))
         subsample = np.asarray(vectors[:args.original_rows], dtype=np.float64)
         streamed_subsample = WhiteningStats().update(vectors[:args.original_rows])

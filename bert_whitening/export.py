@@ -10,22 +10,32 @@ The layout is TF Serving's: ``BASE/N/`` with ``N`` an integer version. Signature
 The SavedModel is written to a temporary directory beside ``BASE``, loaded again in a fresh
 Python process, and both signatures are compared with the in-memory Keras model on sample
 sentences; only then is it renamed to ``BASE/N``. A failure at any step leaves no ``BASE/N``.
+
+Concurrent exports to one ``BASE`` cannot collide: the version is taken by that final rename,
+which never replaces a version that exists (a non-empty directory). When the next free number
+was taken meanwhile, an export without ``--version`` takes the one after; with ``--version`` it
+fails. The staging directory is named ``.N.bert-whitening-tmp-PID-...`` beside the versions
+(TF Serving ignores names that are not integers), and the next export removes those of a
+process that was killed (`bert_whitening.atomic`).
 """
+import errno
 import importlib.metadata
 import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 from bert_whitening.atomic import staged_directory
 from bert_whitening.backend import tf
-from bert_whitening.encoding import encode_ids, pad, tokenize
+from bert_whitening.encoding import encode_ids, tokenize
+from bert_whitening.errors import ExportError
 from bert_whitening.names import MODEL_TYPES
+from bert_whitening.serving import pad_ids
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +51,6 @@ VERIFY_SENTENCES = [
 ]
 
 
-class ExportError(ValueError):
-    """An export that was refused or failed; nothing was left at the target."""
 
 
 def versions():
@@ -59,6 +67,8 @@ def versions():
 
 def target_version(base, version=None, overwrite=False):
     """The version to write: ``version``, or one more than the highest integer one in ``base``."""
+    if os.path.exists(base) and not os.path.isdir(base):
+        raise ExportError("export base %s is a file, not a directory" % base)
     existing = [int(name) for name in os.listdir(base) if name.isdigit()] if os.path.isdir(base) else []
     if version is None:
         return max(existing, default=0) + 1
@@ -129,7 +139,7 @@ def export_saved_model(encoder, base, version=None, text=False, overwrite=False,
 
     ``corpus``: unit vectors of the encoder's dimension for a ``serve_search`` signature that
     returns the ``top_k`` nearest rows, verified against FAISS (`bert_whitening.export_search`)."""
-    if text and MODEL_TYPES[encoder.identity["type"]][1]:
+    if text and MODEL_TYPES[encoder.identity["type"]].word_level:
         raise ExportError("--text is not available for %s: it splits words with jieba, which "
                           "cannot run inside a TensorFlow graph; export the token-id signature "
                           "and tokenise on the client" % encoder.identity["type"])
@@ -138,16 +148,20 @@ def export_saved_model(encoder, base, version=None, text=False, overwrite=False,
     if text:
         from bert_whitening.graph_tokenizer import GraphTokenizer
 
-        tokenizer = GraphTokenizer(encoder.tokenizer._token_dict, encoder.maxlen, encoder.lowercase)
+        tokenizer = GraphTokenizer(encoder.vocab, encoder.maxlen, encoder.lowercase)
     module = ServingModule(encoder.model, tokenizer, corpus, top_k)
 
-    with staged_directory(base) as staging:
-        tf.saved_model.save(module, staging, signatures=module.signatures())
+    with staged_directory(os.path.join(base, str(number))) as staging:
+        try:
+            tf.saved_model.save(module, staging, signatures=module.signatures())
+        except tf.errors.OpError as error:  # "STAGING/FILE; No space left on device" and the like
+            reason = error.message.splitlines()[0].split("; ")[-1].replace(staging, "")
+            raise ExportError("%s: cannot write the SavedModel: %s" % (base, reason)) from None
         os.makedirs(os.path.join(staging, "assets"), exist_ok=True)
         info = {**(metadata or {}), "model": encoder.identity, "pooling": encoder.pooling,
                 "maxlen": encoder.maxlen, "lowercase": encoder.lowercase,
                 "n_components": encoder.n_components, "normalize": encoder.normalize,
-                "whitening": encoder.whitening, "signatures": sorted(module.signatures()),
+                "whitening": whitening_summary(encoder.whitening), "signatures": sorted(module.signatures()),
                 "versions": versions()}
         with open(os.path.join(staging, "assets", METADATA_FILE), "w", encoding="utf-8") as stream:
             json.dump(info, stream, indent=2, ensure_ascii=False)
@@ -156,18 +170,43 @@ def export_saved_model(encoder, base, version=None, text=False, overwrite=False,
             from bert_whitening.export_search import verify_search
 
             verify_search(staging, encoder, corpus, text, tolerance)
-        target = os.path.join(base, str(number))
-        os.makedirs(base, exist_ok=True)
-        if os.path.exists(target):  # overwrite was asked for: swap, then remove the old one
-            retired = target + ".retired"
-            os.rename(target, retired)
-            os.rename(staging, target)
-            shutil.rmtree(retired)
-        else:
-            os.rename(staging, target)
+        target = _publish(staging, base, number, version is None, overwrite)
     logger.info("exported %s (signatures: %s); the reloaded model differs from the Keras model "
                 "by at most %.2g", target, ", ".join(sorted(module.signatures())), difference)
     return target, difference
+
+
+def _publish(staging, base, number, automatic, overwrite):
+    """Rename ``staging`` to ``BASE/N`` and return that path. The rename fails when ``BASE/N``
+    exists (another export may have taken it since `target_version` looked): then an automatic
+    version moves on to the next free number, an explicit one is an error unless ``overwrite``,
+    which swaps the old version out."""
+    while True:
+        target = os.path.join(base, str(number))
+        try:
+            os.rename(staging, target)
+            return target
+        except OSError as error:
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+        if automatic:
+            number += 1
+        elif overwrite:
+            retired = staging + ".retired"
+            os.rename(target, retired)
+            os.rename(staging, target)
+            shutil.rmtree(retired)
+            return target
+        else:
+            raise ExportError("%s already exists; pass overwrite (--overwrite) to replace it" % target)
+
+
+def whitening_summary(whitening):
+    """What the export's metadata says of the whitening in its graph (None without one)."""
+    if whitening is None:
+        return None
+    return {"beta": whitening.beta, "gamma": whitening.gamma, "count": whitening.count,
+            "rank": whitening.rank, "fitted_on_model": whitening.model}
 
 
 def verify(directory, encoder, text, tolerance=TOLERANCE):
@@ -178,18 +217,9 @@ def verify(directory, encoder, text, tolerance=TOLERANCE):
     model, so it also checks the in-graph tokenizer.
     """
     sequences, _ = tokenize(encoder, VERIFY_SENTENCES)
-    input_ids = pad(sequences)
+    input_ids = pad_ids(sequences)
     expected = encode_ids(encoder, sequences, progress=False)
-    with tempfile.TemporaryDirectory() as scratch:
-        request, response = os.path.join(scratch, "request.npz"), os.path.join(scratch, "response.npz")
-        np.savez(request, input_ids=input_ids, text=np.array(VERIFY_SENTENCES if text else [], dtype=object))
-        child = subprocess.run([sys.executable, "-m", "bert_whitening.export", directory, request,
-                                response], capture_output=True, text=True)
-        if child.returncode != 0:
-            raise ExportError("the exported SavedModel failed to load or run in a fresh process:\n"
-                              + child.stderr[-3000:])
-        with np.load(response) as outputs:
-            results = {name: outputs[name] for name in outputs.files}
+    results = run_in_fresh_process(directory, input_ids, VERIFY_SENTENCES if text else [])
     difference = float(np.abs(results["serving_default"] - expected).max())
     if text:
         difference = max(difference, float(np.abs(results["serve_text"] - expected).max()))
@@ -197,6 +227,39 @@ def verify(directory, encoder, text, tolerance=TOLERANCE):
         raise ExportError("the reloaded SavedModel differs from the Keras model by %.3g "
                           "(tolerance %.3g); nothing was written" % (difference, tolerance))
     return difference
+
+
+def run_in_fresh_process(directory, input_ids, sentences=(), scratch=None):
+    """Outputs of a SavedModel loaded as a server loads it, in a new Python process:
+    ``{"serving_default": vectors of input_ids, "serve_text": vectors of sentences}`` (the
+    latter when ``sentences`` are given). The child dies with this process, even by SIGKILL.
+    Its request and response files live in ``scratch`` (default ``directory/.verify``, which
+    goes with a staging directory when that is removed) and are removed afterwards."""
+    scratch = scratch or os.path.join(directory, ".verify")
+    os.makedirs(scratch, exist_ok=True)
+    request, response = os.path.join(scratch, "request.npz"), os.path.join(scratch, "response.npz")
+    try:
+        np.savez(request, input_ids=input_ids, text=np.array(list(sentences), dtype=object))
+        child = subprocess.run([sys.executable, "-m", "bert_whitening.export", directory, request,
+                                response], capture_output=True, text=True,
+                               preexec_fn=_die_with_parent)
+        if child.returncode != 0:
+            raise ExportError("the exported SavedModel failed to load or run in a fresh process:\n"
+                              + child.stderr[-3000:])
+        with np.load(response) as outputs:
+            return {name: outputs[name] for name in outputs.files}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _die_with_parent():
+    """In the child, before exec: ask Linux to SIGKILL it when its parent dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's clean-up still kills it
+        pass
 
 
 def _run_saved_model(directory, request_path, response_path):

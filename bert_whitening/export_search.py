@@ -25,19 +25,20 @@ def mismatches(ids, scores, expected_ids, expected_scores, queries, corpus, tole
     cosines = np.einsum("qkd,qd->qk", np.asarray(corpus, np.float64)[ids], np.asarray(queries, np.float64))
     bad = (np.abs(cosines - expected_scores) > tolerance) | (np.abs(cosines - scores) > tolerance)
     found = [(int(row), int(rank), int(ids[row, rank]), int(expected_ids[row, rank]))
-             for row, rank in zip(*np.nonzero(bad))]
+             for row, rank in zip(*np.nonzero(bad), strict=True)]
     return found, float(np.abs(scores - expected_scores).max())
 
 
 def verify_search(directory, encoder, corpus, text, tolerance):
     """Run the child on the export in ``directory``; raise `ExportError` when it disagrees."""
-    from bert_whitening.encoding import pad, tokenize
+    from bert_whitening.encoding import tokenize
     from bert_whitening.export import VERIFY_SENTENCES, ExportError
+    from bert_whitening.serving import pad_ids
 
     sequences, _ = tokenize(encoder, VERIFY_SENTENCES)
     with tempfile.TemporaryDirectory() as scratch:
         np.save(os.path.join(scratch, "corpus.npy"), np.asarray(corpus, dtype=np.float32))
-        np.savez(os.path.join(scratch, "request.npz"), input_ids=pad(sequences),
+        np.savez(os.path.join(scratch, "request.npz"), input_ids=pad_ids(sequences),
                  text=np.array(VERIFY_SENTENCES if text else [], dtype=object))
         child = subprocess.run([sys.executable, "-m", "bert_whitening.export_search", directory,
                                 scratch, str(tolerance)], capture_output=True, text=True)

@@ -5,19 +5,25 @@ padding id 0) to one vector per sentence, with the tokenizer and settings that g
 `with_whitening` appends the whitening Dense and the L2 normalisation to the same graph.
 """
 import dataclasses
+import logging
 
-from bert_whitening.backend import Tokenizer, build_transformer_model, keras, tf
+from bert_whitening.backend import Tokenizer, build_transformer_model, keras, load_vocab, tf
 from bert_whitening.checkpoints import CheckpointError, find_model
+from bert_whitening.errors import BertWhiteningError, WhiteningError
 from bert_whitening.layers import FirstTokenPooling, L2Normalize, MaskedAveragePooling, WhiteningDense
 from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
 class Encoder:
-    """A Keras sentence encoder and everything needed to feed it."""
+    """A Keras sentence encoder and everything needed to feed it: the tokenizer and its
+    vocabulary (token to id, as bert4keras reads it), and the `Whitening` in the graph, if any."""
 
     model: keras.Model
     tokenizer: Tokenizer
+    vocab: dict
     pooling: str
     maxlen: int
     hidden_size: int
@@ -25,7 +31,7 @@ class Encoder:
     lowercase: bool = True
     n_components: int = 0
     normalize: bool = False
-    whitening: dict = None
+    whitening: object = None  # a `bert_whitening.whitening.Whitening`
 
     @property
     def dim(self):
@@ -48,31 +54,43 @@ class EncoderSpec:
     normalize: bool = False
     allow_rank_deficient: bool = False
 
+    def check(self):
+        """Refuse what the options and the model's configuration rule out, before any weights
+        are read; returns the number of whitened dimensions to keep (0 without a whitening)."""
+        files = check_model(self.model, self.model_type, self.pooling, self.maxlen)
+        if self.whitening is None:
+            if self.n_components is not None:
+                raise WhiteningError("n_components %d needs a whitening (--whitening FILE.npz)"
+                                     % self.n_components)
+            return 0
+        return whitening_components(self.whitening, files.identity(self.model_type.lower()),
+                                    self.pooling, self.n_components, self.allow_rank_deficient)
+
     def build(self):
+        k = self.check()
         encoder = build_encoder(self.model, self.model_type, self.pooling, self.maxlen, self.lowercase)
         if self.whitening is None and not self.normalize:
             return encoder
-        return with_whitening(encoder, self.whitening, self.n_components, self.normalize,
-                              self.allow_rank_deficient)
+        return with_whitening(encoder, self.whitening if k else None, k, self.normalize,
+                              allow_rank_deficient=True)  # k was resolved by check()
 
 
 def build_encoder(model=None, model_type="bert", pooling="first-last-avg", maxlen=64, lowercase=True):
     """Load a model directory (Google or Hugging Face format; None or ``minilm`` for the
     built-in all-MiniLM-L6-v2) into a pooled sentence `Encoder`."""
     model_type = model_type.lower()
-    check_choice("model type", model_type, list(MODEL_TYPES))
-    check_choice("pooling", pooling, POOLINGS)
-    if maxlen < 2:
-        raise ValueError("maxlen must leave room for [CLS] and [SEP]; got %d" % maxlen)
-    files = find_model(model)
-    architecture, word_level = MODEL_TYPES[model_type]
+    files = check_model(model, model_type, pooling, maxlen)
+    family = MODEL_TYPES[model_type]
     try:
         bert = build_transformer_model(
-            None, files.weights, model=architecture,
+            None, files.weights, model=family.architecture,
             with_pool="linear" if pooling == "pooler" else False, **files.config)
-    except (tf.errors.NotFoundError, KeyError) as error:
-        message = error.message.splitlines()[0] if hasattr(error, "message") else (
-            "Key %s not found in the weights" % error.args[0])
+    except (tf.errors.OpError, KeyError, IndexError) as error:
+        if isinstance(error, IndexError) and "Read less bytes" not in str(error):
+            raise  # not the checkpoint reader's word for a truncated file: a bug
+        message = (error.message.splitlines()[0] if hasattr(error, "message")
+                   else "Key %s not found in the weights" % error.args[0] if isinstance(error, KeyError)
+                   else "the checkpoint data is truncated (%s)" % error)
         hint = " (pooler pooling needs the pooler weights)" if "pooler" in message else ""
         raise CheckpointError("%s: %s%s" % (files.directory, message, hint)) from None
     if pooling == "pooler":
@@ -93,11 +111,54 @@ def build_encoder(model=None, model_type="bert", pooling="first-last-avg", maxle
         pooled = hidden[0] if isinstance(hidden, list) else hidden
     model = keras.Model([input_ids, segment_ids], pooled, name="encoder")
 
-    pre_tokenize = _jieba_words if word_level else None
-    tokenizer = Tokenizer(files.vocab_path, do_lower_case=lowercase, pre_tokenize=pre_tokenize)
-    return Encoder(model=model, tokenizer=tokenizer, pooling=pooling, maxlen=maxlen,
+    vocab = load_vocab(files.vocab_path)
+    tokenizer = Tokenizer(vocab, do_lower_case=lowercase,
+                          pre_tokenize=_jieba_words if family.word_level else None)
+    return Encoder(model=model, tokenizer=tokenizer, vocab=vocab, pooling=pooling, maxlen=maxlen,
                    hidden_size=files.config["hidden_size"], identity=files.identity(model_type),
                    lowercase=lowercase)
+
+
+def check_model(model, model_type="bert", pooling="first-last-avg", maxlen=64):
+    """The `ModelFiles` of ``model`` once the options are known to fit it; reads no weights."""
+    check_choice("model type", model_type.lower(), list(MODEL_TYPES))
+    check_choice("pooling", pooling, POOLINGS)
+    if maxlen < 2:
+        raise BertWhiteningError("maxlen must leave room for [CLS] and [SEP]; got %d" % maxlen)
+    files = find_model(model)
+    positions = files.config.get("max_position_embeddings")
+    if MODEL_TYPES[model_type.lower()].absolute_positions and positions and maxlen > positions:
+        raise BertWhiteningError(
+            "maxlen %d is larger than the %d positions of %s (max_position_embeddings); choose "
+            "maxlen <= %d" % (maxlen, positions, files.name, positions))
+    return files
+
+
+def whitening_components(whitening, identity, pooling, n_components=None,
+                         allow_rank_deficient=False):
+    """The number of whitened dimensions to keep of ``whitening`` for an encoder of the model
+    ``identity`` and ``pooling``; refuses a whitening fitted on vectors of another size or
+    pooling."""
+    if whitening.dim != identity["hidden_size"]:
+        raise WhiteningError("the whitening has dimension %d but the model's hidden size is %d: "
+                             "it was fitted on another model (%s)"
+                             % (whitening.dim, identity["hidden_size"],
+                                whitening.model.get("name", "?")))
+    if whitening.pooling and whitening.pooling != pooling:
+        raise WhiteningError("the whitening was fitted on %s pooling, the encoder uses %s"
+                             % (whitening.pooling, pooling))
+    return whitening.components(n_components, allow_rank_deficient)
+
+
+def _warn_if_fitted_on_another_model(whitening, identity):
+    fitted_on = whitening.model or {}
+    differs = [key for key in ("name", "vocab_sha256")
+               if fitted_on.get(key) and fitted_on.get(key) != identity.get(key)]
+    if differs:
+        logger.warning("the whitening was fitted on another model of the same size (%s, this is "
+                       "%s): the %s differ, so these vectors will not be whitened as intended",
+                       fitted_on.get("name", "?"), identity.get("name", "?"),
+                       " and ".join("vocabulary" if key == "vocab_sha256" else key for key in differs))
 
 
 def with_whitening(encoder, whitening=None, n_components=None, normalize=True,
@@ -107,28 +168,19 @@ def with_whitening(encoder, whitening=None, n_components=None, normalize=True,
     The whitening must come from vectors of this encoder's size and pooling; anything else is
     refused before a model is built. Without a whitening only the normalisation is added.
     """
-    if whitening is None:
-        k = 0
-    elif whitening.dim != encoder.hidden_size:
-        raise ValueError("the whitening has dimension %d but the model's hidden size is %d: it "
-                         "was fitted on another model (%s)"
-                         % (whitening.dim, encoder.hidden_size, whitening.model.get("name", "?")))
-    elif whitening.pooling and whitening.pooling != encoder.pooling:
-        raise ValueError("the whitening was fitted on %s pooling, the encoder uses %s"
-                         % (whitening.pooling, encoder.pooling))
-    else:
-        k = whitening.components(n_components, allow_rank_deficient)
+    k = 0
+    if whitening is not None:
+        k = whitening_components(whitening, encoder.identity, encoder.pooling, n_components,
+                                 allow_rank_deficient)
+        _warn_if_fitted_on_another_model(whitening, encoder.identity)
     vectors = encoder.model.output
     if k:
         vectors = WhiteningDense.from_whitening(whitening, k, name="whitening")(vectors)
     if normalize:
         vectors = L2Normalize(name="normalize")(vectors)
     model = keras.Model(encoder.model.inputs, vectors, name="whitened_encoder")
-    fitted = None if whitening is None else {
-        "beta": whitening.beta, "gamma": whitening.gamma, "count": whitening.count,
-        "rank": whitening.rank, "fitted_on_model": whitening.model}
     return dataclasses.replace(encoder, model=model, n_components=k, normalize=normalize,
-                               whitening=fitted)
+                               whitening=whitening if k else None)
 
 
 def _block_outputs(bert):

@@ -1,14 +1,24 @@
 """Names shared by the command line and the model builder, importable without TensorFlow."""
+from typing import NamedTuple
 
-#: Model families of the original eval.py: bert4keras architecture, and whether sentences are
-#: split into words by jieba before wordpiece (WoBERT and RoFormer have word-level vocabularies).
+
+class ModelType(NamedTuple):
+    """How bert4keras builds a family of the original eval.py."""
+
+    architecture: str  #: bert4keras ``model=`` argument
+    word_level: bool  #: jieba splits words before wordpiece (word-level vocabularies)
+    absolute_positions: bool  #: has a position embedding table, which bounds the sequence length
+
+
+#: Model families of the original eval.py. NEZHA's positions are relative and RoFormer's rotary,
+#: so neither has a table that limits ``maxlen``.
 MODEL_TYPES = {
-    "bert": ("bert", False),
-    "roberta": ("bert", False),
-    "nezha": ("nezha", False),
-    "wobert": ("bert", True),
-    "roformer": ("roformer", True),
-    "simbert": ("bert", False),
+    "bert": ModelType("bert", False, True),
+    "roberta": ModelType("bert", False, True),
+    "nezha": ModelType("nezha", False, False),
+    "wobert": ModelType("bert", True, True),
+    "roformer": ModelType("roformer", True, False),
+    "simbert": ModelType("bert", False, True),
 }
 
 #: The original's pooling names. ``pooler`` is the pooler Dense with a *linear* activation, as
@@ -23,4 +33,6 @@ PRECISIONS = ("float32", "bfloat16")
 def check_choice(name, value, choices):
     """Raise a ValueError that lists the choices when ``value`` is not one of them."""
     if value not in choices:
-        raise ValueError("unknown %s %r; choose one of: %s" % (name, value, ", ".join(choices)))
+        from bert_whitening.errors import BertWhiteningError
+
+        raise BertWhiteningError("unknown %s %r; choose one of: %s" % (name, value, ", ".join(choices)))

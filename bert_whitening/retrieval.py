@@ -28,7 +28,7 @@ import numpy as np
 
 from bert_whitening.atomic import staged_directory
 from bert_whitening.data import DataError, read_sentences
-from bert_whitening.whitening import l2_normalize
+from bert_whitening.errors import BertWhiteningError
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def faiss():
     try:
         import faiss as module
     except ImportError:
-        raise ValueError("retrieval needs FAISS: pip install 'bert-whitening[search]' "
+        raise BertWhiteningError("retrieval needs FAISS: pip install 'bert-whitening[search]' "
                          "(faiss-cpu)") from None
     return module
 
@@ -127,8 +127,8 @@ def exact_search(queries, corpus, top_k=CUTOFF):
 def retrieval_metrics(ids, relevant):
     """``{"mrr@10", "recall@1", "recall@10"}`` of ranked ``ids`` (queries x at least 10 or the
     corpus size) against each query's set of relevant positions."""
-    hits = np.array([[item in wanted for item in row[:CUTOFF]] for row, wanted in zip(ids, relevant)],
-                    dtype=bool).reshape(len(relevant), -1)
+    hits = np.array([[item in wanted for item in row[:CUTOFF]]
+                     for row, wanted in zip(ids, relevant, strict=True)], dtype=bool).reshape(len(relevant), -1)
     found = hits.any(axis=1)
     reciprocal = np.where(found, 1.0 / (hits.argmax(axis=1) + 1), 0.0)
     return {"mrr@10": float(reciprocal.mean()), "recall@1": float(hits[:, :1].any(axis=1).mean()),
@@ -138,7 +138,8 @@ def retrieval_metrics(ids, relevant):
 def overlap_at_k(approximate, exact):
     """Recall of an approximate index against exact search: the mean share of each query's exact
     top-k ids that the approximate top-k also returns."""
-    return float(np.mean([len(set(a) & set(e)) / len(e) for a, e in zip(approximate, exact)]))
+    pairs = zip(approximate, exact, strict=True)
+    return float(np.mean([len(set(a) & set(e)) / len(e) for a, e in pairs]))
 
 
 def flat_index(vectors):
@@ -235,7 +236,7 @@ class IndexWriter:
     def __init__(self, output, dim, metadata, hnsw_m=0):
         """``metadata``: what made the vectors (model, pooling, whitening, k), for `search`."""
         if os.path.exists(output):
-            raise ValueError("%s already exists; choose a new index directory" % output)
+            raise BertWhiteningError("%s already exists; choose a new index directory" % output)
         self.output, self.dim, self.metadata, self.hnsw_m = output, dim, metadata, hnsw_m
         self.index = hnsw_index(dim, hnsw_m) if hnsw_m else faiss().IndexFlatIP(dim)
 
@@ -248,18 +249,18 @@ class IndexWriter:
     def add(self, vectors, keys):
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[1] != self.dim:
-            raise ValueError("vectors of shape %s for an index of dimension %d (first key %s:%s)"
+            raise BertWhiteningError("vectors of shape %s for an index of dimension %d (first key %s:%s)"
                              % (vectors.shape, self.dim, *keys[0]))
         if len(keys) != len(vectors):
-            raise ValueError("%d keys for %d vectors" % (len(keys), len(vectors)))
+            raise BertWhiteningError("%d keys for %d vectors" % (len(keys), len(vectors)))
         norms = np.linalg.norm(vectors, axis=1)
         bad = np.flatnonzero(np.abs(norms - 1) > 1e-3)
         if bad.size:
-            raise ValueError("%s:%s: vector of norm %.4g; an index holds L2-normalised vectors "
+            raise BertWhiteningError("%s:%s: vector of norm %.4g; an index holds L2-normalised vectors "
                              "(encode without --no-normalize)" % (*keys[bad[0]], norms[bad[0]]))
         for path, line in keys:
             if "\t" in path or "\n" in path:
-                raise ValueError("file name %r: tabs and newlines cannot be keys" % path)
+                raise BertWhiteningError("file name %r: tabs and newlines cannot be keys" % path)
             self.keys.write("%s\t%d\n" % (path, line))
         self.index.add(np.ascontiguousarray(vectors))
 
@@ -268,7 +269,7 @@ class IndexWriter:
         try:
             if kind is None:
                 if self.index.ntotal == 0:
-                    raise ValueError("no vectors to index")
+                    raise BertWhiteningError("no vectors to index")
                 self._write()
         except BaseException as failure:
             self._staging_context.__exit__(type(failure), failure, failure.__traceback__)
@@ -288,7 +289,7 @@ def read_metadata(directory):
     """The JSON of an index directory, with an error naming what is missing."""
     for name in (INDEX_FILE, KEYS_FILE, METADATA_FILE):
         if not os.path.exists(os.path.join(directory, name)):
-            raise ValueError("%s: not an index directory (no %s)" % (directory, name))
+            raise BertWhiteningError("%s: not an index directory (no %s)" % (directory, name))
     with open(os.path.join(directory, METADATA_FILE), encoding="utf-8") as stream:
         return json.load(stream)
 

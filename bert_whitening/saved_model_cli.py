@@ -7,10 +7,10 @@ binary does not know, so its ``run`` fails with "Op type not registered". Use
 """
 import sys
 
-from bert_whitening.backend import tf  # noqa: F401  sets up TensorFlow first
-
 import tensorflow_text  # noqa: F401,E402  registers the ops
 from tensorflow.python.tools import saved_model_cli  # noqa: E402
+
+from bert_whitening.backend import tf  # noqa: F401  sets up TensorFlow first
 
 if __name__ == "__main__":
     sys.argv[0] = "saved_model_cli"

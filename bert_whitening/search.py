@@ -4,8 +4,10 @@ The command line only parses options into these calls. The benchmark definition,
 index files are in `bert_whitening.retrieval` (numpy only); this module adds the encoder.
 """
 import dataclasses
+import functools
 import hashlib
 import itertools
+import json
 import logging
 import os
 import time
@@ -13,26 +15,18 @@ import time
 import numpy as np
 
 from bert_whitening import retrieval
-from bert_whitening.data import DataError, chunked, data_dir, load_task, read_sentences
-from bert_whitening.evaluation import encode_splits, fit_statistics, settings
+from bert_whitening.data import DataError, data_dir, load_task, read_sentences
+from bert_whitening.errors import BertWhiteningError
+from bert_whitening.evaluation import encode_splits, fit_statistics, settings, task_maxlen
 from bert_whitening.whitening import Whitening, fit_whitening, l2_normalize
 
 logger = logging.getLogger(__name__)
-
-#: Sentences read and encoded together while indexing; bounds memory whatever the corpus size.
-CHUNK_SENTENCES = 8192
 
 
 def _progress(total=None, unit="sent", desc="encoding"):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, unit=unit, disable=None, desc=desc)
-
-
-def _encoder_run(encoder, batch_size, precision):
-    from bert_whitening.encoding import encode
-
-    return lambda sentences: encode(encoder, list(sentences), batch_size, precision=precision)
 
 
 # --- eval-retrieval ----------------------------------------------------------------------
@@ -45,18 +39,19 @@ def _splits_to_encode(splits, split, fit_on):
     return {name: pairs for name, pairs in splits.items() if name in wanted}
 
 
-def evaluate_task(run, splits, split, requested, fit_on="all", distractors=(), hnsw_m=retrieval.HNSW_M,
-                  skip_bad_lines=False, allow_rank_deficient=False, where="task"):
+def evaluate_task(run, splits, split, requested, fit_on="all", files_statistics=None, distractors=(),
+                  hnsw_m=retrieval.HNSW_M, allow_rank_deficient=False, where="task"):
     """Retrieval figures of every setting on one task's ``split``: its sentences are encoded
     once with ``run`` (a list of sentences to an array) and every setting is scored on the same
-    vectors. Returns ``(results, counts)``."""
+    vectors; ``fit_on`` and ``files_statistics`` as in `evaluation.fit_statistics`. Returns
+    ``(results, counts)``."""
     if split not in splits:
         raise DataError("%s has no %s split (splits: %s)" % (where, split, ", ".join(splits)))
     bench = retrieval.build_benchmark(splits[split], distractors, where="%s.%s" % (where, split))
     if not bench.queries:
         raise DataError("%s.%s: no positive pairs, so no queries" % (where, split))
     encoded = encode_splits(run, _splits_to_encode(splits, split, fit_on))
-    stats = fit_statistics(encoded, fit_on, run, skip_bad_lines)
+    stats = fit_statistics(encoded, fit_on, files_statistics)
     first, second, _ = encoded[split]
     queries = first[bench.query_pairs]
     corpus = second[bench.corpus_pairs]
@@ -72,7 +67,8 @@ def evaluate_task(run, splits, split, requested, fit_on="all", distractors=(), h
                                             allow_rank_deficient=True)
             whitening = fitted[key]
             k = whitening.components(setting.n_components, allow_rank_deficient)
-        transform = (lambda x: whitening.transform(x, k, True)) if k else l2_normalize
+        transform = functools.partial(whitening.transform, n_components=k,
+                                      allow_rank_deficient=True) if k else l2_normalize
         logger.info("%s: %s (k=%d) on %d queries x %d corpus", where, setting.label, k,
                     len(queries), len(corpus))
         scored = retrieval.score_setting(transform(queries), transform(corpus), bench.relevant, hnsw_m)
@@ -86,12 +82,12 @@ def evaluate_task(run, splits, split, requested, fit_on="all", distractors=(), h
 
 def evaluate_retrieval(spec, tasks, directory=None, split="test", n_components=(0, -1, 256, 128, 64),
                        betas=(1.0,), gammas=(1.0,), fit_on="all", distractor_files=(),
-                       hnsw_m=retrieval.HNSW_M, batch_size=128, precision="float32", maxlen=None,
-                       skip_bad_lines=False, on_task=None):
+                       hnsw_m=retrieval.HNSW_M, batch_size=128, skip_bad_lines=False, on_task=None):
     """The ``eval-retrieval`` report: ``{"model", "pooling", ..., "tasks": {task: {"counts",
     "results": [per setting]}}}``. ``spec`` is a `bert_whitening.models.EncoderSpec` of the
-    unwhitened encoder; ``maxlen`` None means the original's choice (128 for PAWSX, else 64).
+    unwhitened encoder; its ``maxlen`` None means each task's default (`task_maxlen`).
     ``on_task(task, entry)`` is called as each task is done (the CLI prints its table)."""
+    from bert_whitening.encoding import encode, statistics_from_files
     from bert_whitening.export import versions
 
     started = time.time()
@@ -99,19 +95,24 @@ def evaluate_retrieval(spec, tasks, directory=None, split="test", n_components=(
     directory = data_dir(directory)
     loaded = {task: load_task(task, directory, skip_bad_lines) for task in tasks}
     distractors = list(retrieval.read_distractors(distractor_files, skip_bad_lines))
+    maxlens = {task: task_maxlen(task, spec.maxlen) for task in tasks}
+    spec = dataclasses.replace(spec, maxlen=max(maxlens.values()))
+    spec.check()
     encoder = spec.build()
     report = {"model": encoder.identity, "pooling": encoder.pooling, "data_dir": directory,
-              "split": split, "fit_on": fit_on, "precision": precision,
+              "split": split, "fit_on": fit_on,
               "distractor_files": list(distractor_files), "cutoff": retrieval.CUTOFF,
               "hnsw": {"m": hnsw_m, "ef_construction": retrieval.HNSW_EF_CONSTRUCTION,
                        "ef_search": retrieval.HNSW_EF_SEARCH},
               "faiss_threads": _faiss_threads(), "tasks": {}, "versions": versions()}
     for task, splits in loaded.items():
-        task_maxlen = maxlen or (128 if task == "PAWSX" else 64)
-        run = _encoder_run(dataclasses.replace(encoder, maxlen=task_maxlen), batch_size, precision)
-        results, counts = evaluate_task(run, splits, split, requested, fit_on, distractors, hnsw_m,
-                                        skip_bad_lines, spec.allow_rank_deficient, where=task)
-        report["tasks"][task] = {"maxlen": task_maxlen, "counts": counts, "results": results}
+        task_encoder = dataclasses.replace(encoder, maxlen=maxlens[task])
+        run = functools.partial(encode, task_encoder, batch_size=batch_size)
+        files_statistics = functools.partial(statistics_from_files, task_encoder, format="auto",
+                                             skip_bad_lines=skip_bad_lines, batch_size=batch_size)
+        results, counts = evaluate_task(run, splits, split, requested, fit_on, files_statistics,
+                                        distractors, hnsw_m, spec.allow_rank_deficient, where=task)
+        report["tasks"][task] = {"maxlen": maxlens[task], "counts": counts, "results": results}
         if on_task:
             on_task(task, report["tasks"][task])
     report["versions"]["faiss-cpu"] = retrieval.faiss().__version__
@@ -138,6 +139,22 @@ def format_retrieval_table(task, entry):
             flat["index_bytes"] / 1e6, flat["p50_ms"], flat["p99_ms"], flat["qps_batch64"],
             hnsw["recall@10_vs_exact"], hnsw["p50_ms"]))
     return "\n".join(lines)
+
+
+def write_retrieval_report(report, json_path=None, plot_path=None):
+    """Write the report as JSON and/or its plot, each atomically."""
+    from bert_whitening.atomic import write_atomically
+
+    def write_json(path):
+        with open(path, "w", encoding="utf-8") as stream:
+            json.dump(report, stream, indent=2, ensure_ascii=False)
+
+    if json_path:
+        write_atomically(json_path, write_json)
+        logger.info("wrote %s", json_path)
+    if plot_path:
+        write_atomically(plot_path, lambda path: plot_retrieval(report, path))
+        logger.info("wrote %s", plot_path)
 
 
 def plot_retrieval(report, path):
@@ -194,7 +211,7 @@ def encoder_record(spec, whitening_path=None):
     whitening = None
     if spec.whitening is not None:
         if spec.whitening.dim != identity["hidden_size"]:
-            raise ValueError("%s has dimension %d but the model's hidden size is %d"
+            raise BertWhiteningError("%s has dimension %d but the model's hidden size is %d"
                              % (whitening_path, spec.whitening.dim, identity["hidden_size"]))
         whitening = {"path": os.path.abspath(whitening_path), "sha256": file_sha256(whitening_path)}
     record = {"model": identity,
@@ -206,13 +223,13 @@ def encoder_record(spec, whitening_path=None):
 
 
 def build_index(spec, output, inputs=(), whitening_path=None, hnsw_m=0, from_vectors=None,
-                from_beam=None, batch_size=128, precision="float32"):
+                from_beam=None, batch_size=128):
     """Write an index directory of the sentence files ``inputs`` encoded with ``spec`` (a
     normalised `EncoderSpec`), or of vectors already encoded: ``from_vectors`` (a ``.npy``; keys
     from ``inputs`` when given, else its rows) or ``from_beam`` (a ``beam-encode`` shard
     pattern). Returns the number of vectors."""
     if not spec.normalize:
-        raise ValueError("an index holds L2-normalised vectors: --no-normalize cannot be used")
+        raise BertWhiteningError("an index holds L2-normalised vectors: --no-normalize cannot be used")
     record, dim = encoder_record(spec, whitening_path)
     with retrieval.IndexWriter(output, dim, record, hnsw_m) as writer:
         if from_beam:
@@ -228,24 +245,20 @@ def build_index(spec, output, inputs=(), whitening_path=None, hnsw_m=0, from_vec
                 (os.path.abspath(from_vectors), row) for row in itertools.count(1))
             retrieval.add_keyed_chunks(writer, chunks, keys)
         else:
+            from bert_whitening.encoding import encode_stream
+
             if not inputs:
-                raise ValueError("nothing to index: give sentence files, --from-vectors or --from-beam")
-            run = _encoder_run(spec.build(), batch_size, precision)
+                raise BertWhiteningError("nothing to index: give sentence files, --from-vectors "
+                                         "or --from-beam")
+            encoder = spec.build()
             with _progress() as bar:
                 for path in inputs:
-                    lines = read_sentences(path, "lines")
-                    keys = retrieval.line_keys([path])
-                    chunks = (_advance(bar, run(chunk)) for chunk in chunked(lines, CHUNK_SENTENCES))
-                    retrieval.add_keyed_chunks(writer, chunks, keys)
+                    chunks = encode_stream(encoder, read_sentences(path, "lines"), batch_size, bar)
+                    retrieval.add_keyed_chunks(writer, chunks, retrieval.line_keys([path]))
         count = writer.index.ntotal
     logger.info("indexed %d vectors of dimension %d into %s (%s)", count, dim, output,
                 "HNSW, M=%d" % hnsw_m if hnsw_m else "exact IndexFlatIP")
     return count
-
-
-def _advance(bar, vectors):
-    bar.update(len(vectors))
-    return vectors
 
 
 def query_spec(record, model=None, model_type=None, pooling=None, whitening_path=None):
@@ -257,23 +270,23 @@ def query_spec(record, model=None, model_type=None, pooling=None, whitening_path
     model = model or record["model_dir"]
     identity = find_model(model).identity(model_type or record["model"]["type"])
     if identity != record["model"]:
-        raise ValueError("the query model %s is not the index's (%s, vocabulary %s...): refused"
+        raise BertWhiteningError("the query model %s is not the index's (%s, vocabulary %s...): refused"
                          % (identity["name"], record["model"]["name"],
                             record["model"]["vocab_sha256"][:12]))
     if pooling and pooling != record["pooling"]:
-        raise ValueError("the index was built with %s pooling, not %s: refused"
+        raise BertWhiteningError("the index was built with %s pooling, not %s: refused"
                          % (record["pooling"], pooling))
     whitening = None
     if record["whitening"] or whitening_path:
         if not record["whitening"]:
-            raise ValueError("the index holds unwhitened vectors; a query with --whitening "
+            raise BertWhiteningError("the index holds unwhitened vectors; a query with --whitening "
                              "would not match them: refused")
         whitening_path = whitening_path or record["whitening"]["path"]
         if not os.path.exists(whitening_path):
-            raise ValueError("%s: the index's whitening file is gone; pass --whitening with a "
+            raise BertWhiteningError("%s: the index's whitening file is gone; pass --whitening with a "
                              "copy (sha256 %s)" % (whitening_path, record["whitening"]["sha256"]))
         if file_sha256(whitening_path) != record["whitening"]["sha256"]:
-            raise ValueError("%s is not the whitening the index was built with (sha256 differs "
+            raise BertWhiteningError("%s is not the whitening the index was built with (sha256 differs "
                              "from %s): refused" % (whitening_path, record["whitening"]["sha256"]))
         whitening = Whitening.load(whitening_path)
     return EncoderSpec(model=model, model_type=identity["type"], pooling=record["pooling"],
@@ -290,20 +303,20 @@ def search(directory, queries, top_k=10, model=None, model_type=None, pooling=No
 
     record = retrieval.read_metadata(directory)
     if record.get("model") is None:
-        raise ValueError("%s records no encoder, so text queries cannot be encoded" % directory)
+        raise BertWhiteningError("%s records no encoder, so text queries cannot be encoded" % directory)
     encoder = query_spec(record, model, model_type, pooling, whitening_path).build()
     if encoder.dim != record["dim"]:
-        raise ValueError("the query encoder gives %d dimensions, the index holds %d"
+        raise BertWhiteningError("the query encoder gives %d dimensions, the index holds %d"
                          % (encoder.dim, record["dim"]))
     vectors = encode(encoder, list(queries), batch_size, progress=False)
     scores, ids = retrieval.read_index(directory).search(np.ascontiguousarray(vectors), top_k)
     keys = retrieval.read_keys(directory, set(ids.ravel().tolist()))
-    found = [[keys[i] for i in row if i >= 0] for row in ids]
+    found = [[keys[i] for i in row if i >= 0] for row in ids]  # -1: fewer rows than top_k
     texts = retrieval.key_texts([key for row in found for key in row])
     return [{"query": query, "hits": [
         {"rank": rank + 1, "score": float(score), "file": key[0], "line": key[1],
-         "text": texts.get(key)} for rank, (key, score) in enumerate(zip(row, row_scores))]}
-            for query, row, row_scores in zip(queries, found, scores)]
+         "text": texts.get(key)} for rank, (key, score) in enumerate(zip(row, row_scores, strict=False))]}
+            for query, row, row_scores in zip(queries, found, scores, strict=True)]
 
 
 def format_hits(results):
@@ -324,7 +337,7 @@ def corpus_for_export(directory, encoder, whitening_path=None):
     made_by = (record["model"], record["pooling"], record["n_components"],
                (record["whitening"] or {}).get("sha256"))
     if made_by != (encoder.identity, encoder.pooling, encoder.n_components, whitening):
-        raise ValueError("%s was indexed with %s, %s pooling, k=%s, whitening %s; the export is "
+        raise BertWhiteningError("%s was indexed with %s, %s pooling, k=%s, whitening %s; the export is "
                          "%s, %s pooling, k=%s, whitening %s: refused" % (
                              directory, record["model"]["name"], record["pooling"],
                              record["n_components"], (made_by[3] or "none")[:12],

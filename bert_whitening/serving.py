@@ -14,7 +14,7 @@ import numpy as np
 
 from bert_whitening.names import check_choice
 
-FORMATS = ("row", "columnar")
+REQUEST_FORMATS = ("row", "columnar")
 TEXT_SIGNATURE = "serve_text"
 IDS_SIGNATURE = "serving_default"
 
@@ -27,7 +27,7 @@ def rest_url(host, model, version=None, port=8501):
 
 def text_request(sentences, format="row"):
     """A REST body for the ``serve_text`` signature: UTF-8 sentences in, vectors out."""
-    check_choice("request format", format, FORMATS)
+    check_choice("request format", format, REQUEST_FORMATS)
     sentences = [str(s) for s in sentences]
     if format == "row":
         return {"signature_name": TEXT_SIGNATURE, "instances": sentences}
@@ -46,14 +46,14 @@ def pad_ids(sequences):
 def ids_request(input_ids, segment_ids=None, format="row"):
     """A REST body for ``serving_default``; ragged id lists are padded with 0 (padding does not
     change a sentence's vector), segment ids default to zeros."""
-    check_choice("request format", format, FORMATS)
+    check_choice("request format", format, REQUEST_FORMATS)
     input_ids = pad_ids(input_ids)
     segment_ids = np.zeros_like(input_ids) if segment_ids is None else pad_ids(segment_ids)
     if segment_ids.shape != input_ids.shape:
         raise ValueError("segment_ids have shape %s, input_ids %s" % (segment_ids.shape, input_ids.shape))
     if format == "row":
         instances = [{"input_ids": ids.tolist(), "segment_ids": segs.tolist()}
-                     for ids, segs in zip(input_ids, segment_ids)]
+                     for ids, segs in zip(input_ids, segment_ids, strict=True)]
         return {"signature_name": IDS_SIGNATURE, "instances": instances}
     return {"signature_name": IDS_SIGNATURE,
             "inputs": {"input_ids": input_ids.tolist(), "segment_ids": segment_ids.tolist()}}
@@ -85,8 +85,9 @@ def grpc_request(model, sentences=None, input_ids=None, segment_ids=None, versio
 
     Give ``sentences`` for ``serve_text`` or ``input_ids`` for ``serving_default``.
     """
-    from bert_whitening.backend import tf
     from tensorflow_serving.apis import predict_pb2
+
+    from bert_whitening.backend import tf
 
     if (sentences is None) == (input_ids is None):
         raise ValueError("give either sentences or input_ids")

@@ -15,9 +15,12 @@ negative = all dimensions, ``k > 0`` = keep the first ``k`` columns.
 import dataclasses
 import json
 import logging
+import zipfile
+
 import numpy as np
 
 from bert_whitening.atomic import write_atomically
+from bert_whitening.errors import DataError, WhiteningError
 
 logger = logging.getLogger(__name__)
 
@@ -59,11 +62,11 @@ class WhiteningStats:
         """Add a batch of shape ``(n, dim)``; a NaN or infinite entry is an error naming its row."""
         vectors = np.asarray(vectors)
         if vectors.ndim != 2:
-            raise ValueError("expected a 2-D batch of vectors, got shape %s" % (vectors.shape,))
+            raise WhiteningError("expected a 2-D batch of vectors, got shape %s" % (vectors.shape,))
         if self.dim is None:
             self._allocate(vectors.shape[1])
         if vectors.shape[1] != self.dim:
-            raise ValueError(
+            raise WhiteningError(
                 "vectors have dimension %d, the statistics have %d" % (vectors.shape[1], self.dim)
             )
         for start in range(0, len(vectors), UPDATE_CHUNK_ROWS):
@@ -71,7 +74,7 @@ class WhiteningStats:
             bad = ~np.isfinite(chunk).all(axis=1)
             if bad.any():
                 row = self.count + int(np.argmax(bad))
-                raise ValueError("vector %d (0-based, in input order) contains NaN or inf" % row)
+                raise WhiteningError("vector %d (0-based, in input order) contains NaN or inf" % row)
             chunk_mean = chunk.mean(axis=0)
             centred = chunk - chunk_mean
             self._combine(len(chunk), chunk_mean, centred.T @ centred)
@@ -88,7 +91,7 @@ class WhiteningStats:
         shape, dtype, offset, fortran = whole.shape, whole.dtype, whole.offset, whole.flags.f_contiguous
         del whole
         if len(shape) != 2 or (fortran and shape[0] > 1 and shape[1] > 1):
-            raise ValueError("%s: expected a 2-D C-ordered array of vectors, got shape %s%s"
+            raise WhiteningError("%s: expected a 2-D C-ordered array of vectors, got shape %s%s"
                              % (path, shape, " in Fortran order" if len(shape) == 2 else ""))
         for start in range(0, shape[0], rows):
             count = min(rows, shape[0] - start)
@@ -97,7 +100,7 @@ class WhiteningStats:
             try:
                 self.update(block)
             except ValueError as error:
-                raise ValueError("%s: %s" % (path, error)) from None
+                raise WhiteningError("%s: %s" % (path, error)) from None
             del block
         return self
 
@@ -108,7 +111,7 @@ class WhiteningStats:
         if self.dim is None:
             self._allocate(other.dim)
         if other.dim != self.dim:
-            raise ValueError("cannot merge statistics of dimension %d and %d" % (self.dim, other.dim))
+            raise WhiteningError("cannot merge statistics of dimension %d and %d" % (self.dim, other.dim))
         self._combine(other.count, other.mean, other.scatter)
         return self
 
@@ -123,7 +126,7 @@ class WhiteningStats:
     def covariance(self):
         """Sample covariance with ``n - 1`` in the denominator, as ``np.cov``."""
         if self.count < 2:
-            raise ValueError("a covariance needs at least 2 vectors, got %d" % self.count)
+            raise WhiteningError("a covariance needs at least 2 vectors, got %d" % self.count)
         return self.scatter / (self.count - 1)
 
 
@@ -194,27 +197,53 @@ class Whitening:
 
     @classmethod
     def load(cls, path):
-        """Read a file written by `save`, checking every array's shape against ``meta.dim``."""
+        """Read a file written by `save`, checking every array's shape against ``meta.dim``.
+
+        Anything else (a truncated or corrupt file, a pickled payload, crafted metadata) is a
+        `WhiteningError` naming the file; nothing in the file is executed.
+        """
         try:
             with np.load(path, allow_pickle=False) as data:
                 arrays = {name: data[name] for name in data.files}
-        except (OSError, ValueError) as error:
-            raise ValueError("%s: not a readable whitening .npz file (%s)" % (path, error)) from None
+        except FileNotFoundError:
+            raise WhiteningError("%s: no such whitening file" % path) from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
+            raise WhiteningError("%s: not a readable whitening .npz file (%s)" % (path, error)) from None
         missing = {"kernel", "bias", "mean", "eigenvalues", "meta"} - set(arrays)
         if missing:
-            raise ValueError("%s: not a whitening file, missing %s" % (path, ", ".join(sorted(missing))))
-        meta = json.loads(str(arrays["meta"]))
-        dim = meta.get("dim")
+            raise WhiteningError("%s: not a whitening file, missing %s" % (path, ", ".join(sorted(missing))))
+        try:
+            meta = json.loads(str(arrays["meta"]))
+        except ValueError as error:
+            raise WhiteningError("%s: its metadata is not JSON (%s)" % (path, error)) from None
+        if not isinstance(meta, dict):
+            raise WhiteningError("%s: its metadata is not a JSON object" % path)
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise WhiteningError("%s: format version %r, this version reads %d"
+                                 % (path, meta.get("format_version"), FORMAT_VERSION))
+        kinds = {"dim": int, "rank": int, "count": int, "n_components": int, "beta": (int, float),
+                 "gamma": (int, float), "pooling": str, "model": dict}
+        for key, kind in kinds.items():
+            value = meta.get(key)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise WhiteningError("%s: metadata %s is %r, expected %s"
+                                     % (path, key, value, getattr(kind, "__name__", "a number")))
+        dim = meta["dim"]
+        if not (1 <= dim and 0 <= meta["rank"] <= dim and meta["count"] >= 0
+                and np.isfinite([meta["beta"], meta["gamma"]]).all()):
+            raise WhiteningError("%s: inconsistent metadata (dim %r, rank %r, count %r, beta %r, "
+                                 "gamma %r)" % (path, dim, meta["rank"], meta["count"],
+                                                meta["beta"], meta["gamma"]))
         expected = {"kernel": (dim, dim), "bias": (dim,), "mean": (dim,), "eigenvalues": (dim,)}
         for name, shape in expected.items():
             if arrays[name].shape != shape:
-                raise ValueError("%s: %s has shape %s, expected %s for dimension %s"
-                                 % (path, name, arrays[name].shape, shape, dim))
+                raise WhiteningError("%s: %s has shape %s, expected %s for dimension %s"
+                                     % (path, name, arrays[name].shape, shape, dim))
+            if arrays[name].dtype.kind != "f":
+                raise WhiteningError("%s: %s holds %s, expected floats"
+                                     % (path, name, arrays[name].dtype))
             if not np.isfinite(arrays[name]).all():
-                raise ValueError("%s: %s contains NaN or inf" % (path, name))
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError("%s: format version %s, this version reads %d"
-                             % (path, meta.get("format_version"), FORMAT_VERSION))
+                raise WhiteningError("%s: %s contains NaN or inf" % (path, name))
         return cls(kernel=arrays["kernel"], bias=arrays["bias"], mean=arrays["mean"],
                    eigenvalues=arrays["eigenvalues"], rank=meta["rank"], count=meta["count"],
                    n_components=meta["n_components"], beta=meta["beta"], gamma=meta["gamma"],
@@ -230,7 +259,7 @@ def resolve_components(n_components, dim, rank=None, allow_rank_deficient=False)
     rank is refused; ``allow_rank_deficient`` lifts both (all = ``dim``).
     """
     if n_components > dim:
-        raise ValueError("n_components %d is larger than the vector dimension %d" % (n_components, dim))
+        raise WhiteningError("n_components %d is larger than the vector dimension %d" % (n_components, dim))
     if rank is None or rank >= dim or allow_rank_deficient:
         return dim if n_components < 0 else n_components
     if n_components < 0:
@@ -239,7 +268,7 @@ def resolve_components(n_components, dim, rank=None, allow_rank_deficient=False)
                        "them)", n_components, rank, dim)
         return rank
     if n_components > rank:
-        raise ValueError(
+        raise WhiteningError(
             "n_components %d is larger than the rank %d of the covariance: the extra directions "
             "hold only round-off noise, which whitening would blow up. Fit on more sentences "
             "(at least dimension + 1), choose n_components <= %d, or allow it explicitly "
@@ -255,6 +284,9 @@ def fit_whitening(stats, n_components=-1, beta=1.0, gamma=1.0, pooling="", model
     giving the numbers. Eigenvector signs are fixed (largest entry positive) so that
     fits of the same data in any batch order give the same kernel.
     """
+    if not np.isfinite([beta, gamma]).all():
+        raise WhiteningError("beta and gamma must be finite numbers, got beta=%r, gamma=%r"
+                             % (beta, gamma))
     cov = stats.covariance
     eigenvalues, vectors = np.linalg.eigh(cov)
     order = np.argsort(eigenvalues)[::-1]
@@ -265,7 +297,7 @@ def fit_whitening(stats, n_components=-1, beta=1.0, gamma=1.0, pooling="", model
     floor = max(EPS64 * stats.dim * max(eigenvalues[0], 0.0), EPS32 ** 2 * mean_squared_norm)
     rank = int((eigenvalues > floor).sum())
     if rank == 0:
-        raise ValueError("all %d vectors are identical: nothing to whiten" % stats.count)
+        raise WhiteningError("all %d vectors are identical: nothing to whiten" % stats.count)
     if rank < stats.dim:
         logger.warning(
             "the covariance of %d vectors of dimension %d has rank %d; %d eigenvalues at or "
@@ -278,6 +310,18 @@ def fit_whitening(stats, n_components=-1, beta=1.0, gamma=1.0, pooling="", model
         beta=float(beta), gamma=float(gamma), pooling=pooling, model=dict(model or {}))
     if n_components > 0:
         whitening.components(allow_rank_deficient=allow_rank_deficient)  # refuse a bad k now
+    return whitening
+
+
+def fit_reported(stats, source, **options):
+    """`fit_whitening` on the statistics of the sentences of ``source`` (what the log names),
+    refusing an empty input, and logging what was fitted. ``fit`` and ``beam-fit`` end here."""
+    if stats.count == 0:
+        raise DataError("no sentences in %s" % source)
+    whitening = fit_whitening(stats, **options)
+    logger.info("fitted on %d sentences (dimension %d, rank %d), default n_components %d",
+                stats.count, whitening.dim, whitening.rank,
+                whitening.components(allow_rank_deficient=options.get("allow_rank_deficient", False)))
     return whitening
 
 

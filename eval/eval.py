@@ -20,8 +20,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bert_whitening.data import data_dir, load_task  # noqa: E402
-from bert_whitening.evaluation import Setting, encode_splits, evaluate, fit_statistics  # noqa: E402
+from bert_whitening.errors import BertWhiteningError  # noqa: E402
+from bert_whitening.evaluation import TASKS, evaluate_tasks  # noqa: E402
+from bert_whitening.names import POOLINGS  # noqa: E402
 
 MODEL_DIRS = {
     "BERT": ("chinese_L-12_H-768_A-12", "bert"),
@@ -36,8 +37,6 @@ MODEL_DIRS = {
     "SimBERT-tiny": ("chinese_simbert_L-4_H-312_A-12", "simbert"),
     "SimBERT-small": ("chinese_simbert_L-6_H-384_A-12", "simbert"),
 }
-POOLINGS = ["first-last-avg", "last-avg", "cls", "pooler"]
-TASKS = ["ATEC", "BQ", "LCQMC", "PAWSX", "STS-B"]
 MODELS_ENV = "BERT_WHITENING_MODELS"
 
 
@@ -58,19 +57,21 @@ def main(argv=None):
     if not root:
         parser.error("give --model-root DIR or set %s" % MODELS_ENV)
 
-    from bert_whitening.encoding import encode
-    from bert_whitening.models import build_encoder
+    from bert_whitening.models import EncoderSpec
 
     name, family = MODEL_DIRS[args.model_type]
-    maxlen = 128 if args.task_name == "PAWSX" else 64
-    splits = load_task(args.task_name, data_dir(args.data_dir))
-    missing = [s for s in ("train", "valid", "test") if s not in splits]
+    spec = EncoderSpec(os.path.join(root, name), family, args.pooling, maxlen=None)
+    try:
+        report, _ = evaluate_tasks(spec, [args.task_name], args.data_dir, [args.n_components],
+                                   batch_size=args.batch_size)
+    except BertWhiteningError as error:
+        print("error: %s" % error, file=sys.stderr)
+        return 1
+    task = report["tasks"][args.task_name]
+    missing = [s for s in ("train", "valid", "test") if s not in task["counts"]]
     if missing:
         print("missing splits (skipped): %s" % ", ".join(missing), file=sys.stderr)
-    encoder = build_encoder(os.path.join(root, name), family, args.pooling, maxlen)
-    encoded = encode_splits(lambda sentences: encode(encoder, sentences, args.batch_size), splits)
-    stats = fit_statistics(encoded, "all")
-    (result,), _ = evaluate(encoded, stats, [Setting(args.n_components)])
+    (result,) = task["results"]
     for split, value in result["splits"].items():
         print("%s-%s: %s" % (args.task_name, split, value))
     print("avg: %s" % result["avg"])

@@ -11,7 +11,6 @@ leading directions by default: the trailing ones are estimated from too few vect
 """
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,17 +28,6 @@ def spearman(a, b, labels):
     return scipy.stats.spearmanr(labels, (a * b).sum(axis=1)).correlation
 
 
-def reload_and_embed(export_dir, sentences):
-    """serve_text embeddings of ``sentences`` from the SavedModel, loaded in a fresh process."""
-    with tempfile.TemporaryDirectory() as scratch:
-        request, response = os.path.join(scratch, "in.npz"), os.path.join(scratch, "out.npz")
-        np.savez(request, input_ids=np.zeros((1, 2), np.int32), text=np.array(sentences, dtype=object))
-        subprocess.run([sys.executable, "-m", "bert_whitening.export", export_dir, request, response],
-                       check=True, cwd=ROOT)
-        with np.load(response) as outputs:
-            return outputs["serve_text"]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="minilm", help="model directory (default: built-in)")
@@ -52,7 +40,7 @@ def main():
 
     from bert_whitening.data import read_pairs
     from bert_whitening.encoding import encode
-    from bert_whitening.export import export_saved_model
+    from bert_whitening.export import export_saved_model, run_in_fresh_process
     from bert_whitening.models import build_encoder, with_whitening
     from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
 
@@ -88,7 +76,9 @@ def main():
           "from the Keras model by at most %.1e" % (os.path.relpath(path, ROOT), difference))
 
     rows = [pairs[i] for i in TABLE_ROWS]
-    served = reload_and_embed(path, [s for a, b, _ in rows for s in (a, b)])
+    with tempfile.TemporaryDirectory() as scratch:  # serve_text, loaded as a server loads it
+        served = run_in_fresh_process(path, np.zeros((1, 2), np.int32),
+                                      [s for a, b, _ in rows for s in (a, b)], scratch)["serve_text"]
     raw_a, raw_b = l2_normalize(first[TABLE_ROWS]), l2_normalize(second[TABLE_ROWS])
     print("\n%-5s %-8s %-9s  %s" % ("gold", "raw cos", "whitened", "pair (whitened cosine from the "
                                     "reloaded SavedModel's serve_text)"))

@@ -18,7 +18,6 @@ import sys
 import tempfile
 
 import numpy as np
-
 import torch_venv
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,7 +61,8 @@ def main():
     sys.path.insert(0, ROOT)
     from bert_whitening.backend import Tokenizer, build_transformer_model, keras
     from bert_whitening.checkpoints import find_model
-    from bert_whitening.encoding import pad, token_ids
+    from bert_whitening.encoding import token_ids
+    from bert_whitening.serving import pad_ids
 
     files = find_model(args.model)
     if files.format != "huggingface":
@@ -70,7 +70,7 @@ def main():
                  % (files.directory, files.format))
     tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
     sentences = real_sentences(args.sentences)
-    ids = pad([token_ids(tokenizer, s, args.maxlen)[0] for s in sentences])
+    ids = pad_ids([token_ids(tokenizer, s, args.maxlen)[0] for s in sentences])
     bert = build_transformer_model(None, files.weights, **files.config)
     layers = files.config["num_hidden_layers"]
     states = keras.Model(bert.inputs, [bert.get_layer("Transformer-%d-FeedForward-Norm" % i).output
@@ -89,7 +89,7 @@ def main():
     print("model %s (%s), %d sentences (half Chinese STS-B, half English STS-B), %d real tokens"
           % (files.name, files.directory, len(sentences), real.sum()))
     worst = 0.0
-    for layer, (a, b) in enumerate(zip(ours, theirs)):
+    for layer, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         difference = float(np.abs(a[real] - b[real]).max())
         worst = max(worst, difference)
         print("layer %d: max |bert4keras - transformers| on real tokens = %.2e" % (layer, difference))

@@ -107,7 +107,7 @@ def bert_hidden_states(params, config, ids, segments=None):
     size = config["hidden_size"] // heads
     states = []
     for layer in range(config["num_hidden_layers"]):
-        def dense(v, part):
+        def dense(v, part, layer=layer):
             kernel, bias = params.dense(layer, part)
             return v @ kernel + bias
 

@@ -9,7 +9,8 @@ import pytest
 from bert_whitening import cli
 from bert_whitening.beam import WhiteningStatsFn, read_encoded
 from bert_whitening.whitening import Whitening, WhiteningStats
-from conftest import SENTENCES
+
+from helpers import SENTENCES, relative_error, run
 
 LINES = SENTENCES + ["%s %s" % (SENTENCES[i], SENTENCES[-1 - i]) for i in range(14)]
 
@@ -24,14 +25,6 @@ def corpus(tmp_path):
     pairs = ["%s\t%s\t%d" % (LINES[i], LINES[-1 - i], i % 2) for i in range(6)]
     (directory / "c.data").write_text("\n".join(pairs) + "\n", encoding="utf-8")
     return directory
-
-
-def run(*argv):
-    return cli.main([str(a) for a in argv])
-
-
-def relative_error(actual, expected):
-    return np.abs(actual - expected).max() / np.abs(expected).max()
 
 
 def covariance(whitening):
@@ -96,7 +89,7 @@ def test_beam_encode_refuses_to_mix_with_existing_shards(tiny_model, corpus, tmp
     prefix = tmp_path / "vectors"
     (tmp_path / "vectors-00000-of-00002.tfrecord").write_bytes(b"")
     assert run("beam-encode", "--model", tiny_model[0], "--input", corpus / "a.txt",
-               "--output", prefix) == 2
+               "--output", prefix) == 1
     assert "1 output shards already exist" in caplog.text
 
 
@@ -104,8 +97,9 @@ def test_malformed_line_fails_the_pipeline_and_writes_nothing(tiny_model, corpus
     with open(corpus / "c.data", "a", encoding="utf-8") as stream:
         stream.write("only one field\n")
     output = tmp_path / "w.npz"
-    assert run("beam-fit", "--model", tiny_model[0], "--input", corpus / "*", "--output", output) == 2
-    assert "c.data:7: expected sentence1<TAB>sentence2<TAB>numeric label, got 'only one field'" in caplog.text
+    assert run("beam-fit", "--model", tiny_model[0], "--input", corpus / "*", "--output", output) == 1
+    assert ("c.data:7: expected sentence1<TAB>sentence2<TAB>label with a finite numeric label, "
+            "got 'only one field'") in caplog.text
     assert os.listdir(tmp_path) == ["corpus"]  # no whitening file, no temporary file
 
     caplog.clear()
@@ -121,11 +115,11 @@ def test_unreadable_input_fails_beam_encode_without_leftovers(tiny_model, corpus
     out = tmp_path / "out"
     out.mkdir()
     assert run("beam-encode", "--model", tiny_model[0], "--input", corpus / "*.txt",
-               "--output", out / "vectors") == 2
-    assert "bad.txt: not UTF-8 text" in caplog.text
+               "--output", out / "vectors") == 1
+    assert "bad.txt:2: not UTF-8 text (byte 0xff" in caplog.text
     assert os.listdir(out) == []  # no shard, no sink temporary directory
     assert run("beam-encode", "--model", tiny_model[0], "--input", corpus / "none-*.txt",
-               "--output", out / "vectors") == 2
+               "--output", out / "vectors") == 1
     assert os.listdir(out) == []
 
 

@@ -6,10 +6,11 @@ import sys
 import numpy as np
 import pytest
 
-from bert_whitening import cli
 from bert_whitening.encoding import encode
 from bert_whitening.models import with_whitening
 from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening
+
+from helpers import run
 
 WORDS = ["今天", "天气", "很好", "我们", "在北京", "喝茶", "the cat", "is on", "the mat", "hello"]
 MANY = ["".join(parts) for parts in itertools.permutations(WORDS, 3)][::7][:80]  # 80 sentences
@@ -21,13 +22,9 @@ def files(tmp_path):
     sentences.write_text("".join(s + "\n" for s in MANY[:50]), encoding="utf-8")
     pairs = tmp_path / "pairs.data"
     pairs.write_text("".join("%s\t%s\t%d\n" % (a, b, i % 6)
-                             for i, (a, b) in enumerate(zip(MANY[50:65], MANY[65:80]))),
+                             for i, (a, b) in enumerate(zip(MANY[50:65], MANY[65:80], strict=True))),
                      encoding="utf-8")
     return tmp_path, str(sentences), str(pairs)
-
-
-def run(*argv):
-    return cli.main([str(a) for a in argv])
 
 
 def test_fit_then_encode_equals_the_python_api(files, tiny_model, encoders):
@@ -40,7 +37,7 @@ def test_fit_then_encode_equals_the_python_api(files, tiny_model, encoders):
     assert whitening.model["name"] == "tiny_bert" and whitening.n_components == -1
 
     encoder = encoders["first-last-avg"]
-    pair_sentences = [s for pair in zip(MANY[50:65], MANY[65:80]) for s in pair]
+    pair_sentences = [s for pair in zip(MANY[50:65], MANY[65:80], strict=True) for s in pair]
     expected = fit_whitening(WhiteningStats().update(encode(encoder, MANY[:50] + pair_sentences)))
     np.testing.assert_allclose(whitening.mean, expected.mean, rtol=1e-6)
     np.testing.assert_allclose(whitening.eigenvalues, expected.eigenvalues, rtol=1e-4, atol=1e-9)
@@ -76,7 +73,7 @@ def test_rank_deficient_fit_keeps_the_supported_dimensions_and_refuses_more(file
     few = tmp_path / "few.txt"
     few.write_text("".join(s + "\n" for s in MANY[:12]), encoding="utf-8")  # 12 < 24 dims
     output, vectors = tmp_path / "w.npz", tmp_path / "v.npy"
-    assert run("fit", "--model", tiny_model[0], "--n-components", 12, "--output", output, few) == 2
+    assert run("fit", "--model", tiny_model[0], "--n-components", 12, "--output", output, few) == 1
     assert "n_components 12 is larger than the rank 11" in caplog.text and not output.exists()
     assert run("fit", "--model", tiny_model[0], "--output", output, few) == 0
     assert Whitening.load(str(output)).rank == 11
@@ -94,27 +91,27 @@ def test_bad_inputs_fail_cleanly_without_output(files, tiny_model, tmp_path, cap
     output = tmp_path / "out.npy"
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    assert run("encode", "--model", model, "--output", output, empty) == 2
-    assert "empty.txt: empty input file" in caplog.text
-    assert run("fit", "--model", model, "--output", tmp_path / "w.npz", empty) == 2
+    assert run("encode", "--model", model, "--output", output, empty) == 1
+    assert "empty.txt: empty input" in caplog.text
+    assert run("fit", "--model", model, "--output", tmp_path / "w.npz", empty) == 1
 
     broken = tmp_path / "broken.data"
     broken.write_text("a\tb\t1\nno label here\tx\n", encoding="utf-8")
-    assert run("fit", "--model", model, "--output", tmp_path / "w.npz", broken) == 2
+    assert run("fit", "--model", model, "--output", tmp_path / "w.npz", broken) == 1
     assert "broken.data:2: expected" in caplog.text
     assert run("fit", "--model", model, "--output", tmp_path / "w.npz", "--skip-bad-lines",
                "--n-components", 1, broken) == 0
     assert "skipped 1 malformed lines" in caplog.text
 
-    assert run("encode", "--model", str(tmp_path / "missing"), "--output", output, sentences) == 2
+    assert run("encode", "--model", str(tmp_path / "missing"), "--output", output, sentences) == 1
     assert "missing does not exist" in caplog.text
 
     rng = np.random.default_rng(0)
     other = tmp_path / "other.npz"
     fit_whitening(WhiteningStats().update(rng.normal(size=(50, 16))), pooling="first-last-avg").save(str(other))
-    assert run("encode", "--model", model, "--whitening", other, "--output", output, sentences) == 2
+    assert run("encode", "--model", model, "--whitening", other, "--output", output, sentences) == 1
     assert "dimension 16 but the model's hidden size is 24" in caplog.text
-    assert run("fit", "--model", model, "--n-components", 30, "--output", other, sentences) == 2
+    assert run("fit", "--model", model, "--n-components", 30, "--output", other, sentences) == 1
     assert "n_components 30 is larger than the vector dimension 24" in caplog.text
     assert not output.exists()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
@@ -122,10 +119,10 @@ def test_bad_inputs_fail_cleanly_without_output(files, tiny_model, tmp_path, cap
 
 def test_a_failure_midway_leaves_no_partial_output(files, tiny_model, monkeypatch):
     tmp_path, sentences, _ = files
-    monkeypatch.setattr(cli, "CHUNK_SENTENCES", 10)
+    monkeypatch.setattr("bert_whitening.encoding.CHUNK_SENTENCES", 10)
     calls = []
 
-    def failing(encoder, sequences, batch_size, bar, precision):
+    def failing(encoder, sequences, batch_size, bar):
         calls.append(len(sequences))
         if len(calls) == 3:
             raise OSError("simulated failure")
@@ -133,7 +130,7 @@ def test_a_failure_midway_leaves_no_partial_output(files, tiny_model, monkeypatc
 
     monkeypatch.setattr("bert_whitening.encoding.encode_ids", failing)
     output = tmp_path / "v.npy"
-    assert run("encode", "--model", tiny_model[0], "--output", output, sentences) == 2
+    assert run("encode", "--model", tiny_model[0], "--output", output, sentences) == 1
     assert calls == [10, 10, 10] and not output.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 

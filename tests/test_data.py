@@ -3,7 +3,9 @@ import re
 
 import pytest
 
-from bert_whitening.data import DataError, detect_format, read_pairs, read_sentences
+from bert_whitening.data import DataError, read_pairs, read_sentences
+
+from helpers import shared_data
 
 
 def write(tmp_path, name, text, encoding="utf-8"):
@@ -15,11 +17,10 @@ def write(tmp_path, name, text, encoding="utf-8"):
 def test_pairs_are_read_with_float_labels_and_crlf_stripped(tmp_path):
     path = write(tmp_path, "p.data", "今天\t明天\t1\r\nhello\tworld\t3.5\n")
     assert list(read_pairs(path)) == [("今天", "明天", 1.0), ("hello", "world", 3.5)]
-    assert detect_format(path) == "pairs"
     assert list(read_sentences(path)) == ["今天", "明天", "hello", "world"]
 
 
-@pytest.mark.parametrize("line", ["only\ttwo", "a\tb\tc\td", "a\tb\tlabel"])
+@pytest.mark.parametrize("line", ["only\ttwo", "a\tb\tc\td", "a\tb\tlabel", "a\tb\tnan", "a\tb\t-inf"])
 def test_a_malformed_pair_line_names_file_line_and_content(tmp_path, line):
     path = write(tmp_path, "bad.data", "a\tb\t0\n%s\nc\td\t1\n" % line)
     with pytest.raises(DataError, match=r"bad\.data:2: expected .*" + re.escape(repr(line))):
@@ -33,24 +34,84 @@ def test_skip_bad_lines_counts_them(tmp_path, caplog):
     assert "bad.data: skipped 2 malformed lines" in caplog.text
 
 
-def test_sentence_files_keep_empty_lines_and_detect_as_lines(tmp_path):
+def test_sentence_files_keep_empty_lines_and_detect_as_lines(tmp_path, caplog):
     path = write(tmp_path, "s.txt", "first\n\nthird with\ta tab\n")
-    assert detect_format(path) == "lines"
-    assert list(read_sentences(path)) == ["first", "", "third with\ta tab"]
+    with caplog.at_level(logging.INFO):
+        assert list(read_sentences(path)) == ["first", "", "third with\ta tab"]
+    assert "s.txt: read as sentences, one per line (0 of the first 2 non-empty" in caplog.text
+
+
+def test_lines_end_at_newline_only(tmp_path):
+    path = write(tmp_path, "cr.txt", "a\rb\r\nc\n\rd\ne\r\r\n")
+    assert list(read_sentences(path, "lines")) == ["a\rb", "c", "\rd", "e\r"]
+    pairs = write(tmp_path, "cr.data", "a\rx\tb\t1\r\nc\td\t0\n")
+    assert list(read_pairs(pairs)) == [("a\rx", "b", 1.0), ("c", "d", 0.0)]
 
 
 def test_empty_missing_and_non_utf8_files(tmp_path):
-    with pytest.raises(DataError, match="e.txt: empty input file"):
-        detect_format(write(tmp_path, "e.txt", ""))
+    assert list(read_sentences(write(tmp_path, "e.txt", ""))) == []
     with pytest.raises(DataError, match="nothing.txt: no such file"):
         list(read_sentences(str(tmp_path / "nothing.txt"), "lines"))
-    with pytest.raises(DataError, match="gbk.txt: not UTF-8"):
-        list(read_sentences(write(tmp_path, "gbk.txt", "今天天气\n", "gbk"), "lines"))
+    with pytest.raises(DataError, match=r"gbk.txt:2: not UTF-8 text \(byte 0xbd at byte 0 of"):
+        list(read_sentences(write(tmp_path, "gbk.txt", "fine\n今天天气\n", "gbk"), "lines"))
+    with pytest.raises(DataError, match=r"is a directory"):
+        list(read_sentences(str(tmp_path), "lines"))
     with pytest.raises(ValueError, match="unknown input format 'csv'"):
         list(read_sentences(str(tmp_path / "e.txt"), "csv"))
 
 
-SHARED = __import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "shared", "data")
+def test_a_truncated_gzip_names_the_file_and_the_last_line_read(tmp_path):
+    import gzip
+
+    whole = gzip.compress("".join("sentence %d\n" % i for i in range(2000)).encode())
+    path = tmp_path / "cut.txt.gz"
+    path.write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(DataError, match=r"cut.txt.gz: truncated or corrupt compressed data after line \d+"):
+        list(read_sentences(str(path), "lines"))
+
+
+def test_auto_detection_looks_past_a_header_and_names_the_line_that_disagrees(tmp_path, caplog):
+    rows = "".join("s%d\tt%d\t%d\n" % (i, i, i % 2) for i in range(10))
+    header = write(tmp_path, "header.data", "sentence1\tsentence2\tlabel\n" + rows)
+    with caplog.at_level(logging.INFO):
+        with pytest.raises(DataError, match=r"header.data:1: expected sentence1<TAB>sentence2"):
+            list(read_sentences(header))
+    assert "read as senteval_cn pairs (10 of the first 11" in caplog.text
+    assert list(read_sentences(header, skip_bad_lines=True))[:4] == ["s0", "t0", "s1", "t1"]
+    mostly_lines = write(tmp_path, "mixed.txt", "one\ntwo\nthree\na\tb\t1\nfour\n")
+    with pytest.raises(DataError, match=r"mixed.txt:4: a sentence1<TAB>sentence2<TAB>label line "
+                                        r"in a file whose other lines are sentences"):
+        list(read_sentences(mostly_lines))
+    assert len(list(read_sentences(mostly_lines, "lines"))) == 5  # said explicitly: no check
+
+
+def test_a_pair_line_after_the_lines_auto_looks_at_is_an_error(tmp_path):
+    from bert_whitening.data import DETECT_LINES
+
+    path = write(tmp_path, "late.txt", "".join("line %d\n" % i for i in range(DETECT_LINES + 5))
+                 + "x\ty\t3\n")
+    with pytest.raises(DataError, match=r"late.txt:%d: a sentence1<TAB>sentence2<TAB>label line "
+                                        r"in a file read as sentences" % (DETECT_LINES + 6)):
+        list(read_sentences(path))
+
+
+def test_standard_input_is_read_once_with_the_format_detected_on_the_same_read(monkeypatch, tmp_path):
+    import io
+    import os
+
+    rows = "".join("s%d\tt%d\t%d\n" % (i, i, i % 2) for i in range(300))
+    read_end, write_end = os.pipe()
+    os.write(write_end, rows.encode())
+    os.close(write_end)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(os.fdopen(read_end, "rb")))
+    sentences = list(read_sentences("-"))
+    assert len(sentences) == 600 and sentences[:2] == ["s0", "t0"] and sentences[-1] == "t299"
+    with pytest.raises(DataError, match=r"standard input:1: expected sentence1"):
+        read_end, write_end = os.pipe()
+        os.write(write_end, b"a\tb\tx\n")
+        os.close(write_end)
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(os.fdopen(read_end, "rb")))
+        list(read_pairs("-"))
 
 
 def test_senteval_tasks_load_present_splits_and_name_missing_ones(tmp_path, caplog):
@@ -80,15 +141,12 @@ def test_data_dir_comes_from_the_flag_then_the_environment(monkeypatch):
 def test_english_sts_both_layouts_agree(tmp_path):
     from bert_whitening.data import load_task
 
-    os = __import__("os")
-    if not os.path.isdir(SHARED):
-        pytest.skip("../shared/data is not beside this checkout")
-    packed = load_task("STS-B-en", os.path.join(SHARED, "senteval_cn"))
+    packed = load_task("STS-B-en", shared_data("senteval_cn"))
     assert {k: len(v) for k, v in packed.items()} == {"train": 5749, "valid": 1500, "test": 1379}
     csv_dir = tmp_path / "STS-B-en"
     csv_dir.mkdir()
     for name in ("sts-dev.csv", "sts-test.csv"):
-        (csv_dir / name).write_bytes(open(os.path.join(SHARED, "stsbenchmark", name), "rb").read())
+        (csv_dir / name).write_bytes(open(shared_data("stsbenchmark", name), "rb").read())
     original = load_task("STS-B-en", str(tmp_path))
     assert list(original) == ["valid", "test"]
     assert original["test"] == packed["test"] and original["valid"] == packed["valid"]

@@ -10,11 +10,13 @@ import pytest
 
 from bert_whitening import cli
 from bert_whitening.backend import tf
-from bert_whitening.encoding import encode, pad, tokenize
+from bert_whitening.encoding import encode, tokenize
 from bert_whitening.export import ExportError, export_saved_model, target_version
 from bert_whitening.models import build_encoder
+from bert_whitening.serving import pad_ids
 from bert_whitening.whitening import WhiteningStats, fit_whitening
-from conftest import SENTENCES
+
+from helpers import SENTENCES
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +40,7 @@ def test_signatures_equal_the_keras_model_and_ignore_padding(exported, whitened)
     loaded = tf.saved_model.load(exported[1])
     serve = loaded.signatures["serving_default"]
     sequences, _ = tokenize(whitened, SENTENCES)
-    ids = pad(sequences)
+    ids = pad_ids(sequences)
     expected = encode(whitened, SENTENCES)
     vectors = serve(input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids))["embedding"].numpy()
     np.testing.assert_allclose(vectors, expected, atol=1e-5)
@@ -87,7 +89,7 @@ def test_cli_refuses_a_mismatched_whitening_before_writing(tiny_model, tmp_path,
     fit_whitening(WhiteningStats().update(rng.normal(size=(50, 16))), pooling="cls").save(other)
     base = tmp_path / "served"
     assert cli.main(["export", "--model", tiny_model[0], "--whitening", other, "--output",
-                     str(base)]) == 2
+                     str(base)]) == 1
     assert "dimension 16 but the model's hidden size is 24" in caplog.text
     assert not base.exists() and sorted(os.listdir(tmp_path)) == ["other.npz"]
 
@@ -114,7 +116,7 @@ def test_saved_model_cli_shows_both_signatures(exported):
 
 def test_saved_model_cli_runs_serving_default(whitened, exported, tmp_path):
     sequences, _ = tokenize(whitened, SENTENCES[:3])
-    ids = pad(sequences)
+    ids = pad_ids(sequences)
     np.save(tmp_path / "ids.npy", ids)
     np.save(tmp_path / "segments.npy", np.zeros_like(ids))
     ids_only, _ = export_saved_model(whitened, str(tmp_path / "ids_only"))
@@ -146,4 +148,4 @@ def test_cli_export_records_the_whitening_file(tiny_model, tmp_path):
         assert info["whitening_file"]["sha256"] == hashlib.sha256(stream.read()).hexdigest()
     assert info["pooling"] == "cls" and info["n_components"] == 8
     assert info["signatures"] == ["serving_default"]
-    assert cli.main(argv + ["--version", "2"]) == 2  # exists, no --overwrite
+    assert cli.main(argv + ["--version", "2"]) == 1  # exists, no --overwrite

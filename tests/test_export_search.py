@@ -4,12 +4,13 @@ import os
 
 import numpy as np
 import pytest
-from conftest import SENTENCES
 
 from bert_whitening import retrieval
 from bert_whitening.encoding import encode
 from bert_whitening.export import ExportError, ServingModule, export_saved_model
 from bert_whitening.export_search import mismatches
+
+from conftest import SENTENCES
 
 
 @pytest.fixture(scope="module")
@@ -28,9 +29,9 @@ def search_export(whitened, corpus, tmp_path_factory):
 
 
 def test_serve_search_returns_the_exact_nearest_rows(search_export, whitened, corpus):
-    from bert_whitening.backend import tf
-
     import tensorflow_text  # noqa: F401
+
+    from bert_whitening.backend import tf
 
     loaded = tf.saved_model.load(search_export)
     served = loaded.signatures["serve_search"](text=tf.constant(SENTENCES[:6]))
@@ -105,9 +106,9 @@ def test_cli_export_corpus_from_an_index(tiny_model, tmp_path, caplog):
         info = json.load(stream)
     assert info["corpus"]["count"] == 40 and info["signatures"] == ["serve_search", "serve_text",
                                                                     "serving_default"]
-    from bert_whitening.backend import tf
-
     import tensorflow_text  # noqa: F401
+
+    from bert_whitening.backend import tf
 
     served = tf.saved_model.load(str(tmp_path / "served" / "1")).signatures["serve_search"](
         text=tf.constant([MANY[7]]))

@@ -2,6 +2,7 @@ import numpy as np
 
 from bert_whitening.backend import keras
 from bert_whitening.layers import FirstTokenPooling
+
 from layer_checks import assert_config_round_trip, assert_save_and_load
 
 

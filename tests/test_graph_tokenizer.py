@@ -7,6 +7,7 @@ from bert_whitening.backend import Tokenizer, load_vocab, tf
 from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
 from bert_whitening.encoding import token_ids
 from bert_whitening.graph_tokenizer import GraphTokenizer
+
 from conftest import SENTENCES
 
 SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
@@ -27,7 +28,7 @@ def mismatches(vocab_path, sentences, maxlen=64, lowercase=True):
     for start in range(0, len(sentences), 8192):
         batch = sentences[start:start + 8192]
         ids = run(tf.constant(batch)).numpy()
-        for sentence, row in zip(batch, ids):
+        for sentence, row in zip(batch, ids, strict=True):
             expected, _ = token_ids(reference, sentence, maxlen)
             got = row[:len(expected)].tolist()
             if got != expected or row[len(expected):].any():

@@ -14,7 +14,8 @@ from bert_whitening.checkpoints import CheckpointError, find_model
 from bert_whitening.encoding import encode
 from bert_whitening.models import build_encoder
 from bert_whitening.names import POOLINGS
-from conftest import SENTENCES, TINY_CONFIG, TINY_VOCAB
+
+from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB
 from reference import HuggingFaceNames, bert_hidden_states, pooled_reference
 
 
@@ -72,7 +73,7 @@ def test_hf_directories_load_directly_and_match_numpy(tmp_path, pooling, prefix)
     encoder = build_encoder(directory, pooling=pooling)
     assert encoder.identity["format"] == "huggingface"
     params = HuggingFaceNames({name[len(prefix):]: value for name, value in tensors.items()})
-    for sentence, vector in zip(SENTENCES, encode(encoder, SENTENCES)):
+    for sentence, vector in zip(SENTENCES, encode(encoder, SENTENCES), strict=True):
         ids = encoder.tokenizer.encode(sentence)[0]
         np.testing.assert_allclose(vector, pooled_reference(params, TINY_CONFIG, ids, pooling),
                                    atol=1e-5, err_msg=sentence)
@@ -95,7 +96,7 @@ def test_convert_hf_round_trips(tiny_hf, tmp_path):
         np.testing.assert_allclose(encode(build_encoder(str(out), pooling=pooling), SENTENCES),
                                    encode(build_encoder(directory, pooling=pooling), SENTENCES),
                                    atol=1e-6)
-    assert cli.main(["convert-hf", directory, str(out)]) == 2  # never over an existing directory
+    assert cli.main(["convert-hf", directory, str(out)]) == 1  # never over an existing directory
     assert sorted(os.listdir(tmp_path)) == ["google"]
 
 
@@ -146,7 +147,7 @@ def test_minilm_last_avg_is_sentence_transformers_mean_pooling():
     params = HuggingFaceNames(load_file(os.path.join(files.directory, "model.safetensors")))
     encoder = build_encoder("minilm", pooling="last-avg", maxlen=128)
     vectors = encode(encoder, REAL_SENTENCES, batch_size=3)
-    for sentence, vector in zip(REAL_SENTENCES, vectors):
+    for sentence, vector in zip(REAL_SENTENCES, vectors, strict=True):
         ids, _ = encoder.tokenizer.encode(sentence, maxlen=128)
         expected = bert_hidden_states(params, files.config, ids)[-1].mean(axis=0)
         np.testing.assert_allclose(vector, expected, atol=1e-4, err_msg=sentence)

@@ -2,6 +2,7 @@ import numpy as np
 
 from bert_whitening.backend import keras
 from bert_whitening.layers import MaskedAveragePooling
+
 from layer_checks import assert_config_round_trip, assert_save_and_load
 
 IDS = np.array([[2, 7, 9, 3, 0, 0], [2, 5, 3, 0, 0, 0], [2, 4, 4, 4, 4, 3]], dtype=np.int32)

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from bert_whitening.checkpoints import CheckpointError
-from bert_whitening.encoding import _cpu_has_bfloat16, encode, token_ids
+from bert_whitening.encoding import _cpu_has_bfloat16, encode, precision_scope, set_precision, token_ids
 from bert_whitening.models import build_encoder, with_whitening
 from bert_whitening.names import POOLINGS
 from bert_whitening.whitening import WhiteningStats, fit_whitening
+
 from conftest import SENTENCES, TINY_CONFIG, tiny_weights
 from reference import original_transform_and_normalize, pooled_reference
 
@@ -20,7 +21,7 @@ def test_every_pooling_equals_the_numpy_bert_reference(encoders, tiny_model, poo
     _, weights = tiny_model
     encoder = encoders[pooling]
     vectors = encode(encoder, SENTENCES, batch_size=5)
-    for sentence, vector in zip(SENTENCES, vectors):
+    for sentence, vector in zip(SENTENCES, vectors, strict=True):
         ids = encoder.tokenizer.encode(sentence, maxlen=encoder.maxlen)[0]
         expected = pooled_reference(weights, TINY_CONFIG, ids, pooling)
         np.testing.assert_allclose(vector, expected, atol=1e-5, err_msg=sentence)
@@ -151,7 +152,8 @@ def test_vocab_size_must_match_the_config(model_copy):
 
 
 def test_pooler_pooling_needs_pooler_weights(tmp_path):
-    from bert_whitening.checkpoints import write_checkpoint
+    from bert_whitening.checkpoints.google import write_checkpoint
+
     from conftest import TINY_VOCAB
 
     directory = str(tmp_path / "no_pooler")
@@ -172,7 +174,8 @@ def test_unknown_pooling_and_model_type_list_the_choices(tiny_model):
 def test_bfloat16_rounds_the_transformer_only(encoders, whitened):
     pooled = encoders["first-last-avg"]
     before = encode(pooled, SENTENCES)
-    low = encode(pooled, SENTENCES, precision="bfloat16")
+    with precision_scope("bfloat16"):
+        low = encode(pooled, SENTENCES)
     cosines = (before * low).sum(axis=1) / np.linalg.norm(before, axis=1) / np.linalg.norm(low, axis=1)
     assert cosines.min() >= 0.9999, cosines
     if _cpu_has_bfloat16():  # oneDNN rewrites the matrix products only on such CPUs
@@ -180,10 +183,11 @@ def test_bfloat16_rounds_the_transformer_only(encoders, whitened):
     kernel, bias = whitened.model.get_layer("whitening").get_weights()
     expected = low.astype(np.float64) @ kernel + bias  # whitening of the bfloat16 vectors, float64
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
-    np.testing.assert_allclose(encode(whitened, SENTENCES, precision="bfloat16"), expected, atol=1e-5)
+    with precision_scope("bfloat16"):
+        np.testing.assert_allclose(encode(whitened, SENTENCES), expected, atol=1e-5)
     np.testing.assert_array_equal(encode(pooled, SENTENCES), before)  # the option is off again
 
 
 def test_unknown_precision_lists_the_choices(encoders):
     with pytest.raises(ValueError, match="float32, bfloat16"):
-        encode(encoders["cls"], SENTENCES, precision="float16")
+        set_precision("float16")

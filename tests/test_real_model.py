@@ -13,6 +13,7 @@ from bert_whitening.encoding import encode
 from bert_whitening.evaluation import Setting, encode_splits, evaluate, fit_statistics
 from bert_whitening.models import build_encoder
 from bert_whitening.names import POOLINGS
+
 from reference import original_eval
 
 pytestmark = pytest.mark.slow

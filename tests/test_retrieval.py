@@ -17,7 +17,7 @@ def reference_ranking(queries, corpus):
 def reference_metrics(rankings, relevant):
     """MRR@10, Recall@1 and Recall@10 written out from their definitions, one query at a time."""
     reciprocal, at_1, at_10 = [], [], []
-    for ranking, wanted in zip(rankings, relevant):
+    for ranking, wanted in zip(rankings, relevant, strict=True):
         rank = next((position + 1 for position, item in enumerate(ranking[:10]) if item in wanted), None)
         reciprocal.append(1.0 / rank if rank else 0.0)
         at_1.append(ranking[0] in wanted)

@@ -1,8 +1,8 @@
 """eval-retrieval, index and search on the tiny checkpoint, against the definitions re-done here."""
+import functools
+import itertools
 import json
 import os
-
-import itertools
 
 import numpy as np
 import pytest
@@ -58,7 +58,7 @@ def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny
     by_k = {result["n_components"]: result for result in entry["results"]}
     assert sorted(by_k) == [0, 8, 24]
     for k, result in by_k.items():
-        transform = (lambda x: whitening.transform(x, k)) if k else l2_normalize
+        transform = functools.partial(whitening.transform, n_components=k) if k else l2_normalize
         expected = reference_metrics(reference_ranking(transform(query_vectors), transform(corpus_vectors)),
                                      relevant)
         assert {m: result[m] for m in expected} == pytest.approx(expected, abs=1e-9)
@@ -122,7 +122,7 @@ def test_search_finds_each_sentence_first_with_cosine_1(indexed, capsys):
     assert run("search", "--index", index, "--top-k", 3, "--json", MANY[5], MANY[33]) == 0
     results = json.loads(capsys.readouterr().out)
     matrix = np.load(vectors)
-    for result, row in zip(results, (5, 33)):
+    for result, row in zip(results, (5, 33), strict=True):
         top = result["hits"][0]
         assert (top["line"], top["text"]) == (row + 1, MANY[row]) and top["score"] == pytest.approx(1, abs=1e-5)
         expected = np.sort(matrix @ matrix[row])[::-1][:3]

@@ -7,9 +7,16 @@ import pytest
 
 from bert_whitening.backend import tf
 from bert_whitening.encoding import encode, tokenize
-from bert_whitening.serving import (grpc_request, grpc_vectors, ids_request, parse_response,
-                                    rest_url, text_request)
-from conftest import SENTENCES
+from bert_whitening.serving import (
+    grpc_request,
+    grpc_vectors,
+    ids_request,
+    parse_response,
+    rest_url,
+    text_request,
+)
+
+from helpers import SENTENCES
 from tfserving_json import decode
 
 pytestmark = pytest.mark.slow

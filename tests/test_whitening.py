@@ -5,8 +5,14 @@ import os
 import numpy as np
 import pytest
 
-from bert_whitening.whitening import (Whitening, WhiteningStats, compute_kernel_bias,
-                                      fit_whitening, transform_and_normalize)
+from bert_whitening.whitening import (
+    Whitening,
+    WhiteningStats,
+    compute_kernel_bias,
+    fit_whitening,
+    transform_and_normalize,
+)
+
 from reference import original_kernel_bias, original_transform_and_normalize
 
 

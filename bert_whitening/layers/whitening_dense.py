@@ -1,5 +1,4 @@
 """Whitening as a Dense layer."""
-import numpy as np
 
 from bert_whitening.backend import keras, tf
 

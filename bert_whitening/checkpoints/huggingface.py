@@ -10,6 +10,8 @@ import re
 
 from bert_whitening.checkpoints import CheckpointError, read_bytes, read_json
 
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
 CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                "intermediate_size", "hidden_act", "max_position_embeddings", "type_vocab_size",
                "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
@@ -21,10 +23,6 @@ _RENAMES = [
     (r"(.*)\.weight", r"\1/kernel"),
     (r"(.*)\.bias", r"\1/bias"),
 ]
-
-
-def is_hf_directory(directory):
-    return os.path.isfile(os.path.join(directory, "config.json"))
 
 
 def google_name(name):
@@ -50,12 +48,11 @@ def google_variables(tensors):
     return variables
 
 
-def read_hf(directory):
-    """``(bert_config, google_named_arrays)`` of a Hugging Face BERT directory."""
-    from safetensors.numpy import load_file
-
-    config_path = os.path.join(directory, "config.json")
-    weights_path = os.path.join(directory, "model.safetensors")
+def read(directory):
+    """``(bert_config, load)`` of a Hugging Face BERT directory; ``load()`` reads the tensors
+    as Google-named arrays."""
+    config_path = os.path.join(directory, CONFIG)
+    weights_path = os.path.join(directory, WEIGHTS)
     hf_config = read_json(config_path)
     if hf_config.get("model_type") != "bert":
         raise CheckpointError("%s: model_type %r is not supported; only BERT checkpoints "
@@ -71,15 +68,25 @@ def read_hf(directory):
     if missing:
         raise CheckpointError("%s lacks %s" % (config_path, ", ".join(missing)))
     config = {key: hf_config[key] for key in CONFIG_KEYS if key in hf_config}
-    return config, google_variables(load_file(weights_path))
+    return config, lambda: google_variables(_load_tensors(weights_path))
+
+
+def _load_tensors(path):
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(path)
+    except Exception as error:  # safetensors raises its own SafetensorError (not importable here)
+        raise CheckpointError("%s: cannot read the tensors (%s): the file is truncated or not "
+                              "safetensors" % (path, error)) from None
 
 
 def convert_hf(hf_directory, output_directory):
     """Write the Hugging Face BERT in ``hf_directory`` as a Google-format checkpoint directory."""
-    from bert_whitening.checkpoints import write_checkpoint
+    from bert_whitening.checkpoints.google import write_checkpoint
 
-    config, variables = read_hf(hf_directory)
+    config, load = read(hf_directory)
     with open(os.path.join(hf_directory, "vocab.txt"), encoding="utf-8") as stream:
         vocab = stream.read().splitlines()
-    write_checkpoint(output_directory, config, variables, vocab)
+    write_checkpoint(output_directory, config, load(), vocab)
     return output_directory

@@ -1,0 +1,55 @@
+"""Google-format checkpoint directories (google-research/bert): read their files, write them."""
+import glob
+import json
+import os
+
+from bert_whitening.checkpoints import CheckpointError, read_bytes, read_json
+
+CONFIG = "bert_config.json"
+CHECKPOINT = "bert_model.ckpt"
+
+
+def read(directory):
+    """``(config, load)``: the configuration, and a function giving the checkpoint prefix (the
+    files are checked to exist now; bert4keras reads the variables when the model is built)."""
+    config = read_json(os.path.join(directory, CONFIG))
+    prefix = checkpoint_prefix(directory)
+    return config, lambda: prefix
+
+
+def checkpoint_prefix(directory):
+    """``bert_model.ckpt`` when present, else the one checkpoint the directory holds (NEZHA's
+    release is ``model.ckpt-N``)."""
+    indexes = sorted(glob.glob(os.path.join(directory, "*.ckpt*.index")))
+    preferred = os.path.join(directory, CHECKPOINT + ".index")
+    if preferred in indexes:
+        indexes = [preferred]
+    if not indexes:
+        raise CheckpointError("%s holds no checkpoint: expected bert_model.ckpt.index and "
+                              "bert_model.ckpt.data-00000-of-00001" % directory)
+    if len(indexes) > 1:
+        raise CheckpointError("%s holds several checkpoints (%s); keep one"
+                              % (directory, ", ".join(os.path.basename(i) for i in indexes)))
+    prefix = indexes[0][:-len(".index")]
+    for path in [indexes[0]] + (glob.glob(prefix + ".data-*") or [prefix + ".data-00000-of-00001"]):
+        read_bytes(path, probe=True)
+    return prefix
+
+
+def write_checkpoint(directory, config, variables, vocab):
+    """Write a Google-format directory: ``bert_config.json``, ``vocab.txt``, ``bert_model.ckpt.*``.
+
+    ``variables`` maps google-research/bert variable names to numpy arrays; ``vocab`` is the
+    token list. TensorFlow is imported here only, so reading checkpoints needs none of it.
+    """
+    from bert_whitening.backend import tf
+
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as stream:
+        json.dump(config, stream, indent=2)
+    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as stream:
+        stream.write("".join(token + "\n" for token in vocab))
+    names = sorted(variables)
+    tf.raw_ops.SaveV2(prefix=os.path.join(directory, CHECKPOINT), tensor_names=names,
+                      shape_and_slices=[""] * len(names),
+                      tensors=[tf.constant(variables[name]) for name in names])

@@ -1,0 +1,26 @@
+"""The package's exceptions: one base class, so a caller (and the command line) can tell a
+problem with the input from a bug.
+
+Each subclass is a ``ValueError`` too, as the package raised before it had its own classes. The
+message names the file (and the line, for text) and the value at fault.
+"""
+
+
+class BertWhiteningError(ValueError):
+    """A refused input or a failed operation, explained in its message."""
+
+
+class DataError(BertWhiteningError):
+    """Bad input data; the message names the file and the 1-based line number."""
+
+
+class CheckpointError(BertWhiteningError):
+    """A model directory that cannot be used; the message names the file."""
+
+
+class WhiteningError(BertWhiteningError):
+    """A whitening that cannot be fitted, read or applied as asked."""
+
+
+class ExportError(BertWhiteningError):
+    """An export that was refused or failed; nothing was left at the target."""

@@ -1,0 +1,81 @@
+"""What several test files use: the tiny model's vocabulary, configuration and random weights,
+the command line in-process, and the shared evaluation data."""
+import os
+
+import numpy as np
+import pytest
+
+TINY_VOCAB = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+              + list("今天气很好我们你他她是的不在有一个人中国北京上海爱喝茶咖啡猫狗跑吃饭学习工作。，！？")
+              + ["the", "a", "cat", "dog", "is", "on", "mat", "run", "##s", "##ing", "hello",
+                 "world", "good", "bad", "weather", "today", ",", ".", "!", "?", "我们", "北京"])
+
+TINY_CONFIG = {
+    "vocab_size": len(TINY_VOCAB), "hidden_size": 24, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "intermediate_size": 48, "hidden_act": "gelu",
+    "max_position_embeddings": 64, "type_vocab_size": 2, "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02,
+}
+
+SENTENCES = [
+    "今天天气很好", "我们在北京", "你爱喝茶还是咖啡？", "他在上海工作", "猫和狗在跑",
+    "the cat is on the mat", "hello world!", "good weather today", "the dogs are running",
+    "中国人爱喝茶", "我不在学习", "", "a", "她是一个好人。", "吃饭了吗", "the cat runs, the dog runs.",
+]
+
+
+SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+
+
+def shared_data(*parts):
+    """A path under ../shared/data; the test is skipped where that is not beside the checkout,
+    and fails in CI, where it must be."""
+    if not os.path.isdir(SHARED):
+        if os.environ.get("CI"):
+            pytest.fail("../shared/data must lie beside the checkout in CI")
+        pytest.skip("../shared/data is not beside this checkout")
+    return os.path.join(SHARED, *parts)
+
+
+def run(*argv):
+    """``bert-whitening ARGV`` in this process; its exit status."""
+    from bert_whitening import cli
+
+    return cli.main([str(a) for a in argv])
+
+
+def relative_error(actual, expected):
+    return np.abs(actual - expected).max() / np.abs(expected).max()
+
+
+def random_weights(config, seed=0, with_pooler=True, scale=0.3):
+    """Random weights of a BERT of ``config`` under google-research/bert names.
+
+    For tests and the offline demo: a model that loads and runs like a real one, with no
+    download. Its vectors carry no meaning.
+    """
+    rng = np.random.default_rng(seed)
+    hidden, inner = config["hidden_size"], config["intermediate_size"]
+    normal = lambda *shape: rng.normal(0.0, scale, shape).astype(np.float32)
+    weights = {
+        "bert/embeddings/word_embeddings": normal(config["vocab_size"], hidden),
+        "bert/embeddings/token_type_embeddings": normal(config["type_vocab_size"], hidden),
+        "bert/embeddings/position_embeddings": normal(config["max_position_embeddings"], hidden),
+        "bert/embeddings/LayerNorm/gamma": 1 + normal(hidden),
+        "bert/embeddings/LayerNorm/beta": normal(hidden),
+    }
+    shapes = {"attention/self/query": (hidden, hidden), "attention/self/key": (hidden, hidden),
+              "attention/self/value": (hidden, hidden), "attention/output/dense": (hidden, hidden),
+              "intermediate/dense": (hidden, inner), "output/dense": (inner, hidden)}
+    for layer in range(config["num_hidden_layers"]):
+        prefix = "bert/encoder/layer_%d/" % layer
+        for name, shape in shapes.items():
+            weights[prefix + name + "/kernel"] = normal(*shape)
+            weights[prefix + name + "/bias"] = normal(shape[1])
+        for name in ("attention/output/LayerNorm", "output/LayerNorm"):
+            weights[prefix + name + "/gamma"] = 1 + normal(hidden)
+            weights[prefix + name + "/beta"] = normal(hidden)
+    if with_pooler:
+        weights["bert/pooler/dense/kernel"] = normal(hidden, hidden)
+        weights["bert/pooler/dense/bias"] = normal(hidden)
+    return weights

@@ -1,0 +1,399 @@
+"""The command line used as a hostile user would: pipes, FIFOs, signals, two exports at once, a
+full disk, nonsense numbers and damaged files. Each case runs ``bert-whitening`` in a subprocess
+and checks the exit status, the message, the output and what is left in the directory."""
+import dataclasses
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from bert_whitening.checkpoints import find_model
+
+from helpers import SENTENCES
+
+pytestmark = pytest.mark.slow
+
+LINES = [("%s %d" % (SENTENCES[i % len(SENTENCES)], i)).strip() for i in range(300)]
+
+
+def cli(*argv, stdin=None, input=None, timeout=300):
+    """``bert-whitening ARGV`` in a new process."""
+    return subprocess.run([sys.executable, "-m", "bert_whitening"] + [str(a) for a in argv],
+                          stdin=stdin, input=input, capture_output=True, timeout=timeout)
+
+
+def start(*argv):
+    return subprocess.Popen([sys.executable, "-m", "bert_whitening"] + [str(a) for a in argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def refused(result, *fragments, status=1):
+    """The run failed with ``status`` and one error line holding every fragment, no traceback."""
+    stderr = result.stderr.decode("utf-8", "replace")
+    assert result.returncode == status, stderr
+    assert "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith(("ERROR:", "usage:", "bert-whitening"))]
+    message = " ".join(errors)
+    for fragment in fragments:
+        assert fragment in message, stderr
+    return message
+
+
+def leftovers(directory):
+    """Names in ``directory`` that a finished run must not leave: temporaries and staging."""
+    return sorted(name for name in os.listdir(directory) if ".bert-whitening-tmp-" in name)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory, tiny_model, whitened):
+    """The tiny model, its whitening file, a 300-line sentence file and a pair file."""
+    directory = tmp_path_factory.mktemp("hostile")
+    sentences = directory / "sentences.txt"
+    sentences.write_text("".join(line + "\n" for line in LINES), encoding="utf-8")
+    pairs = directory / "pairs.data"
+    pairs.write_text("".join("%s\t%s\t%d\n" % (LINES[i], LINES[-1 - i], i % 6) for i in range(150)),
+                     encoding="utf-8")
+    whitening = directory / "w.npz"
+    identity = find_model(tiny_model[0]).identity("bert")  # as `fit` records it
+    dataclasses.replace(whitened.whitening, model=identity).save(str(whitening))
+    reference = directory / "reference.npy"
+    result = cli("encode", "--model", tiny_model[0], "--whitening", whitening, "--output",
+                 reference, sentences)
+    assert result.returncode == 0, result.stderr
+    return {"dir": directory, "model": tiny_model[0], "sentences": sentences, "pairs": pairs,
+            "whitening": whitening, "reference": np.load(reference)}
+
+
+def encode_args(work, output):
+    return ["encode", "--model", work["model"], "--whitening", work["whitening"], "--output", output]
+
+
+# --- input that can be read only once -------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["-", "/dev/stdin"])
+def test_encode_from_a_pipe_equals_encode_from_the_file(work, tmp_path, name):
+    output = tmp_path / "v.npy"
+    with open(work["sentences"], "rb") as stream:
+        feeder = subprocess.Popen(["cat"], stdin=stream, stdout=subprocess.PIPE)
+        result = cli(*encode_args(work, output), name, stdin=feeder.stdout)
+        feeder.wait()
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_allclose(np.load(output), work["reference"], atol=1e-6)
+    assert leftovers(tmp_path) == []
+
+
+def test_encode_from_a_named_fifo(work, tmp_path):
+    fifo, output = tmp_path / "fifo", tmp_path / "v.npy"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(work["sentences"].read_bytes()))
+    writer.start()
+    result = cli(*encode_args(work, output), fifo, timeout=120)
+    writer.join()
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_allclose(np.load(output), work["reference"], atol=1e-6)
+
+
+def test_fit_from_a_pipe_fits_on_every_sentence(work, tmp_path):
+    from_file, from_pipe = tmp_path / "file.npz", tmp_path / "pipe.npz"
+    args = ["fit", "--model", work["model"], "--output"]
+    assert cli(*args, from_file, work["pairs"]).returncode == 0
+    result = cli(*args, from_pipe, "-", input=work["pairs"].read_bytes())
+    assert result.returncode == 0, result.stderr
+    with np.load(from_file) as expected, np.load(from_pipe) as actual:
+        assert json.loads(str(actual["meta"]))["count"] == 300 == json.loads(str(expected["meta"]))["count"]
+        np.testing.assert_allclose(actual["mean"], expected["mean"], rtol=1e-6)
+
+
+def test_a_lone_carriage_return_does_not_split_a_line(work, tmp_path):
+    source, output = tmp_path / "cr.txt", tmp_path / "v.npy"
+    source.write_bytes(b"one\rtwo\nthree\r\nfour\n")
+    result = cli(*encode_args(work, output), source)
+    assert result.returncode == 0, result.stderr
+    assert np.load(output).shape[0] == 3
+
+
+# --- nonsense numbers, refused when parsed ---------------------------------------------------
+
+@pytest.mark.parametrize("option, value, requirement", [
+    ("--batch-size", "-1", "a positive integer"), ("--batch-size", "0", "a positive integer"),
+    ("--maxlen", "0", "an integer >= 2"), ("--maxlen", "1", "an integer >= 2"),
+])
+def test_nonsense_numbers_are_refused_with_name_and_value(work, tmp_path, option, value, requirement):
+    result = cli(*encode_args(work, tmp_path / "v.npy"), option, value, work["sentences"])
+    refused(result, option, repr(value), requirement, status=2)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("argv", [
+    ["fit", "--beta", "nan"], ["fit", "--gamma", "inf"], ["eval", "--task", "STS-B", "--beta", "1,nan"],
+])
+def test_non_finite_beta_and_gamma_are_refused(work, tmp_path, argv):
+    option = argv[-2]
+    tail = ["--output", tmp_path / "w.npz", work["pairs"]] if argv[0] == "fit" else []
+    refused(cli(*argv, "--model", work["model"], *tail), option, "finite", status=2)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_nan_label_is_refused_with_file_and_line(work, tmp_path):
+    task = tmp_path / "T"
+    task.mkdir()
+    (task / "T.test.data").write_text("a\tb\t1\nc\td\tnan\n", encoding="utf-8")
+    result = cli("eval", "--model", work["model"], "--task", "T", "--data-dir", tmp_path)
+    refused(result, "T.test.data:2:", "finite numeric label", "'c\\td\\tnan'")
+
+
+def test_maxlen_beyond_the_position_table_is_refused_before_loading(work, tmp_path):
+    result = cli(*encode_args(work, tmp_path / "v.npy"), "--maxlen", "65", work["sentences"])
+    refused(result, "maxlen 65 is larger than the 64 positions")
+
+
+def test_cheap_mistakes_are_refused_before_the_model_loads(work, tmp_path):
+    model, whitening = work["model"], work["whitening"]
+    missing_dir = tmp_path / "no" / "v.npy"
+    refused(cli(*encode_args(work, missing_dir), work["sentences"]), "no directory")
+    refused(cli("encode", "--model", model, "--n-components", "8", "--output", tmp_path / "v.npy",
+                work["sentences"]), "n_components 8 needs a whitening")
+    refused(cli(*encode_args(work, tmp_path / "v.npy"), "--n-components", "30", work["sentences"]),
+            "n_components 30 is larger than the vector dimension 24")
+    base = tmp_path / "base"
+    base.write_text("a file")
+    refused(cli("export", "--model", model, "--whitening", whitening, "--output", base),
+            "is a file, not a directory")
+    # None of these built the model: each answered well before a model build would.
+    assert sorted(os.listdir(tmp_path)) == ["base"]
+
+
+# --- pair files that are not what they seem --------------------------------------------------
+
+def test_a_pair_file_with_a_header_names_the_header_line(work, tmp_path):
+    pairs = tmp_path / "header.data"
+    pairs.write_bytes(b"sentence1\tsentence2\tlabel\n" + work["pairs"].read_bytes())
+    result = cli("fit", "--model", work["model"], "--output", tmp_path / "w.npz", pairs)
+    refused(result, "header.data:1: expected sentence1<TAB>sentence2<TAB>label")
+    assert leftovers(tmp_path) == [] and not (tmp_path / "w.npz").exists()
+    skipped = cli("fit", "--model", work["model"], "--skip-bad-lines", "--output", tmp_path / "w.npz", pairs)
+    assert skipped.returncode == 0 and b"skipped 1 malformed lines" in skipped.stderr
+    assert b"read as senteval_cn pairs" in skipped.stderr
+
+
+def test_a_file_mixing_sentences_and_pairs_is_refused(work, tmp_path):
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_text("one\ntwo\nthree\na\tb\t1\n", encoding="utf-8")
+    result = cli("fit", "--model", work["model"], "--output", tmp_path / "w.npz", mixed)
+    refused(result, "mixed.txt:4: a sentence1<TAB>sentence2<TAB>label line")
+
+
+# --- damaged files -----------------------------------------------------------------------------
+
+def damaged_whitening(work, tmp_path, kind):
+    path = tmp_path / ("%s.npz" % kind)
+    data = work["whitening"].read_bytes()
+    if kind == "truncated":
+        path.write_bytes(data[:len(data) // 2])
+    else:
+        with np.load(work["whitening"]) as stored:
+            arrays = dict(stored)
+        meta = json.loads(str(arrays["meta"]))
+        meta.update({"crafted": {"dim": "24; rm -rf /"}, "pickled": {"model": 3}}[kind])
+        arrays["meta"] = np.array(json.dumps(meta))
+        np.savez(path, **arrays)
+    return path
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("truncated", "not a readable whitening .npz file"),
+    ("crafted", "metadata dim is '24; rm -rf /', expected int"),
+    ("pickled", "metadata model is 3, expected dict"),
+])
+def test_a_damaged_whitening_file_is_one_line(work, tmp_path, kind, message):
+    path = damaged_whitening(work, tmp_path, kind)
+    result = cli("encode", "--model", work["model"], "--whitening", path, "--output",
+                 tmp_path / "v.npy", work["sentences"])
+    refused(result, str(path), message)
+
+
+def test_damaged_checkpoints_are_one_line_naming_the_file(work, tmp_path):
+    import shutil
+
+    google = tmp_path / "google"
+    shutil.copytree(work["model"], google)
+    data = next(google.glob("bert_model.ckpt.data-*"))
+    data.write_bytes(data.read_bytes()[:1000])
+    refused(cli("encode", "--model", google, "--output", tmp_path / "v.npy", work["sentences"]),
+            str(google))
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    config = json.loads((google / "bert_config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
+    shutil.copy(google / "vocab.txt", hf / "vocab.txt")
+    (hf / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":")
+    refused(cli("encode", "--model", hf, "--output", tmp_path / "v.npy", work["sentences"]),
+            str(hf / "model.safetensors"), "truncated or not safetensors")
+
+
+def test_truncated_gzip_and_bad_utf8_inputs_name_file_and_line(work, tmp_path):
+    packed = gzip.compress(work["sentences"].read_bytes() * 20)
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(packed[:len(packed) // 2])
+    refused(cli("fit", "--model", work["model"], "--output", tmp_path / "w.npz", cut),
+            "cut.txt.gz: truncated or corrupt compressed data after line")
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\nalso fine\n\xff\xfe\n")
+    refused(cli(*encode_args(work, tmp_path / "v.npy"), bad), "bad.txt:3: not UTF-8 text")
+    assert not (tmp_path / "w.npz").exists() and not (tmp_path / "v.npy").exists()
+    assert leftovers(tmp_path) == []
+
+
+def test_a_traceback_only_with_debug_logging(work, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"\xff\n")
+    quiet = cli(*encode_args(work, tmp_path / "v.npy"), bad)
+    refused(quiet, "bad.txt:1")
+    loud = cli("--log-level", "DEBUG", *encode_args(work, tmp_path / "v.npy"), bad)
+    assert loud.returncode == 1 and b"Traceback" in loud.stderr
+
+
+def test_a_whitening_of_another_model_of_the_same_size_is_named_in_a_warning(work, tmp_path):
+    import shutil
+
+    other = tmp_path / "other_bert"
+    shutil.copytree(work["model"], other)
+    with open(other / "vocab.txt", "a", encoding="utf-8") as stream:
+        stream.write("")  # same vocabulary, other name
+    result = cli(*encode_args(work, tmp_path / "v.npy")[:-2], "--model", other, "--output",
+                 tmp_path / "v.npy", work["sentences"])
+    assert result.returncode == 0, result.stderr
+    assert b"fitted on another model of the same size (tiny_bert, this is other_bert)" in result.stderr
+
+
+# --- signals ---------------------------------------------------------------------------------
+
+def wait_for(condition, process, seconds=120):
+    deadline = time.time() + seconds
+    while not condition():
+        assert process.poll() is None, process.communicate()[1].decode()
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("number, status, name", [(signal.SIGTERM, 143, "SIGTERM"),
+                                                  (signal.SIGINT, 130, "SIGINT")])
+def test_a_signal_during_encode_leaves_nothing_and_says_one_line(work, tmp_path, number, status, name):
+    big = tmp_path / "big.txt"
+    big.write_text("".join(line + "\n" for line in LINES * 200), encoding="utf-8")
+    process = start(*encode_args(work, tmp_path / "v.npy"), "--batch-size", "8", big)
+    wait_for(lambda: leftovers(tmp_path), process)
+    process.send_signal(number)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == status, stderr
+    assert "interrupted by %s; nothing was written" % name in stderr.decode() and b"Traceback" not in stderr
+    assert sorted(os.listdir(tmp_path)) == ["big.txt"]
+
+
+def verification_children(staging_glob):
+    """PIDs of running export verification children whose command line names ``staging_glob``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as stream:
+                argv = stream.read().split(b"\0")
+        except OSError:
+            continue
+        if b"bert_whitening.export" in argv and any(staging_glob.encode() in a for a in argv):
+            found.append(int(pid))
+    return found
+
+
+def staging_with_child(base):
+    if not base.is_dir():
+        return None
+    for name in os.listdir(base):
+        if ".bert-whitening-tmp-" in name and (base / name / ".verify").is_dir():
+            return name
+    return None
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGKILL])
+def test_a_signal_during_export_leaves_no_child_and_the_next_export_cleans_up(work, tmp_path, number):
+    base = tmp_path / "served"
+    argv = ["export", "--model", work["model"], "--whitening", work["whitening"], "--output", base]
+    process = start(*argv)
+    wait_for(lambda: staging_with_child(base) and verification_children(str(base)), process)
+    process.send_signal(number)
+    process.communicate(timeout=60)
+    assert process.returncode == (143 if number == signal.SIGTERM else -signal.SIGKILL)
+    deadline = time.time() + 30
+    while verification_children(str(base)) and time.time() < deadline:  # dies with its parent
+        time.sleep(0.1)
+    assert verification_children(str(base)) == []
+    if number == signal.SIGTERM:
+        assert os.listdir(base) == []
+    else:
+        assert len(leftovers(base)) == 1  # recognisable, for the next run to remove
+    result = cli(*argv)
+    assert result.returncode == 0, result.stderr
+    assert sorted(os.listdir(base)) == ["1"]
+
+
+# --- two exports at once -----------------------------------------------------------------------
+
+def test_two_exports_at_once_take_two_versions(work, tmp_path):
+    base = tmp_path / "served"
+    runs = [start("export", "--model", work["model"], "--whitening", work["whitening"],
+                  "--n-components", str(k), "--output", base) for k in (16, 8)]
+    results = [run.communicate(timeout=300) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], results
+    assert sorted(os.listdir(base)) == ["1", "2"]
+    kept = sorted(json.loads((base / v / "assets" / "bert_whitening.json").read_text())["n_components"]
+                  for v in ("1", "2"))
+    assert kept == [8, 16]
+    said = sorted(stderr.decode().split("exported ")[1].split(" ")[0] for _, stderr in results)
+    assert said == [str(base / "1"), str(base / "2")]
+
+
+def test_an_explicit_existing_version_is_never_replaced_without_overwrite(work, tmp_path):
+    base = tmp_path / "served"
+    argv = ["export", "--model", work["model"], "--whitening", work["whitening"], "--output", base]
+    assert cli(*argv, "--n-components", "16").returncode == 0
+    refused(cli(*argv, "--n-components", "8", "--version", "1"), "already exists")
+    assert json.loads((base / "1" / "assets" / "bert_whitening.json").read_text())["n_components"] == 16
+
+
+# --- a full disk -------------------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 256 KiB tmpfs (root only; skipped where mounting is refused)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+                            capture_output=True)
+    if result.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here: %s" % result.stderr.decode().strip())
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_encode_onto_a_full_disk_is_one_line_and_leaves_nothing(work, small_disk, tmp_path):
+    big = tmp_path / "big.txt"
+    big.write_text("".join(line + "\n" for line in LINES * 10), encoding="utf-8")  # 3000 x 24 x 4 B
+    output = small_disk / "v.npy"
+    message = refused(cli(*encode_args(work, output), big), "cannot write %s" % output,
+                      "No space left on device")
+    assert ".bert-whitening-tmp-" not in message
+    assert os.listdir(small_disk) == []
+
+
+def test_export_onto_a_full_disk_is_one_line_and_leaves_nothing(work, small_disk):
+    base = small_disk / "served"
+    result = cli("export", "--model", work["model"], "--whitening", work["whitening"], "--output", base)
+    message = refused(result, str(base))
+    assert ".bert-whitening-tmp-" not in message
+    assert not base.exists() or os.listdir(base) == []
