@@ -158,35 +158,38 @@ def write_retrieval_report(report, json_path=None, plot_path=None):
 
 
 def plot_retrieval(report, path):
-    """MRR@10 and Recall@10 against k, and the FAISS flat query latency against k, per task."""
+    """Per task: MRR@10, Recall@1 and Recall@10 against k (whitened settings with beta = gamma =
+    1 as lines, raw as crosses at its dimension), and the FAISS flat latency against k."""
     from bert_whitening.plots import plt  # sets the headless backend
 
     tasks = list(report["tasks"])
     figure, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.6 * len(tasks)), squeeze=False)
     for row, task in enumerate(tasks):
-        results = [r for r in report["tasks"][task]["results"] if (r["beta"], r["gamma"]) == (1, 1)
-                   or not r["n_components"]]
-        results.sort(key=lambda r: r["dim"])
-        dims = [r["dim"] for r in results]
-        quality, speed = axes[row]
-        for metric in ("mrr@10", "recall@1", "recall@10"):
-            quality.plot(dims, [r[metric] for r in results], marker="o", label=metric)
+        results = report["tasks"][task]["results"]
+        whitened = sorted((r for r in results if r["n_components"] and (r["beta"], r["gamma"]) == (1, 1)),
+                          key=lambda r: r["dim"])
         raw = [r for r in results if not r["n_components"]]
-        if raw:
-            quality.axhline(raw[0]["mrr@10"], color="grey", linestyle=":", label="raw MRR@10")
+        quality, speed = axes[row]
+        for metric, colour in (("mrr@10", "C0"), ("recall@1", "C1"), ("recall@10", "C2")):
+            quality.plot([r["dim"] for r in whitened], [r[metric] for r in whitened], marker="o",
+                         color=colour, label=metric + " whitened")
+            quality.scatter([r["dim"] for r in raw], [r[metric] for r in raw], marker="x", s=60,
+                            color=colour, label=metric + " raw")
         quality.set(title="%s: quality (exact cosine)" % task, xlabel="dimensions k", ylabel="score")
-        speed.plot(dims, [r["flat"]["p50_ms"] for r in results], marker="o", label="flat p50 (1 query)")
-        speed.plot(dims, [1e3 * 64 / r["flat"]["qps_batch64"] for r in results], marker="o",
-                   label="flat, per batch of 64")
+        for label, entries, marker in (("whitened", whitened, "o"), ("raw", raw, "x")):
+            speed.plot([r["dim"] for r in entries], [r["flat"]["p50_ms"] for r in entries],
+                       marker=marker, color="C0", label="one query, p50 (%s)" % label)
+            speed.plot([r["dim"] for r in entries], [1e3 * 64 / r["flat"]["qps_batch64"] for r in entries],
+                       marker=marker, color="C3", label="batch of 64 (%s)" % label)
         speed.set(title="%s: FAISS IndexFlatIP latency" % task, xlabel="dimensions k", ylabel="ms")
         for axis in (quality, speed):
             axis.grid(alpha=0.3)
-            axis.legend()
+            axis.legend(fontsize="small")
     figure.suptitle("%s, %s pooling, split %s" % (report["model"]["name"], report["pooling"],
                                                    report["split"]))
     figure.tight_layout()
     with open(path, "wb") as stream:
-        figure.savefig(stream, format="png", dpi=90)
+        figure.savefig(stream, format="png", dpi=80)
     plt.close(figure)
 
 

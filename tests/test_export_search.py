@@ -98,7 +98,7 @@ def test_cli_export_corpus_from_an_index(tiny_model, tmp_path, caplog):
     assert run("index", "--model", model, "--whitening", whitening, "--n-components", 8,
                "--output", index, sentences) == 0
     assert run("export", "--model", model, "--whitening", whitening, "--n-components", 16,
-               "--corpus", index, "--output", tmp_path / "served") == 2
+               "--corpus", index, "--output", tmp_path / "served") == 1
     assert "k=8" in caplog.text and "refused" in caplog.text
     assert run("export", "--model", model, "--whitening", whitening, "--n-components", 8, "--text",
                "--corpus", index, "--top-k", 4, "--output", tmp_path / "served") == 0

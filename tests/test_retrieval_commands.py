@@ -70,10 +70,10 @@ def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny
 def test_eval_retrieval_refuses_a_missing_split_and_odd_labels(task_dir, tiny_model, caplog):
     tmp_path, _, _ = task_dir
     assert run("eval-retrieval", "--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path,
-               "--split", "train") == 2
+               "--split", "train") == 1
     assert "TINY has no train split" in caplog.text
     (tmp_path / "TINY" / "TINY.test.data").write_text("a\tb\t1\nc\td\t9\n", encoding="utf-8")
-    assert run("eval-retrieval", "--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path) == 2
+    assert run("eval-retrieval", "--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path) == 1
     assert "TINY.test: labels are neither all 0/1 nor 0-5 scores (found 9)" in caplog.text
 
 
@@ -136,12 +136,12 @@ def test_search_refuses_another_encoder(indexed, tmp_path, caplog):
     other = tmp_path / "other.npz"
     assert run("fit", "--model", model, "--output", other, vectors.parent / "corpus.txt",
                "--beta", 0.5) == 0
-    assert run("search", "--index", index, "--whitening", other, "query") == 2
+    assert run("search", "--index", index, "--whitening", other, "query") == 1
     assert "is not the whitening the index was built with" in caplog.text
-    assert run("search", "--index", index, "--pooling", "cls", "query") == 2
+    assert run("search", "--index", index, "--pooling", "cls", "query") == 1
     assert "built with first-last-avg pooling, not cls: refused" in caplog.text
     os.replace(other, whitening)  # the recorded file changed since
-    assert run("search", "--index", index, "query") == 2
+    assert run("search", "--index", index, "query") == 1
     assert "w.npz is not the whitening the index was built with" in caplog.text
 
 
@@ -151,10 +151,10 @@ def test_failed_index_leaves_no_directory(indexed, tmp_path, caplog):
     short.write_text("one line\n", encoding="utf-8")
     target = tmp_path / "bad"
     assert run("index", "--model", model, "--whitening", whitening, "--n-components", 12,
-               "--from-vectors", vectors, "--output", target, short) == 2
+               "--from-vectors", vectors, "--output", target, short) == 1
     assert "fewer keys (lines) than vectors" in caplog.text
     assert run("index", "--model", model, "--whitening", whitening, "--from-vectors", vectors,
-               "--output", target) == 2  # 24 dimensions by default, the vectors have 12
+               "--output", target) == 1  # 24 dimensions by default, the vectors have 12
     assert "dimension 24" in caplog.text
     assert not target.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".")]
 
