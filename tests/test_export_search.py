@@ -52,10 +52,11 @@ def test_serve_search_returns_the_exact_nearest_rows(search_export, whitened, co
 
 def test_serve_search_without_text_takes_token_ids(whitened, corpus, tmp_path):
     from bert_whitening.backend import tf
-    from bert_whitening.encoding import pad, tokenize
+    from bert_whitening.encoding import tokenize
+    from bert_whitening.serving import pad_ids
 
     path, _ = export_saved_model(whitened, str(tmp_path / "ids"), corpus=corpus[:5], top_k=10)
-    ids = pad(tokenize(whitened, SENTENCES[:3])[0])
+    ids = pad_ids(tokenize(whitened, SENTENCES[:3])[0])
     served = tf.saved_model.load(path).signatures["serve_search"](
         input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids))
     assert served["ids"].shape == (3, 5)  # top_k is capped at the corpus size
@@ -83,7 +84,8 @@ def test_a_wrong_serve_search_fails_verification_and_leaves_nothing(whitened, co
     monkeypatch.setattr(ServingModule, "_nearest", farthest)
     with pytest.raises(ExportError, match="serve_search disagrees with FAISS"):
         export_saved_model(whitened, str(tmp_path / "bad"), corpus=corpus, top_k=5)
-    assert os.listdir(tmp_path) == []
+    assert [name for _, _, files in os.walk(tmp_path) for name in files] == []
+    assert not (tmp_path / "bad" / "1").exists()
 
 
 @pytest.mark.slow
