@@ -175,7 +175,7 @@ def run_fit(patterns, spec, output, n_components=-1, beta=1.0, gamma=1.0, format
     from bert_whitening.checkpoints import find_model
 
     options = {"n_components": n_components, "beta": beta, "gamma": gamma, "pooling": spec.pooling,
-               "model": find_model(spec.model).identity(spec.model_type.lower()),
+               "model_identity": find_model(spec.model).identity(spec.model_type.lower()),
                "allow_rank_deficient": spec.allow_rank_deficient}
     encode_fn = EncodeFn(spec, batch_size, precision)
     run(lambda pipeline: fit_pipeline(pipeline, patterns, encode_fn, output, options, format,

@@ -118,6 +118,28 @@ def _fit_options(parser):
     parser.add_argument("--output", required=True, metavar="FILE.npz", help="whitening file to write")
 
 
+def _task_options(parser, n_components_default, plot_help):
+    """The options of the commands that evaluate on pair tasks (``eval``, ``eval-retrieval``)."""
+    _model_options(parser, "first-last-avg", maxlen_default=None)
+    parser.add_argument("--task", action="append", required=True, metavar="TASK",
+                        help="senteval_cn task (%s) or STS-B-en; repeat for several" % ", ".join(TASKS))
+    parser.add_argument("--n-components", default=n_components_default, type=int_list,
+                        help="comma-separated settings: 0 = raw, negative = all, k")
+    parser.add_argument("--beta", default="1", type=finite_float_list,
+                        help="comma-separated betas (Sigma_beta: see fit --beta)")
+    parser.add_argument("--gamma", default="1", type=finite_float_list,
+                        help="comma-separated gammas (see fit --gamma)")
+    parser.add_argument("--fit-on", nargs="+", default=["all"], metavar="all|train|FILE",
+                        help="what the whitening is fitted on: all splits of the task, its train "
+                             "split, or sentence/pair files")
+    parser.add_argument("--data-dir", help="senteval_cn directory (default: $BERT_WHITENING_DATA, "
+                                           "else data/senteval_cn)")
+    parser.add_argument("--skip-bad-lines", action="store_true",
+                        help="skip malformed data lines with a warning instead of stopping")
+    parser.add_argument("--json", metavar="OUT.json", help="write every figure and setting")
+    parser.add_argument("--plot", metavar="OUT.png", help=plot_help)
+
+
 def _beam_options(parser):
     parser.add_argument("--input", action="append", required=True, metavar="GLOB",
                         help="input files (local paths or any Beam file system, e.g. gs://); "
@@ -213,27 +235,76 @@ def build_parser():
                     "cosine with the gold labels per split, with the plain and size-weighted "
                     "averages, for every requested setting. --maxlen defaults to the original's "
                     "choice: 128 for PAWSX, 64 otherwise.")
-    _model_options(evaluate, "first-last-avg", maxlen_default=None)
-    evaluate.add_argument("--task", action="append", required=True, metavar="TASK",
-                          help="senteval_cn task (%s) or STS-B-en; repeat for several"
-                               % ", ".join(TASKS))
-    evaluate.add_argument("--n-components", default="0,-1,256", type=int_list,
-                          help="comma-separated settings: 0 = raw, negative = all, k")
-    evaluate.add_argument("--beta", default="1", type=finite_float_list,
-                          help="comma-separated betas (Sigma_beta: see fit --beta)")
-    evaluate.add_argument("--gamma", default="1", type=finite_float_list,
-                          help="comma-separated gammas (see fit --gamma)")
-    evaluate.add_argument("--fit-on", nargs="+", default=["all"], metavar="all|train|FILE",
-                          help="what the whitening is fitted on: all splits of the task, its "
-                               "train split, or sentence/pair files")
-    evaluate.add_argument("--data-dir", help="senteval_cn directory (default: "
-                                             "$BERT_WHITENING_DATA, else data/senteval_cn)")
-    evaluate.add_argument("--skip-bad-lines", action="store_true",
-                          help="skip malformed data lines with a warning instead of stopping")
-    evaluate.add_argument("--json", metavar="OUT.json", help="write every figure and setting")
-    evaluate.add_argument("--plot", metavar="OUT.png",
-                          help="plot Spearman against n_components and the eigenvalue spectrum")
+    _task_options(evaluate, "0,-1,256",
+                  "plot Spearman against n_components and the eigenvalue spectrum")
     evaluate.set_defaults(run=run_eval)
+
+    retrieval_eval = commands.add_parser(
+        "eval-retrieval", formatter_class=formatter,
+        help="MRR@10 and Recall@k of cosine search, index size and query latency per k",
+        description="Make a retrieval benchmark from a pair task's split: queries are the "
+                    "distinct first sentences of positive pairs (label 1 on 0/1 tasks, score >= 4 "
+                    "on 0-5 STS tasks), the corpus the distinct second sentences of all pairs "
+                    "(plus --distractors), the relevant items of a query the second sentences "
+                    "of its positive pairs. Each task is encoded once; for every setting it "
+                    "reports MRR@10, Recall@1 and Recall@10 of exact cosine search, the FAISS "
+                    "IndexFlatIP size and latency (p50/p99 of one query, queries/s in batches "
+                    "of 64) and an HNSW index's Recall@10 against exact search. Needs "
+                    "`pip install bert-whitening[search]`.")
+    _task_options(retrieval_eval, "0,-1,256,128,64", "plot quality and latency against k")
+    retrieval_eval.add_argument("--split", default="test", help="split the benchmark is made from")
+    retrieval_eval.add_argument("--distractors", nargs="+", default=[], metavar="FILE",
+                                help="sentence files added to every task's corpus")
+    retrieval_eval.add_argument("--hnsw-m", type=positive_int, default=32,
+                                help="neighbours per node of the HNSW index compared with exact search")
+    retrieval_eval.set_defaults(run=run_eval_retrieval)
+
+    index = commands.add_parser(
+        "index", formatter_class=formatter, help="encode a corpus into a FAISS index directory",
+        description="Encode every line of the INPUT sentence files (streamed, any size) and write "
+                    "a directory with the FAISS index (index.faiss), the file and line of each "
+                    "vector (keys.tsv) and what made them (index.json: model, pooling, whitening "
+                    "sha256, k), all at once: a failure leaves no directory. --from-vectors or "
+                    "--from-beam index vectors already encoded; the encoder options then say "
+                    "what encoded them. Needs `pip install bert-whitening[search]`.")
+    _model_options(index, None)
+    _whitening_options(index, "vectors")
+    index.add_argument("--hnsw", type=non_negative_int, default=0, metavar="M",
+                       help="build an approximate HNSW index with M neighbours per node "
+                            "(0: exact IndexFlatIP)")
+    index.add_argument("--from-vectors", metavar="FILE.npy",
+                       help="index the rows of an `encode` output; INPUT, if given, is the "
+                            "sentence file they came from (for the keys)")
+    index.add_argument("--from-beam", metavar="PATTERN",
+                       help="index `beam-encode` TFRecord shards, e.g. 'out/vectors-*'")
+    index.add_argument("--output", required=True, metavar="DIR", help="index directory to write")
+    index.add_argument("inputs", nargs="*", metavar="INPUT", help="sentence files, one per line")
+    index.set_defaults(run=run_index)
+
+    search = commands.add_parser(
+        "search", formatter_class=formatter, help="nearest corpus lines of queries in an index",
+        description="Encode the queries with the encoder the index records (model, pooling, "
+                    "whitening, k) and print the nearest lines with their cosine. A --model, "
+                    "--pooling or --whitening other than the index's is refused.")
+    search.add_argument("--index", required=True, metavar="DIR", help="directory from `index`")
+    search.add_argument("--top-k", type=positive_int, default=10, help="lines per query")
+    search.add_argument("--queries", metavar="FILE", help="file of queries, one per line")
+    search.add_argument("--model", metavar="DIR",
+                        help="the index's model directory where it has moved (default: recorded)")
+    search.add_argument("--pooling", choices=POOLINGS, help="must equal the index's")
+    search.add_argument("--whitening", metavar="FILE.npz",
+                        help="the index's whitening file where it has moved (default: recorded)")
+    search.add_argument("--batch-size", type=positive_int, default=128, help="queries per model call")
+    search.add_argument("--json", action="store_true", help="print JSON instead of text")
+    search.add_argument("query", nargs="*", metavar="QUERY", help="query sentences")
+    search.set_defaults(run=run_search)
+
+    export.add_argument("--corpus", metavar="DIR",
+                        help="an index directory from `index` made with this encoder: adds "
+                             "the serve_search signature (nearest corpus rows, brute-force cosine "
+                             "in the graph; n x k x 4 bytes resident)")
+    export.add_argument("--top-k", type=positive_int, default=10,
+                        help="ids and scores serve_search returns")
 
     convert = commands.add_parser(
         "convert-hf", formatter_class=formatter,
@@ -308,7 +379,7 @@ def run_fit(args):
                                       args.batch_size, bar)
     whitening = fit_reported(stats, ", ".join(args.inputs), n_components=args.n_components,
                              beta=args.beta, gamma=args.gamma, pooling=encoder.pooling,
-                             model=encoder.identity, allow_rank_deficient=args.allow_rank_deficient)
+                             model_identity=encoder.model_identity, allow_rank_deficient=args.allow_rank_deficient)
     whitening.save(args.output)
     logger.info("wrote %s", args.output)
 
@@ -356,7 +427,13 @@ def run_export(args):
         with open(args.whitening, "rb") as stream:
             metadata["whitening_file"] = {"name": os.path.basename(args.whitening),
                                           "sha256": hashlib.sha256(stream.read()).hexdigest()}
-    export_saved_model(encoder, args.output, args.version, args.text, args.overwrite, metadata)
+    corpus = None
+    if args.corpus:
+        from bert_whitening.search import corpus_for_export
+
+        corpus, metadata["corpus"] = corpus_for_export(args.corpus, encoder, args.whitening)
+    export_saved_model(encoder, args.output, args.version, args.text, args.overwrite, metadata,
+                       corpus=corpus, top_k=args.top_k)
 
 
 def run_eval(args):
@@ -413,6 +490,40 @@ def run_beam_encode(args):
                     args.batch_size, args.precision, args.pipeline_options, args.runner)
     logger.info("wrote %s", beam.shards(args.output))
 
+
+def run_eval_retrieval(args):
+    from bert_whitening.search import evaluate_retrieval, format_retrieval_table, write_retrieval_report
+
+    _writable(args.json, args.plot)
+    fit_on = args.fit_on[0] if args.fit_on in (["all"], ["train"]) else args.fit_on
+    show = lambda task, entry: print(format_retrieval_table(task, entry), flush=True)
+    report = evaluate_retrieval(_spec(args), args.task, args.data_dir, args.split, args.n_components,
+                                args.beta, args.gamma, fit_on, args.distractors, args.hnsw_m,
+                                args.batch_size, args.skip_bad_lines, on_task=show)
+    report["precision"] = args.precision
+    write_retrieval_report(report, args.json, args.plot)
+
+
+def run_index(args):
+    from bert_whitening.search import build_index
+
+    build_index(_whitened_spec(args), args.output, args.inputs, args.whitening, args.hnsw,
+                args.from_vectors, args.from_beam, args.batch_size)
+
+
+def run_search(args):
+    import json
+
+    from bert_whitening.search import format_hits, search
+
+    queries = list(args.query)
+    if args.queries:
+        queries += list(read_sentences(args.queries, "lines"))
+    if not queries:
+        raise BertWhiteningError("no queries: give QUERY arguments or --queries FILE")
+    results = search(args.index, queries, args.top_k, args.model, None, args.pooling,
+                     args.whitening, args.batch_size)
+    print(json.dumps(results, indent=2, ensure_ascii=False) if args.json else format_hits(results))
 
 class Interrupted(KeyboardInterrupt):
     """SIGTERM, raised like SIGINT's KeyboardInterrupt so the same clean-up runs."""

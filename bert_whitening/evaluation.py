@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import time
+from typing import Callable
 
 import numpy as np
 import scipy.stats
@@ -98,26 +99,34 @@ def fit_statistics(encoded, fit_on="all", files_statistics=None):
     return stats
 
 
+def whitened_settings(stats, requested, allow_rank_deficient=False):
+    """``([(setting, k, transform)], fitted)``: for each setting the resolved ``k`` and the
+    function from vectors to whitened unit vectors (only normalised when ``k`` is 0); each
+    ``(beta, gamma)`` is fitted once, and ``fitted`` maps it to its `Whitening`."""
+    fitted, prepared = {}, []
+    for setting in requested:
+        k, transform = 0, l2_normalize
+        if setting.n_components:
+            key = (setting.beta, setting.gamma)
+            if key not in fitted:
+                fitted[key] = fit_whitening(stats, beta=setting.beta, gamma=setting.gamma)
+            k = fitted[key].components(setting.n_components, allow_rank_deficient)
+            transform = functools.partial(fitted[key].transform, n_components=k,
+                                          allow_rank_deficient=True)
+        prepared.append((setting, k, transform))
+    return prepared, fitted
+
+
 def evaluate(encoded, stats, requested, allow_rank_deficient=False):
     """One result per setting: ``{"setting", "n_components" (resolved), "splits": {split:
     spearman}, "avg", "w-avg"}``, plus the fitted whitening (for its eigenvalues), or None
     when every setting is raw."""
     counts = np.array([len(labels) for _, _, labels in encoded.values()])
-    fitted, results = {}, []
-    for setting in requested:
-        k = 0
-        if setting.n_components:
-            key = (setting.beta, setting.gamma)
-            if key not in fitted:
-                fitted[key] = fit_whitening(stats, beta=setting.beta, gamma=setting.gamma,
-                                            allow_rank_deficient=True)
-            whitening = fitted[key]
-            k = whitening.components(setting.n_components, allow_rank_deficient)
-        scores = {}
-        for split, (first, second, labels) in encoded.items():
-            if k:
-                first, second = whitening.transform(first, k, True), whitening.transform(second, k, True)
-            scores[split] = cosine_spearman(first, second, labels)
+    prepared, fitted = whitened_settings(stats, requested, allow_rank_deficient)
+    results = []
+    for setting, k, transform in prepared:
+        scores = {split: cosine_spearman(transform(first), transform(second), labels)
+                  for split, (first, second, labels) in encoded.items()}
         values = np.array(list(scores.values()))
         results.append({"setting": setting.label, "n_components": k, "beta": setting.beta,
                         "gamma": setting.gamma, "splits": scores, "avg": float(values.mean()),
@@ -140,12 +149,46 @@ def evaluate_tasks(spec, tasks, directory=None, n_components=(0, -1, 256), betas
     Returns the report (JSON-ready: settings, counts, per-split Spearman, ranks, versions,
     seconds) and ``{task: eigenvalues}`` of each task's whitening, for `write_report`.
     """
-    from bert_whitening.checkpoints import find_model
-    from bert_whitening.encoding import encode, statistics_from_files
     from bert_whitening.export import versions
 
     started = time.time()
     requested = settings(n_components, betas, gammas)
+    encoder, loaded = load_tasks(spec, tasks, directory, n_components, batch_size, skip_bad_lines)
+    report = {"model": encoder.model_identity, "pooling": encoder.pooling, "data_dir": data_dir(directory),
+              "fit_on": fit_on, "tasks": {}, "versions": versions()}
+    spectra = {}
+    for task in loaded:
+        encoded = encode_splits(task.encode, task.splits)
+        stats = fit_statistics(encoded, fit_on, task.statistics_of_files)
+        results, whitening = evaluate(encoded, stats, requested, spec.allow_rank_deficient)
+        report["tasks"][task.name] = {
+            "maxlen": task.maxlen, "counts": {split: len(pairs) for split, pairs in task.splits.items()},
+            "fitted_on_vectors": stats.count, "results": results}
+        if whitening is not None:
+            report["tasks"][task.name]["rank"] = whitening.rank
+            spectra[task.name] = whitening.eigenvalues
+    report["seconds"] = round(time.time() - started, 1)
+    return report, spectra
+
+
+@dataclasses.dataclass
+class Task:
+    """A loaded pair task and how to encode for it (its own ``maxlen``)."""
+
+    name: str
+    splits: dict  #: ``{split: [(sentence1, sentence2, label)]}``
+    maxlen: int
+    encode: Callable  #: sentences -> vectors
+    statistics_of_files: Callable  #: paths -> `WhiteningStats`, for ``fit_on`` files
+
+
+def load_tasks(spec, tasks, directory=None, n_components=(), batch_size=128, skip_bad_lines=False):
+    """``(encoder, [Task])``: the tasks' files read, the options checked against the model's
+    configuration (``n_components`` against its hidden size), and then the encoder built once
+    (with the longest ``maxlen`` any task needs; each task encodes with its own)."""
+    from bert_whitening.checkpoints import find_model
+    from bert_whitening.encoding import encode, statistics_from_files
+
     directory = data_dir(directory)
     loaded = {task: load_task(task, directory, skip_bad_lines) for task in tasks}
     maxlens = {task: task_maxlen(task, spec.maxlen) for task in tasks}
@@ -157,24 +200,14 @@ def evaluate_tasks(spec, tasks, directory=None, n_components=(0, -1, 256), betas
         raise BertWhiteningError("n_components %d is larger than the model's hidden size %d"
                                  % (too_many[0], hidden_size))
     encoder = spec.build()
-    report = {"model": encoder.identity, "pooling": encoder.pooling, "data_dir": directory,
-              "fit_on": fit_on, "tasks": {}, "versions": versions()}
-    spectra = {}
+    found = []
     for task, splits in loaded.items():
         task_encoder = dataclasses.replace(encoder, maxlen=maxlens[task])
-        encoded = encode_splits(functools.partial(encode, task_encoder, batch_size=batch_size), splits)
-        stats = fit_statistics(encoded, fit_on, functools.partial(
-            statistics_from_files, task_encoder, format="auto", skip_bad_lines=skip_bad_lines,
-            batch_size=batch_size))
-        results, whitening = evaluate(encoded, stats, requested, spec.allow_rank_deficient)
-        report["tasks"][task] = {"maxlen": maxlens[task],
-                                 "counts": {split: len(pairs) for split, pairs in splits.items()},
-                                 "fitted_on_vectors": stats.count, "results": results}
-        if whitening is not None:
-            report["tasks"][task]["rank"] = whitening.rank
-            spectra[task] = whitening.eigenvalues
-    report["seconds"] = round(time.time() - started, 1)
-    return report, spectra
+        found.append(Task(task, splits, maxlens[task],
+                          functools.partial(encode, task_encoder, batch_size=batch_size),
+                          functools.partial(statistics_from_files, task_encoder, format="auto",
+                                            skip_bad_lines=skip_bad_lines, batch_size=batch_size)))
+    return encoder, found
 
 
 def format_table(task, report):

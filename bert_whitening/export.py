@@ -89,7 +89,7 @@ class ServingModule(tf.Module):
            tf.TensorSpec([None, None], tf.int32, name="segment_ids")]
     TEXT = [tf.TensorSpec([None], tf.string, name="text")]
 
-    def __init__(self, model, tokenizer=None):
+    def __init__(self, model, tokenizer=None, corpus=None, top_k=10):
         super().__init__()
         self.model = model
         self.serve_ids = tf.function(self._embed, input_signature=self.IDS)
@@ -98,6 +98,14 @@ class ServingModule(tf.Module):
             self.serve_text = tf.function(self._embed_text, input_signature=self.TEXT)
             # Not a signature: lets a Python client see the ids serve_text feeds the model.
             self.tokenize = tf.function(tokenizer.__call__, input_signature=self.TEXT)
+        if corpus is not None:
+            # A variable, not a constant: saved under variables/, so a corpus over GraphDef's
+            # 2 GB limit still exports.
+            self.corpus = tf.Variable(np.asarray(corpus, dtype=np.float32), trainable=False, name="corpus")
+            self.top_k = min(top_k, len(corpus))
+            self.serve_search = (tf.function(self._search_text, input_signature=self.TEXT)
+                                 if tokenizer is not None else
+                                 tf.function(self._search_ids, input_signature=self.IDS))
 
     def _embed(self, input_ids, segment_ids):
         return {"embedding": self.model([input_ids, segment_ids], training=False)}
@@ -106,16 +114,30 @@ class ServingModule(tf.Module):
         input_ids = self.tokenizer(text)
         return self._embed(input_ids, tf.zeros_like(input_ids))
 
+    def _nearest(self, embedding):
+        """Exact cosine (the embeddings and corpus rows are unit vectors) and the top k."""
+        scores, ids = tf.math.top_k(tf.matmul(embedding, self.corpus, transpose_b=True), k=self.top_k)
+        return {"ids": tf.cast(ids, tf.int64), "scores": scores}
+
+    def _search_ids(self, input_ids, segment_ids):
+        return self._nearest(self._embed(input_ids, segment_ids)["embedding"])
+
+    def _search_text(self, text):
+        return self._nearest(self._embed_text(text)["embedding"])
+
     def signatures(self):
         signatures = {"serving_default": self.serve_ids.get_concrete_function()}
         if hasattr(self, "serve_text"):
             signatures["serve_text"] = self.serve_text.get_concrete_function()
+        if hasattr(self, "serve_search"):
+            signatures["serve_search"] = self.serve_search.get_concrete_function()
         return signatures
 
 
 def export_saved_model(encoder, base: str, version: Optional[int] = None, text: bool = False,
                        overwrite: bool = False, metadata: Optional[dict] = None,
-                       tolerance: float = TOLERANCE) -> Tuple[str, float]:
+                       tolerance: float = TOLERANCE, corpus: Optional[np.ndarray] = None,
+                       top_k: int = 10) -> Tuple[str, float]:
     """Write ``encoder`` to ``BASE/N``, verified in a fresh process, and return ``(path,
     largest difference found)``.
 
@@ -128,21 +150,25 @@ def export_saved_model(encoder, base: str, version: Optional[int] = None, text: 
         overwrite: replace an existing ``BASE/N``.
         metadata: more entries for ``assets/bert_whitening.json``.
         tolerance: the largest difference allowed between the reloaded model and ``encoder``.
+        corpus: unit vectors of the encoder's dimension for a ``serve_search`` signature that
+            returns the ``top_k`` nearest rows, verified against FAISS
+            (`bert_whitening.export_search`).
+        top_k: ``serve_search``'s number of rows per query.
 
     Raises:
         ExportError: refused, or failed; nothing is left at ``BASE/N``.
     """
-    if text and MODEL_TYPES[encoder.identity["type"]].word_level:
+    if text and MODEL_TYPES[encoder.model_identity["type"]].word_level:
         raise ExportError("--text is not available for %s: it splits words with jieba, which "
                           "cannot run inside a TensorFlow graph; export the token-id signature "
-                          "and tokenise on the client" % encoder.identity["type"])
+                          "and tokenise on the client" % encoder.model_identity["type"])
     number = target_version(base, version, overwrite)
     tokenizer = None
     if text:
         from bert_whitening.graph_tokenizer import GraphTokenizer
 
         tokenizer = GraphTokenizer(encoder.vocab, encoder.maxlen, encoder.lowercase)
-    module = ServingModule(encoder.model, tokenizer)
+    module = ServingModule(encoder.model, tokenizer, corpus, top_k)
 
     with staged_directory(os.path.join(base, str(number))) as staging:
         try:
@@ -151,7 +177,7 @@ def export_saved_model(encoder, base: str, version: Optional[int] = None, text: 
             reason = error.message.splitlines()[0].split("; ")[-1].replace(staging, "")
             raise ExportError("%s: cannot write the SavedModel: %s" % (base, reason)) from None
         os.makedirs(os.path.join(staging, "assets"), exist_ok=True)
-        info = {**(metadata or {}), "model": encoder.identity, "pooling": encoder.pooling,
+        info = {**(metadata or {}), "model": encoder.model_identity, "pooling": encoder.pooling,
                 "maxlen": encoder.maxlen, "lowercase": encoder.lowercase,
                 "n_components": encoder.n_components, "normalize": encoder.normalize,
                 "whitening": whitening_summary(encoder.whitening), "signatures": sorted(module.signatures()),
@@ -159,6 +185,10 @@ def export_saved_model(encoder, base: str, version: Optional[int] = None, text: 
         with open(os.path.join(staging, "assets", METADATA_FILE), "w", encoding="utf-8") as stream:
             json.dump(info, stream, indent=2, ensure_ascii=False)
         difference = verify(staging, encoder, text, tolerance)
+        if corpus is not None:
+            from bert_whitening.export_search import verify_search
+
+            verify_search(staging, encoder, corpus, text, tolerance)
         target = _publish(staging, base, number, version is None, overwrite)
     logger.info("exported %s (signatures: %s); the reloaded model differs from the Keras model "
                 "by at most %.2g", target, ", ".join(sorted(module.signatures())), difference)
@@ -195,7 +225,7 @@ def whitening_summary(whitening):
     if whitening is None:
         return None
     return {"beta": whitening.beta, "gamma": whitening.gamma, "count": whitening.count,
-            "rank": whitening.rank, "fitted_on_model": whitening.model}
+            "rank": whitening.rank, "fitted_on_model": whitening.model_identity}
 
 
 def verify(directory, encoder, text, tolerance=TOLERANCE):

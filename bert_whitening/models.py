@@ -28,7 +28,7 @@ class Encoder:
     pooling: str
     maxlen: int
     hidden_size: int
-    identity: dict
+    model_identity: dict
     lowercase: bool = True
     n_components: int = 0
     normalize: bool = False
@@ -132,7 +132,7 @@ def build_encoder(model: Optional[str] = None, model_type: str = "bert",
     tokenizer = Tokenizer(vocab, do_lower_case=lowercase,
                           pre_tokenize=_jieba_words if family.word_level else None)
     return Encoder(model=model, tokenizer=tokenizer, vocab=vocab, pooling=pooling, maxlen=maxlen,
-                   hidden_size=files.config["hidden_size"], identity=files.identity(model_type),
+                   hidden_size=files.config["hidden_size"], model_identity=files.identity(model_type),
                    lowercase=lowercase)
 
 
@@ -160,7 +160,7 @@ def whitening_components(whitening, identity, pooling, n_components=None,
         raise WhiteningError("the whitening has dimension %d but the model's hidden size is %d: "
                              "it was fitted on another model (%s)"
                              % (whitening.dim, identity["hidden_size"],
-                                whitening.model.get("name", "?")))
+                                whitening.model_identity.get("name", "?")))
     if whitening.pooling and whitening.pooling != pooling:
         raise WhiteningError("the whitening was fitted on %s pooling, the encoder uses %s"
                              % (whitening.pooling, pooling))
@@ -168,7 +168,7 @@ def whitening_components(whitening, identity, pooling, n_components=None,
 
 
 def _warn_if_fitted_on_another_model(whitening, identity):
-    fitted_on = whitening.model or {}
+    fitted_on = whitening.model_identity or {}
     differs = [key for key in ("name", "vocab_sha256")
                if fitted_on.get(key) and fitted_on.get(key) != identity.get(key)]
     if differs:
@@ -195,9 +195,9 @@ def with_whitening(encoder: Encoder, whitening=None, n_components: Optional[int]
     """
     k = 0
     if whitening is not None:
-        k = whitening_components(whitening, encoder.identity, encoder.pooling, n_components,
+        k = whitening_components(whitening, encoder.model_identity, encoder.pooling, n_components,
                                  allow_rank_deficient)
-        _warn_if_fitted_on_another_model(whitening, encoder.identity)
+        _warn_if_fitted_on_another_model(whitening, encoder.model_identity)
     vectors = encoder.model.output
     if k:
         vectors = WhiteningDense.from_whitening(whitening, k, name="whitening")(vectors)

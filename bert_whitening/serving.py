@@ -72,6 +72,8 @@ def parse_response(body):
     if "predictions" in body:
         rows = body["predictions"]
         rows = [row["embedding"] if isinstance(row, dict) else row for row in rows]
+        if not rows:  # an empty batch: no dimension to read
+            return np.zeros((0, 0), dtype=np.float32)
         return np.asarray(rows, dtype=np.float32).reshape(len(rows), -1)
     if "outputs" in body:
         outputs = body["outputs"]

@@ -160,7 +160,7 @@ class Whitening:
     beta: float = 1.0
     gamma: float = 1.0
     pooling: str = ""
-    model: dict = dataclasses.field(default_factory=dict)
+    model_identity: dict = dataclasses.field(default_factory=dict)
 
     @property
     def dim(self):
@@ -202,7 +202,7 @@ class Whitening:
             "beta": self.beta,
             "gamma": self.gamma,
             "pooling": self.pooling,
-            "model": self.model,
+            "model": self.model_identity,
         }
         np.savez(stream, kernel=self.kernel, bias=self.bias, mean=self.mean,
                  eigenvalues=self.eigenvalues, meta=np.array(json.dumps(meta)))
@@ -268,7 +268,7 @@ class Whitening:
         return cls(kernel=arrays["kernel"], bias=arrays["bias"], mean=arrays["mean"],
                    eigenvalues=arrays["eigenvalues"], rank=meta["rank"], count=meta["count"],
                    n_components=meta["n_components"], beta=meta["beta"], gamma=meta["gamma"],
-                   pooling=meta["pooling"], model=meta["model"])
+                   pooling=meta["pooling"], model_identity=meta["model"])
 
 
 def resolve_components(n_components, dim, rank=None, allow_rank_deficient=False):
@@ -297,7 +297,7 @@ def resolve_components(n_components, dim, rank=None, allow_rank_deficient=False)
     return n_components
 
 
-def fit_whitening(stats, n_components=-1, beta=1.0, gamma=1.0, pooling="", model=None,
+def fit_whitening(stats, n_components=-1, beta=1.0, gamma=1.0, pooling="", model_identity=None,
                   allow_rank_deficient=False):
     """Eigen-decompose ``Sigma_beta`` of ``stats`` (see the module docstring) into a `Whitening`.
 
@@ -327,7 +327,7 @@ def fit_whitening(stats, n_components=-1, beta=1.0, gamma=1.0, pooling="", model
     whitening = Whitening(
         kernel=vectors * floored ** (-gamma / 2.0), bias=-beta * stats.mean, mean=stats.mean,
         eigenvalues=eigenvalues, rank=rank, count=stats.count, n_components=int(n_components),
-        beta=float(beta), gamma=float(gamma), pooling=pooling, model=dict(model or {}))
+        beta=float(beta), gamma=float(gamma), pooling=pooling, model_identity=dict(model_identity or {}))
     if n_components > 0:
         whitening.components(allow_rank_deficient=allow_rank_deficient)  # refuse a bad k now
     return whitening

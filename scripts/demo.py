@@ -48,7 +48,7 @@ def main():
     labels = np.array([label for _, _, label in pairs])
     encoder = build_encoder(args.model, pooling=args.pooling)
     print("model: %s (%s format), %s pooling; data: %s, %d pairs"
-          % (encoder.identity["name"], encoder.identity["format"], args.pooling,
+          % (encoder.model_identity["name"], encoder.model_identity["format"], args.pooling,
              os.path.relpath(PAIRS, ROOT), len(pairs)))
     sentences = [s for a, b, _ in pairs for s in (a, b)]
     ids = [i for s in sentences for i in encoder.tokenizer.encode(s)[0][1:-1]]
@@ -58,7 +58,7 @@ def main():
     first = encode(encoder, [a for a, _, _ in pairs]).astype(np.float64)
     second = encode(encoder, [b for _, b, _ in pairs]).astype(np.float64)
     whitening = fit_whitening(WhiteningStats().update(first).update(second), args.n_components,
-                              pooling=args.pooling, model=encoder.identity)
+                              pooling=args.pooling, model_identity=encoder.model_identity)
     os.makedirs(args.out, exist_ok=True)
     whitening.save(os.path.join(args.out, "whitening.npz"))
 

@@ -34,7 +34,7 @@ def test_fit_then_encode_equals_the_python_api(files, tiny_model, encoders):
     assert run("fit", "--model", model, "--output", whitening_path, sentences, pairs) == 0
     whitening = Whitening.load(str(whitening_path))
     assert whitening.count == 80 and whitening.pooling == "first-last-avg"
-    assert whitening.model["name"] == "tiny_bert" and whitening.n_components == -1
+    assert whitening.model_identity["name"] == "tiny_bert" and whitening.n_components == -1
 
     encoder = encoders["first-last-avg"]
     pair_sentences = [s for pair in zip(MANY[50:65], MANY[65:80], strict=True) for s in pair]

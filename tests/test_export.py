@@ -29,7 +29,7 @@ def test_exports_version_1_readable_with_metadata(exported, whitened):
         info = json.load(stream)
     assert info["pooling"] == "first-last-avg" and info["maxlen"] == 64
     assert info["n_components"] == 16 and info["normalize"] is True and info["note"] == "test"
-    assert info["model"]["vocab_sha256"] == whitened.identity["vocab_sha256"]
+    assert info["model"]["vocab_sha256"] == whitened.model_identity["vocab_sha256"]
     assert info["whitening"]["beta"] == 1.0 and info["whitening"]["count"] == 64
     assert info["signatures"] == ["serve_text", "serving_default"]
     assert info["versions"]["tensorflow"] and info["versions"]["bert4keras"] == "0.11.5"

@@ -71,7 +71,7 @@ def test_hf_directories_load_directly_and_match_numpy(tmp_path, pooling, prefix)
     tensors = hf_tensors(TINY_CONFIG, seed=3, prefix=prefix)
     directory = write_hf(str(tmp_path / "hf"), tensors)
     encoder = build_encoder(directory, pooling=pooling)
-    assert encoder.identity["format"] == "huggingface"
+    assert encoder.model_identity["format"] == "huggingface"
     params = HuggingFaceNames({name[len(prefix):]: value for name, value in tensors.items()})
     for sentence, vector in zip(SENTENCES, encode(encoder, SENTENCES), strict=True):
         ids = encoder.tokenizer.encode(sentence)[0]

@@ -62,7 +62,7 @@ def work(tmp_path_factory, tiny_model, whitened):
                      encoding="utf-8")
     whitening = directory / "w.npz"
     identity = find_model(tiny_model[0]).identity("bert")  # as `fit` records it
-    dataclasses.replace(whitened.whitening, model=identity).save(str(whitening))
+    dataclasses.replace(whitened.whitening, model_identity=identity).save(str(whitening))
     reference = directory / "reference.npy"
     result = cli("encode", "--model", tiny_model[0], "--whitening", whitening, "--output",
                  reference, sentences)

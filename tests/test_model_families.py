@@ -155,7 +155,7 @@ def test_nezha_release_is_found_under_its_own_file_name(releases):
     directory, prefix = releases["nezha"]
     assert sorted(os.listdir(directory)) == ["bert_config.json", "model.ckpt-691689.data-00000-of-00001",
                                              "model.ckpt-691689.index", "vocab.txt"]
-    assert build_encoder(directory, model_type="nezha").identity["type"] == "nezha"
+    assert build_encoder(directory, model_type="nezha").model_identity["type"] == "nezha"
 
 
 @pytest.mark.parametrize("family", ["nezha", "roformer"])

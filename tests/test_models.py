@@ -105,7 +105,7 @@ def test_truncated_sentences_are_counted_in_the_log(encoders, caplog):
 
 def test_model_type_is_case_insensitive(tiny_model):
     """Each family against bert4keras' model of it, from its release layout: test_model_families.py."""
-    assert build_encoder(tiny_model[0], model_type="BERT", pooling="cls").identity["type"] == "bert"
+    assert build_encoder(tiny_model[0], model_type="BERT", pooling="cls").model_identity["type"] == "bert"
 
 
 def test_word_level_models_split_words_with_jieba(tiny_model):

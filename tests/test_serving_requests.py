@@ -60,6 +60,7 @@ def test_replies_of_every_shape_parse_to_float32_vectors(reply):
 
 def test_one_dimensional_predictions_are_one_column():
     np.testing.assert_array_equal(parse_response({"predictions": [0.5, 0.25]}), [[0.5], [0.25]])
+    assert parse_response({"predictions": []}).shape == (0, 0)  # an empty batch is no error
 
 
 def test_errors_and_foreign_replies_are_raised():

@@ -284,7 +284,7 @@ def test_too_few_or_identical_vectors_are_refused():
 
 def test_save_and_load_round_trip(tmp_path):
     whitening = fit_whitening(stats_of(correlated(100)), n_components=8, beta=0.9, gamma=0.8,
-                              pooling="last-avg", model={"name": "tiny", "hidden_size": 16})
+                              pooling="last-avg", model_identity={"name": "tiny", "hidden_size": 16})
     path = str(tmp_path / "w.npz")
     whitening.save(path)
     loaded = Whitening.load(path)
@@ -514,7 +514,7 @@ def test_fit_records_what_it_was_fitted_on():
     stats = stats_of(correlated(100))
     bare = fit_whitening(stats)
     assert (bare.pooling, bare.model, bare.count, bare.n_components) == ("", {}, 100, -1)
-    named = fit_whitening(stats, 8, pooling="cls", model={"name": "tiny"})
+    named = fit_whitening(stats, 8, pooling="cls", model_identity={"name": "tiny"})
     assert (named.pooling, named.model, named.n_components) == ("cls", {"name": "tiny"}, 8)
     preset = WhiteningStats(16)
     assert preset.dim == 16 and preset.mean.shape == (16,) and preset.scatter.shape == (16, 16)

@@ -1,0 +1,163 @@
+"""The retrieval benchmark, its metrics and index directories, against plain re-implementations."""
+import os
+
+import numpy as np
+import pytest
+
+from bert_whitening import retrieval
+from bert_whitening.data import DataError
+
+
+def reference_ranking(queries, corpus):
+    """Every corpus position per query, by descending dot product then ascending position."""
+    scores = [[float(np.dot(q, c)) for c in corpus] for q in queries]
+    return [sorted(range(len(corpus)), key=lambda j: (-row[j], j)) for row in scores]
+
+
+def reference_metrics(rankings, relevant):
+    """MRR@10, Recall@1 and Recall@10 written out from their definitions, one query at a time."""
+    reciprocal, at_1, at_10 = [], [], []
+    for ranking, wanted in zip(rankings, relevant, strict=True):
+        rank = next((position + 1 for position, item in enumerate(ranking[:10]) if item in wanted), None)
+        reciprocal.append(1.0 / rank if rank else 0.0)
+        at_1.append(ranking[0] in wanted)
+        at_10.append(any(item in wanted for item in ranking[:10]))
+    return {"mrr@10": sum(reciprocal) / len(reciprocal), "recall@1": sum(at_1) / len(at_1),
+            "recall@10": sum(at_10) / len(at_10)}
+
+
+def unit(rows):
+    rows = np.asarray(rows, dtype=np.float64)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def test_benchmark_follows_the_definition_on_binary_labels():
+    pairs = [("q1", "a", 1), ("q2", "b", 0), ("q1", "c", 1), ("q3", "a", 1), ("q2", "c", 0),
+             ("q1", "a", 1), ("q4", "d", 0)]
+    bench = retrieval.build_benchmark(pairs, distractors=["x", "a", "x", "y"])
+    assert bench.queries == ["q1", "q3"]  # q2 and q4 have no positive pair
+    assert bench.corpus == ["a", "b", "c", "d", "x", "y"]  # distinct; distractors not repeated
+    assert bench.relevant == [{0, 2}, {0}]
+    assert list(bench.query_pairs) == [0, 3]
+    assert [pairs[row][1] for row in bench.corpus_pairs] == ["a", "b", "c", "d"]
+    assert bench.distractors == ["x", "y"]
+
+
+def test_sts_scores_count_from_4_and_other_scales_are_refused():
+    pairs = [("q1", "a", 3.99), ("q1", "b", 4.0), ("q2", "c", 5.0), ("q3", "d", 1.0)]
+    bench = retrieval.build_benchmark(pairs)
+    assert bench.queries == ["q1", "q2"] and bench.relevant == [{1}, {2}]
+    with pytest.raises(DataError, match=r"STS-B\.test.*found 7"):
+        retrieval.build_benchmark([("q", "a", 1), ("q", "b", 7)], where="STS-B.test")
+
+
+def test_metrics_on_a_hand_made_corpus_with_ties_and_several_relevant_items():
+    corpus = unit([[1, 0, 0], [1, 0, 0], [0.8, 0.6, 0], [0, 1, 0], [0, 0, 1], [0.6, 0, 0.8]]
+                  + [[0.1 * i, 1, 0.3] for i in range(8)])
+    queries = unit([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1]])
+    # Query 0 ties items 0 and 1 at the top; only item 1 is relevant, so rank 2 (ties by position).
+    relevant = [{1}, {3, 5}, {2}, {4, 13}]
+    ids, scores = retrieval.exact_search(queries, corpus)
+    rankings = reference_ranking(queries, corpus)
+    np.testing.assert_array_equal(ids, [ranking[:10] for ranking in rankings])
+    assert ids[0, 0] == 0 and ids[0, 1] == 1 and scores[0, 0] == scores[0, 1]
+    got = retrieval.retrieval_metrics(ids, relevant)
+    expected = reference_metrics(rankings, relevant)
+    assert got == pytest.approx(expected, abs=1e-12)
+    # By hand: query 0 finds item 1 at rank 2 (after its tie), query 1 item 3 first, query 2
+    # misses item 2 in its top 10, query 3 finds item 13 first.
+    assert expected == {"mrr@10": (0.5 + 1 + 0 + 1) / 4, "recall@1": 2 / 4, "recall@10": 3 / 4}
+
+
+def test_metrics_match_the_reference_on_random_rankings_with_duplicated_items():
+    rng = np.random.default_rng(3)
+    base = unit(rng.normal(size=(40, 8)))
+    corpus = np.concatenate([base, base[:10]])  # exact duplicates: ties everywhere
+    queries = unit(base[rng.integers(0, 40, 30)] + rng.normal(scale=0.5, size=(30, 8)))
+    relevant = [set(rng.choice(50, size=rng.integers(1, 4), replace=False).tolist()) for _ in range(30)]
+    ids, _ = retrieval.exact_search(queries, corpus)
+    rankings = reference_ranking(queries, corpus)
+    np.testing.assert_array_equal(ids, [ranking[:10] for ranking in rankings])
+    assert retrieval.retrieval_metrics(ids, relevant) == pytest.approx(
+        reference_metrics(rankings, relevant), abs=1e-12)
+
+
+def test_a_corpus_smaller_than_ten_is_ranked_whole():
+    corpus, queries = unit([[1, 0], [0, 1], [1, 1]]), unit([[1, 0.1]])
+    ids, _ = retrieval.exact_search(queries, corpus)
+    assert ids.tolist() == [[0, 2, 1]]
+    assert retrieval.retrieval_metrics(ids, [{1}]) == pytest.approx({"mrr@10": 1 / 3, "recall@1": 0,
+                                                                     "recall@10": 1})
+
+
+def test_faiss_flat_index_equals_numpy_brute_force():
+    rng = np.random.default_rng(0)
+    corpus = unit(rng.normal(size=(2000, 64))).astype(np.float32)
+    queries = unit(rng.normal(size=(100, 64))).astype(np.float32)
+    scores, ids = retrieval.flat_index(corpus).search(queries, 10)
+    dots = queries.astype(np.float64) @ corpus.T.astype(np.float64)
+    expected = np.argsort(-dots, axis=1, kind="stable")[:, :10]
+    np.testing.assert_array_equal(ids, expected)
+    np.testing.assert_allclose(scores, np.take_along_axis(dots, expected, axis=1), atol=1e-5)
+
+
+def test_hnsw_overlap_with_exact_search():
+    assert retrieval.overlap_at_k([[1, 2, 3, 4]], [[4, 3, 9, 8]]) == 0.5
+    rng = np.random.default_rng(1)
+    corpus = unit(rng.normal(size=(3000, 32))).astype(np.float32)
+    queries = unit(rng.normal(size=(50, 32))).astype(np.float32)
+    exact, _ = retrieval.exact_search(queries, corpus)
+    index = retrieval.hnsw_index(32)
+    index.add(corpus)
+    _, approximate = index.search(queries, 10)
+    assert 0.8 <= retrieval.overlap_at_k(approximate, exact) <= 1.0
+
+
+def test_score_setting_reports_every_figure():
+    rng = np.random.default_rng(2)
+    corpus = unit(rng.normal(size=(300, 16)))
+    queries = unit(corpus[:20] + rng.normal(scale=0.1, size=(20, 16)))
+    result = retrieval.score_setting(queries, corpus, [{i} for i in range(20)], hnsw_m=8)
+    assert result["queries"] == 20 and result["corpus"] == 300 and result["dim"] == 16
+    assert result["recall@10"] == 1.0
+    assert result["flat"]["index_bytes"] >= 300 * 16 * 4
+    assert result["flat"]["p99_ms"] >= result["flat"]["p50_ms"] > 0
+    assert result["flat"]["qps_batch64"] > 0 and 0 < result["hnsw"]["recall@10_vs_exact"] <= 1
+
+
+def test_index_directory_round_trip(tmp_path):
+    rng = np.random.default_rng(4)
+    vectors = unit(rng.normal(size=(25, 6))).astype(np.float32)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join("line %d\n" % i for i in range(25)), encoding="utf-8")
+    output = str(tmp_path / "index")
+    with retrieval.IndexWriter(output, 6, {"model": "m"}) as writer:
+        retrieval.add_keyed_chunks(writer, [vectors[:10], vectors[10:]], retrieval.line_keys([str(corpus)]))
+    assert sorted(os.listdir(output)) == sorted([retrieval.INDEX_FILE, retrieval.KEYS_FILE,
+                                                 retrieval.METADATA_FILE])
+    metadata = retrieval.read_metadata(output)
+    assert metadata == {"model": "m", "count": 25, "dim": 6, "index": "flat", "hnsw_m": None}
+    np.testing.assert_array_equal(retrieval.corpus_vectors(output), vectors)
+    keys = retrieval.read_keys(output)
+    assert keys[12] == (str(corpus), 13)
+    assert retrieval.key_texts([keys[12], keys[0]]) == {(str(corpus), 13): "line 12",
+                                                        (str(corpus), 1): "line 0"}
+    with pytest.raises(ValueError, match="already exists"):
+        retrieval.IndexWriter(output, 6, {})
+
+
+@pytest.mark.parametrize("problem", ["norm", "more-lines", "fewer-lines", "dimension"])
+def test_a_failed_index_leaves_no_directory(tmp_path, problem):
+    vectors = unit(np.ones((4, 3))).astype(np.float32)
+    lines = {"more-lines": 5, "fewer-lines": 3}.get(problem, 4)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("s\n" * lines, encoding="utf-8")
+    if problem == "norm":
+        vectors[2] *= 2
+    output = tmp_path / "index"
+    message = {"norm": r"corpus.txt:3: vector of norm 2", "more-lines": r"corpus.txt:5: more lines",
+               "fewer-lines": "fewer keys", "dimension": "dimension 5"}[problem]
+    with pytest.raises(ValueError, match=message):
+        with retrieval.IndexWriter(str(output), 5 if problem == "dimension" else 3, {}) as writer:
+            retrieval.add_keyed_chunks(writer, [vectors], retrieval.line_keys([str(corpus)]))
+    assert os.listdir(tmp_path) == ["corpus.txt"]

@@ -1,0 +1,174 @@
+"""eval-retrieval, index and search on the tiny checkpoint, against the definitions re-done here."""
+import functools
+import itertools
+import json
+import os
+
+import numpy as np
+import pytest
+from test_retrieval import reference_metrics, reference_ranking
+
+from bert_whitening import cli
+from bert_whitening.encoding import encode
+from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
+
+WORDS = ["今天", "天气", "很好", "我们", "在北京", "喝茶", "the cat", "is on", "the mat", "hello"]
+MANY = ["".join(parts) for parts in itertools.permutations(WORDS, 3)][::7][:80]  # 80 sentences
+
+
+def run(*argv):
+    return cli.main([str(a) for a in argv])
+
+
+@pytest.fixture
+def task_dir(tmp_path):
+    """A task TINY: 0/1 labels; some first sentences repeat, some second sentences repeat."""
+    rows = [(MANY[i % 12], MANY[20 + i % 17], int(i % 3 != 0)) for i in range(30)]
+    (tmp_path / "TINY").mkdir()
+    (tmp_path / "TINY" / "TINY.test.data").write_text(
+        "".join("%s\t%s\t%d\n" % row for row in rows), encoding="utf-8")
+    (tmp_path / "TINY" / "TINY.valid.data").write_text(
+        "".join("%s\t%s\t1\n" % (MANY[40 + i], MANY[60 + i]) for i in range(10)), encoding="utf-8")
+    distractors = tmp_path / "distractors.txt"
+    distractors.write_text("".join(s + "\n" for s in MANY[70:80] + MANY[20:22]), encoding="utf-8")
+    return tmp_path, rows, str(distractors)
+
+
+def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny_model, encoders):
+    tmp_path, rows, distractors = task_dir
+    output = tmp_path / "r.json"
+    assert run("eval-retrieval", "--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path,
+               "--n-components", "0,-1,8", "--distractors", distractors, "--hnsw-m", 8,
+               "--json", output, "--plot", tmp_path / "r.png") == 0
+    report = json.loads(output.read_text(encoding="utf-8"))
+    entry = report["tasks"]["TINY"]
+
+    queries = list(dict.fromkeys(a for a, _, label in rows if label == 1))
+    corpus = list(dict.fromkeys(b for _, b, _ in rows))
+    corpus += [s for s in dict.fromkeys(MANY[70:80] + MANY[20:22]) if s not in corpus]
+    relevant = [{corpus.index(b) for a, b, label in rows if a == query and label == 1} for query in queries]
+    assert entry["counts"]["queries"] == len(queries) and entry["counts"]["corpus"] == len(corpus)
+    assert entry["counts"]["distractors"] == 10
+
+    encoder = encoders["first-last-avg"]
+    valid = [(MANY[40 + i], MANY[60 + i]) for i in range(10)]
+    fit_sentences = [s for a, b, _ in rows for s in (a, b)] + [s for pair in valid for s in pair]
+    whitening = fit_whitening(WhiteningStats().update(encode(encoder, fit_sentences)))
+    query_vectors, corpus_vectors = encode(encoder, queries), encode(encoder, corpus)
+    by_k = {result["n_components"]: result for result in entry["results"]}
+    assert sorted(by_k) == [0, 8, 24]
+    for k, result in by_k.items():
+        transform = functools.partial(whitening.transform, n_components=k) if k else l2_normalize
+        expected = reference_metrics(reference_ranking(transform(query_vectors), transform(corpus_vectors)),
+                                     relevant)
+        assert {m: result[m] for m in expected} == pytest.approx(expected, abs=1e-9)
+        assert result["dim"] == (k or 24) and result["flat"]["index_bytes"] > len(corpus) * result["dim"] * 4
+        assert result["hnsw"]["recall@10_vs_exact"] > 0.5 and result["flat"]["p50_ms"] > 0
+    assert (tmp_path / "r.png").stat().st_size > 1000
+
+
+def test_eval_retrieval_refuses_a_missing_split_and_odd_labels(task_dir, tiny_model, caplog):
+    tmp_path, _, _ = task_dir
+    assert run("eval-retrieval", "--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path,
+               "--split", "train") == 1
+    assert "TINY has no train split" in caplog.text
+    (tmp_path / "TINY" / "TINY.test.data").write_text("a\tb\t1\nc\td\t9\n", encoding="utf-8")
+    assert run("eval-retrieval", "--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path) == 1
+    assert "TINY.test: labels are neither all 0/1 nor 0-5 scores (found 9)" in caplog.text
+
+
+@pytest.fixture
+def indexed(tmp_path, tiny_model):
+    """A sentence corpus, a whitening fitted on it, its encode output and its index directory."""
+    model = tiny_model[0]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(s + "\n" for s in MANY[:60]), encoding="utf-8")
+    whitening, vectors, index = tmp_path / "w.npz", tmp_path / "v.npy", tmp_path / "index"
+    assert run("fit", "--model", model, "--output", whitening, corpus) == 0
+    assert run("encode", "--model", model, "--whitening", whitening, "--n-components", 12,
+               "--output", vectors, corpus) == 0
+    assert run("index", "--model", model, "--whitening", whitening, "--n-components", 12,
+               "--output", index, corpus) == 0
+    return model, corpus, whitening, vectors, index
+
+
+def test_index_holds_the_encode_vectors_with_their_lines(indexed):
+    from bert_whitening import retrieval
+
+    model, corpus, whitening, vectors, index = indexed
+    np.testing.assert_allclose(retrieval.corpus_vectors(str(index)), np.load(vectors), atol=1e-6)
+    assert retrieval.read_keys(str(index))[:2] == [(str(corpus), 1), (str(corpus), 2)]
+    record = retrieval.read_metadata(str(index))
+    assert record["n_components"] == 12 and record["pooling"] == "first-last-avg"
+    assert record["model"]["name"] == "tiny_bert" and record["count"] == 60
+    assert record["whitening"]["path"] == str(whitening) and len(record["whitening"]["sha256"]) == 64
+
+
+def test_index_from_vectors_equals_index_from_text(indexed, tmp_path):
+    from bert_whitening import retrieval
+
+    model, corpus, whitening, vectors, index = indexed
+    again = tmp_path / "again"
+    assert run("index", "--model", model, "--whitening", whitening, "--n-components", 12,
+               "--from-vectors", vectors, "--output", again, corpus) == 0
+    np.testing.assert_array_equal(retrieval.corpus_vectors(str(again)), np.load(vectors))
+    assert retrieval.read_keys(str(again)) == retrieval.read_keys(str(index))
+    assert retrieval.read_metadata(str(again)) == retrieval.read_metadata(str(index))
+
+
+def test_search_finds_each_sentence_first_with_cosine_1(indexed, capsys):
+    model, corpus, whitening, vectors, index = indexed
+    capsys.readouterr()
+    assert run("search", "--index", index, "--top-k", 3, "--json", MANY[5], MANY[33]) == 0
+    results = json.loads(capsys.readouterr().out)
+    matrix = np.load(vectors)
+    for result, row in zip(results, (5, 33), strict=True):
+        top = result["hits"][0]
+        assert (top["line"], top["text"]) == (row + 1, MANY[row]) and top["score"] == pytest.approx(1, abs=1e-5)
+        expected = np.sort(matrix @ matrix[row])[::-1][:3]
+        np.testing.assert_allclose([hit["score"] for hit in result["hits"]], expected, atol=1e-5)
+    assert run("search", "--index", index, MANY[5]) == 0
+    assert MANY[5] in capsys.readouterr().out
+
+
+def test_search_refuses_another_encoder(indexed, tmp_path, caplog):
+    model, corpus, whitening, vectors, index = indexed
+    other = tmp_path / "other.npz"
+    assert run("fit", "--model", model, "--output", other, vectors.parent / "corpus.txt",
+               "--beta", 0.5) == 0
+    assert run("search", "--index", index, "--whitening", other, "query") == 1
+    assert "is not the whitening the index was built with" in caplog.text
+    assert run("search", "--index", index, "--pooling", "cls", "query") == 1
+    assert "built with first-last-avg pooling, not cls: refused" in caplog.text
+    os.replace(other, whitening)  # the recorded file changed since
+    assert run("search", "--index", index, "query") == 1
+    assert "w.npz is not the whitening the index was built with" in caplog.text
+
+
+def test_failed_index_leaves_no_directory(indexed, tmp_path, caplog):
+    model, corpus, whitening, vectors, index = indexed
+    short = tmp_path / "short.txt"
+    short.write_text("one line\n", encoding="utf-8")
+    target = tmp_path / "bad"
+    assert run("index", "--model", model, "--whitening", whitening, "--n-components", 12,
+               "--from-vectors", vectors, "--output", target, short) == 1
+    assert "fewer keys (lines) than vectors" in caplog.text
+    assert run("index", "--model", model, "--whitening", whitening, "--from-vectors", vectors,
+               "--output", target) == 1  # 24 dimensions by default, the vectors have 12
+    assert "dimension 24" in caplog.text
+    assert not target.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".")]
+
+
+@pytest.mark.slow
+def test_index_from_beam_encode_shards(indexed, tmp_path):
+    from bert_whitening import retrieval
+
+    model, corpus, whitening, vectors, index = indexed
+    prefix = tmp_path / "beam" / "vectors"
+    assert run("beam-encode", "--model", model, "--whitening", whitening, "--n-components", 12,
+               "--input", corpus, "--num-shards", 2, "--output", prefix) == 0
+    from_beam = tmp_path / "from_beam"
+    assert run("index", "--model", model, "--whitening", whitening, "--n-components", 12,
+               "--from-beam", "%s-*" % prefix, "--output", from_beam) == 0
+    assert retrieval.read_keys(str(from_beam)) == retrieval.read_keys(str(index))
+    np.testing.assert_allclose(retrieval.corpus_vectors(str(from_beam)), np.load(vectors), atol=1e-5)
