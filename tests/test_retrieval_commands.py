@@ -69,11 +69,12 @@ def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny
 
 def test_eval_retrieval_refuses_a_missing_split_and_odd_labels(task_dir, tiny_model, caplog):
     tmp_path, _, _ = task_dir
-    assert run("eval-retrieval", "--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path,
-               "--split", "train") == 1
+    argv = ["eval-retrieval", "--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path,
+            "--n-components", "0,-1,8"]  # the default 256 is refused on a 24-dim model
+    assert run(*argv, "--split", "train") == 1
     assert "TINY has no train split" in caplog.text
     (tmp_path / "TINY" / "TINY.test.data").write_text("a\tb\t1\nc\td\t9\n", encoding="utf-8")
-    assert run("eval-retrieval", "--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path) == 1
+    assert run(*argv) == 1
     assert "TINY.test: labels are neither all 0/1 nor 0-5 scores (found 9)" in caplog.text
 
 

@@ -290,7 +290,7 @@ def test_save_and_load_round_trip(tmp_path):
     loaded = Whitening.load(path)
     for name in ("kernel", "bias", "mean", "eigenvalues"):
         np.testing.assert_array_equal(getattr(loaded, name), getattr(whitening, name))
-    for name in ("rank", "count", "n_components", "beta", "gamma", "pooling", "model"):
+    for name in ("rank", "count", "n_components", "beta", "gamma", "pooling", "model_identity"):
         assert getattr(loaded, name) == getattr(whitening, name)
     assert [p.name for p in tmp_path.iterdir()] == ["w.npz"]  # no temporary left behind
     umask = os.umask(0)
@@ -513,8 +513,8 @@ def test_normalisation_leaves_zero_vectors_at_zero_and_needs_kernel_and_bias():
 def test_fit_records_what_it_was_fitted_on():
     stats = stats_of(correlated(100))
     bare = fit_whitening(stats)
-    assert (bare.pooling, bare.model, bare.count, bare.n_components) == ("", {}, 100, -1)
+    assert (bare.pooling, bare.model_identity, bare.count, bare.n_components) == ("", {}, 100, -1)
     named = fit_whitening(stats, 8, pooling="cls", model_identity={"name": "tiny"})
-    assert (named.pooling, named.model, named.n_components) == ("cls", {"name": "tiny"}, 8)
+    assert (named.pooling, named.model_identity, named.n_components) == ("cls", {"name": "tiny"}, 8)
     preset = WhiteningStats(16)
     assert preset.dim == 16 and preset.mean.shape == (16,) and preset.scatter.shape == (16, 16)
