@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SAMPLE := data/sample
 
-.PHONY: demo test lint verify-hf clean
+.PHONY: demo test lint verify-hf mutation clean
 
 $(BIN)/.installed: setup.py requirements.txt requirements-nodeps.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ lint: $(BIN)/.installed
 ## Hidden states of every layer vs Hugging Face transformers (torch in a separate .venv-torch).
 verify-hf: $(BIN)/.installed
 	$(BIN)/python scripts/verify_against_transformers.py
+
+## Mutation testing of the numpy modules (mutmut, from requirements-dev.txt); not part of `test`.
+mutation: $(BIN)/.installed
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(BIN)/python scripts/mutation.py $(MODULES)
 
 clean:
 	rm -rf $(VENV) .venv-torch build *.egg-info

@@ -101,9 +101,13 @@ def _fit_options(parser):
                         help="default number of whitened dimensions stored in the file: 0 = no "
                              "whitening, negative = all; encode can choose another")
     parser.add_argument("--beta", type=finite_float, default=1.0,
-                        help="bias = -beta * mean (1 = original whitening, 0 = no centring)")
+                        help="centre on beta * mean (kexue.fm/archives/9079): Sigma_beta = "
+                             "sum (x - beta*mean)^T (x - beta*mean) / (N - 1), bias = -beta * mean; "
+                             "1 = original whitening (Sigma = covariance), 0 = no centring (Sigma = "
+                             "raw second moment)")
     parser.add_argument("--gamma", type=finite_float, default=1.0,
-                        help="kernel = U diag(s ** (-gamma / 2)) (1 = original, 0 = rotation only)")
+                        help="kernel = U diag(s ** (-gamma / 2)) with Sigma_beta = U diag(s) U^T "
+                             "(1 = original, 0 = rotation only)")
     parser.add_argument("--format", default="auto", choices=INPUT_FORMATS,
                         help="lines: one sentence per line; pairs: senteval_cn "
                              "sentence1<TAB>sentence2<TAB>label, both sentences used; auto: "
@@ -216,9 +220,9 @@ def build_parser():
     evaluate.add_argument("--n-components", default="0,-1,256", type=int_list,
                           help="comma-separated settings: 0 = raw, negative = all, k")
     evaluate.add_argument("--beta", default="1", type=finite_float_list,
-                          help="comma-separated betas")
+                          help="comma-separated betas (Sigma_beta: see fit --beta)")
     evaluate.add_argument("--gamma", default="1", type=finite_float_list,
-                          help="comma-separated gammas")
+                          help="comma-separated gammas (see fit --gamma)")
     evaluate.add_argument("--fit-on", nargs="+", default=["all"], metavar="all|train|FILE",
                           help="what the whitening is fitted on: all splits of the task, its "
                                "train split, or sentence/pair files")

@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -133,12 +134,29 @@ class ServingModule(tf.Module):
         return signatures
 
 
-def export_saved_model(encoder, base, version=None, text=False, overwrite=False, metadata=None,
-                       tolerance=TOLERANCE, corpus=None, top_k=10):
-    """Write ``encoder`` to ``BASE/N`` and return ``(path, largest difference found)``.
+def export_saved_model(encoder, base: str, version: Optional[int] = None, text: bool = False,
+                       overwrite: bool = False, metadata: Optional[dict] = None,
+                       tolerance: float = TOLERANCE, corpus=None, top_k: int = 10) -> Tuple[str, float]:
+    """Write ``encoder`` to ``BASE/N``, verified in a fresh process, and return ``(path,
+    largest difference found)``.
 
-    ``corpus``: unit vectors of the encoder's dimension for a ``serve_search`` signature that
-    returns the ``top_k`` nearest rows, verified against FAISS (`bert_whitening.export_search`)."""
+    Args:
+        encoder: a `bert_whitening.models.Encoder`, usually from `with_whitening`.
+        base: TF Serving's model base directory.
+        version: the integer ``N``; None = one more than the highest in ``base`` (or the next
+            free one, when another export takes it meanwhile).
+        text: add the ``serve_text`` signature (tokenising in the graph).
+        overwrite: replace an existing ``BASE/N``.
+        metadata: more entries for ``assets/bert_whitening.json``.
+        tolerance: the largest difference allowed between the reloaded model and ``encoder``.
+        corpus: unit vectors of the encoder's dimension (float32 ``[n, k]``) for a
+            ``serve_search`` signature returning the ``top_k`` nearest rows, verified against
+            FAISS (`bert_whitening.export_search`); None for none.
+        top_k: ids and scores ``serve_search`` returns (at most ``n``).
+
+    Raises:
+        ExportError: refused, or failed; nothing is left at ``BASE/N``.
+    """
     if text and MODEL_TYPES[encoder.identity["type"]].word_level:
         raise ExportError("--text is not available for %s: it splits words with jieba, which "
                           "cannot run inside a TensorFlow graph; export the token-id signature "

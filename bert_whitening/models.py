@@ -6,6 +6,7 @@ padding id 0) to one vector per sentence, with the tokenizer and settings that g
 """
 import dataclasses
 import logging
+from typing import Optional
 
 from bert_whitening.backend import Tokenizer, build_transformer_model, keras, load_vocab, tf
 from bert_whitening.checkpoints import CheckpointError, find_model
@@ -75,9 +76,25 @@ class EncoderSpec:
                               allow_rank_deficient=True)  # k was resolved by check()
 
 
-def build_encoder(model=None, model_type="bert", pooling="first-last-avg", maxlen=64, lowercase=True):
-    """Load a model directory (Google or Hugging Face format; None or ``minilm`` for the
-    built-in all-MiniLM-L6-v2) into a pooled sentence `Encoder`."""
+def build_encoder(model: Optional[str] = None, model_type: str = "bert",
+                  pooling: str = "first-last-avg", maxlen: int = 64, lowercase: bool = True) -> Encoder:
+    """Load a model directory into a pooled sentence `Encoder`, with bert4keras' own loader.
+
+    Args:
+        model: a Google-format or Hugging Face BERT directory; None or ``minilm`` for the
+            built-in all-MiniLM-L6-v2.
+        model_type: the family (`bert_whitening.names.MODEL_TYPES`): bert, roberta, nezha,
+            wobert, roformer, simbert.
+        pooling: ``first-last-avg``, ``last-avg``, ``cls`` or ``pooler`` (linear, as the
+            original builds it).
+        maxlen: tokens per sentence with ``[CLS]`` and ``[SEP]``; at most the model's
+            ``max_position_embeddings`` for families with a position table.
+        lowercase: lower-case and strip accents before wordpiece (uncased and Chinese models).
+
+    Raises:
+        CheckpointError: the directory or its files cannot be used (named in the message).
+        BertWhiteningError: an option does not fit the model.
+    """
     model_type = model_type.lower()
     files = check_model(model, model_type, pooling, maxlen)
     family = MODEL_TYPES[model_type]
@@ -161,12 +178,20 @@ def _warn_if_fitted_on_another_model(whitening, identity):
                        " and ".join("vocabulary" if key == "vocab_sha256" else key for key in differs))
 
 
-def with_whitening(encoder, whitening=None, n_components=None, normalize=True,
-                   allow_rank_deficient=False):
+def with_whitening(encoder: Encoder, whitening=None, n_components: Optional[int] = None,
+                   normalize: bool = True, allow_rank_deficient: bool = False) -> Encoder:
     """The same encoder followed by the whitening Dense (unless ``k`` is 0) and L2 normalisation.
 
     The whitening must come from vectors of this encoder's size and pooling; anything else is
     refused before a model is built. Without a whitening only the normalisation is added.
+
+    Args:
+        encoder: from `build_encoder`.
+        whitening: a fitted `bert_whitening.whitening.Whitening`, or None.
+        n_components: 0 = no whitening, negative = all (the rank-many supported directions),
+            ``k`` = keep ``k``; None = the default stored in the whitening.
+        normalize: append the L2 normalisation.
+        allow_rank_deficient: allow a ``k`` above the rank of the covariance.
     """
     k = 0
     if whitening is not None:

@@ -1,15 +1,19 @@
 """Whitening statistics, kernel and bias, and the ``.npz`` file format. numpy only.
 
 The transform is the one of BERT-whitening (Su et al., 2021) in its parameterised form
-(kexue.fm/archives/9079)::
+(kexue.fm/archives/9079), with row vectors::
 
-    mu, Sigma = mean and covariance of the sentence vectors
-    Sigma = U diag(s) U^T                       (s in descending order)
+    mu = mean(x_i)
+    Sigma_beta = sum_i (x_i - beta*mu)^T (x_i - beta*mu) / (N - 1) = U diag(s) U^T   (s descending)
     kernel = U diag(s ** (-gamma / 2)),  bias = -beta * mu
     y = (x + bias) @ kernel[:, :k]              then L2-normalise
 
-``beta = gamma = 1`` is the original whitening; ``beta = gamma = 0`` is a pure rotation with
-truncation. ``n_components`` keeps the original's meaning everywhere: 0 = no whitening,
+``beta = gamma = 1`` is the original whitening (Sigma_1 is ``np.cov``, as the original
+compute_kernel_bias); ``beta = gamma = 0`` rotates onto the eigenvectors of the raw second moment
+``E[x^T x]`` and truncates (9079's "free lunch" with k = 256). 9079 divides by N rather than N - 1:
+that scales Sigma_beta by one number, which leaves U unchanged and scales every column of the
+kernel alike, so the L2-normalised vectors are 9079's exactly; N - 1 keeps beta = 1 equal to the
+original scripts' kernel. ``n_components`` keeps the original's meaning everywhere: 0 = no whitening,
 negative = all dimensions, ``k > 0`` = keep the first ``k`` columns.
 """
 import dataclasses
@@ -24,7 +28,9 @@ from bert_whitening.errors import DataError, WhiteningError
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+#: Version 2: the kernel decomposes Sigma_beta. Version 1 decomposed the covariance whatever beta,
+#: which is the same kernel when beta = 1: such files still load, others are refused.
+FORMAT_VERSION = 2
 
 #: Eigenvalues at or below the round-off floor count as zero, and are raised to it before
 #: ``s ** (-gamma / 2)``, so nothing is divided by zero or by a negative round-off value. The floor
@@ -125,9 +131,15 @@ class WhiteningStats:
     @property
     def covariance(self):
         """Sample covariance with ``n - 1`` in the denominator, as ``np.cov``."""
+        return self.second_moment(1.0)
+
+    def second_moment(self, beta):
+        """``Sigma_beta = sum (x_i - beta*mu)^T (x_i - beta*mu) / (n - 1)`` (kexue.fm/archives/9079),
+        from the centred scatter without a second pass: ``(scatter + n (1-beta)^2 mu^T mu) / (n - 1)``."""
         if self.count < 2:
             raise WhiteningError("a covariance needs at least 2 vectors, got %d" % self.count)
-        return self.scatter / (self.count - 1)
+        shift = (1.0 - beta) * self.mean
+        return (self.scatter + self.count * np.outer(shift, shift)) / (self.count - 1)
 
 
 @dataclasses.dataclass
@@ -203,7 +215,10 @@ class Whitening:
         `WhiteningError` naming the file; nothing in the file is executed.
         """
         try:
-            with np.load(path, allow_pickle=False) as data:
+            data = np.load(path, allow_pickle=False)
+            if not isinstance(data, np.lib.npyio.NpzFile):  # a .npy file: one bare array
+                raise WhiteningError("one array, not an .npz archive")
+            with data:
                 arrays = {name: data[name] for name in data.files}
         except FileNotFoundError:
             raise WhiteningError("%s: no such whitening file" % path) from None
@@ -218,9 +233,15 @@ class Whitening:
             raise WhiteningError("%s: its metadata is not JSON (%s)" % (path, error)) from None
         if not isinstance(meta, dict):
             raise WhiteningError("%s: its metadata is not a JSON object" % path)
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise WhiteningError("%s: format version %r, this version reads %d"
-                                 % (path, meta.get("format_version"), FORMAT_VERSION))
+        version = meta.get("format_version")
+        if version == 1 and meta.get("beta") != 1:
+            raise WhiteningError("%s: format version 1 with beta %s: its kernel decomposes the "
+                                 "covariance around the mean, not Sigma_beta of "
+                                 "kexue.fm/archives/9079 as version %d does; fit it again"
+                                 % (path, meta.get("beta"), FORMAT_VERSION))
+        if version not in (1, FORMAT_VERSION):
+            raise WhiteningError("%s: format version %s, this version reads 1 (beta = 1) and %d"
+                                 % (path, version, FORMAT_VERSION))
         kinds = {"dim": int, "rank": int, "count": int, "n_components": int, "beta": (int, float),
                  "gamma": (int, float), "pooling": str, "model": dict}
         for key, kind in kinds.items():
@@ -278,17 +299,16 @@ def resolve_components(n_components, dim, rank=None, allow_rank_deficient=False)
 
 def fit_whitening(stats, n_components=-1, beta=1.0, gamma=1.0, pooling="", model=None,
                   allow_rank_deficient=False):
-    """Eigen-decompose the covariance of ``stats`` into a `Whitening`.
+    """Eigen-decompose ``Sigma_beta`` of ``stats`` (see the module docstring) into a `Whitening`.
 
     Eigenvalues at or below the round-off floor (see `EPS32`) are raised to it, with a warning
-    giving the numbers. Eigenvector signs are fixed (largest entry positive) so that
-    fits of the same data in any batch order give the same kernel.
+    giving the numbers; the rank counts those above it. Eigenvector signs are fixed (largest
+    entry positive) so that fits of the same data in any batch order give the same kernel.
     """
     if not np.isfinite([beta, gamma]).all():
         raise WhiteningError("beta and gamma must be finite numbers, got beta=%r, gamma=%r"
                              % (beta, gamma))
-    cov = stats.covariance
-    eigenvalues, vectors = np.linalg.eigh(cov)
+    eigenvalues, vectors = np.linalg.eigh(stats.second_moment(beta))
     order = np.argsort(eigenvalues)[::-1]
     eigenvalues, vectors = eigenvalues[order], vectors[:, order]
     pivots = np.argmax(np.abs(vectors), axis=0)
@@ -300,9 +320,9 @@ def fit_whitening(stats, n_components=-1, beta=1.0, gamma=1.0, pooling="", model
         raise WhiteningError("all %d vectors are identical: nothing to whiten" % stats.count)
     if rank < stats.dim:
         logger.warning(
-            "the covariance of %d vectors of dimension %d has rank %d; %d eigenvalues at or "
+            "Sigma_beta (beta %g) of %d vectors of dimension %d has rank %d; %d eigenvalues at or "
             "below %.3g (smallest %.3g) are floored to %.3g",
-            stats.count, stats.dim, rank, stats.dim - rank, floor, eigenvalues[-1], floor)
+            beta, stats.count, stats.dim, rank, stats.dim - rank, floor, eigenvalues[-1], floor)
     floored = np.maximum(eigenvalues, floor)
     whitening = Whitening(
         kernel=vectors * floored ** (-gamma / 2.0), bias=-beta * stats.mean, mean=stats.mean,
@@ -334,7 +354,7 @@ def compute_kernel_bias(vecs, beta=1.0, gamma=1.0):
     stats = WhiteningStats()
     for batch in [vecs] if isinstance(vecs, np.ndarray) else vecs:
         stats.update(batch)
-    whitening = fit_whitening(stats, beta=beta, gamma=gamma, allow_rank_deficient=True)
+    whitening = fit_whitening(stats, beta=beta, gamma=gamma)
     return whitening.kernel, whitening.bias
 
 

@@ -2,9 +2,6 @@ import pytest
 
 from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_weights
 
-# Test files import these names from helpers; conftest re-exports them for older imports.
-__all__ = ["SENTENCES", "TINY_CONFIG", "TINY_VOCAB", "tiny_weights"]
-tiny_weights = random_weights
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):

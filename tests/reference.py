@@ -186,3 +186,25 @@ def original_eval(bert, tokenizer, splits, pooling, n_components_list, maxlen=64
         figures[n_components] = (scores, np.average(values),
                                  np.average(values, weights=[len(p) for p in splits.values()]))
     return figures
+
+
+
+def su_9079_kernel(x, beta, gamma):
+    """kexue.fm/archives/9079 as written, row vectors: ``mu = mean(x_i)``,
+    ``Sigma = 1/N sum (x_i - beta mu)^T (x_i - beta mu) = U Lambda U^T``, kernel
+    ``U Lambda^(-gamma/2)``. Returns ``(beta * mu, kernel, eigenvalues)``, eigenvalues descending;
+    ``y_i = (x_i - beta mu) @ kernel[:, :k]``, then L2-normalised."""
+    shift = beta * x.mean(axis=0)
+    sigma = (x - shift).T @ (x - shift) / len(x)
+    eigenvalues, u = np.linalg.eigh(sigma)
+    order = np.argsort(eigenvalues)[::-1]
+    eigenvalues, u = eigenvalues[order], u[:, order]
+    return shift, u @ np.diag(eigenvalues ** (-gamma / 2)), eigenvalues
+
+
+def su_9079_whitening(x, beta, gamma, k=None):
+    """``(y, kernel[:, :k], eigenvalues)`` of `su_9079_kernel`, with ``y`` the L2-normalised
+    whitened ``x`` itself."""
+    shift, kernel, eigenvalues = su_9079_kernel(x, beta, gamma)
+    y = (x - shift) @ kernel[:, :k]
+    return y / np.linalg.norm(y, axis=1, keepdims=True), kernel[:, :k], eigenvalues

@@ -163,3 +163,111 @@ def test_english_sts_malformed_line_is_named(tmp_path):
     with pytest.raises(DataError, match=r"sts-test.csv:2: malformed line"):
         load_task("STS-B-en", str(tmp_path))
     assert load_task("STS-B-en", str(tmp_path), skip_bad_lines=True)["test"] == [("a", "b", 4.0)]
+
+
+def message(error_type, action):
+    with pytest.raises(error_type) as info:
+        action()
+    return str(info.value)
+
+
+STS_ROWS = [("train", "main-captions", "MSRvid", "2012test", "0001", "5.000", "A man is playing a flute.",
+             'A man plays the "flute".'),
+            ("dev", "main-forums", "answers", "2015", "0002", "0.25", "trailing space ", "b"),
+            ("test", "main-news", "headlines", "2016", "0003", "3.8", "X", "ends in X")]
+STS_EXPECTED = {"train": [("A man is playing a flute.", 'A man plays the "flute".', 5.0)],
+                "valid": [("trailing space ", "b", 0.25)], "test": [("X", "ends in X", 3.8)]}
+
+
+def write_packed_sts(directory, rows, header=True):
+    import gzip
+
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = (["split\tgenre\tdataset\tyear\tsid\tscore\tsentence1\tsentence2"] if header else [])
+    lines += ["\t".join(row) for row in rows]
+    with gzip.open(directory / "stsbenchmark.tsv.gz", "wb") as stream:
+        stream.write("".join(line + "\r\n" for line in lines).encode("utf-8"))
+
+
+def test_english_sts_packed_layout_beside_senteval_cn(tmp_path, caplog):
+    from bert_whitening.data import load_task
+
+    senteval = tmp_path / "senteval_cn"
+    senteval.mkdir()
+    assert message(DataError, lambda: load_task("STS-B-en", str(senteval))) == (
+        "STS-B-en: no English STS benchmark under %s/STS-B-en or %s/../stsbenchmark" % (senteval, senteval))
+    write_packed_sts(tmp_path / "stsbenchmark", STS_ROWS)
+    assert load_task("STS-B-en", str(senteval)) == STS_EXPECTED
+    broken = tmp_path / "broken" / "STS-B-en"
+    write_packed_sts(broken, STS_ROWS + [("other",) + STS_ROWS[0][1:], ("split",) + STS_ROWS[0][1:],
+                                         ("", "dev") + STS_ROWS[0][2:]])  # no split: not "dev"
+    path = str(broken / "stsbenchmark.tsv.gz")
+    assert message(DataError, lambda: load_task("STS-B-en", str(broken.parent))) == (
+        "%s:5: malformed line: expected split<TAB>genre<TAB>dataset<TAB>year<TAB>sid<TAB>score<TAB>"
+        "s1<TAB>s2, got %r" % (path, "\t".join(("other",) + STS_ROWS[0][1:])))
+    with caplog.at_level(logging.WARNING):
+        assert load_task("STS-B-en", str(broken.parent), skip_bad_lines=True) == STS_EXPECTED
+    assert caplog.messages == ["%s: skipped 3 malformed lines" % path]
+
+
+def test_english_sts_csv_layout_reads_the_same(tmp_path):
+    from bert_whitening.data import load_task
+
+    folder = tmp_path / "STS-B-en"
+    folder.mkdir()
+    for split, name in (("train", "sts-train.csv"), ("dev", "sts-dev.csv"), ("test", "sts-test.csv")):
+        rows = [row[1:] + ("extra", "fields") for row in STS_ROWS if row[0] == split]
+        (folder / name).write_text("".join("\t".join(row) + "\n" for row in rows), encoding="utf-8")
+    assert load_task("STS-B-en", str(tmp_path)) == STS_EXPECTED
+    (folder / "sts-dev.csv").write_text("g\tf\t2012\t1\tnone\ta\tb\n", encoding="utf-8")
+    assert message(DataError, lambda: load_task("STS-B-en", str(tmp_path))) == (
+        "%s:1: malformed line: expected genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>s1<TAB>s2, got %r"
+        % (folder / "sts-dev.csv", "g\tf\t2012\t1\tnone\ta\tb"))
+
+
+def test_gzip_files_custom_openers_and_line_ends(tmp_path):
+    import gzip
+    import io
+
+    text = "first \t\nsecond\r\nends in X\r\n\n"
+    with gzip.open(tmp_path / "s.txt.gz", "wb") as stream:
+        stream.write(text.encode("utf-8"))
+    expected = ["first \t", "second", "ends in X", ""]
+    assert list(read_sentences(str(tmp_path / "s.txt.gz"))) == expected
+    files = {"mem://s": text, "mem://p": "a b\tc d\t1\nbad\ne\tf\t0.5\n"}
+    opener = lambda path: io.BytesIO(files[path].encode("utf-8"))
+    assert list(read_sentences("mem://s", opener=opener)) == expected
+    assert list(read_sentences("mem://p", "pairs", True, opener)) == ["a b", "c d", "e", "f"]
+    assert list(read_pairs("mem://p", True, opener)) == [("a b", "c d", 1.0), ("e", "f", 0.5)]
+    assert message(DataError, lambda: list(read_sentences("mem://p", opener=opener))) == \
+        "mem://p:2: expected sentence1<TAB>sentence2<TAB>label with a finite numeric label, got 'bad'"
+
+
+def test_data_error_messages_in_full(tmp_path):
+    long_line = "x" * 300
+    path = write(tmp_path, "long.data", "a\tb\t1\n%s\n" % long_line)
+    assert message(DataError, lambda: list(read_pairs(path))) == \
+        "%s:2: expected sentence1<TAB>sentence2<TAB>label with a finite numeric label, got %r" % (path, "x" * 200)
+    empty = write(tmp_path, "empty.txt", "\n\n")
+    assert list(read_sentences(empty)) == ["", ""]
+    missing = str(tmp_path / "missing.txt")
+    assert message(DataError, lambda: list(read_sentences(missing, "lines"))) == "%s: no such file" % missing
+    latin = write(tmp_path, "latin.txt", "café\n", "latin-1")
+    assert message(DataError, lambda: list(read_sentences(latin, "lines"))) == \
+        "%s:1: not UTF-8 text (byte 0xe9 at byte 3 of the line)" % latin
+    assert message(DataError, lambda: list(read_sentences(str(tmp_path), "lines"))) == \
+        "%s: is a directory, not a file" % tmp_path
+
+
+def test_senteval_task_skips_bad_lines_and_names_what_is_missing(tmp_path, caplog):
+    from bert_whitening.data import load_task
+
+    (tmp_path / "PAWSX").mkdir()
+    (tmp_path / "PAWSX" / "PAWSX.test.data").write_text("a\tb\t1\nbroken\n", encoding="utf-8")
+    with caplog.at_level(logging.INFO, logger="bert_whitening.data"):
+        assert load_task("PAWSX", str(tmp_path), skip_bad_lines=True) == {"test": [("a", "b", 1.0)]}
+    assert caplog.messages[-1] == "PAWSX: no train/valid split; evaluating test"
+    with pytest.raises(DataError, match="PAWSX.test.data:2: expected"):
+        load_task("PAWSX", str(tmp_path))
+    assert message(DataError, lambda: load_task("BQ", str(tmp_path))) == \
+        "BQ: no BQ.{train,valid,test}.data under %s" % (tmp_path / "BQ")

@@ -17,7 +17,7 @@ from bert_whitening.evaluation import Setting, encode_splits, evaluate, fit_stat
 from bert_whitening.names import POOLINGS
 
 from helpers import TINY_VOCAB
-from reference import original_eval
+from reference import original_eval, spearman, su_9079_kernel
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
@@ -115,9 +115,11 @@ def test_eval_command_writes_table_json_and_plot(tiny_model, sample_task, tmp_pa
 def test_fit_on_train_without_a_train_split_is_an_error(tiny_model, sample_task, tmp_path, caplog):
     shutil.copytree(os.path.join(sample_task, "SAMPLE"), tmp_path / "SAMPLE")
     os.remove(tmp_path / "SAMPLE" / "SAMPLE.train.data")
-    assert cli.main(["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir",
-                     str(tmp_path), "--fit-on", "train"]) == 1
+    argv = ["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir", str(tmp_path)]
+    assert cli.main(argv + ["--fit-on", "train", "--n-components", "0,-1,8"]) == 1
     assert "this task has no train split (splits: valid, test)" in caplog.text
+    assert cli.main(argv + ["--n-components", "0,25"]) == 1  # refused before anything is encoded
+    assert "n_components 25 is larger than the model's hidden size 24" in caplog.text
 
 
 def test_original_command_line_prints_the_original_lines(tiny_model, sample_task, tmp_path):
@@ -144,3 +146,163 @@ def test_original_command_line_prints_the_original_lines(tiny_model, sample_task
     modern = json.loads(out.read_text())["tasks"]["STS-B"]["results"][0]
     expected = list(modern["splits"].values()) + [modern["avg"], modern["w-avg"]]
     np.testing.assert_allclose(values, expected, atol=1e-6)  # the two commands agree
+
+
+def test_eval_beta_0_gamma_0_reproduces_kexue_9079(tiny_model, encoders, sample_task, tmp_path):
+    """9079's setting without centring: Sigma is the raw second moment, not the covariance."""
+    out = tmp_path / "r.json"
+    assert cli.main(["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir", sample_task,
+                     "--n-components", "8", "--beta", "0", "--gamma", "0", "--json", str(out)]) == 0
+    (result,) = json.loads(out.read_text())["tasks"]["SAMPLE"]["results"]
+    splits = load_task("SAMPLE", sample_task)
+    vectors = {split: [encode(encoders["first-last-avg"], [pair[side] for pair in pairs]).astype(np.float64)
+                       for side in (0, 1)] for split, pairs in splits.items()}
+    shift, kernel, _ = su_9079_kernel(np.concatenate(sum(vectors.values(), [])), 0.0, 0.0)
+    for split, (first, second) in vectors.items():
+        first, second = ((v - shift) @ kernel[:, :8] for v in (first, second))
+        cosines = (first * second).sum(axis=1) / np.linalg.norm(first, axis=1) / np.linalg.norm(second, axis=1)
+        expected = spearman([label for _, _, label in splits[split]], cosines)
+        assert abs(result["splits"][split] - expected) <= 1e-3, (split, result["splits"][split], expected)
+
+
+def test_setting_labels_and_their_combinations():
+    from bert_whitening.evaluation import Setting
+
+    assert [Setting(*args).label for args in [(0,), (0, 0.5, 0.5), (-1,), (-3, 1.0, 0.25), (8,),
+                                              (8, 0.5, 1.0)]] == [
+        "raw", "raw", "k=all", "k=all b=1 g=0.25", "k=8", "k=8 b=0.5 g=1"]
+    assert [s.label for s in settings([0, 0, -1], [1.0], [1.0, 0.0])] == ["raw", "k=all", "k=all b=1 g=0"]
+    assert settings([4]) == [Setting(4, 1.0, 1.0)]
+
+
+def test_cosine_spearman_is_scipy_on_the_rowwise_cosine():
+    from bert_whitening.evaluation import cosine_spearman
+
+    rng = np.random.default_rng(0)
+    first, second = rng.normal(size=(50, 6)) * rng.uniform(0.1, 10, (50, 1)), rng.normal(size=(50, 6))
+    labels = rng.integers(0, 6, 50)
+    cosines = [a @ b / np.linalg.norm(a) / np.linalg.norm(b) for a, b in zip(first, second, strict=True)]
+    assert abs(cosine_spearman(first, second, labels) - spearman(labels, cosines)) < 1e-12
+
+
+def test_encode_splits_encodes_every_sentence_once_in_pair_order():
+    calls = []
+
+    def encode_lengths(sentences):
+        calls.append(list(sentences))
+        return [[len(s), ord(s[0])] for s in sentences]
+
+    splits = {"train": [("ab", "c", 1.0), ("def", "gh", 0.0)], "valid": [("no", "p", 2.0)],
+              "test": [("ijkl", "m", 5.0)]}
+    encoded = encode_splits(encode_lengths, splits)
+    assert calls == [["ab", "c", "def", "gh", "no", "p", "ijkl", "m"]]
+    assert list(encoded) == ["train", "valid", "test"]
+    first, second, labels = encoded["train"]
+    np.testing.assert_array_equal(first, [[2, ord("a")], [3, ord("d")]])
+    np.testing.assert_array_equal(second, [[1, ord("c")], [2, ord("g")]])
+    np.testing.assert_array_equal(labels, [1.0, 0.0])
+    assert first.dtype == np.float64
+    np.testing.assert_array_equal(encoded["test"][0], [[4, ord("i")]])
+
+
+def synthetic_encoded(dim=6, seed=0):
+    """Splits of vector pairs whose cosine, after whitening, carries their labels."""
+    rng = np.random.default_rng(seed)
+    mix = rng.normal(size=(dim, dim)) * np.geomspace(4, 0.2, dim) + 3.0
+    encoded = {}
+    for split, count in (("train", 80), ("valid", 30), ("test", 50)):
+        base = rng.normal(size=(count, dim))
+        labels = rng.integers(0, 6, count).astype(float)
+        other = base + rng.normal(size=(count, dim)) * (6 - labels)[:, None] / 3
+        encoded[split] = (base @ mix + 5.0, other @ mix + 5.0, labels)
+    return encoded
+
+
+def test_fit_statistics_on_all_splits_or_train():
+    encoded = synthetic_encoded()
+    everything = np.concatenate([v for first, second, _ in encoded.values() for v in (first, second)])
+    stats = fit_statistics(encoded)
+    assert stats.count == 320
+    np.testing.assert_allclose(stats.covariance, np.cov(everything.T), rtol=1e-9)
+    train = fit_statistics(encoded, "train")
+    np.testing.assert_allclose(train.covariance, np.cov(np.concatenate(encoded["train"][:2]).T), rtol=1e-9)
+    del encoded["train"]
+    with pytest.raises(ValueError) as info:
+        fit_statistics(encoded, "train")
+    assert str(info.value) == "--fit-on train: this task has no train split (splits: valid, test)"
+
+
+def test_files_are_fitted_as_one_stream_in_chunks_with_one_truncation_count(tmp_path, monkeypatch, caplog):
+    import functools
+    import logging
+    from types import SimpleNamespace
+
+    from bert_whitening import encoding
+
+    monkeypatch.setattr(encoding, "CHUNK_SENTENCES", 2)
+    (tmp_path / "s.txt").write_text("a\nbb\nccc\n", encoding="utf-8")
+    (tmp_path / "p.data").write_text("dddd\te\t1\nbroken line\nff\tggggg\t0\n", encoding="utf-8")
+    chunks = []
+
+    def encode_lengths(encoder, sequences, batch_size, progress):
+        chunks.append([len(ids) - 2 for ids in sequences])
+        return np.array([[len(ids) - 2, (len(ids) - 2) ** 2] for ids in sequences], dtype=float)
+
+    monkeypatch.setattr(encoding, "encode_ids", encode_lengths)
+    tokenizer = SimpleNamespace(encode=lambda text: ([2] + [5] * len(text) + [3], None))
+    encoder = SimpleNamespace(tokenizer=tokenizer, maxlen=6)  # "ggggg" is cut to 4 tokens
+    files = [str(tmp_path / "s.txt"), str(tmp_path / "p.data")]
+    with caplog.at_level(logging.INFO):
+        stats = fit_statistics({}, files, functools.partial(
+            encoding.statistics_from_files, encoder, skip_bad_lines=True))
+    assert chunks == [[1, 2], [3, 4], [1, 2], [4]]  # one stream across both files
+    lengths = np.array([1, 2, 3, 4, 1, 2, 4], dtype=float)
+    np.testing.assert_allclose(stats.covariance, np.cov(np.stack([lengths, lengths ** 2])), rtol=1e-12)
+    assert caplog.text.count("were longer than maxlen") == 1
+    assert "1 of 7 sentences were longer than maxlen 6 tokens" in caplog.text
+    with pytest.raises(ValueError, match=r"p.data:2: expected sentence1<TAB>sentence2"):
+        encoding.statistics_from_files(encoder, [str(tmp_path / "p.data")])
+
+
+def test_evaluate_equals_plain_numpy_9079_for_every_setting():
+    encoded = synthetic_encoded()
+    everything = np.concatenate([v for first, second, _ in encoded.values() for v in (first, second)])
+    requested = [Setting(0), Setting(-1), Setting(3), Setting(3, 0.0, 0.0), Setting(-1, 0.5, 0.5)]
+    results, whitening = evaluate(encoded, fit_statistics(encoded), requested)
+    counts = [80, 30, 50]
+    for setting, result in zip(requested, results, strict=True):
+        k = setting.n_components
+        assert (result["setting"], result["n_components"]) == (setting.label, 6 if k < 0 else k)
+        assert (result["beta"], result["gamma"]) == (setting.beta, setting.gamma)
+        if k:
+            shift, kernel, _ = su_9079_kernel(everything, setting.beta, setting.gamma)
+            kernel = kernel[:, :k] if k > 0 else kernel
+        for split, (first, second, labels) in encoded.items():
+            if k:
+                first, second = (first - shift) @ kernel, (second - shift) @ kernel
+            cosines = (first * second).sum(axis=1) / np.linalg.norm(first, axis=1) / np.linalg.norm(second, axis=1)
+            assert abs(result["splits"][split] - spearman(labels, cosines)) < 1e-9, (setting, split)
+        values = [result["splits"][split] for split in encoded]
+        assert abs(result["avg"] - np.mean(values)) < 1e-12
+        assert abs(result["w-avg"] - np.average(values, weights=counts)) < 1e-12
+    # the whitening returned for the spectrum is the original one (beta = gamma = 1)
+    np.testing.assert_allclose(whitening.eigenvalues, np.linalg.eigvalsh(np.cov(everything.T))[::-1], rtol=1e-9)
+    only_raw = evaluate(encoded, fit_statistics(encoded), [Setting(0)])
+    assert only_raw[1] is None and only_raw[0][0]["splits"] == results[0]["splits"]
+    other = evaluate(encoded, fit_statistics(encoded), [Setting(2, 0.0, 0.0)])[1]
+    assert (other.beta, other.gamma) == (0.0, 0.0)
+    later = evaluate(encoded, fit_statistics(encoded), [Setting(2, 0.0, 0.0), Setting(2, 1.0, 0.5),
+                                                        Setting(2, 0.5, 1.0), Setting(2)])[1]
+    assert (later.beta, later.gamma) == (1.0, 1.0)
+
+
+def test_evaluate_keeps_the_rank_unless_allowed():
+    rng = np.random.default_rng(1)
+    flat = lambda count: np.c_[rng.normal(size=(count, 3)), np.zeros((count, 2))]  # rank 3 of 5
+    encoded = {"test": (flat(40), flat(40), rng.integers(0, 6, 40).astype(float))}
+    stats = fit_statistics(encoded)
+    results, _ = evaluate(encoded, stats, [Setting(-1)])
+    assert results[0]["n_components"] == 3
+    with pytest.raises(ValueError, match="n_components 4 is larger than the rank 3"):
+        evaluate(encoded, stats, [Setting(4)])
+    assert evaluate(encoded, stats, [Setting(-1)], allow_rank_deficient=True)[0][0]["n_components"] == 5

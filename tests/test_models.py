@@ -6,14 +6,15 @@ import shutil
 import numpy as np
 import pytest
 
-from bert_whitening.checkpoints import CheckpointError
-from bert_whitening.encoding import _cpu_has_bfloat16, encode, precision_scope, set_precision, token_ids
+from bert_whitening.backend import Tokenizer, build_transformer_model
+from bert_whitening.checkpoints import CheckpointError, find_model
+from bert_whitening.encoding import encode, precision_scope, set_precision, token_ids
 from bert_whitening.models import build_encoder, with_whitening
 from bert_whitening.names import POOLINGS
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
-from conftest import SENTENCES, TINY_CONFIG, tiny_weights
-from reference import original_transform_and_normalize, pooled_reference
+from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_weights
+from reference import original_encode, original_transform_and_normalize, pooled_reference
 
 
 @pytest.mark.parametrize("pooling", POOLINGS)
@@ -43,15 +44,16 @@ def test_results_come_back_in_input_order(encoders):
     assert len({v.tobytes() for v in vectors}) == len(set(SENTENCES))
 
 
-def test_original_global_padding_procedure_gives_the_same_vectors(encoders):
-    """The original pads a whole split to its longest sentence and averages under the mask."""
-    encoder = encoders["first-last-avg"]
-    ids = [encoder.tokenizer.encode(s, maxlen=encoder.maxlen)[0] for s in SENTENCES]
-    padded = np.zeros((len(ids), max(map(len, ids))), dtype=np.int32)
-    for row, sequence in enumerate(ids):
-        padded[row, :len(sequence)] = sequence
-    original = encoder.model.predict_on_batch([padded, np.zeros_like(padded)])
-    np.testing.assert_allclose(encode(encoder, SENTENCES, batch_size=4), original, atol=1e-5)
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_original_global_padding_procedure_gives_the_same_vectors(encoders, tiny_model, pooling):
+    """The original pads every sentence to the longest of the list and pools with Keras'
+    mask-aware GlobalAveragePooling1D over bert4keras' own model (tests/reference.py)."""
+    files = find_model(tiny_model[0])
+    bert = build_transformer_model(None, files.weights, with_pool="linear" if pooling == "pooler"
+                                   else False, **files.config)
+    tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
+    original = original_encode(bert, tokenizer, SENTENCES, pooling)
+    np.testing.assert_allclose(encode(encoders[pooling], SENTENCES, batch_size=4), original, atol=1e-5)
 
 
 @pytest.mark.parametrize("k", [-1, 10, 0])
@@ -101,13 +103,9 @@ def test_truncated_sentences_are_counted_in_the_log(encoders, caplog):
     assert "2 of 3 sentences were longer than maxlen 64 tokens" in caplog.text
 
 
-@pytest.mark.parametrize("model_type", ["roberta", "nezha", "wobert", "roformer", "simbert", "BERT"])
-def test_every_model_family_builds_from_a_bert_checkpoint(tiny_model, model_type):
-    directory, _ = tiny_model
-    encoder = build_encoder(directory, model_type=model_type, pooling="last-avg")
-    vectors = encode(encoder, SENTENCES[:4])
-    assert vectors.shape == (4, 24) and np.isfinite(vectors).all()
-    assert encoder.identity["type"] == model_type.lower()
+def test_model_type_is_case_insensitive(tiny_model):
+    """Each family against bert4keras' model of it, from its release layout: test_model_families.py."""
+    assert build_encoder(tiny_model[0], model_type="BERT", pooling="cls").identity["type"] == "bert"
 
 
 def test_word_level_models_split_words_with_jieba(tiny_model):
@@ -154,10 +152,9 @@ def test_vocab_size_must_match_the_config(model_copy):
 def test_pooler_pooling_needs_pooler_weights(tmp_path):
     from bert_whitening.checkpoints.google import write_checkpoint
 
-    from conftest import TINY_VOCAB
 
     directory = str(tmp_path / "no_pooler")
-    write_checkpoint(directory, TINY_CONFIG, tiny_weights(TINY_CONFIG, with_pooler=False), TINY_VOCAB)
+    write_checkpoint(directory, TINY_CONFIG, random_weights(TINY_CONFIG, with_pooler=False), TINY_VOCAB)
     build_encoder(directory, pooling="cls")  # fine without the pooler
     with pytest.raises(CheckpointError, match="bert/pooler/dense/kernel.*needs the pooler weights"):
         build_encoder(directory, pooling="pooler")
@@ -171,6 +168,18 @@ def test_unknown_pooling_and_model_type_list_the_choices(tiny_model):
         build_encoder(tiny_model[0], model_type="gpt")
 
 
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as stream:
+            return {flag for line in stream if line.startswith("flags")
+                    for flag in line.split(":", 1)[1].split()}
+    except OSError:
+        return set()
+
+
+@pytest.mark.skipif(not {"avx512_bf16", "amx_bf16"} & cpu_flags(),
+                    reason="no avx512_bf16 or amx_bf16 in /proc/cpuinfo: oneDNN rewrites the "
+                           "matrix products to bfloat16 only on CPUs that have them")
 def test_bfloat16_rounds_the_transformer_only(encoders, whitened):
     pooled = encoders["first-last-avg"]
     before = encode(pooled, SENTENCES)
@@ -178,8 +187,7 @@ def test_bfloat16_rounds_the_transformer_only(encoders, whitened):
         low = encode(pooled, SENTENCES)
     cosines = (before * low).sum(axis=1) / np.linalg.norm(before, axis=1) / np.linalg.norm(low, axis=1)
     assert cosines.min() >= 0.9999, cosines
-    if _cpu_has_bfloat16():  # oneDNN rewrites the matrix products only on such CPUs
-        assert np.abs(low - before).max() > 1e-6, "the bfloat16 rewrite did not run"
+    assert np.abs(low - before).max() > 1e-4, "the bfloat16 rewrite did not run"
     kernel, bias = whitened.model.get_layer("whitening").get_weights()
     expected = low.astype(np.float64) @ kernel + bias  # whitening of the bfloat16 vectors, float64
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)

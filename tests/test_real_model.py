@@ -1,7 +1,6 @@
 """The package on the real all-MiniLM-L6-v2 against a plain re-implementation of the original
 procedure (tests/reference.py), on the Chinese STS-B test split of ../shared/data, the
 whitening fitted on it (all three splits would add minutes to CI and test nothing more)."""
-import os
 
 import numpy as np
 import pytest
@@ -14,21 +13,16 @@ from bert_whitening.evaluation import Setting, encode_splits, evaluate, fit_stat
 from bert_whitening.models import build_encoder
 from bert_whitening.names import POOLINGS
 
-from reference import original_eval
+from helpers import shared_data
+from reference import original_eval, spearman, su_9079_kernel
 
 pytestmark = pytest.mark.slow
 
-SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 
 
 @pytest.fixture(scope="module")
 def sts_b():
-    directory = os.path.join(SHARED, "senteval_cn")
-    if not os.path.isdir(directory):
-        if os.environ.get("CI"):
-            pytest.fail("../shared/data must lie beside the checkout in CI")
-        pytest.skip("../shared/data is not beside this checkout")
-    splits = load_task("STS-B", directory)
+    splits = load_task("STS-B", shared_data("senteval_cn"))
     return {"test": splits["test"]}
 
 
@@ -56,3 +50,18 @@ def test_eval_equals_the_original_procedure_on_chinese_sts_b(sts_b, pooling):
     print("\n%s: test Spearman ours / original: " % pooling + ", ".join(
         "%s %.4f / %.4f" % (r["setting"], r["splits"]["test"], original[r["n_components"]][0]["test"])
         for r in results))
+
+
+def test_beta_0_gamma_0_k_256_is_kexue_9079_on_chinese_sts_b(sts_b):
+    """9079's setting without centring, on vectors of the package's unwhitened encoder."""
+    encoder = build_encoder("minilm", pooling="first-last-avg")
+    encoded = encode_splits(lambda sentences: encode(encoder, sentences), sts_b)
+    (result,), _ = evaluate(encoded, fit_statistics(encoded), [Setting(256, 0.0, 0.0)])
+    first, second, labels = encoded["test"]
+    shift, kernel, _ = su_9079_kernel(np.concatenate([first, second]), 0.0, 0.0)
+    first, second = (first - shift) @ kernel[:, :256], (second - shift) @ kernel[:, :256]
+    cosines = (first * second).sum(axis=1) / np.linalg.norm(first, axis=1) / np.linalg.norm(second, axis=1)
+    expected = spearman(labels, cosines)
+    assert abs(result["splits"]["test"] - expected) <= 1e-3
+    print("\nbeta 0, gamma 0, k 256: test Spearman ours %.4f, 9079 in numpy %.4f"
+          % (result["splits"]["test"], expected))

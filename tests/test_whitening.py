@@ -1,9 +1,13 @@
 """The numpy whitening against the original formulas (tests/reference.py) and np.cov."""
+import json
 import logging
 import os
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from bert_whitening.whitening import (
     Whitening,
@@ -13,7 +17,8 @@ from bert_whitening.whitening import (
     transform_and_normalize,
 )
 
-from reference import original_kernel_bias, original_transform_and_normalize
+from helpers import relative_error
+from reference import original_kernel_bias, original_transform_and_normalize, su_9079_kernel, su_9079_whitening
 
 
 def correlated(rows, dim=16, seed=0, offset=3.0):
@@ -29,10 +34,6 @@ def stats_of(*batches):
     for batch in batches:
         stats.update(batch)
     return stats
-
-
-def relative_error(actual, expected):
-    return np.abs(actual - expected).max() / np.abs(expected).max()
 
 
 def test_accumulator_equals_np_cov_of_the_concatenation():
@@ -53,6 +54,48 @@ def test_merged_shards_equal_one_pass():
     assert relative_error(merged.covariance, whole.covariance) <= 1e-12
     empty_first = WhiteningStats().merge(whole)
     assert relative_error(empty_first.covariance, whole.covariance) <= 1e-15
+
+
+@st.composite
+def sharded_vectors(draw):
+    """Vectors (any values, any mean) and cut points splitting them into shards, some empty."""
+    rows, dim = draw(st.integers(2, 40)), draw(st.integers(1, 6))
+    values = draw(arrays(np.float64, (rows, dim), elements=st.floats(-1e3, 1e3)))
+    offset = draw(arrays(np.float64, dim, elements=st.floats(-1e4, 1e4)))
+    cuts = sorted(draw(st.lists(st.integers(0, rows), max_size=6)))
+    return values + offset, cuts
+
+
+def assert_statistics_of(stats, vectors):
+    scale = np.abs(vectors).max() ** 2 + 1.0
+    assert stats.count == len(vectors) and stats.dim == vectors.shape[1]
+    np.testing.assert_allclose(stats.mean, vectors.mean(axis=0), rtol=1e-12, atol=1e-12 * scale ** 0.5)
+    np.testing.assert_allclose(stats.covariance, np.cov(vectors.T).reshape(stats.dim, stats.dim),
+                               rtol=1e-9, atol=1e-9 * scale)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(sharded_vectors(), st.randoms(use_true_random=False))
+def test_any_split_into_shards_merges_to_the_statistics_of_one_pass(data, random):
+    vectors, cuts = data
+    shards = np.split(vectors, cuts)
+    assert_statistics_of(stats_of(*shards), vectors)  # one accumulator, batch after batch
+    parts = [stats_of(shard) for shard in shards]
+    while len(parts) > 1:  # merged in a random order and grouping
+        first = parts.pop(random.randrange(len(parts)))
+        second = parts.pop(random.randrange(len(parts)))
+        parts.append(first.merge(second))
+    assert_statistics_of(parts[0], vectors)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(sharded_vectors(), st.floats(-2.0, 2.0))
+def test_second_moment_is_the_scatter_around_beta_times_the_mean(data, beta):
+    vectors, cuts = data
+    shifted = vectors - beta * vectors.mean(axis=0)
+    scale = np.abs(vectors).max() ** 2 + 1.0
+    np.testing.assert_allclose(stats_of(*np.split(vectors, cuts)).second_moment(beta),
+                               shifted.T @ shifted / (len(vectors) - 1), rtol=1e-9, atol=1e-9 * scale)
 
 
 def test_large_batches_are_processed_in_bounded_chunks(monkeypatch):
@@ -118,16 +161,64 @@ def test_beta_gamma_zero_is_a_rotation_with_truncation():
                                np.linalg.norm(x, axis=1), rtol=1e-12)
 
 
-def test_beta_gamma_interpolate_the_original_formula():
-    x = correlated(300)
+@pytest.mark.parametrize("k", [None, 5])
+@pytest.mark.parametrize("gamma", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
+def test_beta_gamma_follow_kexue_9079(beta, gamma, k):
+    x = correlated(300, offset=20.0)  # a mean large against the spread, as BERT vectors have
+    whitening = fit_whitening(stats_of(x[:100], x[100:]), beta=beta, gamma=gamma)
+    expected, kernel, eigenvalues = su_9079_whitening(x, beta, gamma, k)
+    n = len(x)
+    cols = slice(0, k)
+    signs = np.sign((whitening.kernel[:, cols] * kernel).sum(axis=0))  # eigenvectors up to sign
+    # Sigma_beta over N - 1 (np.cov's, so beta = 1 is the original) is 9079's over N times
+    # N / (N - 1): the same eigenvectors, every column of the kernel scaled alike.
+    np.testing.assert_allclose(whitening.eigenvalues, eigenvalues * n / (n - 1), rtol=1e-9)
+    np.testing.assert_allclose(whitening.kernel[:, cols] * signs,
+                               kernel * (n / (n - 1)) ** (-gamma / 2), rtol=1e-7,
+                               atol=1e-9 * np.abs(kernel).max())
+    np.testing.assert_allclose(whitening.bias, -beta * x.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(whitening.transform(x, k or -1) * signs, expected, atol=1e-9)
+    assert whitening.beta == beta and whitening.gamma == gamma
+
+
+def test_beta_zero_decomposes_the_second_moment_not_the_covariance():
+    x = correlated(300, offset=20.0)
+    raw = fit_whitening(stats_of(x), beta=0.0, gamma=0.0)
+    covariance = fit_whitening(stats_of(x), beta=1.0, gamma=0.0)
+    second_moment_axis = np.linalg.eigh(x.T @ x)[1][:, -1]
+    assert abs(raw.kernel[:, 0] @ second_moment_axis) > 1 - 1e-9
+    assert abs(covariance.kernel[:, 0] @ second_moment_axis) < 0.9
+
+
+def test_eigenvector_signs_are_fixed_largest_entry_positive():
+    x = correlated(300, offset=20.0)
+    for beta in (0.0, 1.0):
+        stats = stats_of(x)
+        raw_vectors = np.linalg.eigh(stats.second_moment(beta))[1]
+        raw_pivots = raw_vectors[np.argmax(np.abs(raw_vectors), axis=0), np.arange(16)]
+        assert (raw_pivots < 0).any()  # numpy's signs need the fixing on this data
+        kernel = fit_whitening(stats, beta=beta).kernel
+        pivots = kernel[np.argmax(np.abs(kernel), axis=0), np.arange(16)]
+        assert (pivots > 0).all(), pivots
+
+
+def test_float32_round_off_of_a_layer_norm_output_is_below_the_rank_floor(caplog):
+    """A LayerNorm output lies on a hyperplane ``w . x = c``: its covariance has a null direction,
+    which float32 rounding of vectors with a large mean lifts far above float64's tolerance
+    (``eps64 * dim``) but not above float32's variance floor. Sigma_beta for beta < 1 keeps
+    that direction (``c != 0``), so it has full rank."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(500, 16)) * np.geomspace(3, 0.3, 16)
+    z = (z - z.mean(axis=1, keepdims=True)) / z.std(axis=1, keepdims=True)
+    x = (z * (1 + 0.3 * rng.normal(size=16)) + 100 * rng.normal(size=16)).astype(np.float32)
     stats = stats_of(x)
-    beta, gamma = 0.5, 0.3
-    half = fit_whitening(stats, beta=beta, gamma=gamma)
-    full = fit_whitening(stats)
-    s = full.eigenvalues
-    rotation = full.kernel * np.sqrt(s)  # U
-    np.testing.assert_allclose(half.kernel, rotation * s ** (-gamma / 2), rtol=1e-9)
-    np.testing.assert_allclose(half.bias, -beta * x.mean(axis=0), rtol=1e-12)
+    eigenvalues = np.linalg.eigvalsh(stats.covariance)
+    assert eigenvalues[0] > 10 * 16 * np.finfo(np.float64).eps * eigenvalues[-1]
+    with caplog.at_level(logging.WARNING):
+        assert fit_whitening(stats).rank == 15
+    assert "rank 15; 1 eigenvalues" in caplog.text
+    assert [fit_whitening(stats, beta=beta).rank for beta in (0.0, 0.5)] == [16, 16]
 
 
 def test_whitened_vectors_have_identity_covariance():
@@ -207,6 +298,31 @@ def test_save_and_load_round_trip(tmp_path):
     assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask  # as open() makes it, not 0600
 
 
+def rewrite_meta(path, **changes):
+    with np.load(path) as data:
+        arrays = dict(data)
+    meta = json.loads(str(arrays["meta"]))
+    meta.update(changes)
+    np.savez(path, **{**arrays, "meta": np.array(json.dumps(meta))})
+
+
+def test_version_1_files_load_when_beta_is_1_and_are_refused_otherwise(tmp_path):
+    """Version 1 decomposed the covariance whatever beta: the same kernel as now for beta = 1."""
+    stats = stats_of(correlated(100, offset=20.0))
+    original = fit_whitening(stats, gamma=0.5)
+    path = str(tmp_path / "old.npz")
+    original.save(path)
+    rewrite_meta(path, format_version=1)
+    np.testing.assert_array_equal(Whitening.load(path).kernel, original.kernel)
+    fit_whitening(stats, beta=0.5).save(path)
+    rewrite_meta(path, format_version=1)
+    with pytest.raises(ValueError, match="old.npz: format version 1 with beta 0.5: .* fit it again"):
+        Whitening.load(path)
+    rewrite_meta(path, format_version=3)
+    with pytest.raises(ValueError, match="old.npz: format version 3, this version reads 1"):
+        Whitening.load(path)
+
+
 def test_load_names_what_is_wrong(tmp_path):
     whitening = fit_whitening(stats_of(correlated(100)))
     path = str(tmp_path / "w.npz")
@@ -239,3 +355,166 @@ def test_failed_save_leaves_no_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         whitening.save(str(tmp_path / "w.npz"))
     assert list(tmp_path.iterdir()) == []
+
+
+def documented_floor(x):
+    """The rank floor as the module documents it, from np.cov and numpy's eigenvalues."""
+    eigenvalues = np.linalg.eigvalsh(np.cov(x.T))
+    mean_squared_norm = (x ** 2).sum(axis=1).mean()
+    return max(np.finfo(np.float64).eps * x.shape[1] * eigenvalues.max(),
+               np.finfo(np.float32).eps ** 2 * mean_squared_norm)
+
+
+@pytest.mark.parametrize("x,rank", [
+    (correlated(10), 9),  # float32 round-off term: a mean large against the spread, dimension 16
+    # float64 term: dimension 128 (above 64 it can dominate), largest eigenvalue below 1
+    (np.random.default_rng(3).normal(size=(100, 128)) * np.r_[0.5, np.geomspace(0.05, 5e-4, 127)], 99),
+])
+def test_the_rank_warning_gives_the_documented_floor_and_the_smallest_eigenvalue(caplog, x, rank):
+    with caplog.at_level(logging.WARNING):
+        whitening = fit_whitening(stats_of(x))
+    dim = x.shape[1]
+    assert whitening.rank == rank
+    floor = "%.3g" % documented_floor(x)
+    assert caplog.messages == [
+        "Sigma_beta (beta 1) of %d vectors of dimension %d has rank %d; %d eigenvalues at or below "
+        "%s (smallest %.3g) are floored to %s" % (len(x), dim, rank, dim - rank, floor,
+                                                  whitening.eigenvalues.min(), floor)]
+
+
+def test_full_rank_data_gives_no_warning(caplog):
+    with caplog.at_level(logging.WARNING):
+        whitening = fit_whitening(stats_of(correlated(100)))
+        assert whitening.components(-1) == 16 and whitening.components(0) == 0
+    assert caplog.messages == []
+
+
+def test_rank_rules_with_the_default_arguments(caplog):
+    from bert_whitening.whitening import resolve_components
+
+    whitening = fit_whitening(stats_of(correlated(10)))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert whitening.components(0) == 0 and resolve_components(0, 16, 9) == 0  # no whitening
+        assert resolve_components(5, 16, 9) == 5 and resolve_components(-1, 16) == 16
+    assert caplog.messages == []
+    for refused in (lambda: whitening.components(10), lambda: resolve_components(10, 16, 9)):
+        with pytest.raises(ValueError, match="n_components 10 is larger than the rank 9"):
+            refused()
+    with caplog.at_level(logging.WARNING):
+        assert resolve_components(-1, 16, 9) == 9
+    assert caplog.messages == [
+        "n_components -1 (all) keeps the 9 dimensions the covariance supports, not all 16: the "
+        "rest are round-off noise (--allow-rank-deficient keeps them)"]
+    allowed = fit_whitening(stats_of(correlated(10)), n_components=12, allow_rank_deficient=True)
+    assert allowed.n_components == 12 and allowed.components(allow_rank_deficient=True) == 12
+
+
+def raised(action):
+    with pytest.raises(ValueError) as info:
+        action()
+    return str(info.value)
+
+
+def test_error_messages_in_full(tmp_path):
+    sixteen = stats_of(correlated(5))
+    assert raised(lambda: WhiteningStats().update(np.zeros(3))) == \
+        "expected a 2-D batch of vectors, got shape (3,)"
+    assert raised(lambda: WhiteningStats(16).update(np.zeros((2, 8)))) == \
+        "vectors have dimension 8, the statistics have 16"
+    assert raised(lambda: sixteen.merge(stats_of(np.zeros((2, 8))))) == \
+        "cannot merge statistics of dimension 16 and 8"
+    assert raised(lambda: stats_of(correlated(1)).second_moment(0.0)) == \
+        "a covariance needs at least 2 vectors, got 1"
+    assert raised(lambda: fit_whitening(stats_of(np.ones((5, 16))))) == \
+        "all 5 vectors are identical: nothing to whiten"
+    assert raised(lambda: fit_whitening(sixteen).transform(correlated(2), 17)) == \
+        "n_components 17 is larger than the vector dimension 16"
+    assert raised(lambda: fit_whitening(sixteen, n_components=5)) == (
+        "n_components 5 is larger than the rank 4 of the covariance: the extra directions hold "
+        "only round-off noise, which whitening would blow up. Fit on more sentences (at least "
+        "dimension + 1), choose n_components <= 4, or allow it explicitly (allow_rank_deficient / "
+        "--allow-rank-deficient)")
+    bad = correlated(4)
+    bad[2, 3] = np.inf
+    assert raised(lambda: stats_of(correlated(5)).update(bad)) == \
+        "vector 7 (0-based, in input order) contains NaN or inf"
+
+    npy = str(tmp_path / "v.npy")
+    np.save(npy, np.zeros((3, 4, 5)))
+    assert raised(lambda: WhiteningStats().update_from_npy(npy)) == \
+        "%s: expected a 2-D C-ordered array of vectors, got shape (3, 4, 5)" % npy
+    np.save(npy, np.asfortranarray(correlated(6)))
+    assert raised(lambda: WhiteningStats().update_from_npy(npy)) == \
+        "%s: expected a 2-D C-ordered array of vectors, got shape (6, 16) in Fortran order" % npy
+    np.save(npy, bad)
+    assert raised(lambda: WhiteningStats().update_from_npy(npy, rows=2)) == \
+        "%s: vector 2 (0-based, in input order) contains NaN or inf" % npy
+
+    path = str(tmp_path / "w.npz")
+    fit_whitening(stats_of(correlated(100))).save(path)
+    with np.load(path) as data:
+        arrays = dict(data)
+    broken = str(tmp_path / "broken.npz")
+    np.savez(broken, **{**arrays, "bias": arrays["bias"][:5]})
+    assert raised(lambda: Whitening.load(broken)) == \
+        "%s: bias has shape (5,), expected (16,) for dimension 16" % broken
+    np.savez(broken, **{**arrays, "kernel": arrays["kernel"] * np.nan})
+    assert raised(lambda: Whitening.load(broken)) == "%s: kernel contains NaN or inf" % broken
+    np.savez(broken, meta=arrays["meta"], bias=arrays["bias"], mean=arrays["mean"])
+    assert raised(lambda: Whitening.load(broken)) == \
+        "%s: not a whitening file, missing eigenvalues, kernel" % broken
+    assert raised(lambda: Whitening.load(npy)) == \
+        "%s: not a readable whitening .npz file (one array, not an .npz archive)" % npy
+    rewrite_meta(path, format_version=1, beta=0.5)
+    assert raised(lambda: Whitening.load(path)) == (
+        "%s: format version 1 with beta 0.5: its kernel decomposes the covariance around the "
+        "mean, not Sigma_beta of kexue.fm/archives/9079 as version 2 does; fit it again" % path)
+    rewrite_meta(path, format_version=3)
+    assert raised(lambda: Whitening.load(path)) == \
+        "%s: format version 3, this version reads 1 (beta = 1) and 2" % path
+
+
+@pytest.mark.parametrize("shape,accepted", [((1, 16), True), ((5, 1), True), ((2, 16), False),
+                                            ((5, 2), False)])
+def test_fortran_order_is_refused_only_where_it_differs_from_c_order(tmp_path, shape, accepted):
+    vectors = np.asfortranarray(np.arange(np.prod(shape), dtype=np.float64).reshape(shape))
+    path = str(tmp_path / "v.npy")
+    np.save(path, vectors)
+    if accepted:
+        stats = WhiteningStats().update_from_npy(path)
+        np.testing.assert_array_equal(stats.mean, vectors.mean(axis=0))
+    else:
+        with pytest.raises(ValueError, match="in Fortran order"):
+            WhiteningStats().update_from_npy(path)
+
+
+def test_compute_kernel_bias_takes_one_array_and_beta_gamma():
+    x = correlated(200, offset=20.0)
+    np.testing.assert_allclose(compute_kernel_bias(x)[0], compute_kernel_bias([x[:50], x[50:]])[0], rtol=1e-8)
+    kernel, bias = compute_kernel_bias(x, beta=0.0, gamma=0.5)
+    shift, expected, _ = su_9079_kernel(x, 0.0, 0.5)
+    n = len(x)
+    signs = np.sign((kernel * expected).sum(axis=0))
+    np.testing.assert_allclose(kernel * signs, expected * (n / (n - 1)) ** -0.25, rtol=1e-7,
+                               atol=1e-9 * np.abs(expected).max())
+    np.testing.assert_array_equal(bias, -shift)
+
+
+def test_normalisation_leaves_zero_vectors_at_zero_and_needs_kernel_and_bias():
+    from bert_whitening.whitening import l2_normalize
+
+    vectors = np.array([[0.0, 0.0], [3.0, 4.0]])
+    np.testing.assert_array_equal(l2_normalize(vectors), [[0.0, 0.0], [0.6, 0.8]])
+    np.testing.assert_array_equal(transform_and_normalize(vectors, None, np.ones(2)), l2_normalize(vectors))
+    np.testing.assert_array_equal(transform_and_normalize(vectors, np.eye(2), None), l2_normalize(vectors))
+
+
+def test_fit_records_what_it_was_fitted_on():
+    stats = stats_of(correlated(100))
+    bare = fit_whitening(stats)
+    assert (bare.pooling, bare.model, bare.count, bare.n_components) == ("", {}, 100, -1)
+    named = fit_whitening(stats, 8, pooling="cls", model={"name": "tiny"})
+    assert (named.pooling, named.model, named.n_components) == ("cls", {"name": "tiny"}, 8)
+    preset = WhiteningStats(16)
+    assert preset.dim == 16 and preset.mean.shape == (16,) and preset.scatter.shape == (16, 16)

@@ -6,9 +6,13 @@ class L2Normalize(keras.layers.Layer):
     """``x / max(||x||, epsilon)`` along ``axis``, as the original ``transform_and_normalize``.
 
     Masking: works on pooled vectors, so there is no mask to handle.
+
+    Args:
+        epsilon: the smallest norm divided by (the original's clip), so a zero vector stays zero.
+        axis: the axis normalised.
     """
 
-    def __init__(self, epsilon=1e-8, axis=-1, **kwargs):
+    def __init__(self, epsilon: float = 1e-8, axis: int = -1, **kwargs):
         super().__init__(**kwargs)
         self.epsilon = epsilon
         self.axis = axis

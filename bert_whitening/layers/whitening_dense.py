@@ -15,16 +15,21 @@ class WhiteningDense(keras.layers.Dense):
     is large next to the spread, and the smallest directions are scaled up by ``1/sqrt(s)``, so
     rounding the input is what whitening can least afford; in float64 the layer also stays out
     of bfloat16 mixed-precision rewrites (``--precision bfloat16`` rounds only the transformer).
+
+    Args:
+        units: ``k``, the whitened dimensions kept.
+        trainable: False, so that training the encoder leaves the fitted whitening alone.
+        dtype: the dtype it computes in (float64; the output is float32).
     """
 
-    def __init__(self, units, trainable=False, dtype="float64", **kwargs):
+    def __init__(self, units: int, trainable: bool = False, dtype: str = "float64", **kwargs):
         super().__init__(units, trainable=trainable, dtype=dtype, **kwargs)
 
     def call(self, inputs):
         return tf.cast(super().call(inputs), tf.float32)
 
     @classmethod
-    def from_whitening(cls, whitening, n_components, **kwargs):
+    def from_whitening(cls, whitening, n_components: int, **kwargs) -> "WhiteningDense":
         """A built layer holding the first ``n_components`` columns of ``whitening``."""
         kernel = whitening.kernel[:, :n_components]
         layer = cls(n_components, **kwargs)
