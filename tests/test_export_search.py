@@ -10,7 +10,7 @@ from bert_whitening.encoding import encode
 from bert_whitening.export import ExportError, ServingModule, export_saved_model
 from bert_whitening.export_search import mismatches
 
-from conftest import SENTENCES
+from helpers import SENTENCES
 
 
 @pytest.fixture(scope="module")
