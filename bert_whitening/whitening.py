@@ -20,6 +20,7 @@ import dataclasses
 import json
 import logging
 import zipfile
+from typing import Optional
 
 import numpy as np
 
@@ -54,9 +55,12 @@ class WhiteningStats:
     accurate when the mean is large against the spread (BERT vectors have such dimensions).
     Memory is ``dim * dim`` float64 plus one chunk of the batch, whatever the number of vectors.
     Two accumulators over disjoint shards ``merge`` into the accumulator of their union.
+
+    Args:
+        dim: the vector dimension, or None to take it from the first batch.
     """
 
-    def __init__(self, dim=None):
+    def __init__(self, dim: Optional[int] = None):
         self.dim, self.count, self.mean, self.scatter = None, 0, None, None
         if dim is not None:
             self._allocate(dim)
@@ -148,6 +152,19 @@ class Whitening:
 
     ``kernel`` is kept whole (``dim x dim``); ``n_components`` is the default ``k`` chosen at fit
     time, and ``components(k)`` resolves any other request against the rank of the covariance.
+
+    Attributes:
+        kernel: ``U diag(s ** (-gamma / 2))``, eigenvectors of ``Sigma_beta`` by descending
+            eigenvalue ``s``, ``(dim, dim)``.
+        bias: ``-beta * mean``.
+        mean: the mean of the vectors fitted on.
+        eigenvalues: ``s``, before the round-off floor.
+        rank: how many eigenvalues lie above the round-off floor.
+        count: the number of vectors fitted on.
+        n_components, beta, gamma: as given to `fit_whitening`.
+        pooling: the pooling of the vectors fitted on ("" when unknown).
+        model_identity: the model they came from (name, format, type, hidden size, vocabulary
+            sha256), as `bert_whitening.checkpoints.ModelFiles.identity` gives it.
     """
 
     kernel: np.ndarray
@@ -297,13 +314,26 @@ def resolve_components(n_components, dim, rank=None, allow_rank_deficient=False)
     return n_components
 
 
-def fit_whitening(stats, n_components=-1, beta=1.0, gamma=1.0, pooling="", model_identity=None,
-                  allow_rank_deficient=False):
+def fit_whitening(stats: WhiteningStats, n_components: int = -1, beta: float = 1.0,
+                  gamma: float = 1.0, pooling: str = "", model_identity: Optional[dict] = None,
+                  allow_rank_deficient: bool = False) -> Whitening:
     """Eigen-decompose ``Sigma_beta`` of ``stats`` (see the module docstring) into a `Whitening`.
 
     Eigenvalues at or below the round-off floor (see `EPS32`) are raised to it, with a warning
     giving the numbers; the rank counts those above it. Eigenvector signs are fixed (largest
     entry positive) so that fits of the same data in any batch order give the same kernel.
+
+    Args:
+        stats: the accumulated vectors (at least 2).
+        n_components: the default ``k`` stored: 0 = no whitening, negative = all, ``k``.
+        beta: ``Sigma_beta`` is taken around ``beta * mean`` and ``bias = -beta * mean``.
+        gamma: the kernel scales direction ``i`` by ``s_i ** (-gamma / 2)``.
+        pooling, model_identity: what the vectors were, recorded in the file.
+        allow_rank_deficient: allow an ``n_components`` above the rank.
+
+    Raises:
+        WhiteningError: non-finite ``beta``/``gamma``, identical vectors, or an ``n_components``
+            the fit cannot support.
     """
     if not np.isfinite([beta, gamma]).all():
         raise WhiteningError("beta and gamma must be finite numbers, got beta=%r, gamma=%r"
