@@ -19,9 +19,10 @@ Step 1 runs before step 2, unlike bert4keras, because TensorFlow's string ops st
 order changes nothing else. The vocabulary is bert4keras' ``load_vocab`` dictionary, so ids agree
 even for vocabularies with repeated lines.
 """
-import tensorflow_text as tf_text  # after backend, which must set up TensorFlow first
-
 from bert_whitening.backend import tf
+
+# isort: split
+import tensorflow_text as tf_text  # after backend, which must set up TensorFlow first
 
 CJK = (r"\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}"
        r"\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}")

@@ -7,10 +7,11 @@ binary does not know, so its ``run`` fails with "Op type not registered". Use
 """
 import sys
 
-import tensorflow_text  # noqa: F401,E402  registers the ops
-from tensorflow.python.tools import saved_model_cli  # noqa: E402
-
 from bert_whitening.backend import tf  # noqa: F401  sets up TensorFlow first
+
+# isort: split
+import tensorflow_text  # noqa: F401  registers the ops
+from tensorflow.python.tools import saved_model_cli
 
 if __name__ == "__main__":
     sys.argv[0] = "saved_model_cli"

@@ -1,6 +1,8 @@
 """The in-graph tokenizer against bert4keras' Tokenizer, id for id."""
 import importlib.util
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -66,3 +68,11 @@ def test_every_shared_sentence_matches_with_the_minilm_vocabulary():
     assert len(sentences) == counter.count_distinct_sentences(shared)
     found = mismatches(vocab, sentences)
     assert len(found) == 0, found[:5]
+
+
+@pytest.mark.parametrize("module", ["bert_whitening.graph_tokenizer", "bert_whitening.saved_model_cli"])
+def test_modules_importing_tensorflow_text_import_alone(module):
+    """tensorflow_text must come after the backend has chosen Keras 2; an import sorter that
+    moves it first breaks these modules only when nothing imported the backend before."""
+    result = subprocess.run([sys.executable, "-c", "import %s" % module], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
