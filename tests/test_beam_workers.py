@@ -162,7 +162,7 @@ def test_beam_fit_in_worker_processes_equals_fit(tiny_model, corpus, tmp_path, r
     assert_encoded_elsewhere(probed, services)
     single, beamed = Whitening.load(tmp_path / "single.npz"), Whitening.load(tmp_path / "beam.npz")
     assert beamed.count == single.count == len(LINES) + 12
-    assert (beamed.pooling, beamed.model, beamed.rank) == (single.pooling, single.model, single.rank)
+    assert (beamed.pooling, beamed.model_identity, beamed.rank) == (single.pooling, single.model_identity, single.rank)
     assert relative_error(beamed.mean, single.mean) <= 1e-9
     assert relative_error(covariance(beamed), covariance(single)) <= 1e-9
 
