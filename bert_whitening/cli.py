@@ -11,7 +11,7 @@ line, status 130 or 143, after removing what it had staged. Anything else is a b
 traceback.
 """
 import argparse
-import hashlib
+import functools
 import logging
 import math
 import os
@@ -320,12 +320,6 @@ def build_parser():
     return parser
 
 
-def _progress(total=None):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, unit="sent", disable=None, desc="encoding")
-
-
 def _spec(args, whitening=None, n_components=None, normalize=False):
     """The `EncoderSpec` the options describe, checked against the model's configuration (no
     weights read yet): unwhitened unless a whitening or ``normalize`` is given
@@ -366,7 +360,7 @@ def _writable(*paths):
 
 
 def run_fit(args):
-    from bert_whitening.encoding import statistics_from_files
+    from bert_whitening.encoding import progress_bar, statistics_from_files
     from bert_whitening.whitening import fit_reported
 
     _writable(args.output)
@@ -374,7 +368,7 @@ def run_fit(args):
         raise BertWhiteningError("standard input (-) can be read only once")
     spec = _spec(args)
     encoder = spec.build()
-    with _progress() as bar:
+    with progress_bar() as bar:
         stats = statistics_from_files(encoder, args.inputs, args.format, args.skip_bad_lines,
                                       args.batch_size, bar)
     whitening = fit_reported(stats, ", ".join(args.inputs), n_components=args.n_components,
@@ -385,7 +379,7 @@ def run_fit(args):
 
 
 def run_encode(args):
-    from bert_whitening.encoding import encode_stream
+    from bert_whitening.encoding import encode_stream, progress_bar
     from bert_whitening.npy_rows import NpyRowWriter
 
     _writable(args.output)
@@ -399,7 +393,7 @@ def run_encode(args):
             yield sentence
 
     def write(temporary):
-        with NpyRowWriter(temporary, encoder.dim) as output, _progress() as bar:
+        with NpyRowWriter(temporary, encoder.dim) as output, progress_bar() as bar:
             for vectors in encode_stream(encoder, counted(read_sentences(args.input, "lines")),
                                          args.batch_size, bar):
                 output.append(vectors)
@@ -424,9 +418,10 @@ def run_export(args):
     encoder = _whitened_spec(args).build()
     metadata = {}
     if args.whitening:
-        with open(args.whitening, "rb") as stream:
-            metadata["whitening_file"] = {"name": os.path.basename(args.whitening),
-                                          "sha256": hashlib.sha256(stream.read()).hexdigest()}
+        from bert_whitening.search import file_sha256
+
+        metadata["whitening_file"] = {"name": os.path.basename(args.whitening),
+                                      "sha256": file_sha256(args.whitening)}
     corpus = None
     if args.corpus:
         from bert_whitening.search import corpus_for_export
@@ -438,6 +433,7 @@ def run_export(args):
 
 def run_eval(args):
     from bert_whitening.evaluation import evaluate_tasks, format_table, write_report
+    from bert_whitening.plots import plot_report
 
     _writable(args.json, args.plot)
     fit_on = args.fit_on[0] if args.fit_on in (["all"], ["train"]) else args.fit_on
@@ -447,7 +443,7 @@ def run_eval(args):
     report["precision"] = args.precision
     for task in report["tasks"]:
         print(format_table(task, report))
-    write_report(report, spectra, args.json, args.plot)
+    write_report(report, args.json, args.plot, functools.partial(plot_report, report, spectra))
 
 
 def run_convert_hf(args):
@@ -492,7 +488,8 @@ def run_beam_encode(args):
 
 
 def run_eval_retrieval(args):
-    from bert_whitening.search import evaluate_retrieval, format_retrieval_table, write_retrieval_report
+    from bert_whitening.evaluation import write_report
+    from bert_whitening.search import evaluate_retrieval, format_retrieval_table, plot_retrieval
 
     _writable(args.json, args.plot)
     fit_on = args.fit_on[0] if args.fit_on in (["all"], ["train"]) else args.fit_on
@@ -501,7 +498,7 @@ def run_eval_retrieval(args):
                                 args.beta, args.gamma, fit_on, args.distractors, args.hnsw_m,
                                 args.batch_size, args.skip_bad_lines, on_task=show)
     report["precision"] = args.precision
-    write_retrieval_report(report, args.json, args.plot)
+    write_report(report, args.json, args.plot, functools.partial(plot_retrieval, report))
 
 
 def run_index(args):

@@ -171,6 +171,11 @@ def encode(encoder, texts, batch_size=128, progress=None):
     return encode_ids(encoder, sequences, batch_size, progress)
 
 
+def progress_bar(total=None):
+    """The commands' bar: sentences encoded, shown on a terminal only."""
+    return tqdm(total=total, unit="sent", disable=None, desc="encoding")
+
+
 def encode_stream(encoder, sentences, batch_size=128, progress=None):
     """Vectors of an iterable of sentences of any length, `CHUNK_SENTENCES` at a time, in
     order; the sentences cut to ``encoder.maxlen`` are counted over the whole stream and logged

@@ -224,16 +224,15 @@ def format_table(task, report):
     return "\n".join(lines)
 
 
-def write_report(report, spectra, json_path=None, plot_path=None):
-    """Write the report as JSON and/or its plot (Spearman against k beside each spectrum)."""
+def write_report(report, json_path=None, plot_path=None, draw=None):
+    """Write a report (``eval``'s or ``eval-retrieval``'s) as JSON and/or its plot, each
+    atomically; ``draw(path)`` draws the plot."""
     if json_path:
         text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
         write_atomically(json_path, lambda path: _write_text(path, text))
         logger.info("wrote %s", json_path)
     if plot_path:
-        from bert_whitening.plots import plot_report
-
-        write_atomically(plot_path, lambda path: plot_report(report, spectra, path))
+        write_atomically(plot_path, draw)
         logger.info("wrote %s", plot_path)
 
 

@@ -5,7 +5,6 @@ index files are in `bert_whitening.retrieval` (numpy only); this module adds the
 """
 import hashlib
 import itertools
-import json
 import logging
 import os
 import time
@@ -19,12 +18,6 @@ from bert_whitening.evaluation import encode_splits, fit_statistics, load_tasks,
 from bert_whitening.whitening import Whitening
 
 logger = logging.getLogger(__name__)
-
-
-def _progress(total=None, unit="sent", desc="encoding"):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, unit=unit, disable=None, desc=desc)
 
 
 # --- eval-retrieval ----------------------------------------------------------------------
@@ -120,22 +113,6 @@ def format_retrieval_table(task, entry):
     return "\n".join(lines)
 
 
-def write_retrieval_report(report, json_path=None, plot_path=None):
-    """Write the report as JSON and/or its plot, each atomically."""
-    from bert_whitening.atomic import write_atomically
-
-    def write_json(path):
-        with open(path, "w", encoding="utf-8") as stream:
-            json.dump(report, stream, indent=2, ensure_ascii=False)
-
-    if json_path:
-        write_atomically(json_path, write_json)
-        logger.info("wrote %s", json_path)
-    if plot_path:
-        write_atomically(plot_path, lambda path: plot_retrieval(report, path))
-        logger.info("wrote %s", plot_path)
-
-
 def plot_retrieval(report, path):
     """Per task: MRR@10, Recall@1 and Recall@10 against k (whitened settings with beta = gamma =
     1 as lines, raw as crosses at its dimension), and the FAISS flat latency against k."""
@@ -227,13 +204,13 @@ def build_index(spec, output, inputs=(), whitening_path=None, hnsw_m=0, from_vec
                 (os.path.abspath(from_vectors), row) for row in itertools.count(1))
             retrieval.add_keyed_chunks(writer, chunks, keys)
         else:
-            from bert_whitening.encoding import encode_stream
+            from bert_whitening.encoding import encode_stream, progress_bar
 
             if not inputs:
                 raise BertWhiteningError("nothing to index: give sentence files, --from-vectors "
                                          "or --from-beam")
             encoder = spec.build()
-            with _progress() as bar:
+            with progress_bar() as bar:
                 for path in inputs:
                     chunks = encode_stream(encoder, read_sentences(path, "lines"), batch_size, bar)
                     retrieval.add_keyed_chunks(writer, chunks, retrieval.line_keys([path]))
