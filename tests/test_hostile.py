@@ -29,9 +29,15 @@ def cli(*argv, stdin=None, input=None, timeout=300):
                           stdin=stdin, input=input, capture_output=True, timeout=timeout)
 
 
+def _default_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(*argv):
+    """The command in a child that takes SIGINT as a terminal's user gets it: a runner started in
+    the background (``cmd &`` without job control) ignores SIGINT, and children inherit that."""
     return subprocess.Popen([sys.executable, "-m", "bert_whitening"] + [str(a) for a in argv],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_default_sigint)
 
 
 def refused(result, *fragments, status=1):
