@@ -16,18 +16,18 @@ AMX). The README's Performance section quotes the outcome and why it was not ado
 """
 import argparse
 import os
-import sys
 
 import numpy as np
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT]
-SENTEVAL = os.path.join(ROOT, "..", "shared", "data", "senteval_cn")
+from bench_encode import SENTEVAL, interleaved, seconds  # also puts the checkout on sys.path
 
 
 def fused_forward(tf, transformer, heads, blocks, epsilon=1e-12):
     """A ``tf.function`` (ids, segments) -> first-last-avg vectors, from the bert4keras
-    ``transformer``'s weights, on rows of tokens; masked keys get -1e12 as in bert4keras."""
+    ``transformer``'s weights, on rows of tokens; masked keys get -1e12 as in bert4keras; the
+    package's own `MaskedAveragePooling` pools the two taps."""
+    from bert_whitening.layers import MaskedAveragePooling
+
+    pooling = MaskedAveragePooling()
     weights = {w.name.split(":")[0]: w for w in transformer.weights}
     hidden = weights["Embedding-Token/embeddings"].shape[1]
     size = hidden // heads
@@ -68,8 +68,7 @@ def fused_forward(tf, transformer, heads, blocks, epsilon=1e-12):
                            feed_forward + "-Norm")
             if i in (0, blocks - 1):
                 taps.append(x)
-        tokens = tf.reshape((taps[0] + taps[1]) / 2, [batch, length, hidden])
-        return tf.reduce_sum(tokens * mask[:, :, None], 1) / tf.reduce_sum(mask, 1, keepdims=True)
+        return pooling([tf.reshape(tap, [batch, length, hidden]) for tap in taps], padding_mask=ids)
 
     return forward
 
@@ -84,8 +83,6 @@ def main():
     args = parser.parse_args()
     if args.frozen_weights:
         os.environ["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
-
-    from bench_encode import interleaved, seconds
 
     from bert_whitening.backend import tf
     from bert_whitening.checkpoints import find_model
