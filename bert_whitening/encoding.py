@@ -29,7 +29,7 @@ from bert_whitening.backend import tf
 from bert_whitening.data import chunked, read_sentences
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import PRECISIONS, check_choice
-from bert_whitening.serving import pad_ids
+from bert_whitening.token_ids import pad_ids, token_ids
 from bert_whitening.whitening import WhiteningStats
 
 logger = logging.getLogger(__name__)
@@ -42,19 +42,6 @@ CHUNK_SENTENCES = 8192
 
 _MIXED_PRECISION_OPTION = "auto_mixed_precision_onednn_bfloat16"
 _process_precision = None
-
-
-def token_ids(tokenizer, text, maxlen):
-    """Ids of ``[CLS] text [SEP]`` cut to ``maxlen`` exactly as bert4keras' ``encode`` cuts.
-
-    bert4keras drops the token before ``[SEP]`` until the sequence fits, which keeps the first
-    ``maxlen - 2`` tokens; this does the same in one slice. Returns the ids and whether they
-    were cut. An empty sentence is ``[CLS] [SEP]``.
-    """
-    ids = tokenizer.encode(text)[0]
-    if len(ids) <= maxlen:
-        return ids, False
-    return ids[:maxlen - 1] + ids[-1:], True
 
 
 def compiled(model):

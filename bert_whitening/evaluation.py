@@ -139,7 +139,7 @@ def evaluate_tasks(spec, tasks, directory=None, n_components=(0, -1, 256), betas
     """What ``bert-whitening eval`` does: ``(report, spectra)``.
 
     Args:
-        spec: a `bert_whitening.models.EncoderSpec` of the unwhitened encoder; its ``maxlen``
+        spec: a `bert_whitening.config.EncoderConfig` of the unwhitened encoder; its ``maxlen``
             None means each task's default (`task_maxlen`).
         tasks: senteval_cn task names (`TASKS`) or ``STS-B-en``.
         directory: the senteval_cn directory (`bert_whitening.data.data_dir`).
@@ -149,7 +149,7 @@ def evaluate_tasks(spec, tasks, directory=None, n_components=(0, -1, 256), betas
     Returns the report (JSON-ready: settings, counts, per-split Spearman, ranks, versions,
     seconds) and ``{task: eigenvalues}`` of each task's whitening, for `write_report`.
     """
-    from bert_whitening.export import versions
+    from bert_whitening.config import versions
 
     started = time.time()
     requested = settings(n_components, betas, gammas)
@@ -202,7 +202,7 @@ def load_tasks(spec, tasks, directory=None, n_components=(), batch_size=128, ski
     encoder = spec.build()
     found = []
     for task, splits in loaded.items():
-        task_encoder = dataclasses.replace(encoder, maxlen=maxlens[task])
+        task_encoder = encoder.with_maxlen(maxlens[task])
         found.append(Task(task, splits, maxlens[task],
                           functools.partial(encode, task_encoder, batch_size=batch_size),
                           functools.partial(statistics_from_files, task_encoder, format="auto",

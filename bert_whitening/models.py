@@ -9,10 +9,10 @@ import logging
 from typing import Optional
 
 from bert_whitening.backend import Tokenizer, build_transformer_model, keras, load_vocab, tf
-from bert_whitening.checkpoints import CheckpointError, find_model
-from bert_whitening.errors import BertWhiteningError, WhiteningError
+from bert_whitening.checkpoints import CheckpointError
+from bert_whitening.config import EncoderConfig, check_model, whitening_components
 from bert_whitening.layers import FirstTokenPooling, L2Normalize, MaskedAveragePooling, WhiteningDense
-from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
+from bert_whitening.names import MODEL_TYPES
 
 logger = logging.getLogger(__name__)
 
@@ -20,60 +20,30 @@ logger = logging.getLogger(__name__)
 @dataclasses.dataclass
 class Encoder:
     """A Keras sentence encoder and everything needed to feed it: the tokenizer and its
-    vocabulary (token to id, as bert4keras reads it), and the `Whitening` in the graph, if any."""
+    vocabulary (token to id, as bert4keras reads it), and the `EncoderConfig` it computes
+    (pooling, maxlen, case, whitening, k), whose fields it answers for."""
 
     model: keras.Model
     tokenizer: Tokenizer
     vocab: dict
-    pooling: str
-    maxlen: int
     hidden_size: int
     model_identity: dict
-    lowercase: bool = True
-    n_components: int = 0
-    normalize: bool = False
-    whitening: object = None  # a `bert_whitening.whitening.Whitening`
+    config: EncoderConfig
+
+    pooling = property(lambda self: self.config.pooling)
+    maxlen = property(lambda self: self.config.maxlen)
+    lowercase = property(lambda self: self.config.lowercase)
+    normalize = property(lambda self: self.config.normalize)
+    whitening = property(lambda self: self.config.whitening)
+    n_components = property(lambda self: self.config.n_components or 0)
 
     @property
     def dim(self):
         return self.n_components or self.hidden_size
 
-
-@dataclasses.dataclass
-class EncoderSpec:
-    """How to build an encoder, whitened or not: small and picklable (Beam ships it to its
-    workers), unlike the encoder. ``build`` is `build_encoder`, then `with_whitening` when there
-    is a whitening or a normalisation to add."""
-
-    model: str = None
-    model_type: str = "bert"
-    pooling: str = "first-last-avg"
-    maxlen: int = 64
-    lowercase: bool = True
-    whitening: object = None  # a `Whitening`
-    n_components: int = None
-    normalize: bool = False
-    allow_rank_deficient: bool = False
-
-    def check(self):
-        """Refuse what the options and the model's configuration rule out, before any weights
-        are read; returns the number of whitened dimensions to keep (0 without a whitening)."""
-        files = check_model(self.model, self.model_type, self.pooling, self.maxlen)
-        if self.whitening is None:
-            if self.n_components is not None:
-                raise WhiteningError("n_components %d needs a whitening (--whitening FILE.npz)"
-                                     % self.n_components)
-            return 0
-        return whitening_components(self.whitening, files.identity(self.model_type.lower()),
-                                    self.pooling, self.n_components, self.allow_rank_deficient)
-
-    def build(self):
-        k = self.check()
-        encoder = build_encoder(self.model, self.model_type, self.pooling, self.maxlen, self.lowercase)
-        if self.whitening is None and not self.normalize:
-            return encoder
-        return with_whitening(encoder, self.whitening if k else None, k, self.normalize,
-                              allow_rank_deficient=True)  # k was resolved by check()
+    def with_maxlen(self, maxlen):
+        """The same model fed sentences cut to another ``maxlen`` (the graph has no fixed length)."""
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, maxlen=maxlen))
 
 
 def build_encoder(model: Optional[str] = None, model_type: str = "bert",
@@ -126,45 +96,16 @@ def build_encoder(model: Optional[str] = None, model_type: str = "bert",
         pooled = FirstTokenPooling(name="pooling")(hidden)
     else:
         pooled = hidden[0] if isinstance(hidden, list) else hidden
-    model = keras.Model([input_ids, segment_ids], pooled, name="encoder")
+    model_graph = keras.Model([input_ids, segment_ids], pooled, name="encoder")
 
     vocab = load_vocab(files.vocab_path)
     tokenizer = Tokenizer(vocab, do_lower_case=lowercase,
                           pre_tokenize=_jieba_words if family.word_level else None)
-    return Encoder(model=model, tokenizer=tokenizer, vocab=vocab, pooling=pooling, maxlen=maxlen,
+    config = EncoderConfig(model=model, model_type=model_type, pooling=pooling, maxlen=maxlen,
+                           lowercase=lowercase)
+    return Encoder(model=model_graph, tokenizer=tokenizer, vocab=vocab,
                    hidden_size=files.config["hidden_size"], model_identity=files.identity(model_type),
-                   lowercase=lowercase)
-
-
-def check_model(model, model_type="bert", pooling="first-last-avg", maxlen=64):
-    """The `ModelFiles` of ``model`` once the options are known to fit it; reads no weights."""
-    check_choice("model type", model_type.lower(), list(MODEL_TYPES))
-    check_choice("pooling", pooling, POOLINGS)
-    if maxlen < 2:
-        raise BertWhiteningError("maxlen must leave room for [CLS] and [SEP]; got %d" % maxlen)
-    files = find_model(model)
-    positions = files.config.get("max_position_embeddings")
-    if MODEL_TYPES[model_type.lower()].absolute_positions and positions and maxlen > positions:
-        raise BertWhiteningError(
-            "maxlen %d is larger than the %d positions of %s (max_position_embeddings); choose "
-            "maxlen <= %d" % (maxlen, positions, files.name, positions))
-    return files
-
-
-def whitening_components(whitening, identity, pooling, n_components=None,
-                         allow_rank_deficient=False):
-    """The number of whitened dimensions to keep of ``whitening`` for an encoder of the model
-    ``identity`` and ``pooling``; refuses a whitening fitted on vectors of another size or
-    pooling."""
-    if whitening.dim != identity["hidden_size"]:
-        raise WhiteningError("the whitening has dimension %d but the model's hidden size is %d: "
-                             "it was fitted on another model (%s)"
-                             % (whitening.dim, identity["hidden_size"],
-                                whitening.model_identity.get("name", "?")))
-    if whitening.pooling and whitening.pooling != pooling:
-        raise WhiteningError("the whitening was fitted on %s pooling, the encoder uses %s"
-                             % (whitening.pooling, pooling))
-    return whitening.components(n_components, allow_rank_deficient)
+                   config=config)
 
 
 def _warn_if_fitted_on_another_model(whitening, identity):
@@ -204,8 +145,10 @@ def with_whitening(encoder: Encoder, whitening=None, n_components: Optional[int]
     if normalize:
         vectors = L2Normalize(name="normalize")(vectors)
     model = keras.Model(encoder.model.inputs, vectors, name="whitened_encoder")
-    return dataclasses.replace(encoder, model=model, n_components=k, normalize=normalize,
-                               whitening=whitening if k else None)
+    config = dataclasses.replace(encoder.config, whitening=whitening if k else None,
+                                 n_components=k or None, normalize=normalize,
+                                 allow_rank_deficient=allow_rank_deficient)
+    return dataclasses.replace(encoder, model=model, config=config)
 
 
 def _block_outputs(bert):

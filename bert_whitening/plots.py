@@ -1,4 +1,5 @@
-"""The ``eval --plot`` figure: Spearman against n_components next to the eigenvalue spectrum."""
+"""The ``--plot`` figures: ``eval``'s Spearman against n_components next to the eigenvalue
+spectrum, and ``eval-retrieval``'s quality and FAISS latency against k."""
 import logging
 
 import matplotlib
@@ -36,4 +37,38 @@ def plot_report(report, spectra, path):
     figure.tight_layout()
     with open(path, "wb") as stream:
         figure.savefig(stream, format="png", dpi=90)
+    plt.close(figure)
+
+
+def plot_retrieval(report, path):
+    """Per task: MRR@10, Recall@1 and Recall@10 against k (whitened settings with beta = gamma =
+    1 as lines, raw as crosses at its dimension), and the FAISS flat latency against k."""
+    tasks = list(report["tasks"])
+    figure, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.6 * len(tasks)), squeeze=False)
+    for row, task in enumerate(tasks):
+        results = report["tasks"][task]["results"]
+        whitened = sorted((r for r in results if r["n_components"] and (r["beta"], r["gamma"]) == (1, 1)),
+                          key=lambda r: r["dim"])
+        raw = [r for r in results if not r["n_components"]]
+        quality, speed = axes[row]
+        for metric, colour in (("mrr@10", "C0"), ("recall@1", "C1"), ("recall@10", "C2")):
+            quality.plot([r["dim"] for r in whitened], [r[metric] for r in whitened], marker="o",
+                         color=colour, label=metric + " whitened")
+            quality.scatter([r["dim"] for r in raw], [r[metric] for r in raw], marker="x", s=60,
+                            color=colour, label=metric + " raw")
+        quality.set(title="%s: quality (exact cosine)" % task, xlabel="dimensions k", ylabel="score")
+        for label, entries, marker in (("whitened", whitened, "o"), ("raw", raw, "x")):
+            speed.plot([r["dim"] for r in entries], [r["flat"]["p50_ms"] for r in entries],
+                       marker=marker, color="C0", label="one query, p50 (%s)" % label)
+            speed.plot([r["dim"] for r in entries], [1e3 * 64 / r["flat"]["qps_batch64"] for r in entries],
+                       marker=marker, color="C3", label="batch of 64 (%s)" % label)
+        speed.set(title="%s: FAISS IndexFlatIP latency" % task, xlabel="dimensions k", ylabel="ms")
+        for axis in (quality, speed):
+            axis.grid(alpha=0.3)
+            axis.legend(fontsize="small")
+    figure.suptitle("%s, %s pooling, split %s" % (report["model"]["name"], report["pooling"],
+                                                   report["split"]))
+    figure.tight_layout()
+    with open(path, "wb") as stream:
+        figure.savefig(stream, format="png", dpi=80)
     plt.close(figure)

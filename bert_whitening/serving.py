@@ -13,6 +13,7 @@ import json
 import numpy as np
 
 from bert_whitening.names import check_choice
+from bert_whitening.token_ids import pad_ids
 
 REQUEST_FORMATS = ("row", "columnar")
 TEXT_SIGNATURE = "serve_text"
@@ -32,15 +33,6 @@ def text_request(sentences, format="row"):
     if format == "row":
         return {"signature_name": TEXT_SIGNATURE, "instances": sentences}
     return {"signature_name": TEXT_SIGNATURE, "inputs": {"text": sentences}}
-
-
-def pad_ids(sequences):
-    """Token-id lists padded with 0 to one length, as ``[batch, length]`` int32."""
-    sequences = [list(map(int, s)) for s in sequences]
-    padded = np.zeros((len(sequences), max(map(len, sequences), default=0)), dtype=np.int32)
-    for row, sequence in enumerate(sequences):
-        padded[row, :len(sequence)] = sequence
-    return padded
 
 
 def ids_request(input_ids, segment_ids=None, format="row"):

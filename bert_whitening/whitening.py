@@ -91,27 +91,15 @@ class WhiteningStats:
         return self
 
     def update_from_npy(self, path, rows=UPDATE_CHUNK_ROWS):
-        """Add every row of a 2-D ``.npy`` file, mapping ``rows`` of them at a time.
+        """Add every row of a 2-D ``.npy`` file, ``rows`` at a time, in bounded memory
+        (`bert_whitening.files.npy_blocks`)."""
+        from bert_whitening.files import npy_blocks
 
-        Each block is mapped alone and unmapped after use: one ``np.load(mmap_mode="r")`` over
-        the whole file would keep every page it touched resident, so a file as large as the
-        machine's memory would fill it.
-        """
-        whole = np.load(path, mmap_mode="r")
-        shape, dtype, offset, fortran = whole.shape, whole.dtype, whole.offset, whole.flags.f_contiguous
-        del whole
-        if len(shape) != 2 or (fortran and shape[0] > 1 and shape[1] > 1):
-            raise WhiteningError("%s: expected a 2-D C-ordered array of vectors, got shape %s%s"
-                             % (path, shape, " in Fortran order" if len(shape) == 2 else ""))
-        for start in range(0, shape[0], rows):
-            count = min(rows, shape[0] - start)
-            block = np.memmap(path, dtype, "r", offset + start * shape[1] * dtype.itemsize,
-                              (count, shape[1]))
+        for _, block in npy_blocks(path, rows):
             try:
                 self.update(block)
             except ValueError as error:
                 raise WhiteningError("%s: %s" % (path, error)) from None
-            del block
         return self
 
     def merge(self, other):

@@ -57,10 +57,10 @@ def main(argv=None):
     if not root:
         parser.error("give --model-root DIR or set %s" % MODELS_ENV)
 
-    from bert_whitening.models import EncoderSpec
+    from bert_whitening.config import EncoderConfig
 
     name, family = MODEL_DIRS[args.model_type]
-    spec = EncoderSpec(os.path.join(root, name), family, args.pooling, maxlen=None)
+    spec = EncoderConfig(os.path.join(root, name), family, args.pooling, maxlen=None)
     try:
         report, _ = evaluate_tasks(spec, [args.task_name], args.data_dir, [args.n_components],
                                    batch_size=args.batch_size)

@@ -5,10 +5,10 @@ import os
 import numpy as np
 import pytest
 
-from bert_whitening import retrieval
 from bert_whitening.encoding import encode
 from bert_whitening.export import ExportError, ServingModule, export_saved_model
-from bert_whitening.export_search import mismatches
+from bert_whitening.export.verify import mismatches
+from bert_whitening.retrieval.index_directory import IndexDirectory
 
 from helpers import SENTENCES
 
@@ -101,7 +101,7 @@ def test_cli_export_corpus_from_an_index(tiny_model, tmp_path, caplog):
                "--output", index, sentences) == 0
     assert run("export", "--model", model, "--whitening", whitening, "--n-components", 16,
                "--corpus", index, "--output", tmp_path / "served") == 1
-    assert "k=8" in caplog.text and "refused" in caplog.text
+    assert "n_components: 16 vs 8" in caplog.text and "refused" in caplog.text
     assert run("export", "--model", model, "--whitening", whitening, "--n-components", 8, "--text",
                "--corpus", index, "--top-k", 4, "--output", tmp_path / "served") == 0
     with open(tmp_path / "served" / "1" / "assets" / "bert_whitening.json", encoding="utf-8") as stream:
@@ -115,5 +115,5 @@ def test_cli_export_corpus_from_an_index(tiny_model, tmp_path, caplog):
     served = tf.saved_model.load(str(tmp_path / "served" / "1")).signatures["serve_search"](
         text=tf.constant([MANY[7]]))
     assert served["ids"].numpy()[0, 0] == 7 and served["scores"].numpy()[0, 0] == pytest.approx(1, abs=1e-5)
-    np.testing.assert_allclose(retrieval.corpus_vectors(str(index))[7] @ retrieval.corpus_vectors(str(index))[7],
-                               1, atol=1e-5)
+    stored = IndexDirectory(str(index)).vectors()
+    np.testing.assert_allclose(stored[7] @ stored[7], 1, atol=1e-5)

@@ -312,7 +312,7 @@ def verification_children(staging_glob):
                 argv = stream.read().split(b"\0")
         except OSError:
             continue
-        if b"bert_whitening.export" in argv and any(staging_glob.encode() in a for a in argv):
+        if b"bert_whitening.export.verify" in argv and any(staging_glob.encode() in a for a in argv):
             found.append(int(pid))
     return found
 

@@ -4,7 +4,16 @@ import os
 import numpy as np
 import pytest
 
-from bert_whitening import retrieval
+from bert_whitening.retrieval import benchmark, faiss_indexes
+from bert_whitening.retrieval.index_directory import (
+    INDEX_FILE,
+    KEYS_FILE,
+    METADATA_FILE,
+    TEXTS_FILE,
+    IndexDirectory,
+    IndexWriter,
+)
+from bert_whitening.retrieval.search import _add_keyed, numbered_lines
 from bert_whitening.data import DataError
 
 
@@ -34,7 +43,7 @@ def unit(rows):
 def test_benchmark_follows_the_definition_on_binary_labels():
     pairs = [("q1", "a", 1), ("q2", "b", 0), ("q1", "c", 1), ("q3", "a", 1), ("q2", "c", 0),
              ("q1", "a", 1), ("q4", "d", 0)]
-    bench = retrieval.build_benchmark(pairs, distractors=["x", "a", "x", "y"])
+    bench = benchmark.build_benchmark(pairs, distractors=["x", "a", "x", "y"])
     assert bench.queries == ["q1", "q3"]  # q2 and q4 have no positive pair
     assert bench.corpus == ["a", "b", "c", "d", "x", "y"]  # distinct; distractors not repeated
     assert bench.relevant == [{0, 2}, {0}]
@@ -45,10 +54,10 @@ def test_benchmark_follows_the_definition_on_binary_labels():
 
 def test_sts_scores_count_from_4_and_other_scales_are_refused():
     pairs = [("q1", "a", 3.99), ("q1", "b", 4.0), ("q2", "c", 5.0), ("q3", "d", 1.0)]
-    bench = retrieval.build_benchmark(pairs)
+    bench = benchmark.build_benchmark(pairs)
     assert bench.queries == ["q1", "q2"] and bench.relevant == [{1}, {2}]
     with pytest.raises(DataError, match=r"STS-B\.test.*found 7"):
-        retrieval.build_benchmark([("q", "a", 1), ("q", "b", 7)], where="STS-B.test")
+        benchmark.build_benchmark([("q", "a", 1), ("q", "b", 7)], where="STS-B.test")
 
 
 def test_metrics_on_a_hand_made_corpus_with_ties_and_several_relevant_items():
@@ -57,11 +66,11 @@ def test_metrics_on_a_hand_made_corpus_with_ties_and_several_relevant_items():
     queries = unit([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1]])
     # Query 0 ties items 0 and 1 at the top; only item 1 is relevant, so rank 2 (ties by position).
     relevant = [{1}, {3, 5}, {2}, {4, 13}]
-    ids, scores = retrieval.exact_search(queries, corpus)
+    ids, scores = benchmark.exact_search(queries, corpus)
     rankings = reference_ranking(queries, corpus)
     np.testing.assert_array_equal(ids, [ranking[:10] for ranking in rankings])
     assert ids[0, 0] == 0 and ids[0, 1] == 1 and scores[0, 0] == scores[0, 1]
-    got = retrieval.retrieval_metrics(ids, relevant)
+    got = benchmark.retrieval_metrics(ids, relevant)
     expected = reference_metrics(rankings, relevant)
     assert got == pytest.approx(expected, abs=1e-12)
     # By hand: query 0 finds item 1 at rank 2 (after its tie), query 1 item 3 first, query 2
@@ -75,18 +84,18 @@ def test_metrics_match_the_reference_on_random_rankings_with_duplicated_items():
     corpus = np.concatenate([base, base[:10]])  # exact duplicates: ties everywhere
     queries = unit(base[rng.integers(0, 40, 30)] + rng.normal(scale=0.5, size=(30, 8)))
     relevant = [set(rng.choice(50, size=rng.integers(1, 4), replace=False).tolist()) for _ in range(30)]
-    ids, _ = retrieval.exact_search(queries, corpus)
+    ids, _ = benchmark.exact_search(queries, corpus)
     rankings = reference_ranking(queries, corpus)
     np.testing.assert_array_equal(ids, [ranking[:10] for ranking in rankings])
-    assert retrieval.retrieval_metrics(ids, relevant) == pytest.approx(
+    assert benchmark.retrieval_metrics(ids, relevant) == pytest.approx(
         reference_metrics(rankings, relevant), abs=1e-12)
 
 
 def test_a_corpus_smaller_than_ten_is_ranked_whole():
     corpus, queries = unit([[1, 0], [0, 1], [1, 1]]), unit([[1, 0.1]])
-    ids, _ = retrieval.exact_search(queries, corpus)
+    ids, _ = benchmark.exact_search(queries, corpus)
     assert ids.tolist() == [[0, 2, 1]]
-    assert retrieval.retrieval_metrics(ids, [{1}]) == pytest.approx({"mrr@10": 1 / 3, "recall@1": 0,
+    assert benchmark.retrieval_metrics(ids, [{1}]) == pytest.approx({"mrr@10": 1 / 3, "recall@1": 0,
                                                                      "recall@10": 1})
 
 
@@ -94,7 +103,7 @@ def test_faiss_flat_index_equals_numpy_brute_force():
     rng = np.random.default_rng(0)
     corpus = unit(rng.normal(size=(2000, 64))).astype(np.float32)
     queries = unit(rng.normal(size=(100, 64))).astype(np.float32)
-    scores, ids = retrieval.flat_index(corpus).search(queries, 10)
+    scores, ids = faiss_indexes.flat_index(corpus).search(queries, 10)
     dots = queries.astype(np.float64) @ corpus.T.astype(np.float64)
     expected = np.argsort(-dots, axis=1, kind="stable")[:, :10]
     np.testing.assert_array_equal(ids, expected)
@@ -102,22 +111,22 @@ def test_faiss_flat_index_equals_numpy_brute_force():
 
 
 def test_hnsw_overlap_with_exact_search():
-    assert retrieval.overlap_at_k([[1, 2, 3, 4]], [[4, 3, 9, 8]]) == 0.5
+    assert benchmark.overlap_at_k([[1, 2, 3, 4]], [[4, 3, 9, 8]]) == 0.5
     rng = np.random.default_rng(1)
     corpus = unit(rng.normal(size=(3000, 32))).astype(np.float32)
     queries = unit(rng.normal(size=(50, 32))).astype(np.float32)
-    exact, _ = retrieval.exact_search(queries, corpus)
-    index = retrieval.hnsw_index(32)
+    exact, _ = benchmark.exact_search(queries, corpus)
+    index = faiss_indexes.hnsw_index(32)
     index.add(corpus)
     _, approximate = index.search(queries, 10)
-    assert 0.8 <= retrieval.overlap_at_k(approximate, exact) <= 1.0
+    assert 0.8 <= benchmark.overlap_at_k(approximate, exact) <= 1.0
 
 
 def test_score_setting_reports_every_figure():
     rng = np.random.default_rng(2)
     corpus = unit(rng.normal(size=(300, 16)))
     queries = unit(corpus[:20] + rng.normal(scale=0.1, size=(20, 16)))
-    result = retrieval.score_setting(queries, corpus, [{i} for i in range(20)], hnsw_m=8)
+    result = faiss_indexes.score_setting(queries, corpus, [{i} for i in range(20)], hnsw_m=8)
     assert result["queries"] == 20 and result["corpus"] == 300 and result["dim"] == 16
     assert result["recall@10"] == 1.0
     assert result["flat"]["index_bytes"] >= 300 * 16 * 4
@@ -131,22 +140,27 @@ def test_index_directory_round_trip(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join("line %d\n" % i for i in range(25)), encoding="utf-8")
     output = str(tmp_path / "index")
-    with retrieval.IndexWriter(output, 6, {"model": "m"}) as writer:
-        retrieval.add_keyed_chunks(writer, [vectors[:10], vectors[10:]], retrieval.line_keys([str(corpus)]))
-    assert sorted(os.listdir(output)) == sorted([retrieval.INDEX_FILE, retrieval.KEYS_FILE,
-                                                 retrieval.METADATA_FILE])
-    metadata = retrieval.read_metadata(output)
-    assert metadata == {"model": "m", "count": 25, "dim": 6, "index": "flat", "hnsw_m": None}
-    np.testing.assert_array_equal(retrieval.corpus_vectors(output), vectors)
-    keys = retrieval.read_keys(output)
-    assert keys[12] == (str(corpus), 13)
-    assert retrieval.key_texts([keys[12], keys[0]]) == {(str(corpus), 13): "line 12",
-                                                        (str(corpus), 1): "line 0"}
+    with IndexWriter(output, RECORD, 6) as writer:
+        _add_keyed(writer, [vectors[:10], vectors[10:]], numbered_lines([str(corpus)]))
+    assert sorted(os.listdir(output)) == sorted([INDEX_FILE, KEYS_FILE, TEXTS_FILE, METADATA_FILE])
+    index = IndexDirectory(output)
+    assert {key: index.metadata[key] for key in ("count", "dim", "index", "hnsw_m")} == {
+        "count": 25, "dim": 6, "index": "flat", "hnsw_m": None}
+    assert index.metadata["pooling"] == RECORD["pooling"]
+    np.testing.assert_array_equal(index.vectors(), vectors)
+    assert index.rows({12, 0}) == {12: (str(corpus), 13, "line 12"), 0: (str(corpus), 1, "line 0")}
     with pytest.raises(ValueError, match="already exists"):
-        retrieval.IndexWriter(output, 6, {})
+        IndexWriter(output, RECORD, 6)
 
 
-@pytest.mark.parametrize("problem", ["norm", "more-lines", "fewer-lines", "dimension"])
+#: An encoder record as `EncoderConfig.to_config` writes it (the tests of this file need no model).
+RECORD = {"model": {"name": "m", "format": "google", "type": "bert", "hidden_size": 6,
+                    "num_hidden_layers": 1, "vocab_sha256": "0" * 64},
+          "model_dir": None, "pooling": "cls", "maxlen": 16, "lowercase": True, "whitening": None,
+          "n_components": 0, "normalize": True, "allow_rank_deficient": False}
+
+
+@pytest.mark.parametrize("problem", ["norm", "nan", "more-lines", "fewer-lines", "dimension"])
 def test_a_failed_index_leaves_no_directory(tmp_path, problem):
     vectors = unit(np.ones((4, 3))).astype(np.float32)
     lines = {"more-lines": 5, "fewer-lines": 3}.get(problem, 4)
@@ -154,10 +168,13 @@ def test_a_failed_index_leaves_no_directory(tmp_path, problem):
     corpus.write_text("s\n" * lines, encoding="utf-8")
     if problem == "norm":
         vectors[2] *= 2
+    if problem == "nan":
+        vectors[1, 0] = np.nan
     output = tmp_path / "index"
-    message = {"norm": r"corpus.txt:3: vector of norm 2", "more-lines": r"corpus.txt:5: more lines",
-               "fewer-lines": "fewer keys", "dimension": "dimension 5"}[problem]
+    message = {"norm": r"corpus.txt:3: vector of norm 2", "nan": r"corpus.txt:2: vector of norm nan",
+               "more-lines": r"corpus.txt:5: more lines", "fewer-lines": "fewer lines",
+               "dimension": "dimension 5"}[problem]
     with pytest.raises(ValueError, match=message):
-        with retrieval.IndexWriter(str(output), 5 if problem == "dimension" else 3, {}) as writer:
-            retrieval.add_keyed_chunks(writer, [vectors], retrieval.line_keys([str(corpus)]))
+        with IndexWriter(str(output), RECORD, 5 if problem == "dimension" else 3, source=str(corpus)) as writer:
+            _add_keyed(writer, [vectors], numbered_lines([str(corpus)]))
     assert os.listdir(tmp_path) == ["corpus.txt"]

@@ -19,52 +19,24 @@ fails. The staging directory is named ``.N.bert-whitening-tmp-PID-...`` beside t
 process that was killed (`bert_whitening.atomic`).
 """
 import errno
-import importlib.metadata
 import json
 import logging
 import os
 import shutil
-import signal
-import subprocess
-import sys
 from typing import Optional, Tuple
 
 import numpy as np
 
 from bert_whitening.atomic import staged_directory
 from bert_whitening.backend import tf
-from bert_whitening.encoding import encode_ids, tokenize
+from bert_whitening.config import versions
 from bert_whitening.errors import ExportError
+from bert_whitening.export.verify import TOLERANCE, verify
 from bert_whitening.names import MODEL_TYPES
-from bert_whitening.serving import pad_ids
 
 logger = logging.getLogger(__name__)
 
 METADATA_FILE = "bert_whitening.json"
-TOLERANCE = 1e-5
-
-#: Sentences the verification runs through both signatures: Chinese, English, mixed, accents,
-#: empty, and one longer than any maxlen.
-VERIFY_SENTENCES = [
-    "今天天气很好", "我们明天去北京看长城。", "花呗每月最低还款额，怎么计算？", "",
-    "The cat sat on the mat.", "A man is playing a guitar!", "Café naïve ÉCOLE", "mixed 中文 and English 123",
-    "这是一个很长的句子" * 20,
-]
-
-
-
-
-def versions():
-    """Versions of what produced the export, for its metadata."""
-    names = ("tensorflow", "tf-keras", "bert4keras", "tensorflow-text", "bert-whitening")
-    found = {}
-    for name in names:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = None
-    return found
-
 
 def target_version(base, version=None, overwrite=False):
     """The version to write: ``version``, or one more than the highest integer one in ``base``."""
@@ -108,6 +80,9 @@ class ServingModule(tf.Module):
                                  tf.function(self._search_ids, input_signature=self.IDS))
 
     def _embed(self, input_ids, segment_ids):
+        # Without this, segment_ids of another shape would be broadcast, not refused.
+        tf.debugging.assert_equal(tf.shape(input_ids), tf.shape(segment_ids),
+                                  message="input_ids and segment_ids must have the same shape")
         return {"embedding": self.model([input_ids, segment_ids], training=False)}
 
     def _embed_text(self, text):
@@ -152,8 +127,9 @@ def export_saved_model(encoder, base: str, version: Optional[int] = None, text: 
         tolerance: the largest difference allowed between the reloaded model and ``encoder``.
         corpus: unit vectors of the encoder's dimension for a ``serve_search`` signature that
             returns the ``top_k`` nearest rows, verified against FAISS
-            (`bert_whitening.export_search`).
-        top_k: ``serve_search``'s number of rows per query.
+            (`bert_whitening.export.verify`).
+        top_k: ``serve_search``'s number of rows per query; at most the corpus size (recorded
+            as ``corpus.top_k`` in the metadata).
 
     Raises:
         ExportError: refused, or failed; nothing is left at ``BASE/N``.
@@ -169,6 +145,9 @@ def export_saved_model(encoder, base: str, version: Optional[int] = None, text: 
 
         tokenizer = GraphTokenizer(encoder.vocab, encoder.maxlen, encoder.lowercase)
     module = ServingModule(encoder.model, tokenizer, corpus, top_k)
+    if corpus is not None and module.top_k < top_k:
+        logger.warning("top_k %d is more than the %d corpus rows: serve_search returns %d",
+                       top_k, len(corpus), module.top_k)
 
     with staged_directory(os.path.join(base, str(number))) as staging:
         try:
@@ -177,18 +156,9 @@ def export_saved_model(encoder, base: str, version: Optional[int] = None, text: 
             reason = error.message.splitlines()[0].split("; ")[-1].replace(staging, "")
             raise ExportError("%s: cannot write the SavedModel: %s" % (base, reason)) from None
         os.makedirs(os.path.join(staging, "assets"), exist_ok=True)
-        info = {**(metadata or {}), "model": encoder.model_identity, "pooling": encoder.pooling,
-                "maxlen": encoder.maxlen, "lowercase": encoder.lowercase,
-                "n_components": encoder.n_components, "normalize": encoder.normalize,
-                "whitening": whitening_summary(encoder.whitening), "signatures": sorted(module.signatures()),
-                "versions": versions()}
         with open(os.path.join(staging, "assets", METADATA_FILE), "w", encoding="utf-8") as stream:
-            json.dump(info, stream, indent=2, ensure_ascii=False)
-        difference = verify(staging, encoder, text, tolerance)
-        if corpus is not None:
-            from bert_whitening.export_search import verify_search
-
-            verify_search(staging, encoder, corpus, text, tolerance)
+            json.dump(export_record(encoder, module, metadata), stream, indent=2, ensure_ascii=False)
+        difference = verify(staging, encoder, text, corpus, tolerance)
         target = _publish(staging, base, number, version is None, overwrite)
     logger.info("exported %s (signatures: %s); the reloaded model differs from the Keras model "
                 "by at most %.2g", target, ", ".join(sorted(module.signatures())), difference)
@@ -220,82 +190,15 @@ def _publish(staging, base, number, automatic, overwrite):
             raise ExportError("%s already exists; pass overwrite (--overwrite) to replace it" % target)
 
 
-def whitening_summary(whitening):
-    """What the export's metadata says of the whitening in its graph (None without one)."""
-    if whitening is None:
-        return None
-    return {"beta": whitening.beta, "gamma": whitening.gamma, "count": whitening.count,
-            "rank": whitening.rank, "fitted_on_model": whitening.model_identity}
-
-
-def verify(directory, encoder, text, tolerance=TOLERANCE):
-    """Run the SavedModel in a fresh process and compare it with the in-memory encoder.
-
-    Returns the largest absolute difference over both signatures; raises ExportError above
-    ``tolerance``. The text signature is compared with bert4keras tokenisation plus the Keras
-    model, so it also checks the in-graph tokenizer.
-    """
-    sequences, _ = tokenize(encoder, VERIFY_SENTENCES)
-    input_ids = pad_ids(sequences)
-    expected = encode_ids(encoder, sequences, progress=False)
-    results = run_in_fresh_process(directory, input_ids, VERIFY_SENTENCES if text else [])
-    difference = float(np.abs(results["serving_default"] - expected).max())
-    if text:
-        difference = max(difference, float(np.abs(results["serve_text"] - expected).max()))
-    if not difference <= tolerance:
-        raise ExportError("the reloaded SavedModel differs from the Keras model by %.3g "
-                          "(tolerance %.3g); nothing was written" % (difference, tolerance))
-    return difference
-
-
-def run_in_fresh_process(directory, input_ids, sentences=(), scratch=None):
-    """Outputs of a SavedModel loaded as a server loads it, in a new Python process:
-    ``{"serving_default": vectors of input_ids, "serve_text": vectors of sentences}`` (the
-    latter when ``sentences`` are given). The child dies with this process, even by SIGKILL.
-    Its request and response files live in ``scratch`` (default ``directory/.verify``, which
-    goes with a staging directory when that is removed) and are removed afterwards."""
-    scratch = scratch or os.path.join(directory, ".verify")
-    os.makedirs(scratch, exist_ok=True)
-    request, response = os.path.join(scratch, "request.npz"), os.path.join(scratch, "response.npz")
-    try:
-        np.savez(request, input_ids=input_ids, text=np.array(list(sentences), dtype=object))
-        child = subprocess.run([sys.executable, "-m", "bert_whitening.export", directory, request,
-                                response], capture_output=True, text=True,
-                               preexec_fn=_die_with_parent)
-        if child.returncode != 0:
-            raise ExportError("the exported SavedModel failed to load or run in a fresh process:\n"
-                              + child.stderr[-3000:])
-        with np.load(response) as outputs:
-            return {name: outputs[name] for name in outputs.files}
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _die_with_parent():
-    """In the child, before exec: ask Linux to SIGKILL it when its parent dies."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the parent's clean-up still kills it
-        pass
-
-
-def _run_saved_model(directory, request_path, response_path):
-    """Child side of `verify`: load the SavedModel as a server would, run both signatures."""
-    with np.load(request_path, allow_pickle=True) as request:
-        input_ids, text = request["input_ids"], list(request["text"])
-    if text:
-        import tensorflow_text  # noqa: F401  registers the tokenizer ops
-
-    loaded = tf.saved_model.load(directory)
-    outputs = {"serving_default": loaded.signatures["serving_default"](
-        input_ids=tf.constant(input_ids), segment_ids=tf.zeros_like(input_ids))["embedding"].numpy()}
-    if text:
-        outputs["serve_text"] = loaded.signatures["serve_text"](
-            text=tf.constant(text))["embedding"].numpy()
-    np.savez(response_path, **outputs)
-
-
-if __name__ == "__main__":
-    _run_saved_model(*sys.argv[1:4])
+def export_record(encoder, module, metadata=None):
+    """``assets/bert_whitening.json``: the encoder's record (`EncoderConfig.to_config`), the
+    signatures, versions, and ``metadata`` (``corpus``: what ``serve_search`` holds, given its
+    ``top_k``)."""
+    record = {**encoder.config.to_config(), **(metadata or {}),
+              "signatures": sorted(module.signatures()), "versions": versions()}
+    whitening = record["whitening"] or {}
+    if "sha256" in whitening:  # the key earlier versions wrote
+        record["whitening_file"] = {"name": os.path.basename(whitening["path"]), "sha256": whitening["sha256"]}
+    if "corpus" in record:
+        record["corpus"] = {**record["corpus"], "top_k": module.top_k}
+    return record

@@ -1,0 +1,242 @@
+"""What made a set of vectors: one `EncoderConfig`, recorded and compared wherever vectors meet.
+
+A whitening file says what it was fitted on, an index directory what encoded its corpus, an
+export what its graph computes; a query must be encoded as its corpus was, and an export's
+``serve_search`` must embed as its corpus was embedded. All of them record
+`EncoderConfig.to_config()` and compare with `EncoderConfig.differences`, so every field that
+changes the vectors is recorded and compared in one place (`VECTOR_FIELDS`).
+
+No TensorFlow here: the checks a command runs before it loads a model (`check_model`,
+`EncoderConfig.check`) answer at once, and `build` imports the Keras side only when called.
+"""
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import os
+from typing import Optional
+
+from bert_whitening.checkpoints import BUILTIN_MODEL, find_model
+from bert_whitening.errors import BertWhiteningError, WhiteningError
+from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
+
+#: The recorded fields that change the vectors; any difference in them is a different encoder.
+VECTOR_FIELDS = ("model", "pooling", "maxlen", "lowercase", "whitening", "n_components", "normalize")
+
+
+def versions():
+    """Versions of what produced a record (read from package metadata: no import of them)."""
+    found = {}
+    for name in ("tensorflow", "tf-keras", "bert4keras", "tensorflow-text", "bert-whitening"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def check_model(model, model_type="bert", pooling="first-last-avg", maxlen=64):
+    """The `ModelFiles` of ``model`` once the options are known to fit it; reads no weights."""
+    check_choice("model type", model_type.lower(), list(MODEL_TYPES))
+    check_choice("pooling", pooling, POOLINGS)
+    if maxlen < 2:
+        raise BertWhiteningError("maxlen must leave room for [CLS] and [SEP]; got %d" % maxlen)
+    files = find_model(model)
+    positions = files.config.get("max_position_embeddings")
+    if MODEL_TYPES[model_type.lower()].absolute_positions and positions and maxlen > positions:
+        raise BertWhiteningError(
+            "maxlen %d is larger than the %d positions of %s (max_position_embeddings); choose "
+            "maxlen <= %d" % (maxlen, positions, files.name, positions))
+    return files
+
+
+def whitening_components(whitening, identity, pooling, n_components=None,
+                         allow_rank_deficient=False):
+    """The number of whitened dimensions to keep of ``whitening`` for an encoder of the model
+    ``identity`` and ``pooling``; refuses a whitening fitted on vectors of another size or
+    pooling."""
+    if whitening.dim != identity["hidden_size"]:
+        raise WhiteningError("the whitening has dimension %d but the model's hidden size is %d: "
+                             "it was fitted on another model (%s)"
+                             % (whitening.dim, identity["hidden_size"],
+                                whitening.model_identity.get("name", "?")))
+    if whitening.pooling and whitening.pooling != pooling:
+        raise WhiteningError("the whitening was fitted on %s pooling, the encoder uses %s"
+                             % (whitening.pooling, pooling))
+    return whitening.components(n_components, allow_rank_deficient)
+
+
+def whitening_digest(whitening):
+    """sha256 of what a whitening computes (its arrays and parameters), wherever it is stored:
+    two copies of one file, or a file and the same whitening in memory, have the same digest."""
+    digest = hashlib.sha256()
+    for array in (whitening.kernel, whitening.bias):
+        digest.update(array.astype("<f8").tobytes())
+    digest.update(repr((whitening.beta, whitening.gamma)).encode())
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass
+class EncoderConfig:
+    """How to build an encoder, whitened or not, and what its vectors are: small and picklable
+    (Beam ships it to its workers), unlike the encoder.
+
+    Attributes:
+        model: a Google-format or Hugging Face BERT directory; None or ``minilm`` for the
+            built-in all-MiniLM-L6-v2.
+        model_type: the family (`bert_whitening.names.MODEL_TYPES`).
+        pooling: ``first-last-avg``, ``last-avg``, ``cls`` or ``pooler``.
+        maxlen: tokens per sentence with ``[CLS]`` and ``[SEP]``; None only where a caller fills
+            it in per task (evaluation).
+        lowercase: lower-case and strip accents before wordpiece.
+        whitening: a fitted `bert_whitening.whitening.Whitening`, or None.
+        n_components: 0 = no whitening, negative = all, ``k``; None = the whitening's default.
+        normalize: end with the L2 normalisation.
+        allow_rank_deficient: allow a ``k`` above the rank of the covariance.
+        whitening_path: the file the whitening was read from, recorded (not compared).
+    """
+
+    model: Optional[str] = None
+    model_type: str = "bert"
+    pooling: str = "first-last-avg"
+    maxlen: Optional[int] = 64
+    lowercase: bool = True
+    whitening: object = None
+    n_components: Optional[int] = None
+    normalize: bool = False
+    allow_rank_deficient: bool = False
+    whitening_path: Optional[str] = None
+
+    def check(self):
+        """Refuse what the options and the model's configuration rule out, before any weights
+        are read; returns the number of whitened dimensions to keep (0 without a whitening)."""
+        files = check_model(self.model, self.model_type, self.pooling, self.maxlen)
+        if self.whitening is None:
+            if self.n_components:
+                raise WhiteningError("n_components %d needs a whitening (--whitening FILE.npz)"
+                                     % self.n_components)
+            return 0
+        return whitening_components(self.whitening, files.identity(self.model_type.lower()),
+                                    self.pooling, self.n_components, self.allow_rank_deficient)
+
+    @property
+    def dim(self):
+        """The dimension of the vectors (reads the model's configuration)."""
+        return self.check() or find_model(self.model).config["hidden_size"]
+
+    def build(self, pooled=None):
+        """The Keras `bert_whitening.models.Encoder` this describes (imports TensorFlow);
+        ``pooled``: the unwhitened encoder of this model and pooling, when already built."""
+        from bert_whitening.models import build_encoder, with_whitening
+
+        k = self.check()
+        encoder = pooled or build_encoder(self.model, self.model_type, self.pooling, self.maxlen,
+                                          self.lowercase)
+        if self.whitening is not None or self.normalize:
+            encoder = with_whitening(encoder, self.whitening if k else None, k, self.normalize,
+                                     allow_rank_deficient=True)  # k was resolved by check()
+        return dataclasses.replace(encoder, config=dataclasses.replace(
+            self, whitening=self.whitening if k else None, n_components=k or None))
+
+    def to_config(self):
+        """The JSON record of these vectors. Keys of earlier versions are kept: ``model``,
+        ``model_dir``, ``pooling``, ``maxlen``, ``lowercase``, ``whitening`` (``path`` and
+        ``sha256`` of its file, with ``digest`` of its content and its fit's summary),
+        ``n_components`` (resolved: 0 without a whitening), ``normalize``,
+        ``allow_rank_deficient``."""
+        k = self.check()
+        whitening = None
+        if k:
+            w = self.whitening
+            whitening = {"digest": whitening_digest(w), "beta": w.beta, "gamma": w.gamma,
+                         "count": w.count, "rank": w.rank, "fitted_on_model": w.model_identity}
+            if self.whitening_path:
+                from bert_whitening.files import file_sha256
+
+                whitening.update(path=os.path.abspath(self.whitening_path),
+                                 sha256=file_sha256(self.whitening_path))
+        model = None if self.model in (None, BUILTIN_MODEL) else os.path.abspath(self.model)
+        return {"model": self.identity, "model_dir": model, "pooling": self.pooling,
+                "maxlen": self.maxlen, "lowercase": self.lowercase, "whitening": whitening,
+                "n_components": k, "normalize": self.normalize,
+                "allow_rank_deficient": self.allow_rank_deficient}
+
+    @functools.cached_property
+    def identity(self):
+        """The model's identity (name, format, type, sizes, vocabulary sha256)."""
+        return find_model(self.model).identity(self.model_type.lower())
+
+    @classmethod
+    def from_config(cls, config, whitening=None, model=None):
+        """The encoder a record describes. ``whitening`` (a `Whitening`) must be given when the
+        record has one, and is checked against its digest; ``model`` replaces the recorded
+        directory (a model that moved) and is checked against the recorded identity. A record
+        of an earlier version (no ``normalize``: it was True for indexes) is read too."""
+        config = _checked_record(config)
+        recorded = config["whitening"]
+        if (recorded is None) != (whitening is None):
+            raise WhiteningError("the record %s a whitening; %s given" % (
+                "has" if recorded else "has no", "one was" if whitening is not None else "none was"))
+        if recorded and "digest" in recorded and whitening_digest(whitening) != recorded["digest"]:
+            raise WhiteningError("this whitening is not the one recorded (digest %s...): refused"
+                                 % recorded["digest"][:12])
+        built = cls(model=model or config["model_dir"], model_type=config["model"]["type"],
+                    pooling=config["pooling"], maxlen=config["maxlen"], lowercase=config["lowercase"],
+                    whitening=whitening, n_components=config["n_components"] if whitening else None,
+                    normalize=config.get("normalize", True),
+                    allow_rank_deficient=config.get("allow_rank_deficient", False),
+                    whitening_path=(recorded or {}).get("path"))
+        if built.identity != config["model"]:
+            raise BertWhiteningError("the model %s is not the recorded one (%s, vocabulary %s...): "
+                                     "refused" % (built.identity["name"], config["model"]["name"],
+                                                  config["model"]["vocab_sha256"][:12]))
+        return built
+
+    def differences(self, config):
+        """``["field: ours vs theirs", ...]`` over `VECTOR_FIELDS` against a record ``config``;
+        empty when both encode alike. Whitenings compare by content (digest), so a copy of the
+        file matches."""
+        ours, theirs = self.to_config(), _checked_record(config)
+        found = []
+        for field in VECTOR_FIELDS:
+            mine, other = ours[field], theirs.get(field, True if field == "normalize" else None)
+            if field == "whitening":
+                mine, other = _whitening_key(mine), _whitening_key(other)
+            elif field == "model":
+                mine, other = _model_key(mine), _model_key(other)
+            if mine != other:
+                found.append("%s: %s vs %s" % (field, mine, other))
+        return found
+
+
+def _whitening_key(recorded):
+    """What identifies a recorded whitening: its content digest, else (earlier versions) the
+    sha256 of its file."""
+    if not recorded:
+        return None
+    return recorded.get("digest") or "file sha256 %s" % recorded.get("sha256")
+
+
+def _model_key(identity):
+    return "%s (%s, vocabulary %s...)" % (identity.get("name"), identity.get("type"),
+                                          str(identity.get("vocab_sha256"))[:12])
+
+
+#: Types of a record's keys, checked before use: a record comes from a file someone may edit.
+_RECORD_TYPES = {"model": dict, "model_dir": (str, type(None)), "pooling": str, "maxlen": int,
+                 "lowercase": bool, "whitening": (dict, type(None)), "n_components": int}
+_IDENTITY_TYPES = {"name": str, "type": str, "hidden_size": int, "vocab_sha256": str}
+
+
+def _checked_record(config):
+    """``config`` if it has every key a record needs, of the right type; else a one-line error."""
+    if not isinstance(config, dict):
+        raise BertWhiteningError("an encoder record must be a JSON object, got %s" % type(config).__name__)
+    for fields, where in ((_RECORD_TYPES, config), (_IDENTITY_TYPES, config.get("model") or {})):
+        for key, kind in fields.items():
+            if key not in where:
+                raise BertWhiteningError("the encoder record has no %r" % key)
+            if not isinstance(where[key], kind) or (isinstance(where[key], bool) and kind is int):
+                raise BertWhiteningError("the encoder record's %r is %r, of the wrong type"
+                                         % (key, where[key]))
+    return config

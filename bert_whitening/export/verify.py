@@ -1,0 +1,134 @@
+"""Verifying an export in a fresh process, as a server would load it: every signature at once.
+
+The child (``python -m bert_whitening.export.verify``) loads the SavedModel with TensorFlow alone
+(and tensorflow-text for ``serve_text``), runs each signature it has on the verification
+sentences, and writes the outputs; it dies with its parent, even by SIGKILL. The parent compares
+them with the in-memory Keras encoder:
+
+- ``serving_default`` and ``serve_text`` must equal the encoder's vectors within the tolerance
+  (``serve_text`` against bert4keras' tokenisation, so it checks the in-graph tokenizer too);
+- ``serve_search`` must agree with a FAISS ``IndexFlatIP`` of the same corpus searched with the
+  served embeddings, rank by rank: each returned id's own cosine must equal FAISS's score at that
+  rank (so different ids pass only where cosines tie) and the returned score must be that cosine.
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+
+from bert_whitening.errors import ExportError
+
+TOLERANCE = 1e-5
+
+#: Sentences the verification runs through every signature: Chinese, English, mixed, accents,
+#: empty, and one longer than any maxlen.
+VERIFY_SENTENCES = [
+    "今天天气很好", "我们明天去北京看长城。", "花呗每月最低还款额，怎么计算？", "",
+    "The cat sat on the mat.", "A man is playing a guitar!", "Café naïve ÉCOLE", "mixed 中文 and English 123",
+    "这是一个很长的句子" * 20,
+]
+
+
+def verify(directory, encoder, text, corpus=None, tolerance=TOLERANCE):
+    """Run the export in ``directory`` in a fresh process and compare every signature with
+    ``encoder`` (and ``serve_search`` with FAISS over ``corpus``). Returns the largest
+    difference of the embeddings; raises `ExportError` above ``tolerance``."""
+    from bert_whitening.encoding import encode_ids, tokenize
+    from bert_whitening.token_ids import pad_ids
+
+    sequences, _ = tokenize(encoder, VERIFY_SENTENCES)
+    expected = encode_ids(encoder, sequences, progress=False)
+    outputs = run_in_fresh_process(directory, pad_ids(sequences), VERIFY_SENTENCES if text else [])
+    difference = max(float(np.abs(outputs[name] - expected).max())
+                     for name in ("serving_default", "serve_text") if name in outputs)
+    if not difference <= tolerance:
+        raise ExportError("the reloaded SavedModel differs from the Keras model by %.3g "
+                          "(tolerance %.3g); nothing was written" % (difference, tolerance))
+    if corpus is not None:
+        _check_search(outputs, corpus, tolerance)
+    return difference
+
+
+def _check_search(outputs, corpus, tolerance):
+    from bert_whitening.retrieval.faiss_indexes import flat_index
+
+    ids, scores, embeddings = outputs["search_ids"], outputs["search_scores"], outputs["serving_default"]
+    expected_scores, expected_ids = flat_index(corpus).search(embeddings, ids.shape[1])
+    found, difference = mismatches(ids, scores, expected_ids, expected_scores, embeddings, corpus, tolerance)
+    if found or not difference <= tolerance:
+        raise ExportError("serve_search disagrees with FAISS IndexFlatIP on the same vectors: "
+                          "(row, rank, id, FAISS id) %s, scores differ by up to %.3g (tolerance "
+                          "%.3g); nothing was written" % (found[:5], difference, tolerance))
+
+
+def mismatches(ids, scores, expected_ids, expected_scores, queries, corpus, tolerance):
+    """``[(row, rank, id, expected id)]`` where a returned id's own cosine with its query (not
+    the score returned beside it) differs from the expected score at that rank, or the score
+    returned is not that cosine; plus the largest score difference. Different ids with equal
+    cosines are ties, and pass."""
+    cosines = np.einsum("qkd,qd->qk", np.asarray(corpus, np.float64)[ids], np.asarray(queries, np.float64))
+    bad = (np.abs(cosines - expected_scores) > tolerance) | (np.abs(cosines - scores) > tolerance)
+    found = [(int(row), int(rank), int(ids[row, rank]), int(expected_ids[row, rank]))
+             for row, rank in zip(*np.nonzero(bad), strict=True)]
+    return found, float(np.abs(scores - expected_scores).max())
+
+
+def run_in_fresh_process(directory, input_ids, sentences=(), scratch=None):
+    """Outputs of a SavedModel loaded as a server loads it, in a new Python process:
+    ``serving_default`` (vectors of ``input_ids``), ``serve_text`` (of ``sentences``, when
+    given), and ``search_ids``/``search_scores`` when it has ``serve_search`` (fed the sentences
+    when it takes text, else the ids). The child dies with this process, even by SIGKILL. Its
+    request and response files live in ``scratch`` (default ``directory/.verify``, which goes
+    with a staging directory when that is removed) and are removed afterwards."""
+    scratch = scratch or os.path.join(directory, ".verify")
+    os.makedirs(scratch, exist_ok=True)
+    request, response = os.path.join(scratch, "request.npz"), os.path.join(scratch, "response.npz")
+    try:
+        np.savez(request, input_ids=input_ids, text=np.array(list(sentences), dtype=object))
+        child = subprocess.run([sys.executable, "-m", "bert_whitening.export.verify", directory, request,
+                                response], capture_output=True, text=True, preexec_fn=_die_with_parent)
+        if child.returncode != 0:
+            raise ExportError("the exported SavedModel failed to load or run in a fresh process:\n"
+                              + child.stderr[-3000:])
+        with np.load(response) as outputs:
+            return {name: outputs[name] for name in outputs.files}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _die_with_parent():
+    """In the child, before exec: ask Linux to SIGKILL it when its parent dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's clean-up still kills it
+        pass
+
+
+def _run_signatures(directory, request_path, response_path):
+    """Child side: load the SavedModel as a server would and run each of its signatures."""
+    from bert_whitening.backend import tf
+
+    with np.load(request_path, allow_pickle=True) as request:
+        input_ids, text = request["input_ids"], list(request["text"])
+    if text:
+        import tensorflow_text  # noqa: F401  registers the tokenizer ops
+
+    loaded = tf.saved_model.load(directory)
+    ids_input = {"input_ids": tf.constant(input_ids), "segment_ids": tf.zeros_like(input_ids)}
+    text_input = {"text": tf.constant(text)}
+    outputs = {"serving_default": loaded.signatures["serving_default"](**ids_input)["embedding"].numpy()}
+    if "serve_text" in loaded.signatures:
+        outputs["serve_text"] = loaded.signatures["serve_text"](**text_input)["embedding"].numpy()
+    if "serve_search" in loaded.signatures:
+        searched = loaded.signatures["serve_search"](**(text_input if text else ids_input))
+        outputs.update(search_ids=searched["ids"].numpy(), search_scores=searched["scores"].numpy())
+    np.savez(response_path, **outputs)
+
+
+if __name__ == "__main__":
+    _run_signatures(*sys.argv[1:4])

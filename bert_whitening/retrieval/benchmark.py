@@ -1,0 +1,122 @@
+"""The retrieval benchmark of a pair task and its metrics, by exact cosine (numpy only).
+
+The benchmark, defined so that anyone can recompute it from a split of a pair task:
+
+- a pair is *positive* when its label says the two sentences mean the same: label 1 when every
+  label of the split is 0 or 1 (ATEC, BQ, LCQMC, PAWSX), else score >= 4 on the 0-5 scale of the
+  STS tasks (STS-B, STS-B-en). Labels outside both scales are refused;
+- queries: the distinct first sentences of the positive pairs, in file order;
+- corpus: the distinct second sentences of all pairs of the split, in file order, then the
+  distinct distractor sentences that are not already in it;
+- the relevant items of a query: the second sentences of its positive pairs.
+
+Search is exact cosine (vectors are L2-normalised, so a dot product); ties are ranked by corpus
+position, lower first. MRR@10 is the mean over queries of 1/rank of the first relevant item in the
+top 10 (0 when there is none); Recall@k the share of queries with any relevant item in the top k.
+"""
+import dataclasses
+
+import numpy as np
+
+from bert_whitening.data import DataError, read_sentences
+
+#: Score from which a 0-5 STS pair counts as positive.
+POSITIVE_SCORE = 4.0
+#: Depth of the ranking the metrics look at.
+CUTOFF = 10
+#: Rows of a query block in exact search: bounds the score matrix to block x corpus floats.
+SEARCH_BLOCK = 256
+
+
+def positive_labels(labels, where="labels"):
+    """Which labels mark positive pairs (see the module docstring); ``where`` names the data in
+    the error for labels on neither scale."""
+    labels = np.asarray(labels, dtype=np.float64)
+    if np.isin(labels, (0.0, 1.0)).all():
+        return labels == 1.0
+    outside = labels[(labels < 0) | (labels > 5)]
+    if outside.size:
+        raise DataError("%s: labels are neither all 0/1 nor 0-5 scores (found %g)"
+                        % (where, outside[0]))
+    return labels >= POSITIVE_SCORE
+
+
+@dataclasses.dataclass
+class Benchmark:
+    """Queries, corpus and relevance of one split, with the rows of the pairs they come from."""
+
+    queries: list
+    query_pairs: np.ndarray  # for each query, a pair whose first sentence it is
+    corpus: list
+    corpus_pairs: np.ndarray  # for each corpus item from the pairs, a pair whose second it is
+    relevant: list  # for each query, the set of corpus positions of its relevant items
+
+    @property
+    def distractors(self):
+        return self.corpus[len(self.corpus_pairs):]
+
+
+def build_benchmark(pairs, distractors=(), where="pairs"):
+    """The benchmark of ``pairs`` (``[(sentence1, sentence2, label)]``) plus ``distractors``
+    (an iterable of sentences)."""
+    positive = positive_labels([label for _, _, label in pairs], where)
+    corpus_position = {}
+    for row, (_, second, _) in enumerate(pairs):
+        corpus_position.setdefault(second, (len(corpus_position), row))
+    query_position, relevant = {}, []
+    for row, (first, second, _) in enumerate(pairs):
+        if positive[row]:
+            if first not in query_position:
+                query_position[first] = (len(query_position), row)
+                relevant.append(set())
+            relevant[query_position[first][0]].add(corpus_position[second][0])
+    corpus = list(corpus_position)
+    extra = dict.fromkeys(s for s in distractors if s not in corpus_position)
+    return Benchmark(queries=list(query_position),
+                     query_pairs=np.array([row for _, row in query_position.values()], dtype=np.int64),
+                     corpus=corpus + list(extra),
+                     corpus_pairs=np.array([row for _, row in corpus_position.values()], dtype=np.int64),
+                     relevant=relevant)
+
+
+def exact_search(queries, corpus, top_k=CUTOFF):
+    """``(ids, scores)`` of the ``top_k`` largest dot products of each query row with the corpus
+    rows, best first, ties by lower corpus position; exact, in blocks of queries."""
+    queries, corpus = np.asarray(queries), np.asarray(corpus)
+    top_k = min(top_k, len(corpus))
+    ids = np.zeros((len(queries), top_k), dtype=np.int64)
+    scores = np.zeros((len(queries), top_k), dtype=np.result_type(queries, corpus))
+    for start in range(0, len(queries), SEARCH_BLOCK):
+        block = queries[start:start + SEARCH_BLOCK] @ corpus.T
+        # Every item scoring at least the k-th best is a candidate, so ties at the cut are kept.
+        kth = -np.partition(-block, top_k - 1, axis=1)[:, top_k - 1]
+        for offset, row in enumerate(block):
+            candidates = np.flatnonzero(row >= kth[offset])
+            order = np.lexsort((candidates, -row[candidates]))[:top_k]
+            ids[start + offset] = candidates[order]
+            scores[start + offset] = row[candidates[order]]
+    return ids, scores
+
+
+def retrieval_metrics(ids, relevant):
+    """``{"mrr@10", "recall@1", "recall@10"}`` of ranked ``ids`` (queries x at least 10 or the
+    corpus size) against each query's set of relevant positions."""
+    hits = np.array([[item in wanted for item in row[:CUTOFF]]
+                     for row, wanted in zip(ids, relevant, strict=True)], dtype=bool).reshape(len(relevant), -1)
+    found = hits.any(axis=1)
+    reciprocal = np.where(found, 1.0 / (hits.argmax(axis=1) + 1), 0.0)
+    return {"mrr@10": float(reciprocal.mean()), "recall@1": float(hits[:, :1].any(axis=1).mean()),
+            "recall@10": float(found.mean())}
+
+
+def overlap_at_k(approximate, exact):
+    """Recall of an approximate index against exact search: the mean share of each query's exact
+    top-k ids that the approximate top-k also returns."""
+    pairs = zip(approximate, exact, strict=True)
+    return float(np.mean([len(set(a) & set(e)) / len(e) for a, e in pairs]))
+
+
+def read_distractors(paths, skip_bad_lines=False):
+    """Sentences of distractor files (every line of a sentence file, both sentences of a pair)."""
+    for path in paths:
+        yield from read_sentences(path, "auto", skip_bad_lines)

@@ -1,0 +1,109 @@
+"""``eval-retrieval``: the retrieval benchmark (`bert_whitening.retrieval.benchmark`) of pair
+tasks, every whitening setting scored on one encoding of each task, with FAISS sizes and timings
+(`bert_whitening.retrieval.faiss_indexes`)."""
+import logging
+import time
+
+import numpy as np
+
+from bert_whitening.config import versions
+from bert_whitening.data import DataError, data_dir
+from bert_whitening.evaluation import encode_splits, fit_statistics, load_tasks, settings, whitened_settings
+from bert_whitening.retrieval.benchmark import CUTOFF, build_benchmark, read_distractors
+from bert_whitening.retrieval.faiss_indexes import (
+    HNSW_EF_CONSTRUCTION,
+    HNSW_EF_SEARCH,
+    HNSW_M,
+    faiss,
+    score_setting,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def _splits_to_encode(splits, split, fit_on):
+    """The splits whose vectors are needed: all of them for ``fit_on="all"``, else the scored
+    split (and train for ``fit_on="train"``)."""
+    wanted = set(splits) if fit_on == "all" else {split, "train"} if fit_on == "train" else {split}
+    return {name: pairs for name, pairs in splits.items() if name in wanted}
+
+
+def evaluate_task(run, splits, split, requested, fit_on="all", files_statistics=None, distractors=(),
+                  hnsw_m=HNSW_M, allow_rank_deficient=False, where="task"):
+    """Retrieval figures of every setting on one task's ``split``: its sentences are encoded
+    once with ``run`` (a list of sentences to an array) and every setting is scored on the same
+    vectors; ``fit_on`` and ``files_statistics`` as in `evaluation.fit_statistics`. Returns
+    ``(results, counts)``."""
+    if split not in splits:
+        raise DataError("%s has no %s split (splits: %s)" % (where, split, ", ".join(splits)))
+    bench = build_benchmark(splits[split], distractors, where="%s.%s" % (where, split))
+    if not bench.queries:
+        raise DataError("%s.%s: no positive pairs, so no queries" % (where, split))
+    encoded = encode_splits(run, _splits_to_encode(splits, split, fit_on))
+    stats = fit_statistics(encoded, fit_on, files_statistics)
+    first, second, _ = encoded[split]
+    queries = first[bench.query_pairs]
+    corpus = second[bench.corpus_pairs]
+    if bench.distractors:
+        corpus = np.concatenate([corpus, np.asarray(run(bench.distractors), dtype=np.float64)])
+    results = []
+    for setting, k, transform in whitened_settings(stats, requested, allow_rank_deficient)[0]:
+        logger.info("%s: %s (k=%d) on %d queries x %d corpus", where, setting.label, k,
+                    len(queries), len(corpus))
+        scored = score_setting(transform(queries), transform(corpus), bench.relevant, hnsw_m)
+        results.append({"setting": setting.label, "n_components": k, "beta": setting.beta,
+                        "gamma": setting.gamma, **scored})
+    counts = {"pairs": len(splits[split]), "queries": len(bench.queries), "corpus": len(bench.corpus),
+              "distractors": len(bench.distractors),
+              "relevant": int(sum(len(r) for r in bench.relevant)), "fitted_on_vectors": stats.count}
+    return results, counts
+
+
+def evaluate_retrieval(spec, tasks, directory=None, split="test", n_components=(0, -1, 256, 128, 64),
+                       betas=(1.0,), gammas=(1.0,), fit_on="all", distractor_files=(),
+                       hnsw_m=HNSW_M, batch_size=128, skip_bad_lines=False, on_task=None):
+    """The ``eval-retrieval`` report: ``{"model", "pooling", ..., "tasks": {task: {"counts",
+    "results": [per setting]}}}``. ``spec`` is a `bert_whitening.config.EncoderConfig` of the
+    unwhitened encoder; its ``maxlen`` None means each task's default (`task_maxlen`).
+    ``on_task(task, entry)`` is called as each task is done (the CLI prints its table)."""
+    started = time.time()
+    requested = settings(n_components, betas, gammas)
+    distractors = list(read_distractors(distractor_files, skip_bad_lines))
+    encoder, loaded = load_tasks(spec, tasks, directory, n_components, batch_size, skip_bad_lines)
+    report = {"model": encoder.model_identity, "pooling": encoder.pooling, "data_dir": data_dir(directory),
+              "split": split, "fit_on": fit_on,
+              "distractor_files": list(distractor_files), "cutoff": CUTOFF,
+              "hnsw": {"m": hnsw_m, "ef_construction": HNSW_EF_CONSTRUCTION,
+                       "ef_search": HNSW_EF_SEARCH},
+              "faiss_threads": _faiss_threads(), "tasks": {}, "versions": versions()}
+    for task in loaded:
+        results, counts = evaluate_task(task.encode, task.splits, split, requested, fit_on,
+                                        task.statistics_of_files, distractors, hnsw_m,
+                                        spec.allow_rank_deficient, where=task.name)
+        report["tasks"][task.name] = {"maxlen": task.maxlen, "counts": counts, "results": results}
+        if on_task:
+            on_task(task.name, report["tasks"][task.name])
+    report["versions"]["faiss-cpu"] = faiss().__version__
+    report["seconds"] = round(time.time() - started, 1)
+    return report
+
+
+def _faiss_threads():
+    return faiss().omp_get_max_threads()
+
+
+def format_retrieval_table(task, entry):
+    """One row per setting: quality, then FAISS flat size and speed, then HNSW."""
+    counts = entry["counts"]
+    lines = ["%s: %d queries, corpus %d (%d distractors), %d relevant pairs"
+             % (task, counts["queries"], counts["corpus"], counts["distractors"], counts["relevant"]),
+             "%-14s %4s %7s %7s %7s %9s %8s %8s %8s %9s %8s" % (
+                 "setting", "k", "MRR@10", "R@1", "R@10", "index MB", "p50 ms", "p99 ms", "q/s@64",
+                 "HNSW R@10", "HNSW p50")]
+    for result in entry["results"]:
+        flat, hnsw = result["flat"], result["hnsw"]
+        lines.append("%-14s %4d %7.4f %7.4f %7.4f %9.2f %8.3f %8.3f %8.0f %9.4f %8.3f" % (
+            result["setting"], result["dim"], result["mrr@10"], result["recall@1"], result["recall@10"],
+            flat["index_bytes"] / 1e6, flat["p50_ms"], flat["p99_ms"], flat["qps_batch64"],
+            hnsw["recall@10_vs_exact"], hnsw["p50_ms"]))
+    return "\n".join(lines)

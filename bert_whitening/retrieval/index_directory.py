@@ -1,0 +1,250 @@
+"""Index directories: a corpus's vectors, its texts and what encoded them, self-contained and
+verified before use.
+
+A directory holds:
+
+- ``index.faiss``: the FAISS index (exact ``IndexFlatIP``, or HNSW) of the L2-normalised vectors;
+- ``keys.tsv``: ``file<TAB>line`` of each row, in index order, as the file was named when it was
+  indexed (shown to the user, never opened again);
+- ``texts.jsonl``: the text of each row, one JSON string a line (``null`` for rows indexed from
+  vectors alone);
+- ``whitening.npz``: the whitening that made the vectors, when there is one;
+- ``index.json``: the `bert_whitening.config.EncoderConfig` record of the encoder, the count, the
+  dimension, the kind of index, and the sha256 of each file above.
+
+Search reads nothing outside the directory, so editing, moving or deleting the corpus files later
+changes nothing. Opening an index checks, before FAISS reads a byte: that every file is a regular
+file (a FIFO or a device under one of these names would block or never end), and that its sha256
+is the one ``index.json`` records, so a damaged, truncated or swapped file (an ``index.faiss``
+copied from another index of the same dimension, say) is refused. Then FAISS's dimension and row
+count, and the row counts of the keys and texts, must be ``index.json``'s. ``index.json`` is the
+root of this trust: its entries are type-checked; whoever can rewrite it can rewrite the rest.
+"""
+import json
+import logging
+import os
+import stat
+
+import numpy as np
+
+from bert_whitening.atomic import staged_directory
+from bert_whitening.config import _checked_record, versions
+from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.files import file_sha256
+from bert_whitening.retrieval.faiss_indexes import faiss, hnsw_index
+
+logger = logging.getLogger(__name__)
+
+#: 2: texts, whitening and checksums in the directory. 1 (no ``format_version``) read the corpus
+#: files again at search time; it is refused with a request to rebuild.
+FORMAT_VERSION = 2
+INDEX_FILE, KEYS_FILE, TEXTS_FILE = "index.faiss", "keys.tsv", "texts.jsonl"
+WHITENING_FILE, METADATA_FILE = "whitening.npz", "index.json"
+
+#: Largest ``index.json`` read: it holds a record and checksums, a few kB.
+METADATA_LIMIT = 1 << 20
+
+
+def shown_name(path):
+    """``path`` as keys record it: text that can be written and printed whatever bytes the file
+    name holds (undecodable bytes as ``\\xNN``)."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+class IndexWriter:
+    """Builds an index directory in a staging directory and renames it into place on success,
+    so a failure leaves nothing at ``output``. Rows are added in chunks with their
+    ``(file, line)`` keys and texts, so a corpus of any size streams through."""
+
+    def __init__(self, output, record, dim, hnsw_m=0, whitening=None, source="the input"):
+        """``record``: `EncoderConfig.to_config()` of what made the vectors; ``whitening``: the
+        `Whitening` in it, stored beside; ``source`` names the input in errors."""
+        if os.path.lexists(output):
+            raise BertWhiteningError("%s already exists; choose a new index directory" % output)
+        self.output, self.record, self.dim, self.hnsw_m = output, record, dim, hnsw_m
+        self.whitening, self.source = whitening, source
+        self.index = hnsw_index(dim, hnsw_m) if hnsw_m else faiss().IndexFlatIP(dim)
+
+    def __enter__(self):
+        self._staging_context = staged_directory(self.output)
+        self.staging = self._staging_context.__enter__()
+        self.keys = open(os.path.join(self.staging, KEYS_FILE), "w", encoding="utf-8", newline="\n")
+        self.texts = open(os.path.join(self.staging, TEXTS_FILE), "w", encoding="utf-8", newline="\n")
+        return self
+
+    def add(self, vectors, keys, texts=None):
+        """Add ``vectors`` (unit rows) with their ``[(file, line)]`` keys and texts (None: none)."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim:
+            raise BertWhiteningError("%s:%s: vectors of shape %s for an index of dimension %d"
+                                     % (*keys[0], vectors.shape, self.dim))
+        if len(keys) != len(vectors):
+            raise BertWhiteningError("%d keys for %d vectors" % (len(keys), len(vectors)))
+        norms = np.linalg.norm(vectors, axis=1)
+        bad = np.flatnonzero(~(np.abs(norms - 1) <= 1e-3))  # NaN fails too
+        if bad.size:
+            raise BertWhiteningError("%s:%s: vector of norm %.4g; an index holds L2-normalised "
+                                     "vectors (encode without --no-normalize)" % (*keys[bad[0]], norms[bad[0]]))
+        for (path, line), text in zip(keys, texts or [None] * len(keys), strict=True):
+            self.keys.write("%s\t%d\n" % (shown_name(path).replace("\t", "\\t").replace("\n", "\\n"), line))
+            self.texts.write(json.dumps(text, ensure_ascii=False) + "\n")
+        self.index.add(np.ascontiguousarray(vectors))
+
+    def __exit__(self, kind, error, traceback):
+        self.keys.close()
+        self.texts.close()
+        try:
+            if kind is None:
+                if self.index.ntotal == 0:
+                    raise DataError("%s: no vectors to index" % self.source)
+                self._write()
+        except BaseException as failure:
+            self._staging_context.__exit__(type(failure), failure, failure.__traceback__)
+            raise
+        return self._staging_context.__exit__(kind, error, traceback)
+
+    def _write(self):
+        faiss().write_index(self.index, os.path.join(self.staging, INDEX_FILE))
+        names = [INDEX_FILE, KEYS_FILE, TEXTS_FILE]
+        if self.whitening is not None:
+            with open(os.path.join(self.staging, WHITENING_FILE), "wb") as stream:
+                self.whitening.write(stream)
+            names.append(WHITENING_FILE)
+        metadata = {**self.record, "count": int(self.index.ntotal), "dim": self.dim,
+                    "index": "hnsw" if self.hnsw_m else "flat", "hnsw_m": self.hnsw_m or None,
+                    "format_version": FORMAT_VERSION,
+                    "files": {name: file_sha256(os.path.join(self.staging, name)) for name in names},
+                    "versions": versions()}
+        with open(os.path.join(self.staging, METADATA_FILE), "w", encoding="utf-8") as stream:
+            json.dump(metadata, stream, indent=2, ensure_ascii=False)
+        os.rename(self.staging, self.output)
+
+
+class IndexDirectory:
+    """An index directory, verified (see the module docstring) when opened: ``metadata`` is
+    ``index.json`` (with the encoder record, `EncoderConfig.from_config` reads it), ``count``
+    and ``dim`` its rows and their dimension."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.metadata = self._read_metadata()
+        self.count, self.dim = self.metadata["count"], self.metadata["dim"]
+        for name in self.metadata["files"]:
+            self._verify(name)
+        self._index = None
+
+    def path(self, name):
+        return os.path.join(self.directory, name)
+
+    def _refuse(self, problem):
+        raise BertWhiteningError("%s: %s" % (self.directory, problem))
+
+    def _read_metadata(self):
+        if not os.path.isdir(self.directory):
+            self._refuse("not a directory")
+        stream = self._open(METADATA_FILE)
+        with stream:
+            text = stream.read(METADATA_LIMIT + 1)
+        if len(text) > METADATA_LIMIT:
+            self._refuse("%s is larger than %d bytes: not an index's" % (METADATA_FILE, METADATA_LIMIT))
+        try:
+            metadata = json.loads(text.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            self._refuse("%s is not valid JSON (%s)" % (METADATA_FILE, error))
+        if not isinstance(metadata, dict):
+            self._refuse("%s is not a JSON object" % METADATA_FILE)
+        if "format_version" not in metadata:
+            self._refuse("built by an earlier version, which read the corpus files again at search "
+                         "time; build it again with `bert-whitening index`")
+        if metadata["format_version"] != FORMAT_VERSION:
+            self._refuse("index format version %r; this version reads %d"
+                         % (metadata["format_version"], FORMAT_VERSION))
+        for key, kind in (("count", int), ("dim", int), ("files", dict), ("index", str)):
+            if not isinstance(metadata.get(key), kind) or isinstance(metadata.get(key), bool):
+                self._refuse("%s: %r is %r, expected %s" % (METADATA_FILE, key, metadata.get(key), kind.__name__))
+        if metadata["count"] < 1 or metadata["dim"] < 1:
+            self._refuse("%s: count %d, dim %d: an index holds at least one vector"
+                         % (METADATA_FILE, metadata["count"], metadata["dim"]))
+        expected = {INDEX_FILE, KEYS_FILE, TEXTS_FILE} | ({WHITENING_FILE} if metadata.get("whitening") else set())
+        if set(metadata["files"]) != expected:
+            self._refuse("%s lists files %s, expected %s"
+                         % (METADATA_FILE, sorted(metadata["files"]), sorted(expected)))
+        try:
+            _checked_record(metadata)
+        except BertWhiteningError as error:
+            self._refuse("%s: %s" % (METADATA_FILE, error))
+        return metadata
+
+    def _open(self, name):
+        """A binary stream of one of the directory's files, refused unless it is a regular file."""
+        path = self.path(name)
+        try:
+            stream = open(path, "rb")
+        except FileNotFoundError:
+            self._refuse("not an index directory (no %s)" % name)
+        except OSError as error:
+            self._refuse("cannot read %s (%s)" % (name, error.strerror))
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            stream.close()
+            self._refuse("%s is not a regular file" % name)
+        return stream
+
+    def _verify(self, name):
+        expected = self.metadata["files"][name]
+        self._open(name).close()  # a FIFO or a device is refused before it is read
+        if file_sha256(self.path(name)) != expected:
+            self._refuse("%s is not the file this index was built with (sha256 differs from "
+                         "index.json's %s...): the directory was edited; build it again"
+                         % (name, str(expected)[:12]))
+
+    @property
+    def index(self):
+        """The FAISS index, read once its file is verified, and checked against index.json."""
+        if self._index is None:
+            try:
+                index = faiss().read_index(self.path(INDEX_FILE))
+            except RuntimeError as error:
+                self._refuse("FAISS cannot read %s (%s)" % (INDEX_FILE, str(error).splitlines()[0]))
+            if (index.d, index.ntotal) != (self.dim, self.count):
+                self._refuse("%s holds %d vectors of dimension %d; index.json says %d of %d"
+                             % (INDEX_FILE, index.ntotal, index.d, self.count, self.dim))
+            self._index = index
+        return self._index
+
+    def whitening(self):
+        """The `Whitening` stored with the index, or None."""
+        from bert_whitening.whitening import Whitening
+
+        return Whitening.load(self.path(WHITENING_FILE)) if self.metadata.get("whitening") else None
+
+    def vectors(self):
+        """The exact vectors stored, float32 ``(count, dim)``."""
+        return self.index.reconstruct_n(0, self.count)
+
+    def search(self, vectors, top_k):
+        """``(scores, ids)`` of the ``top_k`` nearest rows (at most ``count``) of each vector."""
+        return self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), min(top_k, self.count))
+
+    def rows(self, wanted):
+        """``{row: (file, line, text)}`` for the set of ``wanted`` rows, read in one pass over
+        the keys and texts (a search needs a few rows of a large index)."""
+        found = {}
+        with self._open(KEYS_FILE) as keys, self._open(TEXTS_FILE) as texts:
+            row = -1
+            for row, (key, text) in enumerate(zip(keys, texts, strict=False)):
+                if row in wanted:
+                    found[row] = self._row(row, key, text)
+        self._check_rows(row + 1)
+        return found
+
+    def _row(self, row, key, text):
+        fields = key.decode("utf-8", "replace").rstrip("\n").rsplit("\t", 1)
+        try:
+            return fields[0], int(fields[1]), json.loads(text)
+        except (IndexError, ValueError):
+            self._refuse("%s/%s line %d: expected file<TAB>line and a JSON text"
+                         % (KEYS_FILE, TEXTS_FILE, row + 1))
+
+    def _check_rows(self, rows_read):
+        if rows_read < self.count:
+            self._refuse("%s and %s hold %d rows; index.json says %d" % (KEYS_FILE, TEXTS_FILE, rows_read, self.count))

@@ -1,0 +1,153 @@
+"""``index`` and ``search`` with an encoder, and the corpus ``export --corpus`` serves.
+
+A query is encoded by the encoder the index records (`bert_whitening.config.EncoderConfig`), with
+the whitening stored in the index; a model, pooling or whitening given that differs from it is
+refused, since its vectors would not be comparable with the corpus's.
+"""
+import collections
+import itertools
+import logging
+import os
+
+from bert_whitening.config import EncoderConfig, whitening_digest
+from bert_whitening.data import read_sentences
+from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.files import npy_blocks
+from bert_whitening.retrieval.index_directory import KEYS_FILE, TEXTS_FILE, IndexDirectory, IndexWriter
+
+logger = logging.getLogger(__name__)
+
+#: Rows of a ``--from-vectors`` array added at a time.
+NPY_BLOCK_ROWS = 65536
+
+
+def numbered_lines(paths):
+    """``((file, line), text)`` of every line of the sentence files, in order, each read once."""
+    for path in paths:
+        for number, text in enumerate(read_sentences(path, "lines"), 1):
+            yield (os.path.abspath(path) if path != "-" else path, number), text
+
+
+def build_index(config: EncoderConfig, output: str, inputs=(), hnsw_m: int = 0,
+                from_vectors: str = None, from_beam: str = None, batch_size: int = 128) -> int:
+    """Write an index directory of the sentence files ``inputs`` encoded with ``config``, or of
+    vectors already encoded: ``from_vectors`` (a ``.npy``; keys and texts from ``inputs`` when
+    given, else its rows) or ``from_beam`` (a ``beam-encode`` shard pattern; no texts). Every
+    input is read once. Returns the number of vectors."""
+    if not config.normalize:
+        raise BertWhiteningError("an index holds L2-normalised vectors: --no-normalize cannot be used")
+    record = config.to_config()
+    source = from_beam or from_vectors or ", ".join(inputs) or "the input"
+    writer = IndexWriter(output, record, config.dim, hnsw_m,
+                         config.whitening if record["n_components"] else None, source)
+    with writer:
+        if from_beam:
+            from bert_whitening.beam import read_encoded
+
+            keys, vectors = read_encoded(from_beam)
+            if not keys:
+                raise DataError("%s: no beam-encode shards match" % from_beam)
+            writer.add(vectors, keys)
+        elif from_vectors:
+            blocks = (block for _, block in npy_blocks(from_vectors, NPY_BLOCK_ROWS))
+            keyed = numbered_lines(inputs) if inputs else (
+                ((os.path.abspath(from_vectors), row), None) for row in itertools.count(1))
+            _add_keyed(writer, blocks, keyed)
+        else:
+            from bert_whitening.encoding import encode_stream, progress_bar
+
+            if not inputs:
+                raise BertWhiteningError("nothing to index: give sentence files, --from-vectors "
+                                         "or --from-beam")
+            read = collections.deque()  # the keys of the sentences encode_stream has taken
+
+            def texts():
+                for key, text in numbered_lines(inputs):
+                    read.append((key, text))
+                    yield text
+
+            encoder = config.build()
+            with progress_bar() as bar:
+                for vectors in encode_stream(encoder, texts(), batch_size, bar):
+                    keyed = [read.popleft() for _ in range(len(vectors))]
+                    writer.add(vectors, [key for key, _ in keyed], [text for _, text in keyed])
+        count = writer.index.ntotal
+    logger.info("indexed %d vectors of dimension %d into %s (%s)", count, config.dim, output,
+                "HNSW, M=%d" % hnsw_m if hnsw_m else "exact IndexFlatIP")
+    return count
+
+
+def _add_keyed(writer, blocks, keyed):
+    """Add each block of vectors with the next keys and texts of the iterator ``keyed``; the two
+    must have the same length."""
+    for vectors in blocks:
+        chunk = list(itertools.islice(keyed, len(vectors)))
+        if len(chunk) != len(vectors):
+            raise DataError("%s: fewer lines than vectors: %d vectors left without a line"
+                            % (writer.source, len(vectors) - len(chunk)))
+        writer.add(vectors, [key for key, _ in chunk], [text for _, text in chunk])
+    extra = next(keyed, None)
+    if extra is not None:
+        raise DataError("%s:%d: more lines than vectors" % extra[0])
+
+
+def query_config(index: IndexDirectory, model=None, pooling=None, whitening_path=None) -> EncoderConfig:
+    """The encoder that made ``index``'s vectors, with its stored whitening. A ``model`` (where
+    the recorded directory has moved) must be the recorded one; a ``pooling`` or a whitening
+    file given must equal the index's: a query must be encoded as the corpus was."""
+    whitening = index.whitening()
+    if whitening_path:
+        from bert_whitening.whitening import Whitening
+
+        given = Whitening.load(whitening_path)
+        if whitening is None or whitening_digest(given) != whitening_digest(whitening):
+            raise BertWhiteningError("%s is not the whitening %s was built with (%s): refused" % (
+                whitening_path, index.directory, "it has none" if whitening is None else "they differ"))
+    if pooling and pooling != index.metadata["pooling"]:
+        raise BertWhiteningError("the index was built with %s pooling, not %s: refused"
+                                 % (index.metadata["pooling"], pooling))
+    return EncoderConfig.from_config(index.metadata, whitening, model)
+
+
+def search(directory: str, queries, top_k: int = 10, model=None, pooling=None, whitening_path=None,
+           batch_size: int = 128) -> list:
+    """For each query, its ``top_k`` nearest corpus rows: ``[{"query", "hits": [{"rank",
+    "score" (cosine), "file", "line", "text"}]}]``, all read from the index directory."""
+    from bert_whitening.encoding import encode
+
+    index = IndexDirectory(directory)
+    encoder = query_config(index, model, pooling, whitening_path).build()
+    vectors = encode(encoder, list(queries), batch_size, progress=False)
+    scores, ids = index.search(vectors, top_k)
+    rows = index.rows(set(ids.ravel().tolist()) - {-1})
+    return [{"query": query, "hits": [
+        {"rank": rank + 1, "score": float(score), "file": rows[row][0], "line": rows[row][1],
+         "text": rows[row][2]}
+        for rank, (row, score) in enumerate(zip(found, found_scores, strict=True)) if row >= 0]}
+            for query, found, found_scores in zip(queries, ids, scores, strict=True)]
+
+
+def format_hits(results) -> str:
+    lines = []
+    for result in results:
+        lines.append("query: %s" % result["query"])
+        for hit in result["hits"]:
+            shown = hit["text"] if hit["text"] is not None else "(%s:%d)" % (hit["file"], hit["line"])
+            lines.append("  %2d  %.4f  %s" % (hit["rank"], hit["score"], shown))
+    return "\n".join(lines)
+
+
+def corpus_for_export(directory: str, config: EncoderConfig):
+    """The vectors of an index directory for ``export --corpus``, and what the export records of
+    them; refused unless the index was made by the encoder ``config`` describes, in every field
+    that changes the vectors."""
+    index = IndexDirectory(directory)
+    differences = config.differences(index.metadata)
+    if differences:
+        raise BertWhiteningError("%s was indexed with another encoder than the export's (%s): "
+                                 "refused" % (directory, "; ".join(differences)))
+    vectors = index.vectors()
+    logger.info("serve_search corpus: %d x %d float32 = %.1f MB resident in the server",
+                len(vectors), vectors.shape[1], vectors.nbytes / 1e6)
+    return vectors, {"index": os.path.abspath(directory), "count": len(vectors),
+                     "dim": int(vectors.shape[1]), "keys": KEYS_FILE, "texts": TEXTS_FILE}

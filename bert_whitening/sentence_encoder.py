@@ -1,0 +1,186 @@
+"""`SentenceEncoder`: the front door for Python users, as the command line uses it.
+
+    from bert_whitening import SentenceEncoder
+
+    encoder = SentenceEncoder.load("chinese_L-12_H-768_A-12", pooling="first-last-avg")
+    encoder.fit(files=["corpus.txt"], n_components=256)   # the whitening, fitted and applied
+    vectors = encoder.encode(["今天天气很好", "今天天气不错"])   # whitened, L2-normalised
+    encoder.save("my-encoder")                            # config + whitening; load("my-encoder")
+    encoder.export("/srv/models/encoder", text=True)     # one SavedModel for TF Serving
+
+What the vectors are is one `bert_whitening.config.EncoderConfig` (``encoder.config``); the Keras
+graph is built from it on first use (TensorFlow is imported then, not before).
+"""
+import dataclasses
+import json
+import logging
+import os
+from typing import Iterable, Optional, Sequence, Union
+
+import numpy as np
+
+from bert_whitening.atomic import staged_directory, write_atomically
+from bert_whitening.config import EncoderConfig
+from bert_whitening.data import STDIN, display_name, read_sentences
+from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.whitening import Whitening, WhiteningStats, fit_reported
+
+logger = logging.getLogger(__name__)
+
+#: Files of a directory written by `SentenceEncoder.save`.
+CONFIG_FILE, WHITENING_FILE = "sentence_encoder.json", "whitening.npz"
+
+
+class SentenceEncoder:
+    """A BERT checkpoint, a pooling and optionally a whitening, as one sentence encoder."""
+
+    def __init__(self, config: EncoderConfig):
+        config.check()  # refuse what does not fit the model before any weights are read
+        self.config = config
+        self._pooled = None  # the unwhitened Keras encoder, shared by fit and the whitened one
+        self._encoder = None
+
+    @classmethod
+    def load(cls, model: Optional[str] = None, whitening: Union[str, Whitening, None] = None,
+             n_components: Optional[int] = None, *, model_type: str = "bert",
+             pooling: Optional[str] = None, maxlen: int = 64, lowercase: bool = True,
+             normalize: bool = True, allow_rank_deficient: bool = False) -> "SentenceEncoder":
+        """An encoder of ``model`` (a Google-format or Hugging Face BERT directory, None or
+        ``minilm`` for the built-in all-MiniLM-L6-v2, or a directory written by `save`).
+
+        Args:
+            whitening: a whitening file from ``fit`` (or a `Whitening`); None for pooled vectors.
+            n_components: whitened dimensions to keep: 0 none, negative all, None the file's.
+            pooling: default: the whitening's, else ``first-last-avg``.
+            normalize: end with the L2 normalisation (cosine = dot product).
+        """
+        if model and os.path.isfile(os.path.join(model, CONFIG_FILE)):
+            return cls._load_saved(model)
+        path = None
+        if isinstance(whitening, (str, os.PathLike)):
+            path, whitening = os.fspath(whitening), Whitening.load(whitening)
+        pooling = pooling or (whitening.pooling if whitening is not None else None) or "first-last-avg"
+        return cls(EncoderConfig(model=model, model_type=model_type, pooling=pooling, maxlen=maxlen,
+                                 lowercase=lowercase, whitening=whitening, n_components=n_components,
+                                 normalize=normalize, allow_rank_deficient=allow_rank_deficient,
+                                 whitening_path=path))
+
+    @classmethod
+    def _load_saved(cls, directory):
+        path = os.path.join(directory, CONFIG_FILE)
+        try:
+            with open(path, encoding="utf-8") as stream:
+                record = json.load(stream)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise BertWhiteningError("%s: not valid JSON (%s)" % (path, error)) from None
+        whitening_path = os.path.join(directory, WHITENING_FILE)
+        whitening = Whitening.load(whitening_path) if os.path.exists(whitening_path) else None
+        config = EncoderConfig.from_config(record, whitening)
+        return cls(dataclasses.replace(config, whitening_path=whitening_path if whitening else None))
+
+    @property
+    def dim(self) -> int:
+        return self.config.dim
+
+    @property
+    def keras_encoder(self):
+        """The `bert_whitening.models.Encoder` (Keras model, tokenizer), built on first use."""
+        if self._encoder is None:
+            if self._pooled is None:
+                self._pooled = self._unwhitened_config().build()
+            self._encoder = self.config.build(self._pooled)
+        return self._encoder
+
+    def _unwhitened_config(self):
+        return dataclasses.replace(self.config, whitening=None, n_components=None, normalize=False,
+                                   whitening_path=None)
+
+    def encode(self, sentences: Sequence[str], batch_size: int = 128, progress=None) -> np.ndarray:
+        """float32 vectors of ``sentences``, in order (``progress``: see `encoding.encode_ids`)."""
+        from bert_whitening.encoding import encode
+
+        return encode(self.keras_encoder, list(sentences), batch_size, progress)
+
+    def encode_file(self, path: str, output: str, batch_size: int = 128, progress=None) -> int:
+        """Write one vector per line of the sentence file ``path`` (``-``: standard input, read
+        once) to the ``.npy`` ``output``, row *i* for line *i*, atomically; returns the rows."""
+        from bert_whitening.encoding import encode_stream
+        from bert_whitening.npy_rows import NpyRowWriter
+
+        encoder, lines = self.keras_encoder, 0
+
+        def counted(sentences):
+            nonlocal lines
+            for sentence in sentences:
+                lines += 1
+                yield sentence
+
+        def write(temporary):
+            with NpyRowWriter(temporary, encoder.dim) as rows:
+                for vectors in encode_stream(encoder, counted(read_sentences(path, "lines")), batch_size,
+                                             progress):
+                    rows.append(vectors)
+            if lines == 0:
+                raise DataError("%s: empty input" % display_name(path))
+            if rows.rows != lines:  # each line is one row, or the output is wrong
+                raise BertWhiteningError("wrote %d rows for %d input lines" % (rows.rows, lines))
+
+        write_atomically(output, write)
+        return lines
+
+    def fit(self, sentences: Optional[Iterable[str]] = None, files: Sequence[str] = (),
+            n_components: int = -1, beta: float = 1.0, gamma: float = 1.0, format: str = "auto",
+            skip_bad_lines: bool = False, batch_size: int = 128, progress=None) -> Whitening:
+        """Fit a whitening on the pooled vectors of ``sentences`` and of the sentence or pair
+        ``files`` (each read once, streamed); from now on this encoder applies it (normalised).
+        Returns the `Whitening` (``whitening.save(path)`` writes the file ``encode`` reads)."""
+        from bert_whitening.encoding import encode_stream, statistics_from_files
+
+        if list(files).count(STDIN) > 1:
+            raise BertWhiteningError("standard input (-) can be read only once")
+        if self._pooled is None:
+            self._pooled = self._unwhitened_config().build()
+        stats = WhiteningStats()
+        if sentences is not None:
+            for vectors in encode_stream(self._pooled, sentences, batch_size, progress):
+                stats.update(vectors)
+        if files:
+            stats.merge(statistics_from_files(self._pooled, files, format, skip_bad_lines, batch_size, progress))
+        source = ", ".join(files) or "the sentences"
+        whitening = fit_reported(stats, source, n_components=n_components, beta=beta, gamma=gamma,
+                                 pooling=self.config.pooling, model_identity=self._pooled.model_identity,
+                                 allow_rank_deficient=self.config.allow_rank_deficient)
+        self.config = dataclasses.replace(self.config, whitening=whitening, n_components=None,
+                                          normalize=True, whitening_path=None)
+        self._encoder = None
+        return whitening
+
+    def save(self, directory: str) -> None:
+        """Write ``directory`` (new) with the encoder's record (``sentence_encoder.json``: model
+        reference, pooling, maxlen, case, k) and its whitening; `load` reads it back. The model
+        itself is referenced, not copied."""
+        if os.path.lexists(directory):
+            raise BertWhiteningError("%s already exists; choose a new directory" % directory)
+        record = self.config.to_config()
+        with staged_directory(directory) as staging:
+            if self.config.whitening is not None:
+                self.config.whitening.save(os.path.join(staging, WHITENING_FILE))
+            with open(os.path.join(staging, CONFIG_FILE), "w", encoding="utf-8") as stream:
+                json.dump(record, stream, indent=2, ensure_ascii=False)
+            os.rename(staging, directory)
+
+    def export(self, base: str, version: Optional[int] = None, text: bool = False, overwrite: bool = False,
+               corpus: Optional[str] = None, top_k: int = 10):
+        """Export as one SavedModel to ``BASE/N``, verified in a fresh process; ``corpus`` (an
+        index directory made by this encoder) adds ``serve_search``. Returns ``(path,
+        difference)`` (see `bert_whitening.export.export_saved_model`)."""
+        from bert_whitening.export import export_saved_model, target_version
+
+        target_version(base, version, overwrite)  # refuse before loading the model
+        vectors, metadata = None, {}
+        if corpus:
+            from bert_whitening.retrieval.search import corpus_for_export
+
+            vectors, metadata["corpus"] = corpus_for_export(corpus, self.config)
+        return export_saved_model(self.keras_encoder, base, version, text, overwrite, metadata,
+                                  corpus=vectors, top_k=top_k)
