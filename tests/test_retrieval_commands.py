@@ -79,9 +79,11 @@ def test_eval_retrieval_refuses_a_missing_split_and_odd_labels(task_dir, tiny_mo
     assert "TINY.test: labels are neither all 0/1 nor 0-5 scores (found 9)" in caplog.text
 
 
-@pytest.fixture
-def indexed(tmp_path, tiny_model):
-    """A sentence corpus, a whitening fitted on it, its encode output and its index directory."""
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory, tiny_model):
+    """A sentence corpus, a whitening fitted on it, its encode output and its index directory
+    (built once: tests write their own outputs elsewhere)."""
+    tmp_path = tmp_path_factory.mktemp("indexed")
     model = tiny_model[0]
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(s + "\n" for s in MANY[:60]), encoding="utf-8")
@@ -172,3 +174,43 @@ def test_index_from_beam_encode_shards(indexed, tmp_path):
                "--from-beam", "%s-*" % prefix, "--output", from_beam) == 0
     assert [row[:2] for row in rows_of(from_beam)] == [row[:2] for row in rows_of(index)]
     np.testing.assert_allclose(IndexDirectory(str(from_beam)).vectors(), np.load(vectors), atol=1e-5)
+
+
+def test_search_answers_from_the_index_after_the_corpus_file_changed(tiny_model, tmp_path, capsys):
+    corpus, index = tmp_path / "corpus.txt", tmp_path / "index"
+    corpus.write_text("".join(s + "\n" for s in MANY[:20]), encoding="utf-8")
+    assert run("index", "--model", tiny_model[0], "--output", index, corpus) == 0  # no whitening
+    corpus.write_text("an inserted first line\n" + corpus.read_text(encoding="utf-8"), encoding="utf-8")
+    capsys.readouterr()
+    assert run("search", "--index", index, "--top-k", 500000000, "--json", MANY[3]) == 0
+    hits = json.loads(capsys.readouterr().out)[0]["hits"]
+    assert len(hits) == 20  # top-k clamped to the corpus
+    assert (hits[0]["line"], hits[0]["text"]) == (4, MANY[3]) and hits[0]["score"] == pytest.approx(1, abs=1e-5)
+
+
+def test_index_reads_standard_input_once(tiny_model, tmp_path, monkeypatch):
+    import io
+    import sys
+
+    corpus, index = tmp_path / "corpus.txt", tmp_path / "index"
+    corpus.write_text("".join(s + "\n" for s in MANY[:10]), encoding="utf-8")
+    stdin_file = open(corpus, "rb")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(stdin_file))
+    assert run("index", "--model", tiny_model[0], "--output", index, "-") == 0
+    assert [row[1:] for row in rows_of(index)] == [(i + 1, MANY[i]) for i in range(10)]
+
+
+@pytest.mark.parametrize("option", [["--maxlen", 8], ["--cased"], []])
+def test_export_corpus_refuses_an_index_of_another_maxlen_or_case(indexed, tmp_path, caplog, option):
+    model, corpus, whitening, vectors, index = indexed
+    other = tmp_path / "index"
+    assert run("index", "--model", model, "--whitening", whitening, "--n-components", 12,
+               "--output", other, *option, corpus) == 0
+    status = run("export", "--model", model, "--whitening", whitening, "--n-components", 12,
+                 "--corpus", other, "--output", tmp_path / "served")
+    if option:
+        assert status == 1 and "refused" in caplog.text
+        assert ("maxlen: 64 vs 8" if option[0] == "--maxlen" else "lowercase: True vs False") in caplog.text
+        assert not (tmp_path / "served").exists()
+    else:
+        assert status == 0

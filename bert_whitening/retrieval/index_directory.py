@@ -177,17 +177,17 @@ class IndexDirectory:
 
     def _open(self, name):
         """A binary stream of one of the directory's files, refused unless it is a regular file."""
-        path = self.path(name)
-        try:
-            stream = open(path, "rb")
+        try:  # non-blocking: opening a FIFO for reading would wait for a writer
+            descriptor = os.open(self.path(name), os.O_RDONLY | os.O_NONBLOCK)
         except FileNotFoundError:
             self._refuse("not an index directory (no %s)" % name)
         except OSError as error:
             self._refuse("cannot read %s (%s)" % (name, error.strerror))
-        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
-            stream.close()
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
             self._refuse("%s is not a regular file" % name)
-        return stream
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
 
     def _verify(self, name):
         expected = self.metadata["files"][name]

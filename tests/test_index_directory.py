@@ -1,0 +1,114 @@
+"""An index directory is trusted only as far as it checks out: every file verified before FAISS
+reads it, nothing outside it read at search time, one-line refusals for what was edited."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from test_retrieval import RECORD, unit
+
+from bert_whitening.retrieval.index_directory import (
+    INDEX_FILE,
+    KEYS_FILE,
+    METADATA_FILE,
+    TEXTS_FILE,
+    IndexDirectory,
+    IndexWriter,
+)
+
+
+def write_index(directory, seed=0, rows=12, dim=6, texts=True):
+    vectors = unit(np.random.default_rng(seed).normal(size=(rows, dim))).astype(np.float32)
+    with IndexWriter(str(directory), dict(RECORD, model=dict(RECORD["model"], hidden_size=dim)), dim) as writer:
+        writer.add(vectors, [("/corpus/%d.txt" % seed, i + 1) for i in range(rows)],
+                   ["text %d" % i for i in range(rows)] if texts else None)
+    return vectors
+
+
+@pytest.fixture
+def index(tmp_path):
+    write_index(tmp_path / "index")
+    return tmp_path / "index"
+
+
+def refused(directory, *fragments):
+    with pytest.raises(ValueError) as raised:
+        IndexDirectory(str(directory)).rows({0})
+    message = str(raised.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message
+    return message
+
+
+def test_the_texts_are_read_from_the_index_not_from_the_corpus_files(index):
+    opened = IndexDirectory(str(index))
+    assert opened.rows({0, 11}) == {0: ("/corpus/0.txt", 1, "text 0"), 11: ("/corpus/0.txt", 12, "text 11")}
+    scores, ids = opened.search(opened.vectors()[:2], 500_000_000)  # clamped to the 12 rows
+    assert ids.shape == (2, 12) and ids[:, 0].tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("name", [INDEX_FILE, KEYS_FILE, TEXTS_FILE])
+def test_an_edited_file_is_refused_before_it_is_used(index, name):
+    path = index / name
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    refused(index, name, "sha256 differs")
+
+
+def test_an_index_faiss_from_another_index_of_the_same_dimension_is_refused(index, tmp_path):
+    write_index(tmp_path / "other", seed=1)
+    shutil.copy(tmp_path / "other" / INDEX_FILE, index / INDEX_FILE)
+    refused(index, INDEX_FILE, "not the file this index was built with")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "missing"])
+def test_a_file_that_is_not_a_regular_file_is_refused_without_reading_it(index, kind):
+    os.unlink(index / INDEX_FILE)
+    if kind == "fifo":
+        os.mkfifo(index / INDEX_FILE)  # reading it would block for ever
+    elif kind == "device":
+        os.symlink("/dev/zero", index / INDEX_FILE)  # reading it would never end
+    refused(index, INDEX_FILE, "no index.faiss" if kind == "missing" else "not a regular file")
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda m: "{not json", "is not valid JSON"),
+    (lambda m: json.dumps([1, 2]), "is not a JSON object"),
+    (lambda m: json.dumps({k: v for k, v in m.items() if k != "count"}), "'count' is None"),
+    (lambda m: json.dumps(dict(m, dim="6")), "'dim' is '6'"),
+    (lambda m: json.dumps(dict(m, pooling=3)), "'pooling' is 3"),
+    (lambda m: json.dumps({k: v for k, v in m.items() if k != "format_version"}), "earlier version"),
+    (lambda m: json.dumps(dict(m, files={})), "lists files"),
+])
+def test_a_malformed_index_json_is_one_line(index, edit, fragment):
+    path = index / METADATA_FILE
+    path.write_text(edit(json.loads(path.read_text(encoding="utf-8"))), encoding="utf-8")
+    refused(index, fragment)
+
+
+@pytest.mark.parametrize("key, value, fragment", [
+    ("dim", 5, "holds 12 vectors of dimension 6; index.json says 12 of 5"),
+    ("count", 13, "holds 12 vectors of dimension 6; index.json says 13 of 6"),
+])
+def test_index_json_disagreeing_with_the_index_is_refused(index, key, value, fragment):
+    path = index / METADATA_FILE
+    path.write_text(json.dumps(dict(json.loads(path.read_text(encoding="utf-8")), **{key: value})))
+    with pytest.raises(ValueError, match=fragment):
+        IndexDirectory(str(index)).index  # noqa: B018  reading it is the check
+
+
+def test_an_empty_index_is_refused_naming_its_input(tmp_path):
+    with pytest.raises(ValueError, match="corpus.txt: no vectors to index"):
+        with IndexWriter(str(tmp_path / "index"), RECORD, 6, source="corpus.txt"):
+            pass
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_file_name_that_is_not_utf8_is_recorded_as_text(tmp_path):
+    name = os.fsdecode(b"/corpus/caf\xe9.txt")  # as Python gives an undecodable name
+    with IndexWriter(str(tmp_path / "index"), RECORD, 2) as writer:
+        writer.add(unit([[1, 0], [0, 1]]), [(name, 1), (name, 2)], ["a", "b"])
+    assert IndexDirectory(str(tmp_path / "index")).rows({1}) == {1: ("/corpus/caf\\xe9.txt", 2, "b")}
