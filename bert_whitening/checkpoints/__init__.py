@@ -78,7 +78,7 @@ class ModelFiles:
         unused = sorted(name for name in held if name not in needed
                         and not UNUSED_VARIABLES.fullmatch(name))
         missing = sorted(name for name in needed if name not in held)
-        reshaped = ["%s is %s but %s by the config" % (name, held[name], needed[name])
+        reshaped = ["%s %s instead of %s" % (name, held[name], needed[name])
                     for name in sorted(needed) if name in held and held[name] != needed[name]]
         problems = []
         if unused:
@@ -89,12 +89,12 @@ class ModelFiles:
             problems.append("missing %s the model needs (%s%s)"
                             % (_count(missing, "variable"), _listed(missing), hint))
         if reshaped:
-            problems.append("%s another shape (%s)"
+            problems.append("%s another shape than the config gives (%s)"
                             % (_count(reshaped, "variable has", "variables have"), _listed(reshaped)))
         if problems:
-            raise CheckpointError("%s: %s does not fit %s of %s: %s"
-                                  % (self.directory, os.path.basename(self.weights_path), model,
-                                     os.path.basename(self.config_path), "; ".join(problems)))
+            raise CheckpointError("%s: %s does not fit %s as %s: %s"
+                                  % (self.directory, os.path.basename(self.weights_path),
+                                     os.path.basename(self.config_path), model, "; ".join(problems)))
 
     def identity(self, model_type):
         """What a whitening file records of the model it was fitted on."""
