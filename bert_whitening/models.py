@@ -68,18 +68,20 @@ def build_encoder(model: Optional[str] = None, model_type: str = "bert",
     model_type = model_type.lower()
     files = check_model(model, model_type, pooling, maxlen)
     family = MODEL_TYPES[model_type]
+    transformer = build_transformer_model(
+        None, None, model=family.architecture, with_pool="linear" if pooling == "pooler" else False,
+        return_keras_model=False, **files.config)
+    files.check_variables(_needed_variables(transformer),
+                          "a %s model with %s pooling" % (model_type, pooling))
     try:
-        bert = build_transformer_model(
-            None, files.weights, model=family.architecture,
-            with_pool="linear" if pooling == "pooler" else False, **files.config)
-    except (tf.errors.OpError, KeyError, IndexError) as error:
+        transformer.load_weights_from_checkpoint(files.weights)
+    except (tf.errors.OpError, IndexError) as error:
         if isinstance(error, IndexError) and "Read less bytes" not in str(error):
             raise  # not the checkpoint reader's word for a truncated file: a bug
-        message = (error.message.splitlines()[0] if hasattr(error, "message")
-                   else "Key %s not found in the weights" % error.args[0] if isinstance(error, KeyError)
+        message = (error.message.splitlines()[0] if isinstance(error, tf.errors.OpError)
                    else "the checkpoint data is truncated (%s)" % error)
-        hint = " (pooler pooling needs the pooler weights)" if "pooler" in message else ""
-        raise CheckpointError("%s: %s%s" % (files.directory, message, hint)) from None
+        raise CheckpointError("%s: %s" % (files.weights_path, message)) from None
+    bert = transformer.model
     if pooling == "pooler":
         taps = [bert.get_layer("Pooler-Dense").output]
     else:
@@ -149,6 +151,14 @@ def with_whitening(encoder: Encoder, whitening=None, n_components: Optional[int]
                                  n_components=k or None, normalize=normalize,
                                  allow_rank_deficient=allow_rank_deficient)
     return dataclasses.replace(encoder, model=model, config=config)
+
+
+def _needed_variables(transformer):
+    """Checkpoint variable name -> shape of every weight the bert4keras ``transformer`` (built,
+    not loaded) loads: its ``variable_mapping`` for the layers it has, as its loader pairs them."""
+    return {name: tuple(weight.shape)
+            for layer, names in transformer.variable_mapping().items() if layer in transformer.layers
+            for weight, name in zip(transformer.layers[layer].trainable_weights, names, strict=True)}
 
 
 def _block_outputs(bert):

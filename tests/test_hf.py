@@ -79,6 +79,15 @@ def test_hf_directories_load_directly_and_match_numpy(tmp_path, pooling, prefix)
                                    atol=1e-5, err_msg=sentence)
 
 
+def test_hf_tensors_that_do_not_fit_the_config_are_refused(tiny_hf, tmp_path):
+    """Renamed to Google names, they go through the same check as a Google checkpoint."""
+    directory = write_hf(str(tmp_path / "hf"), tiny_hf[1], dict(TINY_CONFIG, num_hidden_layers=2))
+    with pytest.raises(CheckpointError, match=r"hf: model.safetensors does not fit config.json as a "
+                                              r"bert model with cls pooling: the model does not use "
+                                              r"16 variables \(bert/encoder/layer_2/"):
+        build_encoder(directory, pooling="cls")
+
+
 def test_convert_hf_round_trips(tiny_hf, tmp_path):
     directory, tensors = tiny_hf
     out = tmp_path / "google"

@@ -8,6 +8,7 @@ import pytest
 
 from bert_whitening.backend import Tokenizer, build_transformer_model
 from bert_whitening.checkpoints import CheckpointError, find_model
+from bert_whitening.checkpoints.google import write_checkpoint
 from bert_whitening.encoding import encode, precision_scope, set_precision, token_ids
 from bert_whitening.models import build_encoder, with_whitening
 from bert_whitening.names import POOLINGS
@@ -140,6 +141,14 @@ def test_unreadable_file_and_missing_directory_are_named(model_copy, tmp_path):
         build_encoder(model_copy)
 
 
+def test_a_damaged_checkpoint_index_is_named(model_copy):
+    with open(os.path.join(model_copy, "bert_model.ckpt.index"), "r+b") as stream:
+        stream.truncate(100)
+    with pytest.raises(CheckpointError, match=r"copy/bert_model.ckpt.index: cannot read the "
+                                              r"checkpoint index"):
+        build_encoder(model_copy)
+
+
 def test_vocab_size_must_match_the_config(model_copy):
     with open(os.path.join(model_copy, "vocab.txt"), "a", encoding="utf-8") as stream:
         stream.write("extra\n")
@@ -150,14 +159,79 @@ def test_vocab_size_must_match_the_config(model_copy):
 
 
 def test_pooler_pooling_needs_pooler_weights(tmp_path):
-    from bert_whitening.checkpoints.google import write_checkpoint
-
-
     directory = str(tmp_path / "no_pooler")
     write_checkpoint(directory, TINY_CONFIG, random_weights(TINY_CONFIG, with_pooler=False), TINY_VOCAB)
     build_encoder(directory, pooling="cls")  # fine without the pooler
     with pytest.raises(CheckpointError, match="bert/pooler/dense/kernel.*needs the pooler weights"):
         build_encoder(directory, pooling="pooler")
+
+
+def tiny_checkpoint(tmp_path, config=TINY_CONFIG, extra=None, vocab=TINY_VOCAB):
+    """The tiny model's weights (and ``extra`` variables) under ``config``, as a Google checkpoint."""
+    directory = str(tmp_path / "model")
+    write_checkpoint(directory, config, {**random_weights(TINY_CONFIG), **(extra or {})}, vocab)
+    return directory
+
+
+@pytest.mark.parametrize("model_type", ["nezha", "roformer"])
+def test_a_family_without_position_table_refuses_a_bert_checkpoint(tmp_path, model_type):
+    with pytest.raises(CheckpointError, match=r"model: bert_model.ckpt does not fit bert_config.json "
+                                              r"as a %s model with cls pooling: the model does not use "
+                                              r"1 variable \(bert/embeddings/position_embeddings\)$"
+                                              % model_type):
+        build_encoder(tiny_checkpoint(tmp_path), model_type, pooling="cls")
+
+
+def test_fewer_layers_in_the_config_than_in_the_checkpoint_are_refused(tmp_path):
+    config = dict(TINY_CONFIG, num_hidden_layers=2)
+    with pytest.raises(CheckpointError, match=r"does not use 16 variables \(bert/encoder/layer_2/"
+                                              r"attention/output/LayerNorm/beta, .* and 13 more\)$"):
+        build_encoder(tiny_checkpoint(tmp_path, config))
+
+
+def test_more_layers_in_the_config_than_in_the_checkpoint_are_refused(tmp_path):
+    config = dict(TINY_CONFIG, num_hidden_layers=4)
+    with pytest.raises(CheckpointError, match=r"bert_model.ckpt does not fit bert_config.json as a "
+                                              r"bert model .*: missing 16 variables the model needs "
+                                              r"\(bert/encoder/layer_3/.* and 13 more\)$"):
+        build_encoder(tiny_checkpoint(tmp_path, config))
+
+
+def test_shapes_that_disagree_with_the_config_are_named(tmp_path):
+    config = dict(TINY_CONFIG, intermediate_size=64)
+    with pytest.raises(CheckpointError, match=r"9 variables have another shape than the config gives "
+                                              r"\(bert/encoder/layer_0/intermediate/dense/bias \(48,\) "
+                                              r"instead of \(64,\), .*kernel \(24, 48\) instead of "
+                                              r"\(24, 64\), .* and 6 more\)$"):
+        build_encoder(tiny_checkpoint(tmp_path, config))
+
+
+def test_heads_optimizer_slots_and_step_of_a_training_checkpoint_are_left_unused(tmp_path, encoders):
+    rng = np.random.default_rng(5)
+    heads = {"cls/predictions/transform/dense/kernel": rng.normal(size=(24, 24)),
+             "cls/predictions/output_bias": rng.normal(size=TINY_CONFIG["vocab_size"]),
+             "cls/seq_relationship/output_weights": rng.normal(size=(2, 24))}
+    slots = {"%s/%s" % (name, slot): np.zeros_like(value)
+             for name, value in {**random_weights(TINY_CONFIG), **heads}.items()
+             for slot in ("adam_m", "adam_v", "lamb_m", "lamb_v")}
+    directory = tiny_checkpoint(tmp_path, extra={**heads, **slots, "global_step": np.int64(1000)})
+    encoder = build_encoder(directory, pooling="cls")  # and the pooler is unused too
+    np.testing.assert_array_equal(encode(encoder, SENTENCES), encode(encoders["cls"], SENTENCES))
+
+
+def test_a_repeated_vocabulary_token_is_refused_with_its_lines(tmp_path):
+    vocab = TINY_VOCAB[:-1] + ["the"]  # bert4keras would map "the" to the last line only
+    with pytest.raises(CheckpointError, match=r"model/vocab.txt repeats 1 token, which bert4keras "
+                                              r"would map to one id: 'the' on lines %d, %d$"
+                                              % (TINY_VOCAB.index("the") + 1, len(TINY_VOCAB))):
+        find_model(tiny_checkpoint(tmp_path, vocab=vocab))
+
+
+def test_vocabulary_lines_are_counted_as_bert4keras_reads_them(tmp_path, encoders):
+    """A line ends at \\n, \\r\\n or \\r only; other Unicode line breaks stay inside a line."""
+    vocab = [token + "\x85\u2028" if token == "cat" else token for token in TINY_VOCAB]
+    encoder = build_encoder(tiny_checkpoint(tmp_path, vocab=vocab), pooling="cls")
+    assert encoder.vocab == encoders["cls"].vocab
 
 
 def test_unknown_pooling_and_model_type_list_the_choices(tiny_model):

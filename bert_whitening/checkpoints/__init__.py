@@ -12,11 +12,14 @@ Two formats are read, each in a module of its own:
 Finding a model reads its configuration and vocabulary only, so a command can check its options
 against the model (hidden size, position table) before it loads any weights.
 """
+import collections
 import dataclasses
 import functools
 import hashlib
+import io
 import json
 import os
+import re
 from typing import Callable
 
 from bert_whitening.errors import CheckpointError
@@ -24,20 +27,31 @@ from bert_whitening.errors import CheckpointError
 BUILTIN_MODEL = "minilm"
 BUILTIN_NAME = "all-MiniLM-L6-v2"
 
-__all__ = ["BUILTIN_MODEL", "BUILTIN_NAME", "CheckpointError", "ModelFiles", "builtin_model_dir",
-           "find_model", "read_bytes", "read_json"]
+__all__ = ["BUILTIN_MODEL", "BUILTIN_NAME", "CheckpointError", "ModelFiles", "UNUSED_VARIABLES",
+           "builtin_model_dir", "find_model", "read_bytes", "read_json"]
+
+#: Variables of released checkpoints that no encoder loads (google-research/bert names): the
+#: pooler, unless the pooling is ``pooler``; the pre-training heads (MLM ``cls/predictions``, NSP
+#: ``cls/seq_relationship``); the step counter and the slots of the optimizers of
+#: google-research/bert (AdamWeightDecayOptimizer: ``adam_m``, ``adam_v``) and of NEZHA's
+#: pre-training code (also LAMB: ``lamb_m``, ``lamb_v``). Anything else a model leaves unused
+#: means the checkpoint is not that model.
+UNUSED_VARIABLES = re.compile(r"bert/pooler/.*|cls/(predictions|seq_relationship)/.*"
+                              r"|global_step|.*/(adam|lamb)_[mv]")
 
 
 @dataclasses.dataclass
 class ModelFiles:
     """A checked model directory. ``weights`` is read on first use: a checkpoint prefix (Google
     format) or a dict of Google-named arrays (Hugging Face format); bert4keras' loader takes
-    either."""
+    either. ``config_path`` and ``weights_path`` are the files that errors name."""
 
     directory: str
     name: str
     format: str
     config: dict
+    config_path: str
+    weights_path: str
     vocab_path: str
     vocab_sha256: str
     load_weights: Callable[[], object] = dataclasses.field(repr=False)
@@ -45,6 +59,42 @@ class ModelFiles:
     @functools.cached_property
     def weights(self):
         return self.load_weights()
+
+    @functools.cached_property
+    def variable_shapes(self):
+        """Variable name -> shape; a Google checkpoint's come from its index, with no values."""
+        if self.format == "google":
+            from bert_whitening.checkpoints.google import variable_shapes
+
+            return variable_shapes(self.weights_path)
+        return {name: tuple(value.shape) for name, value in self.weights.items()}
+
+    def check_variables(self, needed, model):
+        """Refuse weights that are not the ``model`` (e.g. "a nezha model with cls pooling") of
+        this configuration before bert4keras loads them: it would skip the variables the model
+        does not use (another family's position table, more layers than the configuration
+        says) without a word. ``needed`` maps each variable the model loads to its shape."""
+        held = self.variable_shapes
+        unused = sorted(name for name in held if name not in needed
+                        and not UNUSED_VARIABLES.fullmatch(name))
+        missing = sorted(name for name in needed if name not in held)
+        reshaped = ["%s %s instead of %s" % (name, held[name], needed[name])
+                    for name in sorted(needed) if name in held and held[name] != needed[name]]
+        problems = []
+        if unused:
+            problems.append("the model does not use %s (%s)" % (_count(unused, "variable"), _listed(unused)))
+        if missing:
+            hint = ": pooler pooling needs the pooler weights" if any(
+                name.startswith("bert/pooler/") for name in missing) else ""
+            problems.append("missing %s the model needs (%s%s)"
+                            % (_count(missing, "variable"), _listed(missing), hint))
+        if reshaped:
+            problems.append("%s another shape than the config gives (%s)"
+                            % (_count(reshaped, "variable has", "variables have"), _listed(reshaped)))
+        if problems:
+            raise CheckpointError("%s: %s does not fit %s as %s: %s"
+                                  % (self.directory, os.path.basename(self.weights_path),
+                                     os.path.basename(self.config_path), model, "; ".join(problems)))
 
     def identity(self, model_type):
         """What a whitening file records of the model it was fitted on."""
@@ -80,28 +130,60 @@ def find_model(model=None):
     if not os.path.isdir(directory):
         raise CheckpointError("model directory %s does not exist" % directory)
     if os.path.exists(os.path.join(directory, google.CONFIG)):
-        config_path, format, (config, load) = google.CONFIG, "google", google.read(directory)
+        config_path, format, reader = google.CONFIG, "google", google
     elif os.path.exists(os.path.join(directory, huggingface.CONFIG)):
-        config_path, format = huggingface.CONFIG, "huggingface"
-        config, load = huggingface.read(directory)
+        config_path, format, reader = huggingface.CONFIG, "huggingface", huggingface
     else:
         raise CheckpointError(
             "%s is not a model directory. Supported: Google format (bert_config.json, "
             "bert_model.ckpt.index and .data-*, vocab.txt) and Hugging Face BERT (config.json "
             "with model_type bert, model.safetensors, vocab.txt)" % directory)
+    config, weights_path, load = reader.read(directory)
+    config_path = os.path.join(directory, config_path)
     vocab_path = os.path.join(directory, "vocab.txt")
     vocab_bytes = read_bytes(vocab_path)
     try:
-        vocab_size = len(vocab_bytes.decode("utf-8").splitlines())
+        tokens = vocab_tokens(vocab_bytes.decode("utf-8"))
     except UnicodeDecodeError as error:
         raise CheckpointError("%s is not UTF-8 text (%s)" % (vocab_path, error.reason)) from None
-    if config.get("vocab_size") != vocab_size:
+    if config.get("vocab_size") != len(tokens):
         raise CheckpointError("%s has %d tokens but %s says vocab_size %s"
-                              % (vocab_path, vocab_size, os.path.join(directory, config_path),
-                                 config.get("vocab_size")))
+                              % (vocab_path, len(tokens), config_path, config.get("vocab_size")))
+    _refuse_repeated_tokens(vocab_path, tokens)
     return ModelFiles(directory=directory, name=name, format=format, config=config,
-                      vocab_path=vocab_path, vocab_sha256=hashlib.sha256(vocab_bytes).hexdigest(),
-                      load_weights=load)
+                      config_path=config_path, weights_path=weights_path, vocab_path=vocab_path,
+                      vocab_sha256=hashlib.sha256(vocab_bytes).hexdigest(), load_weights=load)
+
+
+def vocab_tokens(text):
+    """The tokens of a vocab.txt as bert4keras' load_vocab reads them: one a line (a line ends at
+    ``\n``, ``\r\n`` or ``\r``), its first whitespace-separated word, or else the stripped line."""
+    return [line.split()[0] if line.split() else line.strip()
+            for line in io.StringIO(text, newline=None)]
+
+
+def _refuse_repeated_tokens(vocab_path, tokens):
+    """bert4keras maps a repeated token to its last line's id, so every earlier id of it is never
+    produced and the vectors silently change."""
+    lines = collections.defaultdict(list)
+    for number, token in enumerate(tokens, 1):
+        lines[token].append(number)
+    repeated = ["%r on lines %s" % (token, ", ".join(map(str, numbers)))
+                for token, numbers in lines.items() if len(numbers) > 1]
+    if repeated:
+        raise CheckpointError("%s repeats %s, which bert4keras would map to one id: %s"
+                              % (vocab_path, _count(repeated, "token"), _listed(repeated)))
+
+
+def _count(items, singular, plural=None):
+    """``1 variable``, ``3 variables``."""
+    return "%d %s" % (len(items), singular if len(items) == 1 else plural or singular + "s")
+
+
+def _listed(items, shown=3):
+    """The first ``shown`` items, and how many more there are."""
+    more = " and %d more" % (len(items) - shown) if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
 
 
 def read_bytes(path, probe=False):

@@ -10,11 +10,24 @@ CHECKPOINT = "bert_model.ckpt"
 
 
 def read(directory):
-    """``(config, load)``: the configuration, and a function giving the checkpoint prefix (the
-    files are checked to exist now; bert4keras reads the variables when the model is built)."""
+    """``(config, prefix, load)``: the configuration, the checkpoint prefix, and a function giving
+    that prefix (the files are checked to exist now; bert4keras reads the variables when the
+    model is built)."""
     config = read_json(os.path.join(directory, CONFIG))
     prefix = checkpoint_prefix(directory)
-    return config, lambda: prefix
+    return config, prefix, lambda: prefix
+
+
+def variable_shapes(prefix):
+    """Variable name -> shape of a checkpoint, from its index file alone (TensorFlow is imported
+    here only)."""
+    from bert_whitening.backend import tf
+
+    try:
+        return {name: tuple(shape) for name, shape in tf.train.list_variables(prefix)}
+    except tf.errors.OpError as error:
+        raise CheckpointError("%s: cannot read the checkpoint index (%s)"
+                              % (prefix + ".index", error.message.splitlines()[0])) from None
 
 
 def checkpoint_prefix(directory):

@@ -49,8 +49,8 @@ def google_variables(tensors):
 
 
 def read(directory):
-    """``(bert_config, load)`` of a Hugging Face BERT directory; ``load()`` reads the tensors
-    as Google-named arrays."""
+    """``(bert_config, weights_path, load)`` of a Hugging Face BERT directory; ``load()`` reads
+    the tensors as Google-named arrays."""
     config_path = os.path.join(directory, CONFIG)
     weights_path = os.path.join(directory, WEIGHTS)
     hf_config = read_json(config_path)
@@ -68,7 +68,7 @@ def read(directory):
     if missing:
         raise CheckpointError("%s lacks %s" % (config_path, ", ".join(missing)))
     config = {key: hf_config[key] for key in CONFIG_KEYS if key in hf_config}
-    return config, lambda: google_variables(_load_tensors(weights_path))
+    return config, weights_path, lambda: google_variables(_load_tensors(weights_path))
 
 
 def _load_tensors(path):
@@ -85,7 +85,7 @@ def convert_hf(hf_directory, output_directory):
     """Write the Hugging Face BERT in ``hf_directory`` as a Google-format checkpoint directory."""
     from bert_whitening.checkpoints.google import write_checkpoint
 
-    config, load = read(hf_directory)
+    config, _, load = read(hf_directory)
     with open(os.path.join(hf_directory, "vocab.txt"), encoding="utf-8") as stream:
         vocab = stream.read().splitlines()
     write_checkpoint(output_directory, config, load(), vocab)
