@@ -4,6 +4,7 @@ import os
 import numpy as np
 import pytest
 
+from bert_whitening.data import DataError
 from bert_whitening.retrieval import benchmark, faiss_indexes
 from bert_whitening.retrieval.index_directory import (
     INDEX_FILE,
@@ -14,7 +15,6 @@ from bert_whitening.retrieval.index_directory import (
     IndexWriter,
 )
 from bert_whitening.retrieval.search import _add_keyed, numbered_lines
-from bert_whitening.data import DataError
 
 
 def reference_ranking(queries, corpus):
