@@ -201,20 +201,26 @@ class EncoderConfig:
         for field in VECTOR_FIELDS:
             mine, other = ours[field], theirs.get(field, True if field == "normalize" else None)
             if field == "whitening":
-                mine, other = _whitening_key(mine), _whitening_key(other)
+                same = _same_whitening(mine, other)
+                mine, other = [(w or {}).get("digest", (w or {}).get("sha256", "none"))[:12] for w in (mine, other)]
             elif field == "model":
                 mine, other = _model_key(mine), _model_key(other)
-            if mine != other:
+                same = mine == other
+            else:
+                same = mine == other
+            if not same:
                 found.append("%s: %s vs %s" % (field, mine, other))
         return found
 
 
-def _whitening_key(recorded):
-    """What identifies a recorded whitening: its content digest, else (earlier versions) the
-    sha256 of its file."""
-    if not recorded:
-        return None
-    return recorded.get("digest") or "file sha256 %s" % recorded.get("sha256")
+def _same_whitening(mine, other):
+    """Two recorded whitenings are the same by content digest; a record of an earlier version
+    has none, and is compared by the sha256 of its file."""
+    if not mine or not other:
+        return mine == other
+    if "digest" in mine and "digest" in other:
+        return mine["digest"] == other["digest"]
+    return mine.get("sha256") is not None and mine.get("sha256") == other.get("sha256")
 
 
 def _model_key(identity):

@@ -51,6 +51,8 @@ def test_signatures_equal_the_keras_model_and_ignore_padding(exported, whitened)
     texts = loaded.signatures["serve_text"](text=tf.constant(SENTENCES))["embedding"].numpy()
     np.testing.assert_allclose(texts, expected, atol=1e-5)
     assert texts.shape == (len(SENTENCES), 16) and texts.dtype == np.float32
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must have the same shape"):
+        serve(input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids[:1]))  # would broadcast
 
 
 def test_versions_count_up_and_existing_ones_need_overwrite(whitened, tmp_path):

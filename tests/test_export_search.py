@@ -59,7 +59,9 @@ def test_serve_search_without_text_takes_token_ids(whitened, corpus, tmp_path):
     ids = pad_ids(tokenize(whitened, SENTENCES[:3])[0])
     served = tf.saved_model.load(path).signatures["serve_search"](
         input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids))
-    assert served["ids"].shape == (3, 5)  # top_k is capped at the corpus size
+    assert served["ids"].shape == (3, 5)  # top_k is capped at the corpus size, and says so
+    with open(os.path.join(path, "assets", "bert_whitening.json"), encoding="utf-8") as stream:
+        assert json.load(stream)["corpus"]["top_k"] == 5
     assert served["ids"].numpy()[:, 0].tolist() == [0, 1, 2]
 
 

@@ -199,6 +199,6 @@ def export_record(encoder, module, metadata=None):
     whitening = record["whitening"] or {}
     if "sha256" in whitening:  # the key earlier versions wrote
         record["whitening_file"] = {"name": os.path.basename(whitening["path"]), "sha256": whitening["sha256"]}
-    if "corpus" in record:
-        record["corpus"] = {**record["corpus"], "top_k": module.top_k}
+    if hasattr(module, "serve_search"):
+        record["corpus"] = {**record.get("corpus", {}), "top_k": module.top_k}
     return record

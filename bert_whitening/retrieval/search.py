@@ -144,7 +144,7 @@ def corpus_for_export(directory: str, config: EncoderConfig):
     index = IndexDirectory(directory)
     differences = config.differences(index.metadata)
     if differences:
-        raise BertWhiteningError("%s was indexed with another encoder than the export's (%s): "
+        raise BertWhiteningError("%s was indexed with another encoder than the export's (export vs index: %s): "
                                  "refused" % (directory, "; ".join(differences)))
     vectors = index.vectors()
     logger.info("serve_search corpus: %d x %d float32 = %.1f MB resident in the server",
