@@ -22,9 +22,8 @@ import sys
 
 from bert_whitening.atomic import staged_directory
 from bert_whitening.config import EncoderConfig
-from bert_whitening.data import INPUT_FORMATS, read_sentences
+from bert_whitening.data import INPUT_FORMATS, TASKS, check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError
-from bert_whitening.evaluation import TASKS
 from bert_whitening.names import MODEL_TYPES, POOLINGS, PRECISIONS
 from bert_whitening.sentence_encoder import SentenceEncoder
 from bert_whitening.whitening import Whitening
@@ -397,6 +396,7 @@ def _writable(*paths):
 
 def run_fit(args):
     _writable(args.output)
+    check_readable(args.inputs)
     encoder = SentenceEncoder(_encoder_config(args))
     _start(args)
     from bert_whitening.encoding import progress_bar
@@ -411,6 +411,7 @@ def run_fit(args):
 
 def run_encode(args):
     _writable(args.output)
+    check_readable([args.input])
     encoder = SentenceEncoder(_encoder_config(args, whitened=True))
     _start(args)
     from bert_whitening.encoding import progress_bar
@@ -466,6 +467,7 @@ def run_eval_retrieval(args):
 def run_index(args):
     from bert_whitening.retrieval.search import build_index
 
+    check_readable(args.inputs + [path for path in (args.from_vectors,) if path])
     config = _encoder_config(args, whitened=True)
     _start(args)
     build_index(config, args.output, args.inputs, args.hnsw, args.from_vectors, args.from_beam,

@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 
 INPUT_FORMATS = ("auto", "lines", "pairs")
 SPLITS = ("train", "valid", "test")
+#: The senteval_cn tasks of the original eval.py.
+TASKS = ("ATEC", "BQ", "LCQMC", "PAWSX", "STS-B")
 ENGLISH_STS = "STS-B-en"
 DATA_ENV = "BERT_WHITENING_DATA"
 STDIN = "-"
@@ -39,6 +41,20 @@ def open_local(path):
     if path == STDIN:
         return os.fdopen(os.dup(sys.stdin.fileno()), "rb")
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def check_readable(paths):
+    """Refuse, before any work, input files that do not exist or cannot be read (``-``, FIFOs and
+    other streams are read as they come)."""
+    for path in paths:
+        if path == STDIN:
+            continue
+        if not os.path.exists(path):
+            raise DataError("%s: no such file" % path)
+        if os.path.isdir(path):
+            raise DataError("%s: is a directory, not a file" % path)
+        if not os.access(path, os.R_OK):
+            raise DataError("%s: not readable (permission denied)" % path)
 
 
 def display_name(path):

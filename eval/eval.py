@@ -20,8 +20,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bert_whitening.data import TASKS  # noqa: E402
 from bert_whitening.errors import BertWhiteningError  # noqa: E402
-from bert_whitening.evaluation import TASKS, evaluate_tasks  # noqa: E402
+from bert_whitening.evaluation import evaluate_tasks  # noqa: E402
 from bert_whitening.names import POOLINGS  # noqa: E402
 
 MODEL_DIRS = {
