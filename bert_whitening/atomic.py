@@ -1,48 +1,116 @@
-"""Writing outputs so that a failure or an interruption never leaves a half-written one.
+"""Writing outputs so that a failure or an interruption never leaves a half-written one, and
+nothing is written over that the user did not name as the output.
 
-Outputs are written under a temporary name beside the target and renamed into place. The
-temporary name says whose it is: ``.NAME.bert-whitening-tmp-PID-XXXXXXXX``. A run killed with
-SIGKILL cannot remove its own; the next run that writes the same target removes those whose
-process is gone (`remove_stale`). An ``OSError`` while writing (a full disk, say) is raised again
-naming the target, never the temporary name.
+What an output path may be (`check_output`, applied by `write_atomically`,
+and called by the commands before any work so they refuse at once):
+
+- a regular file or a new name: written under a temporary name beside it, then renamed over it;
+- a symbolic link: its final target is written the same way (the link stays a link, as GNU
+  tools' ``--follow-symlinks`` do); a dangling link writes the file it names;
+- a device, FIFO or socket: refused (``.npy`` and ``.npz`` need a regular, seekable file, and a
+  rename would replace ``/dev/null`` itself);
+- a directory where a file is expected: refused;
+- the same file as one of the command's inputs (same device and inode, by any name): refused,
+  before anything is read.
+
+The temporary name says whose it is: ``.NAME.bert-whitening-tmp-PID-XXXXXXXX`` (a long ``NAME``
+is shortened to stay within the file system's 255 bytes). The run that made it holds an
+exclusive ``flock`` on it while it exists. A run killed with SIGKILL cannot remove its own; the
+next run writing in that directory removes the temporaries whose lock it can take (`remove_stale`)
+and leaves the others: a process id says nothing across PID namespaces (two containers sharing a
+volume), a lock does. An ``OSError`` while writing (a full disk, say) is raised again naming the
+target, never the temporary name.
 """
 import contextlib
+import fcntl
 import glob
+import hashlib
 import logging
 import os
 import shutil
+import stat
 import tempfile
+import time
+
+from bert_whitening.errors import BertWhiteningError
 
 logger = logging.getLogger(__name__)
 
 MARK = ".bert-whitening-tmp-"
+#: Bytes of the output's name kept in a temporary's name: with the mark, a PID and mkstemp's
+#: suffix, the name stays under NAME_MAX (255).
+NAME_BYTES = 160
+#: A temporary younger than this is left alone even when unlocked: its run may not have taken
+#: the lock yet (it does so right after creating it).
+STALE_AFTER_SECONDS = 2.0
+
+
+def check_output(path, inputs=()):
+    """The file to write for the output ``path`` (a symlink's final target), once it is known to
+    be a regular file or a new name in an existing directory and none of ``inputs``; else a
+    one-line `BertWhiteningError`. ``-`` and inputs that do not exist are skipped."""
+    target = os.path.realpath(path) if os.path.islink(path) else path
+    directory = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(directory):
+        raise BertWhiteningError("cannot write %s: no directory %s" % (path, directory))
+    if os.path.exists(target):
+        mode = os.stat(target).st_mode
+        if stat.S_ISDIR(mode):
+            raise BertWhiteningError("cannot write %s: it is a directory" % path)
+        if not stat.S_ISREG(mode):
+            raise BertWhiteningError("cannot write %s: it is a %s, and outputs are written to regular "
+                                     "files (renamed into place)" % (path, _kind(mode)))
+        for source in inputs:
+            if source != "-" and os.path.exists(source) and os.path.samefile(source, target):
+                raise BertWhiteningError("cannot write %s: it is the input %s; choose another output"
+                                         % (path, source))
+    return target
+
+
+def _kind(mode):
+    kinds = ((stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "FIFO"),
+             (stat.S_ISSOCK, "socket"))
+    return next((name for test, name in kinds if test(mode)), "special file")
 
 
 def _prefix(target):
     parent = os.path.dirname(os.path.abspath(target))
-    return parent, ".%s%s%d-" % (os.path.basename(os.path.normpath(target)), MARK, os.getpid())
+    name = os.path.basename(os.path.normpath(target))
+    if len(os.fsencode(name)) > NAME_BYTES:
+        name = "%s~%s" % (name[:NAME_BYTES // 4], hashlib.sha256(os.fsencode(name)).hexdigest()[:8])
+    return parent, ".%s%s%d-" % (name, MARK, os.getpid())
+
+
+def _lock(path):
+    """An open descriptor of ``path`` (a file or a directory) holding an exclusive lock on it,
+    or None when another process holds one."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return None
+    return descriptor
 
 
 def remove_stale(target):
-    """Remove the temporaries beside ``target`` (of any name in its directory) left by
-    processes that no longer run."""
+    """Remove the temporaries beside ``target`` (of any name in its directory) that no live run
+    holds locked."""
     parent = os.path.dirname(os.path.abspath(target))
-    pattern = os.path.join(glob.escape(parent), ".*%s*-*" % MARK)
-    for path in glob.glob(pattern):
-        pid = path.rsplit(MARK, 1)[1].split("-", 1)[0]
-        if pid.isdigit() and not _running(int(pid)):
-            logger.info("removing %s, left by an interrupted run (process %s)", path, pid)
+    for path in glob.glob(os.path.join(glob.escape(parent), ".*%s*-*" % MARK)):
+        try:
+            if time.time() - os.lstat(path).st_mtime < STALE_AFTER_SECONDS:
+                continue
+            descriptor = _lock(path)
+        except OSError:  # gone meanwhile, or not ours to open
+            continue
+        if descriptor is None:
+            continue  # a live run holds it
+        try:
+            logger.info("removing %s, left by an interrupted run", path)
             shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.unlink(path)
-
-
-def _running(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        finally:
+            os.close(descriptor)
 
 
 def _named(error, target, temporary):
@@ -55,21 +123,22 @@ def _named(error, target, temporary):
     return error
 
 
-def write_atomically(path, write):
-    """Call ``write(temporary_path)`` for a file beside ``path``, then rename it into place.
+def write_atomically(path, write, inputs=()):
+    """Call ``write(temporary_path)`` for a file beside ``path`` (or beside a symlink's target),
+    then rename it into place; ``path`` is checked first (`check_output`, against ``inputs``).
 
     A failure or an interruption leaves ``path`` as it was and removes the temporary file.
     """
-    directory, prefix = _prefix(path)
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(2, "cannot write %s: no directory %s" % (path, directory), path)
-    remove_stale(path)
+    target = check_output(path, inputs)
+    directory, prefix = _prefix(target)
+    remove_stale(target)
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=prefix)
     os.close(handle)
+    lock = _lock(temporary)
     try:
         os.chmod(temporary, 0o666 & ~_umask())  # what open() would give, not mkstemp's 0600
         write(temporary)
-        os.replace(temporary, path)
+        os.replace(temporary, target)
     except BaseException as error:
         if os.path.exists(temporary):
             os.unlink(temporary)
@@ -77,6 +146,8 @@ def write_atomically(path, write):
         if named is error:
             raise
         raise named from None
+    finally:
+        os.close(lock)
 
 
 @contextlib.contextmanager
@@ -84,21 +155,39 @@ def staged_directory(target):
     """A new empty directory beside ``target`` for the caller to fill and rename into place.
 
     It gets the permissions ``mkdir`` would give (``mkdtemp``'s 0700 would hide a served model
-    from the server's user), and it is removed if the block raises.
+    from the server's user). If the block raises, it is removed, and so are the parent
+    directories this call created (a failed first export leaves no empty model base).
     """
     parent, prefix = _prefix(target)
+    created = _missing_parents(parent)
     os.makedirs(parent, exist_ok=True)
     remove_stale(target)
     staging = tempfile.mkdtemp(dir=parent, prefix=prefix)
+    lock = _lock(staging)
     try:
         os.chmod(staging, 0o777 & ~_umask())
         yield staging
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
+        for directory in created:
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)  # only if still empty
         named = _named(error, target, staging)
         if named is error:
             raise
         raise named from None
+    finally:
+        os.close(lock)
+
+
+def _missing_parents(directory):
+    """The directories ``os.makedirs(directory)`` would create, deepest first."""
+    missing = []
+    directory = os.path.abspath(directory)
+    while not os.path.exists(directory):
+        missing.append(directory)
+        directory = os.path.dirname(directory)
+    return missing
 
 
 def _umask():

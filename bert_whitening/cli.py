@@ -20,7 +20,7 @@ import os
 import signal
 import sys
 
-from bert_whitening.atomic import staged_directory
+from bert_whitening.atomic import check_output, staged_directory
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import INPUT_FORMATS, TASKS, check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError
@@ -382,21 +382,9 @@ def _start(args):
         set_precision(args.precision)
 
 
-def _writable(*paths):
-    """Refuse, before any work, outputs whose directory does not exist or that are directories."""
-    for path in paths:
-        if path is None:
-            continue
-        directory = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(directory):
-            raise BertWhiteningError("cannot write %s: no directory %s" % (path, directory))
-        if os.path.isdir(path):
-            raise BertWhiteningError("cannot write %s: it is a directory" % path)
-
-
 def run_fit(args):
-    _writable(args.output)
     check_readable(args.inputs)
+    check_output(args.output, args.inputs)
     encoder = SentenceEncoder(_encoder_config(args))
     _start(args)
     from bert_whitening.encoding import progress_bar
@@ -410,8 +398,8 @@ def run_fit(args):
 
 
 def run_encode(args):
-    _writable(args.output)
     check_readable([args.input])
+    check_output(args.output, [args.input])
     encoder = SentenceEncoder(_encoder_config(args, whitened=True))
     _start(args)
     from bert_whitening.encoding import progress_bar
@@ -432,7 +420,9 @@ def run_eval(args):
     from bert_whitening.evaluation import evaluate_tasks, format_table, write_report
     from bert_whitening.plots import plot_report
 
-    _writable(args.json, args.plot)
+    for output in (args.json, args.plot):
+        if output:
+            check_output(output)
     config = _encoder_config(args)
     _start(args)
     report, spectra = evaluate_tasks(
@@ -453,7 +443,9 @@ def run_eval_retrieval(args):
     from bert_whitening.plots import plot_retrieval
     from bert_whitening.retrieval.evaluate import evaluate_retrieval, format_retrieval_table
 
-    _writable(args.json, args.plot)
+    for output in (args.json, args.plot):
+        if output:
+            check_output(output)
     config = _encoder_config(args)
     _start(args)
     show = lambda task, entry: print(format_retrieval_table(task, entry), flush=True)
@@ -517,7 +509,7 @@ def _beam():
 
 def run_beam_fit(args):
     if "://" not in args.output:  # a local path; Beam's file systems check their own
-        _writable(args.output)
+        check_output(args.output)
     config = _encoder_config(args)
     _start(args)
     _beam().run_fit(args.input, config, args.output, args.n_components, args.beta, args.gamma,

@@ -125,7 +125,7 @@ class SentenceEncoder:
             if rows.rows != lines:  # each line is one row, or the output is wrong
                 raise BertWhiteningError("wrote %d rows for %d input lines" % (rows.rows, lines))
 
-        write_atomically(output, write)
+        write_atomically(output, write, inputs=[path])
         return lines
 
     def fit(self, sentences: Optional[Iterable[str]] = None, files: Sequence[str] = (),
