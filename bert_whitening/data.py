@@ -72,6 +72,9 @@ def _lines(path, opener=open_local):
                 raw = raw[:-1] if raw.endswith(b"\r") else raw
                 if number == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
                     raw = raw[3:]
+                if b"\0" in raw:  # valid UTF-8, but text never holds it: UTF-16 without a BOM
+                    raise DataError("%s:%d: a NUL byte at byte %d of the line: not UTF-8 text "
+                                    "(UTF-16 without a byte-order mark?)" % (name, number, raw.index(b"\0")))
                 try:
                     yield number, raw.decode("utf-8")
                 except UnicodeDecodeError as error:

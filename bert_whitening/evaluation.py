@@ -227,7 +227,11 @@ def write_report(report, json_path=None, plot_path=None, draw=None):
     """Write a report (``eval``'s or ``eval-retrieval``'s) as JSON and/or its plot, each
     atomically; ``draw(path)`` draws the plot."""
     if json_path:
-        text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+        undefined = []
+        text = json.dumps(_finite(report, "", undefined), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        if undefined:
+            logger.warning("%s: written as null (undefined: constant labels or constant similarities "
+                           "give no rank correlation)", ", ".join(undefined[:5]))
         write_atomically(json_path, lambda path: _write_text(path, text))
         logger.info("wrote %s", json_path)
     if plot_path:
@@ -238,3 +242,17 @@ def write_report(report, json_path=None, plot_path=None, draw=None):
 def _write_text(path, text):
     with open(path, "w", encoding="utf-8") as stream:
         stream.write(text)
+
+
+def _finite(value, where, undefined):
+    """``value`` with every NaN or infinite number as None (JSON has no NaN), the key paths of
+    those collected in ``undefined``."""
+    if isinstance(value, dict):
+        return {key: _finite(item, "%s.%s" % (where, key) if where else str(key), undefined)
+                for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item, "%s[%d]" % (where, i), undefined) for i, item in enumerate(value)]
+    if isinstance(value, float) and not math.isfinite(value):
+        undefined.append(where)
+        return None
+    return value

@@ -271,3 +271,10 @@ def test_senteval_task_skips_bad_lines_and_names_what_is_missing(tmp_path, caplo
         load_task("PAWSX", str(tmp_path))
     assert message(DataError, lambda: load_task("BQ", str(tmp_path))) == \
         "BQ: no BQ.{train,valid,test}.data under %s" % (tmp_path / "BQ")
+
+
+def test_utf16_without_a_byte_order_mark_is_refused_not_read_as_extra_rows(tmp_path):
+    path = tmp_path / "utf16.txt"
+    path.write_bytes("good weather\nhello\n".encode("utf-16-le"))  # no BOM: NUL after each ASCII byte
+    with pytest.raises(DataError, match=r"utf16.txt:1: a NUL byte at byte \d+ of the line: not UTF-8"):
+        list(read_sentences(str(path), "lines"))

@@ -306,3 +306,19 @@ def test_evaluate_keeps_the_rank_unless_allowed():
     with pytest.raises(ValueError, match="n_components 4 is larger than the rank 3"):
         evaluate(encoded, stats, [Setting(4)])
     assert evaluate(encoded, stats, [Setting(-1)], allow_rank_deficient=True)[0][0]["n_components"] == 5
+
+
+def test_an_undefined_spearman_is_written_as_null_not_nan(tmp_path, caplog):
+    import json
+
+    from bert_whitening.evaluation import write_report
+
+    report = {"tasks": {"T": {"results": [{"splits": {"test": float("nan")}, "avg": 0.5, "w-avg": float("inf")}]}}}
+    write_report(report, str(tmp_path / "r.json"))
+
+    def refuse(constant):
+        raise ValueError("not JSON: %s" % constant)
+
+    written = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"), parse_constant=refuse)
+    assert written["tasks"]["T"]["results"][0] == {"splits": {"test": None}, "avg": 0.5, "w-avg": None}
+    assert "tasks.T.results[0].splits.test" in caplog.text and "constant labels" in caplog.text
