@@ -270,10 +270,76 @@ class Whitening:
                                      % (path, name, arrays[name].dtype))
             if not np.isfinite(arrays[name]).all():
                 raise WhiteningError("%s: %s contains NaN or inf" % (path, name))
+        _check_claims(path, arrays, meta)
         return cls(kernel=arrays["kernel"], bias=arrays["bias"], mean=arrays["mean"],
                    eigenvalues=arrays["eigenvalues"], rank=meta["rank"], count=meta["count"],
                    n_components=meta["n_components"], beta=meta["beta"], gamma=meta["gamma"],
                    pooling=meta["pooling"], model_identity=meta["model"])
+
+
+#: Tolerance of the checks a loaded whitening must pass (relative to the entries compared): far
+#: above float64 round-off of a fitted kernel (1e-15), far below any real disagreement.
+CLAIM_TOLERANCE = 1e-6
+
+
+def _check_claims(path, arrays, meta):
+    """Refuse a whitening whose arrays disagree with what it says it is: ``kernel = U diag(s **
+    (-gamma / 2))`` with ``U`` orthonormal, so ``kernel.T @ kernel`` is diagonal, ``s ** -gamma``
+    on its first ``rank`` entries (the floored rest are equal), and ``bias = -beta * mean``."""
+    kernel, eigenvalues, rank = arrays["kernel"].astype(np.float64), arrays["eigenvalues"], meta["rank"]
+    gram = kernel.T @ kernel
+    diagonal = np.diag(gram).copy()
+    if not (diagonal > 0).all():
+        raise WhiteningError("%s: kernel column %d is zero: not a whitening" % (path, np.argmin(diagonal)))
+    scale = np.sqrt(np.outer(diagonal, diagonal))
+    off = np.abs(gram - np.diag(diagonal)) / scale
+    if off.max() > CLAIM_TOLERANCE:
+        i, j = np.unravel_index(np.argmax(off), off.shape)
+        raise WhiteningError("%s: kernel columns %d and %d are not orthogonal (cosine %.3g): not "
+                             "U diag(s ** (-gamma / 2)) with orthonormal U" % (path, i, j, off[i, j]))
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        claimed = eigenvalues[:rank].astype(np.float64) ** -float(meta["gamma"])
+    disagree = np.flatnonzero(~(np.abs(diagonal[:rank] - claimed) <= CLAIM_TOLERANCE * np.abs(claimed)))
+    if disagree.size:
+        i = disagree[0]
+        raise WhiteningError("%s: kernel column %d has squared norm %.6g, but eigenvalue %.6g and gamma "
+                             "%g say %.6g" % (path, i, diagonal[i], eigenvalues[i], meta["gamma"], claimed[i]))
+    floored = diagonal[rank:]
+    if floored.size and np.ptp(floored) > CLAIM_TOLERANCE * floored.max():
+        raise WhiteningError("%s: the %d floored kernel columns should have equal norms" % (path, floored.size))
+    expected_bias = -float(meta["beta"]) * arrays["mean"]
+    if not np.allclose(arrays["bias"], expected_bias, rtol=CLAIM_TOLERANCE,
+                       atol=CLAIM_TOLERANCE * np.abs(expected_bias).max(initial=0.0)):
+        raise WhiteningError("%s: bias is not -beta * mean (beta %g)" % (path, meta["beta"]))
+
+
+def _refuse_degenerate_scales(floored, gamma):
+    """Refuse a gamma whose scales ``s ** (-gamma / 2)`` overflow, underflow to zero, or span more
+    than float64 can hold in one sum (1 / eps64): the smallest direction would vanish beside
+    the largest in ``x @ kernel``, and the vectors would not be whitened, or not be numbers."""
+    with np.errstate(over="ignore", under="ignore", divide="ignore"):
+        scales = floored ** (-gamma / 2.0)
+    for test, what in ((~np.isfinite(scales), "infinite (overflow)"), (scales == 0, "zero (underflow)")):
+        if test.any():
+            i = np.flatnonzero(test)[0]
+            raise WhiteningError("gamma %g makes the kernel %s: s ** (-gamma / 2) for eigenvalue %.3g; "
+                                 "choose a gamma nearer 1" % (gamma, what, floored[i]))
+    if scales.max() / scales.min() > 1 / EPS64:
+        raise WhiteningError("gamma %g makes the kernel's scales span %.3g, beyond float64's "
+                             "precision (%.3g): choose a gamma nearer 1" % (gamma, scales.max() / scales.min(),
+                                                                           1 / EPS64))
+
+
+def _floor(stats, largest):
+    """The round-off floor of eigenvalues (see `EPS64`/`EPS32`) given the largest one."""
+    mean_squared_norm = np.trace(stats.scatter) / stats.count + stats.mean @ stats.mean
+    return max(EPS64 * stats.dim * max(largest, 0.0), EPS32 ** 2 * mean_squared_norm)
+
+
+def _rank(stats, beta):
+    """The rank `fit_whitening` finds for Sigma_beta of ``stats``."""
+    eigenvalues = np.linalg.eigvalsh(stats.second_moment(beta))
+    return int((eigenvalues > _floor(stats, eigenvalues[-1])).sum())
 
 
 def resolve_components(n_components, dim, rank=None, allow_rank_deficient=False):
@@ -331,8 +397,7 @@ def fit_whitening(stats: WhiteningStats, n_components: int = -1, beta: float = 1
     eigenvalues, vectors = eigenvalues[order], vectors[:, order]
     pivots = np.argmax(np.abs(vectors), axis=0)
     vectors = vectors * np.sign(vectors[pivots, np.arange(vectors.shape[1])])
-    mean_squared_norm = np.trace(stats.scatter) / stats.count + stats.mean @ stats.mean
-    floor = max(EPS64 * stats.dim * max(eigenvalues[0], 0.0), EPS32 ** 2 * mean_squared_norm)
+    floor = _floor(stats, eigenvalues[0])
     rank = int((eigenvalues > floor).sum())
     if rank == 0:
         raise WhiteningError("all %d vectors are identical: nothing to whiten" % stats.count)
@@ -342,6 +407,13 @@ def fit_whitening(stats: WhiteningStats, n_components: int = -1, beta: float = 1
             "below %.3g (smallest %.3g) are floored to %.3g",
             beta, stats.count, stats.dim, rank, stats.dim - rank, floor, eigenvalues[-1], floor)
     floored = np.maximum(eigenvalues, floor)
+    _refuse_degenerate_scales(floored, gamma)
+    covariance_rank = rank if beta == 1.0 else _rank(stats, 1.0)
+    if rank < covariance_rank:
+        raise WhiteningError(
+            "beta %g makes Sigma_beta's largest eigenvalue (%.3g, along the mean) so large that "
+            "round-off hides %d of its directions (rank %d, the covariance's is %d); choose a beta "
+            "nearer 1" % (beta, eigenvalues[0], covariance_rank - rank, rank, covariance_rank))
     whitening = Whitening(
         kernel=vectors * floored ** (-gamma / 2.0), bias=-beta * stats.mean, mean=stats.mean,
         eigenvalues=eigenvalues, rank=rank, count=stats.count, n_components=int(n_components),

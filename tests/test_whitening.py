@@ -1,7 +1,9 @@
 """The numpy whitening against the original formulas (tests/reference.py) and np.cov."""
+import dataclasses
 import json
 import logging
 import os
+import re
 
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from bert_whitening.errors import WhiteningError
 from bert_whitening.whitening import (
     Whitening,
     WhiteningStats,
@@ -518,3 +521,39 @@ def test_fit_records_what_it_was_fitted_on():
     assert (named.pooling, named.model_identity, named.n_components) == ("cls", {"name": "tiny"}, 8)
     preset = WhiteningStats(16)
     assert preset.dim == 16 and preset.mean.shape == (16,) and preset.scatter.shape == (16, 16)
+
+
+@pytest.mark.parametrize("options, fragment", [
+    (dict(gamma=-1000.0), "gamma -1000 makes the kernel zero (underflow)"),
+    (dict(gamma=1000.0), "gamma 1000 makes the kernel infinite (overflow)"),
+    (dict(gamma=40.0), "gamma 40 makes the kernel's scales span"),
+    (dict(beta=1e12), "beta 1e+12 makes Sigma_beta's largest eigenvalue"),
+])
+def test_betas_and_gammas_that_make_a_degenerate_whitening_are_refused(options, fragment):
+    vectors = np.random.default_rng(0).normal(size=(200, 8)) * np.logspace(0, -3, 8) + 5
+    with pytest.raises(WhiteningError, match=re.escape(fragment)):
+        fit_whitening(WhiteningStats().update(vectors), **options)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(beta=0.0), dict(gamma=0.0), dict(gamma=0.5),
+                                     dict(beta=0.0, gamma=0.0), dict(rows=5)])
+def test_every_whitening_the_package_fits_passes_its_own_load_checks(tmp_path, options):
+    rows = options.pop("rows", 200)  # 5 rows of dimension 8: rank-deficient, floored
+    vectors = np.random.default_rng(1).normal(size=(rows, 8)) * np.logspace(0, -2, 8) + 3
+    fitted = fit_whitening(WhiteningStats().update(vectors), **options)
+    fitted.save(str(tmp_path / "w.npz"))
+    np.testing.assert_array_equal(Whitening.load(str(tmp_path / "w.npz")).kernel, fitted.kernel)
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda w: dataclasses.replace(w, kernel=np.zeros_like(w.kernel)), "kernel column 0 is zero"),
+    (lambda w: dataclasses.replace(w, kernel=np.ascontiguousarray(w.kernel.T)), "are not orthogonal"),
+    (lambda w: dataclasses.replace(w, kernel=w.kernel * 2), "has squared norm"),
+    (lambda w: dataclasses.replace(w, eigenvalues=w.eigenvalues[::-1].copy()), "has squared norm"),
+    (lambda w: dataclasses.replace(w, bias=w.bias + 1), "bias is not -beta * mean"),
+])
+def test_a_whitening_file_that_disagrees_with_its_own_claims_is_refused(tmp_path, edit, fragment):
+    vectors = np.random.default_rng(2).normal(size=(100, 6)) * np.logspace(0, -1, 6)
+    edit(fit_whitening(WhiteningStats().update(vectors))).save(str(tmp_path / "w.npz"))
+    with pytest.raises(WhiteningError, match=re.escape(fragment)):
+        Whitening.load(str(tmp_path / "w.npz"))
