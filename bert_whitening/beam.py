@@ -22,6 +22,7 @@ with ``skip_bad_lines`` a skipped line, counted in a warning of the worker's log
 import glob
 import io
 import logging
+import os
 import uuid
 
 import apache_beam as beam
@@ -29,7 +30,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from bert_whitening.data import read_sentences
-from bert_whitening.errors import BertWhiteningError
+from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.whitening import WhiteningStats, fit_reported
 
 logger = logging.getLogger(__name__)
@@ -94,14 +95,30 @@ def _read_file(path, format, skip_bad_lines):
         yield (path, number), sentence
 
 
+def matched_files(patterns):
+    """The files matching ``patterns`` (Beam file systems), each once however many patterns match
+    it, in order; a pattern that matches nothing, or only empty files in all, is refused."""
+    found = {}
+    for pattern in patterns:
+        matched = FileSystems.match([pattern])[0].metadata_list
+        if not matched:
+            raise BertWhiteningError("%s: no files match" % pattern)
+        for metadata in matched:
+            found.setdefault(_canonical(metadata.path), metadata)
+    if all(metadata.size_in_bytes == 0 for metadata in found.values()):
+        raise DataError("%s: empty input (no lines)" % ", ".join(patterns))
+    return [metadata.path for metadata in found.values()]
+
+
+def _canonical(path):
+    """One name per local file (symlinks and relative parts resolved); other schemes as given."""
+    return os.path.realpath(path) if FileSystems.get_scheme(path) is None else path
+
+
 def _sentences(pipeline, patterns, format, skip_bad_lines):
     """Keyed sentences of every file matching ``patterns``, spread over the workers."""
-    from apache_beam.io import fileio
-
     return (pipeline
-            | "Patterns" >> beam.Create(patterns)
-            | "Match" >> fileio.MatchAll(fileio.EmptyMatchTreatment.DISALLOW)
-            | "Paths" >> beam.Map(lambda metadata: metadata.path)
+            | "Paths" >> beam.Create(matched_files(patterns))
             | "Read" >> beam.FlatMap(_read_file, format, skip_bad_lines)
             | "Spread" >> beam.Reshuffle()
             | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=MAX_SENTENCES_PER_CALL))

@@ -71,6 +71,7 @@ def test_beam_encode_writes_every_line_once_and_equals_encode(tiny_model, corpus
     assert run("fit", "--model", model, "--output", whitening, corpus / "c.data", corpus / "a.txt") == 0
     prefix = tmp_path / "out" / "vectors"
     assert run("beam-encode", "--model", model, "--whitening", whitening, "--input", corpus / "*.txt",
+               "--input", corpus / "a.txt", "--input", corpus / ".." / "corpus" / "b.txt",  # overlapping
                "--num-shards", 3, "--output", prefix) == 0
     assert len(glob.glob("%s-*-of-00003.tfrecord" % prefix)) == 3
     keys, vectors = read_encoded("%s-*" % prefix)
@@ -127,3 +128,11 @@ def test_pipeline_options_only_for_beam_commands(capsys):
     with pytest.raises(SystemExit):
         cli.main(["fit", "--output", "w.npz", "--direct_num_workers=2", "x.txt"])
     assert "unrecognized arguments: --direct_num_workers=2" in capsys.readouterr().err
+
+
+def test_empty_inputs_are_refused_before_the_pipeline_runs(tiny_model, tmp_path, caplog):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    assert run("beam-encode", "--model", tiny_model[0], "--input", tmp_path / "empty.txt",
+               "--output", tmp_path / "vectors") == 1
+    assert "empty.txt: empty input (no lines)" in caplog.text
+    assert os.listdir(tmp_path) == ["empty.txt"]
