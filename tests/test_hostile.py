@@ -1,9 +1,12 @@
 """The command line used as a hostile user would: pipes, FIFOs, signals, two exports at once, a
 full disk, nonsense numbers and damaged files. Each case runs ``bert-whitening`` in a subprocess
 and checks the exit status, the message, the output and what is left in the directory."""
+import contextlib
 import dataclasses
 import gzip
+import io
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -27,6 +30,33 @@ def cli(*argv, stdin=None, input=None, timeout=300):
     """``bert-whitening ARGV`` in a new process."""
     return subprocess.run([sys.executable, "-m", "bert_whitening"] + [str(a) for a in argv],
                           stdin=stdin, input=input, capture_output=True, timeout=timeout)
+
+
+def here(*argv):
+    """``bert-whitening ARGV`` in this process, as `cli` gives it: the exit status and what a
+    terminal would show on standard error (argparse's lines and the log at ``--log-level``,
+    INFO by default). For the cases that need no process of their own: refusals are decided
+    without TensorFlow, so they cost little here and nothing is left behind."""
+    from bert_whitening import cli as command
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    level = argv[argv.index("--log-level") + 1] if "--log-level" in argv else "INFO"
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        with contextlib.redirect_stderr(stream):
+            try:
+                status = command.main([str(a) for a in argv])
+            except SystemExit as exit:
+                status = exit.code
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)
+    return subprocess.CompletedProcess(argv, status, b"", stream.getvalue().encode("utf-8"))
 
 
 def _default_sigint():
@@ -120,7 +150,7 @@ def test_fit_from_a_pipe_fits_on_every_sentence(work, tmp_path):
 def test_a_lone_carriage_return_does_not_split_a_line(work, tmp_path):
     source, output = tmp_path / "cr.txt", tmp_path / "v.npy"
     source.write_bytes(b"one\rtwo\nthree\r\nfour\n")
-    result = cli(*encode_args(work, output), source)
+    result = here(*encode_args(work, output), source)
     assert result.returncode == 0, result.stderr
     assert np.load(output).shape[0] == 3
 
@@ -132,7 +162,7 @@ def test_a_lone_carriage_return_does_not_split_a_line(work, tmp_path):
     ("--maxlen", "0", "an integer >= 2"), ("--maxlen", "1", "an integer >= 2"),
 ])
 def test_nonsense_numbers_are_refused_with_name_and_value(work, tmp_path, option, value, requirement):
-    result = cli(*encode_args(work, tmp_path / "v.npy"), option, value, work["sentences"])
+    result = here(*encode_args(work, tmp_path / "v.npy"), option, value, work["sentences"])
     refused(result, option, repr(value), requirement, status=2)
     assert os.listdir(tmp_path) == []
 
@@ -143,7 +173,7 @@ def test_nonsense_numbers_are_refused_with_name_and_value(work, tmp_path, option
 def test_non_finite_beta_and_gamma_are_refused(work, tmp_path, argv):
     option = argv[-2]
     tail = ["--output", tmp_path / "w.npz", work["pairs"]] if argv[0] == "fit" else []
-    refused(cli(*argv, "--model", work["model"], *tail), option, "finite", status=2)
+    refused(here(*argv, "--model", work["model"], *tail), option, "finite", status=2)
     assert os.listdir(tmp_path) == []
 
 
@@ -151,26 +181,26 @@ def test_a_nan_label_is_refused_with_file_and_line(work, tmp_path):
     task = tmp_path / "T"
     task.mkdir()
     (task / "T.test.data").write_text("a\tb\t1\nc\td\tnan\n", encoding="utf-8")
-    result = cli("eval", "--model", work["model"], "--task", "T", "--data-dir", tmp_path)
+    result = here("eval", "--model", work["model"], "--task", "T", "--data-dir", tmp_path)
     refused(result, "T.test.data:2:", "finite numeric label", "'c\\td\\tnan'")
 
 
 def test_maxlen_beyond_the_position_table_is_refused_before_loading(work, tmp_path):
-    result = cli(*encode_args(work, tmp_path / "v.npy"), "--maxlen", "65", work["sentences"])
+    result = here(*encode_args(work, tmp_path / "v.npy"), "--maxlen", "65", work["sentences"])
     refused(result, "maxlen 65 is larger than the 64 positions")
 
 
 def test_cheap_mistakes_are_refused_before_the_model_loads(work, tmp_path):
     model, whitening = work["model"], work["whitening"]
     missing_dir = tmp_path / "no" / "v.npy"
-    refused(cli(*encode_args(work, missing_dir), work["sentences"]), "no directory")
-    refused(cli("encode", "--model", model, "--n-components", "8", "--output", tmp_path / "v.npy",
+    refused(here(*encode_args(work, missing_dir), work["sentences"]), "no directory")
+    refused(here("encode", "--model", model, "--n-components", "8", "--output", tmp_path / "v.npy",
                 work["sentences"]), "n_components 8 needs a whitening")
-    refused(cli(*encode_args(work, tmp_path / "v.npy"), "--n-components", "30", work["sentences"]),
+    refused(here(*encode_args(work, tmp_path / "v.npy"), "--n-components", "30", work["sentences"]),
             "n_components 30 is larger than the vector dimension 24")
     base = tmp_path / "base"
     base.write_text("a file")
-    refused(cli("export", "--model", model, "--whitening", whitening, "--output", base),
+    refused(here("export", "--model", model, "--whitening", whitening, "--output", base),
             "is a file, not a directory")
     # None of these built the model: each answered well before a model build would.
     assert sorted(os.listdir(tmp_path)) == ["base"]
@@ -181,10 +211,10 @@ def test_cheap_mistakes_are_refused_before_the_model_loads(work, tmp_path):
 def test_a_pair_file_with_a_header_names_the_header_line(work, tmp_path):
     pairs = tmp_path / "header.data"
     pairs.write_bytes(b"sentence1\tsentence2\tlabel\n" + work["pairs"].read_bytes())
-    result = cli("fit", "--model", work["model"], "--output", tmp_path / "w.npz", pairs)
+    result = here("fit", "--model", work["model"], "--output", tmp_path / "w.npz", pairs)
     refused(result, "header.data:1: expected sentence1<TAB>sentence2<TAB>label")
     assert leftovers(tmp_path) == [] and not (tmp_path / "w.npz").exists()
-    skipped = cli("fit", "--model", work["model"], "--skip-bad-lines", "--output", tmp_path / "w.npz", pairs)
+    skipped = here("fit", "--model", work["model"], "--skip-bad-lines", "--output", tmp_path / "w.npz", pairs)
     assert skipped.returncode == 0 and b"skipped 1 malformed lines" in skipped.stderr
     assert b"read as senteval_cn pairs" in skipped.stderr
 
@@ -192,7 +222,7 @@ def test_a_pair_file_with_a_header_names_the_header_line(work, tmp_path):
 def test_a_file_mixing_sentences_and_pairs_is_refused(work, tmp_path):
     mixed = tmp_path / "mixed.txt"
     mixed.write_text("one\ntwo\nthree\na\tb\t1\n", encoding="utf-8")
-    result = cli("fit", "--model", work["model"], "--output", tmp_path / "w.npz", mixed)
+    result = here("fit", "--model", work["model"], "--output", tmp_path / "w.npz", mixed)
     refused(result, "mixed.txt:4: a sentence1<TAB>sentence2<TAB>label line")
 
 
@@ -220,7 +250,7 @@ def damaged_whitening(work, tmp_path, kind):
 ])
 def test_a_damaged_whitening_file_is_one_line(work, tmp_path, kind, message):
     path = damaged_whitening(work, tmp_path, kind)
-    result = cli("encode", "--model", work["model"], "--whitening", path, "--output",
+    result = here("encode", "--model", work["model"], "--whitening", path, "--output",
                  tmp_path / "v.npy", work["sentences"])
     refused(result, str(path), message)
 
@@ -232,7 +262,7 @@ def test_damaged_checkpoints_are_one_line_naming_the_file(work, tmp_path):
     shutil.copytree(work["model"], google)
     data = next(google.glob("bert_model.ckpt.data-*"))
     data.write_bytes(data.read_bytes()[:1000])
-    refused(cli("encode", "--model", google, "--output", tmp_path / "v.npy", work["sentences"]),
+    refused(here("encode", "--model", google, "--output", tmp_path / "v.npy", work["sentences"]),
             str(google))
     hf = tmp_path / "hf"
     hf.mkdir()
@@ -240,7 +270,7 @@ def test_damaged_checkpoints_are_one_line_naming_the_file(work, tmp_path):
     (hf / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
     shutil.copy(google / "vocab.txt", hf / "vocab.txt")
     (hf / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":")
-    refused(cli("encode", "--model", hf, "--output", tmp_path / "v.npy", work["sentences"]),
+    refused(here("encode", "--model", hf, "--output", tmp_path / "v.npy", work["sentences"]),
             str(hf / "model.safetensors"), "truncated or not safetensors")
 
 
@@ -248,11 +278,11 @@ def test_truncated_gzip_and_bad_utf8_inputs_name_file_and_line(work, tmp_path):
     packed = gzip.compress(work["sentences"].read_bytes() * 20)
     cut = tmp_path / "cut.txt.gz"
     cut.write_bytes(packed[:len(packed) // 2])
-    refused(cli("fit", "--model", work["model"], "--output", tmp_path / "w.npz", cut),
+    refused(here("fit", "--model", work["model"], "--output", tmp_path / "w.npz", cut),
             "cut.txt.gz: truncated or corrupt compressed data after line")
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine\nalso fine\n\xff\xfe\n")
-    refused(cli(*encode_args(work, tmp_path / "v.npy"), bad), "bad.txt:3: not UTF-8 text")
+    refused(here(*encode_args(work, tmp_path / "v.npy"), bad), "bad.txt:3: not UTF-8 text")
     assert not (tmp_path / "w.npz").exists() and not (tmp_path / "v.npy").exists()
     assert leftovers(tmp_path) == []
 
@@ -260,9 +290,9 @@ def test_truncated_gzip_and_bad_utf8_inputs_name_file_and_line(work, tmp_path):
 def test_a_traceback_only_with_debug_logging(work, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"\xff\n")
-    quiet = cli(*encode_args(work, tmp_path / "v.npy"), bad)
+    quiet = here(*encode_args(work, tmp_path / "v.npy"), bad)
     refused(quiet, "bad.txt:1")
-    loud = cli("--log-level", "DEBUG", *encode_args(work, tmp_path / "v.npy"), bad)
+    loud = here("--log-level", "DEBUG", *encode_args(work, tmp_path / "v.npy"), bad)
     assert loud.returncode == 1 and b"Traceback" in loud.stderr
 
 
@@ -273,7 +303,7 @@ def test_a_whitening_of_another_model_of_the_same_size_is_named_in_a_warning(wor
     shutil.copytree(work["model"], other)
     with open(other / "vocab.txt", "a", encoding="utf-8") as stream:
         stream.write("")  # same vocabulary, other name
-    result = cli(*encode_args(work, tmp_path / "v.npy")[:-2], "--model", other, "--output",
+    result = here(*encode_args(work, tmp_path / "v.npy")[:-2], "--model", other, "--output",
                  tmp_path / "v.npy", work["sentences"])
     assert result.returncode == 0, result.stderr
     assert b"fitted on another model of the same size (tiny_bert, this is other_bert)" in result.stderr
