@@ -1,5 +1,5 @@
-"""The Beam pipelines on DirectRunner against the single-process commands, on the tiny BERT."""
-import glob
+"""The Beam pipelines refusing what they must, on DirectRunner in-process, on the tiny BERT; their
+results against the single-process commands, on every runner, are in test_beam_runners.py."""
 import logging
 import os
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from bert_whitening import cli
-from bert_whitening.beam import WhiteningStatsFn, read_encoded
+from bert_whitening.beam import WhiteningStatsFn
 from bert_whitening.whitening import Whitening, WhiteningStats
 
 from helpers import SENTENCES, relative_error, run
@@ -17,8 +17,11 @@ LINES = SENTENCES + ["%s %s" % (SENTENCES[i], SENTENCES[-1 - i]) for i in range(
 
 @pytest.fixture
 def corpus(tmp_path):
+    return write_corpus(tmp_path / "corpus")
+
+
+def write_corpus(directory):
     """Two sentence files (one without a final newline, one with an empty line) and a pair file."""
-    directory = tmp_path / "corpus"
     directory.mkdir()
     (directory / "a.txt").write_text("\n".join(LINES[:17]), encoding="utf-8")  # LINES[11] is ""
     (directory / "b.txt").write_text("\n".join(LINES[17:]) + "\n", encoding="utf-8")
@@ -43,47 +46,6 @@ def test_combine_fn_merges_as_one_pass():
     whole = WhiteningStats().update(np.concatenate(batches))
     assert merged.count == whole.count == 21
     assert relative_error(merged.covariance, whole.covariance) <= 1e-12
-
-
-def test_beam_fit_equals_fit_on_the_same_lines(tiny_model, corpus, tmp_path):
-    # One sentence per model call on both sides: each vector is then computed from the same
-    # input shape, so what is compared is the statistics and their combination, not padding.
-    model = tiny_model[0]
-    files = [corpus / "a.txt", corpus / "b.txt", corpus / "c.data"]
-    assert run("fit", "--model", model, "--batch-size", 1, "--output", tmp_path / "single.npz", *files) == 0
-    assert run("beam-fit", "--model", model, "--batch-size", 1, "--input", corpus / "*.txt",
-               "--input", corpus / "c.data", "--output", tmp_path / "beam.npz") == 0
-    single, beamed = Whitening.load(tmp_path / "single.npz"), Whitening.load(tmp_path / "beam.npz")
-    assert beamed.count == single.count == len(LINES) + 12
-    assert (beamed.pooling, beamed.model_identity, beamed.rank) == (single.pooling, single.model_identity, single.rank)
-    assert relative_error(beamed.mean, single.mean) <= 1e-9
-    assert relative_error(covariance(beamed), covariance(single)) <= 1e-9
-    rank = single.rank
-    assert rank == 24  # all directions are real: no arbitrary null-space columns to compare
-    signs = np.sign((beamed.kernel * single.kernel).sum(axis=0))
-    scale = np.abs(single.kernel).max(axis=0)
-    assert (np.abs(beamed.kernel * signs - single.kernel) <= 1e-6 * scale).all()
-
-
-def test_beam_encode_writes_every_line_once_and_equals_encode(tiny_model, corpus, tmp_path):
-    model = tiny_model[0]
-    whitening = tmp_path / "w.npz"
-    assert run("fit", "--model", model, "--output", whitening, corpus / "c.data", corpus / "a.txt") == 0
-    prefix = tmp_path / "out" / "vectors"
-    assert run("beam-encode", "--model", model, "--whitening", whitening, "--input", corpus / "*.txt",
-               "--input", corpus / "a.txt", "--input", corpus / ".." / "corpus" / "b.txt",  # overlapping
-               "--num-shards", 3, "--output", prefix) == 0
-    assert len(glob.glob("%s-*-of-00003.tfrecord" % prefix)) == 3
-    keys, vectors = read_encoded("%s-*" % prefix)
-    expected = []
-    for name in ("a.txt", "b.txt"):
-        path = str(corpus / name)
-        assert run("encode", "--model", model, "--whitening", whitening, "--output",
-                   tmp_path / (name + ".npy"), path) == 0
-        single = np.load(tmp_path / (name + ".npy"))
-        expected += [((path, line), vector) for line, vector in enumerate(single, 1)]
-    assert keys == [key for key, _ in expected]  # each line once, none missing, none added
-    np.testing.assert_allclose(vectors, np.array([v for _, v in expected]), atol=1e-5)
 
 
 def test_beam_encode_refuses_to_mix_with_existing_shards(tiny_model, corpus, tmp_path, caplog):

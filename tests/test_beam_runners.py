@@ -1,15 +1,14 @@
-"""Both Beam pipelines in separate worker processes, as a cluster runs them.
+"""Both Beam pipelines against the single-process ``fit`` and ``encode``, on every runner.
 
-The in-process DirectRunner of test_beam.py never pickles `EncodeFn` or `WhiteningStatsFn` to
-another process nor runs ``setup`` in a fresh one. Here the same commands run on
+The in-process DirectRunner never pickles `EncodeFn` or `WhiteningStatsFn` to another process
+nor runs ``setup`` in a fresh one, so the same checks also run on
 - DirectRunner with ``--direct_running_mode multi_processing --direct_num_workers 2``: SDK
   workers started as subprocesses of the test;
 - PortableRunner against Beam's Python local job service, with ``--environment_type EXTERNAL``
   workers from ``worker_pool_main``: the job service and the worker pool are processes that the
   fixture starts on loopback ports, and the pool starts one process per worker.
-`ProbedEncodeFn` records the id of every process that encodes, so each test proves the
-vectors were made outside the test's own process, and the results are checked as in
-test_beam.py against the single-process ``fit`` and ``encode``.
+`ProbedEncodeFn` records the id of every process that encodes, so each test proves where the
+vectors were made (outside the test's own process, but for the in-process runner).
 """
 import contextlib
 import functools
@@ -22,7 +21,7 @@ import time
 
 import numpy as np
 import pytest
-from test_beam import LINES, corpus, covariance  # noqa: F401  corpus: the fixture
+from test_beam import LINES, covariance, write_corpus
 
 from bert_whitening import beam
 from bert_whitening.whitening import Whitening
@@ -137,51 +136,74 @@ def portable(tmp_path_factory):
             stop(service)
 
 
-@pytest.fixture(params=["multi_processing", "portable"])
+@pytest.fixture(params=["in-process", "multi_processing", "portable"])
 def runner(request):
-    """``(pipeline flags, pids that must not encode)`` of each separate-process runner."""
+    """``(pipeline flags, pids that must not encode)`` of each runner; None: the test's own
+    process encodes (in-process DirectRunner)."""
+    if request.param == "in-process":
+        return (), None
     if request.param == "multi_processing":
         return MULTI_PROCESSING, set()
     return request.getfixturevalue("portable")
 
 
-def assert_encoded_elsewhere(probe_directory, forbidden):
+def assert_encoded_where_expected(probe_directory, forbidden):
     processes = encoding_processes(probe_directory)
     assert processes, "no process encoded anything"
-    assert not processes & (forbidden | {os.getpid()}), processes
+    if forbidden is None:
+        assert processes == {os.getpid()}, processes
+    else:
+        assert not processes & (forbidden | {os.getpid()}), processes
 
 
-def test_beam_fit_in_worker_processes_equals_fit(tiny_model, corpus, tmp_path, runner, probed):  # noqa: F811
-    flags, services = runner
-    model = tiny_model[0]
-    assert run("fit", "--model", model, "--batch-size", 1, "--output", tmp_path / "single.npz",
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("beam") / "corpus")
+
+
+@pytest.fixture(scope="module")
+def single(tiny_model, corpus):
+    """What the single-process commands give on the corpus: ``fit`` (one sentence per call, so
+    each vector comes from the same input shape as in the pipeline), a whitening, and
+    ``encode`` of each sentence file, keyed by (path, line)."""
+    directory, model = corpus.parent, tiny_model[0]
+    assert run("fit", "--model", model, "--batch-size", 1, "--output", directory / "single.npz",
                corpus / "a.txt", corpus / "b.txt", corpus / "c.data") == 0
-    assert not encoding_processes(probed)  # the single-process fit is not probed
-    assert run("beam-fit", "--model", model, "--batch-size", 1, "--input", corpus / "*.txt",
-               "--input", corpus / "c.data", "--output", tmp_path / "beam.npz", *flags) == 0
-    assert_encoded_elsewhere(probed, services)
-    single, beamed = Whitening.load(tmp_path / "single.npz"), Whitening.load(tmp_path / "beam.npz")
-    assert beamed.count == single.count == len(LINES) + 12
-    assert (beamed.pooling, beamed.model_identity, beamed.rank) == (single.pooling, single.model_identity, single.rank)
-    assert relative_error(beamed.mean, single.mean) <= 1e-9
-    assert relative_error(covariance(beamed), covariance(single)) <= 1e-9
-
-
-def test_beam_encode_in_worker_processes_equals_encode(tiny_model, corpus, tmp_path, runner, probed):  # noqa: F811
-    flags, services = runner
-    model = tiny_model[0]
-    whitening = tmp_path / "w.npz"
-    assert run("fit", "--model", model, "--output", whitening, corpus / "c.data", corpus / "a.txt") == 0
-    prefix = tmp_path / "out" / "vectors"
-    assert run("beam-encode", "--model", model, "--whitening", whitening, "--input", corpus / "*.txt",
-               "--num-shards", 2, "--output", prefix, *flags) == 0
-    assert_encoded_elsewhere(probed, services)
-    keys, vectors = beam.read_encoded(beam.shards(str(prefix)))
-    expected = []
+    assert run("fit", "--model", model, "--output", directory / "w.npz", corpus / "c.data", corpus / "a.txt") == 0
+    encoded = []
     for name in ("a.txt", "b.txt"):
         path = str(corpus / name)
-        assert run("encode", "--model", model, "--whitening", whitening, "--output",
-                   tmp_path / (name + ".npy"), path) == 0
-        expected += [((path, line), vector) for line, vector in enumerate(np.load(tmp_path / (name + ".npy")), 1)]
-    assert keys == [key for key, _ in expected]  # each line once, none missing, none added
-    np.testing.assert_allclose(vectors, np.array([v for _, v in expected]), atol=1e-5)
+        assert run("encode", "--model", model, "--whitening", directory / "w.npz", "--output",
+                   directory / (name + ".npy"), path) == 0
+        encoded += [((path, line), vector) for line, vector in enumerate(np.load(directory / (name + ".npy")), 1)]
+    return Whitening.load(directory / "single.npz"), directory / "w.npz", encoded
+
+
+def test_beam_fit_equals_fit(tiny_model, corpus, single, tmp_path, runner, probed):
+    flags, services = runner
+    assert run("beam-fit", "--model", tiny_model[0], "--batch-size", 1, "--input", corpus / "*.txt",
+               "--input", corpus / "c.data", "--output", tmp_path / "beam.npz", *flags) == 0
+    assert_encoded_where_expected(probed, services)
+    fitted, beamed = single[0], Whitening.load(tmp_path / "beam.npz")
+    assert beamed.count == fitted.count == len(LINES) + 12
+    assert (beamed.pooling, beamed.model_identity, beamed.rank) == (fitted.pooling, fitted.model_identity, fitted.rank)
+    assert relative_error(beamed.mean, fitted.mean) <= 1e-9
+    assert relative_error(covariance(beamed), covariance(fitted)) <= 1e-9
+    assert fitted.rank == 24  # all directions are real: no arbitrary null-space columns to compare
+    signs = np.sign((beamed.kernel * fitted.kernel).sum(axis=0))
+    scale = np.abs(fitted.kernel).max(axis=0)
+    assert (np.abs(beamed.kernel * signs - fitted.kernel) <= 1e-6 * scale).all()
+
+
+def test_beam_encode_writes_every_line_once_and_equals_encode(tiny_model, corpus, single, tmp_path, runner,
+                                                              probed):
+    flags, services = runner
+    prefix = tmp_path / "out" / "vectors"
+    assert run("beam-encode", "--model", tiny_model[0], "--whitening", single[1], "--input", corpus / "*.txt",
+               "--input", corpus / "a.txt", "--input", corpus / ".." / "corpus" / "b.txt",  # overlapping
+               "--num-shards", 3, "--output", prefix, *flags) == 0
+    assert_encoded_where_expected(probed, services)
+    assert len(beam.FileSystems.match([beam.shards(str(prefix))])[0].metadata_list) == 3
+    keys, vectors = beam.read_encoded(beam.shards(str(prefix)))
+    assert keys == [key for key, _ in single[2]]  # each line once, none missing, none added
+    np.testing.assert_allclose(vectors, np.array([v for _, v in single[2]]), atol=1e-5)
