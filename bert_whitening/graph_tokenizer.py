@@ -7,6 +7,7 @@ Chinese and English data (counted when the English reader still took a score col
 sentence: 147,380 then, 147,101 distinct sentences now, scripts/count_shared_sentences.py).
 This module spells out bert4keras' own steps instead:
 
+0. text that is not UTF-8 is refused (an InvalidArgument error), as ``encode`` refuses it;
 1. ``\\t\\n\\r`` become spaces; control and format characters (Cc, Cf) and U+FFFD are dropped;
 2. when lower-casing: ``str.lower``, NFD, and combining marks (Mn) dropped;
 3. split on spaces (Zs, U+2028, U+2029), keeping each punctuation character (ASCII 33-47, 58-64,
@@ -17,17 +18,44 @@ This module spells out bert4keras' own steps instead:
 
 Step 1 runs before step 2, unlike bert4keras, because TensorFlow's string ops stop at NUL; the
 order changes nothing else. The vocabulary is bert4keras' ``load_vocab`` dictionary, so ids agree
-even for vocabularies with repeated lines.
+even for vocabularies with repeated lines. Character categories come from Python's
+``unicodedata`` (`categories`), so both follow one Unicode version (14.0 on Python 3.11).
 """
+import sys
+import unicodedata
+
 from bert_whitening.backend import tf
 
 # isort: split
 import tensorflow_text as tf_text  # after backend, which must set up TensorFlow first
 
+
+def categories(*names):
+    """The code points whose Unicode category (in Python's ``unicodedata``, the tables bert4keras
+    reads) starts with one of ``names``, as ranges for a regular expression's character class.
+
+    RE2's own ``\\p{..}`` tables are newer (Unicode 15 and later): 65 code points that are
+    unassigned in Python 3.11's Unicode 14.0 are punctuation or combining marks there, and were
+    split or dropped in the graph while bert4keras kept them. Spelling the classes out from
+    Python's tables makes both follow the Unicode version of the Python that exports."""
+    ranges, start, previous = [], None, None
+    for code in range(sys.maxunicode + 1):
+        if unicodedata.category(chr(code)).startswith(names):
+            if start is None:
+                start = code
+            previous = code
+        elif start is not None:
+            ranges.append(r"\x{%X}-\x{%X}" % (start, previous))
+            start = None
+    return "".join(ranges)
+
+
 CJK = (r"\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}"
        r"\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}")
-OWN_TOKEN = r"[!-/:-@\[-`{-~\p{P}" + CJK + "]"
-SEPARATOR = r"[ \p{Zs}\x{2028}\x{2029}]|" + OWN_TOKEN
+OWN_TOKEN = r"[!-/:-@\[-`{-~" + categories("P") + CJK + "]"
+SEPARATOR = r"[ \x{2028}\x{2029}" + categories("Zs") + "]|" + OWN_TOKEN
+DROPPED = r"[\x{FFFD}" + categories("Cc", "Cf") + "]"
+MARKS = "[" + categories("Mn") + "]"
 WORD_MAX_CHARS = 200
 
 
@@ -48,12 +76,16 @@ class GraphTokenizer(tf.Module):
             token_out_type=tf.int64, unknown_token="[UNK]", split_unknown_characters=False)
 
     def __call__(self, text):
+        # Invalid UTF-8 is an error, as `encode` refuses it, not [UNK] (the later ops replace it).
+        valid = tf.strings.unicode_decode(text, "UTF-8", errors="strict").flat_values
+        with tf.control_dependencies([valid]):
+            text = tf.identity(text)
         text = tf.strings.regex_replace(text, r"[\t\n\r]", " ")
-        text = tf.strings.regex_replace(text, r"[\p{Cc}\p{Cf}\x{FFFD}]", "")
+        text = tf.strings.regex_replace(text, DROPPED, "")
         if self.lowercase:
             text = tf.strings.lower(text, encoding="utf-8")
             text = tf_text.normalize_utf8(text, "NFD")
-            text = tf.strings.regex_replace(text, r"\p{Mn}", "")
+            text = tf.strings.regex_replace(text, MARKS, "")
         words = tf_text.regex_split(text, SEPARATOR, OWN_TOKEN)
         too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > WORD_MAX_CHARS
         words = words.with_flat_values(tf.where(too_long, "[UNK]", words.flat_values))

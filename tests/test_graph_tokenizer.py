@@ -78,3 +78,28 @@ def test_modules_importing_tensorflow_text_import_alone(module):
     result = subprocess.run([sys.executable, "-c", "import %s" % module], capture_output=True,
                             text=True, env=clean)  # as a user's fresh shell has it
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_code_points_whose_category_is_newer_in_tensorflow_tokenise_as_in_python(tiny_model):
+    """TensorFlow's regular expressions know a newer Unicode than Python's ``unicodedata``; the
+    code points the two classify differently must still tokenise alike (as Python says)."""
+    import sys
+    import unicodedata
+
+    codes = [code for code in range(sys.maxunicode + 1) if not 0xD800 <= code <= 0xDFFF]
+    characters = tf.constant([chr(code) for code in codes])
+    newer = []
+    for category in ("P", "Mn", "Cc", "Cf", "Zs"):
+        in_graph = tf.strings.regex_full_match(characters, r"\p{%s}" % category).numpy()
+        newer += [code for code, graph in zip(codes, in_graph, strict=True)
+                  if graph != unicodedata.category(chr(code)).startswith(category)]
+    assert len(newer) >= 1  # else the versions agree and this test checks nothing
+    vocab = os.path.join(tiny_model[0], "vocab.txt")
+    assert mismatches(vocab, ["a%sb c" % chr(code) for code in newer]) == []
+
+
+def test_text_that_is_not_utf8_is_refused_in_the_graph(tiny_model):
+    graph = GraphTokenizer(load_vocab(os.path.join(tiny_model[0], "vocab.txt")), 16)
+    assert graph(tf.constant([b"good weather"])).shape[0] == 1
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        graph(tf.constant([b"good", b"bad \xff\xfe bytes"]))
