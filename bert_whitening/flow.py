@@ -111,6 +111,12 @@ class FlowConfig:
             raise FlowError("flow n_levels, depth and coupling_width must be positive: %s" % (config,))
         return config
 
+    def check(self, dim):
+        """Refuse a dimension the levels cannot halve (the last level's coupling halves it too)."""
+        if dim % 2 ** self.n_levels:
+            raise FlowError("a flow of %d levels needs a dimension divisible by %d, got %d"
+                            % (self.n_levels, 2 ** self.n_levels, dim))
+
 
 def _uniform(rng, bound):
     return lambda shape, dtype=None: rng.uniform(-bound, bound, shape)
@@ -232,9 +238,7 @@ class Flow(keras.Model):
     def __init__(self, dim, config=None, rng=None, **kwargs):
         super().__init__(dtype="float64", **kwargs)
         self.config = config = FlowConfig.of(config)
-        if dim % 2 ** config.n_levels:
-            raise FlowError("a flow of %d levels needs a dimension divisible by %d, got %d"
-                            % (config.n_levels, 2 ** config.n_levels, dim))
+        config.check(dim)
         self.dim = dim
         self.training_summary = {}
         rng = np.random.default_rng(0) if rng is None else rng
