@@ -185,7 +185,7 @@ def evaluate(encoded, stats, requested, allow_rank_deficient=False, vectors=None
         result = {"setting": setting.label, "method": setting.method if setting.n_components else "raw",
                   "n_components": k, "beta": None if flow else setting.beta,
                   "gamma": None if flow else setting.gamma, "seed": setting.seed if flow else None,
-                  "fit_seconds": None if seconds is None else round(seconds, 3), "splits": scores,
+                  "fit_seconds": seconds, "splits": scores,
                   "avg": float(values.mean()), "w-avg": float(np.average(values, weights=counts))}
         if flow:
             result["training"] = dict(model.training_summary)
