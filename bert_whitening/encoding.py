@@ -180,9 +180,18 @@ def statistics_from_files(encoder, paths, format="auto", skip_bad_lines=False, b
     """The `WhiteningStats` of every sentence of ``paths`` (sentence or pair files, ``-`` for
     standard input), each read once and streamed: what ``fit`` and ``eval --fit-on FILE`` fit on.
     """
-    sentences = itertools.chain.from_iterable(
-        read_sentences(path, format, skip_bad_lines) for path in paths)
     stats = WhiteningStats()
-    for vectors in encode_stream(encoder, sentences, batch_size, progress):
+    for vectors in encode_stream(encoder, _file_sentences(paths, format, skip_bad_lines), batch_size, progress):
         stats.update(vectors)
     return stats
+
+
+def vectors_from_files(encoder, paths, format="auto", skip_bad_lines=False, batch_size=128, progress=None):
+    """The vectors of every sentence of ``paths``, as one array, as `statistics_from_files` reads
+    them: what ``eval --fit-on FILE`` trains a flow on (a flow needs the vectors themselves)."""
+    blocks = list(encode_stream(encoder, _file_sentences(paths, format, skip_bad_lines), batch_size, progress))
+    return np.concatenate(blocks) if blocks else np.zeros((0, encoder.dim), np.float32)
+
+
+def _file_sentences(paths, format, skip_bad_lines):
+    return itertools.chain.from_iterable(read_sentences(path, format, skip_bad_lines) for path in paths)

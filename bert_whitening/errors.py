@@ -24,3 +24,7 @@ class WhiteningError(BertWhiteningError):
 
 class ExportError(BertWhiteningError):
     """An export that was refused or failed; nothing was left at the target."""
+
+
+class FlowError(BertWhiteningError):
+    """A BERT-flow that cannot be configured, trained or read as asked."""

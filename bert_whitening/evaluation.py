@@ -1,12 +1,14 @@
 """Spearman correlation between cosine similarity and gold labels, per split and setting.
 
-Each split is encoded once; every requested ``(n_components, beta, gamma)`` is then evaluated
-on the same vectors. As in the original chn/eval.py, the whitening of a task is fitted on both
-sentences of every pair of all its splits (``fit_on="all"``), and each setting reports the
-Spearman of every split, their plain average (``avg``) and their average weighted by split size
-(``w-avg``). ``fit_on="train"`` or a list of files fits on data held apart from what is scored.
+Each split is encoded once; every requested ``(n_components, beta, gamma)``, and with the method
+``"flow"`` a BERT-flow per seed (`bert_whitening.flow`), is then evaluated on the same vectors,
+with the time each fit took. As in the original chn/eval.py, the whitening (and the flow) of a
+task is fitted on both sentences of every pair of all its splits (``fit_on="all"``), and each
+setting reports the Spearman of every split, their plain average (``avg``) and their average
+weighted by split size (``w-avg``). ``fit_on="train"`` or a list of files fits on data held apart from what is scored.
 `evaluate_tasks` is what the ``eval`` command and ``eval/eval.py`` run. Importing this module
-imports no TensorFlow; `evaluate_tasks` builds the encoder when it is called.
+imports no TensorFlow; `evaluate_tasks` builds the encoder when it is called, and a flow imports
+it when one is fitted.
 """
 import dataclasses
 import functools
@@ -27,7 +29,8 @@ from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
 
 logger = logging.getLogger(__name__)
 
-#: The senteval_cn tasks of the original eval.py; ``STS-B-en`` is the English STS benchmark.
+#: What a setting other than raw fits: a whitening, or a BERT-flow.
+METHODS = ("whitening", "flow")
 
 
 def task_maxlen(task, maxlen=None):
@@ -40,16 +43,25 @@ class Setting:
     n_components: int
     beta: float = 1.0
     gamma: float = 1.0
+    method: str = "whitening"
+    seed: int = 0  #: a flow's; a whitening has no randomness
 
     @property
     def label(self):
+        if self.method == "flow":
+            return "flow s=%d" % self.seed
         k = "raw" if self.n_components == 0 else "all" if self.n_components < 0 else self.n_components
         extra = "" if (self.beta, self.gamma) == (1.0, 1.0) else " b=%g g=%g" % (self.beta, self.gamma)
         return "k=%s%s" % (k, extra) if self.n_components else "raw"
 
 
-def settings(n_components, betas=(1.0,), gammas=(1.0,)):
-    """Every combination; ``n_components`` 0 (no whitening) is evaluated once, whatever beta and gamma."""
+def settings(n_components, betas=(1.0,), gammas=(1.0,), methods=("whitening",), seeds=(0,)):
+    """Every combination; ``n_components`` 0 (no whitening) is evaluated once, whatever beta and
+    gamma, and the others only when ``methods`` has ``"whitening"``; ``"flow"`` adds one flow per
+    seed (its latent keeps every dimension)."""
+    unknown = [method for method in methods if method not in METHODS]
+    if unknown:
+        raise BertWhiteningError("unknown method %r (methods: %s)" % (unknown[0], ", ".join(METHODS)))
     for name, values in (("beta", betas), ("gamma", gammas)):
         bad = [value for value in values if not math.isfinite(value)]
         if bad:
@@ -57,8 +69,10 @@ def settings(n_components, betas=(1.0,), gammas=(1.0,)):
     found = []
     for k, beta, gamma in itertools.product(n_components, betas, gammas):
         setting = Setting(k) if k == 0 else Setting(k, beta, gamma)
-        if setting not in found:
+        if setting not in found and (k == 0 or "whitening" in methods):
             found.append(setting)
+    if "flow" in methods:
+        found.extend(Setting(-1, method="flow", seed=seed) for seed in dict.fromkeys(seeds))
     return found
 
 
@@ -81,60 +95,106 @@ def encode_splits(encode, splits):
     return encoded
 
 
+def _fit_blocks(encoded, fit_on):
+    """The vectors of both sentences of every pair of ``all`` splits, or of ``train``."""
+    if fit_on == "train" and "train" not in encoded:
+        raise BertWhiteningError("--fit-on train: this task has no train split (splits: %s)"
+                                 % ", ".join(encoded))
+    for first, second, _ in encoded.values() if fit_on == "all" else [encoded["train"]]:
+        yield from (first, second)
+
+
 def fit_statistics(encoded, fit_on="all", files_statistics=None):
     """Whitening statistics of the task's vectors (``all`` splits or ``train``), or for a list
     of files ``files_statistics(paths)`` (`bert_whitening.encoding.statistics_from_files`)."""
+    if fit_on not in ("all", "train"):
+        return files_statistics(fit_on)
     stats = WhiteningStats()
-    if fit_on == "all":
-        for first, second, _ in encoded.values():
-            stats.update(first).update(second)
-    elif fit_on == "train":
-        if "train" not in encoded:
-            raise BertWhiteningError("--fit-on train: this task has no train split (splits: %s)"
-                             % ", ".join(encoded))
-        stats.update(encoded["train"][0]).update(encoded["train"][1])
-    else:
-        stats = files_statistics(fit_on)
+    for block in _fit_blocks(encoded, fit_on):
+        stats.update(block)
     return stats
 
 
-def whitened_settings(stats, requested, allow_rank_deficient=False):
-    """``([(setting, k, transform)], fitted)``: for each setting the resolved ``k`` and the
-    function from vectors to whitened unit vectors (only normalised when ``k`` is 0); each
-    ``(beta, gamma)`` is fitted once, and ``fitted`` maps it to its `Whitening`."""
+def fit_vectors(encoded, fit_on="all", files_vectors=None):
+    """The vectors `fit_statistics` accumulates, as one array, for a flow, which needs them all;
+    for a list of files ``files_vectors(paths)`` (`bert_whitening.encoding.vectors_from_files`)."""
+    if fit_on not in ("all", "train"):
+        return files_vectors(fit_on)
+    return np.concatenate(list(_fit_blocks(encoded, fit_on)))
+
+
+def fit_key(setting):
+    """What a setting fits, shared by the settings that differ only in ``k``."""
+    if setting.method == "flow":
+        return ("flow", setting.seed)
+    return ("whitening", setting.beta, setting.gamma)
+
+
+def _fit(setting, stats, vectors, flow_options):
+    if setting.method == "whitening":
+        return fit_whitening(stats, beta=setting.beta, gamma=setting.gamma)
+    if vectors is None:
+        raise BertWhiteningError("a flow is trained on the vectors themselves: pass vectors")
+    from bert_whitening.flow import fit_flow  # imports TensorFlow
+
+    return fit_flow(vectors, seed=setting.seed, **(flow_options or {}))
+
+
+def whitened_settings(stats, requested, allow_rank_deficient=False, vectors=None, flow_options=None):
+    """``([(setting, k, transform)], fitted)``: for each setting the resolved ``k`` (a flow's
+    dimension) and the function from vectors to whitened (or flow) unit vectors, only normalised
+    when ``k`` is 0. Each `fit_key` is fitted once, and ``fitted`` maps it to ``(model, seconds)``:
+    a `Whitening` of ``stats``, or a `bert_whitening.flow.Flow` trained on ``vectors`` by
+    ``fit_flow(vectors, seed=setting.seed, **flow_options)``."""
     fitted, prepared = {}, []
     for setting in requested:
         k, transform = 0, l2_normalize
         if setting.n_components:
-            key = (setting.beta, setting.gamma)
+            key = fit_key(setting)
             if key not in fitted:
-                fitted[key] = fit_whitening(stats, beta=setting.beta, gamma=setting.gamma)
-            k = fitted[key].components(setting.n_components, allow_rank_deficient)
-            transform = functools.partial(fitted[key].transform, n_components=k,
-                                          allow_rank_deficient=True)
+                started = time.perf_counter()
+                fitted[key] = (_fit(setting, stats, vectors, flow_options), time.perf_counter() - started)
+            model = fitted[key][0]
+            if setting.method == "flow":
+                k, transform = model.dim, lambda vectors, flow=model: l2_normalize(flow.transform(vectors))
+            else:
+                k = model.components(setting.n_components, allow_rank_deficient)
+                transform = functools.partial(model.transform, n_components=k, allow_rank_deficient=True)
         prepared.append((setting, k, transform))
     return prepared, fitted
 
 
-def evaluate(encoded, stats, requested, allow_rank_deficient=False):
-    """One result per setting: ``{"setting", "n_components" (resolved), "splits": {split:
-    spearman}, "avg", "w-avg"}``, plus the fitted whitening (for its eigenvalues), or None
-    when every setting is raw."""
+def evaluate(encoded, stats, requested, allow_rank_deficient=False, vectors=None, flow_options=None):
+    """One result per setting: ``{"setting", "method" (raw, whitening or flow), "n_components"
+    (resolved), "beta", "gamma" (a whitening's), "seed" (a flow's), "fit_seconds" (None for raw;
+    one fit shared by several ``k`` reports its time for each), "splits": {split: spearman},
+    "avg", "w-avg"}``, a flow's with its ``"training"`` summary, plus the fitted whitening (for
+    its eigenvalues), or None when no setting is a whitening. ``vectors`` and ``flow_options``
+    as in `whitened_settings`."""
     counts = np.array([len(labels) for _, _, labels in encoded.values()])
-    prepared, fitted = whitened_settings(stats, requested, allow_rank_deficient)
+    prepared, fitted = whitened_settings(stats, requested, allow_rank_deficient, vectors, flow_options)
     results = []
     for setting, k, transform in prepared:
         scores = {split: cosine_spearman(transform(first), transform(second), labels)
                   for split, (first, second, labels) in encoded.items()}
         values = np.array(list(scores.values()))
-        results.append({"setting": setting.label, "n_components": k, "beta": setting.beta,
-                        "gamma": setting.gamma, "splits": scores, "avg": float(values.mean()),
-                        "w-avg": float(np.average(values, weights=counts))})
-    return results, fitted.get((1.0, 1.0)) or next(iter(fitted.values()), None)
+        model, seconds = fitted[fit_key(setting)] if setting.n_components else (None, None)
+        flow = setting.method == "flow"
+        result = {"setting": setting.label, "method": setting.method if setting.n_components else "raw",
+                  "n_components": k, "beta": None if flow else setting.beta,
+                  "gamma": None if flow else setting.gamma, "seed": setting.seed if flow else None,
+                  "fit_seconds": seconds, "splits": scores,
+                  "avg": float(values.mean()), "w-avg": float(np.average(values, weights=counts))}
+        if flow:
+            result["training"] = dict(model.training_summary)
+        results.append(result)
+    whitenings = {key[1:]: model for key, (model, _) in fitted.items() if key[0] == "whitening"}
+    return results, whitenings.get((1.0, 1.0)) or next(iter(whitenings.values()), None)
 
 
 def evaluate_tasks(spec, tasks, directory=None, n_components=(0, -1, 256), betas=(1.0,),
-                   gammas=(1.0,), fit_on="all", batch_size=128, skip_bad_lines=False):
+                   gammas=(1.0,), fit_on="all", batch_size=128, skip_bad_lines=False,
+                   methods=("whitening",), flow_seeds=(0,), flow_options=None):
     """What ``bert-whitening eval`` does: ``(report, spectra)``.
 
     Args:
@@ -144,6 +204,12 @@ def evaluate_tasks(spec, tasks, directory=None, n_components=(0, -1, 256), betas
         directory: the senteval_cn directory (`bert_whitening.data.data_dir`).
         n_components, betas, gammas: every combination is evaluated (`settings`).
         fit_on: ``"all"`` splits of each task, ``"train"``, or a list of sentence/pair files.
+        methods: ``"whitening"`` and/or ``"flow"`` (`METHODS`); raw is evaluated when
+            ``n_components`` has 0, whatever the methods.
+        flow_seeds: one flow is trained per seed, on the vectors a whitening is fitted on.
+        flow_options: further arguments of `bert_whitening.flow.fit_flow` (``config``,
+            ``epochs``, ``batch_size``, ``learning_rate``, ``progress``); its defaults are
+            BERT-flow's.
 
     Returns the report (JSON-ready: settings, counts, per-split Spearman, ranks, versions,
     seconds) and ``{task: eigenvalues}`` of each task's whitening, for `write_report`.
@@ -151,15 +217,25 @@ def evaluate_tasks(spec, tasks, directory=None, n_components=(0, -1, 256), betas
     from bert_whitening.config import versions
 
     started = time.time()
-    requested = settings(n_components, betas, gammas)
+    requested = settings(n_components, betas, gammas, methods, flow_seeds)
     encoder, loaded = load_tasks(spec, tasks, directory, n_components, batch_size, skip_bad_lines)
+    if "flow" in methods:  # refused now rather than after the first task is encoded
+        from bert_whitening.flow import FlowConfig
+
+        FlowConfig.of((flow_options or {}).get("config")).check(encoder.dim)
     report = {"model": encoder.model_identity, "pooling": encoder.pooling, "data_dir": data_dir(directory),
               "fit_on": fit_on, "tasks": {}, "versions": versions()}
     spectra = {}
     for task in loaded:
         encoded = encode_splits(task.encode, task.splits)
-        stats = fit_statistics(encoded, fit_on, task.statistics_of_files)
-        results, whitening = evaluate(encoded, stats, requested, spec.allow_rank_deficient)
+        vectors = None
+        if "flow" in methods:  # the statistics from the same vectors: files are encoded once
+            vectors = fit_vectors(encoded, fit_on, task.vectors_of_files)
+            stats = WhiteningStats().update(vectors)
+        else:
+            stats = fit_statistics(encoded, fit_on, task.statistics_of_files)
+        results, whitening = evaluate(encoded, stats, requested, spec.allow_rank_deficient, vectors,
+                                      flow_options)
         report["tasks"][task.name] = {
             "maxlen": task.maxlen, "counts": {split: len(pairs) for split, pairs in task.splits.items()},
             "fitted_on_vectors": stats.count, "results": results}
@@ -179,6 +255,7 @@ class Task:
     maxlen: int
     encode: Callable  #: sentences -> vectors
     statistics_of_files: Callable  #: paths -> `WhiteningStats`, for ``fit_on`` files
+    vectors_of_files: Callable = None  #: paths -> their vectors, for a flow fitted on files
 
 
 def load_tasks(spec, tasks, directory=None, n_components=(), batch_size=128, skip_bad_lines=False):
@@ -186,7 +263,7 @@ def load_tasks(spec, tasks, directory=None, n_components=(), batch_size=128, ski
     configuration (``n_components`` against its hidden size), and then the encoder built once
     (with the longest ``maxlen`` any task needs; each task encodes with its own)."""
     from bert_whitening.checkpoints import find_model
-    from bert_whitening.encoding import encode, statistics_from_files
+    from bert_whitening.encoding import encode, statistics_from_files, vectors_from_files
 
     directory = data_dir(directory)
     loaded = {task: load_task(task, directory, skip_bad_lines) for task in tasks}
@@ -202,15 +279,17 @@ def load_tasks(spec, tasks, directory=None, n_components=(), batch_size=128, ski
     found = []
     for task, splits in loaded.items():
         task_encoder = encoder.with_maxlen(maxlens[task])
+        from_files = {"format": "auto", "skip_bad_lines": skip_bad_lines, "batch_size": batch_size}
         found.append(Task(task, splits, maxlens[task],
                           functools.partial(encode, task_encoder, batch_size=batch_size),
-                          functools.partial(statistics_from_files, task_encoder, format="auto",
-                                            skip_bad_lines=skip_bad_lines, batch_size=batch_size)))
+                          functools.partial(statistics_from_files, task_encoder, **from_files),
+                          functools.partial(vectors_from_files, task_encoder, **from_files)))
     return encoder, found
 
 
 def format_table(task, report):
-    """Split rows of one task of a report, one column per setting, then ``avg`` and ``w-avg``."""
+    """Split rows of one task of a report, one column per setting, then ``avg``, ``w-avg`` and
+    the seconds each setting's fit took (``-`` for raw)."""
     results, counts = report["tasks"][task]["results"], report["tasks"][task]["counts"]
     lines = ["%-10s %-6s %7s" % ("task", "split", "pairs")
              + "".join(" %10s" % result["setting"] for result in results)]
@@ -220,6 +299,9 @@ def format_table(task, report):
     for name in ("avg", "w-avg"):
         lines.append("%-10s %-6s %7s" % (task, name, "") + "".join(
             " %10.4f" % result[name] for result in results))
+    lines.append("%-10s %-6s %7s" % (task, "fit s", "") + "".join(
+        " %10s" % ("-" if result["fit_seconds"] is None else "%.2f" % result["fit_seconds"])
+        for result in results))
     return "\n".join(lines)
 
 

@@ -11,16 +11,21 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def plot_report(report, spectra, path):
-    """One row per task: Spearman per split against k (raw drawn at k = 0), and the eigenvalues
-    of the fitted covariance on a log scale, so a k can be picked by looking."""
+    """One row per task: Spearman per split against k (raw drawn at k = 0; flows as crosses at
+    their dimension), and the eigenvalues of the fitted covariance on a log scale, so a k can be
+    picked by looking."""
     tasks = list(report["tasks"])
     figure, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.6 * len(tasks)), squeeze=False)
     for row, task in enumerate(tasks):
         results = sorted(report["tasks"][task]["results"], key=lambda r: r["n_components"])
+        flows = [r for r in results if r.get("method") == "flow"]
+        results = [r for r in results if r not in flows]
         left, right = axes[row]
-        for split in results[0]["splits"]:
-            left.plot([r["n_components"] for r in results], [r["splits"][split] for r in results],
-                      marker="o", label=split)
+        for split in (results or flows)[0]["splits"]:
+            (line,) = left.plot([r["n_components"] for r in results], [r["splits"][split] for r in results],
+                                marker="o", label=split)
+            left.plot([r["n_components"] for r in flows], [r["splits"][split] for r in flows], "x",
+                      color=line.get_color(), markersize=9, label="%s, flow" % split if flows else None)
         left.set(title="%s: Spearman of cosine" % task, xlabel="n_components (0 = raw)",
                  ylabel="Spearman")
         left.grid(alpha=0.3)

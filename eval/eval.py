@@ -1,6 +1,7 @@
 """The original chn/eval.py command line, over the package.
 
     python eval/eval.py MODEL_TYPE POOLING TASK N_COMPONENTS [--model-root DIR] [--data-dir DIR]
+                        [--method whitening|flow] [--seed S]
 
 Same choices, meanings and printed lines as the original: maxlen 64 (128 for PAWSX); the
 whitening fitted on both sentences of every pair of all splits of the task; then one line per
@@ -12,6 +13,9 @@ level, as with cls or last-avg pooling, whose vectors come out of one LayerNorm)
 N_COMPONENTS keeps the rank-many real directions, with a warning. The original divides by the
 square root of those round-off eigenvalues and so adds dimensions of amplified noise, whose
 values change with batch composition: its figures there cannot be reproduced by anyone.
+``--method flow`` (not in the original) prints the same lines for a BERT-flow trained with
+``--seed`` on the same vectors instead of the whitening (`bert_whitening.flow`); N_COMPONENTS is
+then not used.
 """
 import argparse
 import logging
@@ -52,6 +56,8 @@ def main(argv=None):
     parser.add_argument("--data-dir", help="senteval_cn directory (default: $BERT_WHITENING_DATA, "
                                            "else data/senteval_cn)")
     parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--method", choices=["whitening", "flow"], default="whitening")
+    parser.add_argument("--seed", type=int, default=0, help="the flow's seed")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     root = args.model_root or os.environ.get(MODELS_ENV)
@@ -63,8 +69,9 @@ def main(argv=None):
     name, family = MODEL_DIRS[args.model_type]
     spec = EncoderConfig(os.path.join(root, name), family, args.pooling, maxlen=None)
     try:
-        report, _ = evaluate_tasks(spec, [args.task_name], args.data_dir, [args.n_components],
-                                   batch_size=args.batch_size)
+        flow = args.method == "flow"
+        report, _ = evaluate_tasks(spec, [args.task_name], args.data_dir, [] if flow else [args.n_components],
+                                   batch_size=args.batch_size, methods=[args.method], flow_seeds=[args.seed])
     except BertWhiteningError as error:
         print("error: %s" % error, file=sys.stderr)
         return 1

@@ -1,0 +1,424 @@
+"""BERT-flow (Li et al., EMNLP 2020, arXiv:2011.05864) beside whitening: a Glow-style normalising
+flow trained by maximum likelihood on pooled sentence vectors, whose latent is the sentence vector.
+
+What bohanli/BERT-flow (commit 7fa8f6d) does, and so what this module does:
+
+- Configuration: ``flow/config/config_l3_d3_w32.json``, the default of ``--flow_model_config`` in
+  ``run_siamese.py``: 3 levels of 3 steps, additive coupling whose network is 32 wide,
+  ``permutation: true``. `FlowConfig` holds those keys and reads that directory's files. The five
+  others differ only in levels (2-3), depth (2-3) and width (16-32; ``config_l2_d3_w16.json``
+  in fact holds 32). Affine coupling and the LU-parameterised 1x1 convolution are what
+  ``flow/glow_ops_1x1.py`` does with ``coupling: "affine"`` and without ``permutation``.
+- Shape: ``flow/glow_1x1.py`` (``objective_tower``) makes the vector a 1x1 image,
+  ``[batch, 1, 1, hidden]``, so every 1x1 convolution is a matrix product, and Glow's squeeze is
+  commented out (``encoder_decoder`` in ``glow_ops_1x1.py``): levels only split channels. Here
+  the vector stays ``[batch, hidden]``.
+- A step (``revnet_step``): actnorm ``(x + b) * exp(3 logs)``; the 1x1 convolution, with
+  ``permutation`` a fixed reversal of the channels (log-determinant 0); the coupling. Coupling:
+  the first half ``x1`` passes, ``h = NN(x1)``: twice (matrix product with weights drawn from
+  N(0, 0.05), no bias, actnorm, relu), then a zero-initialised product with a bias and a scale
+  ``exp(3 logs)``; additive: ``x2 + h``; affine: ``(x2 + h[:, 0::2]) * sigmoid(h[:, 1::2] + 2)``.
+- Levels: after each level but the last, the second half of the channels is split off under the
+  standard normal prior (the split priors are fixed, not learned). The latent is the split-off
+  halves then the top, ``tf.concat(self.eps + [self.z])``, and ``run_siamese.py``
+  (``get_embedding``) takes it as the sentence vector as it is, with no normalisation ("no l2
+  normalization here any more"); cosine L2-normalises it.
+- Objective: negative log-likelihood under the standard normal, in bits per dimension.
+- Initialisation: ``run_siamese.py`` imports ``GlowInitHook`` but never attaches it, so Glow's
+  data-dependent actnorm initialisation never runs: actnorm's ``b`` and ``logs`` keep
+  ``tf.get_variable``'s default glorot-uniform, U(+-sqrt(6 / (1 + channels))) for their
+  ``[1, 1, 1, channels]`` shape. The same here (``data_init=False``); ``data_init=True`` is
+  Glow's (zero mean and unit variance per channel on the first batch).
+- Training (``optimization_bert_flow.py``; the README's "Unsupervised learning" command):
+  flow learning rate 1e-3, constant; AdamWeightDecay (0.9, 0.999, epsilon 1e-6, no bias
+  correction, weight decay 0.01, which reaches every flow variable: none matches its
+  LayerNorm/bias exclusions); gradients clipped to global norm 1; one epoch; batches of 32 pairs
+  (``train_batch_size``), so 64 vectors, the last partial batch dropped. Its step loss is the mean
+  NLL of the 32 first sentences plus that of the 32 second ones, twice the mean over the 64: here
+  the loss is that mean and the clip 0.5, the same update up to Adam's epsilon. BERT is frozen
+  (``--num_examples=0`` makes its loss zero, with no gradient).
+- Vectors: ``--sentence_embedding_type=avg-last-2`` averages ``all_encoder_layers[-i]`` for
+  ``i`` in 0, 1, that is the first and the last block: this package's ``first-last-avg``.
+  ``--use_full_for_training=1`` fits on train, dev and test, as ``eval --fit-on all``.
+
+Differences, on purpose: BERT-flow's vectors are computed with BERT's dropout on, and both
+sentences of a pair share a batch; here the flow is trained on the vectors a whitening is fitted
+on, shuffled one by one. It computes in float64 rather than float32, which keeps it out of the
+process's bfloat16 rewrite (``--precision bfloat16``) and only changes rounding.
+
+Determinism: initial values and the shuffling come from ``numpy.random.default_rng(seed)``; no
+TensorFlow random op runs, and with no dropout training is a fixed sequence of CPU ops.
+``tf.config.experimental.enable_op_determinism`` is not called: it is process-wide and cannot be
+undone. The tests check that two fits with one seed give identical vectors.
+"""
+import dataclasses
+import json
+import logging
+import math
+import time
+import zipfile
+
+import numpy as np
+import scipy.linalg
+from tqdm.auto import tqdm
+
+from bert_whitening.atomic import write_atomically
+from bert_whitening.backend import keras, tf
+from bert_whitening.errors import FlowError
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+#: Glow's ``logscale_factor``: actnorm and the coupling's last layer scale by ``exp(3 logs)``.
+LOGSCALE = 3.0
+#: AdamWeightDecay of ``optimization_bert_flow.py``.
+BETA_1, BETA_2, EPSILON, WEIGHT_DECAY = 0.9, 0.999, 1e-6, 0.01
+#: BERT-flow clips at 1 a loss twice the mean NLL of a batch (see the module docstring).
+CLIP_NORM = 0.5
+#: The keys of BERT-flow's configuration files that have one implemented value.
+FIXED_KEYS = {"latent_architecture": "glow_resnet", "activation": "relu", "coupling_dropout": 0.0,
+              "top_prior": "normal", "use_fp16": False}
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowConfig:
+    """The flow's shape; the defaults are ``config_l3_d3_w32.json``."""
+
+    n_levels: int = 3
+    depth: int = 3
+    coupling: str = "additive"
+    coupling_width: int = 32
+    permutation: bool = True
+    data_init: bool = False
+
+    @classmethod
+    def of(cls, values=None):
+        """A `FlowConfig`, from one, None (the default) or a dict of its fields or of a BERT-flow
+        ``flow/config/*.json`` (whose other keys must hold the values implemented here)."""
+        if isinstance(values, cls):
+            return values
+        values = dict(values or {})
+        for key, value in FIXED_KEYS.items():
+            if values.pop(key, value) != value:
+                raise FlowError("flow config %s must be %r here" % (key, value))
+        unknown = sorted(set(values) - {field.name for field in dataclasses.fields(cls)})
+        if unknown:
+            raise FlowError("unknown flow config keys: %s" % ", ".join(unknown))
+        config = cls(**values)
+        if config.coupling not in ("additive", "affine"):
+            raise FlowError("flow coupling must be additive or affine, got %r" % (config.coupling,))
+        if min(config.n_levels, config.depth, config.coupling_width) < 1:
+            raise FlowError("flow n_levels, depth and coupling_width must be positive: %s" % (config,))
+        return config
+
+    def check(self, dim):
+        """Refuse a dimension the levels cannot halve (the last level's coupling halves it too)."""
+        if dim % 2 ** self.n_levels:
+            raise FlowError("a flow of %d levels needs a dimension divisible by %d, got %d"
+                            % (self.n_levels, 2 ** self.n_levels, dim))
+
+
+def _uniform(rng, bound):
+    return lambda shape, dtype=None: rng.uniform(-bound, bound, shape)
+
+
+def _normal(rng, scale):
+    return lambda shape, dtype=None: rng.normal(0.0, scale, shape)
+
+
+class ActNorm(keras.layers.Layer):
+    """Glow's actnorm: ``(x + b) * exp(3 logs)`` per channel; log-determinant ``3 sum(logs)``.
+
+    With ``initializing`` set, a call first sets ``b`` and ``logs`` so that its output has zero
+    mean and unit variance per channel on that batch (Glow's data-dependent initialisation).
+    """
+
+    def __init__(self, channels, rng, **kwargs):
+        super().__init__(dtype="float64", **kwargs)
+        initializer = _uniform(rng, math.sqrt(6.0 / (1 + channels)))
+        self.b = self.add_weight(name="b", shape=(channels,), initializer=initializer)
+        self.logs = self.add_weight(name="logs", shape=(channels,), initializer=initializer)
+        self.initializing = False
+
+    def call(self, x, inverse=False):
+        if self.initializing:
+            self.b.assign(-tf.reduce_mean(x, axis=0))
+            spread = tf.sqrt(tf.reduce_mean(tf.square(x + self.b), axis=0))
+            self.logs.assign(-tf.math.log(spread + 1e-6) / LOGSCALE)
+        log_det = LOGSCALE * tf.reduce_sum(self.logs)
+        if inverse:
+            return x * tf.exp(-LOGSCALE * self.logs) - self.b, -log_det
+        return (x + self.b) * tf.exp(LOGSCALE * self.logs), log_det
+
+
+class InvertibleConv1x1(keras.layers.Layer):
+    """Glow's invertible 1x1 convolution, on a 1x1 image ``x W``.
+
+    With ``permutation`` (all of BERT-flow's configurations), ``W`` is the fixed reversal of the
+    channels. Otherwise ``W = P L (U + diag(sign_s exp(log_s)))``, with ``P`` and ``sign_s``
+    fixed, ``L`` unit lower and ``U`` strictly upper triangular (only those parts of the weights
+    are used), started at the LU decomposition of a random rotation; log-determinant
+    ``sum(log_s)``.
+    """
+
+    def __init__(self, channels, permutation, rng, **kwargs):
+        super().__init__(dtype="float64", **kwargs)
+        self.permutation = permutation
+        if permutation:
+            return
+        p, lower, upper = scipy.linalg.lu(np.linalg.qr(rng.random((channels, channels)))[0])
+        s = np.diag(upper)
+        for name, value, trainable in (("P", p, False), ("L", lower, True), ("U", np.triu(upper, 1), True),
+                                       ("sign_s", np.sign(s), False), ("log_s", np.log(np.abs(s)), True)):
+            setattr(self, name, self.add_weight(name=name, shape=value.shape, trainable=trainable,
+                                                initializer=lambda shape, dtype=None, value=value: value))
+        self.below = np.tril(np.ones((channels, channels)), -1)
+
+    def matrix(self):
+        lower = self.L * self.below + tf.eye(self.below.shape[0], dtype=tf.float64)
+        upper = self.U * self.below.T + tf.linalg.diag(self.sign_s * tf.exp(self.log_s))
+        return self.P @ lower @ upper
+
+    def call(self, x, inverse=False):
+        if self.permutation:
+            return tf.reverse(x, [-1]), 0.0
+        log_det = tf.reduce_sum(self.log_s)
+        if inverse:
+            return x @ tf.linalg.inv(self.matrix()), -log_det
+        return x @ self.matrix(), log_det
+
+
+class Coupling(keras.layers.Layer):
+    """Glow's coupling: ``x1`` passes and shifts (additive) or shifts and scales (affine) ``x2``.
+
+    ``NN(x1)``: twice (a product by N(0, 0.05) weights, actnorm, relu), then a product and bias
+    started at zero, scaled by ``exp(3 logs)``, so the coupling starts as the identity.
+    """
+
+    def __init__(self, channels, affine, width, rng, **kwargs):
+        super().__init__(dtype="float64", **kwargs)
+        self.affine = affine
+        outputs = channels if affine else channels // 2
+        self.kernels = [self.add_weight(name="kernel_%d" % i, shape=shape, initializer=_normal(rng, 0.05))
+                        for i, shape in enumerate([(channels // 2, width), (width, width)])]
+        self.norms = [ActNorm(width, rng, name="actnorm_%d" % i) for i in range(2)]
+        self.out_kernel, self.out_bias, self.out_logs = (
+            self.add_weight(name=name, shape=shape, initializer="zeros")
+            for name, shape in (("out_kernel", (width, outputs)), ("out_bias", (outputs,)),
+                                ("out_logs", (outputs,))))
+
+    def network(self, x1):
+        h = x1
+        for kernel, norm in zip(self.kernels, self.norms, strict=True):
+            h = tf.nn.relu(norm(h @ kernel)[0])
+        return (h @ self.out_kernel + self.out_bias) * tf.exp(LOGSCALE * self.out_logs)
+
+    def call(self, x, inverse=False):
+        x1, x2 = tf.split(x, 2, axis=-1)
+        h = self.network(x1)
+        if not self.affine:
+            return tf.concat([x1, x2 - h if inverse else x2 + h], axis=-1), 0.0
+        shift, scale = h[:, 0::2], tf.sigmoid(h[:, 1::2] + 2.0)
+        log_det = tf.reduce_sum(tf.math.log(scale), axis=-1)
+        if inverse:
+            return tf.concat([x1, x2 / scale - shift], axis=-1), -log_det
+        return tf.concat([x1, (x2 + shift) * scale], axis=-1), log_det
+
+
+class Flow(keras.Model):
+    """The flow: ``n_levels`` levels of ``depth`` steps (actnorm, 1x1 convolution, coupling),
+    half of the channels split off after each level but the last.
+
+    Args:
+        dim: the vector dimension, a multiple of ``2 ** n_levels``.
+        config: a `FlowConfig` (or what `FlowConfig.of` takes).
+        rng: a numpy Generator for the initial values (seed 0 when None).
+    """
+
+    def __init__(self, dim, config=None, rng=None, **kwargs):
+        super().__init__(dtype="float64", **kwargs)
+        self.config = config = FlowConfig.of(config)
+        config.check(dim)
+        self.dim = dim
+        self.training_summary = {}
+        rng = np.random.default_rng(0) if rng is None else rng
+        self.levels = [[self._step(dim >> level, rng, "level_%d_step_%d" % (level, step))
+                        for step in range(config.depth)] for level in range(config.n_levels)]
+        self._compiled = None
+
+    def _step(self, channels, rng, name):
+        return [ActNorm(channels, rng, name=name + "_actnorm"),
+                InvertibleConv1x1(channels, self.config.permutation, rng, name=name + "_invertible"),
+                Coupling(channels, self.config.coupling == "affine", self.config.coupling_width, rng,
+                         name=name + "_coupling")]
+
+    def forward(self, x):
+        """``(z, log|det dz/dx|)``, the log-determinant per vector (or one for all)."""
+        log_det, split_off = 0.0, []
+        for level, steps in enumerate(self.levels):
+            for step in steps:
+                for layer in step:
+                    x, step_log_det = layer(x)
+                    log_det += step_log_det
+            if level < len(self.levels) - 1:
+                x, second = tf.split(x, 2, axis=-1)
+                split_off.append(second)
+        return tf.concat(split_off + [x], axis=-1), log_det
+
+    def inverse(self, z):
+        """The vectors whose latents are ``z``."""
+        levels = len(self.levels)
+        parts = tf.split(z, [self.dim >> (level + 1) for level in range(levels - 1)]
+                         + [self.dim >> (levels - 1)], axis=-1)
+        x = parts[-1]
+        for level in reversed(range(levels)):
+            if level < levels - 1:
+                x = tf.concat([x, parts[level]], axis=-1)
+            for step in reversed(self.levels[level]):
+                for layer in reversed(step):
+                    x, _ = layer(x, inverse=True)
+        return x
+
+    def nll(self, x):
+        """Negative log-likelihood of each vector under the standard normal prior on ``z``, in
+        bits per dimension (BERT-flow's objective)."""
+        z, log_det = self.forward(x)
+        log_prior = -0.5 * tf.reduce_sum(tf.square(z) + math.log(2 * math.pi), axis=-1)
+        return -(log_prior + log_det) / (math.log(2.0) * self.dim)
+
+    def call(self, x):
+        return self.forward(x)[0]
+
+    def initialize(self, batch):
+        """Glow's data-dependent initialisation of every actnorm on ``batch``."""
+        norms = [layer for layer in self.submodules if isinstance(layer, ActNorm)]
+        for norm in norms:
+            norm.initializing = True
+        try:
+            self.forward(tf.constant(batch, tf.float64))
+        finally:
+            for norm in norms:
+                norm.initializing = False
+
+    def transform(self, vectors, batch_size=8192):
+        """The latents of ``vectors``, the flow's sentence vectors: ``(n, dim)`` float64."""
+        vectors = _checked(vectors, self.dim)
+        if self._compiled is None:
+            self._compiled = tf.function(self.call, input_signature=[tf.TensorSpec([None, self.dim], tf.float64)])
+        latents = np.zeros_like(vectors)
+        for start in range(0, len(vectors), batch_size):
+            latents[start:start + batch_size] = self._compiled(vectors[start:start + batch_size]).numpy()
+        return latents
+
+    def save(self, path):
+        """One ``.npz``: the configuration and training summary as JSON, and the weights in
+        order; written to a temporary file first, so a failure leaves no file."""
+        meta = {"format_version": FORMAT_VERSION, "dim": self.dim, "config": dataclasses.asdict(self.config),
+                "training": dict(self.training_summary)}
+        arrays = {"weight_%03d" % i: weight.numpy() for i, weight in enumerate(self.weights)}
+
+        def write(temporary):
+            with open(temporary, "wb") as stream:
+                np.savez(stream, meta=np.array(json.dumps(meta)), **arrays)
+
+        write_atomically(path, write)
+
+    @classmethod
+    def load(cls, path):
+        """A flow written by `save`; anything else is a `FlowError` naming the file."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {name: data[name] for name in data.files}
+            meta = json.loads(str(arrays.pop("meta")))
+            if meta["format_version"] != FORMAT_VERSION:
+                raise FlowError("format version %r, this version reads %d" % (meta["format_version"], FORMAT_VERSION))
+            flow = cls(meta["dim"], meta["config"])
+            weights = [arrays.pop("weight_%03d" % i) for i in range(len(flow.weights))]
+            if arrays:
+                raise FlowError("unexpected arrays %s" % ", ".join(sorted(arrays)))
+            flow.set_weights(weights)
+        except FileNotFoundError:
+            raise FlowError("%s: no such flow file" % path) from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, TypeError, AttributeError) as error:
+            raise FlowError("%s: not a readable flow file (%s: %s)" % (path, type(error).__name__, error)) from None
+        flow.training_summary = meta.get("training", {})
+        return flow
+
+
+def _checked(vectors, dim=None):
+    vectors = np.asarray(vectors, dtype=np.float64)
+    if vectors.ndim != 2 or (dim is not None and vectors.shape[1] != dim):
+        raise FlowError("expected vectors of shape (n, %s), got %s" % (dim or "dim", vectors.shape))
+    if not np.isfinite(vectors).all():
+        raise FlowError("vectors contain NaN or inf")
+    return vectors
+
+
+def _train_step(flow, learning_rate):
+    """One AdamWeightDecay step of ``optimization_bert_flow.py`` on a batch; returns its loss."""
+    variables = flow.trainable_variables
+    moments = [(tf.Variable(tf.zeros_like(v), trainable=False), tf.Variable(tf.zeros_like(v), trainable=False))
+               for v in variables]
+
+    @tf.function(input_signature=[tf.TensorSpec([None, flow.dim], tf.float64)])
+    def step(batch):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(flow.nll(batch))
+        gradients, _ = tf.clip_by_global_norm(tape.gradient(loss, variables), CLIP_NORM)
+        for variable, gradient, (mean, square) in zip(variables, gradients, moments, strict=True):
+            mean.assign(BETA_1 * mean + (1 - BETA_1) * gradient)
+            square.assign(BETA_2 * square + (1 - BETA_2) * tf.square(gradient))
+            variable.assign_sub(learning_rate * (mean / (tf.sqrt(square) + EPSILON) + WEIGHT_DECAY * variable))
+        return loss
+
+    return step
+
+
+def fit_flow(vectors, config=None, seed=0, epochs=1.0, batch_size=64, learning_rate=1e-3,
+             progress=None) -> Flow:
+    """Train a flow by maximum likelihood on ``vectors``, as BERT-flow does (module docstring).
+
+    Args:
+        vectors: ``(n, dim)`` pooled sentence vectors, enough for one step.
+        config: a `FlowConfig`, a dict of its fields or of a BERT-flow config file, or None
+            (``config_l3_d3_w32``).
+        seed: initial values and shuffling.
+        epochs: passes over the vectors (fractions allowed): ``int(n * epochs / batch_size)``
+            steps of ``batch_size`` vectors, the order reshuffled each pass.
+        batch_size: vectors per step; BERT-flow's 32 pairs are 64 vectors.
+        learning_rate: the flow learning rate, constant.
+        progress: a tqdm bar to advance, True or False for a bar of its own, or None for a bar
+            on a terminal only.
+    """
+    vectors = _checked(vectors)
+    steps = int(len(vectors) * epochs / batch_size) if batch_size >= 1 else 0
+    if steps < 1:
+        raise FlowError("%d vectors, %g epochs and batches of %d vectors make no training step"
+                        % (len(vectors), epochs, batch_size))
+    rng = np.random.default_rng(seed)
+    flow = Flow(vectors.shape[1], config, rng)
+    passes = math.ceil(steps * batch_size / len(vectors))
+    order = np.concatenate([rng.permutation(len(vectors)) for _ in range(passes)])
+    if flow.config.data_init:
+        flow.initialize(vectors[order[:batch_size]])
+    step = _train_step(flow, learning_rate)
+    bar = progress if hasattr(progress, "update") else tqdm(
+        total=steps, unit="step", leave=False, desc="flow", disable=None if progress is None else not progress)
+    losses, started = [], time.perf_counter()
+    try:
+        for start in range(0, steps * batch_size, batch_size):
+            losses.append(float(step(vectors[order[start:start + batch_size]])))
+            bar.set_postfix(nll="%.3f" % losses[-1], refresh=False)
+            bar.update(1)
+    finally:
+        if bar is not progress:
+            bar.close()
+    flow.training_summary = {"seed": seed, "vectors": len(vectors), "epochs": epochs, "batch_size": batch_size,
+                             "learning_rate": learning_rate, "steps": steps,
+                             "seconds": round(time.perf_counter() - started, 3),
+                             "nll_first_steps": float(np.mean(losses[:10])),
+                             "nll_last_steps": float(np.mean(losses[-10:]))}
+    logger.info("flow trained on %d vectors, %d steps: NLL %.4f -> %.4f bits/dim", len(vectors), steps,
+                flow.training_summary["nll_first_steps"], flow.training_summary["nll_last_steps"])
+    return flow
+

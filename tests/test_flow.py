@@ -1,0 +1,331 @@
+"""BERT-flow (bert_whitening.flow) against a numpy flow written here from the formulas of Glow as
+bohanli/BERT-flow's flow/glow_ops_1x1.py states them, and its use in the evaluation."""
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from bert_whitening.backend import tf
+from bert_whitening.errors import BertWhiteningError, FlowError
+from bert_whitening.evaluation import Setting, evaluate, evaluate_tasks, fit_vectors, format_table, settings
+from bert_whitening.flow import ActNorm, Coupling, Flow, FlowConfig, InvertibleConv1x1, fit_flow
+from bert_whitening.models import EncoderSpec
+from bert_whitening.whitening import WhiteningStats, fit_whitening
+
+from helpers import SENTENCES
+
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+
+# --- the numpy flow -------------------------------------------------------------------------
+# Glow's actnorm and zero layer scale by exp(3 logs) (logscale_factor 3); a split-off half and
+# the top latent are standard normal; the objective is in bits per dimension.
+
+
+def np_actnorm(x, b, logs, inverse=False):
+    scale = np.exp(3.0 * logs)
+    if inverse:
+        return x / scale - b, -3.0 * logs.sum()
+    return (x + b) * scale, 3.0 * logs.sum()
+
+
+def np_conv(x, layer, inverse=False):
+    """``x W``; W = P (strictly lower L + I) (strictly upper U + diag(sign_s exp(log_s))), or
+    the reversal of the channels (the 0/1 matrix ``w[i, c-1-i] = 1`` of BERT-flow)."""
+    channels = x.shape[1]
+    if layer.permutation:
+        w, log_det = np.eye(channels)[::-1], 0.0
+    else:
+        p, lower, upper, sign_s, log_s = (v.numpy() for v in (layer.P, layer.L, layer.U, layer.sign_s, layer.log_s))
+        w = p @ (np.tril(lower, -1) + np.eye(channels)) @ (np.triu(upper, 1) + np.diag(sign_s * np.exp(log_s)))
+        log_det = log_s.sum()
+    if inverse:
+        return np.linalg.solve(w.T, x.T).T, -log_det
+    return x @ w, log_det
+
+
+def np_coupling(x, layer, inverse=False):
+    half = x.shape[1] // 2
+    x1, x2 = x[:, :half], x[:, half:]
+    h = x1
+    for kernel, norm in zip(layer.kernels, layer.norms, strict=True):
+        h = np.maximum(np_actnorm(h @ kernel.numpy(), norm.b.numpy(), norm.logs.numpy())[0], 0.0)
+    h = (h @ layer.out_kernel.numpy() + layer.out_bias.numpy()) * np.exp(3.0 * layer.out_logs.numpy())
+    if not layer.affine:
+        return np.hstack([x1, x2 - h if inverse else x2 + h]), 0.0
+    shift, scale = h[:, 0::2], 1.0 / (1.0 + np.exp(-(h[:, 1::2] + 2.0)))
+    log_det = np.log(scale).sum(axis=1)
+    if inverse:
+        return np.hstack([x1, x2 / scale - shift]), -log_det
+    return np.hstack([x1, (x2 + shift) * scale]), log_det
+
+
+def np_step(x, layer, inverse=False):
+    if isinstance(layer, ActNorm):
+        return np_actnorm(x, layer.b.numpy(), layer.logs.numpy(), inverse)
+    return (np_conv if isinstance(layer, InvertibleConv1x1) else np_coupling)(x, layer, inverse)
+
+
+def np_flow(flow, x):
+    """``(z, log_det, nll in bits/dim)``: the levels in order, the second half of the channels
+    split off after each but the last, z = the split-off halves then the top."""
+    log_det, split_off = np.zeros(len(x)), []
+    for level, steps in enumerate(flow.levels):
+        for step in steps:
+            for layer in step:
+                x, step_log_det = np_step(x, layer)
+                log_det = log_det + step_log_det
+        if level < len(flow.levels) - 1:
+            half = x.shape[1] // 2
+            split_off.append(x[:, half:])
+            x = x[:, :half]
+    z = np.hstack(split_off + [x])
+    log_prior = -0.5 * (z ** 2 + np.log(2 * np.pi)).sum(axis=1)
+    return z, log_det, -(log_prior + log_det) / (np.log(2) * z.shape[1])
+
+
+def randomised(flow, seed=0, scale=0.1):
+    """Every trainable weight random (the zero-initialised ones too, so no coupling is the
+    identity); P and sign_s stay a permutation and signs."""
+    rng = np.random.default_rng(seed)
+    for weight in flow.trainable_weights:
+        weight.assign(rng.normal(scale=scale, size=weight.shape))
+    return flow
+
+
+def sample(rows=256, dim=16, seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(rows, dim)) @ rng.normal(size=(dim, dim)) * 0.5 + rng.normal(size=dim)
+
+
+CONFIGS = [None, {"coupling": "affine"}, {"permutation": False},
+           {"coupling": "affine", "permutation": False, "n_levels": 2, "depth": 2, "coupling_width": 8},
+           {"n_levels": 1, "depth": 1}]
+
+
+@pytest.mark.parametrize("make", [
+    lambda rng: ActNorm(16, rng),
+    lambda rng: InvertibleConv1x1(16, True, rng),
+    lambda rng: InvertibleConv1x1(16, False, rng),
+    lambda rng: Coupling(16, False, 8, rng),
+    lambda rng: Coupling(16, True, 8, rng),
+], ids=["actnorm", "reversal", "lu-conv", "additive", "affine"])
+def test_each_step_forward_inverse_and_log_det_match_numpy(make):
+    layer = make(np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    for weight in layer.trainable_weights:
+        weight.assign(rng.normal(scale=0.3, size=weight.shape))
+    x = sample()
+    y, log_det = layer(x)
+    expected, expected_log_det = np_step(x, layer)
+    np.testing.assert_allclose(y.numpy(), expected, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(log_det + np.zeros(len(x)), expected_log_det + np.zeros(len(x)), rtol=1e-10)
+    back, back_log_det = layer(y, inverse=True)
+    expected_back, expected_back_log_det = np_step(expected, layer, inverse=True)
+    np.testing.assert_allclose(back.numpy(), expected_back, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(back_log_det + np.zeros(len(x)), -expected_log_det + np.zeros(len(x)), rtol=1e-10)
+    assert np.abs(back.numpy() - x).max() < 1e-9
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_flow_matches_numpy_and_inverts(config):
+    flow = randomised(Flow(16, config, np.random.default_rng(0)))
+    x = sample()
+    z, log_det = flow.forward(x)
+    expected_z, expected_log_det, expected_nll = np_flow(flow, x)
+    np.testing.assert_allclose(z.numpy(), expected_z, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(log_det + np.zeros(len(x)), expected_log_det, rtol=1e-9)
+    np.testing.assert_allclose(flow.nll(x).numpy(), expected_nll, rtol=1e-9)
+    np.testing.assert_allclose(flow.transform(x), expected_z, rtol=1e-9, atol=1e-9)
+    assert np.abs(flow.inverse(z).numpy() - x).max() < 1e-5
+
+
+@pytest.mark.parametrize("config", CONFIGS[:4])
+def test_log_det_is_that_of_the_jacobian(config):
+    """Independent of the formulas: log|det dz/dx| by automatic differentiation."""
+    flow = randomised(Flow(16, config, np.random.default_rng(0)))
+    x = tf.constant(sample(rows=4))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        z = flow(x)
+    jacobians = tape.batch_jacobian(z, x).numpy()
+    _, log_det = flow.forward(x)
+    np.testing.assert_allclose(log_det + np.zeros(4), np.linalg.slogdet(jacobians)[1], rtol=1e-8, atol=1e-8)
+
+
+def test_data_init_gives_zero_mean_unit_variance():
+    flow = Flow(16, {"data_init": True}, np.random.default_rng(0))
+    x = sample()
+    flow.initialize(x[:64])
+    first = flow.levels[0][0][0]
+    y = np_actnorm(x[:64], first.b.numpy(), first.logs.numpy())[0]
+    np.testing.assert_allclose(y.mean(axis=0), 0.0, atol=1e-10)
+    np.testing.assert_allclose(y.std(axis=0), 1.0, atol=1e-4)  # s / (s + 1e-6), Glow's epsilon
+    coupling = flow.levels[0][0][2]
+    inner = np_conv(y, flow.levels[0][0][1])[0][:, :8] @ coupling.kernels[0].numpy()
+    inner = np_actnorm(inner, coupling.norms[0].b.numpy(), coupling.norms[0].logs.numpy())[0]
+    np.testing.assert_allclose(inner.mean(axis=0), 0.0, atol=1e-10)
+    np.testing.assert_allclose(inner.std(axis=0), 1.0, atol=1e-4)
+
+
+def test_without_data_init_actnorm_starts_glorot_uniform():
+    """BERT-flow never runs its GlowInitHook: actnorm keeps U(+-sqrt(6 / (1 + channels)))."""
+    flow = Flow(256, None, np.random.default_rng(0))
+    values = np.concatenate([flow.levels[0][0][0].b.numpy(), flow.levels[0][0][0].logs.numpy()])
+    bound = math.sqrt(6 / 257)
+    assert np.abs(values).max() <= bound and np.abs(values).max() > 0.95 * bound
+    assert abs(values.std() - bound / math.sqrt(3)) < 0.1 * bound
+
+
+def correlated_gaussian(rows=2048, dim=16, seed=5):
+    rng = np.random.default_rng(seed)
+    mixing = rng.normal(size=(dim, dim)) / math.sqrt(dim)
+    covariance = mixing @ mixing.T + 0.05 * np.eye(dim)
+    vectors = rng.multivariate_normal(rng.normal(size=dim), covariance, size=rows)
+    return vectors, covariance
+
+
+def test_negative_log_likelihood_falls_to_the_gaussian_entropy():
+    vectors, covariance = correlated_gaussian()
+    dim = vectors.shape[1]
+    entropy_bits = 0.5 * np.linalg.slogdet(2 * np.pi * np.e * covariance)[1] / (dim * np.log(2))
+    start = Flow(dim, {"data_init": True}, np.random.default_rng(0))
+    start.initialize(vectors[:64])
+    trained = fit_flow(vectors, {"data_init": True}, seed=0, epochs=4, progress=False)
+    before, after = np_flow(start, vectors)[2].mean(), np_flow(trained, vectors)[2].mean()
+    assert before - after > 0.4, (before, after, entropy_bits)
+    assert after - entropy_bits < 0.1, (after, entropy_bits)
+    summary = trained.training_summary
+    assert summary["steps"] == 4 * 2048 // 64 and summary["nll_last_steps"] < summary["nll_first_steps"] - 0.2
+
+
+def test_one_step_is_adam_weight_decay_without_bias_correction():
+    """optimization_bert_flow.py: m = 0.1 g, v = 0.001 g^2 after one step, g clipped to global
+    norm 1 of twice the mean loss (0.5 of the mean), p -= lr (m / (sqrt(v) + 1e-6) + 0.01 p)."""
+    vectors = sample(rows=64)
+    start = Flow(16, None, np.random.default_rng(7))
+    before = [w.numpy() for w in start.trainable_weights]
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(start.nll(vectors))
+    gradients = [g.numpy() for g in tape.gradient(loss, start.trainable_weights)]
+    norm = math.sqrt(sum((g ** 2).sum() for g in gradients))
+    assert norm > 0.5  # the clip is exercised
+    gradients = [g * 0.5 / norm for g in gradients]
+    trained = fit_flow(vectors, seed=7, progress=False)
+    assert trained.training_summary["steps"] == 1
+    for p, g, after in zip(before, gradients, trained.trainable_weights, strict=True):
+        m, v = 0.1 * g, 0.001 * g ** 2
+        np.testing.assert_allclose(after.numpy(), p - 1e-3 * (m / (np.sqrt(v) + 1e-6) + 0.01 * p), atol=1e-9)
+
+
+def test_same_seed_same_vectors_and_save_load_round_trip(tmp_path):
+    vectors = correlated_gaussian(rows=512)[0]
+    first = fit_flow(vectors, seed=3, progress=False)
+    latents = first.transform(vectors)
+    assert np.array_equal(fit_flow(vectors, seed=3, progress=False).transform(vectors), latents)
+    assert not np.allclose(fit_flow(vectors, seed=4, progress=False).transform(vectors), latents)
+    path = str(tmp_path / "flow.npz")
+    first.save(path)
+    loaded = Flow.load(path)
+    assert np.array_equal(loaded.transform(vectors), latents)
+    assert loaded.config == first.config and loaded.training_summary == dict(first.training_summary)
+    assert os.listdir(tmp_path) == ["flow.npz"]
+
+
+def test_load_refuses_what_is_not_a_flow(tmp_path):
+    whitening = str(tmp_path / "whitening.npz")
+    fit_whitening(WhiteningStats().update(sample())).save(whitening)
+    for path, message in ((whitening, "not a readable flow file"), (str(tmp_path / "none.npz"), "no such flow file")):
+        with pytest.raises(FlowError, match=message):
+            Flow.load(path)
+
+
+def test_config_reads_bert_flow_files_and_refuses_the_rest():
+    # flow/config/config_l3_d3_w32.json and config_l2_d2_w32.json of bohanli/BERT-flow
+    default = {"latent_architecture": "glow_resnet", "activation": "relu", "coupling": "additive",
+               "coupling_width": 32, "coupling_dropout": 0.0, "top_prior": "normal", "n_levels": 3,
+               "depth": 3, "permutation": True, "use_fp16": False}
+    assert FlowConfig.of(default) == FlowConfig() == FlowConfig.of(None)
+    assert FlowConfig.of({**default, "n_levels": 2, "depth": 2}) == FlowConfig(n_levels=2, depth=2)
+    for bad, message in (({"activation": "gatu"}, "activation must be 'relu'"), ({"levels": 2}, "unknown"),
+                         ({"coupling": "spline"}, "additive or affine"), ({"depth": 0}, "positive")):
+        with pytest.raises(FlowError, match=message):
+            FlowConfig.of(bad)
+    with pytest.raises(FlowError, match="divisible by 8, got 12"):
+        Flow(12)
+    with pytest.raises(FlowError, match="no training step"):
+        fit_flow(sample(rows=63), progress=False)
+
+
+# --- in the evaluation ----------------------------------------------------------------------
+
+
+def test_settings_with_methods():
+    labels = lambda found: [setting.label for setting in found]
+    assert labels(settings([0, -1, 8], methods=("whitening", "flow"), seeds=(0, 1, 0))) == [
+        "raw", "k=all", "k=8", "flow s=0", "flow s=1"]
+    assert settings([0, -1], methods=("flow",)) == [Setting(0), Setting(-1, method="flow", seed=0)]
+    assert settings([-1]) == [Setting(-1)]
+    with pytest.raises(BertWhiteningError, match="unknown method 'glow'"):
+        settings([0], methods=("glow",))
+
+
+def test_evaluate_scores_flows_beside_whitening_on_the_same_vectors():
+    """Pairs whose second vector is the first plus noise; the label is minus the noise level."""
+    rng = np.random.default_rng(2)
+    base, encoded = correlated_gaussian(rows=600)[0], {}
+    for split, rows in (("train", slice(0, 300)), ("test", slice(300, 600))):
+        labels = rng.random(300)
+        encoded[split] = (base[rows], base[rows] + rng.normal(size=(300, 16)) * labels[:, None] * 0.3, -labels)
+    vectors = fit_vectors(encoded)
+    assert vectors.shape == (1200, 16)
+    stats = WhiteningStats().update(vectors)
+    requested = settings([0, -1], methods=("whitening", "flow"), seeds=(0, 1))
+    results, whitening = evaluate(encoded, stats, requested, vectors=vectors, flow_options={"progress": False})
+    assert [r["setting"] for r in results] == ["raw", "k=all", "flow s=0", "flow s=1"]
+    assert [r["method"] for r in results] == ["raw", "whitening", "flow", "flow"]
+    assert results[0]["fit_seconds"] is None and all(r["fit_seconds"] > 0 for r in results[1:])
+    assert whitening.count == 1200
+    for result in results[2:]:
+        assert result["n_components"] == 16 and result["beta"] is None and result["training"]["steps"] == 18
+        flow = fit_flow(vectors, seed=result["seed"], progress=False)
+        for split, (first, second, labels) in encoded.items():
+            a, b = flow.transform(first), flow.transform(second)
+            cosines = (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+            assert abs(result["splits"][split] - scipy.stats.spearmanr(labels, cosines)[0]) < 1e-12
+    assert results[2]["splits"] != results[3]["splits"]
+    alone, _ = evaluate(encoded, stats, requested[:2])
+    assert [r["splits"] for r in alone] == [r["splits"] for r in results[:2]]
+
+
+def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path):
+    task_dir = tmp_path / "data" / "STS-B"
+    task_dir.mkdir(parents=True)
+    pairs = ["%s\t%s\t%d\n" % (SENTENCES[i % 16], SENTENCES[(i * 7 + 3) % 16] + "的" * (i % 5), i % 6)
+             for i in range(96)]
+    for split, part in (("train", pairs[:64]), ("test", pairs[64:])):
+        (task_dir / ("STS-B.%s.data" % split)).write_text("".join(part), encoding="utf-8")
+    spec = EncoderSpec(tiny_model[0])
+    report, _ = evaluate_tasks(spec, ["STS-B"], str(tmp_path / "data"), [0, -1], methods=("whitening", "flow"),
+                               flow_options={"progress": False})
+    task = report["tasks"]["STS-B"]
+    assert [r["setting"] for r in task["results"]] == ["raw", "k=all", "flow s=0"]
+    assert task["results"][2]["training"]["vectors"] == 192 and task["results"][2]["training"]["steps"] == 3
+    assert "fit s" in format_table("STS-B", report)
+
+    root = tmp_path / "models"
+    root.mkdir()
+    os.symlink(tiny_model[0], root / "chinese_L-12_H-768_A-12")
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "eval", "eval.py"), "BERT", "first-last-avg",
+                             "STS-B", "0", "--model-root", str(root), "--data-dir", str(tmp_path / "data"),
+                             "--method", "flow"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert [line.split(": ")[0] for line in lines] == ["STS-B-train", "STS-B-test", "avg", "w-avg"]
+    flow_result = task["results"][2]
+    np.testing.assert_allclose([float(line.split(": ")[1]) for line in lines],
+                               list(flow_result["splits"].values()) + [flow_result["avg"], flow_result["w-avg"]],
+                               atol=1e-6)
