@@ -21,6 +21,7 @@ import functools
 import itertools
 import logging
 import weakref
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -31,6 +32,9 @@ from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import PRECISIONS, check_choice
 from bert_whitening.token_ids import pad_ids, token_ids
 from bert_whitening.whitening import WhiteningStats
+
+if TYPE_CHECKING:
+    from bert_whitening.models import Encoder
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +113,8 @@ def batches(sequences, batch_size):
         yield rows, pad_ids([sequences[row] for row in rows])
 
 
-def encode_ids(encoder, sequences, batch_size=128, progress=None):
+def encode_ids(encoder: "Encoder", sequences: Sequence[Sequence[int]], batch_size: int = 128,
+               progress=None) -> np.ndarray:
     """Vectors of token-id sequences as float32 ``(len(sequences), encoder.dim)``, in order.
 
     Args:
@@ -142,7 +147,7 @@ def log_truncated(truncated, total, maxlen):
                     truncated, total, maxlen)
 
 
-def encode(encoder, texts, batch_size=128, progress=None):
+def encode(encoder: "Encoder", texts: Sequence[str], batch_size: int = 128, progress=None) -> np.ndarray:
     """Vectors of ``texts`` (a list of strings) as float32 ``(len(texts), encoder.dim)``, in order.
 
     Sentences longer than ``encoder.maxlen`` tokens are truncated, and their count is logged.
@@ -163,7 +168,8 @@ def progress_bar(total=None):
     return tqdm(total=total, unit="sent", disable=None, desc="encoding")
 
 
-def encode_stream(encoder, sentences, batch_size=128, progress=None):
+def encode_stream(encoder: "Encoder", sentences: Iterable[str], batch_size: int = 128,
+                  progress=None) -> Iterator[np.ndarray]:
     """Vectors of an iterable of sentences of any length, `CHUNK_SENTENCES` at a time, in
     order; the sentences cut to ``encoder.maxlen`` are counted over the whole stream and logged
     once at its end."""
@@ -175,8 +181,9 @@ def encode_stream(encoder, sentences, batch_size=128, progress=None):
     log_truncated(truncated, total, encoder.maxlen)
 
 
-def statistics_from_files(encoder, paths, format="auto", skip_bad_lines=False, batch_size=128,
-                          progress=None):
+def statistics_from_files(encoder: "Encoder", paths: Sequence[str], format: str = "auto",
+                          skip_bad_lines: bool = False, batch_size: int = 128,
+                          progress=None) -> WhiteningStats:
     """The `WhiteningStats` of every sentence of ``paths`` (sentence or pair files, ``-`` for
     standard input), each read once and streamed: what ``fit`` and ``eval --fit-on FILE`` fit on.
     """
@@ -186,7 +193,8 @@ def statistics_from_files(encoder, paths, format="auto", skip_bad_lines=False, b
     return stats
 
 
-def vectors_from_files(encoder, paths, format="auto", skip_bad_lines=False, batch_size=128, progress=None):
+def vectors_from_files(encoder: "Encoder", paths: Sequence[str], format: str = "auto", skip_bad_lines: bool = False,
+                       batch_size: int = 128, progress=None) -> np.ndarray:
     """The vectors of every sentence of ``paths``, as one array, as `statistics_from_files` reads
     them: what ``eval --fit-on FILE`` trains a flow on (a flow needs the vectors themselves)."""
     blocks = list(encode_stream(encoder, _file_sentences(paths, format, skip_bad_lines), batch_size, progress))

@@ -17,7 +17,7 @@ import json
 import logging
 import math
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 import scipy.stats
@@ -26,6 +26,9 @@ from bert_whitening.atomic import write_atomically
 from bert_whitening.data import TASKS, data_dir, load_task  # noqa: F401  TASKS: named here too
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
+
+if TYPE_CHECKING:
+    from bert_whitening.config import EncoderConfig
 
 logger = logging.getLogger(__name__)
 
@@ -104,22 +107,22 @@ def _fit_blocks(encoded, fit_on):
         yield from (first, second)
 
 
-def fit_statistics(encoded, fit_on="all", files_statistics=None):
+def fit_statistics(encoded, fit_on="all", statistics_from_files=None):
     """Whitening statistics of the task's vectors (``all`` splits or ``train``), or for a list
-    of files ``files_statistics(paths)`` (`bert_whitening.encoding.statistics_from_files`)."""
+    of files ``statistics_from_files(paths)`` (`bert_whitening.encoding.statistics_from_files`)."""
     if fit_on not in ("all", "train"):
-        return files_statistics(fit_on)
+        return statistics_from_files(fit_on)
     stats = WhiteningStats()
     for block in _fit_blocks(encoded, fit_on):
         stats.update(block)
     return stats
 
 
-def fit_vectors(encoded, fit_on="all", files_vectors=None):
+def fit_vectors(encoded, fit_on="all", vectors_from_files=None):
     """The vectors `fit_statistics` accumulates, as one array, for a flow, which needs them all;
-    for a list of files ``files_vectors(paths)`` (`bert_whitening.encoding.vectors_from_files`)."""
+    for a list of files ``vectors_from_files(paths)`` (`bert_whitening.encoding.vectors_from_files`)."""
     if fit_on not in ("all", "train"):
-        return files_vectors(fit_on)
+        return vectors_from_files(fit_on)
     return np.concatenate(list(_fit_blocks(encoded, fit_on)))
 
 
@@ -192,9 +195,11 @@ def evaluate(encoded, stats, requested, allow_rank_deficient=False, vectors=None
     return results, whitenings.get((1.0, 1.0)) or next(iter(whitenings.values()), None)
 
 
-def evaluate_tasks(spec, tasks, directory=None, n_components=(0, -1, 256), betas=(1.0,),
-                   gammas=(1.0,), fit_on="all", batch_size=128, skip_bad_lines=False,
-                   methods=("whitening",), flow_seeds=(0,), flow_options=None):
+def evaluate_tasks(spec: "EncoderConfig", tasks: Sequence[str], directory: Optional[str] = None,
+                   n_components: Sequence[int] = (0, -1, 256), betas: Sequence[float] = (1.0,),
+                   gammas: Sequence[float] = (1.0,), fit_on="all", batch_size: int = 128,
+                   skip_bad_lines: bool = False, methods: Sequence[str] = ("whitening",),
+                   flow_seeds: Sequence[int] = (0,), flow_options: Optional[dict] = None) -> tuple:
     """What ``bert-whitening eval`` does: ``(report, spectra)``.
 
     Args:
@@ -230,10 +235,10 @@ def evaluate_tasks(spec, tasks, directory=None, n_components=(0, -1, 256), betas
         encoded = encode_splits(task.encode, task.splits)
         vectors = None
         if "flow" in methods:  # the statistics from the same vectors: files are encoded once
-            vectors = fit_vectors(encoded, fit_on, task.vectors_of_files)
+            vectors = fit_vectors(encoded, fit_on, task.vectors_from_files)
             stats = WhiteningStats().update(vectors)
         else:
-            stats = fit_statistics(encoded, fit_on, task.statistics_of_files)
+            stats = fit_statistics(encoded, fit_on, task.statistics_from_files)
         results, whitening = evaluate(encoded, stats, requested, spec.allow_rank_deficient, vectors,
                                       flow_options)
         report["tasks"][task.name] = {
@@ -254,8 +259,8 @@ class Task:
     splits: dict  #: ``{split: [(sentence1, sentence2, label)]}``
     maxlen: int
     encode: Callable  #: sentences -> vectors
-    statistics_of_files: Callable  #: paths -> `WhiteningStats`, for ``fit_on`` files
-    vectors_of_files: Callable = None  #: paths -> their vectors, for a flow fitted on files
+    statistics_from_files: Callable  #: paths -> `WhiteningStats`, for ``fit_on`` files
+    vectors_from_files: Callable = None  #: paths -> their vectors, for a flow fitted on files
 
 
 def load_tasks(spec, tasks, directory=None, n_components=(), batch_size=128, skip_bad_lines=False):

@@ -28,11 +28,11 @@ def _splits_to_encode(splits, split, fit_on):
     return {name: pairs for name, pairs in splits.items() if name in wanted}
 
 
-def evaluate_task(run, splits, split, requested, fit_on="all", files_statistics=None, distractors=(),
+def evaluate_task(run, splits, split, requested, fit_on="all", statistics_from_files=None, distractors=(),
                   hnsw_m=HNSW_M, allow_rank_deficient=False, where="task"):
     """Retrieval figures of every setting on one task's ``split``: its sentences are encoded
     once with ``run`` (a list of sentences to an array) and every setting is scored on the same
-    vectors; ``fit_on`` and ``files_statistics`` as in `evaluation.fit_statistics`. Returns
+    vectors; ``fit_on`` and ``statistics_from_files`` as in `evaluation.fit_statistics`. Returns
     ``(results, counts)``."""
     if split not in splits:
         raise DataError("%s has no %s split (splits: %s)" % (where, split, ", ".join(splits)))
@@ -40,7 +40,7 @@ def evaluate_task(run, splits, split, requested, fit_on="all", files_statistics=
     if not bench.queries:
         raise DataError("%s.%s: no positive pairs, so no queries" % (where, split))
     encoded = encode_splits(run, _splits_to_encode(splits, split, fit_on))
-    stats = fit_statistics(encoded, fit_on, files_statistics)
+    stats = fit_statistics(encoded, fit_on, statistics_from_files)
     first, second, _ = encoded[split]
     queries = first[bench.query_pairs]
     corpus = second[bench.corpus_pairs]
@@ -78,7 +78,7 @@ def evaluate_retrieval(spec, tasks, directory=None, split="test", n_components=(
               "faiss_threads": _faiss_threads(), "tasks": {}, "versions": versions()}
     for task in loaded:
         results, counts = evaluate_task(task.encode, task.splits, split, requested, fit_on,
-                                        task.statistics_of_files, distractors, hnsw_m,
+                                        task.statistics_from_files, distractors, hnsw_m,
                                         spec.allow_rank_deficient, where=task.name)
         report["tasks"][task.name] = {"maxlen": task.maxlen, "counts": counts, "results": results}
         if on_task:
