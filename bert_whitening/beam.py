@@ -19,10 +19,12 @@ Input files are read through Beam's ``FileSystems`` (local paths, ``gs://`` ...)
 parsers as the single-process commands: a malformed line is an error naming file and line, or
 with ``skip_bad_lines`` a skipped line, counted in a warning of the worker's log.
 """
+import errno
 import glob
 import io
 import logging
 import os
+import re
 import uuid
 
 import apache_beam as beam
@@ -30,7 +32,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 
 from bert_whitening.data import read_sentences
-from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
 from bert_whitening.whitening import WhiteningStats, fit_reported
 
 logger = logging.getLogger(__name__)
@@ -180,8 +182,29 @@ def run(build, flags=(), runner="DirectRunner"):
     """Run ``build(pipeline)`` on ``runner`` with the Beam pipeline options in ``flags``."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    with beam.Pipeline(options=PipelineOptions(list(flags), runner=runner)) as pipeline:
-        build(pipeline)
+    try:
+        with beam.Pipeline(options=PipelineOptions(list(flags), runner=runner)) as pipeline:
+            build(pipeline)
+    except Exception as error:
+        raise _unwrapped(error) from None
+
+
+def _unwrapped(error):
+    """The error a step raised, out of the runner's wrapping (``RuntimeError: ... [while running
+    'Encode']``), so that SIGINT/SIGTERM stay interruptions and a full disk an ``OSError``, each
+    reported in one line; anything else as raised."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, (KeyboardInterrupt, BertWhiteningError, OSError)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    interrupted = re.search(r"\bInterrupted: (\d+)|\bKeyboardInterrupt\b", str(error))
+    if interrupted:
+        return Interrupted(int(interrupted.group(1))) if interrupted.group(1) else KeyboardInterrupt()
+    space = re.search(r"No space left on device", str(error))
+    if space:
+        return OSError(errno.ENOSPC, "cannot write the output: %s" % os.strerror(errno.ENOSPC))
+    return error
 
 
 def run_fit(patterns, spec, output, n_components=-1, beta=1.0, gamma=1.0, format="auto",

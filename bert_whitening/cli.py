@@ -23,7 +23,7 @@ import sys
 from bert_whitening.atomic import check_output, staged_directory
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import INPUT_FORMATS, TASKS, check_readable, read_sentences
-from bert_whitening.errors import BertWhiteningError
+from bert_whitening.errors import BertWhiteningError, Interrupted
 from bert_whitening.names import MODEL_TYPES, POOLINGS, PRECISIONS
 from bert_whitening.sentence_encoder import SentenceEncoder
 from bert_whitening.whitening import Whitening
@@ -524,10 +524,6 @@ def run_beam_encode(args):
     beam.run_encode(args.input, config, args.output, args.num_shards, args.batch_size, args.precision,
                     args.pipeline_options, args.runner)
     logger.info("wrote %s", beam.shards(args.output))
-
-
-class Interrupted(KeyboardInterrupt):
-    """SIGTERM, raised like SIGINT's KeyboardInterrupt so the same clean-up runs."""
 
 
 def _raise_interrupted(number, frame):

@@ -28,3 +28,8 @@ class ExportError(BertWhiteningError):
 
 class FlowError(BertWhiteningError):
     """A BERT-flow that cannot be configured, trained or read as asked."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, raised like SIGINT's KeyboardInterrupt so the same clean-up runs; ``args[0]``
+    is the signal number."""

@@ -333,6 +333,21 @@ def test_a_signal_during_encode_leaves_nothing_and_says_one_line(work, tmp_path,
     assert sorted(os.listdir(tmp_path)) == ["big.txt"]
 
 
+def test_sigterm_during_beam_encode_is_one_line_and_143(work, tmp_path):
+    big = tmp_path / "big.txt"
+    big.write_text("".join(line + "\n" for line in LINES * 100), encoding="utf-8")
+    output = tmp_path / "out"
+    output.mkdir()
+    process = start("beam-encode", "--model", work["model"], "--input", big, "--batch-size", "8",
+                    "--output", output / "vectors")
+    wait_for(lambda: any(name.startswith("beam-temp") for name in os.listdir(output)), process)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    assert stderr.decode().strip().splitlines()[-1] == "ERROR: interrupted by SIGTERM; nothing was written"
+    assert b"Traceback" not in stderr and os.listdir(output) == []
+
+
 def verification_children(staging_glob):
     """PIDs of running export verification children whose command line names ``staging_glob``."""
     found = []
@@ -432,4 +447,20 @@ def test_export_onto_a_full_disk_is_one_line_and_leaves_nothing(work, small_disk
     result = cli("export", "--model", work["model"], "--whitening", work["whitening"], "--output", base)
     message = refused(result, str(base))
     assert ".bert-whitening-tmp-" not in message
-    assert not base.exists() or os.listdir(base) == []
+    assert os.listdir(small_disk) == []  # not even an empty BASE
+
+
+@pytest.mark.parametrize("command", ["index", "beam-encode"])
+def test_index_and_beam_encode_onto_a_full_disk_are_one_line(work, small_disk, tmp_path, command):
+    big = tmp_path / "big.txt"
+    big.write_text("".join(line + "\n" for line in LINES * 10), encoding="utf-8")
+    output = small_disk / "out"
+    argv = ["--model", work["model"], "--whitening", work["whitening"]]
+    if command == "index":
+        argv += ["--output", output, big]
+    else:
+        argv += ["--input", big, "--output", output / "vectors"]
+        output.mkdir()
+    message = refused(cli(command, *argv), "No space left on device")
+    assert ".bert-whitening-tmp-" not in message
+    assert [name for _, _, names in os.walk(small_disk) for name in names] == []
