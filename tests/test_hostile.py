@@ -371,10 +371,15 @@ def staging_with_child(base):
     return None
 
 
-@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGKILL])
-def test_a_signal_during_export_leaves_no_child_and_the_next_export_cleans_up(work, tmp_path, number):
+@pytest.mark.parametrize("number, corpus", [(signal.SIGTERM, False), (signal.SIGKILL, False),
+                                            (signal.SIGKILL, True)])
+def test_a_signal_during_export_leaves_no_child_and_the_next_export_cleans_up(work, tmp_path, number, corpus):
     base = tmp_path / "served"
     argv = ["export", "--model", work["model"], "--whitening", work["whitening"], "--output", base]
+    if corpus:  # the child then checks serve_search too
+        index = tmp_path / "index"
+        assert cli("index", *argv[1:5], "--output", index, work["sentences"]).returncode == 0
+        argv += ["--corpus", index]
     process = start(*argv)
     wait_for(lambda: staging_with_child(base) and verification_children(str(base)), process)
     process.send_signal(number)
@@ -385,7 +390,7 @@ def test_a_signal_during_export_leaves_no_child_and_the_next_export_cleans_up(wo
         time.sleep(0.1)
     assert verification_children(str(base)) == []
     if number == signal.SIGTERM:
-        assert os.listdir(base) == []
+        assert not base.exists()  # the staging and the BASE it created are removed
     else:
         assert len(leftovers(base)) == 1  # recognisable, for the next run to remove
     result = cli(*argv)
