@@ -319,6 +319,14 @@ def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path):
     assert format_table("STS-B", report).splitlines()[-1].split()[:4] == ["STS-B", "fit", "s", "-"]
     plot_report(report, spectra, str(tmp_path / "r.png"))
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+    corpus = tmp_path / "corpus.txt"  # the train split's sentences, in the order of fit_vectors
+    corpus.write_text("".join(line.split("\t")[side] + "\n" for side in (0, 1) for line in pairs[:64]),
+                      encoding="utf-8")
+    flows = [evaluate_tasks(spec, ["STS-B"], str(tmp_path / "data"), [], fit_on=fit_on, methods=("flow",),
+                            flow_options={"progress": False})[0]["tasks"]["STS-B"]["results"][0]
+             for fit_on in ([str(corpus)], "train")]
+    assert [flow["training"]["vectors"] for flow in flows] == [128, 128]
+    np.testing.assert_allclose(list(flows[0]["splits"].values()), list(flows[1]["splits"].values()), atol=1e-4)
 
     root = tmp_path / "models"
     root.mkdir()
