@@ -14,6 +14,7 @@ from bert_whitening.errors import BertWhiteningError, FlowError
 from bert_whitening.evaluation import Setting, evaluate, evaluate_tasks, fit_vectors, format_table, settings
 from bert_whitening.flow import ActNorm, Coupling, Flow, FlowConfig, InvertibleConv1x1, fit_flow
 from bert_whitening.models import EncoderSpec
+from bert_whitening.plots import plot_report
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
 from helpers import SENTENCES
@@ -139,7 +140,7 @@ def test_flow_matches_numpy_and_inverts(config):
     np.testing.assert_allclose(z.numpy(), expected_z, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(log_det + np.zeros(len(x)), expected_log_det, rtol=1e-9)
     np.testing.assert_allclose(flow.nll(x).numpy(), expected_nll, rtol=1e-9)
-    np.testing.assert_allclose(flow.transform(x), expected_z, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(flow.transform(x, batch_size=100), expected_z, rtol=1e-9, atol=1e-9)
     assert np.abs(flow.inverse(z).numpy() - x).max() < 1e-5
 
 
@@ -282,6 +283,7 @@ def test_evaluate_scores_flows_beside_whitening_on_the_same_vectors():
         encoded[split] = (base[rows], base[rows] + rng.normal(size=(300, 16)) * labels[:, None] * 0.3, -labels)
     vectors = fit_vectors(encoded)
     assert vectors.shape == (1200, 16)
+    np.testing.assert_array_equal(fit_vectors(encoded, "train"), np.vstack(encoded["train"][:2]))
     stats = WhiteningStats().update(vectors)
     requested = settings([0, -1], methods=("whitening", "flow"), seeds=(0, 1))
     results, whitening = evaluate(encoded, stats, requested, vectors=vectors, flow_options={"progress": False})
@@ -289,18 +291,18 @@ def test_evaluate_scores_flows_beside_whitening_on_the_same_vectors():
     assert [r["method"] for r in results] == ["raw", "whitening", "flow", "flow"]
     assert results[0]["fit_seconds"] is None and all(r["fit_seconds"] > 0 for r in results[1:])
     assert whitening.count == 1200
-    for result in results[2:]:
-        assert result["n_components"] == 16 and result["beta"] is None and result["training"]["steps"] == 18
-        flow = fit_flow(vectors, seed=result["seed"], progress=False)
-        for split, (first, second, labels) in encoded.items():
-            a, b = flow.transform(first), flow.transform(second)
-            cosines = (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
-            assert abs(result["splits"][split] - scipy.stats.spearmanr(labels, cosines)[0]) < 1e-12
+    assert all(r["n_components"] == 16 and r["beta"] is None and r["training"]["steps"] == 18 for r in results[2:])
+    flow = fit_flow(vectors, seed=1, progress=False)
+    for split, (first, second, labels) in encoded.items():
+        a, b = flow.transform(first), flow.transform(second)
+        cosines = (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        assert abs(results[3]["splits"][split] - scipy.stats.spearmanr(labels, cosines)[0]) < 1e-12
     assert results[2]["splits"] != results[3]["splits"]
     alone, _ = evaluate(encoded, stats, requested[:2])
     assert [r["splits"] for r in alone] == [r["splits"] for r in results[:2]]
 
 
+@pytest.mark.slow
 def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path):
     task_dir = tmp_path / "data" / "STS-B"
     task_dir.mkdir(parents=True)
@@ -309,12 +311,22 @@ def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path):
     for split, part in (("train", pairs[:64]), ("test", pairs[64:])):
         (task_dir / ("STS-B.%s.data" % split)).write_text("".join(part), encoding="utf-8")
     spec = EncoderSpec(tiny_model[0])
-    report, _ = evaluate_tasks(spec, ["STS-B"], str(tmp_path / "data"), [0, -1], methods=("whitening", "flow"),
-                               flow_options={"progress": False})
+    report, spectra = evaluate_tasks(spec, ["STS-B"], str(tmp_path / "data"), [0, -1],
+                                     methods=("whitening", "flow"), flow_options={"progress": False})
     task = report["tasks"]["STS-B"]
     assert [r["setting"] for r in task["results"]] == ["raw", "k=all", "flow s=0"]
     assert task["results"][2]["training"]["vectors"] == 192 and task["results"][2]["training"]["steps"] == 3
-    assert "fit s" in format_table("STS-B", report)
+    assert format_table("STS-B", report).splitlines()[-1].split()[:4] == ["STS-B", "fit", "s", "-"]
+    plot_report(report, spectra, str(tmp_path / "r.png"))
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+    corpus = tmp_path / "corpus.txt"  # the train split's sentences, in the order of fit_vectors
+    corpus.write_text("".join(line.split("\t")[side] + "\n" for side in (0, 1) for line in pairs[:64]),
+                      encoding="utf-8")
+    flows = [evaluate_tasks(spec, ["STS-B"], str(tmp_path / "data"), [], fit_on=fit_on, methods=("flow",),
+                            flow_options={"progress": False})[0]["tasks"]["STS-B"]["results"][0]
+             for fit_on in ([str(corpus)], "train")]
+    assert [flow["training"]["vectors"] for flow in flows] == [128, 128]
+    np.testing.assert_allclose(list(flows[0]["splits"].values()), list(flows[1]["splits"].values()), atol=1e-4)
 
     root = tmp_path / "models"
     root.mkdir()
