@@ -24,7 +24,7 @@ from bert_whitening.atomic import check_output, staged_directory
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import INPUT_FORMATS, TASKS, check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError, Interrupted
-from bert_whitening.names import MODEL_TYPES, POOLINGS, PRECISIONS
+from bert_whitening.names import METHODS, MODEL_TYPES, POOLINGS, PRECISIONS
 from bert_whitening.sentence_encoder import SentenceEncoder
 from bert_whitening.whitening import Whitening
 
@@ -49,6 +49,8 @@ positive_int = _checked(int, lambda v: v > 0, "a positive integer")
 non_negative_int = _checked(int, lambda v: v >= 0, "an integer >= 0")
 maxlen_int = _checked(int, lambda v: v >= 2, "an integer >= 2 (room for [CLS] and [SEP])")
 finite_float = _checked(float, math.isfinite, "a finite number")
+method_list = _checked(lambda text: text.split(","), lambda values: set(values) <= set(METHODS),
+                       "a comma-separated list of: " + ", ".join(METHODS))
 int_list = _checked(lambda text: [int(part) for part in text.split(",")], bool,
                     "a comma-separated list of integers")
 finite_float_list = _checked(lambda text: [float(part) for part in text.split(",")],
@@ -249,6 +251,12 @@ def add_eval(commands):
                     "choice: 128 for PAWSX, 64 otherwise.")
     _task_options(parser, "0,-1,256",
                   "plot Spearman against n_components and the eigenvalue spectrum")
+    parser.add_argument("--method", default="whitening", type=method_list,
+                        help="comma-separated: whitening (n_components, beta, gamma as given) and/or "
+                             "flow (a BERT-flow, Glow as bohanli/BERT-flow trains it, fitted on the "
+                             "same vectors, scored on the same encoding)")
+    parser.add_argument("--flow-seeds", default="0", type=int_list,
+                        help="comma-separated seeds, one flow each (with --method flow)")
     return parser
 
 
@@ -427,7 +435,7 @@ def run_eval(args):
     _start(args)
     report, spectra = evaluate_tasks(
         config, args.task, args.data_dir, args.n_components, args.beta, args.gamma, _fit_on(args),
-        args.batch_size, args.skip_bad_lines)
+        args.batch_size, args.skip_bad_lines, methods=args.method, flow_seeds=args.flow_seeds)
     report["precision"] = args.precision
     for task in report["tasks"]:
         print(format_table(task, report))

@@ -25,6 +25,7 @@ import scipy.stats
 from bert_whitening.atomic import write_atomically
 from bert_whitening.data import TASKS, data_dir, load_task  # noqa: F401  TASKS: named here too
 from bert_whitening.errors import BertWhiteningError
+from bert_whitening.names import METHODS
 from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
 
 if TYPE_CHECKING:
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: What a setting other than raw fits: a whitening, or a BERT-flow.
-METHODS = ("whitening", "flow")
 
 
 def task_maxlen(task, maxlen=None):

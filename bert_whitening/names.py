@@ -25,6 +25,9 @@ MODEL_TYPES = {
 #: the original get_encoder builds it (bert4keras ``with_pool='linear'``), not BERT's tanh pooler.
 POOLINGS = ("first-last-avg", "last-avg", "cls", "pooler")
 
+#: What a setting other than raw fits on the vectors: a whitening, or a BERT-flow.
+METHODS = ("whitening", "flow")
+
 #: How the model's matrix products run. ``bfloat16`` is oneDNN's automatic mixed precision:
 #: matrix products in bfloat16, accumulations and everything else in float32 (see encoding.py).
 PRECISIONS = ("float32", "bfloat16")

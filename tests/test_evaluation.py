@@ -322,3 +322,18 @@ def test_an_undefined_spearman_is_written_as_null_not_nan(tmp_path, caplog):
     written = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"), parse_constant=refuse)
     assert written["tasks"]["T"]["results"][0] == {"splits": {"test": None}, "avg": 0.5, "w-avg": None}
     assert "tasks.T.results[0].splits.test" in caplog.text and "constant labels" in caplog.text
+
+
+def test_eval_scores_flows_beside_whitenings_on_one_encoding(tiny_model, sample_task, tmp_path, capsys):
+    import json
+
+    out_json = tmp_path / "r.json"
+    argv = ["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir", sample_task,
+            "--n-components", "0,-1", "--method", "whitening,flow", "--flow-seeds", "0,1", "--json", out_json]
+    assert cli.main([str(a) for a in argv]) == 0
+    results = json.loads(out_json.read_text())["tasks"]["SAMPLE"]["results"]
+    assert [(r.get("method"), r.get("seed")) for r in results][1:] == [("whitening", None), ("flow", 0), ("flow", 1)]
+    flows = [r["splits"]["test"] for r in results if r.get("method") == "flow"]
+    assert flows[0] != flows[1] and all(-1 <= value <= 1 for value in flows)
+    with pytest.raises(SystemExit):
+        cli.main([str(a) for a in argv[:-2]] + ["--method", "whitening,umap"])
