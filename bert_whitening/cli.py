@@ -16,11 +16,10 @@ import argparse
 import functools
 import logging
 import math
-import os
 import signal
 import sys
 
-from bert_whitening.atomic import check_output, staged_directory
+from bert_whitening.atomic import check_output
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import INPUT_FORMATS, TASKS, check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError, Interrupted
@@ -492,11 +491,7 @@ def run_search(args):
 def run_convert_hf(args):
     from bert_whitening.checkpoints.huggingface import convert_hf
 
-    if os.path.exists(args.out_dir):
-        raise BertWhiteningError("%s already exists; choose a new directory" % args.out_dir)
-    with staged_directory(args.out_dir) as staging:
-        convert_hf(args.hf_dir, staging)
-        os.rename(staging, args.out_dir)
+    convert_hf(args.hf_dir, args.out_dir)
     logger.info("wrote %s (bert_config.json, bert_model.ckpt.*, vocab.txt)", args.out_dir)
 
 

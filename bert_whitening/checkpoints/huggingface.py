@@ -82,11 +82,18 @@ def _load_tensors(path):
 
 
 def convert_hf(hf_directory, output_directory):
-    """Write the Hugging Face BERT in ``hf_directory`` as a Google-format checkpoint directory."""
+    """Write the Hugging Face BERT in ``hf_directory`` as a new Google-format checkpoint
+    directory, all at once: staged beside it and renamed into place, so a failure leaves none."""
+    from bert_whitening.atomic import staged_directory
     from bert_whitening.checkpoints.google import write_checkpoint
+    from bert_whitening.errors import BertWhiteningError
 
+    if os.path.lexists(output_directory):
+        raise BertWhiteningError("%s already exists; choose a new directory" % output_directory)
     config, _, load = read(hf_directory)
     with open(os.path.join(hf_directory, "vocab.txt"), encoding="utf-8") as stream:
         vocab = stream.read().splitlines()
-    write_checkpoint(output_directory, config, load(), vocab)
+    with staged_directory(output_directory) as staging:
+        write_checkpoint(staging, config, load(), vocab)
+        os.rename(staging, output_directory)
     return output_directory
