@@ -427,11 +427,7 @@ def run_eval(args):
     from bert_whitening.evaluation import evaluate_tasks, format_table, write_report
     from bert_whitening.plots import plot_report
 
-    for output in (args.json, args.plot):
-        if output:
-            check_output(output)
-    config = _encoder_config(args)
-    _start(args)
+    config = _task_config(args)
     report, spectra = evaluate_tasks(
         config, args.task, args.data_dir, args.n_components, args.beta, args.gamma, _fit_on(args),
         args.batch_size, args.skip_bad_lines, methods=args.method, flow_seeds=args.flow_seeds)
@@ -439,6 +435,17 @@ def run_eval(args):
     for task in report["tasks"]:
         print(format_table(task, report))
     write_report(report, args.json, args.plot, functools.partial(plot_report, report, spectra))
+
+
+def _task_config(args):
+    """What ``eval`` and ``eval-retrieval`` share before their work: the outputs and the encoder
+    checked, then the precision set."""
+    for output in (args.json, args.plot):
+        if output:
+            check_output(output)
+    config = _encoder_config(args)
+    _start(args)
+    return config
 
 
 def _fit_on(args):
@@ -450,11 +457,7 @@ def run_eval_retrieval(args):
     from bert_whitening.plots import plot_retrieval
     from bert_whitening.retrieval.evaluate import evaluate_retrieval, format_retrieval_table
 
-    for output in (args.json, args.plot):
-        if output:
-            check_output(output)
-    config = _encoder_config(args)
-    _start(args)
+    config = _task_config(args)
     show = lambda task, entry: print(format_retrieval_table(task, entry), flush=True)
     report = evaluate_retrieval(config, args.task, args.data_dir, args.split, args.n_components,
                                 args.beta, args.gamma, _fit_on(args), args.distractors, args.hnsw_m,
