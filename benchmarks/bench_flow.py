@@ -76,6 +76,7 @@ def main():
         print(json.dumps(child(method, path, int(seed))))
         return
 
+    from bert_whitening.config import EncoderConfig, versions
     from bert_whitening.evaluation import (
         encode_splits,
         evaluate,
@@ -85,15 +86,13 @@ def main():
         settings,
         write_report,
     )
-    from bert_whitening.export import versions
-    from bert_whitening.models import EncoderSpec
     from bert_whitening.whitening import WhiteningStats
 
     seeds = [int(seed) for seed in args.seeds.split(",")]
     n_components = [int(k) for k in args.n_components.split(",")]
     requested = settings(n_components, methods=("whitening", "flow"), seeds=seeds)
     started = time.time()
-    encoder, loaded = load_tasks(EncoderSpec(args.model, pooling=args.pooling, maxlen=None),
+    encoder, loaded = load_tasks(EncoderConfig(args.model, pooling=args.pooling, maxlen=None),
                                  args.task or ["STS-B"], args.data_dir, n_components)
     report = {"model": encoder.model_identity, "pooling": encoder.pooling, "data_dir": args.data_dir,
               "fit_on": "all", "tasks": {}, "versions": versions(), "cpus": os.cpu_count()}

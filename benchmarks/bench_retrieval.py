@@ -15,7 +15,7 @@ run, every path on the same corpus and the same query batches:
   encoder's own latency is in bench_serving.py.
 
 Reports queries/s in batches of 64 (FAISS on all its OpenMP threads), p50 latency of one query
-(FAISS on one thread: see `bert_whitening.retrieval.one_thread`), and memory (bytes the index holds:
+(FAISS on one thread: see `bert_whitening.retrieval.faiss_indexes.one_thread`), and memory (bytes the index holds:
 FAISS serialised size, the numpy array, the SavedModel's variables). Then the targets: at
 k = 128 exact search >= 2.5x faster than at k = 384 and the index 3x smaller (largest size run),
 and serve_search within 1.5x of FAISS flat on the same batches. Wall-clock on a shared machine:
@@ -54,8 +54,8 @@ def timed(call, count, budget):
 def measure(search, queries, budget, prepare=lambda rows: rows):
     """``(queries/s in batches of 64, p50 ms of one query)`` of ``search(prepare(query rows))``;
     ``prepare`` turns row ranges into what the path takes, outside the timing. Single queries
-    run FAISS on one thread, as eval-retrieval does (`retrieval.one_thread`)."""
-    from bert_whitening.retrieval import one_thread
+    run FAISS on one thread, as eval-retrieval does (`retrieval.faiss_indexes.one_thread`)."""
+    from bert_whitening.retrieval.faiss_indexes import one_thread
 
     batches = [prepare(queries[i:i + BATCH]) for i in range(0, len(queries), BATCH)]
     singles = [prepare(queries[i:i + 1]) for i in range(100)]
@@ -103,7 +103,7 @@ def saved_search(corpus, queries, directory):
 
 
 def run_size(n, dim, rng, args, rows):
-    from bert_whitening import retrieval
+    from bert_whitening.retrieval import faiss_indexes as retrieval
 
     corpus = rng.standard_normal((n, dim), dtype=np.float32)
     corpus /= np.linalg.norm(corpus, axis=1, keepdims=True)
@@ -164,8 +164,8 @@ def main():
     sizes = [int(s) for s in args.sizes.split(",")]
     dims = [int(d) for d in args.dims.split(",")]
 
-    from bert_whitening import retrieval
     from bert_whitening.backend import tf
+    from bert_whitening.retrieval import faiss_indexes as retrieval
 
     faiss = retrieval.faiss()
     print("machine: %s, %s, %d cores; faiss %s (%d threads), numpy %s, tensorflow %s; %s"

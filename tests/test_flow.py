@@ -10,10 +10,10 @@ import pytest
 import scipy.stats
 
 from bert_whitening.backend import tf
+from bert_whitening.config import EncoderConfig
 from bert_whitening.errors import BertWhiteningError, FlowError
 from bert_whitening.evaluation import Setting, evaluate, evaluate_tasks, fit_vectors, format_table, settings
 from bert_whitening.flow import ActNorm, Coupling, Flow, FlowConfig, InvertibleConv1x1, fit_flow
-from bert_whitening.models import EncoderSpec
 from bert_whitening.plots import plot_report
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
@@ -310,7 +310,7 @@ def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path):
              for i in range(96)]
     for split, part in (("train", pairs[:64]), ("test", pairs[64:])):
         (task_dir / ("STS-B.%s.data" % split)).write_text("".join(part), encoding="utf-8")
-    spec = EncoderSpec(tiny_model[0])
+    spec = EncoderConfig(tiny_model[0])
     report, spectra = evaluate_tasks(spec, ["STS-B"], str(tmp_path / "data"), [0, -1],
                                      methods=("whitening", "flow"), flow_options={"progress": False})
     task = report["tasks"]["STS-B"]
