@@ -122,7 +122,7 @@ class EncoderConfig:
     @property
     def dim(self):
         """The dimension of the vectors (reads the model's configuration)."""
-        return self.check() or find_model(self.model).config["hidden_size"]
+        return self.check() or self.identity["hidden_size"]
 
     def build(self, pooled=None):
         """The Keras `bert_whitening.models.Encoder` this describes (imports TensorFlow);
@@ -172,7 +172,7 @@ class EncoderConfig:
         record has one, and is checked against its digest; ``model`` replaces the recorded
         directory (a model that moved) and is checked against the recorded identity. A record
         of an earlier version (no ``normalize``: it was True for indexes) is read too."""
-        config = _checked_record(config)
+        config = checked_record(config)
         recorded = config["whitening"]
         if (recorded is None) != (whitening is None):
             raise WhiteningError("the record %s a whitening; %s given" % (
@@ -196,7 +196,7 @@ class EncoderConfig:
         """``["field: ours vs theirs", ...]`` over `VECTOR_FIELDS` against a record ``config``;
         empty when both encode alike. Whitenings compare by content (digest), so a copy of the
         file matches."""
-        ours, theirs = self.to_config(), _checked_record(config)
+        ours, theirs = self.to_config(), checked_record(config)
         found = []
         for field in VECTOR_FIELDS:
             mine, other = ours[field], theirs.get(field, True if field == "normalize" else None)
@@ -234,7 +234,7 @@ _RECORD_TYPES = {"model": dict, "model_dir": (str, type(None)), "pooling": str, 
 _IDENTITY_TYPES = {"name": str, "type": str, "hidden_size": int, "vocab_sha256": str}
 
 
-def _checked_record(config):
+def checked_record(config):
     """``config`` if it has every key a record needs, of the right type; else a one-line error."""
     if not isinstance(config, dict):
         raise BertWhiteningError("an encoder record must be a JSON object, got %s" % type(config).__name__)

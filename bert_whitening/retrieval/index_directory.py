@@ -28,7 +28,7 @@ import stat
 import numpy as np
 
 from bert_whitening.atomic import staged_directory
-from bert_whitening.config import _checked_record, versions
+from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import file_sha256
 from bert_whitening.retrieval.faiss_indexes import faiss, hnsw_index
@@ -170,7 +170,7 @@ class IndexDirectory:
             self._refuse("%s lists files %s, expected %s"
                          % (METADATA_FILE, sorted(metadata["files"]), sorted(expected)))
         try:
-            _checked_record(metadata)
+            checked_record(metadata)
         except BertWhiteningError as error:
             self._refuse("%s: %s" % (METADATA_FILE, error))
         return metadata
