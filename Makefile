@@ -21,8 +21,9 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## Lint (what CI runs before the tests): pyflakes, pycodestyle, isort and bugbear rules, pyproject.toml.
+## Lint (what CI runs before the tests): ruff's formatter, then pyflakes, pycodestyle, isort and bugbear rules (pyproject.toml).
 lint: $(BIN)/.installed
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 
 ## Hidden states of every layer vs Hugging Face transformers (torch in a separate .venv-torch).

@@ -23,12 +23,13 @@ setup(
         "safetensors>=0.4",
         "matplotlib>=3.5",
     ],
-    extras_require={"serving": ["tensorflow-serving-api>=2.16,<2.22"],
-                    # [tfrecord] brings the CRC32C that beam-encode's TFRecord shards need.
-                    "beam": ["apache-beam[tfrecord]>=2.60"],
-                    # eval-retrieval, index, search and export --corpus verification.
-                    "search": ["faiss-cpu>=1.8"],
-                    "test": ["pytest>=7", "tensorflow-serving-api>=2.16,<2.22",
-                             "apache-beam[tfrecord]>=2.60", "faiss-cpu>=1.8"]},
+    extras_require={
+        "serving": ["tensorflow-serving-api>=2.16,<2.22"],
+        # [tfrecord] brings the CRC32C that beam-encode's TFRecord shards need.
+        "beam": ["apache-beam[tfrecord]>=2.60"],
+        # eval-retrieval, index, search and export --corpus verification.
+        "search": ["faiss-cpu>=1.8"],
+        "test": ["pytest>=7", "tensorflow-serving-api>=2.16,<2.22", "apache-beam[tfrecord]>=2.60", "faiss-cpu>=1.8"],
+    },
     entry_points={"console_scripts": ["bert-whitening = bert_whitening.cli:main"]},
 )

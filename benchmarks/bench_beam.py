@@ -14,6 +14,7 @@ The first --sentences distinct English STS-benchmark sentences (../shared/data),
   without that cost is what a corpus large enough to hide it would see.
 The vectors beam-encode wrote are checked against ``encode``'s (largest absolute difference).
 """
+
 import argparse
 import glob
 import os
@@ -34,13 +35,15 @@ SENTEVAL = os.path.join(ROOT, "..", "shared", "data", "senteval_cn")
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=4000)
-    parser.add_argument("--repeats", type=int, default=1,
-                        help="rounds; each beam-encode run costs its workers' start-up and model load")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="rounds; each beam-encode run costs its workers' start-up and model load"
+    )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args()
     # The SDK workers are fresh interpreters: they must import this checkout's package.
-    os.environ["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(
-        os.pathsep) if p])
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
 
     from bert_whitening.backend import tf
     from bert_whitening.beam import read_encoded, run_encode, shards
@@ -49,10 +52,11 @@ def main():
     from bert_whitening.encoding import encode
     from bert_whitening.whitening import WhiteningStats, fit_whitening
 
-    sentences = distinct_sentences(load_task(ENGLISH_STS, SENTEVAL))[:args.sentences]
+    sentences = distinct_sentences(load_task(ENGLISH_STS, SENTEVAL))[: args.sentences]
     pooled = EncoderConfig(model="minilm").build()
-    whitening = fit_whitening(WhiteningStats().update(encode(pooled, sentences, progress=False)),
-                              pooling="first-last-avg")
+    whitening = fit_whitening(
+        WhiteningStats().update(encode(pooled, sentences, progress=False)), pooling="first-last-avg"
+    )
     spec = EncoderConfig(model="minilm", whitening=whitening, normalize=True)
     encoder = spec.build()
 
@@ -80,25 +84,34 @@ def main():
 
         paths = {"encode, one process": single}
         for workers in args.workers:
-            paths["beam-encode, %d worker%s" % (workers, "s" * (workers > 1))] = (
-                lambda workers=workers: beam_encode(workers, "corpus"))
-            paths["fixed cost, %d worker%s" % (
-                workers, "s" * (workers > 1))] = lambda workers=workers: beam_encode(workers, "one")
+            paths["beam-encode, %d worker%s" % (workers, "s" * (workers > 1))] = lambda workers=workers: beam_encode(
+                workers, "corpus"
+            )
+            paths["fixed cost, %d worker%s" % (workers, "s" * (workers > 1))] = lambda workers=workers: beam_encode(
+                workers, "one"
+            )
         single()  # warm-up: the tf.function's first trace
         rounds = [{name: path() for name, path in paths.items()} for _ in range(args.repeats)]
         assert not glob.glob(os.path.join(workdir, "out", "*"))
     seconds = {name: statistics.median(r[name][0] for r in rounds) for name in paths}
     reference = rounds[-1]["encode, one process"][1]
-    differences = [np.abs(r[name][1] - reference).max() for r in rounds for name in paths
-                   if name.startswith("beam-encode")]
+    differences = [
+        np.abs(r[name][1] - reference).max() for r in rounds for name in paths if name.startswith("beam-encode")
+    ]
 
-    print("%d distinct English STS-benchmark sentences, all-MiniLM-L6-v2, first-last-avg + whitening "
-          "(k=%d) + L2, maxlen 64, batch 128, float32" % (len(sentences), encoder.n_components))
-    print("machine: %s, %d cores; tensorflow %s, apache-beam %s; DirectRunner multi_processing; "
-          "median of %d" % (platform.machine(), os.cpu_count(), tf.__version__, _beam_version(), args.repeats))
+    print(
+        "%d distinct English STS-benchmark sentences, all-MiniLM-L6-v2, first-last-avg + whitening "
+        "(k=%d) + L2, maxlen 64, batch 128, float32" % (len(sentences), encoder.n_components)
+    )
+    print(
+        "machine: %s, %d cores; tensorflow %s, apache-beam %s; DirectRunner multi_processing; "
+        "median of %d" % (platform.machine(), os.cpu_count(), tf.__version__, _beam_version(), args.repeats)
+    )
     print()
-    print("%-28s %9s %12s %14s %18s %16s" % ("path", "seconds", "sentences/s", "vs one process",
-                                            "without fixed cost", "vs one process"))
+    print(
+        "%-28s %9s %12s %14s %18s %16s"
+        % ("path", "seconds", "sentences/s", "vs one process", "without fixed cost", "vs one process")
+    )
     baseline = len(sentences) / seconds["encode, one process"]
     for name, took in seconds.items():
         if name.startswith("fixed cost"):
@@ -107,8 +120,10 @@ def main():
         if name.startswith("beam-encode"):
             fixed = seconds[name.replace("beam-encode", "fixed cost")]
             steady = len(sentences) / (took - fixed) if took > fixed else float("nan")
-            print("%-28s %9.2f %12.0f %13.2fx %18.0f %15.2fx" % (name, took, rate, rate / baseline,
-                                                                  steady, steady / baseline))
+            print(
+                "%-28s %9.2f %12.0f %13.2fx %18.0f %15.2fx"
+                % (name, took, rate, rate / baseline, steady, steady / baseline)
+            )
         else:
             print("%-28s %9.2f %12.0f %13.2fx" % (name, took, rate, 1.0))
     for name, took in seconds.items():

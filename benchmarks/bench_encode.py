@@ -28,6 +28,7 @@ cosine, Spearman on the English STS-B test split), and the targets as ratios: ou
 least 1.25x the fastest float32 peer, our fastest reduced-precision path at least 1.25x the
 fastest int8 peer with every cosine >= 0.999 and Spearman within 0.1 point.
 """
+
 import argparse
 import functools
 import json
@@ -84,7 +85,7 @@ def gemm_peak(tf, size=4096, repeats=5):
     """fp32 GFLOP/s of one large matrix product: the ceiling the model's products can reach."""
     a = tf.random.normal([size, size])
     product = tf.function(lambda a: tf.matmul(a, a))
-    return 2 * size ** 3 / median_seconds(lambda: product(a).numpy(), repeats) / 1e9
+    return 2 * size**3 / median_seconds(lambda: product(a).numpy(), repeats) / 1e9
 
 
 def model_flops(config, lengths):
@@ -92,7 +93,7 @@ def model_flops(config, lengths):
     dense layers per token, and attention scores and sums per token pair."""
     h, f, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
     tokens = np.asarray(lengths, dtype=np.float64)
-    return float(layers * (2 * (4 * h * h + 2 * h * f) * tokens.sum() + 4 * h * (tokens ** 2).sum()))
+    return float(layers * (2 * (4 * h * h + 2 * h * f) * tokens.sum() + 4 * h * (tokens**2).sum()))
 
 
 def cosines(a, b):
@@ -110,8 +111,17 @@ class Peer:
         self.backend, self.log = backend, os.path.join(workdir, "peer-%s.log" % backend)
         with open(self.log, "w") as log:
             self.process = subprocess.Popen(
-                [torch_venv.python(), os.path.join(ROOT, "benchmarks", "peer_sentence_transformers.py"),
-                 request, backend], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
+                [
+                    torch_venv.python(),
+                    os.path.join(ROOT, "benchmarks", "peer_sentence_transformers.py"),
+                    request,
+                    backend,
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
         self.about = None
 
     def ready(self):
@@ -148,21 +158,33 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=4000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=os.cpu_count(),
-                        help="intra-op threads for TensorFlow and torch alike")
+    parser.add_argument(
+        "--threads", type=int, default=os.cpu_count(), help="intra-op threads for TensorFlow and torch alike"
+    )
     parser.add_argument("--maxlen", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=128, help="ours (the CLI's default)")
-    parser.add_argument("--peer-batch-size", type=int, default=32,
-                        help="sentence-transformers' (its default)")
-    parser.add_argument("--skip-original", action="store_true",
-                        help="leave out the original procedure (the slowest row)")
-    parser.add_argument("--peers", nargs="*", default=list(PEER_BACKENDS), choices=list(PEER_BACKENDS),
-                        metavar="BACKEND", help="peer backends: %(choices)s")
-    parser.add_argument("--calibration", type=int, default=300,
-                        help="STS-B-en train sentences calibrating the static int8 OpenVINO model")
+    parser.add_argument("--peer-batch-size", type=int, default=32, help="sentence-transformers' (its default)")
+    parser.add_argument(
+        "--skip-original", action="store_true", help="leave out the original procedure (the slowest row)"
+    )
+    parser.add_argument(
+        "--peers",
+        nargs="*",
+        default=list(PEER_BACKENDS),
+        choices=list(PEER_BACKENDS),
+        metavar="BACKEND",
+        help="peer backends: %(choices)s",
+    )
+    parser.add_argument(
+        "--calibration",
+        type=int,
+        default=300,
+        help="STS-B-en train sentences calibrating the static int8 OpenVINO model",
+    )
     args = parser.parse_args()
 
     from bert_whitening.backend import Tokenizer, build_transformer_model, tf
+
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
 
     from bert_whitening.checkpoints import find_model
@@ -174,7 +196,7 @@ def main():
     from bert_whitening.whitening import WhiteningStats, fit_whitening
 
     splits = load_task(ENGLISH_STS, SENTEVAL)
-    sentences = distinct_sentences(splits)[:args.sentences]
+    sentences = distinct_sentences(splits)[: args.sentences]
     test = {"test": splits["test"]}
     test_sentences = [s for a, b, _ in splits["test"] for s in (a, b)]
     files = find_model("minilm")
@@ -182,14 +204,24 @@ def main():
     workdir = workspace.name
     request = os.path.join(workdir, "peer.json")
     with open(request, "w", encoding="utf-8") as stream:
-        json.dump({"sentences": sentences, "test": test_sentences, "model": files.directory,
-                   "calibration": distinct_sentences({"train": splits["train"]})[:args.calibration],
-                   "workdir": workdir, "maxlen": args.maxlen, "batch_size": args.peer_batch_size,
-                   "threads": args.threads}, stream)
+        json.dump(
+            {
+                "sentences": sentences,
+                "test": test_sentences,
+                "model": files.directory,
+                "calibration": distinct_sentences({"train": splits["train"]})[: args.calibration],
+                "workdir": workdir,
+                "maxlen": args.maxlen,
+                "batch_size": args.peer_batch_size,
+                "threads": args.threads,
+            },
+            stream,
+        )
     peers = {backend: Peer(backend, request, workdir) for backend in args.peers}  # they export meanwhile
     pooled = build_encoder("minilm", pooling="first-last-avg", maxlen=args.maxlen)
-    whitening = fit_whitening(WhiteningStats().update(encode(pooled, sentences, args.batch_size)),
-                              pooling="first-last-avg")
+    whitening = fit_whitening(
+        WhiteningStats().update(encode(pooled, sentences, args.batch_size)), pooling="first-last-avg"
+    )
     encoder = with_whitening(pooled, whitening)
     sequences, _ = tokenize(encoder, sentences)
     lengths = [len(ids) for ids in sequences]
@@ -205,70 +237,91 @@ def main():
 
     with workspace:
         running = {backend: peer for backend, peer in peers.items() if peer.ready()}
-        paths = {FLOAT32: lambda: seconds(lambda: ours("float32")),
-                 BFLOAT16: lambda: seconds(lambda: ours("bfloat16"))}
+        paths = {FLOAT32: lambda: seconds(lambda: ours("float32")), BFLOAT16: lambda: seconds(lambda: ours("bfloat16"))}
         paths.update({backend: peer.seconds for backend, peer in running.items()})
         if not args.skip_original:
             from reference import original_encode, original_transform_and_normalize
 
             bert = build_transformer_model(None, files.weights, **files.config)
             tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
-            paths[ORIGINAL] = lambda: seconds(lambda: original_transform_and_normalize(
-                original_encode(bert, tokenizer, sentences, "first-last-avg", args.maxlen, chunk=32),
-                whitening.kernel, whitening.bias))
+            paths[ORIGINAL] = lambda: seconds(
+                lambda: original_transform_and_normalize(
+                    original_encode(bert, tokenizer, sentences, "first-last-avg", args.maxlen, chunk=32),
+                    whitening.kernel,
+                    whitening.bias,
+                )
+            )
         rows = interleaved(paths, args.repeats)
-        peer_vectors = {backend: peer.vectors(os.path.join(workdir, backend + ".npz"))
-                        for backend, peer in running.items()}
+        peer_vectors = {
+            backend: peer.vectors(os.path.join(workdir, backend + ".npz")) for backend, peer in running.items()
+        }
 
         # The exported SavedModel against the in-process graph, on the same padded batches.
         path, _ = export_saved_model(encoder, os.path.join(workdir, "served"))
         serving = tf.saved_model.load(path).signatures["serving_default"]
-        served = interleaved({
-            SAVED_MODEL: lambda: seconds(on_batches(
-                lambda ids, segments: serving(input_ids=ids, segment_ids=segments)["embedding"].numpy())),
-            IN_PROCESS: lambda: seconds(on_batches(
-                lambda ids, segments: run_whitened(ids, segments).numpy()))}, args.repeats)
+        served = interleaved(
+            {
+                SAVED_MODEL: lambda: seconds(
+                    on_batches(lambda ids, segments: serving(input_ids=ids, segment_ids=segments)["embedding"].numpy())
+                ),
+                IN_PROCESS: lambda: seconds(on_batches(lambda ids, segments: run_whitened(ids, segments).numpy())),
+            },
+            args.repeats,
+        )
     reference, low = ours("float32"), ours("bfloat16")
     last_avg = encode(build_encoder("minilm", pooling="last-avg", maxlen=args.maxlen), sentences)
 
     # Where the time goes, stage by stage on the same batches.
     pooled_outputs = [run_pooled(tf.constant(ids), tf.zeros_like(ids)).numpy() for ids in padded]
-    head = tf.function(lambda x: encoder.model.get_layer("normalize")(
-        encoder.model.get_layer("whitening")(x)))
+    head = tf.function(lambda x: encoder.model.get_layer("normalize")(encoder.model.get_layer("whitening")(x)))
     stages = {
         "tokenisation": median_seconds(lambda: tokenize(encoder, sentences), args.repeats),
-        "sorting and padding": median_seconds(lambda: list(batches(sequences, args.batch_size)),
-                                              args.repeats),
-        "transformer and pooling": median_seconds(on_batches(
-            lambda ids, segments: run_pooled(ids, segments).numpy()), args.repeats),
+        "sorting and padding": median_seconds(lambda: list(batches(sequences, args.batch_size)), args.repeats),
+        "transformer and pooling": median_seconds(
+            on_batches(lambda ids, segments: run_pooled(ids, segments).numpy()), args.repeats
+        ),
         "whitening and normalisation": median_seconds(
-            lambda: [head(tf.constant(x)).numpy() for x in pooled_outputs], args.repeats),
+            lambda: [head(tf.constant(x)).numpy() for x in pooled_outputs], args.repeats
+        ),
     }
 
-    spearman = {backend: cosine_spearman(*encode_splits(lambda _, test_vectors=test_vectors: test_vectors,
-                                                        test)["test"])
-                for backend, (_, test_vectors) in peer_vectors.items()}
+    spearman = {
+        backend: cosine_spearman(*encode_splits(lambda _, test_vectors=test_vectors: test_vectors, test)["test"])
+        for backend, (_, test_vectors) in peer_vectors.items()
+    }
     for precision in ("float32", "bfloat16"):
         with precision_scope(precision):
-            spearman[precision] = cosine_spearman(*encode_splits(
-                functools.partial(encode, encoder, batch_size=args.batch_size, progress=False), test)["test"])
+            spearman[precision] = cosine_spearman(
+                *encode_splits(functools.partial(encode, encoder, batch_size=args.batch_size, progress=False), test)[
+                    "test"
+                ]
+            )
 
     # Report.
     torch_seconds = rows.get("torch", float("nan"))
     versions = next((peer.about["versions"] for peer in running.values()), "no peer ran")
-    print("%d distinct English STS-benchmark sentences (%d tokens), all-MiniLM-L6-v2, maxlen %d; "
-          "ours: first-last-avg + whitening (k=%d) + L2, batch %d; peers: mean pooling + L2, batch %d"
-          % (len(sentences), sum(lengths), args.maxlen, encoder.n_components, args.batch_size,
-             args.peer_batch_size))
-    print("machine: %s, %d cores, %s; tensorflow %s, %s; threads: %d for every path; median of %d"
-          % (platform.machine(), os.cpu_count(), _cpu_name(), tf.__version__, versions, args.threads,
-             args.repeats))
+    print(
+        "%d distinct English STS-benchmark sentences (%d tokens), all-MiniLM-L6-v2, maxlen %d; "
+        "ours: first-last-avg + whitening (k=%d) + L2, batch %d; peers: mean pooling + L2, batch %d"
+        % (len(sentences), sum(lengths), args.maxlen, encoder.n_components, args.batch_size, args.peer_batch_size)
+    )
+    print(
+        "machine: %s, %d cores, %s; tensorflow %s, %s; threads: %d for every path; median of %d"
+        % (platform.machine(), os.cpu_count(), _cpu_name(), tf.__version__, versions, args.threads, args.repeats)
+    )
     print()
-    print("%-58s %9s %8s %11s %9s %10s %9s" % ("path", "precision", "seconds", "sentences/s", "vs torch",
-                                              "min cos", "Spearman"))
+    print(
+        "%-58s %9s %8s %11s %9s %10s %9s"
+        % ("path", "precision", "seconds", "sentences/s", "vs torch", "min cos", "Spearman")
+    )
     reference_cosines = {BFLOAT16: cosines(reference, low)}
-    reference_cosines.update({backend: cosines(peer_vectors["torch"][0], vectors)
-                              for backend, (vectors, _) in peer_vectors.items() if "torch" in peer_vectors})
+    reference_cosines.update(
+        {
+            backend: cosines(peer_vectors["torch"][0], vectors)
+            for backend, (vectors, _) in peer_vectors.items()
+            if "torch" in peer_vectors
+        }
+    )
     labels = {FLOAT32: (FLOAT32, "float32"), BFLOAT16: (BFLOAT16, "bfloat16"), ORIGINAL: (ORIGINAL, "float32")}
     labels.update(PEER_BACKENDS)
     accuracy = {FLOAT32: "float32", BFLOAT16: "bfloat16"}
@@ -276,14 +329,25 @@ def main():
         label, precision = labels[name]
         cosine = reference_cosines.get(name)
         score = spearman.get(accuracy.get(name, name))
-        print("%-58s %9s %8.2f %11.0f %8.2fx %10s %9s" % (
-            label, precision, took, len(sentences) / took, torch_seconds / took,
-            "-" if cosine is None else "%.5f" % cosine.min(), "-" if score is None else "%.2f" % (100 * score)))
+        print(
+            "%-58s %9s %8.2f %11.0f %8.2fx %10s %9s"
+            % (
+                label,
+                precision,
+                took,
+                len(sentences) / took,
+                torch_seconds / took,
+                "-" if cosine is None else "%.5f" % cosine.min(),
+                "-" if score is None else "%.2f" % (100 * score),
+            )
+        )
     for backend, peer in peers.items():
         if backend not in running:
             print("%-58s %9s cannot run here: %s" % (PEER_BACKENDS[backend] + (peer.about["error"],)))
-    print("min cos: bfloat16 against our float32, peers against sentence-transformers on torch; Spearman x100 "
-          "on STS-B-en test (ours whitened, peers not: see the README's evaluation)")
+    print(
+        "min cos: bfloat16 against our float32, peers against sentence-transformers on torch; Spearman x100 "
+        "on STS-B-en test (ours whitened, peers not: see the README's evaluation)"
+    )
     for backend, peer in running.items():
         print("  %s: %s" % (backend, peer.about["note"]))
     print()
@@ -294,37 +358,65 @@ def main():
     flops = model_flops(files.config, lengths)
     achieved = flops / stages["transformer and pooling"] / 1e9
     peak = gemm_peak(tf)
-    print("model: %.2f TFLOP on real tokens (%.1f MFLOP/token), %.0f GFLOP/s in the model stage = "
-          "%.0f%% of the fp32 GEMM peak measured here (%.0f GFLOP/s); whole float32 encode: %.0f GFLOP/s = %.0f%%"
-          % (flops / 1e12, flops / sum(lengths) / 1e6, achieved, 100 * achieved / peak, peak,
-             flops / rows[FLOAT32] / 1e9, 100 * flops / rows[FLOAT32] / 1e9 / peak))
+    print(
+        "model: %.2f TFLOP on real tokens (%.1f MFLOP/token), %.0f GFLOP/s in the model stage = "
+        "%.0f%% of the fp32 GEMM peak measured here (%.0f GFLOP/s); whole float32 encode: %.0f GFLOP/s = %.0f%%"
+        % (
+            flops / 1e12,
+            flops / sum(lengths) / 1e6,
+            achieved,
+            100 * achieved / peak,
+            peak,
+            flops / rows[FLOAT32] / 1e9,
+            100 * flops / rows[FLOAT32] / 1e9 / peak,
+        )
+    )
     print()
     served_ratio = served[SAVED_MODEL] / served[IN_PROCESS]
-    print("SavedModel serving_default vs the in-process graph, same %d padded batches: %.2f s vs "
-          "%.2f s (%+.1f%%)" % (len(padded), served[SAVED_MODEL], served[IN_PROCESS], 100 * (served_ratio - 1)))
+    print(
+        "SavedModel serving_default vs the in-process graph, same %d padded batches: %.2f s vs "
+        "%.2f s (%+.1f%%)" % (len(padded), served[SAVED_MODEL], served[IN_PROCESS], 100 * (served_ratio - 1))
+    )
     low_cosines = reference_cosines[BFLOAT16]
-    print("bfloat16 vs float32: min cosine %.5f (median %.6f) over %d vectors; Spearman x100 on "
-          "STS-B test %.2f vs %.2f (%+.2f points)" % (
-              low_cosines.min(), np.median(low_cosines), len(low), 100 * spearman["bfloat16"],
-              100 * spearman["float32"], 100 * (spearman["bfloat16"] - spearman["float32"])))
+    print(
+        "bfloat16 vs float32: min cosine %.5f (median %.6f) over %d vectors; Spearman x100 on "
+        "STS-B test %.2f vs %.2f (%+.2f points)"
+        % (
+            low_cosines.min(),
+            np.median(low_cosines),
+            len(low),
+            100 * spearman["bfloat16"],
+            100 * spearman["float32"],
+            100 * (spearman["bfloat16"] - spearman["float32"]),
+        )
+    )
     if "torch" in peer_vectors:
-        print("same model check: sentence-transformers vs our last-avg + L2, min cosine %.6f"
-              % cosines(peer_vectors["torch"][0], last_avg).min())
+        print(
+            "same model check: sentence-transformers vs our last-avg + L2, min cosine %.6f"
+            % cosines(peer_vectors["torch"][0], last_avg).min()
+        )
     print()
     checks = [
         ("bfloat16 every cosine >= 0.999", low_cosines.min() >= 0.999, "%.5f" % low_cosines.min()),
-        ("bfloat16 Spearman within 0.1 point", abs(spearman["bfloat16"] - spearman["float32"]) <= 1e-3,
-         "%+.2f" % (100 * (spearman["bfloat16"] - spearman["float32"]))),
+        (
+            "bfloat16 Spearman within 0.1 point",
+            abs(spearman["bfloat16"] - spearman["float32"]) <= 1e-3,
+            "%+.2f" % (100 * (spearman["bfloat16"] - spearman["float32"])),
+        ),
         ("SavedModel within 10% of in-process", served_ratio <= 1.1, "%+.1f%%" % (100 * (served_ratio - 1))),
     ]
-    for ours_name, precisions, goal in ((FLOAT32, ("float32",), "fastest float32 peer"),
-                                        (BFLOAT16, ("int8",), "fastest int8 peer")):
+    for ours_name, precisions, goal in (
+        (FLOAT32, ("float32",), "fastest float32 peer"),
+        (BFLOAT16, ("int8",), "fastest int8 peer"),
+    ):
         timed_peers = {backend: rows[backend] for backend in running if PEER_BACKENDS[backend][1] in precisions}
         if timed_peers:
             fastest = min(timed_peers, key=timed_peers.get)
             ratio = timed_peers[fastest] / rows[ours_name]
-            checks.insert(len(checks) - 3, ("%s >= 1.25x %s (%s)" % (labels[ours_name][1], goal, fastest),
-                                            ratio >= 1.25, "%.2fx" % ratio))
+            checks.insert(
+                len(checks) - 3,
+                ("%s >= 1.25x %s (%s)" % (labels[ours_name][1], goal, fastest), ratio >= 1.25, "%.2fx" % ratio),
+            )
         else:
             checks.insert(len(checks) - 3, ("%s >= 1.25x %s" % (labels[ours_name][1], goal), False, "no peer"))
     for name, passed, figure in checks:

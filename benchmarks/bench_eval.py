@@ -10,6 +10,7 @@ with all-MiniLM-L6-v2, the whitening fitted on all splits, n_components = all:
   batch; predict_on_batch is timed instead of predict, whose tf.data autotune can stall).
 Prints seconds, sentences/s, the speed-up, and both Spearman figures (they must agree).
 """
+
 import argparse
 import os
 import sys
@@ -38,8 +39,9 @@ def main():
     splits = load_task(args.task, SHARED)
     sentences = 2 * sum(len(pairs) for pairs in splits.values())
     files = find_model("minilm")
-    bert = build_transformer_model(None, files.weights, with_pool="linear" if args.pooling == "pooler"
-                                   else False, **files.config)
+    bert = build_transformer_model(
+        None, files.weights, with_pool="linear" if args.pooling == "pooler" else False, **files.config
+    )
     tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
     encoder = build_encoder("minilm", pooling=args.pooling)
     warm = list(splits.values())[0][:64]
@@ -55,13 +57,19 @@ def main():
     original = original_eval(bert, tokenizer, splits, args.pooling, [whitening.rank], chunk=32)
     original_seconds = time.perf_counter() - start
 
-    print("%s, %s pooling, all-MiniLM-L6-v2, %d sentences, n_components all (%d); %d cores"
-          % (args.task, args.pooling, sentences, whitening.rank, os.cpu_count()))
+    print(
+        "%s, %s pooling, all-MiniLM-L6-v2, %d sentences, n_components all (%d); %d cores"
+        % (args.task, args.pooling, sentences, whitening.rank, os.cpu_count())
+    )
     print("%-34s %9s %12s %10s" % ("procedure", "seconds", "sentences/s", "w-avg"))
-    print("%-34s %9.1f %12.0f %10.4f" % ("bert-whitening eval (length-sorted)", ours_seconds,
-                                         sentences / ours_seconds, ours["w-avg"]))
-    print("%-34s %9.1f %12.0f %10.4f" % ("original (global padding)", original_seconds,
-                                         sentences / original_seconds, original[whitening.rank][2]))
+    print(
+        "%-34s %9.1f %12.0f %10.4f"
+        % ("bert-whitening eval (length-sorted)", ours_seconds, sentences / ours_seconds, ours["w-avg"])
+    )
+    print(
+        "%-34s %9.1f %12.0f %10.4f"
+        % ("original (global padding)", original_seconds, sentences / original_seconds, original[whitening.rank][2])
+    )
     print("speed-up: %.2fx" % (original_seconds / ours_seconds))
 
 

@@ -12,6 +12,7 @@
    the --shards row ranges fitted separately and merged (1e-9), and the streamed statistics of
    the first --original-rows rows equal np.mean / np.cov of those rows held in memory (1e-9).
 """
+
 import argparse
 import json
 import os
@@ -36,7 +37,7 @@ def generate(path, rows, dim, seed=0):
     output = np.lib.format.open_memmap(path, "w+", np.float32, (rows, dim))
     for start in range(0, rows, BLOCK):
         count = min(BLOCK, rows - start)
-        output[start:start + count] = rng.standard_normal((count, dim), np.float32) @ mixing + mean
+        output[start : start + count] = rng.standard_normal((count, dim), np.float32) @ mixing + mean
     output.flush()
     del output
 
@@ -62,8 +63,13 @@ def child_streamed(path, result):
     fit_whitening(stats)
     fitted = time.perf_counter() - start
     np.savez(result, count=stats.count, mean=stats.mean, covariance=stats.covariance)
-    return {"seconds": fitted, "accumulate_seconds": accumulated, "rows": stats.count,
-            "rss_before": before, "peak_rss": peak_rss_mib()}
+    return {
+        "seconds": fitted,
+        "accumulate_seconds": accumulated,
+        "rows": stats.count,
+        "rss_before": before,
+        "peak_rss": peak_rss_mib(),
+    }
 
 
 def child_original(path, rows):
@@ -80,8 +86,12 @@ def child_original(path, rows):
 
 
 def run_child(*arguments):
-    output = subprocess.run([sys.executable, os.path.abspath(__file__), "--child"] + list(arguments),
-                            check=True, stdout=subprocess.PIPE, text=True).stdout
+    output = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--child"] + list(arguments),
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout
     return json.loads(output.strip().splitlines()[-1])
 
 
@@ -94,15 +104,15 @@ def main():
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--dim", type=int, default=768)
     parser.add_argument("--shards", type=int, default=4)
-    parser.add_argument("--original-rows", type=int, default=200_000,
-                        help="rows for the in-memory original and the np.cov check")
+    parser.add_argument(
+        "--original-rows", type=int, default=200_000, help="rows for the in-memory original and the np.cov check"
+    )
     parser.add_argument("--workdir", help="where the .npy goes (default: a temporary directory)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         kind, path, argument = args.child
-        figures = (child_streamed(path, argument) if kind == "streamed"
-                   else child_original(path, int(argument)))
+        figures = child_streamed(path, argument) if kind == "streamed" else child_original(path, int(argument))
         print(json.dumps(figures))
         return
 
@@ -112,8 +122,10 @@ def main():
         path = os.path.join(workdir, "vectors.npy")
         start = time.perf_counter()
         generate(path, args.rows, args.dim)
-        print("generated %d x %d float32 vectors (%.2f GB) in %.0f s: %s"
-              % (args.rows, args.dim, os.path.getsize(path) / 1e9, time.perf_counter() - start, path))
+        print(
+            "generated %d x %d float32 vectors (%.2f GB) in %.0f s: %s"
+            % (args.rows, args.dim, os.path.getsize(path) / 1e9, time.perf_counter() - start, path)
+        )
         streamed = run_child("streamed", path, os.path.join(workdir, "streamed.npz"))
         original = run_child("original", path, str(args.original_rows))
         with np.load(os.path.join(workdir, "streamed.npz")) as saved:
@@ -124,31 +136,40 @@ def main():
         merged = WhiteningStats()
         for low, high in zip(bounds[:-1], bounds[1:], strict=True):
             merged.merge(WhiteningStats().update(vectors[low:high]))
-        subsample = np.asarray(vectors[:args.original_rows], dtype=np.float64)
-        streamed_subsample = WhiteningStats().update(vectors[:args.original_rows])
+        subsample = np.asarray(vectors[: args.original_rows], dtype=np.float64)
+        streamed_subsample = WhiteningStats().update(vectors[: args.original_rows])
         checks = {
             "merged shards, mean": relative_error(merged.mean, mean),
             "merged shards, covariance": relative_error(merged.covariance, covariance),
-            "np.mean of the first %d rows" % args.original_rows:
-                relative_error(streamed_subsample.mean, subsample.mean(axis=0)),
-            "np.cov of the first %d rows" % args.original_rows:
-                relative_error(streamed_subsample.covariance, np.cov(subsample.T)),
+            "np.mean of the first %d rows" % args.original_rows: relative_error(
+                streamed_subsample.mean, subsample.mean(axis=0)
+            ),
+            "np.cov of the first %d rows" % args.original_rows: relative_error(
+                streamed_subsample.covariance, np.cov(subsample.T)
+            ),
         }
         del vectors
 
     print("%-44s %8s %10s %12s %14s" % ("procedure", "vectors", "seconds", "vectors/s", "peak RSS MiB"))
-    for name, figures in (("bert-whitening (update_from_npy + fit)", streamed),
-                          ("original (np.load + np.cov + SVD, in memory)", original)):
-        print("%-44s %8d %10.1f %12.0f %14.0f" % (name, figures["rows"], figures["seconds"],
-                                                 figures["rows"] / figures["seconds"], figures["peak_rss"]))
-    per_row = (original["peak_rss"] - original["rss_before"]) * 2 ** 20 / original["rows"]
-    print("original's memory grows by %.0f bytes per vector: %.1f GiB for %d vectors"
-          % (per_row, per_row * args.rows / 2 ** 30, args.rows))
+    for name, figures in (
+        ("bert-whitening (update_from_npy + fit)", streamed),
+        ("original (np.load + np.cov + SVD, in memory)", original),
+    ):
+        print(
+            "%-44s %8d %10.1f %12.0f %14.0f"
+            % (name, figures["rows"], figures["seconds"], figures["rows"] / figures["seconds"], figures["peak_rss"])
+        )
+    per_row = (original["peak_rss"] - original["rss_before"]) * 2**20 / original["rows"]
+    print(
+        "original's memory grows by %.0f bytes per vector: %.1f GiB for %d vectors"
+        % (per_row, per_row * args.rows / 2**30, args.rows)
+    )
     print()
     for name, error in checks.items():
         print("relative error vs %-36s %.2e  %s" % (name, error, "met" if error <= 1e-9 else "NOT MET"))
-    print("peak RSS < 2 GiB: %.0f MiB  %s" % (streamed["peak_rss"],
-                                            "met" if streamed["peak_rss"] < 2048 else "NOT MET"))
+    print(
+        "peak RSS < 2 GiB: %.0f MiB  %s" % (streamed["peak_rss"], "met" if streamed["peak_rss"] < 2048 else "NOT MET")
+    )
 
 
 if __name__ == "__main__":

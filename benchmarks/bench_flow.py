@@ -10,6 +10,7 @@ each method is fitted again on the same vectors in a child process, whose peak r
 (VmHWM, reset just before the fit) less its resident set before the fit is the memory that fit
 adds; the flow's child has TensorFlow imported before, and that import's size is printed apart.
 """
+
 import argparse
 import json
 import os
@@ -50,13 +51,20 @@ def child(method, path, seed):
         fit_flow(vectors, seed=seed, progress=False)
     else:
         fit_whitening(WhiteningStats().update(vectors))
-    return {"seconds": time.perf_counter() - start, "added_mib": resident_mib("VmHWM") - before_rss,
-            "imports_mib": imported_rss - started_rss}
+    return {
+        "seconds": time.perf_counter() - start,
+        "added_mib": resident_mib("VmHWM") - before_rss,
+        "imports_mib": imported_rss - started_rss,
+    }
 
 
 def run_child(method, path, seed=0):
-    output = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", method, path, str(seed)],
-                            check=True, stdout=subprocess.PIPE, text=True).stdout
+    output = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--child", method, path, str(seed)],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout
     return json.loads(output.strip().splitlines()[-1])
 
 
@@ -92,10 +100,21 @@ def main():
     n_components = [int(k) for k in args.n_components.split(",")]
     requested = settings(n_components, methods=("whitening", "flow"), seeds=seeds)
     started = time.time()
-    encoder, loaded = load_tasks(EncoderConfig(args.model, pooling=args.pooling, maxlen=None),
-                                 args.task or ["STS-B"], args.data_dir, n_components)
-    report = {"model": encoder.model_identity, "pooling": encoder.pooling, "data_dir": args.data_dir,
-              "fit_on": "all", "tasks": {}, "versions": versions(), "cpus": os.cpu_count()}
+    encoder, loaded = load_tasks(
+        EncoderConfig(args.model, pooling=args.pooling, maxlen=None),
+        args.task or ["STS-B"],
+        args.data_dir,
+        n_components,
+    )
+    report = {
+        "model": encoder.model_identity,
+        "pooling": encoder.pooling,
+        "data_dir": args.data_dir,
+        "fit_on": "all",
+        "tasks": {},
+        "versions": versions(),
+        "cpus": os.cpu_count(),
+    }
     for task in loaded:
         start = time.perf_counter()
         encoded = encode_splits(task.encode, task.splits)
@@ -108,15 +127,23 @@ def main():
             memory = {"whitening": run_child("whitening", path)}
             memory.update({"flow s=%d" % seed: run_child("flow", path, seed) for seed in seeds})
         report["tasks"][task.name] = {
-            "maxlen": task.maxlen, "counts": {split: len(pairs) for split, pairs in task.splits.items()},
-            "fitted_on_vectors": len(vectors), "encode_seconds": encode_seconds, "results": results,
-            "children": memory}
+            "maxlen": task.maxlen,
+            "counts": {split: len(pairs) for split, pairs in task.splits.items()},
+            "fitted_on_vectors": len(vectors),
+            "encode_seconds": encode_seconds,
+            "results": results,
+            "children": memory,
+        }
         print(format_table(task.name, report))
-        print("%s: %d vectors encoded in %.0f s; in a child process on the same vectors:"
-              % (task.name, len(vectors), encode_seconds))
+        print(
+            "%s: %d vectors encoded in %.0f s; in a child process on the same vectors:"
+            % (task.name, len(vectors), encode_seconds)
+        )
         for name, figures in memory.items():
-            print("  %-10s fit %7.2f s, adds %7.1f MiB (imports %.0f MiB)"
-                  % (name, figures["seconds"], figures["added_mib"], figures["imports_mib"]))
+            print(
+                "  %-10s fit %7.2f s, adds %7.1f MiB (imports %.0f MiB)"
+                % (name, figures["seconds"], figures["added_mib"], figures["imports_mib"])
+            )
     report["seconds"] = round(time.time() - started, 1)
     write_report(report, args.json)
 

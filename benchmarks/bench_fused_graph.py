@@ -14,6 +14,7 @@ float32 and under the bfloat16 automatic mixed precision, and oneDNN's choice of
 lets oneDNN keep weights in its blocked layout (only then does the fused bfloat16 product use
 AMX). The README's Performance section quotes the outcome and why it was not adopted.
 """
+
 import argparse
 import os
 
@@ -41,9 +42,13 @@ def fused_forward(tf, transformer, heads, blocks, epsilon=1e-12):
         return 0.5 * y * (1.0 + tf.math.erf(y / np.sqrt(2.0))) if gelu else y
 
     projections = ("dense", "dense_1", "dense_2")  # query, key, value in bert4keras' order
-    qkv = [(tf.concat([weights["Transformer-%d-MultiHeadSelfAttention/%s/kernel" % (i, p)] for p in projections], 1),
-            tf.concat([weights["Transformer-%d-MultiHeadSelfAttention/%s/bias" % (i, p)] for p in projections], 0))
-           for i in range(blocks)]
+    qkv = [
+        (
+            tf.concat([weights["Transformer-%d-MultiHeadSelfAttention/%s/kernel" % (i, p)] for p in projections], 1),
+            tf.concat([weights["Transformer-%d-MultiHeadSelfAttention/%s/bias" % (i, p)] for p in projections], 0),
+        )
+        for i in range(blocks)
+    ]
 
     spec = tf.TensorSpec([None, None], tf.int32)
 
@@ -51,9 +56,11 @@ def fused_forward(tf, transformer, heads, blocks, epsilon=1e-12):
     def forward(ids, segments):
         batch, length = tf.shape(ids)[0], tf.shape(ids)[1]
         mask = tf.cast(ids != 0, tf.float32)
-        x = (tf.gather(weights["Embedding-Token/embeddings"], ids)
-             + tf.gather(weights["Embedding-Segment/embeddings"], segments)
-             + weights["Embedding-Position/embeddings"][:length][None])
+        x = (
+            tf.gather(weights["Embedding-Token/embeddings"], ids)
+            + tf.gather(weights["Embedding-Segment/embeddings"], segments)
+            + weights["Embedding-Position/embeddings"][:length][None]
+        )
         x = layer_norm(tf.reshape(x, [batch * length, hidden]), "Embedding-Norm")
         key_bias = (1.0 - mask)[:, None, None, :] * -1e12
         taps = []
@@ -61,11 +68,13 @@ def fused_forward(tf, transformer, heads, blocks, epsilon=1e-12):
             attention, feed_forward = "Transformer-%d-MultiHeadSelfAttention" % i, "Transformer-%d-FeedForward" % i
             y = tf.nn.bias_add(tf.matmul(x, qkv[i][0]), qkv[i][1])
             q, k, v = tf.unstack(tf.transpose(tf.reshape(y, [batch, length, 3, heads, size]), [2, 0, 3, 1, 4]))
-            scores = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) / size ** 0.5 + key_bias)
+            scores = tf.nn.softmax(tf.matmul(q, k, transpose_b=True) / size**0.5 + key_bias)
             context = tf.reshape(tf.transpose(tf.matmul(scores, v), [0, 2, 1, 3]), [batch * length, hidden])
             x = layer_norm(x + dense(context, attention + "/dense_3"), attention + "-Norm")
-            x = layer_norm(x + dense(dense(x, feed_forward + "/dense", gelu=True), feed_forward + "/dense_1"),
-                           feed_forward + "-Norm")
+            x = layer_norm(
+                x + dense(dense(x, feed_forward + "/dense", gelu=True), feed_forward + "/dense_1"),
+                feed_forward + "-Norm",
+            )
             if i in (0, blocks - 1):
                 taps.append(x)
         return pooling([tf.reshape(tap, [batch, length, hidden]) for tap in taps], padding_mask=ids)
@@ -78,8 +87,9 @@ def main():
     parser.add_argument("--sentences", type=int, default=4000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--frozen-weights", action="store_true",
-                        help="set TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 before TensorFlow starts")
+    parser.add_argument(
+        "--frozen-weights", action="store_true", help="set TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 before TensorFlow starts"
+    )
     args = parser.parse_args()
     if args.frozen_weights:
         os.environ["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
@@ -90,30 +100,32 @@ def main():
     from bert_whitening.encoding import batches, compiled, precision_scope, tokenize
     from bert_whitening.models import build_encoder
 
-    sentences = distinct_sentences(load_task(ENGLISH_STS, SENTEVAL))[:args.sentences]
+    sentences = distinct_sentences(load_task(ENGLISH_STS, SENTEVAL))[: args.sentences]
     encoder = build_encoder("minilm", pooling="first-last-avg", maxlen=64)
     config = find_model("minilm").config
-    fused = fused_forward(tf, encoder.model.get_layer("transformer"), config["num_attention_heads"],
-                          config["num_hidden_layers"])
+    fused = fused_forward(
+        tf, encoder.model.get_layer("transformer"), config["num_attention_heads"], config["num_hidden_layers"]
+    )
     keras_graph = compiled(encoder.model)
     padded = [tf.constant(ids) for _, ids in batches(tokenize(encoder, sentences)[0], args.batch_size)]
 
     def run(graph):
         return lambda: seconds(lambda: [graph(ids, tf.zeros_like(ids)).numpy() for ids in padded])
 
-    difference = max(float(np.abs(fused(ids, tf.zeros_like(ids)) - keras_graph(ids, tf.zeros_like(ids))).max())
-                     for ids in padded)
-    print("%d sentences, %d padded batches of %d, all-MiniLM-L6-v2 first-last-avg; TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=%s"
-          % (len(sentences), len(padded), args.batch_size, os.environ.get("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", "unset")))
+    difference = max(
+        float(np.abs(fused(ids, tf.zeros_like(ids)) - keras_graph(ids, tf.zeros_like(ids))).max()) for ids in padded
+    )
+    print(
+        "%d sentences, %d padded batches of %d, all-MiniLM-L6-v2 first-last-avg; TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=%s"
+        % (len(sentences), len(padded), args.batch_size, os.environ.get("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", "unset"))
+    )
     print("largest difference from the Keras graph's vectors (float32): %.2e" % difference)
     print("%-10s %14s %14s %10s" % ("precision", "Keras graph s", "fused graph s", "speed-up"))
     for precision in ("float32", "bfloat16"):
         with precision_scope(precision):
             took = interleaved({"keras": run(keras_graph), "fused": run(fused)}, args.repeats)
-        print("%-10s %14.2f %14.2f %9.2fx" % (precision, took["keras"], took["fused"],
-                                             took["keras"] / took["fused"]))
-    print("median of %d interleaved runs; run with ONEDNN_VERBOSE=1 to see the kernels oneDNN picks"
-          % args.repeats)
+        print("%-10s %14.2f %14.2f %9.2fx" % (precision, took["keras"], took["fused"], took["keras"] / took["fused"]))
+    print("median of %d interleaved runs; run with ONEDNN_VERBOSE=1 to see the kernels oneDNN picks" % args.repeats)
 
 
 if __name__ == "__main__":

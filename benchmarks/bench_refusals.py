@@ -6,6 +6,7 @@ model. All are decided before TensorFlow is imported, so each should take well u
 Prints, per case, the median wall time of ``python -m bert_whitening ...`` over the repeats, its
 exit status and its one error line, beside ``python -c pass`` (the interpreter alone).
 """
+
 import argparse
 import os
 import statistics
@@ -42,12 +43,43 @@ def main():
         cases = [
             ("interpreter alone", ["-c", "pass"]),
             ("--help", ["-m", "bert_whitening", "encode", "--help"]),
-            ("bad option (--batch-size 0)", ["-m", "bert_whitening", "encode", "--batch-size", "0",
-                                             "--output", os.path.join(scratch, "v.npy"), lines]),
-            ("missing input file", ["-m", "bert_whitening", "fit", "--output", os.path.join(scratch, "w.npz"),
-                                    os.path.join(scratch, "missing.txt")]),
-            ("whitening of another model", ["-m", "bert_whitening", "encode", "--whitening", other,
-                                            "--output", os.path.join(scratch, "v.npy"), lines]),
+            (
+                "bad option (--batch-size 0)",
+                [
+                    "-m",
+                    "bert_whitening",
+                    "encode",
+                    "--batch-size",
+                    "0",
+                    "--output",
+                    os.path.join(scratch, "v.npy"),
+                    lines,
+                ],
+            ),
+            (
+                "missing input file",
+                [
+                    "-m",
+                    "bert_whitening",
+                    "fit",
+                    "--output",
+                    os.path.join(scratch, "w.npz"),
+                    os.path.join(scratch, "missing.txt"),
+                ],
+            ),
+            (
+                "whitening of another model",
+                [
+                    "-m",
+                    "bert_whitening",
+                    "encode",
+                    "--whitening",
+                    other,
+                    "--output",
+                    os.path.join(scratch, "v.npy"),
+                    lines,
+                ],
+            ),
         ]
         print("%-30s %9s %6s  %s" % ("case", "median s", "status", "message"))
         for name, argv in cases:

@@ -21,6 +21,7 @@ k = 128 exact search >= 2.5x faster than at k = 384 and the index 3x smaller (la
 and serve_search within 1.5x of FAISS flat on the same batches. Wall-clock on a shared machine:
 read the ratios, taken within this one run.
 """
+
 import argparse
 import os
 import platform
@@ -57,8 +58,8 @@ def measure(search, queries, budget, prepare=lambda rows: rows):
     run FAISS on one thread, as eval-retrieval does (`retrieval.faiss_indexes.one_thread`)."""
     from bert_whitening.retrieval.faiss_indexes import one_thread
 
-    batches = [prepare(queries[i:i + BATCH]) for i in range(0, len(queries), BATCH)]
-    singles = [prepare(queries[i:i + 1]) for i in range(100)]
+    batches = [prepare(queries[i : i + BATCH]) for i in range(0, len(queries), BATCH)]
+    singles = [prepare(queries[i : i + 1]) for i in range(100)]
     batch_times = timed(lambda i: search(batches[i % len(batches)]), len(batches), budget)
     with one_thread():
         single_times = timed(lambda i: search(singles[i]), len(singles), budget)
@@ -71,6 +72,7 @@ def numpy_search(corpus):
         top = np.argpartition(-scores, TOP_K - 1, axis=1)[:, :TOP_K]
         order = np.argsort(-np.take_along_axis(scores, top, 1), axis=1)
         return np.take_along_axis(top, order, 1)
+
     return search
 
 
@@ -90,8 +92,11 @@ def saved_search(corpus, queries, directory):
     tf.saved_model.save(module, directory, signatures=module.signatures())
     del module
     serve = tf.saved_model.load(directory).signatures["serve_search"]
-    size = sum(os.path.getsize(os.path.join(d, f))
-               for d, _, files in os.walk(os.path.join(directory, "variables")) for f in files)
+    size = sum(
+        os.path.getsize(os.path.join(d, f))
+        for d, _, files in os.walk(os.path.join(directory, "variables"))
+        for f in files
+    )
     start = queries.__array_interface__["data"][0]
     first_row = lambda rows: (rows.__array_interface__["data"][0] - start) // queries.strides[0]
 
@@ -122,8 +127,17 @@ def run_size(n, dim, rng, args, rows):
         built = time.perf_counter() - started
         recall = retrieval.overlap_at_k(hnsw.search(queries, TOP_K)[1], exact)
         qps, p50 = measure(lambda q: hnsw.search(q, TOP_K), queries, args.budget)
-        rows.append((n, dim, "faiss hnsw", qps, p50, retrieval.index_bytes(hnsw),
-                     "R@10 vs exact %.3f, built in %.0f s" % (recall, built)))
+        rows.append(
+            (
+                n,
+                dim,
+                "faiss hnsw",
+                qps,
+                p50,
+                retrieval.index_bytes(hnsw),
+                "R@10 vs exact %.3f, built in %.0f s" % (recall, built),
+            )
+        )
         del hnsw
 
     search = numpy_search(corpus)
@@ -148,17 +162,17 @@ def run_size(n, dim, rng, args, rows):
 
 def print_row(row):
     n, dim, path, qps, p50, size, note = row
-    print("%8d %4d  %-18s %10.1f %10.3f %10.1f  %s" % (n, dim, path, qps, p50, size / 2 ** 20, note))
+    print("%8d %4d  %-18s %10.1f %10.3f %10.1f  %s" % (n, dim, path, qps, p50, size / 2**20, note))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000,1000000")
     parser.add_argument("--dims", default="384,256,128,64")
-    parser.add_argument("--hnsw-max", type=int, default=100000,
-                        help="largest corpus an HNSW index is built for")
-    parser.add_argument("--budget", type=float, default=4.0,
-                        help="seconds spent at most on each timing (at least 5 calls)")
+    parser.add_argument("--hnsw-max", type=int, default=100000, help="largest corpus an HNSW index is built for")
+    parser.add_argument(
+        "--budget", type=float, default=4.0, help="seconds spent at most on each timing (at least 5 calls)"
+    )
     parser.add_argument("--workdir", default=os.path.join(ROOT, "out", "bench_retrieval"))
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -168,12 +182,23 @@ def main():
     from bert_whitening.retrieval import faiss_indexes as retrieval
 
     faiss = retrieval.faiss()
-    print("machine: %s, %s, %d cores; faiss %s (%d threads), numpy %s, tensorflow %s; %s"
-          % (platform.machine(), platform.processor() or "?", os.cpu_count(), faiss.__version__,
-             faiss.omp_get_max_threads(), np.__version__, tf.__version__,
-             time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())))
-    print("random unit vectors; %d queries, top %d; queries/s in batches of %d, p50 of one query"
-          % (QUERIES, TOP_K, BATCH))
+    print(
+        "machine: %s, %s, %d cores; faiss %s (%d threads), numpy %s, tensorflow %s; %s"
+        % (
+            platform.machine(),
+            platform.processor() or "?",
+            os.cpu_count(),
+            faiss.__version__,
+            faiss.omp_get_max_threads(),
+            np.__version__,
+            tf.__version__,
+            time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        )
+    )
+    print(
+        "random unit vectors; %d queries, top %d; queries/s in batches of %d, p50 of one query"
+        % (QUERIES, TOP_K, BATCH)
+    )
     print("%8s %4s  %-18s %10s %10s %10s" % ("corpus", "k", "path", "queries/s", "p50 ms", "memory MiB"))
     rows = []
     rng = np.random.default_rng(0)
@@ -188,16 +213,21 @@ def main():
         qps128, p50_128, size128 = by[(largest, 128, "faiss flat")]
         qps384, p50_384, size384 = by[(largest, 384, "faiss flat")]
         speed = qps128 / qps384
-        print("exact search (faiss flat), %d vectors, k=128 vs k=384: %.2fx queries/s (batch 64), "
-              "%.2fx p50  >= 2.5x  %s" % (largest, speed, p50_384 / p50_128,
-                                           "met" if speed >= 2.5 else "NOT met"))
-        print("index size, %d vectors, k=384 / k=128: %.2fx  >= 3x (to 1%%)  %s"
-              % (largest, size384 / size128, "met" if size384 / size128 >= 2.97 else "NOT met"))
+        print(
+            "exact search (faiss flat), %d vectors, k=128 vs k=384: %.2fx queries/s (batch 64), "
+            "%.2fx p50  >= 2.5x  %s" % (largest, speed, p50_384 / p50_128, "met" if speed >= 2.5 else "NOT met")
+        )
+        print(
+            "index size, %d vectors, k=384 / k=128: %.2fx  >= 3x (to 1%%)  %s"
+            % (largest, size384 / size128, "met" if size384 / size128 >= 2.97 else "NOT met")
+        )
     for n in sizes:
         for dim in dims:
             flat, served = by[(n, dim, "faiss flat")][0], by[(n, dim, "serve_search")][0]
-            print("serve_search vs faiss flat, %7d x %3d: %.2fx the time per batch of 64  <= 1.5x  %s"
-                  % (n, dim, flat / served, "met" if flat / served <= 1.5 else "NOT met"))
+            print(
+                "serve_search vs faiss flat, %7d x %3d: %.2fx the time per batch of 64  <= 1.5x  %s"
+                % (n, dim, flat / served, "met" if flat / served <= 1.5 else "NOT met")
+            )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ is what TF Serving's request batching would turn concurrent single sentences int
 chooses its batching parameters from these two tables.
 Timings are wall-clock on a shared machine: compare ratios, not absolute figures.
 """
+
 import argparse
 import importlib
 import os
@@ -51,8 +52,7 @@ def export_minilm(workdir):
     encoder = build_encoder(model_dir, pooling="first-last-avg")
     stats = WhiteningStats().update(encode(encoder, sts_sentences(4000)))
     whitening = fit_whitening(stats, pooling="first-last-avg")
-    path, _ = export_saved_model(with_whitening(encoder, whitening, 256),
-                                          os.path.join(workdir, "served"), text=True)
+    path, _ = export_saved_model(with_whitening(encoder, whitening, 256), os.path.join(workdir, "served"), text=True)
     return path
 
 
@@ -98,8 +98,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--saved-model", help="an exported version directory BASE/N")
     parser.add_argument("--repeats", type=int, default=200)
-    parser.add_argument("--requests", type=int, default=480,
-                        help="single-sentence requests per concurrency level")
+    parser.add_argument("--requests", type=int, default=480, help="single-sentence requests per concurrency level")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16, 32, 64])
     args = parser.parse_args()
@@ -119,21 +118,32 @@ def main():
         ids = loaded.tokenize(tf.constant(batch))  # the export's own in-graph tokenizer
         one_ids = loaded.tokenize(tf.constant([short]))
 
-        print("machine: %s, %d cores; tensorflow %s; intra/inter-op threads %d/%d (0 = all)"
-              % (platform.processor() or platform.machine(), os.cpu_count(), tf.__version__,
-                 tf.config.threading.get_intra_op_parallelism_threads(),
-                 tf.config.threading.get_inter_op_parallelism_threads()))
+        print(
+            "machine: %s, %d cores; tensorflow %s; intra/inter-op threads %d/%d (0 = all)"
+            % (
+                platform.processor() or platform.machine(),
+                os.cpu_count(),
+                tf.__version__,
+                tf.config.threading.get_intra_op_parallelism_threads(),
+                tf.config.threading.get_inter_op_parallelism_threads(),
+            )
+        )
         print("model: %s" % path)
         print("%-16s %12s %12s %16s" % ("signature", "p50 (1 sent)", "p99 (1 sent)", "batch 32 sent/s"))
         for name, single, batched in (
-                ("serve_text", lambda: text_fn(text=tf.constant([short])),
-                 lambda: text_fn(text=tf.constant(batch))),
-                ("serving_default", lambda: ids_fn(input_ids=one_ids, segment_ids=tf.zeros_like(one_ids)),
-                 lambda: ids_fn(input_ids=ids, segment_ids=tf.zeros_like(ids)))):
+            ("serve_text", lambda: text_fn(text=tf.constant([short])), lambda: text_fn(text=tf.constant(batch))),
+            (
+                "serving_default",
+                lambda: ids_fn(input_ids=one_ids, segment_ids=tf.zeros_like(one_ids)),
+                lambda: ids_fn(input_ids=ids, segment_ids=tf.zeros_like(ids)),
+            ),
+        ):
             latency = timed(single, args.repeats)
             throughput = 32 / statistics.median(timed(batched, max(args.repeats // 10, 5)))
-            print("%-16s %9.2f ms %9.2f ms %16.0f" % (name, percentile(latency, 0.5) * 1e3,
-                                                      percentile(latency, 0.99) * 1e3, throughput))
+            print(
+                "%-16s %9.2f ms %9.2f ms %16.0f"
+                % (name, percentile(latency, 0.5) * 1e3, percentile(latency, 0.99) * 1e3, throughput)
+            )
 
         print()
         print("serve_text under concurrent load: single STS-B sentences, %d requests per row" % args.requests)
@@ -143,15 +153,17 @@ def main():
             send(sentence)
         for clients in args.clients:
             latency, wall = concurrent_load(send, sentences, clients, args.requests)
-            print("%-8d %7.2f ms %7.2f ms %14.0f" % (clients, percentile(latency, 0.5) * 1e3,
-                                                     percentile(latency, 0.99) * 1e3, args.requests / wall))
+            print(
+                "%-8d %7.2f ms %7.2f ms %14.0f"
+                % (clients, percentile(latency, 0.5) * 1e3, percentile(latency, 0.99) * 1e3, args.requests / wall)
+            )
 
         print()
         print("serve_text on one batch of STS-B sentences (what server-side batching would form)")
         print("%-8s %12s %14s" % ("batch", "p50 per call", "sentences/s"))
         for size in args.batch_sizes:
             rounds = max(args.requests // size, 10)
-            batches = [tf.constant(sentences[i * size % (len(sentences) - size):][:size]) for i in range(rounds)]
+            batches = [tf.constant(sentences[i * size % (len(sentences) - size) :][:size]) for i in range(rounds)]
             text_fn(text=batches[0])
             took = []
             for batch_sentences in batches:

@@ -14,6 +14,7 @@ it runs, or ``{"error": ...}`` and exits when the backend cannot run here), then
 its repetitions with ours; ``save PATH`` writes the vectors of the sentences and of the test
 sentences to PATH (.npz) and exits.
 """
+
 import json
 import os
 import shutil
@@ -43,13 +44,13 @@ def sentence_transformer(request, backend):
         from sentence_transformers import export_dynamic_quantized_onnx_model
 
         export_dynamic_quantized_onnx_model(model, "avx512_vnni", directory)
-        return SentenceTransformer(directory, backend="onnx", device="cpu",
-                                   model_kwargs={"file_name": ONNX_INT8}), "ONNX Runtime, int8"
+        return SentenceTransformer(
+            directory, backend="onnx", device="cpu", model_kwargs={"file_name": ONNX_INT8}
+        ), "ONNX Runtime, int8"
     # OpenVINO: float32 asked for explicitly, since its CPU plugin would otherwise pick bfloat16
     # on CPUs that have it; the int8 model keeps OpenVINO's defaults for what is not int8.
     f32 = {"INFERENCE_NUM_THREADS": str(threads), "INFERENCE_PRECISION_HINT": "f32"}
-    model = SentenceTransformer(directory, backend="openvino", device="cpu",
-                                model_kwargs={"ov_config": f32})
+    model = SentenceTransformer(directory, backend="openvino", device="cpu", model_kwargs={"ov_config": f32})
     if backend == "openvino":
         return model, "OpenVINO, inference precision f32"
     from optimum.intel import OVQuantizationConfig
@@ -60,11 +61,20 @@ def sentence_transformer(request, backend):
     with open(os.path.join(calibration, "train.jsonl"), "w", encoding="utf-8") as stream:
         stream.writelines(json.dumps({"sentence": s}) + "\n" for s in request["calibration"])
     export_static_quantized_openvino_model(
-        model, OVQuantizationConfig(num_samples=len(request["calibration"])), directory,
-        dataset_name=calibration, dataset_config_name="default", dataset_split="train",
-        column_name="sentence")
-    model = SentenceTransformer(directory, backend="openvino", device="cpu", model_kwargs={
-        "file_name": OPENVINO_INT8, "ov_config": {"INFERENCE_NUM_THREADS": str(threads)}})
+        model,
+        OVQuantizationConfig(num_samples=len(request["calibration"])),
+        directory,
+        dataset_name=calibration,
+        dataset_config_name="default",
+        dataset_split="train",
+        column_name="sentence",
+    )
+    model = SentenceTransformer(
+        directory,
+        backend="openvino",
+        device="cpu",
+        model_kwargs={"file_name": OPENVINO_INT8, "ov_config": {"INFERENCE_NUM_THREADS": str(threads)}},
+    )
     hint = model[0].auto_model.request.get_property("INFERENCE_PRECISION_HINT")
     return model, "OpenVINO int8, rest in %s (its default)" % hint.get_type_name()
 
@@ -86,8 +96,7 @@ class OnnxRuntimeEncoder:
             # optimum's avx512_vnni dynamic configuration: int8 weights per channel, uint8
             # activations, no reduced range.
             quantized_path = path.replace(".onnx", "_qint8.onnx")
-            quantize_dynamic(path, quantized_path, per_channel=True, reduce_range=False,
-                             weight_type=QuantType.QInt8)
+            quantize_dynamic(path, quantized_path, per_channel=True, reduce_range=False, weight_type=QuantType.QInt8)
             path = quantized_path
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = request["threads"]
@@ -103,29 +112,40 @@ class OnnxRuntimeEncoder:
                 self.transformer = transformer
 
             def forward(self, input_ids, attention_mask, token_type_ids):
-                return self.transformer(input_ids=input_ids, attention_mask=attention_mask,
-                                        token_type_ids=token_type_ids).last_hidden_state
+                return self.transformer(
+                    input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+                ).last_hidden_state
 
         # The example batch must hold padding: transformers drops an all-ones attention mask,
         # and the export would keep that branch, ignoring the mask of every later batch.
         example = torch.ones(2, 8, dtype=torch.long)
         mask = torch.tensor([[1] * 8, [1] * 5 + [0] * 3])
         dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("length", max=512)}
-        torch.onnx.export(LastHiddenState().eval(), (example, mask, torch.zeros_like(example)), path,
-                          input_names=["input_ids", "attention_mask", "token_type_ids"],
-                          output_names=["last_hidden_state"], dynamo=True, external_data=False,
-                          dynamic_shapes={"input_ids": dims, "attention_mask": dims, "token_type_ids": dims})
+        torch.onnx.export(
+            LastHiddenState().eval(),
+            (example, mask, torch.zeros_like(example)),
+            path,
+            input_names=["input_ids", "attention_mask", "token_type_ids"],
+            output_names=["last_hidden_state"],
+            dynamo=True,
+            external_data=False,
+            dynamic_shapes={"input_ids": dims, "attention_mask": dims, "token_type_ids": dims},
+        )
 
     def encode(self, sentences, batch_size):
         order = np.argsort([-len(s) for s in sentences], kind="stable")  # as sentence-transformers sorts
         vectors = np.zeros((len(sentences), self.model.get_sentence_embedding_dimension()), np.float32)
         tokenizer = self.model.tokenizer
         for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            tokens = tokenizer([sentences[i] for i in rows], padding=True, truncation=True,
-                               max_length=self.model.max_seq_length, return_tensors="np")
-            inputs = {name: tokens[name].astype(np.int64) for name in
-                      ("input_ids", "attention_mask", "token_type_ids")}
+            rows = order[start : start + batch_size]
+            tokens = tokenizer(
+                [sentences[i] for i in rows],
+                padding=True,
+                truncation=True,
+                max_length=self.model.max_seq_length,
+                return_tensors="np",
+            )
+            inputs = {name: tokens[name].astype(np.int64) for name in ("input_ids", "attention_mask", "token_type_ids")}
             hidden = self.session.run(None, inputs)[0]
             mask = inputs["attention_mask"][..., None].astype(np.float32)
             mean = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
@@ -158,17 +178,26 @@ def main(request_path, backend):
     shutil.copytree(request["model"], request["copy"], dirs_exist_ok=True)
     try:
         encode, note = load(request, backend)
-        vectors = encode(request["sentences"][:request["batch_size"]])  # warm-up
+        vectors = encode(request["sentences"][: request["batch_size"]])  # warm-up
     except Exception as error:  # the backend cannot run here: say why, in one line
         last = traceback.extract_tb(error.__traceback__)[-1]
-        why = "%s: %s (%s:%d)" % (type(error).__name__, str(error).splitlines()[0],
-                                  os.path.basename(last.filename), last.lineno)
+        why = "%s: %s (%s:%d)" % (
+            type(error).__name__,
+            str(error).splitlines()[0],
+            os.path.basename(last.filename),
+            last.lineno,
+        )
         if backend in ("onnx", "onnx-int8"):
             why += " -- optimum-onnx cannot be installed beside sentence-transformers 6.2.0: see scripts/torch_venv.py"
         answer({"error": why})
         return
-    answer({"versions": "sentence-transformers %s, torch %s" % (__version__, torch.__version__),
-            "threads": torch.get_num_threads(), "note": note})
+    answer(
+        {
+            "versions": "sentence-transformers %s, torch %s" % (__version__, torch.__version__),
+            "threads": torch.get_num_threads(),
+            "note": note,
+        }
+    )
     sentences = request["sentences"]
     for line in sys.stdin:
         command, _, argument = line.strip().partition(" ")

@@ -8,22 +8,31 @@
 Importing the package loads numpy only; `SentenceEncoder` and `EncoderConfig` are imported on
 first use, and TensorFlow once an encoder's Keras graph is built (`bert_whitening.backend`).
 """
+
 import importlib
 
 from bert_whitening.whitening import (
-                                      Whitening,
-                                      WhiteningStats,
-                                      compute_kernel_bias,
-                                      fit_whitening,
-                                      transform_and_normalize,
+    Whitening,
+    WhiteningStats,
+    compute_kernel_bias,
+    fit_whitening,
+    transform_and_normalize,
 )
 
 __version__ = "0.1.0"
 
 _LAZY = {"SentenceEncoder": "bert_whitening.sentence_encoder", "EncoderConfig": "bert_whitening.config"}
 
-__all__ = ["EncoderConfig", "SentenceEncoder", "Whitening", "WhiteningStats", "compute_kernel_bias",
-           "fit_whitening", "transform_and_normalize", "__version__"]
+__all__ = [
+    "EncoderConfig",
+    "SentenceEncoder",
+    "Whitening",
+    "WhiteningStats",
+    "compute_kernel_bias",
+    "fit_whitening",
+    "transform_and_normalize",
+    "__version__",
+]
 
 
 def __getattr__(name):

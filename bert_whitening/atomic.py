@@ -21,6 +21,7 @@ and leaves the others: a process id says nothing across PID namespaces (two cont
 volume), a lock does. An ``OSError`` while writing (a full disk, say) is raised again naming the
 target, never the temporary name.
 """
+
 import contextlib
 import fcntl
 import glob
@@ -58,18 +59,23 @@ def check_output(path, inputs=()):
         if stat.S_ISDIR(mode):
             raise BertWhiteningError("cannot write %s: it is a directory" % path)
         if not stat.S_ISREG(mode):
-            raise BertWhiteningError("cannot write %s: it is a %s, and outputs are written to regular "
-                                     "files (renamed into place)" % (path, _kind(mode)))
+            raise BertWhiteningError(
+                "cannot write %s: it is a %s, and outputs are written to regular "
+                "files (renamed into place)" % (path, _kind(mode))
+            )
         for source in inputs:
             if source != "-" and os.path.exists(source) and os.path.samefile(source, target):
-                raise BertWhiteningError("cannot write %s: it is the input %s; choose another output"
-                                         % (path, source))
+                raise BertWhiteningError("cannot write %s: it is the input %s; choose another output" % (path, source))
     return target
 
 
 def _kind(mode):
-    kinds = ((stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISFIFO, "FIFO"),
-             (stat.S_ISSOCK, "socket"))
+    kinds = (
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+    )
     return next((name for test, name in kinds if test(mode)), "special file")
 
 
@@ -77,7 +83,7 @@ def _prefix(target):
     parent = os.path.dirname(os.path.abspath(target))
     name = os.path.basename(os.path.normpath(target))
     if len(os.fsencode(name)) > NAME_BYTES:
-        name = "%s~%s" % (name[:NAME_BYTES // 4], hashlib.sha256(os.fsencode(name)).hexdigest()[:8])
+        name = "%s~%s" % (name[: NAME_BYTES // 4], hashlib.sha256(os.fsencode(name)).hexdigest()[:8])
     return parent, ".%s%s%d-" % (name, MARK, os.getpid())
 
 

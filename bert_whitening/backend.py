@@ -9,6 +9,7 @@ Unless ``TF_CPP_MIN_LOG_LEVEL`` is set below 3, the C++ log level is set to 3 an
 are swallowed while TensorFlow is imported (and shown if the import fails). Set
 ``TF_CPP_MIN_LOG_LEVEL=0`` to see everything.
 """
+
 import contextlib
 import logging
 import os

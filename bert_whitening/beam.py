@@ -19,6 +19,7 @@ Input files are read through Beam's ``FileSystems`` (local paths, ``gs://`` ...)
 parsers as the single-process commands: a malformed line is an error naming file and line, or
 with ``skip_bad_lines`` a skipped line, counted in a warning of the worker's log.
 """
+
 import errno
 import glob
 import io
@@ -84,8 +85,7 @@ class EncodeFn(beam.DoFn):
         from bert_whitening.encoding import encode
 
         keys = [key for key, _ in batch]
-        vectors = encode(self.encoder, [sentence for _, sentence in batch], self.batch_size,
-                         progress=False)
+        vectors = encode(self.encoder, [sentence for _, sentence in batch], self.batch_size, progress=False)
         yield keys, vectors
 
 
@@ -119,11 +119,13 @@ def _canonical(path):
 
 def _sentences(pipeline, patterns, format, skip_bad_lines):
     """Keyed sentences of every file matching ``patterns``, spread over the workers."""
-    return (pipeline
-            | "Paths" >> beam.Create(matched_files(patterns))
-            | "Read" >> beam.FlatMap(_read_file, format, skip_bad_lines)
-            | "Spread" >> beam.Reshuffle()
-            | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=MAX_SENTENCES_PER_CALL))
+    return (
+        pipeline
+        | "Paths" >> beam.Create(matched_files(patterns))
+        | "Read" >> beam.FlatMap(_read_file, format, skip_bad_lines)
+        | "Spread" >> beam.Reshuffle()
+        | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=MAX_SENTENCES_PER_CALL)
+    )
 
 
 def write_whitening(stats, path, options):
@@ -144,16 +146,17 @@ def write_whitening(stats, path, options):
     return path
 
 
-def fit_pipeline(pipeline, patterns, encode_fn, output, fit_options, format="auto",
-                 skip_bad_lines=False):
+def fit_pipeline(pipeline, patterns, encode_fn, output, fit_options, format="auto", skip_bad_lines=False):
     """Add the fit to ``pipeline``: ``encode_fn`` an `EncodeFn` of the unwhitened encoder;
     ``fit_options`` go to `fit_whitening` (n_components, beta, gamma, pooling, model,
     allow_rank_deficient)."""
-    return (_sentences(pipeline, patterns, format, skip_bad_lines)
-            | "Encode" >> beam.ParDo(encode_fn)
-            | "Vectors" >> beam.Map(lambda encoded: encoded[1])
-            | "Combine" >> beam.CombineGlobally(WhiteningStatsFn())
-            | "Write" >> beam.Map(write_whitening, output, fit_options))
+    return (
+        _sentences(pipeline, patterns, format, skip_bad_lines)
+        | "Encode" >> beam.ParDo(encode_fn)
+        | "Vectors" >> beam.Map(lambda encoded: encoded[1])
+        | "Combine" >> beam.CombineGlobally(WhiteningStatsFn())
+        | "Write" >> beam.Map(write_whitening, output, fit_options)
+    )
 
 
 def _examples(encoded):
@@ -161,21 +164,26 @@ def _examples(encoded):
 
     keys, vectors = encoded
     for (path, line), vector in zip(keys, vectors, strict=True):
-        yield tf.train.Example(features=tf.train.Features(feature={
-            "path": tf.train.Feature(bytes_list=tf.train.BytesList(value=[path.encode("utf-8")])),
-            "line": tf.train.Feature(int64_list=tf.train.Int64List(value=[line])),
-            "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=vector)),
-        })).SerializeToString()
+        yield tf.train.Example(
+            features=tf.train.Features(
+                feature={
+                    "path": tf.train.Feature(bytes_list=tf.train.BytesList(value=[path.encode("utf-8")])),
+                    "line": tf.train.Feature(int64_list=tf.train.Int64List(value=[line])),
+                    "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=vector)),
+                }
+            )
+        ).SerializeToString()
 
 
 def encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards=0):
     """Add the encode to ``pipeline``: one TFRecord example per input line, in shards
     ``PREFIX-SSSSS-of-NNNNN.tfrecord`` (``num_shards`` 0 lets the runner choose)."""
-    return (_sentences(pipeline, patterns, "lines", False)
-            | "Encode" >> beam.ParDo(encode_fn)
-            | "Examples" >> beam.FlatMap(_examples)
-            | "Write" >> beam.io.WriteToTFRecord(output_prefix, file_name_suffix=SUFFIX,
-                                                 num_shards=num_shards))
+    return (
+        _sentences(pipeline, patterns, "lines", False)
+        | "Encode" >> beam.ParDo(encode_fn)
+        | "Examples" >> beam.FlatMap(_examples)
+        | "Write" >> beam.io.WriteToTFRecord(output_prefix, file_name_suffix=SUFFIX, num_shards=num_shards)
+    )
 
 
 def run(build, flags=(), runner="DirectRunner"):
@@ -207,19 +215,38 @@ def _unwrapped(error):
     return error
 
 
-def run_fit(patterns, spec, output, n_components=-1, beta=1.0, gamma=1.0, format="auto",
-            skip_bad_lines=False, batch_size=128, precision="float32", flags=(),
-            runner="DirectRunner"):
+def run_fit(
+    patterns,
+    spec,
+    output,
+    n_components=-1,
+    beta=1.0,
+    gamma=1.0,
+    format="auto",
+    skip_bad_lines=False,
+    batch_size=128,
+    precision="float32",
+    flags=(),
+    runner="DirectRunner",
+):
     """`fit_pipeline` on ``runner``; the file records the model as ``fit``'s does (read from its
     configuration and vocabulary; the weights are loaded by the workers)."""
     from bert_whitening.checkpoints import find_model
 
-    options = {"n_components": n_components, "beta": beta, "gamma": gamma, "pooling": spec.pooling,
-               "model_identity": find_model(spec.model).identity(spec.model_type.lower()),
-               "allow_rank_deficient": spec.allow_rank_deficient}
+    options = {
+        "n_components": n_components,
+        "beta": beta,
+        "gamma": gamma,
+        "pooling": spec.pooling,
+        "model_identity": find_model(spec.model).identity(spec.model_type.lower()),
+        "allow_rank_deficient": spec.allow_rank_deficient,
+    }
     encode_fn = EncodeFn(spec, batch_size, precision)
-    run(lambda pipeline: fit_pipeline(pipeline, patterns, encode_fn, output, options, format,
-                                      skip_bad_lines), flags, runner)
+    run(
+        lambda pipeline: fit_pipeline(pipeline, patterns, encode_fn, output, options, format, skip_bad_lines),
+        flags,
+        runner,
+    )
 
 
 def shards(output_prefix):
@@ -227,19 +254,21 @@ def shards(output_prefix):
     return output_prefix + "-*-of-*" + SUFFIX
 
 
-def run_encode(patterns, spec, output_prefix, num_shards=0, batch_size=128, precision="float32",
-               flags=(), runner="DirectRunner"):
+def run_encode(
+    patterns, spec, output_prefix, num_shards=0, batch_size=128, precision="float32", flags=(), runner="DirectRunner"
+):
     """`encode_pipeline` on ``runner``. Refuses to start when shards of ``output_prefix``
     exist (a reader of ``PREFIX-*`` would see old and new lines together), and removes the
     sink's temporary files if the pipeline fails."""
     existing = FileSystems.match([shards(output_prefix)])[0].metadata_list
     if existing:
-        raise BertWhiteningError("%s: %d output shards already exist (%s ...); remove them or choose "
-                         "another --output" % (output_prefix, len(existing), existing[0].path))
+        raise BertWhiteningError(
+            "%s: %d output shards already exist (%s ...); remove them or choose "
+            "another --output" % (output_prefix, len(existing), existing[0].path)
+        )
     try:
         encode_fn = EncodeFn(spec, batch_size, precision)
-        run(lambda pipeline: encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards),
-            flags, runner)
+        run(lambda pipeline: encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards), flags, runner)
     except BaseException:
         _remove_sink_temporaries(output_prefix)
         raise
@@ -266,8 +295,11 @@ def read_encoded(pattern):
     for match in FileSystems.match([pattern])[0].metadata_list:
         for serialized in tf.data.TFRecordDataset(match.path).as_numpy_iterator():
             feature = tf.train.Example.FromString(serialized).features.feature
-            records.append(((feature["path"].bytes_list.value[0].decode("utf-8"),
-                             feature["line"].int64_list.value[0]),
-                            np.array(feature["embedding"].float_list.value, dtype=np.float32)))
+            records.append(
+                (
+                    (feature["path"].bytes_list.value[0].decode("utf-8"), feature["line"].int64_list.value[0]),
+                    np.array(feature["embedding"].float_list.value, dtype=np.float32),
+                )
+            )
     records.sort(key=lambda record: record[0])
     return [key for key, _ in records], np.array([vector for _, vector in records], dtype=np.float32)

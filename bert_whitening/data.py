@@ -7,6 +7,7 @@ or a FIFO works like a file. Lines end at ``\n`` only (one ``\r`` before it is d
 stray ``\r`` inside a line cannot shift the line numbers, and line *i* of a file is row *i* of
 what ``encode`` writes.
 """
+
 import gzip
 import itertools
 import logging
@@ -31,8 +32,19 @@ STDIN = "-"
 #: Non-empty lines that ``auto`` looks at before it decides between sentences and pairs.
 DETECT_LINES = 100
 
-__all__ = ["DataError", "INPUT_FORMATS", "STDIN", "chunked", "data_dir", "distinct_sentences",
-           "load_task", "open_local", "parse_pair", "read_pairs", "read_sentences"]
+__all__ = [
+    "DataError",
+    "INPUT_FORMATS",
+    "STDIN",
+    "chunked",
+    "data_dir",
+    "distinct_sentences",
+    "load_task",
+    "open_local",
+    "parse_pair",
+    "read_pairs",
+    "read_sentences",
+]
 
 
 def open_local(path):
@@ -73,23 +85,25 @@ def _lines(path, opener=open_local):
                 if number == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
                     raw = raw[3:]
                 if b"\0" in raw:  # valid UTF-8, but text never holds it: UTF-16 without a BOM
-                    raise DataError("%s:%d: a NUL byte at byte %d of the line: not UTF-8 text "
-                                    "(UTF-16 without a byte-order mark?)" % (name, number, raw.index(b"\0")))
+                    raise DataError(
+                        "%s:%d: a NUL byte at byte %d of the line: not UTF-8 text "
+                        "(UTF-16 without a byte-order mark?)" % (name, number, raw.index(b"\0"))
+                    )
                 try:
                     yield number, raw.decode("utf-8")
                 except UnicodeDecodeError as error:
-                    raise DataError("%s:%d: not UTF-8 text (byte 0x%02x at byte %d of the line)"
-                                    % (name, number, raw[error.start], error.start)) from None
+                    raise DataError(
+                        "%s:%d: not UTF-8 text (byte 0x%02x at byte %d of the line)"
+                        % (name, number, raw[error.start], error.start)
+                    ) from None
     except FileNotFoundError:
         raise DataError("%s: no such file" % name) from None
     except IsADirectoryError:
         raise DataError("%s: is a directory, not a file" % name) from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as error:
-        raise DataError("%s: truncated or corrupt compressed data after line %d (%s)"
-                        % (name, number, error)) from None
+        raise DataError("%s: truncated or corrupt compressed data after line %d (%s)" % (name, number, error)) from None
     except OSError as error:
-        raise DataError("%s: cannot read after line %d (%s)"
-                        % (name, number, error.strerror or error)) from None
+        raise DataError("%s: cannot read after line %d (%s)" % (name, number, error.strerror or error)) from None
 
 
 def _number(text):
@@ -156,12 +170,18 @@ def _detect(name, head):
     format = "pairs" if 2 * pairs >= len(shapes) else "lines"
     if format == "lines" and pairs:
         first = next(number for number, is_pair in shapes if is_pair)
-        raise DataError("%s:%d: a sentence1<TAB>sentence2<TAB>label line in a file whose other "
-                        "lines are sentences (%d of the first %d non-empty lines are pairs); give "
-                        "--format lines or --format pairs" % (name, first, pairs, len(shapes)))
-    logger.info("%s: read as %s (%d of the first %d non-empty lines are pair lines)", name,
-                "senteval_cn pairs" if format == "pairs" else "sentences, one per line",
-                pairs, len(shapes))
+        raise DataError(
+            "%s:%d: a sentence1<TAB>sentence2<TAB>label line in a file whose other "
+            "lines are sentences (%d of the first %d non-empty lines are pairs); give "
+            "--format lines or --format pairs" % (name, first, pairs, len(shapes))
+        )
+    logger.info(
+        "%s: read as %s (%d of the first %d non-empty lines are pair lines)",
+        name,
+        "senteval_cn pairs" if format == "pairs" else "sentences, one per line",
+        pairs,
+        len(shapes),
+    )
     return format
 
 
@@ -169,9 +189,11 @@ def _sentence_lines(numbered, name):
     """The lines of an auto-detected sentence file; a pair line after the first lines is an error."""
     for number, line in numbered:
         if parse_pair(line) is not None:
-            raise DataError("%s:%d: a sentence1<TAB>sentence2<TAB>label line in a file read as "
-                            "sentences (decided on its first %d non-empty lines); give --format "
-                            "lines or --format pairs" % (name, number, DETECT_LINES))
+            raise DataError(
+                "%s:%d: a sentence1<TAB>sentence2<TAB>label line in a file read as "
+                "sentences (decided on its first %d non-empty lines); give --format "
+                "lines or --format pairs" % (name, number, DETECT_LINES)
+            )
         yield line
 
 
@@ -231,7 +253,7 @@ def _sts_benchmark(directory, skip_bad_lines=False):
     if os.path.exists(packed):
         names = {"train": "train", "dev": "valid", "test": "test"}
         splits = {split: [] for split in SPLITS}
-        parse = lambda line: (_fields(line, (0, 6, 7), 5) if line.split("\t")[0] in names else None)
+        parse = lambda line: _fields(line, (0, 6, 7), 5) if line.split("\t")[0] in names else None
         expected = "malformed line: expected split<TAB>genre<TAB>dataset<TAB>year<TAB>sid<TAB>score<TAB>s1<TAB>s2"
         records = _records(_lines(packed), packed, parse, expected, skip_bad_lines, "split\t")
         for split, first, second, score in records:
@@ -240,9 +262,11 @@ def _sts_benchmark(directory, skip_bad_lines=False):
     expected = "malformed line: expected genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>s1<TAB>s2"
     files = (("train", "sts-train.csv"), ("valid", "sts-dev.csv"), ("test", "sts-test.csv"))
     paths = {split: os.path.join(directory, name) for split, name in files}
-    return {split: list(_records(_lines(path), path, lambda line: _fields(line, (5, 6), 4),
-                                 expected, skip_bad_lines))
-            for split, path in paths.items() if os.path.exists(path)}
+    return {
+        split: list(_records(_lines(path), path, lambda line: _fields(line, (5, 6), 4), expected, skip_bad_lines))
+        for split, path in paths.items()
+        if os.path.exists(path)
+    }
 
 
 def load_task(task, directory=None, skip_bad_lines=False):
@@ -251,14 +275,15 @@ def load_task(task, directory=None, skip_bad_lines=False):
     ``STS-B-en`` in ``DIR/STS-B-en/`` or ``DIR/../stsbenchmark/``."""
     directory = data_dir(directory)
     if task == ENGLISH_STS:
-        for candidate in (os.path.join(directory, ENGLISH_STS),
-                          os.path.join(directory, os.pardir, "stsbenchmark")):
+        for candidate in (os.path.join(directory, ENGLISH_STS), os.path.join(directory, os.pardir, "stsbenchmark")):
             if os.path.isdir(candidate):
                 splits = _sts_benchmark(candidate, skip_bad_lines)
                 break
         else:
-            raise DataError("%s: no English STS benchmark under %s/%s or %s/../stsbenchmark"
-                            % (task, directory, ENGLISH_STS, directory))
+            raise DataError(
+                "%s: no English STS benchmark under %s/%s or %s/../stsbenchmark"
+                % (task, directory, ENGLISH_STS, directory)
+            )
     else:
         splits = {}
         for split in SPLITS:
@@ -266,8 +291,7 @@ def load_task(task, directory=None, skip_bad_lines=False):
             if os.path.exists(path):
                 splits[split] = list(read_pairs(path, skip_bad_lines))
         if not splits:
-            raise DataError("%s: no %s.{train,valid,test}.data under %s"
-                            % (task, task, os.path.join(directory, task)))
+            raise DataError("%s: no %s.{train,valid,test}.data under %s" % (task, task, os.path.join(directory, task)))
     missing = [split for split in SPLITS if split not in splits]
     if missing:
         logger.info("%s: no %s split; evaluating %s", task, "/".join(missing), "/".join(splits))

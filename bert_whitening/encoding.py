@@ -16,6 +16,7 @@ commands call it with ``--precision``, and Beam's ``EncodeFn.setup`` in each wor
 later is refused, since another thread may be encoding. `precision_scope` switches it for one
 block and restores it, for single-threaded comparisons in tests and benchmarks only.
 """
+
 import contextlib
 import functools
 import itertools
@@ -52,8 +53,9 @@ def compiled(model):
     """``model`` under one ``tf.function`` taking int32 ``(batch, length)`` ids and segments."""
     if model not in _COMPILED:
         spec = tf.TensorSpec([None, None], tf.int32)
-        _COMPILED[model] = tf.function(lambda ids, segments: model([ids, segments], training=False),
-                                       input_signature=[spec, spec])
+        _COMPILED[model] = tf.function(
+            lambda ids, segments: model([ids, segments], training=False), input_signature=[spec, spec]
+        )
     return _COMPILED[model]
 
 
@@ -76,8 +78,10 @@ def _cpu_has_bfloat16():
 def _apply_precision(precision):
     check_choice("precision", precision, PRECISIONS)
     if precision == "bfloat16" and _cpu_has_bfloat16() is False:
-        logger.warning("this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): oneDNN "
-                       "emulates them, so --precision bfloat16 is likely slower than float32")
+        logger.warning(
+            "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): oneDNN "
+            "emulates them, so --precision bfloat16 is likely slower than float32"
+        )
     tf.config.optimizer.set_experimental_options({_MIXED_PRECISION_OPTION: precision == "bfloat16"})
 
 
@@ -87,8 +91,10 @@ def set_precision(precision):
     global _process_precision
     check_choice("precision", precision, PRECISIONS)
     if _process_precision is not None and precision != _process_precision:
-        raise BertWhiteningError("this process already encodes in %s; precision is chosen once "
-                                 "per process (got %s)" % (_process_precision, precision))
+        raise BertWhiteningError(
+            "this process already encodes in %s; precision is chosen once "
+            "per process (got %s)" % (_process_precision, precision)
+        )
     _apply_precision(precision)
     _process_precision = precision
 
@@ -109,12 +115,13 @@ def batches(sequences, batch_size):
     and their ids padded to the longest of them."""
     order = np.argsort([len(ids) for ids in sequences], kind="stable")
     for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
+        rows = order[start : start + batch_size]
         yield rows, pad_ids([sequences[row] for row in rows])
 
 
-def encode_ids(encoder: "Encoder", sequences: Sequence[Sequence[int]], batch_size: int = 128,
-               progress=None) -> np.ndarray:
+def encode_ids(
+    encoder: "Encoder", sequences: Sequence[Sequence[int]], batch_size: int = 128, progress=None
+) -> np.ndarray:
     """Vectors of token-id sequences as float32 ``(len(sequences), encoder.dim)``, in order.
 
     Args:
@@ -128,9 +135,11 @@ def encode_ids(encoder: "Encoder", sequences: Sequence[Sequence[int]], batch_siz
         raise BertWhiteningError("batch_size must be a positive integer, got %r" % (batch_size,))
     vectors = np.zeros((len(sequences), encoder.dim), dtype=np.float32)
     run = compiled(encoder.model)
-    bar = progress if hasattr(progress, "update") else tqdm(
-        total=len(sequences), unit="sent", leave=False,
-        disable=None if progress is None else not progress)
+    bar = (
+        progress
+        if hasattr(progress, "update")
+        else tqdm(total=len(sequences), unit="sent", leave=False, disable=None if progress is None else not progress)
+    )
     try:
         for rows, ids in batches(sequences, batch_size):
             vectors[rows] = run(tf.constant(ids), tf.zeros_like(ids)).numpy()
@@ -143,8 +152,7 @@ def encode_ids(encoder: "Encoder", sequences: Sequence[Sequence[int]], batch_siz
 
 def log_truncated(truncated, total, maxlen):
     if truncated:
-        logger.info("%d of %d sentences were longer than maxlen %d tokens and were truncated",
-                    truncated, total, maxlen)
+        logger.info("%d of %d sentences were longer than maxlen %d tokens and were truncated", truncated, total, maxlen)
 
 
 def encode(encoder: "Encoder", texts: Sequence[str], batch_size: int = 128, progress=None) -> np.ndarray:
@@ -168,8 +176,9 @@ def progress_bar(total=None):
     return tqdm(total=total, unit="sent", disable=None, desc="encoding")
 
 
-def encode_stream(encoder: "Encoder", sentences: Iterable[str], batch_size: int = 128,
-                  progress=None) -> Iterator[np.ndarray]:
+def encode_stream(
+    encoder: "Encoder", sentences: Iterable[str], batch_size: int = 128, progress=None
+) -> Iterator[np.ndarray]:
     """Vectors of an iterable of sentences of any length, `CHUNK_SENTENCES` at a time, in
     order; the sentences cut to ``encoder.maxlen`` are counted over the whole stream and logged
     once at its end."""
@@ -181,9 +190,14 @@ def encode_stream(encoder: "Encoder", sentences: Iterable[str], batch_size: int 
     log_truncated(truncated, total, encoder.maxlen)
 
 
-def statistics_from_files(encoder: "Encoder", paths: Sequence[str], format: str = "auto",
-                          skip_bad_lines: bool = False, batch_size: int = 128,
-                          progress=None) -> WhiteningStats:
+def statistics_from_files(
+    encoder: "Encoder",
+    paths: Sequence[str],
+    format: str = "auto",
+    skip_bad_lines: bool = False,
+    batch_size: int = 128,
+    progress=None,
+) -> WhiteningStats:
     """The `WhiteningStats` of every sentence of ``paths`` (sentence or pair files, ``-`` for
     standard input), each read once and streamed: what ``fit`` and ``eval --fit-on FILE`` fit on.
     """
@@ -193,8 +207,14 @@ def statistics_from_files(encoder: "Encoder", paths: Sequence[str], format: str 
     return stats
 
 
-def vectors_from_files(encoder: "Encoder", paths: Sequence[str], format: str = "auto", skip_bad_lines: bool = False,
-                       batch_size: int = 128, progress=None) -> np.ndarray:
+def vectors_from_files(
+    encoder: "Encoder",
+    paths: Sequence[str],
+    format: str = "auto",
+    skip_bad_lines: bool = False,
+    batch_size: int = 128,
+    progress=None,
+) -> np.ndarray:
     """The vectors of every sentence of ``paths``, as one array, as `statistics_from_files` reads
     them: what ``eval --fit-on FILE`` trains a flow on (a flow needs the vectors themselves)."""
     blocks = list(encode_stream(encoder, _file_sentences(paths, format, skip_bad_lines), batch_size, progress))

@@ -10,6 +10,7 @@ weighted by split size (``w-avg``). ``fit_on="train"`` or a list of files fits o
 imports no TensorFlow; `evaluate_tasks` builds the encoder when it is called, and a flow imports
 it when one is fitted.
 """
+
 import dataclasses
 import functools
 import itertools
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from bert_whitening.config import EncoderConfig
 
 logger = logging.getLogger(__name__)
-
 
 
 def task_maxlen(task, maxlen=None):
@@ -91,7 +91,7 @@ def encode_splits(encode, splits):
     vectors = np.asarray(encode(sentences), dtype=np.float64)
     encoded, start = {}, 0
     for split, pairs in splits.items():
-        block = vectors[start:start + 2 * len(pairs)]
+        block = vectors[start : start + 2 * len(pairs)]
         encoded[split] = (block[0::2], block[1::2], np.array([label for _, _, label in pairs]))
         start += 2 * len(pairs)
     return encoded
@@ -100,8 +100,7 @@ def encode_splits(encode, splits):
 def _fit_blocks(encoded, fit_on):
     """The vectors of both sentences of every pair of ``all`` splits, or of ``train``."""
     if fit_on == "train" and "train" not in encoded:
-        raise BertWhiteningError("--fit-on train: this task has no train split (splits: %s)"
-                                 % ", ".join(encoded))
+        raise BertWhiteningError("--fit-on train: this task has no train split (splits: %s)" % ", ".join(encoded))
     for first, second, _ in encoded.values() if fit_on == "all" else [encoded["train"]]:
         yield from (first, second)
 
@@ -177,16 +176,25 @@ def evaluate(encoded, stats, requested, allow_rank_deficient=False, vectors=None
     prepared, fitted = whitened_settings(stats, requested, allow_rank_deficient, vectors, flow_options)
     results = []
     for setting, k, transform in prepared:
-        scores = {split: cosine_spearman(transform(first), transform(second), labels)
-                  for split, (first, second, labels) in encoded.items()}
+        scores = {
+            split: cosine_spearman(transform(first), transform(second), labels)
+            for split, (first, second, labels) in encoded.items()
+        }
         values = np.array(list(scores.values()))
         model, seconds = fitted[fit_key(setting)] if setting.n_components else (None, None)
         flow = setting.method == "flow"
-        result = {"setting": setting.label, "method": setting.method if setting.n_components else "raw",
-                  "n_components": k, "beta": None if flow else setting.beta,
-                  "gamma": None if flow else setting.gamma, "seed": setting.seed if flow else None,
-                  "fit_seconds": seconds, "splits": scores,
-                  "avg": float(values.mean()), "w-avg": float(np.average(values, weights=counts))}
+        result = {
+            "setting": setting.label,
+            "method": setting.method if setting.n_components else "raw",
+            "n_components": k,
+            "beta": None if flow else setting.beta,
+            "gamma": None if flow else setting.gamma,
+            "seed": setting.seed if flow else None,
+            "fit_seconds": seconds,
+            "splits": scores,
+            "avg": float(values.mean()),
+            "w-avg": float(np.average(values, weights=counts)),
+        }
         if flow:
             result["training"] = dict(model.training_summary)
         results.append(result)
@@ -194,11 +202,20 @@ def evaluate(encoded, stats, requested, allow_rank_deficient=False, vectors=None
     return results, whitenings.get((1.0, 1.0)) or next(iter(whitenings.values()), None)
 
 
-def evaluate_tasks(spec: "EncoderConfig", tasks: Sequence[str], directory: Optional[str] = None,
-                   n_components: Sequence[int] = (0, -1, 256), betas: Sequence[float] = (1.0,),
-                   gammas: Sequence[float] = (1.0,), fit_on="all", batch_size: int = 128,
-                   skip_bad_lines: bool = False, methods: Sequence[str] = ("whitening",),
-                   flow_seeds: Sequence[int] = (0,), flow_options: Optional[dict] = None) -> tuple:
+def evaluate_tasks(
+    spec: "EncoderConfig",
+    tasks: Sequence[str],
+    directory: Optional[str] = None,
+    n_components: Sequence[int] = (0, -1, 256),
+    betas: Sequence[float] = (1.0,),
+    gammas: Sequence[float] = (1.0,),
+    fit_on="all",
+    batch_size: int = 128,
+    skip_bad_lines: bool = False,
+    methods: Sequence[str] = ("whitening",),
+    flow_seeds: Sequence[int] = (0,),
+    flow_options: Optional[dict] = None,
+) -> tuple:
     """What ``bert-whitening eval`` does: ``(report, spectra)``.
 
     Args:
@@ -227,8 +244,14 @@ def evaluate_tasks(spec: "EncoderConfig", tasks: Sequence[str], directory: Optio
         from bert_whitening.flow import FlowConfig
 
         FlowConfig.of((flow_options or {}).get("config")).check(encoder.dim)
-    report = {"model": encoder.model_identity, "pooling": encoder.pooling, "data_dir": data_dir(directory),
-              "fit_on": fit_on, "tasks": {}, "versions": versions()}
+    report = {
+        "model": encoder.model_identity,
+        "pooling": encoder.pooling,
+        "data_dir": data_dir(directory),
+        "fit_on": fit_on,
+        "tasks": {},
+        "versions": versions(),
+    }
     spectra = {}
     for task in loaded:
         encoded = encode_splits(task.encode, task.splits)
@@ -238,11 +261,13 @@ def evaluate_tasks(spec: "EncoderConfig", tasks: Sequence[str], directory: Optio
             stats = WhiteningStats().update(vectors)
         else:
             stats = fit_statistics(encoded, fit_on, task.statistics_from_files)
-        results, whitening = evaluate(encoded, stats, requested, spec.allow_rank_deficient, vectors,
-                                      flow_options)
+        results, whitening = evaluate(encoded, stats, requested, spec.allow_rank_deficient, vectors, flow_options)
         report["tasks"][task.name] = {
-            "maxlen": task.maxlen, "counts": {split: len(pairs) for split, pairs in task.splits.items()},
-            "fitted_on_vectors": stats.count, "results": results}
+            "maxlen": task.maxlen,
+            "counts": {split: len(pairs) for split, pairs in task.splits.items()},
+            "fitted_on_vectors": stats.count,
+            "results": results,
+        }
         if whitening is not None:
             report["tasks"][task.name]["rank"] = whitening.rank
             spectra[task.name] = whitening.eigenvalues
@@ -277,17 +302,24 @@ def load_tasks(spec, tasks, directory=None, n_components=(), batch_size=128, ski
     hidden_size = find_model(spec.model).config["hidden_size"]
     too_many = [k for k in n_components if k > hidden_size]
     if too_many:
-        raise BertWhiteningError("n_components %d is larger than the model's hidden size %d"
-                                 % (too_many[0], hidden_size))
+        raise BertWhiteningError(
+            "n_components %d is larger than the model's hidden size %d" % (too_many[0], hidden_size)
+        )
     encoder = spec.build()
     found = []
     for task, splits in loaded.items():
         task_encoder = encoder.with_maxlen(maxlens[task])
         from_files = {"format": "auto", "skip_bad_lines": skip_bad_lines, "batch_size": batch_size}
-        found.append(Task(task, splits, maxlens[task],
-                          functools.partial(encode, task_encoder, batch_size=batch_size),
-                          functools.partial(statistics_from_files, task_encoder, **from_files),
-                          functools.partial(vectors_from_files, task_encoder, **from_files)))
+        found.append(
+            Task(
+                task,
+                splits,
+                maxlens[task],
+                functools.partial(encode, task_encoder, batch_size=batch_size),
+                functools.partial(statistics_from_files, task_encoder, **from_files),
+                functools.partial(vectors_from_files, task_encoder, **from_files),
+            )
+        )
     return encoder, found
 
 
@@ -295,17 +327,19 @@ def format_table(task, report):
     """Split rows of one task of a report, one column per setting, then ``avg``, ``w-avg`` and
     the seconds each setting's fit took (``-`` for raw)."""
     results, counts = report["tasks"][task]["results"], report["tasks"][task]["counts"]
-    lines = ["%-10s %-6s %7s" % ("task", "split", "pairs")
-             + "".join(" %10s" % result["setting"] for result in results)]
+    lines = ["%-10s %-6s %7s" % ("task", "split", "pairs") + "".join(" %10s" % result["setting"] for result in results)]
     for split, count in counts.items():
-        lines.append("%-10s %-6s %7d" % (task, split, count) + "".join(
-            " %10.4f" % result["splits"][split] for result in results))
+        lines.append(
+            "%-10s %-6s %7d" % (task, split, count) + "".join(" %10.4f" % result["splits"][split] for result in results)
+        )
     for name in ("avg", "w-avg"):
-        lines.append("%-10s %-6s %7s" % (task, name, "") + "".join(
-            " %10.4f" % result[name] for result in results))
-    lines.append("%-10s %-6s %7s" % (task, "fit s", "") + "".join(
-        " %10s" % ("-" if result["fit_seconds"] is None else "%.2f" % result["fit_seconds"])
-        for result in results))
+        lines.append("%-10s %-6s %7s" % (task, name, "") + "".join(" %10.4f" % result[name] for result in results))
+    lines.append(
+        "%-10s %-6s %7s" % (task, "fit s", "")
+        + "".join(
+            " %10s" % ("-" if result["fit_seconds"] is None else "%.2f" % result["fit_seconds"]) for result in results
+        )
+    )
     return "\n".join(lines)
 
 
@@ -316,8 +350,10 @@ def write_report(report, json_path=None, plot_path=None, draw=None):
         undefined = []
         text = json.dumps(_finite(report, "", undefined), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
         if undefined:
-            logger.warning("%s: written as null (undefined: constant labels or constant similarities "
-                           "give no rank correlation)", ", ".join(undefined[:5]))
+            logger.warning(
+                "%s: written as null (undefined: constant labels or constant similarities give no rank correlation)",
+                ", ".join(undefined[:5]),
+            )
         write_atomically(json_path, lambda path: _write_text(path, text))
         logger.info("wrote %s", json_path)
     if plot_path:
@@ -334,8 +370,9 @@ def _finite(value, where, undefined):
     """``value`` with every NaN or infinite number as None (JSON has no NaN), the key paths of
     those collected in ``undefined``."""
     if isinstance(value, dict):
-        return {key: _finite(item, "%s.%s" % (where, key) if where else str(key), undefined)
-                for key, item in value.items()}
+        return {
+            key: _finite(item, "%s.%s" % (where, key) if where else str(key), undefined) for key, item in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [_finite(item, "%s[%d]" % (where, i), undefined) for i, item in enumerate(value)]
     if isinstance(value, float) and not math.isfinite(value):

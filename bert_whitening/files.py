@@ -2,6 +2,7 @@
 
 numpy only, so that refusals about files answer before TensorFlow is imported.
 """
+
 import hashlib
 
 import numpy as np
@@ -32,8 +33,10 @@ def npy_blocks(path, rows):
     shape, dtype, offset, fortran = whole.shape, whole.dtype, whole.offset, whole.flags.f_contiguous
     del whole
     if len(shape) != 2 or (fortran and shape[0] > 1 and shape[1] > 1):
-        raise DataError("%s: expected a 2-D C-ordered array of vectors, got shape %s%s"
-                        % (path, shape, " in Fortran order" if len(shape) == 2 else ""))
+        raise DataError(
+            "%s: expected a 2-D C-ordered array of vectors, got shape %s%s"
+            % (path, shape, " in Fortran order" if len(shape) == 2 else "")
+        )
     for start in range(0, shape[0], rows):
         count = min(rows, shape[0] - start)
         block = np.memmap(path, dtype, "r", offset + start * shape[1] * dtype.itemsize, (count, shape[1]))

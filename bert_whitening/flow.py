@@ -51,6 +51,7 @@ TensorFlow random op runs, and with no dropout training is a fixed sequence of C
 ``tf.config.experimental.enable_op_determinism`` is not called: it is process-wide and cannot be
 undone. The tests check that two fits with one seed give identical vectors.
 """
+
 import dataclasses
 import json
 import logging
@@ -76,8 +77,13 @@ BETA_1, BETA_2, EPSILON, WEIGHT_DECAY = 0.9, 0.999, 1e-6, 0.01
 #: BERT-flow clips at 1 a loss twice the mean NLL of a batch (see the module docstring).
 CLIP_NORM = 0.5
 #: The keys of BERT-flow's configuration files that have one implemented value.
-FIXED_KEYS = {"latent_architecture": "glow_resnet", "activation": "relu", "coupling_dropout": 0.0,
-              "top_prior": "normal", "use_fp16": False}
+FIXED_KEYS = {
+    "latent_architecture": "glow_resnet",
+    "activation": "relu",
+    "coupling_dropout": 0.0,
+    "top_prior": "normal",
+    "use_fp16": False,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,9 +119,10 @@ class FlowConfig:
 
     def check(self, dim):
         """Refuse a dimension the levels cannot halve (the last level's coupling halves it too)."""
-        if dim % 2 ** self.n_levels:
-            raise FlowError("a flow of %d levels needs a dimension divisible by %d, got %d"
-                            % (self.n_levels, 2 ** self.n_levels, dim))
+        if dim % 2**self.n_levels:
+            raise FlowError(
+                "a flow of %d levels needs a dimension divisible by %d, got %d" % (self.n_levels, 2**self.n_levels, dim)
+            )
 
 
 def _uniform(rng, bound):
@@ -168,10 +175,23 @@ class InvertibleConv1x1(keras.layers.Layer):
             return
         p, lower, upper = scipy.linalg.lu(np.linalg.qr(rng.random((channels, channels)))[0])
         s = np.diag(upper)
-        for name, value, trainable in (("P", p, False), ("L", lower, True), ("U", np.triu(upper, 1), True),
-                                       ("sign_s", np.sign(s), False), ("log_s", np.log(np.abs(s)), True)):
-            setattr(self, name, self.add_weight(name=name, shape=value.shape, trainable=trainable,
-                                                initializer=lambda shape, dtype=None, value=value: value))
+        for name, value, trainable in (
+            ("P", p, False),
+            ("L", lower, True),
+            ("U", np.triu(upper, 1), True),
+            ("sign_s", np.sign(s), False),
+            ("log_s", np.log(np.abs(s)), True),
+        ):
+            setattr(
+                self,
+                name,
+                self.add_weight(
+                    name=name,
+                    shape=value.shape,
+                    trainable=trainable,
+                    initializer=lambda shape, dtype=None, value=value: value,
+                ),
+            )
         self.below = np.tril(np.ones((channels, channels)), -1)
 
     def matrix(self):
@@ -199,13 +219,15 @@ class Coupling(keras.layers.Layer):
         super().__init__(dtype="float64", **kwargs)
         self.affine = affine
         outputs = channels if affine else channels // 2
-        self.kernels = [self.add_weight(name="kernel_%d" % i, shape=shape, initializer=_normal(rng, 0.05))
-                        for i, shape in enumerate([(channels // 2, width), (width, width)])]
+        self.kernels = [
+            self.add_weight(name="kernel_%d" % i, shape=shape, initializer=_normal(rng, 0.05))
+            for i, shape in enumerate([(channels // 2, width), (width, width)])
+        ]
         self.norms = [ActNorm(width, rng, name="actnorm_%d" % i) for i in range(2)]
         self.out_kernel, self.out_bias, self.out_logs = (
             self.add_weight(name=name, shape=shape, initializer="zeros")
-            for name, shape in (("out_kernel", (width, outputs)), ("out_bias", (outputs,)),
-                                ("out_logs", (outputs,))))
+            for name, shape in (("out_kernel", (width, outputs)), ("out_bias", (outputs,)), ("out_logs", (outputs,)))
+        )
 
     def network(self, x1):
         h = x1
@@ -242,15 +264,20 @@ class Flow(keras.Model):
         self.dim = dim
         self.training_summary = {}
         rng = np.random.default_rng(0) if rng is None else rng
-        self.levels = [[self._step(dim >> level, rng, "level_%d_step_%d" % (level, step))
-                        for step in range(config.depth)] for level in range(config.n_levels)]
+        self.levels = [
+            [self._step(dim >> level, rng, "level_%d_step_%d" % (level, step)) for step in range(config.depth)]
+            for level in range(config.n_levels)
+        ]
         self._compiled = None
 
     def _step(self, channels, rng, name):
-        return [ActNorm(channels, rng, name=name + "_actnorm"),
-                InvertibleConv1x1(channels, self.config.permutation, rng, name=name + "_invertible"),
-                Coupling(channels, self.config.coupling == "affine", self.config.coupling_width, rng,
-                         name=name + "_coupling")]
+        return [
+            ActNorm(channels, rng, name=name + "_actnorm"),
+            InvertibleConv1x1(channels, self.config.permutation, rng, name=name + "_invertible"),
+            Coupling(
+                channels, self.config.coupling == "affine", self.config.coupling_width, rng, name=name + "_coupling"
+            ),
+        ]
 
     def forward(self, x):
         """``(z, log|det dz/dx|)``, the log-determinant per vector (or one for all)."""
@@ -268,8 +295,9 @@ class Flow(keras.Model):
     def inverse(self, z):
         """The vectors whose latents are ``z``."""
         levels = len(self.levels)
-        parts = tf.split(z, [self.dim >> (level + 1) for level in range(levels - 1)]
-                         + [self.dim >> (levels - 1)], axis=-1)
+        parts = tf.split(
+            z, [self.dim >> (level + 1) for level in range(levels - 1)] + [self.dim >> (levels - 1)], axis=-1
+        )
         x = parts[-1]
         for level in reversed(range(levels)):
             if level < levels - 1:
@@ -307,14 +335,18 @@ class Flow(keras.Model):
             self._compiled = tf.function(self.call, input_signature=[tf.TensorSpec([None, self.dim], tf.float64)])
         latents = np.zeros_like(vectors)
         for start in range(0, len(vectors), batch_size):
-            latents[start:start + batch_size] = self._compiled(vectors[start:start + batch_size]).numpy()
+            latents[start : start + batch_size] = self._compiled(vectors[start : start + batch_size]).numpy()
         return latents
 
     def save(self, path):
         """One ``.npz``: the configuration and training summary as JSON, and the weights in
         order; written to a temporary file first, so a failure leaves no file."""
-        meta = {"format_version": FORMAT_VERSION, "dim": self.dim, "config": dataclasses.asdict(self.config),
-                "training": dict(self.training_summary)}
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "dim": self.dim,
+            "config": dataclasses.asdict(self.config),
+            "training": dict(self.training_summary),
+        }
         arrays = {"weight_%03d" % i: weight.numpy() for i, weight in enumerate(self.weights)}
 
         def write(temporary):
@@ -357,8 +389,10 @@ def _checked(vectors, dim=None):
 def _train_step(flow, learning_rate):
     """One AdamWeightDecay step of ``optimization_bert_flow.py`` on a batch; returns its loss."""
     variables = flow.trainable_variables
-    moments = [(tf.Variable(tf.zeros_like(v), trainable=False), tf.Variable(tf.zeros_like(v), trainable=False))
-               for v in variables]
+    moments = [
+        (tf.Variable(tf.zeros_like(v), trainable=False), tf.Variable(tf.zeros_like(v), trainable=False))
+        for v in variables
+    ]
 
     @tf.function(input_signature=[tf.TensorSpec([None, flow.dim], tf.float64)])
     def step(batch):
@@ -374,8 +408,7 @@ def _train_step(flow, learning_rate):
     return step
 
 
-def fit_flow(vectors, config=None, seed=0, epochs=1.0, batch_size=64, learning_rate=1e-3,
-             progress=None) -> Flow:
+def fit_flow(vectors, config=None, seed=0, epochs=1.0, batch_size=64, learning_rate=1e-3, progress=None) -> Flow:
     """Train a flow by maximum likelihood on ``vectors``, as BERT-flow does (module docstring).
 
     Args:
@@ -393,8 +426,9 @@ def fit_flow(vectors, config=None, seed=0, epochs=1.0, batch_size=64, learning_r
     vectors = _checked(vectors)
     steps = int(len(vectors) * epochs / batch_size) if batch_size >= 1 else 0
     if steps < 1:
-        raise FlowError("%d vectors, %g epochs and batches of %d vectors make no training step"
-                        % (len(vectors), epochs, batch_size))
+        raise FlowError(
+            "%d vectors, %g epochs and batches of %d vectors make no training step" % (len(vectors), epochs, batch_size)
+        )
     rng = np.random.default_rng(seed)
     flow = Flow(vectors.shape[1], config, rng)
     passes = math.ceil(steps * batch_size / len(vectors))
@@ -402,23 +436,38 @@ def fit_flow(vectors, config=None, seed=0, epochs=1.0, batch_size=64, learning_r
     if flow.config.data_init:
         flow.initialize(vectors[order[:batch_size]])
     step = _train_step(flow, learning_rate)
-    bar = progress if hasattr(progress, "update") else tqdm(
-        total=steps, unit="step", leave=False, desc="flow", disable=None if progress is None else not progress)
+    bar = (
+        progress
+        if hasattr(progress, "update")
+        else tqdm(
+            total=steps, unit="step", leave=False, desc="flow", disable=None if progress is None else not progress
+        )
+    )
     losses, started = [], time.perf_counter()
     try:
         for start in range(0, steps * batch_size, batch_size):
-            losses.append(float(step(vectors[order[start:start + batch_size]])))
+            losses.append(float(step(vectors[order[start : start + batch_size]])))
             bar.set_postfix(nll="%.3f" % losses[-1], refresh=False)
             bar.update(1)
     finally:
         if bar is not progress:
             bar.close()
-    flow.training_summary = {"seed": seed, "vectors": len(vectors), "epochs": epochs, "batch_size": batch_size,
-                             "learning_rate": learning_rate, "steps": steps,
-                             "seconds": round(time.perf_counter() - started, 3),
-                             "nll_first_steps": float(np.mean(losses[:10])),
-                             "nll_last_steps": float(np.mean(losses[-10:]))}
-    logger.info("flow trained on %d vectors, %d steps: NLL %.4f -> %.4f bits/dim", len(vectors), steps,
-                flow.training_summary["nll_first_steps"], flow.training_summary["nll_last_steps"])
+    flow.training_summary = {
+        "seed": seed,
+        "vectors": len(vectors),
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "learning_rate": learning_rate,
+        "steps": steps,
+        "seconds": round(time.perf_counter() - started, 3),
+        "nll_first_steps": float(np.mean(losses[:10])),
+        "nll_last_steps": float(np.mean(losses[-10:])),
+    }
+    logger.info(
+        "flow trained on %d vectors, %d steps: NLL %.4f -> %.4f bits/dim",
+        len(vectors),
+        steps,
+        flow.training_summary["nll_first_steps"],
+        flow.training_summary["nll_last_steps"],
+    )
     return flow
-

@@ -21,6 +21,7 @@ order changes nothing else. The vocabulary is bert4keras' ``load_vocab`` diction
 even for vocabularies with repeated lines. Character categories come from Python's
 ``unicodedata`` (`categories`), so both follow one Unicode version (14.0 on Python 3.11).
 """
+
 import sys
 import unicodedata
 
@@ -50,8 +51,10 @@ def categories(*names):
     return "".join(ranges)
 
 
-CJK = (r"\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}"
-       r"\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}")
+CJK = (
+    r"\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}"
+    r"\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}"
+)
 OWN_TOKEN = r"[!-/:-@\[-`{-~" + categories("P") + CJK + "]"
 SEPARATOR = r"[ \x{2028}\x{2029}" + categories("Zs") + "]|" + OWN_TOKEN
 DROPPED = r"[\x{FFFD}" + categories("Cc", "Cf") + "]"
@@ -69,11 +72,17 @@ class GraphTokenizer(tf.Module):
         self.cls_id, self.sep_id = token_dict["[CLS]"], token_dict["[SEP]"]
         tokens = list(token_dict)
         self.table = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(
-                tokens, tf.constant([token_dict[t] for t in tokens], tf.int64)), default_value=-1)
+            tf.lookup.KeyValueTensorInitializer(tokens, tf.constant([token_dict[t] for t in tokens], tf.int64)),
+            default_value=-1,
+        )
         self._wordpiece = tf_text.WordpieceTokenizer(
-            self.table, suffix_indicator="##", max_bytes_per_word=WORD_MAX_CHARS * 4 + 4,
-            token_out_type=tf.int64, unknown_token="[UNK]", split_unknown_characters=False)
+            self.table,
+            suffix_indicator="##",
+            max_bytes_per_word=WORD_MAX_CHARS * 4 + 4,
+            token_out_type=tf.int64,
+            unknown_token="[UNK]",
+            split_unknown_characters=False,
+        )
 
     def __call__(self, text):
         # Invalid UTF-8 is an error, as `encode` refuses it, not [UNK] (the later ops replace it).
@@ -89,7 +98,7 @@ class GraphTokenizer(tf.Module):
         words = tf_text.regex_split(text, SEPARATOR, OWN_TOKEN)
         too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > WORD_MAX_CHARS
         words = words.with_flat_values(tf.where(too_long, "[UNK]", words.flat_values))
-        ids = self._wordpiece.tokenize(words).merge_dims(-2, -1)[:, :self.maxlen - 2]
+        ids = self._wordpiece.tokenize(words).merge_dims(-2, -1)[:, : self.maxlen - 2]
         edge = lambda token_id: tf.fill([ids.nrows(), 1], tf.constant(token_id, tf.int64))
         ids = tf.concat([edge(self.cls_id), ids, edge(self.sep_id)], axis=1)
         return tf.cast(ids.to_tensor(0), tf.int32)

@@ -4,6 +4,7 @@ An `Encoder` is a Keras model from ``input_ids`` and ``segment_ids`` (int32, ``(
 padding id 0) to one vector per sentence, with the tokenizer and settings that go with it.
 `with_whitening` appends the whitening Dense and the L2 normalisation to the same graph.
 """
+
 import dataclasses
 import logging
 from typing import Optional
@@ -46,8 +47,13 @@ class Encoder:
         return dataclasses.replace(self, config=dataclasses.replace(self.config, maxlen=maxlen))
 
 
-def build_encoder(model: Optional[str] = None, model_type: str = "bert",
-                  pooling: str = "first-last-avg", maxlen: int = 64, lowercase: bool = True) -> Encoder:
+def build_encoder(
+    model: Optional[str] = None,
+    model_type: str = "bert",
+    pooling: str = "first-last-avg",
+    maxlen: int = 64,
+    lowercase: bool = True,
+) -> Encoder:
     """Load a model directory into a pooled sentence `Encoder`, with bert4keras' own loader.
 
     Args:
@@ -69,17 +75,24 @@ def build_encoder(model: Optional[str] = None, model_type: str = "bert",
     files = check_model(model, model_type, pooling, maxlen)
     family = MODEL_TYPES[model_type]
     transformer = build_transformer_model(
-        None, None, model=family.architecture, with_pool="linear" if pooling == "pooler" else False,
-        return_keras_model=False, **files.config)
-    files.check_variables(_needed_variables(transformer),
-                          "a %s model with %s pooling" % (model_type, pooling))
+        None,
+        None,
+        model=family.architecture,
+        with_pool="linear" if pooling == "pooler" else False,
+        return_keras_model=False,
+        **files.config,
+    )
+    files.check_variables(_needed_variables(transformer), "a %s model with %s pooling" % (model_type, pooling))
     try:
         transformer.load_weights_from_checkpoint(files.weights)
     except (tf.errors.OpError, IndexError) as error:
         if isinstance(error, IndexError) and "Read less bytes" not in str(error):
             raise  # not the checkpoint reader's word for a truncated file: a bug
-        message = (error.message.splitlines()[0] if isinstance(error, tf.errors.OpError)
-                   else "the checkpoint data is truncated (%s)" % error)
+        message = (
+            error.message.splitlines()[0]
+            if isinstance(error, tf.errors.OpError)
+            else "the checkpoint data is truncated (%s)" % error
+        )
         raise CheckpointError("%s: %s" % (files.weights_path, message)) from None
     bert = transformer.model
     if pooling == "pooler":
@@ -101,28 +114,40 @@ def build_encoder(model: Optional[str] = None, model_type: str = "bert",
     model_graph = keras.Model([input_ids, segment_ids], pooled, name="encoder")
 
     vocab = load_vocab(files.vocab_path)
-    tokenizer = Tokenizer(vocab, do_lower_case=lowercase,
-                          pre_tokenize=_jieba_words if family.word_level else None)
-    config = EncoderConfig(model=model, model_type=model_type, pooling=pooling, maxlen=maxlen,
-                           lowercase=lowercase)
-    return Encoder(model=model_graph, tokenizer=tokenizer, vocab=vocab,
-                   hidden_size=files.config["hidden_size"], model_identity=files.identity(model_type),
-                   config=config)
+    tokenizer = Tokenizer(vocab, do_lower_case=lowercase, pre_tokenize=_jieba_words if family.word_level else None)
+    config = EncoderConfig(model=model, model_type=model_type, pooling=pooling, maxlen=maxlen, lowercase=lowercase)
+    return Encoder(
+        model=model_graph,
+        tokenizer=tokenizer,
+        vocab=vocab,
+        hidden_size=files.config["hidden_size"],
+        model_identity=files.identity(model_type),
+        config=config,
+    )
 
 
 def _warn_if_fitted_on_another_model(whitening, identity):
     fitted_on = whitening.model_identity or {}
-    differs = [key for key in ("name", "vocab_sha256")
-               if fitted_on.get(key) and fitted_on.get(key) != identity.get(key)]
+    differs = [
+        key for key in ("name", "vocab_sha256") if fitted_on.get(key) and fitted_on.get(key) != identity.get(key)
+    ]
     if differs:
-        logger.warning("the whitening was fitted on another model of the same size (%s, this is "
-                       "%s): the %s differ, so these vectors will not be whitened as intended",
-                       fitted_on.get("name", "?"), identity.get("name", "?"),
-                       " and ".join("vocabulary" if key == "vocab_sha256" else key for key in differs))
+        logger.warning(
+            "the whitening was fitted on another model of the same size (%s, this is "
+            "%s): the %s differ, so these vectors will not be whitened as intended",
+            fitted_on.get("name", "?"),
+            identity.get("name", "?"),
+            " and ".join("vocabulary" if key == "vocab_sha256" else key for key in differs),
+        )
 
 
-def with_whitening(encoder: Encoder, whitening=None, n_components: Optional[int] = None,
-                   normalize: bool = True, allow_rank_deficient: bool = False) -> Encoder:
+def with_whitening(
+    encoder: Encoder,
+    whitening=None,
+    n_components: Optional[int] = None,
+    normalize: bool = True,
+    allow_rank_deficient: bool = False,
+) -> Encoder:
     """The same encoder followed by the whitening Dense (unless ``k`` is 0) and L2 normalisation.
 
     The whitening must come from vectors of this encoder's size and pooling; anything else is
@@ -138,8 +163,7 @@ def with_whitening(encoder: Encoder, whitening=None, n_components: Optional[int]
     """
     k = 0
     if whitening is not None:
-        k = whitening_components(whitening, encoder.model_identity, encoder.pooling, n_components,
-                                 allow_rank_deficient)
+        k = whitening_components(whitening, encoder.model_identity, encoder.pooling, n_components, allow_rank_deficient)
         _warn_if_fitted_on_another_model(whitening, encoder.model_identity)
     vectors = encoder.model.output
     if k:
@@ -147,18 +171,25 @@ def with_whitening(encoder: Encoder, whitening=None, n_components: Optional[int]
     if normalize:
         vectors = L2Normalize(name="normalize")(vectors)
     model = keras.Model(encoder.model.inputs, vectors, name="whitened_encoder")
-    config = dataclasses.replace(encoder.config, whitening=whitening if k else None,
-                                 n_components=k or None, normalize=normalize,
-                                 allow_rank_deficient=allow_rank_deficient)
+    config = dataclasses.replace(
+        encoder.config,
+        whitening=whitening if k else None,
+        n_components=k or None,
+        normalize=normalize,
+        allow_rank_deficient=allow_rank_deficient,
+    )
     return dataclasses.replace(encoder, model=model, config=config)
 
 
 def _needed_variables(transformer):
     """Checkpoint variable name -> shape of every weight the bert4keras ``transformer`` (built,
     not loaded) loads: its ``variable_mapping`` for the layers it has, as its loader pairs them."""
-    return {name: tuple(weight.shape)
-            for layer, names in transformer.variable_mapping().items() if layer in transformer.layers
-            for weight, name in zip(transformer.layers[layer].trainable_weights, names, strict=True)}
+    return {
+        name: tuple(weight.shape)
+        for layer, names in transformer.variable_mapping().items()
+        if layer in transformer.layers
+        for weight, name in zip(transformer.layers[layer].trainable_weights, names, strict=True)
+    }
 
 
 def _block_outputs(bert):

@@ -1,4 +1,5 @@
 """Names shared by the command line and the model builder, importable without TensorFlow."""
+
 from typing import NamedTuple
 
 

@@ -5,6 +5,7 @@ fails (a memory-mapped output dies of SIGBUS instead), and the input never has t
 first: standard input and pipes are read once. The header is written with room for any row
 count and filled in by `close`; a file whose writer did not close is not a valid array.
 """
+
 import struct
 
 import numpy as np

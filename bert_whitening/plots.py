@@ -1,5 +1,6 @@
 """The ``--plot`` figures: ``eval``'s Spearman against n_components next to the eigenvalue
 spectrum, and ``eval-retrieval``'s quality and FAISS latency against k."""
+
 import logging
 
 import matplotlib
@@ -22,19 +23,26 @@ def plot_report(report, spectra, path):
         results = [r for r in results if r not in flows]
         left, right = axes[row]
         for split in (results or flows)[0]["splits"]:
-            (line,) = left.plot([r["n_components"] for r in results], [r["splits"][split] for r in results],
-                                marker="o", label=split)
-            left.plot([r["n_components"] for r in flows], [r["splits"][split] for r in flows], "x",
-                      color=line.get_color(), markersize=9, label="%s, flow" % split if flows else None)
-        left.set(title="%s: Spearman of cosine" % task, xlabel="n_components (0 = raw)",
-                 ylabel="Spearman")
+            (line,) = left.plot(
+                [r["n_components"] for r in results], [r["splits"][split] for r in results], marker="o", label=split
+            )
+            left.plot(
+                [r["n_components"] for r in flows],
+                [r["splits"][split] for r in flows],
+                "x",
+                color=line.get_color(),
+                markersize=9,
+                label="%s, flow" % split if flows else None,
+            )
+        left.set(title="%s: Spearman of cosine" % task, xlabel="n_components (0 = raw)", ylabel="Spearman")
         left.grid(alpha=0.3)
         left.legend()
         if task in spectra:
             eigenvalues = spectra[task]
             right.semilogy(range(1, len(eigenvalues) + 1), eigenvalues.clip(min=1e-20))
-            right.axvline(report["tasks"][task].get("rank", len(eigenvalues)), color="grey",
-                          linestyle=":", label="rank")
+            right.axvline(
+                report["tasks"][task].get("rank", len(eigenvalues)), color="grey", linestyle=":", label="rank"
+            )
             right.legend()
         right.set(title="%s: covariance eigenvalues" % task, xlabel="component", ylabel="eigenvalue")
         right.grid(alpha=0.3)
@@ -52,27 +60,43 @@ def plot_retrieval(report, path):
     figure, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.6 * len(tasks)), squeeze=False)
     for row, task in enumerate(tasks):
         results = report["tasks"][task]["results"]
-        whitened = sorted((r for r in results if r["n_components"] and (r["beta"], r["gamma"]) == (1, 1)),
-                          key=lambda r: r["dim"])
+        whitened = sorted(
+            (r for r in results if r["n_components"] and (r["beta"], r["gamma"]) == (1, 1)), key=lambda r: r["dim"]
+        )
         raw = [r for r in results if not r["n_components"]]
         quality, speed = axes[row]
         for metric, colour in (("mrr@10", "C0"), ("recall@1", "C1"), ("recall@10", "C2")):
-            quality.plot([r["dim"] for r in whitened], [r[metric] for r in whitened], marker="o",
-                         color=colour, label=metric + " whitened")
-            quality.scatter([r["dim"] for r in raw], [r[metric] for r in raw], marker="x", s=60,
-                            color=colour, label=metric + " raw")
+            quality.plot(
+                [r["dim"] for r in whitened],
+                [r[metric] for r in whitened],
+                marker="o",
+                color=colour,
+                label=metric + " whitened",
+            )
+            quality.scatter(
+                [r["dim"] for r in raw], [r[metric] for r in raw], marker="x", s=60, color=colour, label=metric + " raw"
+            )
         quality.set(title="%s: quality (exact cosine)" % task, xlabel="dimensions k", ylabel="score")
         for label, entries, marker in (("whitened", whitened, "o"), ("raw", raw, "x")):
-            speed.plot([r["dim"] for r in entries], [r["flat"]["p50_ms"] for r in entries],
-                       marker=marker, color="C0", label="one query, p50 (%s)" % label)
-            speed.plot([r["dim"] for r in entries], [1e3 * 64 / r["flat"]["qps_batch64"] for r in entries],
-                       marker=marker, color="C3", label="batch of 64 (%s)" % label)
+            speed.plot(
+                [r["dim"] for r in entries],
+                [r["flat"]["p50_ms"] for r in entries],
+                marker=marker,
+                color="C0",
+                label="one query, p50 (%s)" % label,
+            )
+            speed.plot(
+                [r["dim"] for r in entries],
+                [1e3 * 64 / r["flat"]["qps_batch64"] for r in entries],
+                marker=marker,
+                color="C3",
+                label="batch of 64 (%s)" % label,
+            )
         speed.set(title="%s: FAISS IndexFlatIP latency" % task, xlabel="dimensions k", ylabel="ms")
         for axis in (quality, speed):
             axis.grid(alpha=0.3)
             axis.legend(fontsize="small")
-    figure.suptitle("%s, %s pooling, split %s" % (report["model"]["name"], report["pooling"],
-                                                   report["split"]))
+    figure.suptitle("%s, %s pooling, split %s" % (report["model"]["name"], report["pooling"], report["split"]))
     figure.tight_layout()
     with open(path, "wb") as stream:
         figure.savefig(stream, format="png", dpi=80)

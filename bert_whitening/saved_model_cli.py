@@ -5,6 +5,7 @@ An export with the ``serve_text`` signature holds tensorflow-text ops (``Normali
 binary does not know, so its ``run`` fails with "Op type not registered". Use
 ``python -m bert_whitening.saved_model_cli run ...`` with the same arguments instead.
 """
+
 import sys
 
 from bert_whitening.backend import tf  # noqa: F401  sets up TensorFlow first

@@ -11,6 +11,7 @@
 What the vectors are is one `bert_whitening.config.EncoderConfig` (``encoder.config``); the Keras
 graph is built from it on first use (TensorFlow is imported then, not before).
 """
+
 import dataclasses
 import json
 import logging
@@ -41,10 +42,19 @@ class SentenceEncoder:
         self._encoder = None
 
     @classmethod
-    def load(cls, model: Optional[str] = None, whitening: Union[str, Whitening, None] = None,
-             n_components: Optional[int] = None, *, model_type: str = "bert",
-             pooling: Optional[str] = None, maxlen: int = 64, lowercase: bool = True,
-             normalize: bool = True, allow_rank_deficient: bool = False) -> "SentenceEncoder":
+    def load(
+        cls,
+        model: Optional[str] = None,
+        whitening: Union[str, Whitening, None] = None,
+        n_components: Optional[int] = None,
+        *,
+        model_type: str = "bert",
+        pooling: Optional[str] = None,
+        maxlen: int = 64,
+        lowercase: bool = True,
+        normalize: bool = True,
+        allow_rank_deficient: bool = False,
+    ) -> "SentenceEncoder":
         """An encoder of ``model`` (a Google-format or Hugging Face BERT directory, None or
         ``minilm`` for the built-in all-MiniLM-L6-v2, or a directory written by `save`).
 
@@ -60,10 +70,20 @@ class SentenceEncoder:
         if isinstance(whitening, (str, os.PathLike)):
             path, whitening = os.fspath(whitening), Whitening.load(whitening)
         pooling = pooling or (whitening.pooling if whitening is not None else None) or "first-last-avg"
-        return cls(EncoderConfig(model=model, model_type=model_type, pooling=pooling, maxlen=maxlen,
-                                 lowercase=lowercase, whitening=whitening, n_components=n_components,
-                                 normalize=normalize, allow_rank_deficient=allow_rank_deficient,
-                                 whitening_path=path))
+        return cls(
+            EncoderConfig(
+                model=model,
+                model_type=model_type,
+                pooling=pooling,
+                maxlen=maxlen,
+                lowercase=lowercase,
+                whitening=whitening,
+                n_components=n_components,
+                normalize=normalize,
+                allow_rank_deficient=allow_rank_deficient,
+                whitening_path=path,
+            )
+        )
 
     @classmethod
     def _load_saved(cls, directory):
@@ -92,8 +112,7 @@ class SentenceEncoder:
         return self._encoder
 
     def _unwhitened_config(self):
-        return dataclasses.replace(self.config, whitening=None, n_components=None, normalize=False,
-                                   whitening_path=None)
+        return dataclasses.replace(self.config, whitening=None, n_components=None, normalize=False, whitening_path=None)
 
     def encode(self, sentences: Sequence[str], batch_size: int = 128, progress=None) -> np.ndarray:
         """float32 vectors of ``sentences``, in order (``progress``: see `encoding.encode_ids`)."""
@@ -117,8 +136,7 @@ class SentenceEncoder:
 
         def write(temporary):
             with NpyRowWriter(temporary, encoder.dim) as rows:
-                for vectors in encode_stream(encoder, counted(read_sentences(path, "lines")), batch_size,
-                                             progress):
+                for vectors in encode_stream(encoder, counted(read_sentences(path, "lines")), batch_size, progress):
                     rows.append(vectors)
             if lines == 0:
                 raise DataError("%s: empty input" % display_name(path))
@@ -128,9 +146,18 @@ class SentenceEncoder:
         write_atomically(output, write, inputs=[path])
         return lines
 
-    def fit(self, sentences: Optional[Iterable[str]] = None, files: Sequence[str] = (),
-            n_components: int = -1, beta: float = 1.0, gamma: float = 1.0, format: str = "auto",
-            skip_bad_lines: bool = False, batch_size: int = 128, progress=None) -> Whitening:
+    def fit(
+        self,
+        sentences: Optional[Iterable[str]] = None,
+        files: Sequence[str] = (),
+        n_components: int = -1,
+        beta: float = 1.0,
+        gamma: float = 1.0,
+        format: str = "auto",
+        skip_bad_lines: bool = False,
+        batch_size: int = 128,
+        progress=None,
+    ) -> Whitening:
         """Fit a whitening on the pooled vectors of ``sentences`` and of the sentence or pair
         ``files`` (each read once, streamed); from now on this encoder applies it (normalised).
         Returns the `Whitening` (``whitening.save(path)`` writes the file ``encode`` reads)."""
@@ -147,11 +174,19 @@ class SentenceEncoder:
         if files:
             stats.merge(statistics_from_files(self._pooled, files, format, skip_bad_lines, batch_size, progress))
         source = ", ".join(files) or "the sentences"
-        whitening = fit_reported(stats, source, n_components=n_components, beta=beta, gamma=gamma,
-                                 pooling=self.config.pooling, model_identity=self._pooled.model_identity,
-                                 allow_rank_deficient=self.config.allow_rank_deficient)
-        self.config = dataclasses.replace(self.config, whitening=whitening, n_components=None,
-                                          normalize=True, whitening_path=None)
+        whitening = fit_reported(
+            stats,
+            source,
+            n_components=n_components,
+            beta=beta,
+            gamma=gamma,
+            pooling=self.config.pooling,
+            model_identity=self._pooled.model_identity,
+            allow_rank_deficient=self.config.allow_rank_deficient,
+        )
+        self.config = dataclasses.replace(
+            self.config, whitening=whitening, n_components=None, normalize=True, whitening_path=None
+        )
         self._encoder = None
         return whitening
 
@@ -169,8 +204,15 @@ class SentenceEncoder:
                 json.dump(record, stream, indent=2, ensure_ascii=False)
             os.rename(staging, directory)
 
-    def export(self, base: str, version: Optional[int] = None, text: bool = False, overwrite: bool = False,
-               corpus: Optional[str] = None, top_k: int = 10):
+    def export(
+        self,
+        base: str,
+        version: Optional[int] = None,
+        text: bool = False,
+        overwrite: bool = False,
+        corpus: Optional[str] = None,
+        top_k: int = 10,
+    ):
         """Export as one SavedModel to ``BASE/N``, verified in a fresh process; ``corpus`` (an
         index directory made by this encoder) adds ``serve_search``. Returns ``(path,
         difference)`` (see `bert_whitening.export.export_saved_model`)."""
@@ -182,5 +224,6 @@ class SentenceEncoder:
             from bert_whitening.retrieval.search import corpus_for_export
 
             vectors, metadata["corpus"] = corpus_for_export(corpus, self.config)
-        return export_saved_model(self.keras_encoder, base, version, text, overwrite, metadata,
-                                  corpus=vectors, top_k=top_k)
+        return export_saved_model(
+            self.keras_encoder, base, version, text, overwrite, metadata, corpus=vectors, top_k=top_k
+        )

@@ -8,6 +8,7 @@ sentence) and *columnar* (``inputs``, one entry per named input). The gRPC reque
     reply = requests.post(rest_url("localhost", "encoder"), json=body).json()
     vectors = parse_response(reply)                                  # float32 [2, k]
 """
+
 import json
 
 import numpy as np
@@ -44,11 +45,15 @@ def ids_request(input_ids, segment_ids=None, format="row"):
     if segment_ids.shape != input_ids.shape:
         raise ValueError("segment_ids have shape %s, input_ids %s" % (segment_ids.shape, input_ids.shape))
     if format == "row":
-        instances = [{"input_ids": ids.tolist(), "segment_ids": segs.tolist()}
-                     for ids, segs in zip(input_ids, segment_ids, strict=True)]
+        instances = [
+            {"input_ids": ids.tolist(), "segment_ids": segs.tolist()}
+            for ids, segs in zip(input_ids, segment_ids, strict=True)
+        ]
         return {"signature_name": IDS_SIGNATURE, "instances": instances}
-    return {"signature_name": IDS_SIGNATURE,
-            "inputs": {"input_ids": input_ids.tolist(), "segment_ids": segment_ids.tolist()}}
+    return {
+        "signature_name": IDS_SIGNATURE,
+        "inputs": {"input_ids": input_ids.tolist(), "segment_ids": segment_ids.tolist()},
+    }
 
 
 def parse_response(body):

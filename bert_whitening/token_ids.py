@@ -3,6 +3,7 @@
 numpy only: the encoder (`bert_whitening.encoding`) and the serving client
 (`bert_whitening.serving`) share it without either importing the other.
 """
+
 import numpy as np
 
 
@@ -16,7 +17,7 @@ def token_ids(tokenizer, text, maxlen):
     ids = tokenizer.encode(text)[0]
     if len(ids) <= maxlen:
         return ids, False
-    return ids[:maxlen - 1] + ids[-1:], True
+    return ids[: maxlen - 1] + ids[-1:], True
 
 
 def pad_ids(sequences):
@@ -24,5 +25,5 @@ def pad_ids(sequences):
     sequences = [list(map(int, s)) for s in sequences]
     padded = np.zeros((len(sequences), max(map(len, sequences), default=0)), dtype=np.int32)
     for row, sequence in enumerate(sequences):
-        padded[row, :len(sequence)] = sequence
+        padded[row, : len(sequence)] = sequence
     return padded

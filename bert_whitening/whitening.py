@@ -16,6 +16,7 @@ kernel alike, so the L2-normalised vectors are 9079's exactly; N - 1 keeps beta 
 original scripts' kernel. ``n_components`` keeps the original's meaning everywhere: 0 = no whitening,
 negative = all dimensions, ``k > 0`` = keep the first ``k`` columns.
 """
+
 import dataclasses
 import json
 import logging
@@ -76,11 +77,9 @@ class WhiteningStats:
         if self.dim is None:
             self._allocate(vectors.shape[1])
         if vectors.shape[1] != self.dim:
-            raise WhiteningError(
-                "vectors have dimension %d, the statistics have %d" % (vectors.shape[1], self.dim)
-            )
+            raise WhiteningError("vectors have dimension %d, the statistics have %d" % (vectors.shape[1], self.dim))
         for start in range(0, len(vectors), UPDATE_CHUNK_ROWS):
-            chunk = np.asarray(vectors[start:start + UPDATE_CHUNK_ROWS], dtype=np.float64)
+            chunk = np.asarray(vectors[start : start + UPDATE_CHUNK_ROWS], dtype=np.float64)
             bad = ~np.isfinite(chunk).all(axis=1)
             if bad.any():
                 row = self.count + int(np.argmax(bad))
@@ -190,6 +189,7 @@ class Whitening:
 
     def save(self, path):
         """Write one ``.npz``; written to a temporary file first, so a failure leaves no file."""
+
         def write(temporary):
             with open(temporary, "wb") as stream:
                 self.write(stream)
@@ -209,8 +209,14 @@ class Whitening:
             "pooling": self.pooling,
             "model": self.model_identity,
         }
-        np.savez(stream, kernel=self.kernel, bias=self.bias, mean=self.mean,
-                 eigenvalues=self.eigenvalues, meta=np.array(json.dumps(meta)))
+        np.savez(
+            stream,
+            kernel=self.kernel,
+            bias=self.bias,
+            mean=self.mean,
+            eigenvalues=self.eigenvalues,
+            meta=np.array(json.dumps(meta)),
+        )
 
     @classmethod
     def load(cls, path):
@@ -240,41 +246,66 @@ class Whitening:
             raise WhiteningError("%s: its metadata is not a JSON object" % path)
         version = meta.get("format_version")
         if version == 1 and meta.get("beta") != 1:
-            raise WhiteningError("%s: format version 1 with beta %s: its kernel decomposes the "
-                                 "covariance around the mean, not Sigma_beta of "
-                                 "kexue.fm/archives/9079 as version %d does; fit it again"
-                                 % (path, meta.get("beta"), FORMAT_VERSION))
+            raise WhiteningError(
+                "%s: format version 1 with beta %s: its kernel decomposes the "
+                "covariance around the mean, not Sigma_beta of "
+                "kexue.fm/archives/9079 as version %d does; fit it again" % (path, meta.get("beta"), FORMAT_VERSION)
+            )
         if version not in (1, FORMAT_VERSION):
-            raise WhiteningError("%s: format version %s, this version reads 1 (beta = 1) and %d"
-                                 % (path, version, FORMAT_VERSION))
-        kinds = {"dim": int, "rank": int, "count": int, "n_components": int, "beta": (int, float),
-                 "gamma": (int, float), "pooling": str, "model": dict}
+            raise WhiteningError(
+                "%s: format version %s, this version reads 1 (beta = 1) and %d" % (path, version, FORMAT_VERSION)
+            )
+        kinds = {
+            "dim": int,
+            "rank": int,
+            "count": int,
+            "n_components": int,
+            "beta": (int, float),
+            "gamma": (int, float),
+            "pooling": str,
+            "model": dict,
+        }
         for key, kind in kinds.items():
             value = meta.get(key)
             if not isinstance(value, kind) or isinstance(value, bool):
-                raise WhiteningError("%s: metadata %s is %r, expected %s"
-                                     % (path, key, value, getattr(kind, "__name__", "a number")))
+                raise WhiteningError(
+                    "%s: metadata %s is %r, expected %s" % (path, key, value, getattr(kind, "__name__", "a number"))
+                )
         dim = meta["dim"]
-        if not (1 <= dim and 0 <= meta["rank"] <= dim and meta["count"] >= 0
-                and np.isfinite([meta["beta"], meta["gamma"]]).all()):
-            raise WhiteningError("%s: inconsistent metadata (dim %r, rank %r, count %r, beta %r, "
-                                 "gamma %r)" % (path, dim, meta["rank"], meta["count"],
-                                                meta["beta"], meta["gamma"]))
+        if not (
+            1 <= dim
+            and 0 <= meta["rank"] <= dim
+            and meta["count"] >= 0
+            and np.isfinite([meta["beta"], meta["gamma"]]).all()
+        ):
+            raise WhiteningError(
+                "%s: inconsistent metadata (dim %r, rank %r, count %r, beta %r, "
+                "gamma %r)" % (path, dim, meta["rank"], meta["count"], meta["beta"], meta["gamma"])
+            )
         expected = {"kernel": (dim, dim), "bias": (dim,), "mean": (dim,), "eigenvalues": (dim,)}
         for name, shape in expected.items():
             if arrays[name].shape != shape:
-                raise WhiteningError("%s: %s has shape %s, expected %s for dimension %s"
-                                     % (path, name, arrays[name].shape, shape, dim))
+                raise WhiteningError(
+                    "%s: %s has shape %s, expected %s for dimension %s" % (path, name, arrays[name].shape, shape, dim)
+                )
             if arrays[name].dtype.kind != "f":
-                raise WhiteningError("%s: %s holds %s, expected floats"
-                                     % (path, name, arrays[name].dtype))
+                raise WhiteningError("%s: %s holds %s, expected floats" % (path, name, arrays[name].dtype))
             if not np.isfinite(arrays[name]).all():
                 raise WhiteningError("%s: %s contains NaN or inf" % (path, name))
         _check_claims(path, arrays, meta)
-        return cls(kernel=arrays["kernel"], bias=arrays["bias"], mean=arrays["mean"],
-                   eigenvalues=arrays["eigenvalues"], rank=meta["rank"], count=meta["count"],
-                   n_components=meta["n_components"], beta=meta["beta"], gamma=meta["gamma"],
-                   pooling=meta["pooling"], model_identity=meta["model"])
+        return cls(
+            kernel=arrays["kernel"],
+            bias=arrays["bias"],
+            mean=arrays["mean"],
+            eigenvalues=arrays["eigenvalues"],
+            rank=meta["rank"],
+            count=meta["count"],
+            n_components=meta["n_components"],
+            beta=meta["beta"],
+            gamma=meta["gamma"],
+            pooling=meta["pooling"],
+            model_identity=meta["model"],
+        )
 
 
 #: Tolerance of the checks a loaded whitening must pass (relative to the entries compared): far
@@ -295,21 +326,29 @@ def _check_claims(path, arrays, meta):
     off = np.abs(gram - np.diag(diagonal)) / scale
     if off.max() > CLAIM_TOLERANCE:
         i, j = np.unravel_index(np.argmax(off), off.shape)
-        raise WhiteningError("%s: kernel columns %d and %d are not orthogonal (cosine %.3g): not "
-                             "U diag(s ** (-gamma / 2)) with orthonormal U" % (path, i, j, off[i, j]))
+        raise WhiteningError(
+            "%s: kernel columns %d and %d are not orthogonal (cosine %.3g): not "
+            "U diag(s ** (-gamma / 2)) with orthonormal U" % (path, i, j, off[i, j])
+        )
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         claimed = eigenvalues[:rank].astype(np.float64) ** -float(meta["gamma"])
     disagree = np.flatnonzero(~(np.abs(diagonal[:rank] - claimed) <= CLAIM_TOLERANCE * np.abs(claimed)))
     if disagree.size:
         i = disagree[0]
-        raise WhiteningError("%s: kernel column %d has squared norm %.6g, but eigenvalue %.6g and gamma "
-                             "%g say %.6g" % (path, i, diagonal[i], eigenvalues[i], meta["gamma"], claimed[i]))
+        raise WhiteningError(
+            "%s: kernel column %d has squared norm %.6g, but eigenvalue %.6g and gamma "
+            "%g say %.6g" % (path, i, diagonal[i], eigenvalues[i], meta["gamma"], claimed[i])
+        )
     floored = diagonal[rank:]
     if floored.size and np.ptp(floored) > CLAIM_TOLERANCE * floored.max():
         raise WhiteningError("%s: the %d floored kernel columns should have equal norms" % (path, floored.size))
     expected_bias = -float(meta["beta"]) * arrays["mean"]
-    if not np.allclose(arrays["bias"], expected_bias, rtol=CLAIM_TOLERANCE,
-                       atol=CLAIM_TOLERANCE * np.abs(expected_bias).max(initial=0.0)):
+    if not np.allclose(
+        arrays["bias"],
+        expected_bias,
+        rtol=CLAIM_TOLERANCE,
+        atol=CLAIM_TOLERANCE * np.abs(expected_bias).max(initial=0.0),
+    ):
         raise WhiteningError("%s: bias is not -beta * mean (beta %g)" % (path, meta["beta"]))
 
 
@@ -322,18 +361,21 @@ def _refuse_degenerate_scales(floored, gamma):
     for test, what in ((~np.isfinite(scales), "infinite (overflow)"), (scales == 0, "zero (underflow)")):
         if test.any():
             i = np.flatnonzero(test)[0]
-            raise WhiteningError("gamma %g makes the kernel %s: s ** (-gamma / 2) for eigenvalue %.3g; "
-                                 "choose a gamma nearer 1" % (gamma, what, floored[i]))
+            raise WhiteningError(
+                "gamma %g makes the kernel %s: s ** (-gamma / 2) for eigenvalue %.3g; "
+                "choose a gamma nearer 1" % (gamma, what, floored[i])
+            )
     if scales.max() / scales.min() > 1 / EPS64:
-        raise WhiteningError("gamma %g makes the kernel's scales span %.3g, beyond float64's "
-                             "precision (%.3g): choose a gamma nearer 1" % (gamma, scales.max() / scales.min(),
-                                                                           1 / EPS64))
+        raise WhiteningError(
+            "gamma %g makes the kernel's scales span %.3g, beyond float64's "
+            "precision (%.3g): choose a gamma nearer 1" % (gamma, scales.max() / scales.min(), 1 / EPS64)
+        )
 
 
 def _floor(stats, largest):
     """The round-off floor of eigenvalues (see `EPS64`/`EPS32`) given the largest one."""
     mean_squared_norm = np.trace(stats.scatter) / stats.count + stats.mean @ stats.mean
-    return max(EPS64 * stats.dim * max(largest, 0.0), EPS32 ** 2 * mean_squared_norm)
+    return max(EPS64 * stats.dim * max(largest, 0.0), EPS32**2 * mean_squared_norm)
 
 
 def _rank(stats, beta):
@@ -355,22 +397,34 @@ def resolve_components(n_components, dim, rank=None, allow_rank_deficient=False)
     if rank is None or rank >= dim or allow_rank_deficient:
         return dim if n_components < 0 else n_components
     if n_components < 0:
-        logger.warning("n_components %d (all) keeps the %d dimensions the covariance supports, "
-                       "not all %d: the rest are round-off noise (--allow-rank-deficient keeps "
-                       "them)", n_components, rank, dim)
+        logger.warning(
+            "n_components %d (all) keeps the %d dimensions the covariance supports, "
+            "not all %d: the rest are round-off noise (--allow-rank-deficient keeps "
+            "them)",
+            n_components,
+            rank,
+            dim,
+        )
         return rank
     if n_components > rank:
         raise WhiteningError(
             "n_components %d is larger than the rank %d of the covariance: the extra directions "
             "hold only round-off noise, which whitening would blow up. Fit on more sentences "
             "(at least dimension + 1), choose n_components <= %d, or allow it explicitly "
-            "(allow_rank_deficient / --allow-rank-deficient)" % (n_components, rank, rank))
+            "(allow_rank_deficient / --allow-rank-deficient)" % (n_components, rank, rank)
+        )
     return n_components
 
 
-def fit_whitening(stats: WhiteningStats, n_components: int = -1, beta: float = 1.0,
-                  gamma: float = 1.0, pooling: str = "", model_identity: Optional[dict] = None,
-                  allow_rank_deficient: bool = False) -> Whitening:
+def fit_whitening(
+    stats: WhiteningStats,
+    n_components: int = -1,
+    beta: float = 1.0,
+    gamma: float = 1.0,
+    pooling: str = "",
+    model_identity: Optional[dict] = None,
+    allow_rank_deficient: bool = False,
+) -> Whitening:
     """Eigen-decompose ``Sigma_beta`` of ``stats`` (see the module docstring) into a `Whitening`.
 
     Eigenvalues at or below the round-off floor (see `EPS32`) are raised to it, with a warning
@@ -390,8 +444,7 @@ def fit_whitening(stats: WhiteningStats, n_components: int = -1, beta: float = 1
             the fit cannot support.
     """
     if not np.isfinite([beta, gamma]).all():
-        raise WhiteningError("beta and gamma must be finite numbers, got beta=%r, gamma=%r"
-                             % (beta, gamma))
+        raise WhiteningError("beta and gamma must be finite numbers, got beta=%r, gamma=%r" % (beta, gamma))
     eigenvalues, vectors = np.linalg.eigh(stats.second_moment(beta))
     order = np.argsort(eigenvalues)[::-1]
     eigenvalues, vectors = eigenvalues[order], vectors[:, order]
@@ -405,7 +458,15 @@ def fit_whitening(stats: WhiteningStats, n_components: int = -1, beta: float = 1
         logger.warning(
             "Sigma_beta (beta %g) of %d vectors of dimension %d has rank %d; %d eigenvalues at or "
             "below %.3g (smallest %.3g) are floored to %.3g",
-            beta, stats.count, stats.dim, rank, stats.dim - rank, floor, eigenvalues[-1], floor)
+            beta,
+            stats.count,
+            stats.dim,
+            rank,
+            stats.dim - rank,
+            floor,
+            eigenvalues[-1],
+            floor,
+        )
     floored = np.maximum(eigenvalues, floor)
     _refuse_degenerate_scales(floored, gamma)
     covariance_rank = rank if beta == 1.0 else _rank(stats, 1.0)
@@ -413,11 +474,21 @@ def fit_whitening(stats: WhiteningStats, n_components: int = -1, beta: float = 1
         raise WhiteningError(
             "beta %g makes Sigma_beta's largest eigenvalue (%.3g, along the mean) so large that "
             "round-off hides %d of its directions (rank %d, the covariance's is %d); choose a beta "
-            "nearer 1" % (beta, eigenvalues[0], covariance_rank - rank, rank, covariance_rank))
+            "nearer 1" % (beta, eigenvalues[0], covariance_rank - rank, rank, covariance_rank)
+        )
     whitening = Whitening(
-        kernel=vectors * floored ** (-gamma / 2.0), bias=-beta * stats.mean, mean=stats.mean,
-        eigenvalues=eigenvalues, rank=rank, count=stats.count, n_components=int(n_components),
-        beta=float(beta), gamma=float(gamma), pooling=pooling, model_identity=dict(model_identity or {}))
+        kernel=vectors * floored ** (-gamma / 2.0),
+        bias=-beta * stats.mean,
+        mean=stats.mean,
+        eigenvalues=eigenvalues,
+        rank=rank,
+        count=stats.count,
+        n_components=int(n_components),
+        beta=float(beta),
+        gamma=float(gamma),
+        pooling=pooling,
+        model_identity=dict(model_identity or {}),
+    )
     if n_components > 0:
         whitening.components(allow_rank_deficient=allow_rank_deficient)  # refuse a bad k now
     return whitening
@@ -429,9 +500,13 @@ def fit_reported(stats, source, **options):
     if stats.count == 0:
         raise DataError("no sentences in %s" % source)
     whitening = fit_whitening(stats, **options)
-    logger.info("fitted on %d sentences (dimension %d, rank %d), default n_components %d",
-                stats.count, whitening.dim, whitening.rank,
-                whitening.components(allow_rank_deficient=options.get("allow_rank_deficient", False)))
+    logger.info(
+        "fitted on %d sentences (dimension %d, rank %d), default n_components %d",
+        stats.count,
+        whitening.dim,
+        whitening.rank,
+        whitening.components(allow_rank_deficient=options.get("allow_rank_deficient", False)),
+    )
     return whitening
 
 
@@ -450,7 +525,7 @@ def compute_kernel_bias(vecs, beta=1.0, gamma=1.0):
 
 def l2_normalize(vectors, epsilon=1e-8):
     """Divide each row by its norm, clipped below at ``epsilon`` as in the original."""
-    norms = np.sqrt((vectors ** 2).sum(axis=1, keepdims=True))
+    norms = np.sqrt((vectors**2).sum(axis=1, keepdims=True))
     return vectors / np.clip(norms, epsilon, np.inf)
 
 

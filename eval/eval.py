@@ -17,6 +17,7 @@ values change with batch composition: its figures there cannot be reproduced by 
 ``--seed`` on the same vectors instead of the whitening (`bert_whitening.flow`); N_COMPONENTS is
 then not used.
 """
+
 import argparse
 import logging
 import os
@@ -51,10 +52,12 @@ def main(argv=None):
     parser.add_argument("pooling", choices=POOLINGS)
     parser.add_argument("task_name", choices=TASKS)
     parser.add_argument("n_components", type=int, help="0 = no whitening, negative = all, k")
-    parser.add_argument("--model-root", help="directory holding the checkpoints under their "
-                                             "original names (default: $%s)" % MODELS_ENV)
-    parser.add_argument("--data-dir", help="senteval_cn directory (default: $BERT_WHITENING_DATA, "
-                                           "else data/senteval_cn)")
+    parser.add_argument(
+        "--model-root", help="directory holding the checkpoints under their original names (default: $%s)" % MODELS_ENV
+    )
+    parser.add_argument(
+        "--data-dir", help="senteval_cn directory (default: $BERT_WHITENING_DATA, else data/senteval_cn)"
+    )
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--method", choices=["whitening", "flow"], default="whitening")
     parser.add_argument("--seed", type=int, default=0, help="the flow's seed")
@@ -70,8 +73,15 @@ def main(argv=None):
     spec = EncoderConfig(os.path.join(root, name), family, args.pooling, maxlen=None)
     try:
         flow = args.method == "flow"
-        report, _ = evaluate_tasks(spec, [args.task_name], args.data_dir, [] if flow else [args.n_components],
-                                   batch_size=args.batch_size, methods=[args.method], flow_seeds=[args.seed])
+        report, _ = evaluate_tasks(
+            spec,
+            [args.task_name],
+            args.data_dir,
+            [] if flow else [args.n_components],
+            batch_size=args.batch_size,
+            methods=[args.method],
+            flow_seeds=[args.seed],
+        )
     except BertWhiteningError as error:
         print("error: %s" % error, file=sys.stderr)
         return 1

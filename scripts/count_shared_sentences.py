@@ -8,6 +8,7 @@ drops or invents sentences shows up as a different number. It reads the senteval
 
     python scripts/count_shared_sentences.py [DATA_DIR]      # default: ../shared/data
 """
+
 import glob
 import os
 import sys

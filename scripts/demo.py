@@ -9,6 +9,7 @@
 The sample is small (420 sentences for 384 dimensions), so the whitening keeps only the
 leading directions by default: the trailing ones are estimated from too few vectors.
 """
+
 import argparse
 import os
 import sys
@@ -32,8 +33,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="minilm", help="model directory (default: built-in)")
     parser.add_argument("--pooling", default="first-last-avg")
-    parser.add_argument("--n-components", type=int, default=128,
-                        help="whitened dimensions kept in the export")
+    parser.add_argument("--n-components", type=int, default=128, help="whitened dimensions kept in the export")
     parser.add_argument("--out", default=os.path.join(ROOT, "out", "demo"))
     args = parser.parse_args()
     started = time.time()
@@ -47,44 +47,64 @@ def main():
     pairs = list(read_pairs(PAIRS))
     labels = np.array([label for _, _, label in pairs])
     encoder = build_encoder(args.model, pooling=args.pooling)
-    print("model: %s (%s format), %s pooling; data: %s, %d pairs"
-          % (encoder.model_identity["name"], encoder.model_identity["format"], args.pooling,
-             os.path.relpath(PAIRS, ROOT), len(pairs)))
+    print(
+        "model: %s (%s format), %s pooling; data: %s, %d pairs"
+        % (
+            encoder.model_identity["name"],
+            encoder.model_identity["format"],
+            args.pooling,
+            os.path.relpath(PAIRS, ROOT),
+            len(pairs),
+        )
+    )
     sentences = [s for a, b, _ in pairs for s in (a, b)]
     ids = [i for s in sentences for i in encoder.tokenizer.encode(s)[0][1:-1]]
     unknown = np.mean(np.array(ids) == encoder.tokenizer.token_to_id("[UNK]"))
-    print("%.0f%% of the sample's tokens are [UNK] for this vocabulary (all-MiniLM-L6-v2 is an "
-          "English model: expect low absolute figures on Chinese)" % (100 * unknown))
+    print(
+        "%.0f%% of the sample's tokens are [UNK] for this vocabulary (all-MiniLM-L6-v2 is an "
+        "English model: expect low absolute figures on Chinese)" % (100 * unknown)
+    )
     first = encode(encoder, [a for a, _, _ in pairs]).astype(np.float64)
     second = encode(encoder, [b for _, b, _ in pairs]).astype(np.float64)
-    whitening = fit_whitening(WhiteningStats().update(first).update(second), args.n_components,
-                              pooling=args.pooling, model_identity=encoder.model_identity)
+    whitening = fit_whitening(
+        WhiteningStats().update(first).update(second),
+        args.n_components,
+        pooling=args.pooling,
+        model_identity=encoder.model_identity,
+    )
     os.makedirs(args.out, exist_ok=True)
     whitening.save(os.path.join(args.out, "whitening.npz"))
 
-    print("\nSpearman of cosine with the gold scores (whitening fitted on the same %d sentences):"
-          % whitening.count)
+    print("\nSpearman of cosine with the gold scores (whitening fitted on the same %d sentences):" % whitening.count)
     for k in (0, -1, 256, 128, 64, 32):
         label = "raw (no whitening)" if k == 0 else "whitened, k = %s" % ("all" if k < 0 else k)
         a, b = whitening.transform(first, k), whitening.transform(second, k)
         print("  %-22s %.4f" % (label, spearman(a, b, labels)))
 
     whitened = with_whitening(encoder, whitening, args.n_components)
-    path, difference = export_saved_model(whitened, os.path.join(args.out, "served"), version=1,
-                                          text=True, overwrite=True)
-    print("\nexported %s (serving_default + serve_text); reloaded in a fresh process it differs "
-          "from the Keras model by at most %.1e" % (os.path.relpath(path, ROOT), difference))
+    path, difference = export_saved_model(
+        whitened, os.path.join(args.out, "served"), version=1, text=True, overwrite=True
+    )
+    print(
+        "\nexported %s (serving_default + serve_text); reloaded in a fresh process it differs "
+        "from the Keras model by at most %.1e" % (os.path.relpath(path, ROOT), difference)
+    )
 
     rows = [pairs[i] for i in TABLE_ROWS]
     with tempfile.TemporaryDirectory() as scratch:  # serve_text, loaded as a server loads it
-        served = run_in_fresh_process(path, np.zeros((1, 2), np.int32),
-                                      [s for a, b, _ in rows for s in (a, b)], scratch)["serve_text"]
+        served = run_in_fresh_process(
+            path, np.zeros((1, 2), np.int32), [s for a, b, _ in rows for s in (a, b)], scratch
+        )["serve_text"]
     raw_a, raw_b = l2_normalize(first[TABLE_ROWS]), l2_normalize(second[TABLE_ROWS])
-    print("\n%-5s %-8s %-9s  %s" % ("gold", "raw cos", "whitened", "pair (whitened cosine from the "
-                                    "reloaded SavedModel's serve_text)"))
+    print(
+        "\n%-5s %-8s %-9s  %s"
+        % ("gold", "raw cos", "whitened", "pair (whitened cosine from the reloaded SavedModel's serve_text)")
+    )
     for row, (a, b, label) in enumerate(rows):
-        print("%-5g %-8.3f %-9.3f  %s | %s" % (label, raw_a[row] @ raw_b[row],
-                                              served[2 * row] @ served[2 * row + 1], a, b))
+        print(
+            "%-5g %-8.3f %-9.3f  %s | %s"
+            % (label, raw_a[row] @ raw_b[row], served[2 * row] @ served[2 * row + 1], a, b)
+        )
     print("\ndone in %.0f s; outputs in %s" % (time.time() - started, os.path.relpath(args.out, ROOT)))
     return 0
 

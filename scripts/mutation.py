@@ -8,6 +8,7 @@ fast tests that cover the mutated function and need no TensorFlow (scripts/mutat
 says why). It prints, per module, the counts by outcome and the score killed / tested, and writes
 each surviving mutant's diff to out/mutation/MODULE/survivors.txt for review.
 """
+
 import collections
 import os
 import shutil
@@ -16,16 +17,23 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULES = ("whitening", "serving", "data", "evaluation")
-TESTS = ("tests/test_whitening.py", "tests/test_serving_requests.py", "tests/test_data.py",
-         "tests/test_evaluation.py")
+TESTS = ("tests/test_whitening.py", "tests/test_serving_requests.py", "tests/test_data.py", "tests/test_evaluation.py")
 
 
 def copy_checkout(target):
     """The files git knows of (tracked, or new and not ignored), as they are in the work tree."""
     if os.path.exists(target):
         shutil.rmtree(target)
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-                            cwd=ROOT, check=True, capture_output=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         if os.path.isfile(os.path.join(ROOT, name)):
             os.makedirs(os.path.join(target, os.path.dirname(name)), exist_ok=True)
@@ -33,22 +41,36 @@ def copy_checkout(target):
 
 
 def write_config(target, module):
-    lines = ["[mutmut]", "source_paths = bert_whitening", "only_mutate = bert_whitening/%s.py" % module,
-             "also_copy =", "    scripts", "pytest_add_cli_args_test_selection ="]
+    lines = [
+        "[mutmut]",
+        "source_paths = bert_whitening",
+        "only_mutate = bert_whitening/%s.py" % module,
+        "also_copy =",
+        "    scripts",
+        "pytest_add_cli_args_test_selection =",
+    ]
     lines += ["    " + test for test in TESTS if os.path.exists(os.path.join(target, test))]
-    lines += ["pytest_add_cli_args =", "    -q", "    -p", "    no:cacheprovider", "    -m",
-              "    not slow", "    -p", "    mutation_numpy_only"]
+    lines += [
+        "pytest_add_cli_args =",
+        "    -q",
+        "    -p",
+        "    no:cacheprovider",
+        "    -m",
+        "    not slow",
+        "    -p",
+        "    mutation_numpy_only",
+    ]
     with open(os.path.join(target, "setup.cfg"), "w") as stream:
         stream.write("\n".join(lines) + "\n")
 
 
 def mutmut(target, *arguments):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(target, "scripts"), target]))
-    result = subprocess.run([sys.executable, "-m", "mutmut", *arguments], cwd=target, env=env,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "mutmut", *arguments], cwd=target, env=env, capture_output=True, text=True
+    )
     if result.returncode:  # e.g. the tests fail without any mutant: nothing was measured
-        sys.exit("mutmut %s failed in %s:\n%s" % (" ".join(arguments), target,
-                                                   (result.stdout + result.stderr)[-3000:]))
+        sys.exit("mutmut %s failed in %s:\n%s" % (" ".join(arguments), target, (result.stdout + result.stderr)[-3000:]))
     return result.stdout
 
 
@@ -69,8 +91,16 @@ def run(module):
             stream.write(mutmut(target, "show", name) + "\n")
     tested = sum(count for outcome, count in counts.items() if outcome not in ("no tests", "skipped"))
     killed = counts["killed"] + counts["timeout"]
-    print("%-11s %s; score %d/%d = %.1f%%" % (module, ", ".join(
-        "%s %d" % item for item in sorted(counts.items())), killed, tested, 100.0 * killed / max(tested, 1)))
+    print(
+        "%-11s %s; score %d/%d = %.1f%%"
+        % (
+            module,
+            ", ".join("%s %d" % item for item in sorted(counts.items())),
+            killed,
+            tested,
+            100.0 * killed / max(tested, 1),
+        )
+    )
     for name in survivors:
         print("  survived: %s" % name)
     return outcomes

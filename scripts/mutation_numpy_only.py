@@ -4,6 +4,7 @@ mutmut forks one process per mutant from a process that has run the tests; Tenso
 pools do not survive a fork, and its tests take seconds each. The numpy modules are mutated
 against their numpy-level tests, which use none of these fixtures.
 """
+
 TENSORFLOW_FIXTURES = {"tiny_model", "encoders", "whitened", "exported"}
 
 

@@ -18,6 +18,7 @@ Versions, resolved together with torch 2.13.0 and sentence-transformers 6.2.0:
   transformers >= 5: the two cannot be installed together, so it is left out and the peer
   benchmark says so in its table (see benchmarks/peer_sentence_transformers.py).
 """
+
 import os
 import subprocess
 import sys
@@ -25,10 +26,23 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.join(ROOT, ".venv-torch")
 TORCH = "torch==2.13.0"
-PACKAGES = [[TORCH],
-            [TORCH, "sentence-transformers==6.2.0", "transformers==5.5.4", "safetensors", "numpy",
-             "optimum-intel[openvino]==2.2.0", "openvino==2026.4.1", "nncf==3.4.0", "datasets==5.0.1",
-             "onnxruntime==1.31.1", "onnx==1.23.2", "onnxscript==0.7.2"]]
+PACKAGES = [
+    [TORCH],
+    [
+        TORCH,
+        "sentence-transformers==6.2.0",
+        "transformers==5.5.4",
+        "safetensors",
+        "numpy",
+        "optimum-intel[openvino]==2.2.0",
+        "openvino==2026.4.1",
+        "nncf==3.4.0",
+        "datasets==5.0.1",
+        "onnxruntime==1.31.1",
+        "onnx==1.23.2",
+        "onnxscript==0.7.2",
+    ],
+]
 REMOVE = ["torchvision"]
 
 
@@ -42,8 +56,9 @@ def python():
         for group in PACKAGES:
             subprocess.run(pip + ["install"] + group, check=True)
         subprocess.run(pip + ["uninstall", "--yes"] + REMOVE, check=True)
-        version = subprocess.run([executable, "-c", "import torch; print(torch.__version__)"],
-                                 check=True, capture_output=True, text=True).stdout.strip()
+        version = subprocess.run(
+            [executable, "-c", "import torch; print(torch.__version__)"], check=True, capture_output=True, text=True
+        ).stdout.strip()
         if not version.endswith("+cpu"):
             raise RuntimeError("%s has torch %s, not the CPU build" % (VENV, version))
         open(marker, "w").close()

@@ -1,26 +1,71 @@
 """What several test files use: the tiny model's vocabulary, configuration and random weights,
 the command line in-process, and the shared evaluation data."""
+
 import os
 
 import numpy as np
 import pytest
 
-TINY_VOCAB = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-              + list("今天气很好我们你他她是的不在有一个人中国北京上海爱喝茶咖啡猫狗跑吃饭学习工作。，！？")
-              + ["the", "a", "cat", "dog", "is", "on", "mat", "run", "##s", "##ing", "hello",
-                 "world", "good", "bad", "weather", "today", ",", ".", "!", "?", "我们", "北京"])
+TINY_VOCAB = (
+    ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    + list("今天气很好我们你他她是的不在有一个人中国北京上海爱喝茶咖啡猫狗跑吃饭学习工作。，！？")
+    + [
+        "the",
+        "a",
+        "cat",
+        "dog",
+        "is",
+        "on",
+        "mat",
+        "run",
+        "##s",
+        "##ing",
+        "hello",
+        "world",
+        "good",
+        "bad",
+        "weather",
+        "today",
+        ",",
+        ".",
+        "!",
+        "?",
+        "我们",
+        "北京",
+    ]
+)
 
 TINY_CONFIG = {
-    "vocab_size": len(TINY_VOCAB), "hidden_size": 24, "num_hidden_layers": 3,
-    "num_attention_heads": 4, "intermediate_size": 48, "hidden_act": "gelu",
-    "max_position_embeddings": 64, "type_vocab_size": 2, "hidden_dropout_prob": 0.1,
-    "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02,
+    "vocab_size": len(TINY_VOCAB),
+    "hidden_size": 24,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "intermediate_size": 48,
+    "hidden_act": "gelu",
+    "max_position_embeddings": 64,
+    "type_vocab_size": 2,
+    "hidden_dropout_prob": 0.1,
+    "attention_probs_dropout_prob": 0.1,
+    "initializer_range": 0.02,
 }
 
 SENTENCES = [
-    "今天天气很好", "我们在北京", "你爱喝茶还是咖啡？", "他在上海工作", "猫和狗在跑",
-    "the cat is on the mat", "hello world!", "good weather today", "the dogs are running",
-    "中国人爱喝茶", "我不在学习", "", "a", "她是一个好人。", "吃饭了吗", "the cat runs, the dog runs.",
+    "今天天气很好",
+    "我们在北京",
+    "你爱喝茶还是咖啡？",
+    "他在上海工作",
+    "猫和狗在跑",
+    "the cat is on the mat",
+    "hello world!",
+    "good weather today",
+    "the dogs are running",
+    "中国人爱喝茶",
+    "我不在学习",
+    "",
+    "a",
+    "她是一个好人。",
+    "吃饭了吗",
+    "the cat runs, the dog runs.",
 ]
 
 
@@ -64,9 +109,14 @@ def random_weights(config, seed=0, with_pooler=True, scale=0.3):
         "bert/embeddings/LayerNorm/gamma": 1 + normal(hidden),
         "bert/embeddings/LayerNorm/beta": normal(hidden),
     }
-    shapes = {"attention/self/query": (hidden, hidden), "attention/self/key": (hidden, hidden),
-              "attention/self/value": (hidden, hidden), "attention/output/dense": (hidden, hidden),
-              "intermediate/dense": (hidden, inner), "output/dense": (inner, hidden)}
+    shapes = {
+        "attention/self/query": (hidden, hidden),
+        "attention/self/key": (hidden, hidden),
+        "attention/self/value": (hidden, hidden),
+        "attention/output/dense": (hidden, hidden),
+        "intermediate/dense": (hidden, inner),
+        "output/dense": (inner, hidden),
+    }
     for layer in range(config["num_hidden_layers"]):
         prefix = "bert/encoder/layer_%d/" % layer
         for name, shape in shapes.items():

@@ -1,4 +1,5 @@
 """Checks every layer test runs: config round trip, and weights saved apart from the config."""
+
 import numpy as np
 
 from bert_whitening.backend import keras
@@ -19,5 +20,4 @@ def assert_save_and_load(model, inputs, tmp_path):
     model.save_weights(weights)
     clone = keras.models.model_from_json(model.to_json(), custom_objects=CUSTOM_OBJECTS)
     clone.load_weights(weights)
-    np.testing.assert_allclose(clone.predict_on_batch(inputs), model.predict_on_batch(inputs),
-                               rtol=0, atol=1e-6)
+    np.testing.assert_allclose(clone.predict_on_batch(inputs), model.predict_on_batch(inputs), rtol=0, atol=1e-6)

@@ -6,6 +6,7 @@
   with the variable names of google-research/bert.
 None of it uses the package, so the package is checked against something else than itself.
 """
+
 import math
 
 import numpy as np
@@ -23,7 +24,7 @@ def original_kernel_bias(vecs_list):
 def original_transform_and_normalize(vecs, kernel=None, bias=None):
     if kernel is not None and bias is not None:
         vecs = (vecs + bias).dot(kernel)
-    norms = np.sqrt((vecs ** 2).sum(axis=1, keepdims=True))
+    norms = np.sqrt((vecs**2).sum(axis=1, keepdims=True))
     return vecs / np.clip(norms, 1e-8, np.inf)
 
 
@@ -52,14 +53,22 @@ class GoogleNames:
         return self.w["bert/embeddings/%s_embeddings" % kind]
 
     def norm(self, layer, where):  # where: embeddings, attention, output
-        prefix = ("bert/embeddings/" if layer is None else "bert/encoder/layer_%d/%s" % (
-            layer, "attention/output/" if where == "attention" else "output/"))
+        prefix = (
+            "bert/embeddings/"
+            if layer is None
+            else "bert/encoder/layer_%d/%s" % (layer, "attention/output/" if where == "attention" else "output/")
+        )
         return self.w[prefix + "LayerNorm/gamma"], self.w[prefix + "LayerNorm/beta"]
 
     def dense(self, layer, part):  # query, key, value, attention_output, intermediate, output
-        path = {"query": "attention/self/query", "key": "attention/self/key",
-                "value": "attention/self/value", "attention_output": "attention/output/dense",
-                "intermediate": "intermediate/dense", "output": "output/dense"}[part]
+        path = {
+            "query": "attention/self/query",
+            "key": "attention/self/key",
+            "value": "attention/self/value",
+            "attention_output": "attention/output/dense",
+            "intermediate": "intermediate/dense",
+            "output": "output/dense",
+        }[part]
         prefix = "bert/encoder/layer_%d/%s/" % (layer, path)
         return self.w[prefix + "kernel"], self.w[prefix + "bias"]
 
@@ -77,14 +86,22 @@ class HuggingFaceNames:
         return self.w["embeddings.%s_embeddings.weight" % kind]
 
     def norm(self, layer, where):
-        prefix = ("embeddings." if layer is None else "encoder.layer.%d.%s" % (
-            layer, "attention.output." if where == "attention" else "output."))
+        prefix = (
+            "embeddings."
+            if layer is None
+            else "encoder.layer.%d.%s" % (layer, "attention.output." if where == "attention" else "output.")
+        )
         return self.w[prefix + "LayerNorm.weight"], self.w[prefix + "LayerNorm.bias"]
 
     def dense(self, layer, part):
-        path = {"query": "attention.self.query", "key": "attention.self.key",
-                "value": "attention.self.value", "attention_output": "attention.output.dense",
-                "intermediate": "intermediate.dense", "output": "output.dense"}[part]
+        path = {
+            "query": "attention.self.query",
+            "key": "attention.self.key",
+            "value": "attention.self.value",
+            "attention_output": "attention.output.dense",
+            "intermediate": "intermediate.dense",
+            "output": "output.dense",
+        }[part]
         prefix = "encoder.layer.%d.%s." % (layer, path)
         return self.w[prefix + "weight"].T, self.w[prefix + "bias"]
 
@@ -100,13 +117,17 @@ def bert_hidden_states(params, config, ids, segments=None):
     params = GoogleNames(params) if isinstance(params, dict) else params
     ids = np.asarray(ids)
     segments = np.zeros_like(ids) if segments is None else np.asarray(segments)
-    x = (params.embedding("word")[ids] + params.embedding("token_type")[segments]
-         + params.embedding("position")[:len(ids)])
+    x = (
+        params.embedding("word")[ids]
+        + params.embedding("token_type")[segments]
+        + params.embedding("position")[: len(ids)]
+    )
     x = layer_norm(x, *params.norm(None, "embeddings"))
     heads = config["num_attention_heads"]
     size = config["hidden_size"] // heads
     states = []
     for layer in range(config["num_hidden_layers"]):
+
         def dense(v, part, layer=layer):
             kernel, bias = params.dense(layer, part)
             return v @ kernel + bias
@@ -146,11 +167,15 @@ def original_encode(bert, tokenizer, sentences, pooling="first-last-avg", maxlen
     array is run in chunks of rows."""
     from bert_whitening.backend import keras
 
-    blocks = [layer.output for layer in bert.layers
-              if layer.name.startswith("Transformer-") and layer.name.endswith("-FeedForward-Norm")]
+    blocks = [
+        layer.output
+        for layer in bert.layers
+        if layer.name.startswith("Transformer-") and layer.name.endswith("-FeedForward-Norm")
+    ]
     if pooling == "first-last-avg":
-        output = keras.layers.Average()([keras.layers.GlobalAveragePooling1D()(blocks[0]),
-                                         keras.layers.GlobalAveragePooling1D()(blocks[-1])])
+        output = keras.layers.Average()(
+            [keras.layers.GlobalAveragePooling1D()(blocks[0]), keras.layers.GlobalAveragePooling1D()(blocks[-1])]
+        )
     elif pooling == "last-avg":
         output = keras.layers.GlobalAveragePooling1D()(blocks[-1])
     elif pooling == "cls":
@@ -161,32 +186,41 @@ def original_encode(bert, tokenizer, sentences, pooling="first-last-avg", maxlen
     ids = [tokenizer.encode(s, maxlen=maxlen)[0] for s in sentences]
     padded = np.zeros((len(ids), max(map(len, ids))), dtype=np.int32)
     for row, sequence in enumerate(ids):
-        padded[row, :len(sequence)] = sequence
-    return np.concatenate([encoder.predict_on_batch([padded[i:i + chunk], np.zeros_like(padded[i:i + chunk])])
-                           for i in range(0, len(padded), chunk)])
+        padded[row, : len(sequence)] = sequence
+    return np.concatenate(
+        [
+            encoder.predict_on_batch([padded[i : i + chunk], np.zeros_like(padded[i : i + chunk])])
+            for i in range(0, len(padded), chunk)
+        ]
+    )
 
 
 def original_eval(bert, tokenizer, splits, pooling, n_components_list, maxlen=64, chunk=64):
     """chn/eval.py for one task, each split encoded once: ``{k: (scores per split, avg, w-avg)}``
     with the kernel fitted on all splits."""
-    vecs = {split: (original_encode(bert, tokenizer, [a for a, _, _ in pairs], pooling, maxlen, chunk),
-                    original_encode(bert, tokenizer, [b for _, b, _ in pairs], pooling, maxlen, chunk))
-            for split, pairs in splits.items()}
+    vecs = {
+        split: (
+            original_encode(bert, tokenizer, [a for a, _, _ in pairs], pooling, maxlen, chunk),
+            original_encode(bert, tokenizer, [b for _, b, _ in pairs], pooling, maxlen, chunk),
+        )
+        for split, pairs in splits.items()
+    }
     full_kernel, bias = original_kernel_bias([v for pair in vecs.values() for v in pair])
     figures = {}
     for n_components in n_components_list:
-        kernel = None if n_components == 0 else (
-            full_kernel[:, :n_components] if n_components > 0 else full_kernel)
+        kernel = None if n_components == 0 else (full_kernel[:, :n_components] if n_components > 0 else full_kernel)
         scores = {}
         for split, (a, b) in vecs.items():
             a = original_transform_and_normalize(a, kernel, bias)
             b = original_transform_and_normalize(b, kernel, bias)
             scores[split] = spearman([label for _, _, label in splits[split]], (a * b).sum(axis=1))
         values = list(scores.values())
-        figures[n_components] = (scores, np.average(values),
-                                 np.average(values, weights=[len(p) for p in splits.values()]))
+        figures[n_components] = (
+            scores,
+            np.average(values),
+            np.average(values, weights=[len(p) for p in splits.values()]),
+        )
     return figures
-
 
 
 def su_9079_kernel(x, beta, gamma):

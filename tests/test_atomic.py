@@ -1,5 +1,6 @@
 """What an output path means, decided once in `bert_whitening.atomic`: links written through,
 special files and the inputs themselves refused, temporaries kept alive by a lock."""
+
 import fcntl
 import os
 import stat
@@ -13,6 +14,7 @@ def write_text(text):
     def write(path):
         with open(path, "w", encoding="utf-8") as stream:
             stream.write(text)
+
     return write
 
 

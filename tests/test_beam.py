@@ -1,5 +1,6 @@
 """The Beam pipelines refusing what they must, on DirectRunner in-process, on the tiny BERT; their
 results against the single-process commands, on every runner, are in test_beam_runners.py."""
+
 import logging
 import os
 
@@ -51,8 +52,7 @@ def test_combine_fn_merges_as_one_pass():
 def test_beam_encode_refuses_to_mix_with_existing_shards(tiny_model, corpus, tmp_path, caplog):
     prefix = tmp_path / "vectors"
     (tmp_path / "vectors-00000-of-00002.tfrecord").write_bytes(b"")
-    assert run("beam-encode", "--model", tiny_model[0], "--input", corpus / "a.txt",
-               "--output", prefix) == 1
+    assert run("beam-encode", "--model", tiny_model[0], "--input", corpus / "a.txt", "--output", prefix) == 1
     assert "1 output shards already exist" in caplog.text
 
 
@@ -61,14 +61,17 @@ def test_malformed_line_fails_the_pipeline_and_writes_nothing(tiny_model, corpus
         stream.write("only one field\n")
     output = tmp_path / "w.npz"
     assert run("beam-fit", "--model", tiny_model[0], "--input", corpus / "*", "--output", output) == 1
-    assert ("c.data:7: expected sentence1<TAB>sentence2<TAB>label with a finite numeric label, "
-            "got 'only one field'") in caplog.text
+    assert (
+        "c.data:7: expected sentence1<TAB>sentence2<TAB>label with a finite numeric label, got 'only one field'"
+    ) in caplog.text
     assert os.listdir(tmp_path) == ["corpus"]  # no whitening file, no temporary file
 
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        assert run("beam-fit", "--model", tiny_model[0], "--input", corpus / "*", "--skip-bad-lines",
-                   "--output", output) == 0
+        assert (
+            run("beam-fit", "--model", tiny_model[0], "--input", corpus / "*", "--skip-bad-lines", "--output", output)
+            == 0
+        )
     assert "c.data: skipped 1 malformed lines" in caplog.text
     assert Whitening.load(output).count == len(LINES) + 12
 
@@ -77,12 +80,12 @@ def test_unreadable_input_fails_beam_encode_without_leftovers(tiny_model, corpus
     (corpus / "bad.txt").write_bytes(b"fine\n\xff\xfe not utf-8\n")
     out = tmp_path / "out"
     out.mkdir()
-    assert run("beam-encode", "--model", tiny_model[0], "--input", corpus / "*.txt",
-               "--output", out / "vectors") == 1
+    assert run("beam-encode", "--model", tiny_model[0], "--input", corpus / "*.txt", "--output", out / "vectors") == 1
     assert "bad.txt:2: not UTF-8 text (byte 0xff" in caplog.text
     assert os.listdir(out) == []  # no shard, no sink temporary directory
-    assert run("beam-encode", "--model", tiny_model[0], "--input", corpus / "none-*.txt",
-               "--output", out / "vectors") == 1
+    assert (
+        run("beam-encode", "--model", tiny_model[0], "--input", corpus / "none-*.txt", "--output", out / "vectors") == 1
+    )
     assert os.listdir(out) == []
 
 
@@ -94,7 +97,11 @@ def test_pipeline_options_only_for_beam_commands(capsys):
 
 def test_empty_inputs_are_refused_before_the_pipeline_runs(tiny_model, tmp_path, caplog):
     (tmp_path / "empty.txt").write_bytes(b"")
-    assert run("beam-encode", "--model", tiny_model[0], "--input", tmp_path / "empty.txt",
-               "--output", tmp_path / "vectors") == 1
+    assert (
+        run(
+            "beam-encode", "--model", tiny_model[0], "--input", tmp_path / "empty.txt", "--output", tmp_path / "vectors"
+        )
+        == 1
+    )
     assert "empty.txt: empty input (no lines)" in caplog.text
     assert os.listdir(tmp_path) == ["empty.txt"]

@@ -10,6 +10,7 @@ nor runs ``setup`` in a fresh one, so the same checks also run on
 `ProbedEncodeFn` records the id of every process that encodes, so each test proves where the
 vectors were made (outside the test's own process, but for the in-process runner).
 """
+
 import contextlib
 import functools
 import os
@@ -54,8 +55,11 @@ def worker_environment():
     probe is pickled by reference to this module) and this interpreter first on PATH (the
     worker pool starts its workers as ``python``)."""
     path = [ROOT, TESTS] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(path),
-                PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    return dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(path),
+        PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+    )
 
 
 @pytest.fixture
@@ -115,9 +119,16 @@ def portable(tmp_path_factory):
     def start(module, *arguments):
         log = directory / (module.rsplit(".", 1)[1] + ".log")
         with open(log, "w") as stream:
-            services.append(subprocess.Popen(
-                [sys.executable, "-m", module, *arguments], env=environment, stdout=stream,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
+            services.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", module, *arguments],
+                    env=environment,
+                    stdout=stream,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
         return services[-1], log
 
     try:
@@ -125,11 +136,26 @@ def portable(tmp_path_factory):
         pool, log = start("apache_beam.runners.worker.worker_pool_main", "--service_port", str(pool_port))
         wait_for(lambda: listening(pool_port), pool, "the worker pool", log)
         port_file = directory / "job.port"
-        job, log = start("apache_beam.runners.portability.local_job_service_main", "--port", "0",
-                         "--port_file", str(port_file), "--staging_dir", str(directory / "staging"))
+        job, log = start(
+            "apache_beam.runners.portability.local_job_service_main",
+            "--port",
+            "0",
+            "--port_file",
+            str(port_file),
+            "--staging_dir",
+            str(directory / "staging"),
+        )
         wait_for(port_file.exists, job, "the job service", log)
-        flags = ("--runner", "PortableRunner", "--job_endpoint", "localhost:%s" % port_file.read_text(),
-                 "--environment_type", "EXTERNAL", "--environment_config", "localhost:%d" % pool_port)
+        flags = (
+            "--runner",
+            "PortableRunner",
+            "--job_endpoint",
+            "localhost:%s" % port_file.read_text(),
+            "--environment_type",
+            "EXTERNAL",
+            "--environment_config",
+            "localhost:%d" % pool_port,
+        )
         yield flags, {pool.pid, job.pid}
     finally:
         for service in reversed(services):
@@ -167,22 +193,61 @@ def single(tiny_model, corpus):
     each vector comes from the same input shape as in the pipeline), a whitening, and
     ``encode`` of each sentence file, keyed by (path, line)."""
     directory, model = corpus.parent, tiny_model[0]
-    assert run("fit", "--model", model, "--batch-size", 1, "--output", directory / "single.npz",
-               corpus / "a.txt", corpus / "b.txt", corpus / "c.data") == 0
+    assert (
+        run(
+            "fit",
+            "--model",
+            model,
+            "--batch-size",
+            1,
+            "--output",
+            directory / "single.npz",
+            corpus / "a.txt",
+            corpus / "b.txt",
+            corpus / "c.data",
+        )
+        == 0
+    )
     assert run("fit", "--model", model, "--output", directory / "w.npz", corpus / "c.data", corpus / "a.txt") == 0
     encoded = []
     for name in ("a.txt", "b.txt"):
         path = str(corpus / name)
-        assert run("encode", "--model", model, "--whitening", directory / "w.npz", "--output",
-                   directory / (name + ".npy"), path) == 0
+        assert (
+            run(
+                "encode",
+                "--model",
+                model,
+                "--whitening",
+                directory / "w.npz",
+                "--output",
+                directory / (name + ".npy"),
+                path,
+            )
+            == 0
+        )
         encoded += [((path, line), vector) for line, vector in enumerate(np.load(directory / (name + ".npy")), 1)]
     return Whitening.load(directory / "single.npz"), directory / "w.npz", encoded
 
 
 def test_beam_fit_equals_fit(tiny_model, corpus, single, tmp_path, runner, probed):
     flags, services = runner
-    assert run("beam-fit", "--model", tiny_model[0], "--batch-size", 1, "--input", corpus / "*.txt",
-               "--input", corpus / "c.data", "--output", tmp_path / "beam.npz", *flags) == 0
+    assert (
+        run(
+            "beam-fit",
+            "--model",
+            tiny_model[0],
+            "--batch-size",
+            1,
+            "--input",
+            corpus / "*.txt",
+            "--input",
+            corpus / "c.data",
+            "--output",
+            tmp_path / "beam.npz",
+            *flags,
+        )
+        == 0
+    )
     assert_encoded_where_expected(probed, services)
     fitted, beamed = single[0], Whitening.load(tmp_path / "beam.npz")
     assert beamed.count == fitted.count == len(LINES) + 12
@@ -195,13 +260,30 @@ def test_beam_fit_equals_fit(tiny_model, corpus, single, tmp_path, runner, probe
     assert (np.abs(beamed.kernel * signs - fitted.kernel) <= 1e-6 * scale).all()
 
 
-def test_beam_encode_writes_every_line_once_and_equals_encode(tiny_model, corpus, single, tmp_path, runner,
-                                                              probed):
+def test_beam_encode_writes_every_line_once_and_equals_encode(tiny_model, corpus, single, tmp_path, runner, probed):
     flags, services = runner
     prefix = tmp_path / "out" / "vectors"
-    assert run("beam-encode", "--model", tiny_model[0], "--whitening", single[1], "--input", corpus / "*.txt",
-               "--input", corpus / "a.txt", "--input", corpus / ".." / "corpus" / "b.txt",  # overlapping
-               "--num-shards", 3, "--output", prefix, *flags) == 0
+    assert (
+        run(
+            "beam-encode",
+            "--model",
+            tiny_model[0],
+            "--whitening",
+            single[1],
+            "--input",
+            corpus / "*.txt",
+            "--input",
+            corpus / "a.txt",
+            "--input",
+            corpus / ".." / "corpus" / "b.txt",  # overlapping
+            "--num-shards",
+            3,
+            "--output",
+            prefix,
+            *flags,
+        )
+        == 0
+    )
     assert_encoded_where_expected(probed, services)
     assert len(beam.FileSystems.match([beam.shards(str(prefix))])[0].metadata_list) == 3
     keys, vectors = beam.read_encoded(beam.shards(str(prefix)))

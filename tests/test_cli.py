@@ -1,4 +1,5 @@
 """The command line, run in-process on the tiny checkpoint."""
+
 import itertools
 import subprocess
 import sys
@@ -21,9 +22,10 @@ def files(tmp_path):
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("".join(s + "\n" for s in MANY[:50]), encoding="utf-8")
     pairs = tmp_path / "pairs.data"
-    pairs.write_text("".join("%s\t%s\t%d\n" % (a, b, i % 6)
-                             for i, (a, b) in enumerate(zip(MANY[50:65], MANY[65:80], strict=True))),
-                     encoding="utf-8")
+    pairs.write_text(
+        "".join("%s\t%s\t%d\n" % (a, b, i % 6) for i, (a, b) in enumerate(zip(MANY[50:65], MANY[65:80], strict=True))),
+        encoding="utf-8",
+    )
     return tmp_path, str(sentences), str(pairs)
 
 
@@ -43,28 +45,42 @@ def test_fit_then_encode_equals_the_python_api(files, tiny_model, encoders):
     np.testing.assert_allclose(whitening.eigenvalues, expected.eigenvalues, rtol=1e-4, atol=1e-9)
 
     vectors_path = tmp_path / "v.npy"
-    assert run("encode", "--model", model, "--whitening", whitening_path, "--output",
-               vectors_path, sentences) == 0
+    assert run("encode", "--model", model, "--whitening", whitening_path, "--output", vectors_path, sentences) == 0
     vectors = np.load(vectors_path)
     assert vectors.shape == (50, 24) and vectors.dtype == np.float32
     reference = whitening.transform(encode(encoder, MANY[:50]).astype(np.float64))
     np.testing.assert_allclose(vectors, reference, atol=1e-4)
 
-    assert run("encode", "--model", model, "--whitening", whitening_path, "--n-components", 6,
-               "--output", vectors_path, sentences) == 0
-    np.testing.assert_allclose(np.load(vectors_path), whitening.transform(
-        encode(encoder, MANY[:50]).astype(np.float64), 6), atol=1e-4)
+    assert (
+        run(
+            "encode",
+            "--model",
+            model,
+            "--whitening",
+            whitening_path,
+            "--n-components",
+            6,
+            "--output",
+            vectors_path,
+            sentences,
+        )
+        == 0
+    )
+    np.testing.assert_allclose(
+        np.load(vectors_path), whitening.transform(encode(encoder, MANY[:50]).astype(np.float64), 6), atol=1e-4
+    )
 
 
 def test_encode_without_whitening_writes_normalised_pooled_vectors(files, tiny_model, encoders):
     tmp_path, sentences, _ = files
     output = tmp_path / "v.npy"
-    assert run("encode", "--model", tiny_model[0], "--pooling", "cls", "--output", output,
-               sentences) == 0
+    assert run("encode", "--model", tiny_model[0], "--pooling", "cls", "--output", output, sentences) == 0
     expected = encode(with_whitening(encoders["cls"]), MANY[:50])
     np.testing.assert_allclose(np.load(output), expected, atol=1e-6)
-    assert run("encode", "--model", tiny_model[0], "--pooling", "cls", "--no-normalize",
-               "--output", output, sentences) == 0
+    assert (
+        run("encode", "--model", tiny_model[0], "--pooling", "cls", "--no-normalize", "--output", output, sentences)
+        == 0
+    )
     np.testing.assert_allclose(np.load(output), encode(encoders["cls"], MANY[:50]), atol=1e-6)
 
 
@@ -80,8 +96,22 @@ def test_rank_deficient_fit_keeps_the_supported_dimensions_and_refuses_more(file
     assert run("encode", "--model", tiny_model[0], "--whitening", output, "--output", vectors, few) == 0
     assert np.load(vectors).shape == (12, 11)
     assert "keeps the 11 dimensions the covariance supports, not all 24" in caplog.text
-    assert run("encode", "--model", tiny_model[0], "--whitening", output, "--n-components", -1,
-               "--allow-rank-deficient", "--output", vectors, few) == 0
+    assert (
+        run(
+            "encode",
+            "--model",
+            tiny_model[0],
+            "--whitening",
+            output,
+            "--n-components",
+            -1,
+            "--allow-rank-deficient",
+            "--output",
+            vectors,
+            few,
+        )
+        == 0
+    )
     assert np.load(vectors).shape == (12, 24) and np.isfinite(np.load(vectors)).all()
 
 
@@ -99,8 +129,10 @@ def test_bad_inputs_fail_cleanly_without_output(files, tiny_model, tmp_path, cap
     broken.write_text("a\tb\t1\nno label here\tx\n", encoding="utf-8")
     assert run("fit", "--model", model, "--output", tmp_path / "w.npz", broken) == 1
     assert "broken.data:2: expected" in caplog.text
-    assert run("fit", "--model", model, "--output", tmp_path / "w.npz", "--skip-bad-lines",
-               "--n-components", 1, broken) == 0
+    assert (
+        run("fit", "--model", model, "--output", tmp_path / "w.npz", "--skip-bad-lines", "--n-components", 1, broken)
+        == 0
+    )
     assert "skipped 1 malformed lines" in caplog.text
 
     assert run("encode", "--model", str(tmp_path / "missing"), "--output", output, sentences) == 1
@@ -136,23 +168,42 @@ def test_a_failure_midway_leaves_no_partial_output(files, tiny_model, monkeypatc
 
 
 def test_help_lists_every_option_with_its_default_without_importing_tensorflow():
-    code = ("import sys; from bert_whitening.cli import build_parser; "
-            "[build_parser().parse_args([c, '--help']) for c in ('fit',)] ")
+    code = (
+        "import sys; from bert_whitening.cli import build_parser; "
+        "[build_parser().parse_args([c, '--help']) for c in ('fit',)] "
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     text = " ".join(result.stdout.split())
     assert "--maxlen MAXLEN" in text and "(default: 64)" in text
     assert "(default: first-last-avg)" in text and "(default: -1)" in text
-    check = subprocess.run([sys.executable, "-c", "import sys, bert_whitening.cli; "
-                            "print('tensorflow' in sys.modules)"], capture_output=True, text=True)
+    check = subprocess.run(
+        [sys.executable, "-c", "import sys, bert_whitening.cli; print('tensorflow' in sys.modules)"],
+        capture_output=True,
+        text=True,
+    )
     assert check.stdout.strip() == "False"
 
 
 def test_console_script_runs(files, tiny_model):
     tmp_path, sentences, _ = files
     output = tmp_path / "v.npy"
-    result = subprocess.run([sys.executable, "-m", "bert_whitening", "encode", "--model",
-                             tiny_model[0], "--pooling", "last-avg", "--output", str(output),
-                             sentences], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bert_whitening",
+            "encode",
+            "--model",
+            tiny_model[0],
+            "--pooling",
+            "last-avg",
+            "--output",
+            str(output),
+            sentences,
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert np.load(output).shape == (50, 24)
     assert "oneDNN" not in result.stderr and "cuda" not in result.stderr.lower()

@@ -1,5 +1,6 @@
 """One encoder record: what the whitening file, the index and the export say made their vectors,
 written and compared by `EncoderConfig`, and readable by the previous version."""
+
 import dataclasses
 import json
 
@@ -19,22 +20,30 @@ def whitening():
 def test_a_record_round_trips_and_compares_equal(tiny_model, whitening, tmp_path):
     path = tmp_path / "w.npz"
     whitening.save(str(path))
-    config = EncoderConfig(tiny_model[0], whitening=whitening, n_components=8, normalize=True,
-                           whitening_path=str(path), maxlen=32)
+    config = EncoderConfig(
+        tiny_model[0], whitening=whitening, n_components=8, normalize=True, whitening_path=str(path), maxlen=32
+    )
     record = json.loads(json.dumps(config.to_config()))
     again = EncoderConfig.from_config(record, whitening)
     assert again.to_config() == config.to_config() and config.differences(record) == []
     assert (again.maxlen, again.n_components, again.whitening_path) == (32, 8, str(path))
 
 
-@pytest.mark.parametrize("change, field", [
-    (dict(maxlen=16), "maxlen"), (dict(lowercase=False), "lowercase"), (dict(pooling="cls"), "pooling"),
-    (dict(n_components=4), "n_components"), (dict(normalize=False), "normalize"),
-    (dict(whitening=None, n_components=None), "whitening"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (dict(maxlen=16), "maxlen"),
+        (dict(lowercase=False), "lowercase"),
+        (dict(pooling="cls"), "pooling"),
+        (dict(n_components=4), "n_components"),
+        (dict(normalize=False), "normalize"),
+        (dict(whitening=None, n_components=None), "whitening"),
+    ],
+)
 def test_every_field_that_changes_the_vectors_is_compared(tiny_model, whitening, change, field):
-    config = EncoderConfig(tiny_model[0], whitening=dataclasses.replace(whitening, pooling=""),
-                           n_components=8, normalize=True)
+    config = EncoderConfig(
+        tiny_model[0], whitening=dataclasses.replace(whitening, pooling=""), n_components=8, normalize=True
+    )
     other = dataclasses.replace(config, **change)
     found = config.differences(other.to_config())
     assert [line.split(":")[0] for line in found][:1] == [field]
@@ -51,11 +60,22 @@ def test_another_whitening_of_the_same_shape_differs(tiny_model, whitening):
 
 #: What the previous version (0.1.0) wrote in index.json and read back in ``search`` and
 #: ``export --corpus``: key paths and the types of their values.
-PREVIOUS_INDEX_KEYS = {("model", "name"): str, ("model", "type"): str, ("model", "hidden_size"): int,
-                       ("model", "vocab_sha256"): str, ("model_dir",): str, ("pooling",): str,
-                       ("maxlen",): int, ("lowercase",): bool, ("whitening", "path"): str,
-                       ("whitening", "sha256"): str, ("n_components",): int,
-                       ("allow_rank_deficient",): bool, ("count",): int, ("dim",): int}
+PREVIOUS_INDEX_KEYS = {
+    ("model", "name"): str,
+    ("model", "type"): str,
+    ("model", "hidden_size"): int,
+    ("model", "vocab_sha256"): str,
+    ("model_dir",): str,
+    ("pooling",): str,
+    ("maxlen",): int,
+    ("lowercase",): bool,
+    ("whitening", "path"): str,
+    ("whitening", "sha256"): str,
+    ("n_components",): int,
+    ("allow_rank_deficient",): bool,
+    ("count",): int,
+    ("dim",): int,
+}
 
 
 def test_an_index_record_keeps_every_key_the_previous_version_reads(tiny_model, tmp_path):
@@ -82,19 +102,24 @@ def test_a_record_of_the_previous_version_is_read(tiny_model, whitening, tmp_pat
     path = tmp_path / "w.npz"
     whitening.save(str(path))
     current = EncoderConfig(tiny_model[0], whitening=whitening, normalize=True, whitening_path=str(path)).to_config()
-    previous = {key: current[key] for key in ("model", "model_dir", "pooling", "maxlen", "lowercase",
-                                              "n_components", "allow_rank_deficient")}
+    previous = {
+        key: current[key]
+        for key in ("model", "model_dir", "pooling", "maxlen", "lowercase", "n_components", "allow_rank_deficient")
+    }
     previous["whitening"] = {"path": current["whitening"]["path"], "sha256": current["whitening"]["sha256"]}
     config = EncoderConfig.from_config(previous, whitening)
     assert config.normalize and config.differences(previous) == []
     assert EncoderConfig(tiny_model[0], whitening=whitening, normalize=True).differences(previous) != []
 
 
-@pytest.mark.parametrize("edit, fragment", [
-    (lambda r: r.pop("pooling"), "has no 'pooling'"),
-    (lambda r: r.update(maxlen="64"), "'maxlen' is '64'"),
-    (lambda r: r["model"].pop("vocab_sha256"), "has no 'vocab_sha256'"),
-])
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (lambda r: r.pop("pooling"), "has no 'pooling'"),
+        (lambda r: r.update(maxlen="64"), "'maxlen' is '64'"),
+        (lambda r: r["model"].pop("vocab_sha256"), "has no 'vocab_sha256'"),
+    ],
+)
 def test_a_damaged_record_is_one_line(tiny_model, edit, fragment):
     record = EncoderConfig(tiny_model[0]).to_config()
     edit(record)

@@ -65,7 +65,7 @@ def test_a_truncated_gzip_names_the_file_and_the_last_line_read(tmp_path):
 
     whole = gzip.compress("".join("sentence %d\n" % i for i in range(2000)).encode())
     path = tmp_path / "cut.txt.gz"
-    path.write_bytes(whole[:len(whole) // 2])
+    path.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(DataError, match=r"cut.txt.gz: truncated or corrupt compressed data after line \d+"):
         list(read_sentences(str(path), "lines"))
 
@@ -79,8 +79,11 @@ def test_auto_detection_looks_past_a_header_and_names_the_line_that_disagrees(tm
     assert "read as senteval_cn pairs (10 of the first 11" in caplog.text
     assert list(read_sentences(header, skip_bad_lines=True))[:4] == ["s0", "t0", "s1", "t1"]
     mostly_lines = write(tmp_path, "mixed.txt", "one\ntwo\nthree\na\tb\t1\nfour\n")
-    with pytest.raises(DataError, match=r"mixed.txt:4: a sentence1<TAB>sentence2<TAB>label line "
-                                        r"in a file whose other lines are sentences"):
+    with pytest.raises(
+        DataError,
+        match=r"mixed.txt:4: a sentence1<TAB>sentence2<TAB>label line "
+        r"in a file whose other lines are sentences",
+    ):
         list(read_sentences(mostly_lines))
     assert len(list(read_sentences(mostly_lines, "lines"))) == 5  # said explicitly: no check
 
@@ -88,10 +91,12 @@ def test_auto_detection_looks_past_a_header_and_names_the_line_that_disagrees(tm
 def test_a_pair_line_after_the_lines_auto_looks_at_is_an_error(tmp_path):
     from bert_whitening.data import DETECT_LINES
 
-    path = write(tmp_path, "late.txt", "".join("line %d\n" % i for i in range(DETECT_LINES + 5))
-                 + "x\ty\t3\n")
-    with pytest.raises(DataError, match=r"late.txt:%d: a sentence1<TAB>sentence2<TAB>label line "
-                                        r"in a file read as sentences" % (DETECT_LINES + 6)):
+    path = write(tmp_path, "late.txt", "".join("line %d\n" % i for i in range(DETECT_LINES + 5)) + "x\ty\t3\n")
+    with pytest.raises(
+        DataError,
+        match=r"late.txt:%d: a sentence1<TAB>sentence2<TAB>label line "
+        r"in a file read as sentences" % (DETECT_LINES + 6),
+    ):
         list(read_sentences(path))
 
 
@@ -158,8 +163,7 @@ def test_english_sts_malformed_line_is_named(tmp_path):
 
     folder = tmp_path / "STS-B-en"
     folder.mkdir()
-    (folder / "sts-test.csv").write_text("g\tf\t2012\t0001\t4.0\ta\tb\ng\tf\t2012\t0002\tx\ta\tb\n",
-                                        encoding="utf-8")
+    (folder / "sts-test.csv").write_text("g\tf\t2012\t0001\t4.0\ta\tb\ng\tf\t2012\t0002\tx\ta\tb\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"sts-test.csv:2: malformed line"):
         load_task("STS-B-en", str(tmp_path))
     assert load_task("STS-B-en", str(tmp_path), skip_bad_lines=True)["test"] == [("a", "b", 4.0)]
@@ -171,19 +175,32 @@ def message(error_type, action):
     return str(info.value)
 
 
-STS_ROWS = [("train", "main-captions", "MSRvid", "2012test", "0001", "5.000", "A man is playing a flute.",
-             'A man plays the "flute".'),
-            ("dev", "main-forums", "answers", "2015", "0002", "0.25", "trailing space ", "b"),
-            ("test", "main-news", "headlines", "2016", "0003", "3.8", "X", "ends in X")]
-STS_EXPECTED = {"train": [("A man is playing a flute.", 'A man plays the "flute".', 5.0)],
-                "valid": [("trailing space ", "b", 0.25)], "test": [("X", "ends in X", 3.8)]}
+STS_ROWS = [
+    (
+        "train",
+        "main-captions",
+        "MSRvid",
+        "2012test",
+        "0001",
+        "5.000",
+        "A man is playing a flute.",
+        'A man plays the "flute".',
+    ),
+    ("dev", "main-forums", "answers", "2015", "0002", "0.25", "trailing space ", "b"),
+    ("test", "main-news", "headlines", "2016", "0003", "3.8", "X", "ends in X"),
+]
+STS_EXPECTED = {
+    "train": [("A man is playing a flute.", 'A man plays the "flute".', 5.0)],
+    "valid": [("trailing space ", "b", 0.25)],
+    "test": [("X", "ends in X", 3.8)],
+}
 
 
 def write_packed_sts(directory, rows, header=True):
     import gzip
 
     directory.mkdir(parents=True, exist_ok=True)
-    lines = (["split\tgenre\tdataset\tyear\tsid\tscore\tsentence1\tsentence2"] if header else [])
+    lines = ["split\tgenre\tdataset\tyear\tsid\tscore\tsentence1\tsentence2"] if header else []
     lines += ["\t".join(row) for row in rows]
     with gzip.open(directory / "stsbenchmark.tsv.gz", "wb") as stream:
         stream.write("".join(line + "\r\n" for line in lines).encode("utf-8"))
@@ -195,16 +212,19 @@ def test_english_sts_packed_layout_beside_senteval_cn(tmp_path, caplog):
     senteval = tmp_path / "senteval_cn"
     senteval.mkdir()
     assert message(DataError, lambda: load_task("STS-B-en", str(senteval))) == (
-        "STS-B-en: no English STS benchmark under %s/STS-B-en or %s/../stsbenchmark" % (senteval, senteval))
+        "STS-B-en: no English STS benchmark under %s/STS-B-en or %s/../stsbenchmark" % (senteval, senteval)
+    )
     write_packed_sts(tmp_path / "stsbenchmark", STS_ROWS)
     assert load_task("STS-B-en", str(senteval)) == STS_EXPECTED
     broken = tmp_path / "broken" / "STS-B-en"
-    write_packed_sts(broken, STS_ROWS + [("other",) + STS_ROWS[0][1:], ("split",) + STS_ROWS[0][1:],
-                                         ("", "dev") + STS_ROWS[0][2:]])  # no split: not "dev"
+    write_packed_sts(
+        broken, STS_ROWS + [("other",) + STS_ROWS[0][1:], ("split",) + STS_ROWS[0][1:], ("", "dev") + STS_ROWS[0][2:]]
+    )  # no split: not "dev"
     path = str(broken / "stsbenchmark.tsv.gz")
     assert message(DataError, lambda: load_task("STS-B-en", str(broken.parent))) == (
         "%s:5: malformed line: expected split<TAB>genre<TAB>dataset<TAB>year<TAB>sid<TAB>score<TAB>"
-        "s1<TAB>s2, got %r" % (path, "\t".join(("other",) + STS_ROWS[0][1:])))
+        "s1<TAB>s2, got %r" % (path, "\t".join(("other",) + STS_ROWS[0][1:]))
+    )
     with caplog.at_level(logging.WARNING):
         assert load_task("STS-B-en", str(broken.parent), skip_bad_lines=True) == STS_EXPECTED
     assert caplog.messages == ["%s: skipped 3 malformed lines" % path]
@@ -222,7 +242,8 @@ def test_english_sts_csv_layout_reads_the_same(tmp_path):
     (folder / "sts-dev.csv").write_text("g\tf\t2012\t1\tnone\ta\tb\n", encoding="utf-8")
     assert message(DataError, lambda: load_task("STS-B-en", str(tmp_path))) == (
         "%s:1: malformed line: expected genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>s1<TAB>s2, got %r"
-        % (folder / "sts-dev.csv", "g\tf\t2012\t1\tnone\ta\tb"))
+        % (folder / "sts-dev.csv", "g\tf\t2012\t1\tnone\ta\tb")
+    )
 
 
 def test_gzip_files_custom_openers_and_line_ends(tmp_path):
@@ -239,24 +260,31 @@ def test_gzip_files_custom_openers_and_line_ends(tmp_path):
     assert list(read_sentences("mem://s", opener=opener)) == expected
     assert list(read_sentences("mem://p", "pairs", True, opener)) == ["a b", "c d", "e", "f"]
     assert list(read_pairs("mem://p", True, opener)) == [("a b", "c d", 1.0), ("e", "f", 0.5)]
-    assert message(DataError, lambda: list(read_sentences("mem://p", opener=opener))) == \
-        "mem://p:2: expected sentence1<TAB>sentence2<TAB>label with a finite numeric label, got 'bad'"
+    assert (
+        message(DataError, lambda: list(read_sentences("mem://p", opener=opener)))
+        == "mem://p:2: expected sentence1<TAB>sentence2<TAB>label with a finite numeric label, got 'bad'"
+    )
 
 
 def test_data_error_messages_in_full(tmp_path):
     long_line = "x" * 300
     path = write(tmp_path, "long.data", "a\tb\t1\n%s\n" % long_line)
-    assert message(DataError, lambda: list(read_pairs(path))) == \
-        "%s:2: expected sentence1<TAB>sentence2<TAB>label with a finite numeric label, got %r" % (path, "x" * 200)
+    assert message(
+        DataError, lambda: list(read_pairs(path))
+    ) == "%s:2: expected sentence1<TAB>sentence2<TAB>label with a finite numeric label, got %r" % (path, "x" * 200)
     empty = write(tmp_path, "empty.txt", "\n\n")
     assert list(read_sentences(empty)) == ["", ""]
     missing = str(tmp_path / "missing.txt")
     assert message(DataError, lambda: list(read_sentences(missing, "lines"))) == "%s: no such file" % missing
     latin = write(tmp_path, "latin.txt", "café\n", "latin-1")
-    assert message(DataError, lambda: list(read_sentences(latin, "lines"))) == \
-        "%s:1: not UTF-8 text (byte 0xe9 at byte 3 of the line)" % latin
-    assert message(DataError, lambda: list(read_sentences(str(tmp_path), "lines"))) == \
-        "%s: is a directory, not a file" % tmp_path
+    assert (
+        message(DataError, lambda: list(read_sentences(latin, "lines")))
+        == "%s:1: not UTF-8 text (byte 0xe9 at byte 3 of the line)" % latin
+    )
+    assert (
+        message(DataError, lambda: list(read_sentences(str(tmp_path), "lines")))
+        == "%s: is a directory, not a file" % tmp_path
+    )
 
 
 def test_senteval_task_skips_bad_lines_and_names_what_is_missing(tmp_path, caplog):
@@ -269,8 +297,9 @@ def test_senteval_task_skips_bad_lines_and_names_what_is_missing(tmp_path, caplo
     assert caplog.messages[-1] == "PAWSX: no train/valid split; evaluating test"
     with pytest.raises(DataError, match="PAWSX.test.data:2: expected"):
         load_task("PAWSX", str(tmp_path))
-    assert message(DataError, lambda: load_task("BQ", str(tmp_path))) == \
-        "BQ: no BQ.{train,valid,test}.data under %s" % (tmp_path / "BQ")
+    assert message(
+        DataError, lambda: load_task("BQ", str(tmp_path))
+    ) == "BQ: no BQ.{train,valid,test}.data under %s" % (tmp_path / "BQ")
 
 
 def test_utf16_without_a_byte_order_mark_is_refused_not_read_as_extra_rows(tmp_path):

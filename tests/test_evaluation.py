@@ -1,4 +1,5 @@
 """Evaluation against the original eval.py procedure (tests/reference.py `original_eval`)."""
+
 import json
 import os
 import shutil
@@ -61,8 +62,9 @@ def package_eval(encoder, splits, k):
 @pytest.mark.parametrize("pooling", POOLINGS)
 def test_tiny_model_equals_the_original_procedure(encoders, tiny_model, sample_task, pooling):
     files = find_model(tiny_model[0])
-    bert = build_transformer_model(None, files.weights, with_pool="linear" if pooling == "pooler"
-                                   else False, **files.config)
+    bert = build_transformer_model(
+        None, files.weights, with_pool="linear" if pooling == "pooler" else False, **files.config
+    )
     tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
     splits = load_task("SAMPLE", sample_task)
     ours_by_k = {k: package_eval(encoders[pooling], splits, k) for k in (0, -1, 16)}
@@ -90,16 +92,30 @@ def test_eval_command_writes_table_json_and_plot(tiny_model, sample_task, tmp_pa
     out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
     held_out = tmp_path / "corpus.txt"
     held_out.write_text("".join(a + "\n" + b + "\n" for a, b, _ in synthetic_pairs(210)), encoding="utf-8")
-    argv = ["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir", sample_task,
-            "--n-components", "0,-1,8", "--beta", "1,0.5", "--json", str(out_json), "--plot", str(out_png)]
+    argv = [
+        "eval",
+        "--model",
+        tiny_model[0],
+        "--task",
+        "SAMPLE",
+        "--data-dir",
+        sample_task,
+        "--n-components",
+        "0,-1,8",
+        "--beta",
+        "1,0.5",
+        "--json",
+        str(out_json),
+        "--plot",
+        str(out_png),
+    ]
     assert cli.main(argv) == 0
     table = capsys.readouterr().out
     assert "SAMPLE     test        60" in table and "w-avg" in table and "k=8 b=0.5 g=1" in table
     report = json.loads(out_json.read_text())
     task = report["tasks"]["SAMPLE"]
     assert task["counts"] == {"train": 90, "valid": 60, "test": 60} and task["fitted_on_vectors"] == 420
-    assert [r["setting"] for r in task["results"]] == ["raw", "k=all", "k=all b=0.5 g=1", "k=8",
-                                                       "k=8 b=0.5 g=1"]
+    assert [r["setting"] for r in task["results"]] == ["raw", "k=all", "k=all b=0.5 g=1", "k=8", "k=8 b=0.5 g=1"]
     assert report["model"]["name"] == "tiny_bert" and report["seconds"] > 0
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -108,8 +124,9 @@ def test_eval_command_writes_table_json_and_plot(tiny_model, sample_task, tmp_pa
     assert cli.main(argv[:-4] + ["--fit-on", str(held_out), "--json", str(out_json)]) == 0
     from_file = json.loads(out_json.read_text())["tasks"]["SAMPLE"]
     assert from_file["fitted_on_vectors"] == 420
-    np.testing.assert_allclose(from_file["results"][1]["splits"]["test"],
-                               task["results"][1]["splits"]["test"], atol=1e-6)  # same sentences
+    np.testing.assert_allclose(
+        from_file["results"][1]["splits"]["test"], task["results"][1]["splits"]["test"], atol=1e-6
+    )  # same sentences
 
 
 def test_fit_on_train_without_a_train_split_is_an_error(tiny_model, sample_task, tmp_path, caplog):
@@ -130,19 +147,47 @@ def test_original_command_line_prints_the_original_lines(tiny_model, sample_task
     shutil.copytree(os.path.join(sample_task, "SAMPLE"), task_dir / "STS-B")
     for split in ("train", "valid", "test"):
         os.rename(task_dir / "STS-B" / ("SAMPLE.%s.data" % split), task_dir / "STS-B" / ("STS-B.%s.data" % split))
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "eval", "eval.py"), "BERT",
-                             "first-last-avg", "STS-B", "-1", "--model-root", str(root),
-                             "--data-dir", str(task_dir)], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "eval", "eval.py"),
+            "BERT",
+            "first-last-avg",
+            "STS-B",
+            "-1",
+            "--model-root",
+            str(root),
+            "--data-dir",
+            str(task_dir),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
-    assert [line.split(": ")[0] for line in lines] == ["STS-B-train", "STS-B-valid", "STS-B-test",
-                                                       "avg", "w-avg"]
+    assert [line.split(": ")[0] for line in lines] == ["STS-B-train", "STS-B-valid", "STS-B-test", "avg", "w-avg"]
     values = [float(line.split(": ")[1]) for line in lines]
     assert abs(values[3] - np.mean(values[:3])) < 1e-12
     assert abs(values[4] - np.average(values[:3], weights=[90, 60, 60])) < 1e-12
     out = tmp_path / "modern.json"
-    assert cli.main(["eval", "--model", tiny_model[0], "--task", "STS-B", "--data-dir",
-                     str(task_dir), "--n-components", "-1", "--json", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "eval",
+                "--model",
+                tiny_model[0],
+                "--task",
+                "STS-B",
+                "--data-dir",
+                str(task_dir),
+                "--n-components",
+                "-1",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     modern = json.loads(out.read_text())["tasks"]["STS-B"]["results"][0]
     expected = list(modern["splits"].values()) + [modern["avg"], modern["w-avg"]]
     np.testing.assert_allclose(values, expected, atol=1e-6)  # the two commands agree
@@ -151,12 +196,36 @@ def test_original_command_line_prints_the_original_lines(tiny_model, sample_task
 def test_eval_beta_0_gamma_0_reproduces_kexue_9079(tiny_model, encoders, sample_task, tmp_path):
     """9079's setting without centring: Sigma is the raw second moment, not the covariance."""
     out = tmp_path / "r.json"
-    assert cli.main(["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir", sample_task,
-                     "--n-components", "8", "--beta", "0", "--gamma", "0", "--json", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "eval",
+                "--model",
+                tiny_model[0],
+                "--task",
+                "SAMPLE",
+                "--data-dir",
+                sample_task,
+                "--n-components",
+                "8",
+                "--beta",
+                "0",
+                "--gamma",
+                "0",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     (result,) = json.loads(out.read_text())["tasks"]["SAMPLE"]["results"]
     splits = load_task("SAMPLE", sample_task)
-    vectors = {split: [encode(encoders["first-last-avg"], [pair[side] for pair in pairs]).astype(np.float64)
-                       for side in (0, 1)] for split, pairs in splits.items()}
+    vectors = {
+        split: [
+            encode(encoders["first-last-avg"], [pair[side] for pair in pairs]).astype(np.float64) for side in (0, 1)
+        ]
+        for split, pairs in splits.items()
+    }
     shift, kernel, _ = su_9079_kernel(np.concatenate(sum(vectors.values(), [])), 0.0, 0.0)
     for split, (first, second) in vectors.items():
         first, second = ((v - shift) @ kernel[:, :8] for v in (first, second))
@@ -168,9 +237,14 @@ def test_eval_beta_0_gamma_0_reproduces_kexue_9079(tiny_model, encoders, sample_
 def test_setting_labels_and_their_combinations():
     from bert_whitening.evaluation import Setting
 
-    assert [Setting(*args).label for args in [(0,), (0, 0.5, 0.5), (-1,), (-3, 1.0, 0.25), (8,),
-                                              (8, 0.5, 1.0)]] == [
-        "raw", "raw", "k=all", "k=all b=1 g=0.25", "k=8", "k=8 b=0.5 g=1"]
+    assert [Setting(*args).label for args in [(0,), (0, 0.5, 0.5), (-1,), (-3, 1.0, 0.25), (8,), (8, 0.5, 1.0)]] == [
+        "raw",
+        "raw",
+        "k=all",
+        "k=all b=1 g=0.25",
+        "k=8",
+        "k=8 b=0.5 g=1",
+    ]
     assert [s.label for s in settings([0, 0, -1], [1.0], [1.0, 0.0])] == ["raw", "k=all", "k=all b=1 g=0"]
     assert settings([4]) == [Setting(4, 1.0, 1.0)]
 
@@ -192,8 +266,11 @@ def test_encode_splits_encodes_every_sentence_once_in_pair_order():
         calls.append(list(sentences))
         return [[len(s), ord(s[0])] for s in sentences]
 
-    splits = {"train": [("ab", "c", 1.0), ("def", "gh", 0.0)], "valid": [("no", "p", 2.0)],
-              "test": [("ijkl", "m", 5.0)]}
+    splits = {
+        "train": [("ab", "c", 1.0), ("def", "gh", 0.0)],
+        "valid": [("no", "p", 2.0)],
+        "test": [("ijkl", "m", 5.0)],
+    }
     encoded = encode_splits(encode_lengths, splits)
     assert calls == [["ab", "c", "def", "gh", "no", "p", "ijkl", "m"]]
     assert list(encoded) == ["train", "valid", "test"]
@@ -253,11 +330,12 @@ def test_files_are_fitted_as_one_stream_in_chunks_with_one_truncation_count(tmp_
     encoder = SimpleNamespace(tokenizer=tokenizer, maxlen=6)  # "ggggg" is cut to 4 tokens
     files = [str(tmp_path / "s.txt"), str(tmp_path / "p.data")]
     with caplog.at_level(logging.INFO):
-        stats = fit_statistics({}, files, functools.partial(
-            encoding.statistics_from_files, encoder, skip_bad_lines=True))
+        stats = fit_statistics(
+            {}, files, functools.partial(encoding.statistics_from_files, encoder, skip_bad_lines=True)
+        )
     assert chunks == [[1, 2], [3, 4], [1, 2], [4]]  # one stream across both files
     lengths = np.array([1, 2, 3, 4, 1, 2, 4], dtype=float)
-    np.testing.assert_allclose(stats.covariance, np.cov(np.stack([lengths, lengths ** 2])), rtol=1e-12)
+    np.testing.assert_allclose(stats.covariance, np.cov(np.stack([lengths, lengths**2])), rtol=1e-12)
     assert caplog.text.count("were longer than maxlen") == 1
     assert "1 of 7 sentences were longer than maxlen 6 tokens" in caplog.text
     with pytest.raises(ValueError, match=r"p.data:2: expected sentence1<TAB>sentence2"):
@@ -291,8 +369,9 @@ def test_evaluate_equals_plain_numpy_9079_for_every_setting():
     assert only_raw[1] is None and only_raw[0][0]["splits"] == results[0]["splits"]
     other = evaluate(encoded, fit_statistics(encoded), [Setting(2, 0.0, 0.0)])[1]
     assert (other.beta, other.gamma) == (0.0, 0.0)
-    later = evaluate(encoded, fit_statistics(encoded), [Setting(2, 0.0, 0.0), Setting(2, 1.0, 0.5),
-                                                        Setting(2, 0.5, 1.0), Setting(2)])[1]
+    later = evaluate(
+        encoded, fit_statistics(encoded), [Setting(2, 0.0, 0.0), Setting(2, 1.0, 0.5), Setting(2, 0.5, 1.0), Setting(2)]
+    )[1]
     assert (later.beta, later.gamma) == (1.0, 1.0)
 
 
@@ -328,8 +407,23 @@ def test_eval_scores_flows_beside_whitenings_on_one_encoding(tiny_model, sample_
     import json
 
     out_json = tmp_path / "r.json"
-    argv = ["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir", sample_task,
-            "--n-components", "0,-1", "--method", "whitening,flow", "--flow-seeds", "0,1", "--json", out_json]
+    argv = [
+        "eval",
+        "--model",
+        tiny_model[0],
+        "--task",
+        "SAMPLE",
+        "--data-dir",
+        sample_task,
+        "--n-components",
+        "0,-1",
+        "--method",
+        "whitening,flow",
+        "--flow-seeds",
+        "0,1",
+        "--json",
+        out_json,
+    ]
     assert cli.main([str(a) for a in argv]) == 0
     results = json.loads(out_json.read_text())["tasks"]["SAMPLE"]["results"]
     assert [(r.get("method"), r.get("seed")) for r in results][1:] == [("whitening", None), ("flow", 0), ("flow", 1)]

@@ -1,4 +1,5 @@
 """SavedModel export: signatures, versions, atomicity, verification, saved_model_cli."""
+
 import json
 import os
 import stat
@@ -90,15 +91,17 @@ def test_cli_refuses_a_mismatched_whitening_before_writing(tiny_model, tmp_path,
     other = str(tmp_path / "other.npz")
     fit_whitening(WhiteningStats().update(rng.normal(size=(50, 16))), pooling="cls").save(other)
     base = tmp_path / "served"
-    assert cli.main(["export", "--model", tiny_model[0], "--whitening", other, "--output",
-                     str(base)]) == 1
+    assert cli.main(["export", "--model", tiny_model[0], "--whitening", other, "--output", str(base)]) == 1
     assert "dimension 16 but the model's hidden size is 24" in caplog.text
     assert not base.exists() and sorted(os.listdir(tmp_path)) == ["other.npz"]
 
 
 def saved_model_cli(*args, wrapper=False):
-    command = ([sys.executable, "-m", "bert_whitening.saved_model_cli"] if wrapper else
-               [os.path.join(os.path.dirname(sys.executable), "saved_model_cli")])
+    command = (
+        [sys.executable, "-m", "bert_whitening.saved_model_cli"]
+        if wrapper
+        else [os.path.join(os.path.dirname(sys.executable), "saved_model_cli")]
+    )
     return subprocess.run(command + list(args), capture_output=True, text=True)
 
 
@@ -106,12 +109,12 @@ def test_saved_model_cli_shows_both_signatures(exported):
     shown = saved_model_cli("show", "--all", "--dir", exported[1])
     assert shown.returncode == 0, shown.stderr
     text = shown.stdout
-    default = text[text.index("signature_def['serving_default']"):]
+    default = text[text.index("signature_def['serving_default']") :]
     for name in ("input_ids", "segment_ids"):
-        block = default[default.index("inputs['%s']" % name):]
+        block = default[default.index("inputs['%s']" % name) :]
         assert block.index("dtype: DT_INT32") < block.index("shape: (-1, -1)") < 120
     assert "outputs['embedding']" in default and "shape: (-1, 16)" in default
-    served_text = text[text.index("signature_def['serve_text']"):text.index("signature_def['serving_default']")]
+    served_text = text[text.index("signature_def['serve_text']") : text.index("signature_def['serving_default']")]
     assert "inputs['text']" in served_text and "dtype: DT_STRING" in served_text
     assert "shape: (-1)" in served_text and "shape: (-1, 16)" in served_text
 
@@ -126,9 +129,20 @@ def test_saved_model_cli_runs_serving_default(whitened, exported, tmp_path):
     expected = encode(whitened, SENTENCES[:3])
     for directory, wrapper in ((ids_only, False), (exported[1], True)):
         out = tmp_path / ("out_%s" % wrapper)
-        run = saved_model_cli("run", "--dir", directory, "--tag_set", "serve", "--signature_def",
-                              "serving_default", "--inputs", inputs, "--outdir", str(out),
-                              wrapper=wrapper)
+        run = saved_model_cli(
+            "run",
+            "--dir",
+            directory,
+            "--tag_set",
+            "serve",
+            "--signature_def",
+            "serving_default",
+            "--inputs",
+            inputs,
+            "--outdir",
+            str(out),
+            wrapper=wrapper,
+        )
         assert run.returncode == 0, run.stderr[-2000:]
         np.testing.assert_allclose(np.load(out / "embedding.npy"), expected, atol=1e-5)
 
@@ -140,8 +154,7 @@ def test_cli_export_records_the_whitening_file(tiny_model, tmp_path):
     whitening = str(tmp_path / "w.npz")
     fit_whitening(WhiteningStats().update(rng.normal(size=(60, 24))), pooling="cls").save(whitening)
     base = tmp_path / "served"
-    argv = ["export", "--model", tiny_model[0], "--whitening", whitening, "--n-components", "8",
-            "--output", str(base)]
+    argv = ["export", "--model", tiny_model[0], "--whitening", whitening, "--n-components", "8", "--output", str(base)]
     assert cli.main(argv) == 0 and cli.main(argv) == 0  # pooling taken from the whitening file
     assert sorted(os.listdir(base)) == ["1", "2"]
     with open(base / "2" / "assets" / "bert_whitening.json", encoding="utf-8") as stream:

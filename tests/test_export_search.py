@@ -1,4 +1,5 @@
 """export --corpus: the serve_search signature against FAISS and numpy, and its verification."""
+
 import json
 import os
 
@@ -58,7 +59,8 @@ def test_serve_search_without_text_takes_token_ids(whitened, corpus, tmp_path):
     path, _ = export_saved_model(whitened, str(tmp_path / "ids"), corpus=corpus[:5], top_k=10)
     ids = pad_ids(tokenize(whitened, SENTENCES[:3])[0])
     served = tf.saved_model.load(path).signatures["serve_search"](
-        input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids))
+        input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids)
+    )
     assert served["ids"].shape == (3, 5)  # top_k is capped at the corpus size, and says so
     with open(os.path.join(path, "assets", "bert_whitening.json"), encoding="utf-8") as stream:
         assert json.load(stream)["corpus"]["top_k"] == 5
@@ -99,23 +101,53 @@ def test_cli_export_corpus_from_an_index(tiny_model, tmp_path, caplog):
     sentences.write_text("".join(s + "\n" for s in MANY[:40]), encoding="utf-8")
     whitening, index = tmp_path / "w.npz", tmp_path / "index"
     assert run("fit", "--model", model, "--output", whitening, sentences) == 0
-    assert run("index", "--model", model, "--whitening", whitening, "--n-components", 8,
-               "--output", index, sentences) == 0
-    assert run("export", "--model", model, "--whitening", whitening, "--n-components", 16,
-               "--corpus", index, "--output", tmp_path / "served") == 1
+    assert (
+        run("index", "--model", model, "--whitening", whitening, "--n-components", 8, "--output", index, sentences) == 0
+    )
+    assert (
+        run(
+            "export",
+            "--model",
+            model,
+            "--whitening",
+            whitening,
+            "--n-components",
+            16,
+            "--corpus",
+            index,
+            "--output",
+            tmp_path / "served",
+        )
+        == 1
+    )
     assert "n_components: 16 vs 8" in caplog.text and "refused" in caplog.text
-    assert run("export", "--model", model, "--whitening", whitening, "--n-components", 8, "--text",
-               "--corpus", index, "--top-k", 4, "--output", tmp_path / "served") == 0
+    assert (
+        run(
+            "export",
+            "--model",
+            model,
+            "--whitening",
+            whitening,
+            "--n-components",
+            8,
+            "--text",
+            "--corpus",
+            index,
+            "--top-k",
+            4,
+            "--output",
+            tmp_path / "served",
+        )
+        == 0
+    )
     with open(tmp_path / "served" / "1" / "assets" / "bert_whitening.json", encoding="utf-8") as stream:
         info = json.load(stream)
-    assert info["corpus"]["count"] == 40 and info["signatures"] == ["serve_search", "serve_text",
-                                                                    "serving_default"]
+    assert info["corpus"]["count"] == 40 and info["signatures"] == ["serve_search", "serve_text", "serving_default"]
     import tensorflow_text  # noqa: F401
 
     from bert_whitening.backend import tf
 
-    served = tf.saved_model.load(str(tmp_path / "served" / "1")).signatures["serve_search"](
-        text=tf.constant([MANY[7]]))
+    served = tf.saved_model.load(str(tmp_path / "served" / "1")).signatures["serve_search"](text=tf.constant([MANY[7]]))
     assert served["ids"].numpy()[0, 0] == 7 and served["scores"].numpy()[0, 0] == pytest.approx(1, abs=1e-5)
     stored = IndexDirectory(str(index)).vectors()
     np.testing.assert_allclose(stored[7] @ stored[7], 1, atol=1e-5)

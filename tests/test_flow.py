@@ -1,5 +1,6 @@
 """BERT-flow (bert_whitening.flow) against a numpy flow written here from the formulas of Glow as
 bohanli/BERT-flow's flow/glow_ops_1x1.py states them, and its use in the evaluation."""
+
 import math
 import os
 import subprocess
@@ -84,7 +85,7 @@ def np_flow(flow, x):
             split_off.append(x[:, half:])
             x = x[:, :half]
     z = np.hstack(split_off + [x])
-    log_prior = -0.5 * (z ** 2 + np.log(2 * np.pi)).sum(axis=1)
+    log_prior = -0.5 * (z**2 + np.log(2 * np.pi)).sum(axis=1)
     return z, log_det, -(log_prior + log_det) / (np.log(2) * z.shape[1])
 
 
@@ -102,18 +103,26 @@ def sample(rows=256, dim=16, seed=1):
     return rng.normal(size=(rows, dim)) @ rng.normal(size=(dim, dim)) * 0.5 + rng.normal(size=dim)
 
 
-CONFIGS = [None, {"coupling": "affine"}, {"permutation": False},
-           {"coupling": "affine", "permutation": False, "n_levels": 2, "depth": 2, "coupling_width": 8},
-           {"n_levels": 1, "depth": 1}]
+CONFIGS = [
+    None,
+    {"coupling": "affine"},
+    {"permutation": False},
+    {"coupling": "affine", "permutation": False, "n_levels": 2, "depth": 2, "coupling_width": 8},
+    {"n_levels": 1, "depth": 1},
+]
 
 
-@pytest.mark.parametrize("make", [
-    lambda rng: ActNorm(16, rng),
-    lambda rng: InvertibleConv1x1(16, True, rng),
-    lambda rng: InvertibleConv1x1(16, False, rng),
-    lambda rng: Coupling(16, False, 8, rng),
-    lambda rng: Coupling(16, True, 8, rng),
-], ids=["actnorm", "reversal", "lu-conv", "additive", "affine"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda rng: ActNorm(16, rng),
+        lambda rng: InvertibleConv1x1(16, True, rng),
+        lambda rng: InvertibleConv1x1(16, False, rng),
+        lambda rng: Coupling(16, False, 8, rng),
+        lambda rng: Coupling(16, True, 8, rng),
+    ],
+    ids=["actnorm", "reversal", "lu-conv", "additive", "affine"],
+)
 def test_each_step_forward_inverse_and_log_det_match_numpy(make):
     layer = make(np.random.default_rng(0))
     rng = np.random.default_rng(1)
@@ -212,13 +221,13 @@ def test_one_step_is_adam_weight_decay_without_bias_correction():
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(start.nll(vectors))
     gradients = [g.numpy() for g in tape.gradient(loss, start.trainable_weights)]
-    norm = math.sqrt(sum((g ** 2).sum() for g in gradients))
+    norm = math.sqrt(sum((g**2).sum() for g in gradients))
     assert norm > 0.5  # the clip is exercised
     gradients = [g * 0.5 / norm for g in gradients]
     trained = fit_flow(vectors, seed=7, progress=False)
     assert trained.training_summary["steps"] == 1
     for p, g, after in zip(before, gradients, trained.trainable_weights, strict=True):
-        m, v = 0.1 * g, 0.001 * g ** 2
+        m, v = 0.1 * g, 0.001 * g**2
         np.testing.assert_allclose(after.numpy(), p - 1e-3 * (m / (np.sqrt(v) + 1e-6) + 0.01 * p), atol=1e-9)
 
 
@@ -246,13 +255,26 @@ def test_load_refuses_what_is_not_a_flow(tmp_path):
 
 def test_config_reads_bert_flow_files_and_refuses_the_rest():
     # flow/config/config_l3_d3_w32.json and config_l2_d2_w32.json of bohanli/BERT-flow
-    default = {"latent_architecture": "glow_resnet", "activation": "relu", "coupling": "additive",
-               "coupling_width": 32, "coupling_dropout": 0.0, "top_prior": "normal", "n_levels": 3,
-               "depth": 3, "permutation": True, "use_fp16": False}
+    default = {
+        "latent_architecture": "glow_resnet",
+        "activation": "relu",
+        "coupling": "additive",
+        "coupling_width": 32,
+        "coupling_dropout": 0.0,
+        "top_prior": "normal",
+        "n_levels": 3,
+        "depth": 3,
+        "permutation": True,
+        "use_fp16": False,
+    }
     assert FlowConfig.of(default) == FlowConfig() == FlowConfig.of(None)
     assert FlowConfig.of({**default, "n_levels": 2, "depth": 2}) == FlowConfig(n_levels=2, depth=2)
-    for bad, message in (({"activation": "gatu"}, "activation must be 'relu'"), ({"levels": 2}, "unknown"),
-                         ({"coupling": "spline"}, "additive or affine"), ({"depth": 0}, "positive")):
+    for bad, message in (
+        ({"activation": "gatu"}, "activation must be 'relu'"),
+        ({"levels": 2}, "unknown"),
+        ({"coupling": "spline"}, "additive or affine"),
+        ({"depth": 0}, "positive"),
+    ):
         with pytest.raises(FlowError, match=message):
             FlowConfig.of(bad)
     with pytest.raises(FlowError, match="divisible by 8, got 12"):
@@ -267,7 +289,12 @@ def test_config_reads_bert_flow_files_and_refuses_the_rest():
 def test_settings_with_methods():
     labels = lambda found: [setting.label for setting in found]
     assert labels(settings([0, -1, 8], methods=("whitening", "flow"), seeds=(0, 1, 0))) == [
-        "raw", "k=all", "k=8", "flow s=0", "flow s=1"]
+        "raw",
+        "k=all",
+        "k=8",
+        "flow s=0",
+        "flow s=1",
+    ]
     assert settings([0, -1], methods=("flow",)) == [Setting(0), Setting(-1, method="flow", seed=0)]
     assert settings([-1]) == [Setting(-1)]
     with pytest.raises(BertWhiteningError, match="unknown method 'glow'"):
@@ -306,13 +333,20 @@ def test_evaluate_scores_flows_beside_whitening_on_the_same_vectors():
 def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path):
     task_dir = tmp_path / "data" / "STS-B"
     task_dir.mkdir(parents=True)
-    pairs = ["%s\t%s\t%d\n" % (SENTENCES[i % 16], SENTENCES[(i * 7 + 3) % 16] + "的" * (i % 5), i % 6)
-             for i in range(96)]
+    pairs = [
+        "%s\t%s\t%d\n" % (SENTENCES[i % 16], SENTENCES[(i * 7 + 3) % 16] + "的" * (i % 5), i % 6) for i in range(96)
+    ]
     for split, part in (("train", pairs[:64]), ("test", pairs[64:])):
         (task_dir / ("STS-B.%s.data" % split)).write_text("".join(part), encoding="utf-8")
     spec = EncoderConfig(tiny_model[0])
-    report, spectra = evaluate_tasks(spec, ["STS-B"], str(tmp_path / "data"), [0, -1],
-                                     methods=("whitening", "flow"), flow_options={"progress": False})
+    report, spectra = evaluate_tasks(
+        spec,
+        ["STS-B"],
+        str(tmp_path / "data"),
+        [0, -1],
+        methods=("whitening", "flow"),
+        flow_options={"progress": False},
+    )
     task = report["tasks"]["STS-B"]
     assert [r["setting"] for r in task["results"]] == ["raw", "k=all", "flow s=0"]
     assert task["results"][2]["training"]["vectors"] == 192 and task["results"][2]["training"]["steps"] == 3
@@ -320,24 +354,51 @@ def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path):
     plot_report(report, spectra, str(tmp_path / "r.png"))
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
     corpus = tmp_path / "corpus.txt"  # the train split's sentences, in the order of fit_vectors
-    corpus.write_text("".join(line.split("\t")[side] + "\n" for side in (0, 1) for line in pairs[:64]),
-                      encoding="utf-8")
-    flows = [evaluate_tasks(spec, ["STS-B"], str(tmp_path / "data"), [], fit_on=fit_on, methods=("flow",),
-                            flow_options={"progress": False})[0]["tasks"]["STS-B"]["results"][0]
-             for fit_on in ([str(corpus)], "train")]
+    corpus.write_text(
+        "".join(line.split("\t")[side] + "\n" for side in (0, 1) for line in pairs[:64]), encoding="utf-8"
+    )
+    flows = [
+        evaluate_tasks(
+            spec,
+            ["STS-B"],
+            str(tmp_path / "data"),
+            [],
+            fit_on=fit_on,
+            methods=("flow",),
+            flow_options={"progress": False},
+        )[0]["tasks"]["STS-B"]["results"][0]
+        for fit_on in ([str(corpus)], "train")
+    ]
     assert [flow["training"]["vectors"] for flow in flows] == [128, 128]
     np.testing.assert_allclose(list(flows[0]["splits"].values()), list(flows[1]["splits"].values()), atol=1e-4)
 
     root = tmp_path / "models"
     root.mkdir()
     os.symlink(tiny_model[0], root / "chinese_L-12_H-768_A-12")
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "eval", "eval.py"), "BERT", "first-last-avg",
-                             "STS-B", "0", "--model-root", str(root), "--data-dir", str(tmp_path / "data"),
-                             "--method", "flow"], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "eval", "eval.py"),
+            "BERT",
+            "first-last-avg",
+            "STS-B",
+            "0",
+            "--model-root",
+            str(root),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--method",
+            "flow",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert [line.split(": ")[0] for line in lines] == ["STS-B-train", "STS-B-test", "avg", "w-avg"]
     flow_result = task["results"][2]
-    np.testing.assert_allclose([float(line.split(": ")[1]) for line in lines],
-                               list(flow_result["splits"].values()) + [flow_result["avg"], flow_result["w-avg"]],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        [float(line.split(": ")[1]) for line in lines],
+        list(flow_result["splits"].values()) + [flow_result["avg"], flow_result["w-avg"]],
+        atol=1e-6,
+    )

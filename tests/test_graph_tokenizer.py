@@ -1,4 +1,5 @@
 """The in-graph tokenizer against bert4keras' Tokenizer, id for id."""
+
 import importlib.util
 import os
 import subprocess
@@ -16,10 +17,19 @@ from helpers import SENTENCES, shared_data
 COUNTER = os.path.join(os.path.dirname(__file__), "..", "scripts", "count_shared_sentences.py")
 
 EDGE_CASES = SENTENCES + [
-    "Ünïcödé ÀÉÎ café naïve", "tab\there\x0bvt\x0cff\u2028ls\u2029ps  \u3000wide space",
-    "zero\x00width\u200bjoin\ufeffbom\ufffd", "İstanbul ǅ ß ﬁ", "x" * 250, "a" * 201 + " ok",
-    "hello$world+1<2=3>^`|~", "全角，标点！＂＃", "emoji 😀👍 ok", "   ", "mixed中文english混合123",
-    "今天天气很好" * 30, "THE CAT Is On The MAT",
+    "Ünïcödé ÀÉÎ café naïve",
+    "tab\there\x0bvt\x0cff\u2028ls\u2029ps  \u3000wide space",
+    "zero\x00width\u200bjoin\ufeffbom\ufffd",
+    "İstanbul ǅ ß ﬁ",
+    "x" * 250,
+    "a" * 201 + " ok",
+    "hello$world+1<2=3>^`|~",
+    "全角，标点！＂＃",
+    "emoji 😀👍 ok",
+    "   ",
+    "mixed中文english混合123",
+    "今天天气很好" * 30,
+    "THE CAT Is On The MAT",
 ]
 
 
@@ -29,12 +39,12 @@ def mismatches(vocab_path, sentences, maxlen=64, lowercase=True):
     run = tf.function(graph, input_signature=[tf.TensorSpec([None], tf.string)])
     found = []
     for start in range(0, len(sentences), 8192):
-        batch = sentences[start:start + 8192]
+        batch = sentences[start : start + 8192]
         ids = run(tf.constant(batch)).numpy()
         for sentence, row in zip(batch, ids, strict=True):
             expected, _ = token_ids(reference, sentence, maxlen)
-            got = row[:len(expected)].tolist()
-            if got != expected or row[len(expected):].any():
+            got = row[: len(expected)].tolist()
+            if got != expected or row[len(expected) :].any():
                 found.append((sentence, expected, row.tolist()))
     return found
 
@@ -50,8 +60,9 @@ def shared_sentences():
     """Every distinct sentence of the senteval_cn tasks and the English STS benchmark."""
     directory = shared_data("senteval_cn")
     tasks = sorted(os.listdir(directory)) + [ENGLISH_STS]
-    return distinct_sentences({(task, split): pairs for task in tasks
-                               for split, pairs in load_task(task, directory).items()})
+    return distinct_sentences(
+        {(task, split): pairs for task in tasks for split, pairs in load_task(task, directory).items()}
+    )
 
 
 @pytest.mark.slow
@@ -75,8 +86,9 @@ def test_modules_importing_tensorflow_text_import_alone(module):
     """tensorflow_text must come after the backend has chosen Keras 2; an import sorter that
     moves it first breaks these modules only when nothing imported the backend before."""
     clean = {k: v for k, v in os.environ.items() if k not in ("TF_KERAS", "TF_USE_LEGACY_KERAS")}
-    result = subprocess.run([sys.executable, "-c", "import %s" % module], capture_output=True,
-                            text=True, env=clean)  # as a user's fresh shell has it
+    result = subprocess.run(
+        [sys.executable, "-c", "import %s" % module], capture_output=True, text=True, env=clean
+    )  # as a user's fresh shell has it
     assert result.returncode == 0, result.stderr[-2000:]
 
 
@@ -91,8 +103,11 @@ def test_code_points_whose_category_is_newer_in_tensorflow_tokenise_as_in_python
     newer = []
     for category in ("P", "Mn", "Cc", "Cf", "Zs"):
         in_graph = tf.strings.regex_full_match(characters, r"\p{%s}" % category).numpy()
-        newer += [code for code, graph in zip(codes, in_graph, strict=True)
-                  if graph != unicodedata.category(chr(code)).startswith(category)]
+        newer += [
+            code
+            for code, graph in zip(codes, in_graph, strict=True)
+            if graph != unicodedata.category(chr(code)).startswith(category)
+        ]
     assert len(newer) >= 1  # else the versions agree and this test checks nothing
     vocab = os.path.join(tiny_model[0], "vocab.txt")
     assert mismatches(vocab, ["a%sb c" % chr(code) for code in newer]) == []

@@ -1,5 +1,6 @@
 """Hugging Face BERT directories: read directly, converted, and checked against a numpy forward
 pass written in transformers' own parameter layout (tests/reference.py, HuggingFaceNames)."""
+
 import json
 import logging
 import os
@@ -28,13 +29,20 @@ def hf_tensors(config, seed=1, prefix=""):
         "embeddings.word_embeddings.weight": normal(config["vocab_size"], hidden),
         "embeddings.position_embeddings.weight": normal(config["max_position_embeddings"], hidden),
         "embeddings.token_type_embeddings.weight": normal(config["type_vocab_size"], hidden),
-        "embeddings.LayerNorm.weight": 1 + normal(hidden), "embeddings.LayerNorm.bias": normal(hidden),
+        "embeddings.LayerNorm.weight": 1 + normal(hidden),
+        "embeddings.LayerNorm.bias": normal(hidden),
         "embeddings.position_ids": np.arange(config["max_position_embeddings"])[None],
-        "pooler.dense.weight": normal(hidden, hidden), "pooler.dense.bias": normal(hidden),
+        "pooler.dense.weight": normal(hidden, hidden),
+        "pooler.dense.bias": normal(hidden),
     }
-    linear = {"attention.self.query": (hidden, hidden), "attention.self.key": (hidden, hidden),
-              "attention.self.value": (hidden, hidden), "attention.output.dense": (hidden, hidden),
-              "intermediate.dense": (inner, hidden), "output.dense": (hidden, inner)}
+    linear = {
+        "attention.self.query": (hidden, hidden),
+        "attention.self.key": (hidden, hidden),
+        "attention.self.value": (hidden, hidden),
+        "attention.output.dense": (hidden, hidden),
+        "intermediate.dense": (inner, hidden),
+        "output.dense": (hidden, inner),
+    }
     for layer in range(config["num_hidden_layers"]):
         for name, (out, into) in linear.items():
             tensors["encoder.layer.%d.%s.weight" % (layer, name)] = normal(out, into)
@@ -51,8 +59,7 @@ def hf_tensors(config, seed=1, prefix=""):
 def write_hf(directory, tensors, config=TINY_CONFIG, model_type="bert"):
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w") as stream:
-        json.dump({**config, "model_type": model_type, "architectures": ["BertModel"],
-                   "layer_norm_eps": 1e-12}, stream)
+        json.dump({**config, "model_type": model_type, "architectures": ["BertModel"], "layer_norm_eps": 1e-12}, stream)
     with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as stream:
         stream.write("".join(token + "\n" for token in TINY_VOCAB))
     save_file(tensors, os.path.join(directory, "model.safetensors"))
@@ -72,19 +79,23 @@ def test_hf_directories_load_directly_and_match_numpy(tmp_path, pooling, prefix)
     directory = write_hf(str(tmp_path / "hf"), tensors)
     encoder = build_encoder(directory, pooling=pooling)
     assert encoder.model_identity["format"] == "huggingface"
-    params = HuggingFaceNames({name[len(prefix):]: value for name, value in tensors.items()})
+    params = HuggingFaceNames({name[len(prefix) :]: value for name, value in tensors.items()})
     for sentence, vector in zip(SENTENCES, encode(encoder, SENTENCES), strict=True):
         ids = encoder.tokenizer.encode(sentence)[0]
-        np.testing.assert_allclose(vector, pooled_reference(params, TINY_CONFIG, ids, pooling),
-                                   atol=1e-5, err_msg=sentence)
+        np.testing.assert_allclose(
+            vector, pooled_reference(params, TINY_CONFIG, ids, pooling), atol=1e-5, err_msg=sentence
+        )
 
 
 def test_hf_tensors_that_do_not_fit_the_config_are_refused(tiny_hf, tmp_path):
     """Renamed to Google names, they go through the same check as a Google checkpoint."""
     directory = write_hf(str(tmp_path / "hf"), tiny_hf[1], dict(TINY_CONFIG, num_hidden_layers=2))
-    with pytest.raises(CheckpointError, match=r"hf: model.safetensors does not fit config.json as a "
-                                              r"bert model with cls pooling: the model does not use "
-                                              r"16 variables \(bert/encoder/layer_2/"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"hf: model.safetensors does not fit config.json as a "
+        r"bert model with cls pooling: the model does not use "
+        r"16 variables \(bert/encoder/layer_2/",
+    ):
         build_encoder(directory, pooling="cls")
 
 
@@ -92,19 +103,27 @@ def test_convert_hf_round_trips(tiny_hf, tmp_path):
     directory, tensors = tiny_hf
     out = tmp_path / "google"
     assert cli.main(["convert-hf", directory, str(out)]) == 0
-    assert sorted(os.listdir(out)) == ["bert_config.json", "bert_model.ckpt.data-00000-of-00001",
-                                       "bert_model.ckpt.index", "vocab.txt"]
+    assert sorted(os.listdir(out)) == [
+        "bert_config.json",
+        "bert_model.ckpt.data-00000-of-00001",
+        "bert_model.ckpt.index",
+        "vocab.txt",
+    ]
     prefix = str(out / "bert_model.ckpt")
     np.testing.assert_array_equal(
         tf.train.load_variable(prefix, "bert/encoder/layer_1/attention/self/query/kernel"),
-        tensors["encoder.layer.1.attention.self.query.weight"].T)
-    np.testing.assert_array_equal(tf.train.load_variable(prefix, "bert/embeddings/LayerNorm/gamma"),
-                                  tensors["embeddings.LayerNorm.weight"])
+        tensors["encoder.layer.1.attention.self.query.weight"].T,
+    )
+    np.testing.assert_array_equal(
+        tf.train.load_variable(prefix, "bert/embeddings/LayerNorm/gamma"), tensors["embeddings.LayerNorm.weight"]
+    )
     assert find_model(str(out)).format == "google"
     for pooling in ("first-last-avg", "pooler"):
-        np.testing.assert_allclose(encode(build_encoder(str(out), pooling=pooling), SENTENCES),
-                                   encode(build_encoder(directory, pooling=pooling), SENTENCES),
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            encode(build_encoder(str(out), pooling=pooling), SENTENCES),
+            encode(build_encoder(directory, pooling=pooling), SENTENCES),
+            atol=1e-6,
+        )
     assert cli.main(["convert-hf", directory, str(out)]) == 1  # never over an existing directory
     assert sorted(os.listdir(tmp_path)) == ["google"]
 
@@ -122,8 +141,11 @@ def test_unsupported_directories_say_what_is_supported(tiny_hf, tmp_path):
         find_model(other)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(CheckpointError, match="not a model directory. Supported: Google format "
-                                              r"\(bert_config.json.*Hugging Face BERT"):
+    with pytest.raises(
+        CheckpointError,
+        match="not a model directory. Supported: Google format "
+        r"\(bert_config.json.*Hugging Face BERT",
+    ):
         find_model(str(empty))
 
 
@@ -135,15 +157,20 @@ def test_the_built_in_model_is_the_default_and_says_so(tmp_path, caplog):
     sentences = tmp_path / "s.txt"
     sentences.write_text("hello world\n今天天气很好\n", encoding="utf-8")
     with caplog.at_level(logging.INFO):
-        assert cli.main(["encode", "--pooling", "cls", "--output", str(tmp_path / "v.npy"),
-                         str(sentences)]) == 0
+        assert cli.main(["encode", "--pooling", "cls", "--output", str(tmp_path / "v.npy"), str(sentences)]) == 0
     assert caplog.text.count("no --model given: using the built-in all-MiniLM-L6-v2") == 1
     assert np.load(tmp_path / "v.npy").shape == (2, 384)
 
 
-REAL_SENTENCES = ["A man is playing a guitar.", "The cat sits on the mat, doesn't it?",
-                  "Héllo wörld!", "今天天气很好", "花呗每月最低还款额，怎么计算", "",
-                  "A very long sentence " * 20]
+REAL_SENTENCES = [
+    "A man is playing a guitar.",
+    "The cat sits on the mat, doesn't it?",
+    "Héllo wörld!",
+    "今天天气很好",
+    "花呗每月最低还款额，怎么计算",
+    "",
+    "A very long sentence " * 20,
+]
 
 
 @pytest.mark.slow

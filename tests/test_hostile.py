@@ -1,6 +1,7 @@
 """The command line used as a hostile user would: pipes, FIFOs, signals, two exports at once, a
 full disk, nonsense numbers and damaged files. Each case runs ``bert-whitening`` in a subprocess
 and checks the exit status, the message, the output and what is left in the directory."""
+
 import contextlib
 import dataclasses
 import gzip
@@ -28,8 +29,13 @@ LINES = [("%s %d" % (SENTENCES[i % len(SENTENCES)], i)).strip() for i in range(3
 
 def cli(*argv, stdin=None, input=None, timeout=300):
     """``bert-whitening ARGV`` in a new process."""
-    return subprocess.run([sys.executable, "-m", "bert_whitening"] + [str(a) for a in argv],
-                          stdin=stdin, input=input, capture_output=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "bert_whitening"] + [str(a) for a in argv],
+        stdin=stdin,
+        input=input,
+        capture_output=True,
+        timeout=timeout,
+    )
 
 
 def here(*argv):
@@ -66,8 +72,12 @@ def _default_sigint():
 def start(*argv):
     """The command in a child that takes SIGINT as a terminal's user gets it: a runner started in
     the background (``cmd &`` without job control) ignores SIGINT, and children inherit that."""
-    return subprocess.Popen([sys.executable, "-m", "bert_whitening"] + [str(a) for a in argv],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_default_sigint)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bert_whitening"] + [str(a) for a in argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=_default_sigint,
+    )
 
 
 def refused(result, *fragments, status=1):
@@ -94,17 +104,21 @@ def work(tmp_path_factory, tiny_model, whitened):
     sentences = directory / "sentences.txt"
     sentences.write_text("".join(line + "\n" for line in LINES), encoding="utf-8")
     pairs = directory / "pairs.data"
-    pairs.write_text("".join("%s\t%s\t%d\n" % (LINES[i], LINES[-1 - i], i % 6) for i in range(150)),
-                     encoding="utf-8")
+    pairs.write_text("".join("%s\t%s\t%d\n" % (LINES[i], LINES[-1 - i], i % 6) for i in range(150)), encoding="utf-8")
     whitening = directory / "w.npz"
     identity = find_model(tiny_model[0]).identity("bert")  # as `fit` records it
     dataclasses.replace(whitened.whitening, model_identity=identity).save(str(whitening))
     reference = directory / "reference.npy"
-    result = cli("encode", "--model", tiny_model[0], "--whitening", whitening, "--output",
-                 reference, sentences)
+    result = cli("encode", "--model", tiny_model[0], "--whitening", whitening, "--output", reference, sentences)
     assert result.returncode == 0, result.stderr
-    return {"dir": directory, "model": tiny_model[0], "sentences": sentences, "pairs": pairs,
-            "whitening": whitening, "reference": np.load(reference)}
+    return {
+        "dir": directory,
+        "model": tiny_model[0],
+        "sentences": sentences,
+        "pairs": pairs,
+        "whitening": whitening,
+        "reference": np.load(reference),
+    }
 
 
 def encode_args(work, output):
@@ -112,6 +126,7 @@ def encode_args(work, output):
 
 
 # --- input that can be read only once -------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["-", "/dev/stdin"])
 def test_encode_from_a_pipe_equals_encode_from_the_file(work, tmp_path, name):
@@ -157,19 +172,30 @@ def test_a_lone_carriage_return_does_not_split_a_line(work, tmp_path):
 
 # --- nonsense numbers, refused when parsed ---------------------------------------------------
 
-@pytest.mark.parametrize("option, value, requirement", [
-    ("--batch-size", "-1", "a positive integer"), ("--batch-size", "0", "a positive integer"),
-    ("--maxlen", "0", "an integer >= 2"), ("--maxlen", "1", "an integer >= 2"),
-])
+
+@pytest.mark.parametrize(
+    "option, value, requirement",
+    [
+        ("--batch-size", "-1", "a positive integer"),
+        ("--batch-size", "0", "a positive integer"),
+        ("--maxlen", "0", "an integer >= 2"),
+        ("--maxlen", "1", "an integer >= 2"),
+    ],
+)
 def test_nonsense_numbers_are_refused_with_name_and_value(work, tmp_path, option, value, requirement):
     result = here(*encode_args(work, tmp_path / "v.npy"), option, value, work["sentences"])
     refused(result, option, repr(value), requirement, status=2)
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("argv", [
-    ["fit", "--beta", "nan"], ["fit", "--gamma", "inf"], ["eval", "--task", "STS-B", "--beta", "1,nan"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["fit", "--beta", "nan"],
+        ["fit", "--gamma", "inf"],
+        ["eval", "--task", "STS-B", "--beta", "1,nan"],
+    ],
+)
 def test_non_finite_beta_and_gamma_are_refused(work, tmp_path, argv):
     option = argv[-2]
     tail = ["--output", tmp_path / "w.npz", work["pairs"]] if argv[0] == "fit" else []
@@ -194,19 +220,23 @@ def test_cheap_mistakes_are_refused_before_the_model_loads(work, tmp_path):
     model, whitening = work["model"], work["whitening"]
     missing_dir = tmp_path / "no" / "v.npy"
     refused(here(*encode_args(work, missing_dir), work["sentences"]), "no directory")
-    refused(here("encode", "--model", model, "--n-components", "8", "--output", tmp_path / "v.npy",
-                work["sentences"]), "n_components 8 needs a whitening")
-    refused(here(*encode_args(work, tmp_path / "v.npy"), "--n-components", "30", work["sentences"]),
-            "n_components 30 is larger than the vector dimension 24")
+    refused(
+        here("encode", "--model", model, "--n-components", "8", "--output", tmp_path / "v.npy", work["sentences"]),
+        "n_components 8 needs a whitening",
+    )
+    refused(
+        here(*encode_args(work, tmp_path / "v.npy"), "--n-components", "30", work["sentences"]),
+        "n_components 30 is larger than the vector dimension 24",
+    )
     base = tmp_path / "base"
     base.write_text("a file")
-    refused(here("export", "--model", model, "--whitening", whitening, "--output", base),
-            "is a file, not a directory")
+    refused(here("export", "--model", model, "--whitening", whitening, "--output", base), "is a file, not a directory")
     # None of these built the model: each answered well before a model build would.
     assert sorted(os.listdir(tmp_path)) == ["base"]
 
 
 # --- pair files that are not what they seem --------------------------------------------------
+
 
 def test_a_pair_file_with_a_header_names_the_header_line(work, tmp_path):
     pairs = tmp_path / "header.data"
@@ -228,11 +258,12 @@ def test_a_file_mixing_sentences_and_pairs_is_refused(work, tmp_path):
 
 # --- damaged files -----------------------------------------------------------------------------
 
+
 def damaged_whitening(work, tmp_path, kind):
     path = tmp_path / ("%s.npz" % kind)
     data = work["whitening"].read_bytes()
     if kind == "truncated":
-        path.write_bytes(data[:len(data) // 2])
+        path.write_bytes(data[: len(data) // 2])
     else:
         with np.load(work["whitening"]) as stored:
             arrays = dict(stored)
@@ -243,15 +274,19 @@ def damaged_whitening(work, tmp_path, kind):
     return path
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("truncated", "not a readable whitening .npz file"),
-    ("crafted", "metadata dim is '24; rm -rf /', expected int"),
-    ("pickled", "metadata model is 3, expected dict"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("truncated", "not a readable whitening .npz file"),
+        ("crafted", "metadata dim is '24; rm -rf /', expected int"),
+        ("pickled", "metadata model is 3, expected dict"),
+    ],
+)
 def test_a_damaged_whitening_file_is_one_line(work, tmp_path, kind, message):
     path = damaged_whitening(work, tmp_path, kind)
-    result = here("encode", "--model", work["model"], "--whitening", path, "--output",
-                 tmp_path / "v.npy", work["sentences"])
+    result = here(
+        "encode", "--model", work["model"], "--whitening", path, "--output", tmp_path / "v.npy", work["sentences"]
+    )
     refused(result, str(path), message)
 
 
@@ -262,24 +297,28 @@ def test_damaged_checkpoints_are_one_line_naming_the_file(work, tmp_path):
     shutil.copytree(work["model"], google)
     data = next(google.glob("bert_model.ckpt.data-*"))
     data.write_bytes(data.read_bytes()[:1000])
-    refused(here("encode", "--model", google, "--output", tmp_path / "v.npy", work["sentences"]),
-            str(google))
+    refused(here("encode", "--model", google, "--output", tmp_path / "v.npy", work["sentences"]), str(google))
     hf = tmp_path / "hf"
     hf.mkdir()
     config = json.loads((google / "bert_config.json").read_text())
     (hf / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
     shutil.copy(google / "vocab.txt", hf / "vocab.txt")
-    (hf / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":")
-    refused(here("encode", "--model", hf, "--output", tmp_path / "v.npy", work["sentences"]),
-            str(hf / "model.safetensors"), "truncated or not safetensors")
+    (hf / "model.safetensors").write_bytes(b'\x10\x00\x00\x00\x00\x00\x00\x00{"a":')
+    refused(
+        here("encode", "--model", hf, "--output", tmp_path / "v.npy", work["sentences"]),
+        str(hf / "model.safetensors"),
+        "truncated or not safetensors",
+    )
 
 
 def test_truncated_gzip_and_bad_utf8_inputs_name_file_and_line(work, tmp_path):
     packed = gzip.compress(work["sentences"].read_bytes() * 20)
     cut = tmp_path / "cut.txt.gz"
-    cut.write_bytes(packed[:len(packed) // 2])
-    refused(here("fit", "--model", work["model"], "--output", tmp_path / "w.npz", cut),
-            "cut.txt.gz: truncated or corrupt compressed data after line")
+    cut.write_bytes(packed[: len(packed) // 2])
+    refused(
+        here("fit", "--model", work["model"], "--output", tmp_path / "w.npz", cut),
+        "cut.txt.gz: truncated or corrupt compressed data after line",
+    )
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine\nalso fine\n\xff\xfe\n")
     refused(here(*encode_args(work, tmp_path / "v.npy"), bad), "bad.txt:3: not UTF-8 text")
@@ -303,13 +342,15 @@ def test_a_whitening_of_another_model_of_the_same_size_is_named_in_a_warning(wor
     shutil.copytree(work["model"], other)
     with open(other / "vocab.txt", "a", encoding="utf-8") as stream:
         stream.write("")  # same vocabulary, other name
-    result = here(*encode_args(work, tmp_path / "v.npy")[:-2], "--model", other, "--output",
-                 tmp_path / "v.npy", work["sentences"])
+    result = here(
+        *encode_args(work, tmp_path / "v.npy")[:-2], "--model", other, "--output", tmp_path / "v.npy", work["sentences"]
+    )
     assert result.returncode == 0, result.stderr
     assert b"fitted on another model of the same size (tiny_bert, this is other_bert)" in result.stderr
 
 
 # --- signals ---------------------------------------------------------------------------------
+
 
 def wait_for(condition, process, seconds=120):
     deadline = time.time() + seconds
@@ -319,8 +360,7 @@ def wait_for(condition, process, seconds=120):
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("number, status, name", [(signal.SIGTERM, 143, "SIGTERM"),
-                                                  (signal.SIGINT, 130, "SIGINT")])
+@pytest.mark.parametrize("number, status, name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "SIGINT")])
 def test_a_signal_during_encode_leaves_nothing_and_says_one_line(work, tmp_path, number, status, name):
     big = tmp_path / "big.txt"
     big.write_text("".join(line + "\n" for line in LINES * 200), encoding="utf-8")
@@ -338,8 +378,9 @@ def test_sigterm_during_beam_encode_is_one_line_and_143(work, tmp_path):
     big.write_text("".join(line + "\n" for line in LINES * 100), encoding="utf-8")
     output = tmp_path / "out"
     output.mkdir()
-    process = start("beam-encode", "--model", work["model"], "--input", big, "--batch-size", "8",
-                    "--output", output / "vectors")
+    process = start(
+        "beam-encode", "--model", work["model"], "--input", big, "--batch-size", "8", "--output", output / "vectors"
+    )
     wait_for(lambda: any(name.startswith("beam-temp") for name in os.listdir(output)), process)
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=120)
@@ -371,8 +412,7 @@ def staging_with_child(base):
     return None
 
 
-@pytest.mark.parametrize("number, corpus", [(signal.SIGTERM, False), (signal.SIGKILL, False),
-                                            (signal.SIGKILL, True)])
+@pytest.mark.parametrize("number, corpus", [(signal.SIGTERM, False), (signal.SIGKILL, False), (signal.SIGKILL, True)])
 def test_a_signal_during_export_leaves_no_child_and_the_next_export_cleans_up(work, tmp_path, number, corpus):
     base = tmp_path / "served"
     argv = ["export", "--model", work["model"], "--whitening", work["whitening"], "--output", base]
@@ -400,15 +440,29 @@ def test_a_signal_during_export_leaves_no_child_and_the_next_export_cleans_up(wo
 
 # --- two exports at once -----------------------------------------------------------------------
 
+
 def test_two_exports_at_once_take_two_versions(work, tmp_path):
     base = tmp_path / "served"
-    runs = [start("export", "--model", work["model"], "--whitening", work["whitening"],
-                  "--n-components", str(k), "--output", base) for k in (16, 8)]
+    runs = [
+        start(
+            "export",
+            "--model",
+            work["model"],
+            "--whitening",
+            work["whitening"],
+            "--n-components",
+            str(k),
+            "--output",
+            base,
+        )
+        for k in (16, 8)
+    ]
     results = [run.communicate(timeout=300) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], results
     assert sorted(os.listdir(base)) == ["1", "2"]
-    kept = sorted(json.loads((base / v / "assets" / "bert_whitening.json").read_text())["n_components"]
-                  for v in ("1", "2"))
+    kept = sorted(
+        json.loads((base / v / "assets" / "bert_whitening.json").read_text())["n_components"] for v in ("1", "2")
+    )
     assert kept == [8, 16]
     said = sorted(stderr.decode().split("exported ")[1].split(" ")[0] for _, stderr in results)
     assert said == [str(base / "1"), str(base / "2")]
@@ -424,13 +478,13 @@ def test_an_explicit_existing_version_is_never_replaced_without_overwrite(work, 
 
 # --- a full disk -------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 256 KiB tmpfs (root only; skipped where mounting is refused)."""
     mount = tmp_path / "small"
     mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
-                            capture_output=True)
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True)
     if result.returncode != 0:
         pytest.skip("cannot mount a tmpfs here: %s" % result.stderr.decode().strip())
     yield mount
@@ -441,8 +495,7 @@ def test_encode_onto_a_full_disk_is_one_line_and_leaves_nothing(work, small_disk
     big = tmp_path / "big.txt"
     big.write_text("".join(line + "\n" for line in LINES * 10), encoding="utf-8")  # 3000 x 24 x 4 B
     output = small_disk / "v.npy"
-    message = refused(cli(*encode_args(work, output), big), "cannot write %s" % output,
-                      "No space left on device")
+    message = refused(cli(*encode_args(work, output), big), "cannot write %s" % output, "No space left on device")
     assert ".bert-whitening-tmp-" not in message
     assert os.listdir(small_disk) == []
 

@@ -1,5 +1,6 @@
 """An index directory is trusted only as far as it checks out: every file verified before FAISS
 reads it, nothing outside it read at search time, one-line refusals for what was edited."""
+
 import json
 import os
 import shutil
@@ -21,8 +22,11 @@ from bert_whitening.retrieval.index_directory import (
 def write_index(directory, seed=0, rows=12, dim=6, texts=True):
     vectors = unit(np.random.default_rng(seed).normal(size=(rows, dim))).astype(np.float32)
     with IndexWriter(str(directory), dict(RECORD, model=dict(RECORD["model"], hidden_size=dim)), dim) as writer:
-        writer.add(vectors, [("/corpus/%d.txt" % seed, i + 1) for i in range(rows)],
-                   ["text %d" % i for i in range(rows)] if texts else None)
+        writer.add(
+            vectors,
+            [("/corpus/%d.txt" % seed, i + 1) for i in range(rows)],
+            ["text %d" % i for i in range(rows)] if texts else None,
+        )
     return vectors
 
 
@@ -74,25 +78,31 @@ def test_a_file_that_is_not_a_regular_file_is_refused_without_reading_it(index, 
     refused(index, INDEX_FILE, "no index.faiss" if kind == "missing" else "not a regular file")
 
 
-@pytest.mark.parametrize("edit, fragment", [
-    (lambda m: "{not json", "is not valid JSON"),
-    (lambda m: json.dumps([1, 2]), "is not a JSON object"),
-    (lambda m: json.dumps({k: v for k, v in m.items() if k != "count"}), "'count' is None"),
-    (lambda m: json.dumps(dict(m, dim="6")), "'dim' is '6'"),
-    (lambda m: json.dumps(dict(m, pooling=3)), "'pooling' is 3"),
-    (lambda m: json.dumps({k: v for k, v in m.items() if k != "format_version"}), "earlier version"),
-    (lambda m: json.dumps(dict(m, files={})), "lists files"),
-])
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (lambda m: "{not json", "is not valid JSON"),
+        (lambda m: json.dumps([1, 2]), "is not a JSON object"),
+        (lambda m: json.dumps({k: v for k, v in m.items() if k != "count"}), "'count' is None"),
+        (lambda m: json.dumps(dict(m, dim="6")), "'dim' is '6'"),
+        (lambda m: json.dumps(dict(m, pooling=3)), "'pooling' is 3"),
+        (lambda m: json.dumps({k: v for k, v in m.items() if k != "format_version"}), "earlier version"),
+        (lambda m: json.dumps(dict(m, files={})), "lists files"),
+    ],
+)
 def test_a_malformed_index_json_is_one_line(index, edit, fragment):
     path = index / METADATA_FILE
     path.write_text(edit(json.loads(path.read_text(encoding="utf-8"))), encoding="utf-8")
     refused(index, fragment)
 
 
-@pytest.mark.parametrize("key, value, fragment", [
-    ("dim", 5, "holds 12 vectors of dimension 6; index.json says 12 of 5"),
-    ("count", 13, "holds 12 vectors of dimension 6; index.json says 13 of 6"),
-])
+@pytest.mark.parametrize(
+    "key, value, fragment",
+    [
+        ("dim", 5, "holds 12 vectors of dimension 6; index.json says 12 of 5"),
+        ("count", 13, "holds 12 vectors of dimension 6; index.json says 13 of 6"),
+    ],
+)
 def test_index_json_disagreeing_with_the_index_is_refused(index, key, value, fragment):
     path = index / METADATA_FILE
     path.write_text(json.dumps(dict(json.loads(path.read_text(encoding="utf-8")), **{key: value})))

@@ -16,6 +16,7 @@ The releases differ in what they hold (google-research/bert names throughout):
 
 Large models have 24 layers; here every model is tiny, but each has its release's variable set.
 """
+
 import importlib.util
 import os
 import shutil
@@ -34,27 +35,40 @@ from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_weights
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
 #: bert4keras' own name for each family's architecture, written here apart from the package.
-BERT4KERAS_MODEL = {"bert": "bert", "roberta": "bert", "nezha": "nezha", "wobert": "bert",
-                    "roformer": "roformer", "simbert": "bert"}
+BERT4KERAS_MODEL = {
+    "bert": "bert",
+    "roberta": "bert",
+    "nezha": "nezha",
+    "wobert": "bert",
+    "roformer": "roformer",
+    "simbert": "bert",
+}
 WORD_LEVEL = {"wobert", "roformer"}
 
 #: What each family's public checkpoint holds besides the encoder.
 RELEASES = {
     "bert": {"positions": True, "pooler": True, "mlm": True, "nsp": True},
     "roberta": {"positions": True, "pooler": True, "mlm": True, "nsp": True},
-    "nezha": {"positions": False, "pooler": True, "mlm": True, "nsp": True,
-              "checkpoint": "model.ckpt-691689"},
+    "nezha": {"positions": False, "pooler": True, "mlm": True, "nsp": True, "checkpoint": "model.ckpt-691689"},
     "wobert": {"positions": True, "pooler": False, "mlm": True, "nsp": False},
     "roformer": {"positions": False, "pooler": False, "mlm": True, "nsp": False},
     "simbert": {"positions": True, "pooler": True, "mlm": True, "nsp": False},
 }
 
 #: eval/eval.py's model types: family, and layer count of the release (large = 24).
-ORIGINAL_TYPES = {"BERT": ("bert", 12), "RoBERTa": ("roberta", 12), "WoBERT": ("wobert", 12),
-                  "NEZHA": ("nezha", 12), "RoFormer": ("roformer", 12), "BERT-large": ("bert", 24),
-                  "RoBERTa-large": ("roberta", 24), "NEZHA-large": ("nezha", 24),
-                  "SimBERT": ("simbert", 12), "SimBERT-tiny": ("simbert", 4),
-                  "SimBERT-small": ("simbert", 6)}
+ORIGINAL_TYPES = {
+    "BERT": ("bert", 12),
+    "RoBERTa": ("roberta", 12),
+    "WoBERT": ("wobert", 12),
+    "NEZHA": ("nezha", 12),
+    "RoFormer": ("roformer", 12),
+    "BERT-large": ("bert", 24),
+    "RoBERTa-large": ("roberta", 24),
+    "NEZHA-large": ("nezha", 24),
+    "SimBERT": ("simbert", 12),
+    "SimBERT-tiny": ("simbert", 4),
+    "SimBERT-small": ("simbert", 6),
+}
 
 
 def release_variables(family, config, seed=0):
@@ -67,16 +81,19 @@ def release_variables(family, config, seed=0):
     if not release["positions"]:
         del variables["bert/embeddings/position_embeddings"]
     if release["mlm"]:
-        variables.update({
-            "cls/predictions/transform/dense/kernel": normal(hidden, hidden),
-            "cls/predictions/transform/dense/bias": normal(hidden),
-            "cls/predictions/transform/LayerNorm/gamma": 1 + normal(hidden),
-            "cls/predictions/transform/LayerNorm/beta": normal(hidden),
-            "cls/predictions/output_bias": normal(config["vocab_size"]),
-        })
+        variables.update(
+            {
+                "cls/predictions/transform/dense/kernel": normal(hidden, hidden),
+                "cls/predictions/transform/dense/bias": normal(hidden),
+                "cls/predictions/transform/LayerNorm/gamma": 1 + normal(hidden),
+                "cls/predictions/transform/LayerNorm/beta": normal(hidden),
+                "cls/predictions/output_bias": normal(config["vocab_size"]),
+            }
+        )
     if release["nsp"]:
-        variables.update({"cls/seq_relationship/output_weights": normal(2, hidden),
-                          "cls/seq_relationship/output_bias": normal(2)})
+        variables.update(
+            {"cls/seq_relationship/output_weights": normal(2, hidden), "cls/seq_relationship/output_bias": normal(2)}
+        )
     return variables
 
 
@@ -86,8 +103,7 @@ def write_release(directory, family, config=TINY_CONFIG, seed=0, variables=None)
     name = RELEASES[family].get("checkpoint", "bert_model.ckpt")
     if name != "bert_model.ckpt":
         for suffix in (".index", ".data-00000-of-00001"):
-            os.rename(os.path.join(directory, "bert_model.ckpt" + suffix),
-                      os.path.join(directory, name + suffix))
+            os.rename(os.path.join(directory, "bert_model.ckpt" + suffix), os.path.join(directory, name + suffix))
     return os.path.join(directory, name)
 
 
@@ -95,8 +111,12 @@ def reference_vectors(directory, prefix, family, sentences):
     """``{pooling: vectors}`` from bert4keras' model of the family, pooled in numpy from its block
     outputs under the mask (and its pooler Dense, when the release has one)."""
     pooler = RELEASES[family]["pooler"]
-    bert = build_transformer_model(os.path.join(directory, "bert_config.json"), prefix,
-                                   model=BERT4KERAS_MODEL[family], with_pool="linear" if pooler else False)
+    bert = build_transformer_model(
+        os.path.join(directory, "bert_config.json"),
+        prefix,
+        model=BERT4KERAS_MODEL[family],
+        with_pool="linear" if pooler else False,
+    )
     layers = TINY_CONFIG["num_hidden_layers"]
     taps = [bert.get_layer("Transformer-%d-FeedForward-Norm" % i).output for i in range(layers)]
     if pooler:
@@ -106,13 +126,12 @@ def reference_vectors(directory, prefix, family, sentences):
     ids = [tokenizer.encode(s, maxlen=64)[0] for s in sentences]
     padded = np.zeros((len(ids), max(map(len, ids))), dtype=np.int32)
     for row, sequence in enumerate(ids):
-        padded[row, :len(sequence)] = sequence
+        padded[row, : len(sequence)] = sequence
     outputs = keras.Model(bert.inputs, taps).predict_on_batch([padded, np.zeros_like(padded)])
     mask = (padded > 0)[:, :, None]
     average = lambda states: (states * mask).sum(axis=1) / mask.sum(axis=1)
     first, last = outputs[0], outputs[layers - 1]
-    vectors = {"first-last-avg": (average(first) + average(last)) / 2, "last-avg": average(last),
-               "cls": last[:, 0]}
+    vectors = {"first-last-avg": (average(first) + average(last)) / 2, "last-avg": average(last), "cls": last[:, 0]}
     if pooler:
         vectors["pooler"] = outputs[-1]
     return vectors
@@ -122,13 +141,15 @@ def reference_vectors(directory, prefix, family, sentences):
 def releases(tmp_path_factory):
     """``{family: (directory, checkpoint prefix)}``, one tiny release per family."""
     root = tmp_path_factory.mktemp("releases")
-    return {family: (str(root / family), write_release(str(root / family), family))
-            for family in RELEASES}
+    return {family: (str(root / family), write_release(str(root / family), family)) for family in RELEASES}
 
 
-FAMILY_POOLINGS = [(family, pooling) for family in RELEASES
-                   for pooling in ("first-last-avg", "last-avg", "cls", "pooler")
-                   if pooling != "pooler" or RELEASES[family]["pooler"]]
+FAMILY_POOLINGS = [
+    (family, pooling)
+    for family in RELEASES
+    for pooling in ("first-last-avg", "last-avg", "cls", "pooler")
+    if pooling != "pooler" or RELEASES[family]["pooler"]
+]
 
 
 @pytest.fixture(scope="module")
@@ -147,14 +168,17 @@ def references(releases):
 @pytest.mark.parametrize("family,pooling", FAMILY_POOLINGS)
 def test_each_family_loads_its_release_and_matches_bert4keras(releases, references, family, pooling):
     encoder = build_encoder(releases[family][0], model_type=family, pooling=pooling)
-    np.testing.assert_allclose(encode(encoder, SENTENCES, batch_size=5), references(family)[pooling],
-                               atol=1e-5)
+    np.testing.assert_allclose(encode(encoder, SENTENCES, batch_size=5), references(family)[pooling], atol=1e-5)
 
 
 def test_nezha_release_is_found_under_its_own_file_name(releases):
     directory, prefix = releases["nezha"]
-    assert sorted(os.listdir(directory)) == ["bert_config.json", "model.ckpt-691689.data-00000-of-00001",
-                                             "model.ckpt-691689.index", "vocab.txt"]
+    assert sorted(os.listdir(directory)) == [
+        "bert_config.json",
+        "model.ckpt-691689.data-00000-of-00001",
+        "model.ckpt-691689.index",
+        "vocab.txt",
+    ]
     assert build_encoder(directory, model_type="nezha").model_identity["type"] == "nezha"
 
 
@@ -163,7 +187,8 @@ def test_relative_and_rotary_positions_change_the_vectors_on_shared_weights(rele
     """The same weights as a BERT with zero position embeddings: only the positions differ."""
     variables = release_variables(family, TINY_CONFIG)
     variables["bert/embeddings/position_embeddings"] = np.zeros(
-        (TINY_CONFIG["max_position_embeddings"], TINY_CONFIG["hidden_size"]), np.float32)
+        (TINY_CONFIG["max_position_embeddings"], TINY_CONFIG["hidden_size"]), np.float32
+    )
     write_checkpoint(str(tmp_path / "bert"), TINY_CONFIG, variables, TINY_VOCAB)
     sentences = [s for s in SENTENCES if len(s) > 2]
     as_bert = encode(build_encoder(str(tmp_path / "bert"), "bert", "last-avg"), sentences)
@@ -176,8 +201,7 @@ def test_relative_and_rotary_positions_change_the_vectors_on_shared_weights(rele
 @pytest.mark.parametrize("family", [f for f in RELEASES if not RELEASES[f]["pooler"]])
 def test_pooler_on_a_release_without_pooler_weights_is_refused(releases, family):
     directory = releases[family][0]
-    with pytest.raises(CheckpointError, match="%s: .*bert/pooler/dense/kernel.*needs the pooler "
-                                              "weights" % directory):
+    with pytest.raises(CheckpointError, match="%s: .*bert/pooler/dense/kernel.*needs the pooler weights" % directory):
         build_encoder(directory, model_type=family, pooling="pooler")
 
 
@@ -196,17 +220,22 @@ def test_original_eval_resolves_every_model_type_by_its_directory_name(tmp_path,
     data.mkdir(parents=True)
     pairs = [(a, b, i % 6) for i, (a, b) in enumerate(zip(SENTENCES, SENTENCES[1:] + SENTENCES[:1], strict=True))]
     for split in ("train", "valid", "test"):
-        (data / ("STS-B.%s.data" % split)).write_text("".join("%s\t%s\t%d\n" % p for p in pairs),
-                                                      encoding="utf-8")
+        (data / ("STS-B.%s.data" % split)).write_text("".join("%s\t%s\t%d\n" % p for p in pairs), encoding="utf-8")
     root = tmp_path / "models"
     for model_type, (family, layers) in ORIGINAL_TYPES.items():
         name = original.MODEL_DIRS[model_type][0]
-        config = dict(TINY_CONFIG, num_hidden_layers=layers, hidden_size=8, num_attention_heads=2,
-                      intermediate_size=16)
+        config = dict(TINY_CONFIG, num_hidden_layers=layers, hidden_size=8, num_attention_heads=2, intermediate_size=16)
         write_release(str(root / name), family, config)
-        assert original.main([model_type, "cls", "STS-B", "4", "--model-root", str(root),
-                              "--data-dir", str(data.parent)]) == 0
+        assert (
+            original.main([model_type, "cls", "STS-B", "4", "--model-root", str(root), "--data-dir", str(data.parent)])
+            == 0
+        )
         lines = capsys.readouterr().out.splitlines()
-        assert [line.split(": ")[0] for line in lines] == ["STS-B-train", "STS-B-valid", "STS-B-test",
-                                                           "avg", "w-avg"], (model_type, lines)
+        assert [line.split(": ")[0] for line in lines] == [
+            "STS-B-train",
+            "STS-B-valid",
+            "STS-B-test",
+            "avg",
+            "w-avg",
+        ], (model_type, lines)
         shutil.rmtree(root / name)

@@ -1,4 +1,5 @@
 """Encoders from a real Google-format checkpoint against the numpy BERT of tests/reference.py."""
+
 import logging
 import os
 import shutil
@@ -50,8 +51,9 @@ def test_original_global_padding_procedure_gives_the_same_vectors(encoders, tiny
     """The original pads every sentence to the longest of the list and pools with Keras'
     mask-aware GlobalAveragePooling1D over bert4keras' own model (tests/reference.py)."""
     files = find_model(tiny_model[0])
-    bert = build_transformer_model(None, files.weights, with_pool="linear" if pooling == "pooler"
-                                   else False, **files.config)
+    bert = build_transformer_model(
+        None, files.weights, with_pool="linear" if pooling == "pooler" else False, **files.config
+    )
     tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
     original = original_encode(bert, tokenizer, SENTENCES, pooling)
     np.testing.assert_allclose(encode(encoders[pooling], SENTENCES, batch_size=4), original, atol=1e-5)
@@ -69,7 +71,8 @@ def test_whitened_encoder_equals_the_numpy_pipeline(encoders, pooling, k):
     assert whitened.dim == (k if k > 0 else 24 if k < 0 else 24)
     cols = slice(None) if k < 0 else slice(0, k)
     expected = original_transform_and_normalize(
-        pooled[:len(SENTENCES)], whitening.kernel[:, cols] if k else None, whitening.bias)
+        pooled[: len(SENTENCES)], whitening.kernel[:, cols] if k else None, whitening.bias
+    )
     np.testing.assert_allclose(encode(whitened, SENTENCES), expected, atol=1e-5)
 
 
@@ -124,8 +127,9 @@ def model_copy(tiny_model, tmp_path):
     return directory
 
 
-@pytest.mark.parametrize("missing", ["bert_config.json", "vocab.txt", "bert_model.ckpt.index",
-                                     "bert_model.ckpt.data-00000-of-00001"])
+@pytest.mark.parametrize(
+    "missing", ["bert_config.json", "vocab.txt", "bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001"]
+)
 def test_missing_checkpoint_files_are_named(model_copy, missing):
     os.remove(os.path.join(model_copy, missing))
     with pytest.raises(CheckpointError, match=missing.replace(".", r"\.")):
@@ -144,17 +148,22 @@ def test_unreadable_file_and_missing_directory_are_named(model_copy, tmp_path):
 def test_a_damaged_checkpoint_index_is_named(model_copy):
     with open(os.path.join(model_copy, "bert_model.ckpt.index"), "r+b") as stream:
         stream.truncate(100)
-    with pytest.raises(CheckpointError, match=r"copy/bert_model.ckpt.index: cannot read the "
-                                              r"checkpoint index"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"copy/bert_model.ckpt.index: cannot read the "
+        r"checkpoint index",
+    ):
         build_encoder(model_copy)
 
 
 def test_vocab_size_must_match_the_config(model_copy):
     with open(os.path.join(model_copy, "vocab.txt"), "a", encoding="utf-8") as stream:
         stream.write("extra\n")
-    with pytest.raises(CheckpointError, match=r"vocab.txt has %d tokens but .*bert_config.json "
-                                              r"says vocab_size %d" % (TINY_CONFIG["vocab_size"] + 1,
-                                                                       TINY_CONFIG["vocab_size"])):
+    with pytest.raises(
+        CheckpointError,
+        match=r"vocab.txt has %d tokens but .*bert_config.json "
+        r"says vocab_size %d" % (TINY_CONFIG["vocab_size"] + 1, TINY_CONFIG["vocab_size"]),
+    ):
         build_encoder(model_copy)
 
 
@@ -175,45 +184,60 @@ def tiny_checkpoint(tmp_path, config=TINY_CONFIG, extra=None, vocab=TINY_VOCAB):
 
 @pytest.mark.parametrize("model_type", ["nezha", "roformer"])
 def test_a_family_without_position_table_refuses_a_bert_checkpoint(tmp_path, model_type):
-    with pytest.raises(CheckpointError, match=r"model: bert_model.ckpt does not fit bert_config.json "
-                                              r"as a %s model with cls pooling: the model does not use "
-                                              r"1 variable \(bert/embeddings/position_embeddings\)$"
-                                              % model_type):
+    with pytest.raises(
+        CheckpointError,
+        match=r"model: bert_model.ckpt does not fit bert_config.json "
+        r"as a %s model with cls pooling: the model does not use "
+        r"1 variable \(bert/embeddings/position_embeddings\)$" % model_type,
+    ):
         build_encoder(tiny_checkpoint(tmp_path), model_type, pooling="cls")
 
 
 def test_fewer_layers_in_the_config_than_in_the_checkpoint_are_refused(tmp_path):
     config = dict(TINY_CONFIG, num_hidden_layers=2)
-    with pytest.raises(CheckpointError, match=r"does not use 16 variables \(bert/encoder/layer_2/"
-                                              r"attention/output/LayerNorm/beta, .* and 13 more\)$"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"does not use 16 variables \(bert/encoder/layer_2/"
+        r"attention/output/LayerNorm/beta, .* and 13 more\)$",
+    ):
         build_encoder(tiny_checkpoint(tmp_path, config))
 
 
 def test_more_layers_in_the_config_than_in_the_checkpoint_are_refused(tmp_path):
     config = dict(TINY_CONFIG, num_hidden_layers=4)
-    with pytest.raises(CheckpointError, match=r"bert_model.ckpt does not fit bert_config.json as a "
-                                              r"bert model .*: missing 16 variables the model needs "
-                                              r"\(bert/encoder/layer_3/.* and 13 more\)$"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"bert_model.ckpt does not fit bert_config.json as a "
+        r"bert model .*: missing 16 variables the model needs "
+        r"\(bert/encoder/layer_3/.* and 13 more\)$",
+    ):
         build_encoder(tiny_checkpoint(tmp_path, config))
 
 
 def test_shapes_that_disagree_with_the_config_are_named(tmp_path):
     config = dict(TINY_CONFIG, intermediate_size=64)
-    with pytest.raises(CheckpointError, match=r"9 variables have another shape than the config gives "
-                                              r"\(bert/encoder/layer_0/intermediate/dense/bias \(48,\) "
-                                              r"instead of \(64,\), .*kernel \(24, 48\) instead of "
-                                              r"\(24, 64\), .* and 6 more\)$"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"9 variables have another shape than the config gives "
+        r"\(bert/encoder/layer_0/intermediate/dense/bias \(48,\) "
+        r"instead of \(64,\), .*kernel \(24, 48\) instead of "
+        r"\(24, 64\), .* and 6 more\)$",
+    ):
         build_encoder(tiny_checkpoint(tmp_path, config))
 
 
 def test_heads_optimizer_slots_and_step_of_a_training_checkpoint_are_left_unused(tmp_path, encoders):
     rng = np.random.default_rng(5)
-    heads = {"cls/predictions/transform/dense/kernel": rng.normal(size=(24, 24)),
-             "cls/predictions/output_bias": rng.normal(size=TINY_CONFIG["vocab_size"]),
-             "cls/seq_relationship/output_weights": rng.normal(size=(2, 24))}
-    slots = {"%s/%s" % (name, slot): np.zeros_like(value)
-             for name, value in {**random_weights(TINY_CONFIG), **heads}.items()
-             for slot in ("adam_m", "adam_v", "lamb_m", "lamb_v")}
+    heads = {
+        "cls/predictions/transform/dense/kernel": rng.normal(size=(24, 24)),
+        "cls/predictions/output_bias": rng.normal(size=TINY_CONFIG["vocab_size"]),
+        "cls/seq_relationship/output_weights": rng.normal(size=(2, 24)),
+    }
+    slots = {
+        "%s/%s" % (name, slot): np.zeros_like(value)
+        for name, value in {**random_weights(TINY_CONFIG), **heads}.items()
+        for slot in ("adam_m", "adam_v", "lamb_m", "lamb_v")
+    }
     directory = tiny_checkpoint(tmp_path, extra={**heads, **slots, "global_step": np.int64(1000)})
     encoder = build_encoder(directory, pooling="cls")  # and the pooler is unused too
     np.testing.assert_array_equal(encode(encoder, SENTENCES), encode(encoders["cls"], SENTENCES))
@@ -221,9 +245,11 @@ def test_heads_optimizer_slots_and_step_of_a_training_checkpoint_are_left_unused
 
 def test_a_repeated_vocabulary_token_is_refused_with_its_lines(tmp_path):
     vocab = TINY_VOCAB[:-1] + ["the"]  # bert4keras would map "the" to the last line only
-    with pytest.raises(CheckpointError, match=r"model/vocab.txt repeats 1 token, which bert4keras "
-                                              r"would map to one id: 'the' on lines %d, %d$"
-                                              % (TINY_VOCAB.index("the") + 1, len(TINY_VOCAB))):
+    with pytest.raises(
+        CheckpointError,
+        match=r"model/vocab.txt repeats 1 token, which bert4keras "
+        r"would map to one id: 'the' on lines %d, %d$" % (TINY_VOCAB.index("the") + 1, len(TINY_VOCAB)),
+    ):
         find_model(tiny_checkpoint(tmp_path, vocab=vocab))
 
 
@@ -235,8 +261,9 @@ def test_vocabulary_lines_are_counted_as_bert4keras_reads_them(tmp_path, encoder
 
 
 def test_unknown_pooling_and_model_type_list_the_choices(tiny_model):
-    with pytest.raises(ValueError, match="unknown pooling 'mean'; choose one of: first-last-avg, "
-                                         "last-avg, cls, pooler"):
+    with pytest.raises(
+        ValueError, match="unknown pooling 'mean'; choose one of: first-last-avg, last-avg, cls, pooler"
+    ):
         build_encoder(tiny_model[0], pooling="mean")
     with pytest.raises(ValueError, match="unknown model type 'gpt'; choose one of: bert, roberta"):
         build_encoder(tiny_model[0], model_type="gpt")
@@ -245,15 +272,16 @@ def test_unknown_pooling_and_model_type_list_the_choices(tiny_model):
 def cpu_flags():
     try:
         with open("/proc/cpuinfo") as stream:
-            return {flag for line in stream if line.startswith("flags")
-                    for flag in line.split(":", 1)[1].split()}
+            return {flag for line in stream if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
     except OSError:
         return set()
 
 
-@pytest.mark.skipif(not {"avx512_bf16", "amx_bf16"} & cpu_flags(),
-                    reason="no avx512_bf16 or amx_bf16 in /proc/cpuinfo: oneDNN rewrites the "
-                           "matrix products to bfloat16 only on CPUs that have them")
+@pytest.mark.skipif(
+    not {"avx512_bf16", "amx_bf16"} & cpu_flags(),
+    reason="no avx512_bf16 or amx_bf16 in /proc/cpuinfo: oneDNN rewrites the "
+    "matrix products to bfloat16 only on CPUs that have them",
+)
 def test_bfloat16_rounds_the_transformer_only(encoders, whitened):
     pooled = encoders["first-last-avg"]
     before = encode(pooled, SENTENCES)

@@ -19,7 +19,6 @@ from reference import original_eval, spearman, su_9079_kernel
 pytestmark = pytest.mark.slow
 
 
-
 @pytest.fixture(scope="module")
 def sts_b():
     splits = load_task("STS-B", shared_data("senteval_cn"))
@@ -29,8 +28,9 @@ def sts_b():
 @pytest.mark.parametrize("pooling", POOLINGS)
 def test_eval_equals_the_original_procedure_on_chinese_sts_b(sts_b, pooling):
     files = find_model("minilm")
-    bert = build_transformer_model(None, files.weights, with_pool="linear" if pooling == "pooler"
-                                   else False, **files.config)
+    bert = build_transformer_model(
+        None, files.weights, with_pool="linear" if pooling == "pooler" else False, **files.config
+    )
     tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
     encoder = build_encoder("minilm", pooling=pooling)
     encoded = encode_splits(lambda sentences: encode(encoder, sentences), sts_b)
@@ -47,9 +47,13 @@ def test_eval_equals_the_original_procedure_on_chinese_sts_b(sts_b, pooling):
         assert abs(result["avg"] - avg) <= 1e-3 and abs(result["w-avg"] - weighted) <= 1e-3
     raw, whitened = results[0]["splits"]["test"], results[1]["splits"]["test"]
     assert np.sign(whitened - raw) == np.sign(original[whitening.rank][0]["test"] - original[0][0]["test"])
-    print("\n%s: test Spearman ours / original: " % pooling + ", ".join(
-        "%s %.4f / %.4f" % (r["setting"], r["splits"]["test"], original[r["n_components"]][0]["test"])
-        for r in results))
+    print(
+        "\n%s: test Spearman ours / original: " % pooling
+        + ", ".join(
+            "%s %.4f / %.4f" % (r["setting"], r["splits"]["test"], original[r["n_components"]][0]["test"])
+            for r in results
+        )
+    )
 
 
 def test_beta_0_gamma_0_k_256_is_kexue_9079_on_chinese_sts_b(sts_b):
@@ -63,5 +67,6 @@ def test_beta_0_gamma_0_k_256_is_kexue_9079_on_chinese_sts_b(sts_b):
     cosines = (first * second).sum(axis=1) / np.linalg.norm(first, axis=1) / np.linalg.norm(second, axis=1)
     expected = spearman(labels, cosines)
     assert abs(result["splits"]["test"] - expected) <= 1e-3
-    print("\nbeta 0, gamma 0, k 256: test Spearman ours %.4f, 9079 in numpy %.4f"
-          % (result["splits"]["test"], expected))
+    print(
+        "\nbeta 0, gamma 0, k 256: test Spearman ours %.4f, 9079 in numpy %.4f" % (result["splits"]["test"], expected)
+    )

@@ -1,4 +1,5 @@
 """The retrieval benchmark, its metrics and index directories, against plain re-implementations."""
+
 import os
 
 import numpy as np
@@ -31,8 +32,11 @@ def reference_metrics(rankings, relevant):
         reciprocal.append(1.0 / rank if rank else 0.0)
         at_1.append(ranking[0] in wanted)
         at_10.append(any(item in wanted for item in ranking[:10]))
-    return {"mrr@10": sum(reciprocal) / len(reciprocal), "recall@1": sum(at_1) / len(at_1),
-            "recall@10": sum(at_10) / len(at_10)}
+    return {
+        "mrr@10": sum(reciprocal) / len(reciprocal),
+        "recall@1": sum(at_1) / len(at_1),
+        "recall@10": sum(at_10) / len(at_10),
+    }
 
 
 def unit(rows):
@@ -41,8 +45,15 @@ def unit(rows):
 
 
 def test_benchmark_follows_the_definition_on_binary_labels():
-    pairs = [("q1", "a", 1), ("q2", "b", 0), ("q1", "c", 1), ("q3", "a", 1), ("q2", "c", 0),
-             ("q1", "a", 1), ("q4", "d", 0)]
+    pairs = [
+        ("q1", "a", 1),
+        ("q2", "b", 0),
+        ("q1", "c", 1),
+        ("q3", "a", 1),
+        ("q2", "c", 0),
+        ("q1", "a", 1),
+        ("q4", "d", 0),
+    ]
     bench = benchmark.build_benchmark(pairs, distractors=["x", "a", "x", "y"])
     assert bench.queries == ["q1", "q3"]  # q2 and q4 have no positive pair
     assert bench.corpus == ["a", "b", "c", "d", "x", "y"]  # distinct; distractors not repeated
@@ -61,8 +72,10 @@ def test_sts_scores_count_from_4_and_other_scales_are_refused():
 
 
 def test_metrics_on_a_hand_made_corpus_with_ties_and_several_relevant_items():
-    corpus = unit([[1, 0, 0], [1, 0, 0], [0.8, 0.6, 0], [0, 1, 0], [0, 0, 1], [0.6, 0, 0.8]]
-                  + [[0.1 * i, 1, 0.3] for i in range(8)])
+    corpus = unit(
+        [[1, 0, 0], [1, 0, 0], [0.8, 0.6, 0], [0, 1, 0], [0, 0, 1], [0.6, 0, 0.8]]
+        + [[0.1 * i, 1, 0.3] for i in range(8)]
+    )
     queries = unit([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1]])
     # Query 0 ties items 0 and 1 at the top; only item 1 is relevant, so rank 2 (ties by position).
     relevant = [{1}, {3, 5}, {2}, {4, 13}]
@@ -87,16 +100,14 @@ def test_metrics_match_the_reference_on_random_rankings_with_duplicated_items():
     ids, _ = benchmark.exact_search(queries, corpus)
     rankings = reference_ranking(queries, corpus)
     np.testing.assert_array_equal(ids, [ranking[:10] for ranking in rankings])
-    assert benchmark.retrieval_metrics(ids, relevant) == pytest.approx(
-        reference_metrics(rankings, relevant), abs=1e-12)
+    assert benchmark.retrieval_metrics(ids, relevant) == pytest.approx(reference_metrics(rankings, relevant), abs=1e-12)
 
 
 def test_a_corpus_smaller_than_ten_is_ranked_whole():
     corpus, queries = unit([[1, 0], [0, 1], [1, 1]]), unit([[1, 0.1]])
     ids, _ = benchmark.exact_search(queries, corpus)
     assert ids.tolist() == [[0, 2, 1]]
-    assert benchmark.retrieval_metrics(ids, [{1}]) == pytest.approx({"mrr@10": 1 / 3, "recall@1": 0,
-                                                                     "recall@10": 1})
+    assert benchmark.retrieval_metrics(ids, [{1}]) == pytest.approx({"mrr@10": 1 / 3, "recall@1": 0, "recall@10": 1})
 
 
 def test_faiss_flat_index_equals_numpy_brute_force():
@@ -145,7 +156,11 @@ def test_index_directory_round_trip(tmp_path):
     assert sorted(os.listdir(output)) == sorted([INDEX_FILE, KEYS_FILE, TEXTS_FILE, METADATA_FILE])
     index = IndexDirectory(output)
     assert {key: index.metadata[key] for key in ("count", "dim", "index", "hnsw_m")} == {
-        "count": 25, "dim": 6, "index": "flat", "hnsw_m": None}
+        "count": 25,
+        "dim": 6,
+        "index": "flat",
+        "hnsw_m": None,
+    }
     assert index.metadata["pooling"] == RECORD["pooling"]
     np.testing.assert_array_equal(index.vectors(), vectors)
     assert index.rows({12, 0}) == {12: (str(corpus), 13, "line 12"), 0: (str(corpus), 1, "line 0")}
@@ -154,10 +169,24 @@ def test_index_directory_round_trip(tmp_path):
 
 
 #: An encoder record as `EncoderConfig.to_config` writes it (the tests of this file need no model).
-RECORD = {"model": {"name": "m", "format": "google", "type": "bert", "hidden_size": 6,
-                    "num_hidden_layers": 1, "vocab_sha256": "0" * 64},
-          "model_dir": None, "pooling": "cls", "maxlen": 16, "lowercase": True, "whitening": None,
-          "n_components": 0, "normalize": True, "allow_rank_deficient": False}
+RECORD = {
+    "model": {
+        "name": "m",
+        "format": "google",
+        "type": "bert",
+        "hidden_size": 6,
+        "num_hidden_layers": 1,
+        "vocab_sha256": "0" * 64,
+    },
+    "model_dir": None,
+    "pooling": "cls",
+    "maxlen": 16,
+    "lowercase": True,
+    "whitening": None,
+    "n_components": 0,
+    "normalize": True,
+    "allow_rank_deficient": False,
+}
 
 
 @pytest.mark.parametrize("problem", ["norm", "nan", "more-lines", "fewer-lines", "dimension"])
@@ -171,9 +200,13 @@ def test_a_failed_index_leaves_no_directory(tmp_path, problem):
     if problem == "nan":
         vectors[1, 0] = np.nan
     output = tmp_path / "index"
-    message = {"norm": r"corpus.txt:3: vector of norm 2", "nan": r"corpus.txt:2: vector of norm nan",
-               "more-lines": r"corpus.txt:5: more lines", "fewer-lines": "fewer lines",
-               "dimension": "dimension 5"}[problem]
+    message = {
+        "norm": r"corpus.txt:3: vector of norm 2",
+        "nan": r"corpus.txt:2: vector of norm nan",
+        "more-lines": r"corpus.txt:5: more lines",
+        "fewer-lines": "fewer lines",
+        "dimension": "dimension 5",
+    }[problem]
     with pytest.raises(ValueError, match=message):
         with IndexWriter(str(output), RECORD, 5 if problem == "dimension" else 3, source=str(corpus)) as writer:
             _add_keyed(writer, [vectors], numbered_lines([str(corpus)]))

@@ -1,4 +1,5 @@
 """eval-retrieval, index and search on the tiny checkpoint, against the definitions re-done here."""
+
 import functools
 import itertools
 import json
@@ -26,10 +27,10 @@ def task_dir(tmp_path):
     """A task TINY: 0/1 labels; some first sentences repeat, some second sentences repeat."""
     rows = [(MANY[i % 12], MANY[20 + i % 17], int(i % 3 != 0)) for i in range(30)]
     (tmp_path / "TINY").mkdir()
-    (tmp_path / "TINY" / "TINY.test.data").write_text(
-        "".join("%s\t%s\t%d\n" % row for row in rows), encoding="utf-8")
+    (tmp_path / "TINY" / "TINY.test.data").write_text("".join("%s\t%s\t%d\n" % row for row in rows), encoding="utf-8")
     (tmp_path / "TINY" / "TINY.valid.data").write_text(
-        "".join("%s\t%s\t1\n" % (MANY[40 + i], MANY[60 + i]) for i in range(10)), encoding="utf-8")
+        "".join("%s\t%s\t1\n" % (MANY[40 + i], MANY[60 + i]) for i in range(10)), encoding="utf-8"
+    )
     distractors = tmp_path / "distractors.txt"
     distractors.write_text("".join(s + "\n" for s in MANY[70:80] + MANY[20:22]), encoding="utf-8")
     return tmp_path, rows, str(distractors)
@@ -38,9 +39,28 @@ def task_dir(tmp_path):
 def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny_model, encoders):
     tmp_path, rows, distractors = task_dir
     output = tmp_path / "r.json"
-    assert run("eval-retrieval", "--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path,
-               "--n-components", "0,-1,8", "--distractors", distractors, "--hnsw-m", 8,
-               "--json", output, "--plot", tmp_path / "r.png") == 0
+    assert (
+        run(
+            "eval-retrieval",
+            "--model",
+            tiny_model[0],
+            "--task",
+            "TINY",
+            "--data-dir",
+            tmp_path,
+            "--n-components",
+            "0,-1,8",
+            "--distractors",
+            distractors,
+            "--hnsw-m",
+            8,
+            "--json",
+            output,
+            "--plot",
+            tmp_path / "r.png",
+        )
+        == 0
+    )
     report = json.loads(output.read_text(encoding="utf-8"))
     entry = report["tasks"]["TINY"]
 
@@ -60,8 +80,7 @@ def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny
     assert sorted(by_k) == [0, 8, 24]
     for k, result in by_k.items():
         transform = functools.partial(whitening.transform, n_components=k) if k else l2_normalize
-        expected = reference_metrics(reference_ranking(transform(query_vectors), transform(corpus_vectors)),
-                                     relevant)
+        expected = reference_metrics(reference_ranking(transform(query_vectors), transform(corpus_vectors)), relevant)
         assert {m: result[m] for m in expected} == pytest.approx(expected, abs=1e-9)
         assert result["dim"] == (k or 24) and result["flat"]["index_bytes"] > len(corpus) * result["dim"] * 4
         assert result["hnsw"]["recall@10_vs_exact"] > 0.5 and result["flat"]["p50_ms"] > 0
@@ -70,8 +89,17 @@ def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny
 
 def test_eval_retrieval_refuses_a_missing_split_and_odd_labels(task_dir, tiny_model, caplog):
     tmp_path, _, _ = task_dir
-    argv = ["eval-retrieval", "--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path,
-            "--n-components", "0,-1,8"]  # the default 256 is refused on a 24-dim model
+    argv = [
+        "eval-retrieval",
+        "--model",
+        tiny_model[0],
+        "--task",
+        "TINY",
+        "--data-dir",
+        tmp_path,
+        "--n-components",
+        "0,-1,8",
+    ]  # the default 256 is refused on a 24-dim model
     assert run(*argv, "--split", "train") == 1
     assert "TINY has no train split" in caplog.text
     (tmp_path / "TINY" / "TINY.test.data").write_text("a\tb\t1\nc\td\t9\n", encoding="utf-8")
@@ -89,10 +117,13 @@ def indexed(tmp_path_factory, tiny_model):
     corpus.write_text("".join(s + "\n" for s in MANY[:60]), encoding="utf-8")
     whitening, vectors, index = tmp_path / "w.npz", tmp_path / "v.npy", tmp_path / "index"
     assert run("fit", "--model", model, "--output", whitening, corpus) == 0
-    assert run("encode", "--model", model, "--whitening", whitening, "--n-components", 12,
-               "--output", vectors, corpus) == 0
-    assert run("index", "--model", model, "--whitening", whitening, "--n-components", 12,
-               "--output", index, corpus) == 0
+    assert (
+        run("encode", "--model", model, "--whitening", whitening, "--n-components", 12, "--output", vectors, corpus)
+        == 0
+    )
+    assert (
+        run("index", "--model", model, "--whitening", whitening, "--n-components", 12, "--output", index, corpus) == 0
+    )
     return model, corpus, whitening, vectors, index
 
 
@@ -116,8 +147,23 @@ def test_index_holds_the_encode_vectors_with_their_lines(indexed):
 def test_index_from_vectors_equals_index_from_text(indexed, tmp_path):
     model, corpus, whitening, vectors, index = indexed
     again = tmp_path / "again"
-    assert run("index", "--model", model, "--whitening", whitening, "--n-components", 12,
-               "--from-vectors", vectors, "--output", again, corpus) == 0
+    assert (
+        run(
+            "index",
+            "--model",
+            model,
+            "--whitening",
+            whitening,
+            "--n-components",
+            12,
+            "--from-vectors",
+            vectors,
+            "--output",
+            again,
+            corpus,
+        )
+        == 0
+    )
     np.testing.assert_array_equal(IndexDirectory(str(again)).vectors(), np.load(vectors))
     assert rows_of(again) == rows_of(index)
     assert IndexDirectory(str(again)).metadata == IndexDirectory(str(index)).metadata
@@ -141,8 +187,7 @@ def test_search_finds_each_sentence_first_with_cosine_1(indexed, capsys):
 def test_search_refuses_another_encoder(indexed, tmp_path, caplog):
     model, corpus, whitening, vectors, index = indexed
     other = tmp_path / "other.npz"
-    assert run("fit", "--model", model, "--output", other, vectors.parent / "corpus.txt",
-               "--beta", 0.5) == 0
+    assert run("fit", "--model", model, "--output", other, vectors.parent / "corpus.txt", "--beta", 0.5) == 0
     assert run("search", "--index", index, "--whitening", other, "query") == 1
     assert "other.npz is not the whitening %s was built with" % index in caplog.text
     assert run("search", "--index", index, "--pooling", "cls", "query") == 1
@@ -154,11 +199,27 @@ def test_failed_index_leaves_no_directory(indexed, tmp_path, caplog):
     short = tmp_path / "short.txt"
     short.write_text("one line\n", encoding="utf-8")
     target = tmp_path / "bad"
-    assert run("index", "--model", model, "--whitening", whitening, "--n-components", 12,
-               "--from-vectors", vectors, "--output", target, short) == 1
+    assert (
+        run(
+            "index",
+            "--model",
+            model,
+            "--whitening",
+            whitening,
+            "--n-components",
+            12,
+            "--from-vectors",
+            vectors,
+            "--output",
+            target,
+            short,
+        )
+        == 1
+    )
     assert "fewer lines than vectors" in caplog.text
-    assert run("index", "--model", model, "--whitening", whitening, "--from-vectors", vectors,
-               "--output", target) == 1  # 24 dimensions by default, the vectors have 12
+    assert (
+        run("index", "--model", model, "--whitening", whitening, "--from-vectors", vectors, "--output", target) == 1
+    )  # 24 dimensions by default, the vectors have 12
     assert "dimension 24" in caplog.text
     assert not target.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".")]
 
@@ -167,11 +228,41 @@ def test_failed_index_leaves_no_directory(indexed, tmp_path, caplog):
 def test_index_from_beam_encode_shards(indexed, tmp_path):
     model, corpus, whitening, vectors, index = indexed
     prefix = tmp_path / "beam" / "vectors"
-    assert run("beam-encode", "--model", model, "--whitening", whitening, "--n-components", 12,
-               "--input", corpus, "--num-shards", 2, "--output", prefix) == 0
+    assert (
+        run(
+            "beam-encode",
+            "--model",
+            model,
+            "--whitening",
+            whitening,
+            "--n-components",
+            12,
+            "--input",
+            corpus,
+            "--num-shards",
+            2,
+            "--output",
+            prefix,
+        )
+        == 0
+    )
     from_beam = tmp_path / "from_beam"
-    assert run("index", "--model", model, "--whitening", whitening, "--n-components", 12,
-               "--from-beam", "%s-*" % prefix, "--output", from_beam) == 0
+    assert (
+        run(
+            "index",
+            "--model",
+            model,
+            "--whitening",
+            whitening,
+            "--n-components",
+            12,
+            "--from-beam",
+            "%s-*" % prefix,
+            "--output",
+            from_beam,
+        )
+        == 0
+    )
     assert [row[:2] for row in rows_of(from_beam)] == [row[:2] for row in rows_of(index)]
     np.testing.assert_allclose(IndexDirectory(str(from_beam)).vectors(), np.load(vectors), atol=1e-5)
 
@@ -204,10 +295,35 @@ def test_index_reads_standard_input_once(tiny_model, tmp_path, monkeypatch):
 def test_export_corpus_refuses_an_index_of_another_maxlen_or_case(indexed, tmp_path, caplog, option):
     model, corpus, whitening, vectors, index = indexed
     other = tmp_path / "index"
-    assert run("index", "--model", model, "--whitening", whitening, "--n-components", 12,
-               "--output", other, *option, corpus) == 0
-    status = run("export", "--model", model, "--whitening", whitening, "--n-components", 12,
-                 "--corpus", other, "--output", tmp_path / "served")
+    assert (
+        run(
+            "index",
+            "--model",
+            model,
+            "--whitening",
+            whitening,
+            "--n-components",
+            12,
+            "--output",
+            other,
+            *option,
+            corpus,
+        )
+        == 0
+    )
+    status = run(
+        "export",
+        "--model",
+        model,
+        "--whitening",
+        whitening,
+        "--n-components",
+        12,
+        "--corpus",
+        other,
+        "--output",
+        tmp_path / "served",
+    )
     if option:
         assert status == 1 and "refused" in caplog.text
         assert ("maxlen: 64 vs 8" if option[0] == "--maxlen" else "lowercase: True vs False") in caplog.text

@@ -1,5 +1,6 @@
 """The front door: `SentenceEncoder` load, fit, encode, save and load again, against the numpy
 whitening of the same pooled vectors."""
+
 import numpy as np
 import pytest
 
@@ -22,7 +23,7 @@ def test_fit_then_encode_is_the_numpy_whitening_of_the_pooled_vectors(fitted, en
     pooled = encode(encoders["first-last-avg"], SENTENCES * 3).astype(np.float64)
     reference = fit_whitening(WhiteningStats().update(pooled))
     np.testing.assert_allclose(whitening.mean, reference.mean, atol=1e-6)
-    expected = transform_and_normalize(pooled[:len(SENTENCES)], reference.kernel[:, :12], reference.bias)
+    expected = transform_and_normalize(pooled[: len(SENTENCES)], reference.kernel[:, :12], reference.bias)
     actual = encoder.encode(SENTENCES)
     assert actual.shape == (len(SENTENCES), 12) and encoder.dim == 12
     # eigenvector signs are fixed by the fit, so columns agree up to round-off

@@ -1,5 +1,6 @@
 """The serving client up to the wire format: bodies decoded as TF Serving decodes them and fed to
 the exported signatures must give `encode`'s vectors; replies must parse back to them."""
+
 import json
 
 import numpy as np
@@ -21,8 +22,7 @@ from tfserving_json import decode
 
 pytestmark = pytest.mark.slow
 
-SIGNATURE_INPUTS = {"serve_text": {"text": object},
-                    "serving_default": {"input_ids": np.int32, "segment_ids": np.int32}}
+SIGNATURE_INPUTS = {"serve_text": {"text": object}, "serving_default": {"input_ids": np.int32, "segment_ids": np.int32}}
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +51,12 @@ def test_id_bodies_give_the_vectors_of_encode(loaded, whitened, format):
 
 def test_replies_parse_back_to_vectors(whitened):
     vectors = encode(whitened, SENTENCES[:4])
-    replies = [{"predictions": vectors.tolist()},
-               {"predictions": [{"embedding": v} for v in vectors.tolist()]},
-               {"outputs": vectors.tolist()}, {"outputs": {"embedding": vectors.tolist()}}]
+    replies = [
+        {"predictions": vectors.tolist()},
+        {"predictions": [{"embedding": v} for v in vectors.tolist()]},
+        {"outputs": vectors.tolist()},
+        {"outputs": {"embedding": vectors.tolist()}},
+    ]
     for reply in replies:
         np.testing.assert_allclose(parse_response(json.dumps(reply)), vectors, atol=1e-6)
     with pytest.raises(RuntimeError, match="Op type not registered"):
@@ -74,8 +77,7 @@ def test_grpc_requests_carry_the_right_tensors(loaded, whitened):
     request = grpc_request("encoder", input_ids=sequences)
     assert request.model_spec.signature_name == "serving_default"
     assert request.inputs["input_ids"].dtype == tf.int32.as_datatype_enum
-    tensors = {name: tf.constant(tf.make_ndarray(request.inputs[name]))
-               for name in ("input_ids", "segment_ids")}
+    tensors = {name: tf.constant(tf.make_ndarray(request.inputs[name])) for name in ("input_ids", "segment_ids")}
     out = loaded.signatures["serving_default"](**tensors)["embedding"]
     np.testing.assert_allclose(out.numpy(), encode(whitened, SENTENCES), atol=1e-5)
 

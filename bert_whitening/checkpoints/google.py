@@ -1,4 +1,5 @@
 """Google-format checkpoint directories (google-research/bert): read their files, write them."""
+
 import glob
 import json
 import os
@@ -26,8 +27,9 @@ def variable_shapes(prefix):
     try:
         return {name: tuple(shape) for name, shape in tf.train.list_variables(prefix)}
     except tf.errors.OpError as error:
-        raise CheckpointError("%s: cannot read the checkpoint index (%s)"
-                              % (prefix + ".index", error.message.splitlines()[0])) from None
+        raise CheckpointError(
+            "%s: cannot read the checkpoint index (%s)" % (prefix + ".index", error.message.splitlines()[0])
+        ) from None
 
 
 def checkpoint_prefix(directory):
@@ -38,12 +40,14 @@ def checkpoint_prefix(directory):
     if preferred in indexes:
         indexes = [preferred]
     if not indexes:
-        raise CheckpointError("%s holds no checkpoint: expected bert_model.ckpt.index and "
-                              "bert_model.ckpt.data-00000-of-00001" % directory)
+        raise CheckpointError(
+            "%s holds no checkpoint: expected bert_model.ckpt.index and bert_model.ckpt.data-00000-of-00001" % directory
+        )
     if len(indexes) > 1:
-        raise CheckpointError("%s holds several checkpoints (%s); keep one"
-                              % (directory, ", ".join(os.path.basename(i) for i in indexes)))
-    prefix = indexes[0][:-len(".index")]
+        raise CheckpointError(
+            "%s holds several checkpoints (%s); keep one" % (directory, ", ".join(os.path.basename(i) for i in indexes))
+        )
+    prefix = indexes[0][: -len(".index")]
     for path in [indexes[0]] + (glob.glob(prefix + ".data-*") or [prefix + ".data-00000-of-00001"]):
         read_bytes(path, probe=True)
     return prefix
@@ -63,6 +67,9 @@ def write_checkpoint(directory, config, variables, vocab):
     with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as stream:
         stream.write("".join(token + "\n" for token in vocab))
     names = sorted(variables)
-    tf.raw_ops.SaveV2(prefix=os.path.join(directory, CHECKPOINT), tensor_names=names,
-                      shape_and_slices=[""] * len(names),
-                      tensors=[tf.constant(variables[name]) for name in names])
+    tf.raw_ops.SaveV2(
+        prefix=os.path.join(directory, CHECKPOINT),
+        tensor_names=names,
+        shape_and_slices=[""] * len(names),
+        tensors=[tf.constant(variables[name]) for name in names],
+    )

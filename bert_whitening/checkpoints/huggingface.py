@@ -5,6 +5,7 @@
 transposed); `convert_hf` writes the result as a Google-format checkpoint directory that
 bert4keras loads. Reading needs numpy and ``safetensors`` only, no PyTorch.
 """
+
 import os
 import re
 
@@ -12,9 +13,19 @@ from bert_whitening.checkpoints import CheckpointError, read_bytes, read_json
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
-CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-               "intermediate_size", "hidden_act", "max_position_embeddings", "type_vocab_size",
-               "hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
+CONFIG_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "initializer_range",
+)
 
 _RENAMES = [
     (r"embeddings\.(word|position|token_type)_embeddings\.weight", r"embeddings/\1_embeddings"),
@@ -55,14 +66,20 @@ def read(directory):
     weights_path = os.path.join(directory, WEIGHTS)
     hf_config = read_json(config_path)
     if hf_config.get("model_type") != "bert":
-        raise CheckpointError("%s: model_type %r is not supported; only BERT checkpoints "
-                              "(model_type \"bert\") are" % (config_path, hf_config.get("model_type")))
+        raise CheckpointError(
+            "%s: model_type %r is not supported; only BERT checkpoints "
+            '(model_type "bert") are' % (config_path, hf_config.get("model_type"))
+        )
     if not os.path.isfile(weights_path):
         only_bin = os.path.isfile(os.path.join(directory, "pytorch_model.bin"))
         raise CheckpointError(
             "missing %s%s; a Hugging Face BERT directory needs config.json, model.safetensors "
-            "and vocab.txt" % (weights_path, " (there is only pytorch_model.bin: save the model "
-                                             "with safe_serialization=True)" if only_bin else ""))
+            "and vocab.txt"
+            % (
+                weights_path,
+                " (there is only pytorch_model.bin: save the model with safe_serialization=True)" if only_bin else "",
+            )
+        )
     read_bytes(weights_path, probe=True)
     missing = [key for key in CONFIG_KEYS[:5] if key not in hf_config]
     if missing:
@@ -77,8 +94,9 @@ def _load_tensors(path):
     try:
         return load_file(path)
     except Exception as error:  # safetensors raises its own SafetensorError (not importable here)
-        raise CheckpointError("%s: cannot read the tensors (%s): the file is truncated or not "
-                              "safetensors" % (path, error)) from None
+        raise CheckpointError(
+            "%s: cannot read the tensors (%s): the file is truncated or not safetensors" % (path, error)
+        ) from None
 
 
 def convert_hf(hf_directory, output_directory):

@@ -4,11 +4,18 @@
 The names below are imported on first use, so the verification child
 (``python -m bert_whitening.export.verify``) loads TensorFlow alone, as a server does.
 """
+
 import importlib
 
-_WHERE = {"METADATA_FILE": "saved_model", "ServingModule": "saved_model", "export_saved_model": "saved_model",
-          "target_version": "saved_model", "TOLERANCE": "verify", "VERIFY_SENTENCES": "verify",
-          "run_in_fresh_process": "verify"}
+_WHERE = {
+    "METADATA_FILE": "saved_model",
+    "ServingModule": "saved_model",
+    "export_saved_model": "saved_model",
+    "target_version": "saved_model",
+    "TOLERANCE": "verify",
+    "VERIFY_SENTENCES": "verify",
+    "run_in_fresh_process": "verify",
+}
 
 __all__ = ["ExportError", *_WHERE]
 

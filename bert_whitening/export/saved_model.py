@@ -18,6 +18,7 @@ fails. The staging directory is named ``.N.bert-whitening-tmp-PID-...`` beside t
 (TF Serving ignores names that are not integers), and the next export removes those of a
 process that was killed (`bert_whitening.atomic`).
 """
+
 import errno
 import json
 import logging
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 METADATA_FILE = "bert_whitening.json"
 
+
 def target_version(base, version=None, overwrite=False):
     """The version to write: ``version``, or one more than the highest integer one in ``base``."""
     if os.path.exists(base) and not os.path.isdir(base):
@@ -46,19 +48,21 @@ def target_version(base, version=None, overwrite=False):
     if version is None:
         return max(existing, default=0) + 1
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise ExportError("version must be a non-negative integer (TF Serving's layout), got %r"
-                          % (version,))
+        raise ExportError("version must be a non-negative integer (TF Serving's layout), got %r" % (version,))
     if version in existing and not overwrite:
-        raise ExportError("%s already exists; pass overwrite (--overwrite) to replace it"
-                          % os.path.join(base, str(version)))
+        raise ExportError(
+            "%s already exists; pass overwrite (--overwrite) to replace it" % os.path.join(base, str(version))
+        )
     return version
 
 
 class ServingModule(tf.Module):
     """The object saved: the Keras encoder, and the in-graph tokenizer when there is one."""
 
-    IDS = [tf.TensorSpec([None, None], tf.int32, name="input_ids"),
-           tf.TensorSpec([None, None], tf.int32, name="segment_ids")]
+    IDS = [
+        tf.TensorSpec([None, None], tf.int32, name="input_ids"),
+        tf.TensorSpec([None, None], tf.int32, name="segment_ids"),
+    ]
     TEXT = [tf.TensorSpec([None], tf.string, name="text")]
 
     def __init__(self, model, tokenizer=None, corpus=None, top_k=10):
@@ -75,14 +79,17 @@ class ServingModule(tf.Module):
             # 2 GB limit still exports.
             self.corpus = tf.Variable(np.asarray(corpus, dtype=np.float32), trainable=False, name="corpus")
             self.top_k = min(top_k, len(corpus))
-            self.serve_search = (tf.function(self._search_text, input_signature=self.TEXT)
-                                 if tokenizer is not None else
-                                 tf.function(self._search_ids, input_signature=self.IDS))
+            self.serve_search = (
+                tf.function(self._search_text, input_signature=self.TEXT)
+                if tokenizer is not None
+                else tf.function(self._search_ids, input_signature=self.IDS)
+            )
 
     def _embed(self, input_ids, segment_ids):
         # Without this, segment_ids of another shape would be broadcast, not refused.
-        tf.debugging.assert_equal(tf.shape(input_ids), tf.shape(segment_ids),
-                                  message="input_ids and segment_ids must have the same shape")
+        tf.debugging.assert_equal(
+            tf.shape(input_ids), tf.shape(segment_ids), message="input_ids and segment_ids must have the same shape"
+        )
         return {"embedding": self.model([input_ids, segment_ids], training=False)}
 
     def _embed_text(self, text):
@@ -109,10 +116,17 @@ class ServingModule(tf.Module):
         return signatures
 
 
-def export_saved_model(encoder, base: str, version: Optional[int] = None, text: bool = False,
-                       overwrite: bool = False, metadata: Optional[dict] = None,
-                       tolerance: float = TOLERANCE, corpus: Optional[np.ndarray] = None,
-                       top_k: int = 10) -> Tuple[str, float]:
+def export_saved_model(
+    encoder,
+    base: str,
+    version: Optional[int] = None,
+    text: bool = False,
+    overwrite: bool = False,
+    metadata: Optional[dict] = None,
+    tolerance: float = TOLERANCE,
+    corpus: Optional[np.ndarray] = None,
+    top_k: int = 10,
+) -> Tuple[str, float]:
     """Write ``encoder`` to ``BASE/N``, verified in a fresh process, and return ``(path,
     largest difference found)``.
 
@@ -135,9 +149,11 @@ def export_saved_model(encoder, base: str, version: Optional[int] = None, text: 
         ExportError: refused, or failed; nothing is left at ``BASE/N``.
     """
     if text and MODEL_TYPES[encoder.model_identity["type"]].word_level:
-        raise ExportError("--text is not available for %s: it splits words with jieba, which "
-                          "cannot run inside a TensorFlow graph; export the token-id signature "
-                          "and tokenise on the client" % encoder.model_identity["type"])
+        raise ExportError(
+            "--text is not available for %s: it splits words with jieba, which "
+            "cannot run inside a TensorFlow graph; export the token-id signature "
+            "and tokenise on the client" % encoder.model_identity["type"]
+        )
     number = target_version(base, version, overwrite)
     tokenizer = None
     if text:
@@ -146,8 +162,9 @@ def export_saved_model(encoder, base: str, version: Optional[int] = None, text: 
         tokenizer = GraphTokenizer(encoder.vocab, encoder.maxlen, encoder.lowercase)
     module = ServingModule(encoder.model, tokenizer, corpus, top_k)
     if corpus is not None and module.top_k < top_k:
-        logger.warning("top_k %d is more than the %d corpus rows: serve_search returns %d",
-                       top_k, len(corpus), module.top_k)
+        logger.warning(
+            "top_k %d is more than the %d corpus rows: serve_search returns %d", top_k, len(corpus), module.top_k
+        )
 
     with staged_directory(os.path.join(base, str(number))) as staging:
         try:
@@ -160,8 +177,12 @@ def export_saved_model(encoder, base: str, version: Optional[int] = None, text: 
             json.dump(export_record(encoder, module, metadata), stream, indent=2, ensure_ascii=False)
         difference = verify(staging, encoder, text, corpus, tolerance)
         target = _publish(staging, base, number, version is None, overwrite)
-    logger.info("exported %s (signatures: %s); the reloaded model differs from the Keras model "
-                "by at most %.2g", target, ", ".join(sorted(module.signatures())), difference)
+    logger.info(
+        "exported %s (signatures: %s); the reloaded model differs from the Keras model by at most %.2g",
+        target,
+        ", ".join(sorted(module.signatures())),
+        difference,
+    )
     return target, difference
 
 
@@ -194,8 +215,12 @@ def export_record(encoder, module, metadata=None):
     """``assets/bert_whitening.json``: the encoder's record (`EncoderConfig.to_config`), the
     signatures, versions, and ``metadata`` (``corpus``: what ``serve_search`` holds, given its
     ``top_k``)."""
-    record = {**encoder.config.to_config(), **(metadata or {}),
-              "signatures": sorted(module.signatures()), "versions": versions()}
+    record = {
+        **encoder.config.to_config(),
+        **(metadata or {}),
+        "signatures": sorted(module.signatures()),
+        "versions": versions(),
+    }
     whitening = record["whitening"] or {}
     if "sha256" in whitening:  # the key earlier versions wrote
         record["whitening_file"] = {"name": os.path.basename(whitening["path"]), "sha256": whitening["sha256"]}

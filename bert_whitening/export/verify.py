@@ -11,6 +11,7 @@ them with the in-memory Keras encoder:
   served embeddings, rank by rank: each returned id's own cosine must equal FAISS's score at that
   rank (so different ids pass only where cosines tie) and the returned score must be that cosine.
 """
+
 import os
 import shutil
 import signal
@@ -26,8 +27,14 @@ TOLERANCE = 1e-5
 #: Sentences the verification runs through every signature: Chinese, English, mixed, accents,
 #: empty, and one longer than any maxlen.
 VERIFY_SENTENCES = [
-    "今天天气很好", "我们明天去北京看长城。", "花呗每月最低还款额，怎么计算？", "",
-    "The cat sat on the mat.", "A man is playing a guitar!", "Café naïve ÉCOLE", "mixed 中文 and English 123",
+    "今天天气很好",
+    "我们明天去北京看长城。",
+    "花呗每月最低还款额，怎么计算？",
+    "",
+    "The cat sat on the mat.",
+    "A man is playing a guitar!",
+    "Café naïve ÉCOLE",
+    "mixed 中文 and English 123",
     "这是一个很长的句子" * 20,
 ]
 
@@ -42,11 +49,14 @@ def verify(directory, encoder, text, corpus=None, tolerance=TOLERANCE):
     sequences, _ = tokenize(encoder, VERIFY_SENTENCES)
     expected = encode_ids(encoder, sequences, progress=False)
     outputs = run_in_fresh_process(directory, pad_ids(sequences), VERIFY_SENTENCES if text else [])
-    difference = max(float(np.abs(outputs[name] - expected).max())
-                     for name in ("serving_default", "serve_text") if name in outputs)
+    difference = max(
+        float(np.abs(outputs[name] - expected).max()) for name in ("serving_default", "serve_text") if name in outputs
+    )
     if not difference <= tolerance:
-        raise ExportError("the reloaded SavedModel differs from the Keras model by %.3g "
-                          "(tolerance %.3g); nothing was written" % (difference, tolerance))
+        raise ExportError(
+            "the reloaded SavedModel differs from the Keras model by %.3g "
+            "(tolerance %.3g); nothing was written" % (difference, tolerance)
+        )
     if corpus is not None:
         _check_search(outputs, corpus, tolerance)
     return difference
@@ -59,9 +69,11 @@ def _check_search(outputs, corpus, tolerance):
     expected_scores, expected_ids = flat_index(corpus).search(embeddings, ids.shape[1])
     found, difference = mismatches(ids, scores, expected_ids, expected_scores, embeddings, corpus, tolerance)
     if found or not difference <= tolerance:
-        raise ExportError("serve_search disagrees with FAISS IndexFlatIP on the same vectors: "
-                          "(row, rank, id, FAISS id) %s, scores differ by up to %.3g (tolerance "
-                          "%.3g); nothing was written" % (found[:5], difference, tolerance))
+        raise ExportError(
+            "serve_search disagrees with FAISS IndexFlatIP on the same vectors: "
+            "(row, rank, id, FAISS id) %s, scores differ by up to %.3g (tolerance "
+            "%.3g); nothing was written" % (found[:5], difference, tolerance)
+        )
 
 
 def mismatches(ids, scores, expected_ids, expected_scores, queries, corpus, tolerance):
@@ -71,8 +83,10 @@ def mismatches(ids, scores, expected_ids, expected_scores, queries, corpus, tole
     cosines are ties, and pass."""
     cosines = np.einsum("qkd,qd->qk", np.asarray(corpus, np.float64)[ids], np.asarray(queries, np.float64))
     bad = (np.abs(cosines - expected_scores) > tolerance) | (np.abs(cosines - scores) > tolerance)
-    found = [(int(row), int(rank), int(ids[row, rank]), int(expected_ids[row, rank]))
-             for row, rank in zip(*np.nonzero(bad), strict=True)]
+    found = [
+        (int(row), int(rank), int(ids[row, rank]), int(expected_ids[row, rank]))
+        for row, rank in zip(*np.nonzero(bad), strict=True)
+    ]
     return found, float(np.abs(scores - expected_scores).max())
 
 
@@ -88,11 +102,16 @@ def run_in_fresh_process(directory, input_ids, sentences=(), scratch=None):
     request, response = os.path.join(scratch, "request.npz"), os.path.join(scratch, "response.npz")
     try:
         np.savez(request, input_ids=input_ids, text=np.array(list(sentences), dtype=object))
-        child = subprocess.run([sys.executable, "-m", "bert_whitening.export.verify", directory, request,
-                                response], capture_output=True, text=True, preexec_fn=_die_with_parent)
+        child = subprocess.run(
+            [sys.executable, "-m", "bert_whitening.export.verify", directory, request, response],
+            capture_output=True,
+            text=True,
+            preexec_fn=_die_with_parent,
+        )
         if child.returncode != 0:
-            raise ExportError("the exported SavedModel failed to load or run in a fresh process:\n"
-                              + child.stderr[-3000:])
+            raise ExportError(
+                "the exported SavedModel failed to load or run in a fresh process:\n" + child.stderr[-3000:]
+            )
         with np.load(response) as outputs:
             return {name: outputs[name] for name in outputs.files}
     finally:

@@ -1,4 +1,5 @@
 """The vector of the first token (``[CLS]``)."""
+
 from bert_whitening.backend import keras
 
 

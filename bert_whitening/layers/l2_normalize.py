@@ -1,4 +1,5 @@
 """L2 normalisation of vectors."""
+
 from bert_whitening.backend import keras, tf
 
 

@@ -1,4 +1,5 @@
 """Average of token vectors over the real tokens only."""
+
 from bert_whitening.backend import keras, tf
 
 

@@ -14,6 +14,7 @@ Search is exact cosine (vectors are L2-normalised, so a dot product); ties are r
 position, lower first. MRR@10 is the mean over queries of 1/rank of the first relevant item in the
 top 10 (0 when there is none); Recall@k the share of queries with any relevant item in the top k.
 """
+
 import dataclasses
 
 import numpy as np
@@ -36,8 +37,7 @@ def positive_labels(labels, where="labels"):
         return labels == 1.0
     outside = labels[(labels < 0) | (labels > 5)]
     if outside.size:
-        raise DataError("%s: labels are neither all 0/1 nor 0-5 scores (found %g)"
-                        % (where, outside[0]))
+        raise DataError("%s: labels are neither all 0/1 nor 0-5 scores (found %g)" % (where, outside[0]))
     return labels >= POSITIVE_SCORE
 
 
@@ -53,7 +53,7 @@ class Benchmark:
 
     @property
     def distractors(self):
-        return self.corpus[len(self.corpus_pairs):]
+        return self.corpus[len(self.corpus_pairs) :]
 
 
 def build_benchmark(pairs, distractors=(), where="pairs"):
@@ -72,11 +72,13 @@ def build_benchmark(pairs, distractors=(), where="pairs"):
             relevant[query_position[first][0]].add(corpus_position[second][0])
     corpus = list(corpus_position)
     extra = dict.fromkeys(s for s in distractors if s not in corpus_position)
-    return Benchmark(queries=list(query_position),
-                     query_pairs=np.array([row for _, row in query_position.values()], dtype=np.int64),
-                     corpus=corpus + list(extra),
-                     corpus_pairs=np.array([row for _, row in corpus_position.values()], dtype=np.int64),
-                     relevant=relevant)
+    return Benchmark(
+        queries=list(query_position),
+        query_pairs=np.array([row for _, row in query_position.values()], dtype=np.int64),
+        corpus=corpus + list(extra),
+        corpus_pairs=np.array([row for _, row in corpus_position.values()], dtype=np.int64),
+        relevant=relevant,
+    )
 
 
 def exact_search(queries, corpus, top_k=CUTOFF):
@@ -87,7 +89,7 @@ def exact_search(queries, corpus, top_k=CUTOFF):
     ids = np.zeros((len(queries), top_k), dtype=np.int64)
     scores = np.zeros((len(queries), top_k), dtype=np.result_type(queries, corpus))
     for start in range(0, len(queries), SEARCH_BLOCK):
-        block = queries[start:start + SEARCH_BLOCK] @ corpus.T
+        block = queries[start : start + SEARCH_BLOCK] @ corpus.T
         # Every item scoring at least the k-th best is a candidate, so ties at the cut are kept.
         kth = -np.partition(-block, top_k - 1, axis=1)[:, top_k - 1]
         for offset, row in enumerate(block):
@@ -101,12 +103,16 @@ def exact_search(queries, corpus, top_k=CUTOFF):
 def retrieval_metrics(ids, relevant):
     """``{"mrr@10", "recall@1", "recall@10"}`` of ranked ``ids`` (queries x at least 10 or the
     corpus size) against each query's set of relevant positions."""
-    hits = np.array([[item in wanted for item in row[:CUTOFF]]
-                     for row, wanted in zip(ids, relevant, strict=True)], dtype=bool).reshape(len(relevant), -1)
+    hits = np.array(
+        [[item in wanted for item in row[:CUTOFF]] for row, wanted in zip(ids, relevant, strict=True)], dtype=bool
+    ).reshape(len(relevant), -1)
     found = hits.any(axis=1)
     reciprocal = np.where(found, 1.0 / (hits.argmax(axis=1) + 1), 0.0)
-    return {"mrr@10": float(reciprocal.mean()), "recall@1": float(hits[:, :1].any(axis=1).mean()),
-            "recall@10": float(found.mean())}
+    return {
+        "mrr@10": float(reciprocal.mean()),
+        "recall@1": float(hits[:, :1].any(axis=1).mean()),
+        "recall@10": float(found.mean()),
+    }
 
 
 def overlap_at_k(approximate, exact):

@@ -1,6 +1,7 @@
 """``eval-retrieval``: the retrieval benchmark (`bert_whitening.retrieval.benchmark`) of pair
 tasks, every whitening setting scored on one encoding of each task, with FAISS sizes and timings
 (`bert_whitening.retrieval.faiss_indexes`)."""
+
 import logging
 import time
 
@@ -28,8 +29,18 @@ def _splits_to_encode(splits, split, fit_on):
     return {name: pairs for name, pairs in splits.items() if name in wanted}
 
 
-def evaluate_task(run, splits, split, requested, fit_on="all", statistics_from_files=None, distractors=(),
-                  hnsw_m=HNSW_M, allow_rank_deficient=False, where="task"):
+def evaluate_task(
+    run,
+    splits,
+    split,
+    requested,
+    fit_on="all",
+    statistics_from_files=None,
+    distractors=(),
+    hnsw_m=HNSW_M,
+    allow_rank_deficient=False,
+    where="task",
+):
     """Retrieval figures of every setting on one task's ``split``: its sentences are encoded
     once with ``run`` (a list of sentences to an array) and every setting is scored on the same
     vectors; ``fit_on`` and ``statistics_from_files`` as in `evaluation.fit_statistics`. Returns
@@ -48,20 +59,37 @@ def evaluate_task(run, splits, split, requested, fit_on="all", statistics_from_f
         corpus = np.concatenate([corpus, np.asarray(run(bench.distractors), dtype=np.float64)])
     results = []
     for setting, k, transform in whitened_settings(stats, requested, allow_rank_deficient)[0]:
-        logger.info("%s: %s (k=%d) on %d queries x %d corpus", where, setting.label, k,
-                    len(queries), len(corpus))
+        logger.info("%s: %s (k=%d) on %d queries x %d corpus", where, setting.label, k, len(queries), len(corpus))
         scored = score_setting(transform(queries), transform(corpus), bench.relevant, hnsw_m)
-        results.append({"setting": setting.label, "n_components": k, "beta": setting.beta,
-                        "gamma": setting.gamma, **scored})
-    counts = {"pairs": len(splits[split]), "queries": len(bench.queries), "corpus": len(bench.corpus),
-              "distractors": len(bench.distractors),
-              "relevant": int(sum(len(r) for r in bench.relevant)), "fitted_on_vectors": stats.count}
+        results.append(
+            {"setting": setting.label, "n_components": k, "beta": setting.beta, "gamma": setting.gamma, **scored}
+        )
+    counts = {
+        "pairs": len(splits[split]),
+        "queries": len(bench.queries),
+        "corpus": len(bench.corpus),
+        "distractors": len(bench.distractors),
+        "relevant": int(sum(len(r) for r in bench.relevant)),
+        "fitted_on_vectors": stats.count,
+    }
     return results, counts
 
 
-def evaluate_retrieval(spec, tasks, directory=None, split="test", n_components=(0, -1, 256, 128, 64),
-                       betas=(1.0,), gammas=(1.0,), fit_on="all", distractor_files=(),
-                       hnsw_m=HNSW_M, batch_size=128, skip_bad_lines=False, on_task=None):
+def evaluate_retrieval(
+    spec,
+    tasks,
+    directory=None,
+    split="test",
+    n_components=(0, -1, 256, 128, 64),
+    betas=(1.0,),
+    gammas=(1.0,),
+    fit_on="all",
+    distractor_files=(),
+    hnsw_m=HNSW_M,
+    batch_size=128,
+    skip_bad_lines=False,
+    on_task=None,
+):
     """The ``eval-retrieval`` report: ``{"model", "pooling", ..., "tasks": {task: {"counts",
     "results": [per setting]}}}``. ``spec`` is a `bert_whitening.config.EncoderConfig` of the
     unwhitened encoder; its ``maxlen`` None means each task's default (`task_maxlen`).
@@ -70,16 +98,32 @@ def evaluate_retrieval(spec, tasks, directory=None, split="test", n_components=(
     requested = settings(n_components, betas, gammas)
     distractors = list(read_distractors(distractor_files, skip_bad_lines))
     encoder, loaded = load_tasks(spec, tasks, directory, n_components, batch_size, skip_bad_lines)
-    report = {"model": encoder.model_identity, "pooling": encoder.pooling, "data_dir": data_dir(directory),
-              "split": split, "fit_on": fit_on,
-              "distractor_files": list(distractor_files), "cutoff": CUTOFF,
-              "hnsw": {"m": hnsw_m, "ef_construction": HNSW_EF_CONSTRUCTION,
-                       "ef_search": HNSW_EF_SEARCH},
-              "faiss_threads": _faiss_threads(), "tasks": {}, "versions": versions()}
+    report = {
+        "model": encoder.model_identity,
+        "pooling": encoder.pooling,
+        "data_dir": data_dir(directory),
+        "split": split,
+        "fit_on": fit_on,
+        "distractor_files": list(distractor_files),
+        "cutoff": CUTOFF,
+        "hnsw": {"m": hnsw_m, "ef_construction": HNSW_EF_CONSTRUCTION, "ef_search": HNSW_EF_SEARCH},
+        "faiss_threads": _faiss_threads(),
+        "tasks": {},
+        "versions": versions(),
+    }
     for task in loaded:
-        results, counts = evaluate_task(task.encode, task.splits, split, requested, fit_on,
-                                        task.statistics_from_files, distractors, hnsw_m,
-                                        spec.allow_rank_deficient, where=task.name)
+        results, counts = evaluate_task(
+            task.encode,
+            task.splits,
+            split,
+            requested,
+            fit_on,
+            task.statistics_from_files,
+            distractors,
+            hnsw_m,
+            spec.allow_rank_deficient,
+            where=task.name,
+        )
         report["tasks"][task.name] = {"maxlen": task.maxlen, "counts": counts, "results": results}
         if on_task:
             on_task(task.name, report["tasks"][task.name])
@@ -95,15 +139,28 @@ def _faiss_threads():
 def format_retrieval_table(task, entry):
     """One row per setting: quality, then FAISS flat size and speed, then HNSW."""
     counts = entry["counts"]
-    lines = ["%s: %d queries, corpus %d (%d distractors), %d relevant pairs"
-             % (task, counts["queries"], counts["corpus"], counts["distractors"], counts["relevant"]),
-             "%-14s %4s %7s %7s %7s %9s %8s %8s %8s %9s %8s" % (
-                 "setting", "k", "MRR@10", "R@1", "R@10", "index MB", "p50 ms", "p99 ms", "q/s@64",
-                 "HNSW R@10", "HNSW p50")]
+    lines = [
+        "%s: %d queries, corpus %d (%d distractors), %d relevant pairs"
+        % (task, counts["queries"], counts["corpus"], counts["distractors"], counts["relevant"]),
+        "%-14s %4s %7s %7s %7s %9s %8s %8s %8s %9s %8s"
+        % ("setting", "k", "MRR@10", "R@1", "R@10", "index MB", "p50 ms", "p99 ms", "q/s@64", "HNSW R@10", "HNSW p50"),
+    ]
     for result in entry["results"]:
         flat, hnsw = result["flat"], result["hnsw"]
-        lines.append("%-14s %4d %7.4f %7.4f %7.4f %9.2f %8.3f %8.3f %8.0f %9.4f %8.3f" % (
-            result["setting"], result["dim"], result["mrr@10"], result["recall@1"], result["recall@10"],
-            flat["index_bytes"] / 1e6, flat["p50_ms"], flat["p99_ms"], flat["qps_batch64"],
-            hnsw["recall@10_vs_exact"], hnsw["p50_ms"]))
+        lines.append(
+            "%-14s %4d %7.4f %7.4f %7.4f %9.2f %8.3f %8.3f %8.0f %9.4f %8.3f"
+            % (
+                result["setting"],
+                result["dim"],
+                result["mrr@10"],
+                result["recall@1"],
+                result["recall@10"],
+                flat["index_bytes"] / 1e6,
+                flat["p50_ms"],
+                flat["p99_ms"],
+                flat["qps_batch64"],
+                hnsw["recall@10_vs_exact"],
+                hnsw["p50_ms"],
+            )
+        )
     return "\n".join(lines)

@@ -4,6 +4,7 @@ quality, and the exact and HNSW indexes an index directory holds.
 FAISS (``pip install '.[search]'``) is imported on first use, so the rest of the package does not
 need it.
 """
+
 import contextlib
 import logging
 import time
@@ -22,8 +23,7 @@ def faiss():
     try:
         import faiss as module
     except ImportError:
-        raise BertWhiteningError("retrieval needs FAISS: pip install 'bert-whitening[search]' "
-                         "(faiss-cpu)") from None
+        raise BertWhiteningError("retrieval needs FAISS: pip install 'bert-whitening[search]' (faiss-cpu)") from None
     return module
 
 
@@ -71,17 +71,18 @@ def latencies(search, queries, singles=200, batch=64, minimum_batched=1024):
     with one_thread():
         for row in range(min(singles, len(queries))):
             started = time.perf_counter()
-            search(queries[row:row + 1])
+            search(queries[row : row + 1])
             times.append(time.perf_counter() - started)
-    batched = queries if len(queries) >= minimum_batched else np.resize(
-        queries, (minimum_batched, queries.shape[1]))
+    batched = queries if len(queries) >= minimum_batched else np.resize(queries, (minimum_batched, queries.shape[1]))
     started = time.perf_counter()
     for start in range(0, len(batched), batch):
-        search(batched[start:start + batch])
+        search(batched[start : start + batch])
     elapsed = time.perf_counter() - started
-    return {"p50_ms": float(np.percentile(times, 50) * 1e3),
-            "p99_ms": float(np.percentile(times, 99) * 1e3),
-            "qps_batch%d" % batch: float(len(batched) / elapsed)}
+    return {
+        "p50_ms": float(np.percentile(times, 50) * 1e3),
+        "p99_ms": float(np.percentile(times, 99) * 1e3),
+        "qps_batch%d" % batch: float(len(batched) / elapsed),
+    }
 
 
 def score_setting(queries, corpus, relevant, hnsw_m=HNSW_M):
@@ -93,12 +94,15 @@ def score_setting(queries, corpus, relevant, hnsw_m=HNSW_M):
     result = retrieval_metrics(ids, relevant)
     result.update(queries=len(queries), corpus=len(corpus), dim=corpus.shape[1])
     flat = flat_index(corpus)
-    result["flat"] = {"index_bytes": index_bytes(flat),
-                      **latencies(lambda q: flat.search(q, CUTOFF), queries)}
+    result["flat"] = {"index_bytes": index_bytes(flat), **latencies(lambda q: flat.search(q, CUTOFF), queries)}
     hnsw = hnsw_index(corpus.shape[1], hnsw_m)
     hnsw.add(corpus)
     _, approximate = hnsw.search(queries, CUTOFF)
-    result["hnsw"] = {"m": hnsw_m, "ef_search": HNSW_EF_SEARCH, "index_bytes": index_bytes(hnsw),
-                      "recall@10_vs_exact": overlap_at_k(approximate, ids),
-                      **latencies(lambda q: hnsw.search(q, CUTOFF), queries)}
+    result["hnsw"] = {
+        "m": hnsw_m,
+        "ef_search": HNSW_EF_SEARCH,
+        "index_bytes": index_bytes(hnsw),
+        "recall@10_vs_exact": overlap_at_k(approximate, ids),
+        **latencies(lambda q: hnsw.search(q, CUTOFF), queries),
+    }
     return result

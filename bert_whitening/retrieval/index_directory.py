@@ -20,6 +20,7 @@ copied from another index of the same dimension, say) is refused. Then FAISS's d
 count, and the row counts of the keys and texts, must be ``index.json``'s. ``index.json`` is the
 root of this trust: its entries are type-checked; whoever can rewrite it can rewrite the rest.
 """
+
 import json
 import logging
 import os
@@ -76,15 +77,18 @@ class IndexWriter:
         """Add ``vectors`` (unit rows) with their ``[(file, line)]`` keys and texts (None: none)."""
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[1] != self.dim:
-            raise BertWhiteningError("%s:%s: vectors of shape %s for an index of dimension %d"
-                                     % (*keys[0], vectors.shape, self.dim))
+            raise BertWhiteningError(
+                "%s:%s: vectors of shape %s for an index of dimension %d" % (*keys[0], vectors.shape, self.dim)
+            )
         if len(keys) != len(vectors):
             raise BertWhiteningError("%d keys for %d vectors" % (len(keys), len(vectors)))
         norms = np.linalg.norm(vectors, axis=1)
         bad = np.flatnonzero(~(np.abs(norms - 1) <= 1e-3))  # NaN fails too
         if bad.size:
-            raise BertWhiteningError("%s:%s: vector of norm %.4g; an index holds L2-normalised "
-                                     "vectors (encode without --no-normalize)" % (*keys[bad[0]], norms[bad[0]]))
+            raise BertWhiteningError(
+                "%s:%s: vector of norm %.4g; an index holds L2-normalised "
+                "vectors (encode without --no-normalize)" % (*keys[bad[0]], norms[bad[0]])
+            )
         for (path, line), text in zip(keys, texts or [None] * len(keys), strict=True):
             self.keys.write("%s\t%d\n" % (shown_name(path).replace("\t", "\\t").replace("\n", "\\n"), line))
             self.texts.write(json.dumps(text, ensure_ascii=False) + "\n")
@@ -110,11 +114,16 @@ class IndexWriter:
             with open(os.path.join(self.staging, WHITENING_FILE), "wb") as stream:
                 self.whitening.write(stream)
             names.append(WHITENING_FILE)
-        metadata = {**self.record, "count": int(self.index.ntotal), "dim": self.dim,
-                    "index": "hnsw" if self.hnsw_m else "flat", "hnsw_m": self.hnsw_m or None,
-                    "format_version": FORMAT_VERSION,
-                    "files": {name: file_sha256(os.path.join(self.staging, name)) for name in names},
-                    "versions": versions()}
+        metadata = {
+            **self.record,
+            "count": int(self.index.ntotal),
+            "dim": self.dim,
+            "index": "hnsw" if self.hnsw_m else "flat",
+            "hnsw_m": self.hnsw_m or None,
+            "format_version": FORMAT_VERSION,
+            "files": {name: file_sha256(os.path.join(self.staging, name)) for name in names},
+            "versions": versions(),
+        }
         with open(os.path.join(self.staging, METADATA_FILE), "w", encoding="utf-8") as stream:
             json.dump(metadata, stream, indent=2, ensure_ascii=False)
         os.rename(self.staging, self.output)
@@ -154,21 +163,27 @@ class IndexDirectory:
         if not isinstance(metadata, dict):
             self._refuse("%s is not a JSON object" % METADATA_FILE)
         if "format_version" not in metadata:
-            self._refuse("built by an earlier version, which read the corpus files again at search "
-                         "time; build it again with `bert-whitening index`")
+            self._refuse(
+                "built by an earlier version, which read the corpus files again at search "
+                "time; build it again with `bert-whitening index`"
+            )
         if metadata["format_version"] != FORMAT_VERSION:
-            self._refuse("index format version %r; this version reads %d"
-                         % (metadata["format_version"], FORMAT_VERSION))
+            self._refuse(
+                "index format version %r; this version reads %d" % (metadata["format_version"], FORMAT_VERSION)
+            )
         for key, kind in (("count", int), ("dim", int), ("files", dict), ("index", str)):
             if not isinstance(metadata.get(key), kind) or isinstance(metadata.get(key), bool):
                 self._refuse("%s: %r is %r, expected %s" % (METADATA_FILE, key, metadata.get(key), kind.__name__))
         if metadata["count"] < 1 or metadata["dim"] < 1:
-            self._refuse("%s: count %d, dim %d: an index holds at least one vector"
-                         % (METADATA_FILE, metadata["count"], metadata["dim"]))
+            self._refuse(
+                "%s: count %d, dim %d: an index holds at least one vector"
+                % (METADATA_FILE, metadata["count"], metadata["dim"])
+            )
         expected = {INDEX_FILE, KEYS_FILE, TEXTS_FILE} | ({WHITENING_FILE} if metadata.get("whitening") else set())
         if set(metadata["files"]) != expected:
-            self._refuse("%s lists files %s, expected %s"
-                         % (METADATA_FILE, sorted(metadata["files"]), sorted(expected)))
+            self._refuse(
+                "%s lists files %s, expected %s" % (METADATA_FILE, sorted(metadata["files"]), sorted(expected))
+            )
         try:
             checked_record(metadata)
         except BertWhiteningError as error:
@@ -193,9 +208,10 @@ class IndexDirectory:
         expected = self.metadata["files"][name]
         self._open(name).close()  # a FIFO or a device is refused before it is read
         if file_sha256(self.path(name)) != expected:
-            self._refuse("%s is not the file this index was built with (sha256 differs from "
-                         "index.json's %s...): the directory was edited; build it again"
-                         % (name, str(expected)[:12]))
+            self._refuse(
+                "%s is not the file this index was built with (sha256 differs from "
+                "index.json's %s...): the directory was edited; build it again" % (name, str(expected)[:12])
+            )
 
     @property
     def index(self):
@@ -206,8 +222,10 @@ class IndexDirectory:
             except RuntimeError as error:
                 self._refuse("FAISS cannot read %s (%s)" % (INDEX_FILE, str(error).splitlines()[0]))
             if (index.d, index.ntotal) != (self.dim, self.count):
-                self._refuse("%s holds %d vectors of dimension %d; index.json says %d of %d"
-                             % (INDEX_FILE, index.ntotal, index.d, self.count, self.dim))
+                self._refuse(
+                    "%s holds %d vectors of dimension %d; index.json says %d of %d"
+                    % (INDEX_FILE, index.ntotal, index.d, self.count, self.dim)
+                )
             self._index = index
         return self._index
 
@@ -242,8 +260,7 @@ class IndexDirectory:
         try:
             return fields[0], int(fields[1]), json.loads(text)
         except (IndexError, ValueError):
-            self._refuse("%s/%s line %d: expected file<TAB>line and a JSON text"
-                         % (KEYS_FILE, TEXTS_FILE, row + 1))
+            self._refuse("%s/%s line %d: expected file<TAB>line and a JSON text" % (KEYS_FILE, TEXTS_FILE, row + 1))
 
     def _check_rows(self, rows_read):
         if rows_read < self.count:

@@ -4,6 +4,7 @@ A query is encoded by the encoder the index records (`bert_whitening.config.Enco
 the whitening stored in the index; a model, pooling or whitening given that differs from it is
 refused, since its vectors would not be comparable with the corpus's.
 """
+
 import collections
 import itertools
 import logging
@@ -28,8 +29,15 @@ def numbered_lines(paths):
             yield (os.path.abspath(path) if path != "-" else path, number), text
 
 
-def build_index(config: EncoderConfig, output: str, inputs=(), hnsw_m: int = 0,
-                from_vectors: str = None, from_beam: str = None, batch_size: int = 128) -> int:
+def build_index(
+    config: EncoderConfig,
+    output: str,
+    inputs=(),
+    hnsw_m: int = 0,
+    from_vectors: str = None,
+    from_beam: str = None,
+    batch_size: int = 128,
+) -> int:
     """Write an index directory of the sentence files ``inputs`` encoded with ``config``, or of
     vectors already encoded: ``from_vectors`` (a ``.npy``; keys and texts from ``inputs`` when
     given, else its rows) or ``from_beam`` (a ``beam-encode`` shard pattern; no texts). Every
@@ -38,8 +46,9 @@ def build_index(config: EncoderConfig, output: str, inputs=(), hnsw_m: int = 0,
         raise BertWhiteningError("an index holds L2-normalised vectors: --no-normalize cannot be used")
     record = config.to_config()
     source = from_beam or from_vectors or ", ".join(inputs) or "the input"
-    writer = IndexWriter(output, record, config.dim, hnsw_m,
-                         config.whitening if record["n_components"] else None, source)
+    writer = IndexWriter(
+        output, record, config.dim, hnsw_m, config.whitening if record["n_components"] else None, source
+    )
     with writer:
         if from_beam:
             from bert_whitening.beam import read_encoded
@@ -50,15 +59,17 @@ def build_index(config: EncoderConfig, output: str, inputs=(), hnsw_m: int = 0,
             writer.add(vectors, keys)
         elif from_vectors:
             blocks = (block for _, block in npy_blocks(from_vectors, NPY_BLOCK_ROWS))
-            keyed = numbered_lines(inputs) if inputs else (
-                ((os.path.abspath(from_vectors), row), None) for row in itertools.count(1))
+            keyed = (
+                numbered_lines(inputs)
+                if inputs
+                else (((os.path.abspath(from_vectors), row), None) for row in itertools.count(1))
+            )
             _add_keyed(writer, blocks, keyed)
         else:
             from bert_whitening.encoding import encode_stream, progress_bar
 
             if not inputs:
-                raise BertWhiteningError("nothing to index: give sentence files, --from-vectors "
-                                         "or --from-beam")
+                raise BertWhiteningError("nothing to index: give sentence files, --from-vectors or --from-beam")
             read = collections.deque()  # the keys of the sentences encode_stream has taken
 
             def texts():
@@ -72,8 +83,13 @@ def build_index(config: EncoderConfig, output: str, inputs=(), hnsw_m: int = 0,
                     keyed = [read.popleft() for _ in range(len(vectors))]
                     writer.add(vectors, [key for key, _ in keyed], [text for _, text in keyed])
         count = writer.index.ntotal
-    logger.info("indexed %d vectors of dimension %d into %s (%s)", count, config.dim, output,
-                "HNSW, M=%d" % hnsw_m if hnsw_m else "exact IndexFlatIP")
+    logger.info(
+        "indexed %d vectors of dimension %d into %s (%s)",
+        count,
+        config.dim,
+        output,
+        "HNSW, M=%d" % hnsw_m if hnsw_m else "exact IndexFlatIP",
+    )
     return count
 
 
@@ -83,8 +99,10 @@ def _add_keyed(writer, blocks, keyed):
     for vectors in blocks:
         chunk = list(itertools.islice(keyed, len(vectors)))
         if len(chunk) != len(vectors):
-            raise DataError("%s: fewer lines than vectors: %d vectors left without a line"
-                            % (writer.source, len(vectors) - len(chunk)))
+            raise DataError(
+                "%s: fewer lines than vectors: %d vectors left without a line"
+                % (writer.source, len(vectors) - len(chunk))
+            )
         writer.add(vectors, [key for key, _ in chunk], [text for _, text in chunk])
     extra = next(keyed, None)
     if extra is not None:
@@ -101,16 +119,20 @@ def query_config(index: IndexDirectory, model=None, pooling=None, whitening_path
 
         given = Whitening.load(whitening_path)
         if whitening is None or whitening_digest(given) != whitening_digest(whitening):
-            raise BertWhiteningError("%s is not the whitening %s was built with (%s): refused" % (
-                whitening_path, index.directory, "it has none" if whitening is None else "they differ"))
+            raise BertWhiteningError(
+                "%s is not the whitening %s was built with (%s): refused"
+                % (whitening_path, index.directory, "it has none" if whitening is None else "they differ")
+            )
     if pooling and pooling != index.metadata["pooling"]:
-        raise BertWhiteningError("the index was built with %s pooling, not %s: refused"
-                                 % (index.metadata["pooling"], pooling))
+        raise BertWhiteningError(
+            "the index was built with %s pooling, not %s: refused" % (index.metadata["pooling"], pooling)
+        )
     return EncoderConfig.from_config(index.metadata, whitening, model)
 
 
-def search(directory: str, queries, top_k: int = 10, model=None, pooling=None, whitening_path=None,
-           batch_size: int = 128) -> list:
+def search(
+    directory: str, queries, top_k: int = 10, model=None, pooling=None, whitening_path=None, batch_size: int = 128
+) -> list:
     """For each query, its ``top_k`` nearest corpus rows: ``[{"query", "hits": [{"rank",
     "score" (cosine), "file", "line", "text"}]}]``, all read from the index directory."""
     from bert_whitening.encoding import encode
@@ -120,11 +142,23 @@ def search(directory: str, queries, top_k: int = 10, model=None, pooling=None, w
     vectors = encode(encoder, list(queries), batch_size, progress=False)
     scores, ids = index.search(vectors, top_k)
     rows = index.rows(set(ids.ravel().tolist()) - {-1})
-    return [{"query": query, "hits": [
-        {"rank": rank + 1, "score": float(score), "file": rows[row][0], "line": rows[row][1],
-         "text": rows[row][2]}
-        for rank, (row, score) in enumerate(zip(found, found_scores, strict=True)) if row >= 0]}
-            for query, found, found_scores in zip(queries, ids, scores, strict=True)]
+    return [
+        {
+            "query": query,
+            "hits": [
+                {
+                    "rank": rank + 1,
+                    "score": float(score),
+                    "file": rows[row][0],
+                    "line": rows[row][1],
+                    "text": rows[row][2],
+                }
+                for rank, (row, score) in enumerate(zip(found, found_scores, strict=True))
+                if row >= 0
+            ],
+        }
+        for query, found, found_scores in zip(queries, ids, scores, strict=True)
+    ]
 
 
 def format_hits(results) -> str:
@@ -144,10 +178,21 @@ def corpus_for_export(directory: str, config: EncoderConfig):
     index = IndexDirectory(directory)
     differences = config.differences(index.metadata)
     if differences:
-        raise BertWhiteningError("%s was indexed with another encoder than the export's (export vs index: %s): "
-                                 "refused" % (directory, "; ".join(differences)))
+        raise BertWhiteningError(
+            "%s was indexed with another encoder than the export's (export vs index: %s): "
+            "refused" % (directory, "; ".join(differences))
+        )
     vectors = index.vectors()
-    logger.info("serve_search corpus: %d x %d float32 = %.1f MB resident in the server",
-                len(vectors), vectors.shape[1], vectors.nbytes / 1e6)
-    return vectors, {"index": os.path.abspath(directory), "count": len(vectors),
-                     "dim": int(vectors.shape[1]), "keys": KEYS_FILE, "texts": TEXTS_FILE}
+    logger.info(
+        "serve_search corpus: %d x %d float32 = %.1f MB resident in the server",
+        len(vectors),
+        vectors.shape[1],
+        vectors.nbytes / 1e6,
+    )
+    return vectors, {
+        "index": os.path.abspath(directory),
+        "count": len(vectors),
+        "dim": int(vectors.shape[1]),
+        "keys": KEYS_FILE,
+        "texts": TEXTS_FILE,
+    }
