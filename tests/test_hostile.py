@@ -431,8 +431,8 @@ def test_a_signal_during_export_leaves_no_child_and_the_next_export_cleans_up(wo
     assert verification_children(str(base)) == []
     if number == signal.SIGTERM:
         assert not base.exists()  # the staging and the BASE it created are removed
-    else:
-        assert len(leftovers(base)) == 1  # recognisable, for the next run to remove
+        return
+    assert len(leftovers(base)) == 1  # recognisable, for the next run to remove
     result = cli(*argv)
     assert result.returncode == 0, result.stderr
     assert sorted(os.listdir(base)) == ["1"]
