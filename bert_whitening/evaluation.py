@@ -27,7 +27,7 @@ from bert_whitening.atomic import write_atomically
 from bert_whitening.data import TASKS, data_dir, load_task  # noqa: F401  TASKS: named here too
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import METHODS
-from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
+from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening, l2_normalize
 
 if TYPE_CHECKING:
     from bert_whitening.config import EncoderConfig
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def task_maxlen(task, maxlen=None):
+def task_maxlen(task: str, maxlen: Optional[int] = None) -> int:
     """``maxlen`` if given, else the original's choice: 128 for PAWSX, 64 otherwise."""
     return maxlen or (128 if task == "PAWSX" else 64)
 
@@ -57,7 +57,13 @@ class Setting:
         return "k=%s%s" % (k, extra) if self.n_components else "raw"
 
 
-def settings(n_components, betas=(1.0,), gammas=(1.0,), methods=("whitening",), seeds=(0,)):
+def settings(
+    n_components: Sequence[int],
+    betas: Sequence[float] = (1.0,),
+    gammas: Sequence[float] = (1.0,),
+    methods: Sequence[str] = ("whitening",),
+    seeds: Sequence[int] = (0,),
+) -> list[Setting]:
     """Every combination; ``n_components`` 0 (no whitening) is evaluated once, whatever beta and
     gamma, and the others only when ``methods`` has ``"whitening"``; ``"flow"`` adds one flow per
     seed (its latent keeps every dimension)."""
@@ -78,13 +84,15 @@ def settings(n_components, betas=(1.0,), gammas=(1.0,), methods=("whitening",), 
     return found
 
 
-def cosine_spearman(first, second, labels):
+def cosine_spearman(first: np.ndarray, second: np.ndarray, labels: np.ndarray) -> float:
     """Spearman correlation of the row-wise cosine of two vector sets with the labels."""
     sims = (l2_normalize(first) * l2_normalize(second)).sum(axis=1)
     return float(scipy.stats.spearmanr(labels, sims).correlation)
 
 
-def encode_splits(encode, splits):
+def encode_splits(
+    encode: Callable[[list], np.ndarray], splits: dict[str, list]
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """``{split: (first_vectors, second_vectors, labels)}``; ``encode`` maps a list of sentences
     to an array. All sentences of the task go through one call, so they are sorted together."""
     sentences = [s for pairs in splits.values() for a, b, _ in pairs for s in (a, b)]
@@ -105,7 +113,11 @@ def _fit_blocks(encoded, fit_on):
         yield from (first, second)
 
 
-def fit_statistics(encoded, fit_on="all", statistics_from_files=None):
+def fit_statistics(
+    encoded: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    fit_on: str | Sequence[str] = "all",
+    statistics_from_files: Optional[Callable] = None,
+) -> WhiteningStats:
     """Whitening statistics of the task's vectors (``all`` splits or ``train``), or for a list
     of files ``statistics_from_files(paths)`` (`bert_whitening.encoding.statistics_from_files`)."""
     if fit_on not in ("all", "train"):
@@ -116,7 +128,11 @@ def fit_statistics(encoded, fit_on="all", statistics_from_files=None):
     return stats
 
 
-def fit_vectors(encoded, fit_on="all", vectors_from_files=None):
+def fit_vectors(
+    encoded: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    fit_on: str | Sequence[str] = "all",
+    vectors_from_files: Optional[Callable] = None,
+) -> np.ndarray:
     """The vectors `fit_statistics` accumulates, as one array, for a flow, which needs them all;
     for a list of files ``vectors_from_files(paths)`` (`bert_whitening.encoding.vectors_from_files`)."""
     if fit_on not in ("all", "train"):
@@ -124,7 +140,7 @@ def fit_vectors(encoded, fit_on="all", vectors_from_files=None):
     return np.concatenate(list(_fit_blocks(encoded, fit_on)))
 
 
-def fit_key(setting):
+def fit_key(setting: Setting) -> tuple:
     """What a setting fits, shared by the settings that differ only in ``k``."""
     if setting.method == "flow":
         return ("flow", setting.seed)
@@ -141,7 +157,13 @@ def _fit(setting, stats, vectors, flow_options):
     return fit_flow(vectors, seed=setting.seed, **(flow_options or {}))
 
 
-def whitened_settings(stats, requested, allow_rank_deficient=False, vectors=None, flow_options=None):
+def whitened_settings(
+    stats: WhiteningStats,
+    requested: Sequence[Setting],
+    allow_rank_deficient: bool = False,
+    vectors: Optional[np.ndarray] = None,
+    flow_options: Optional[dict] = None,
+) -> tuple[list, dict]:
     """``([(setting, k, transform)], fitted)``: for each setting the resolved ``k`` (a flow's
     dimension) and the function from vectors to whitened (or flow) unit vectors, only normalised
     when ``k`` is 0. Each `fit_key` is fitted once, and ``fitted`` maps it to ``(model, seconds)``:
@@ -165,7 +187,14 @@ def whitened_settings(stats, requested, allow_rank_deficient=False, vectors=None
     return prepared, fitted
 
 
-def evaluate(encoded, stats, requested, allow_rank_deficient=False, vectors=None, flow_options=None):
+def evaluate(
+    encoded: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+    stats: WhiteningStats,
+    requested: Sequence[Setting],
+    allow_rank_deficient: bool = False,
+    vectors: Optional[np.ndarray] = None,
+    flow_options: Optional[dict] = None,
+) -> tuple[list[dict], Optional[Whitening]]:
     """One result per setting: ``{"setting", "method" (raw, whitening or flow), "n_components"
     (resolved), "beta", "gamma" (a whitening's), "seed" (a flow's), "fit_seconds" (None for raw;
     one fit shared by several ``k`` reports its time for each), "splits": {split: spearman},
@@ -209,7 +238,7 @@ def evaluate_tasks(
     n_components: Sequence[int] = (0, -1, 256),
     betas: Sequence[float] = (1.0,),
     gammas: Sequence[float] = (1.0,),
-    fit_on="all",
+    fit_on: str | Sequence[str] = "all",
     batch_size: int = 128,
     skip_bad_lines: bool = False,
     methods: Sequence[str] = ("whitening",),
@@ -287,7 +316,14 @@ class Task:
     vectors_from_files: Callable = None  #: paths -> their vectors, for a flow fitted on files
 
 
-def load_tasks(spec, tasks, directory=None, n_components=(), batch_size=128, skip_bad_lines=False):
+def load_tasks(
+    spec: "EncoderConfig",
+    tasks: Sequence[str],
+    directory: Optional[str] = None,
+    n_components: Sequence[int] = (),
+    batch_size: int = 128,
+    skip_bad_lines: bool = False,
+) -> tuple:
     """``(encoder, [Task])``: the tasks' files read, the options checked against the model's
     configuration (``n_components`` against its hidden size), and then the encoder built once
     (with the longest ``maxlen`` any task needs; each task encodes with its own)."""
@@ -323,7 +359,7 @@ def load_tasks(spec, tasks, directory=None, n_components=(), batch_size=128, ski
     return encoder, found
 
 
-def format_table(task, report):
+def format_table(task: str, report: dict) -> str:
     """Split rows of one task of a report, one column per setting, then ``avg``, ``w-avg`` and
     the seconds each setting's fit took (``-`` for raw)."""
     results, counts = report["tasks"][task]["results"], report["tasks"][task]["counts"]
@@ -343,7 +379,9 @@ def format_table(task, report):
     return "\n".join(lines)
 
 
-def write_report(report, json_path=None, plot_path=None, draw=None):
+def write_report(
+    report: dict, json_path: Optional[str] = None, plot_path: Optional[str] = None, draw: Optional[Callable] = None
+) -> None:
     """Write a report (``eval``'s or ``eval-retrieval``'s) as JSON and/or its plot, each
     atomically; ``draw(path)`` draws the plot."""
     if json_path:

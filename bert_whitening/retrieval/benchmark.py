@@ -16,6 +16,7 @@ top 10 (0 when there is none); Recall@k the share of queries with any relevant i
 """
 
 import dataclasses
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -29,7 +30,7 @@ CUTOFF = 10
 SEARCH_BLOCK = 256
 
 
-def positive_labels(labels, where="labels"):
+def positive_labels(labels: np.ndarray, where: str = "labels") -> np.ndarray:
     """Which labels mark positive pairs (see the module docstring); ``where`` names the data in
     the error for labels on neither scale."""
     labels = np.asarray(labels, dtype=np.float64)
@@ -56,7 +57,9 @@ class Benchmark:
         return self.corpus[len(self.corpus_pairs) :]
 
 
-def build_benchmark(pairs, distractors=(), where="pairs"):
+def build_benchmark(
+    pairs: Sequence[tuple[str, str, float]], distractors: Iterable[str] = (), where: str = "pairs"
+) -> Benchmark:
     """The benchmark of ``pairs`` (``[(sentence1, sentence2, label)]``) plus ``distractors``
     (an iterable of sentences)."""
     positive = positive_labels([label for _, _, label in pairs], where)
@@ -81,7 +84,7 @@ def build_benchmark(pairs, distractors=(), where="pairs"):
     )
 
 
-def exact_search(queries, corpus, top_k=CUTOFF):
+def exact_search(queries: np.ndarray, corpus: np.ndarray, top_k: int = CUTOFF) -> tuple[np.ndarray, np.ndarray]:
     """``(ids, scores)`` of the ``top_k`` largest dot products of each query row with the corpus
     rows, best first, ties by lower corpus position; exact, in blocks of queries."""
     queries, corpus = np.asarray(queries), np.asarray(corpus)
@@ -100,7 +103,7 @@ def exact_search(queries, corpus, top_k=CUTOFF):
     return ids, scores
 
 
-def retrieval_metrics(ids, relevant):
+def retrieval_metrics(ids: np.ndarray, relevant: Sequence[set[int]]) -> dict[str, float]:
     """``{"mrr@10", "recall@1", "recall@10"}`` of ranked ``ids`` (queries x at least 10 or the
     corpus size) against each query's set of relevant positions."""
     hits = np.array(
@@ -115,14 +118,14 @@ def retrieval_metrics(ids, relevant):
     }
 
 
-def overlap_at_k(approximate, exact):
+def overlap_at_k(approximate: np.ndarray, exact: np.ndarray) -> float:
     """Recall of an approximate index against exact search: the mean share of each query's exact
     top-k ids that the approximate top-k also returns."""
     pairs = zip(approximate, exact, strict=True)
     return float(np.mean([len(set(a) & set(e)) / len(e) for a, e in pairs]))
 
 
-def read_distractors(paths, skip_bad_lines=False):
+def read_distractors(paths: Iterable[str], skip_bad_lines: bool = False) -> Iterator[str]:
     """Sentences of distractor files (every line of a sentence file, both sentences of a pair)."""
     for path in paths:
         yield from read_sentences(path, "auto", skip_bad_lines)

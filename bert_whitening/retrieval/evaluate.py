@@ -4,10 +4,11 @@ tasks, every whitening setting scored on one encoding of each task, with FAISS s
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bert_whitening.config import versions
+from bert_whitening.config import EncoderConfig, versions
 from bert_whitening.data import DataError, data_dir
 from bert_whitening.evaluation import encode_splits, fit_statistics, load_tasks, settings, whitened_settings
 from bert_whitening.retrieval.benchmark import CUTOFF, build_benchmark, read_distractors
@@ -30,17 +31,17 @@ def _splits_to_encode(splits, split, fit_on):
 
 
 def evaluate_task(
-    run,
-    splits,
-    split,
-    requested,
-    fit_on="all",
-    statistics_from_files=None,
-    distractors=(),
-    hnsw_m=HNSW_M,
-    allow_rank_deficient=False,
-    where="task",
-):
+    run: Callable,
+    splits: dict[str, list],
+    split: str,
+    requested: Sequence,
+    fit_on: str | Sequence[str] = "all",
+    statistics_from_files: Callable | None = None,
+    distractors: Sequence[str] = (),
+    hnsw_m: int = HNSW_M,
+    allow_rank_deficient: bool = False,
+    where: str = "task",
+) -> tuple[list[dict], dict[str, int]]:
     """Retrieval figures of every setting on one task's ``split``: its sentences are encoded
     once with ``run`` (a list of sentences to an array) and every setting is scored on the same
     vectors; ``fit_on`` and ``statistics_from_files`` as in `evaluation.fit_statistics`. Returns
@@ -76,20 +77,20 @@ def evaluate_task(
 
 
 def evaluate_retrieval(
-    spec,
-    tasks,
-    directory=None,
-    split="test",
-    n_components=(0, -1, 256, 128, 64),
-    betas=(1.0,),
-    gammas=(1.0,),
-    fit_on="all",
-    distractor_files=(),
-    hnsw_m=HNSW_M,
-    batch_size=128,
-    skip_bad_lines=False,
-    on_task=None,
-):
+    spec: EncoderConfig,
+    tasks: Sequence[str],
+    directory: str | None = None,
+    split: str = "test",
+    n_components: Sequence[int] = (0, -1, 256, 128, 64),
+    betas: Sequence[float] = (1.0,),
+    gammas: Sequence[float] = (1.0,),
+    fit_on: str | Sequence[str] = "all",
+    distractor_files: Sequence[str] = (),
+    hnsw_m: int = HNSW_M,
+    batch_size: int = 128,
+    skip_bad_lines: bool = False,
+    on_task: Callable[[str, dict], None] | None = None,
+) -> dict:
     """The ``eval-retrieval`` report: ``{"model", "pooling", ..., "tasks": {task: {"counts",
     "results": [per setting]}}}``. ``spec`` is a `bert_whitening.config.EncoderConfig` of the
     unwhitened encoder; its ``maxlen`` None means each task's default (`task_maxlen`).
@@ -136,7 +137,7 @@ def _faiss_threads():
     return faiss().omp_get_max_threads()
 
 
-def format_retrieval_table(task, entry):
+def format_retrieval_table(task: str, entry: dict) -> str:
     """One row per setting: quality, then FAISS flat size and speed, then HNSW."""
     counts = entry["counts"]
     lines = [

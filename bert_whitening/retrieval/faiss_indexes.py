@@ -8,6 +8,7 @@ need it.
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -27,14 +28,14 @@ def faiss():
     return module
 
 
-def flat_index(vectors):
+def flat_index(vectors: np.ndarray):
     """A FAISS ``IndexFlatIP`` (exact inner product) holding ``vectors``."""
     index = faiss().IndexFlatIP(vectors.shape[1])
     index.add(np.ascontiguousarray(vectors, dtype=np.float32))
     return index
 
 
-def hnsw_index(dim, m=HNSW_M):
+def hnsw_index(dim: int, m: int = HNSW_M):
     """An empty FAISS HNSW index on inner product, with this module's build/search parameters."""
     index = faiss().IndexHNSWFlat(dim, m, faiss().METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
@@ -42,7 +43,7 @@ def hnsw_index(dim, m=HNSW_M):
     return index
 
 
-def index_bytes(index):
+def index_bytes(index) -> int:
     """Size of the serialised index: what it takes on disk, and about what it takes in memory."""
     return int(faiss().serialize_index(index).nbytes)
 
@@ -60,7 +61,13 @@ def one_thread():
         faiss().omp_set_num_threads(before)
 
 
-def latencies(search, queries, singles=200, batch=64, minimum_batched=1024):
+def latencies(
+    search: Callable[[np.ndarray], object],
+    queries: np.ndarray,
+    singles: int = 200,
+    batch: int = 64,
+    minimum_batched: int = 1024,
+) -> dict[str, float]:
     """``{"p50_ms", "p99_ms"}`` of one-query calls of ``search(array)`` on the first ``singles``
     queries (FAISS on one thread), and ``"qps_batch64"``: queries per second in calls of
     ``batch`` (the queries are repeated to at least ``minimum_batched`` so a small set is still
@@ -85,7 +92,7 @@ def latencies(search, queries, singles=200, batch=64, minimum_batched=1024):
     }
 
 
-def score_setting(queries, corpus, relevant, hnsw_m=HNSW_M):
+def score_setting(queries: np.ndarray, corpus: np.ndarray, relevant: Sequence[set[int]], hnsw_m: int = HNSW_M) -> dict:
     """Everything eval-retrieval reports for one setting's query and corpus vectors: exact
     metrics, FAISS flat index size and latencies, and HNSW recall against exact search."""
     queries = np.ascontiguousarray(queries, dtype=np.float32)
