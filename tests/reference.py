@@ -164,47 +164,62 @@ def original_encode(bert, tokenizer, sentences, pooling="first-last-avg", maxlen
     """The original convert_to_vecs over get_encoder: every sentence padded to the longest of the
     whole list; first-last-avg / last-avg through Keras' mask-aware GlobalAveragePooling1D; cls
     the first position; pooler the output of a model built with_pool='linear'. The one padded
-    array is run in chunks of rows."""
+    array is run in chunks of rows. ``pooling`` may be a tuple of poolings: then one pass gives
+    ``{pooling: vectors}``."""
     from bert_whitening.backend import keras
 
+    poolings = [pooling] if isinstance(pooling, str) else list(pooling)
     blocks = [
         layer.output
         for layer in bert.layers
         if layer.name.startswith("Transformer-") and layer.name.endswith("-FeedForward-Norm")
     ]
-    if pooling == "first-last-avg":
-        output = keras.layers.Average()(
-            [keras.layers.GlobalAveragePooling1D()(blocks[0]), keras.layers.GlobalAveragePooling1D()(blocks[-1])]
-        )
-    elif pooling == "last-avg":
-        output = keras.layers.GlobalAveragePooling1D()(blocks[-1])
-    elif pooling == "cls":
-        output = keras.layers.Lambda(lambda x: x[:, 0])(blocks[-1])
-    else:
-        output = bert.get_layer("Pooler-Dense").output
-    encoder = keras.Model(bert.inputs, output)
+    outputs = []
+    for name in poolings:
+        if name == "first-last-avg":
+            outputs.append(
+                keras.layers.Average()(
+                    [
+                        keras.layers.GlobalAveragePooling1D()(blocks[0]),
+                        keras.layers.GlobalAveragePooling1D()(blocks[-1]),
+                    ]
+                )
+            )
+        elif name == "last-avg":
+            outputs.append(keras.layers.GlobalAveragePooling1D()(blocks[-1]))
+        elif name == "cls":
+            outputs.append(keras.layers.Lambda(lambda x: x[:, 0])(blocks[-1]))
+        else:
+            outputs.append(bert.get_layer("Pooler-Dense").output)
+    encoder = keras.Model(bert.inputs, outputs)
     ids = [tokenizer.encode(s, maxlen=maxlen)[0] for s in sentences]
     padded = np.zeros((len(ids), max(map(len, ids))), dtype=np.int32)
     for row, sequence in enumerate(ids):
         padded[row, : len(sequence)] = sequence
-    return np.concatenate(
-        [
-            encoder.predict_on_batch([padded[i : i + chunk], np.zeros_like(padded[i : i + chunk])])
-            for i in range(0, len(padded), chunk)
-        ]
-    )
+    chunks = [
+        encoder.predict_on_batch([padded[i : i + chunk], np.zeros_like(padded[i : i + chunk])])
+        for i in range(0, len(padded), chunk)
+    ]
+    if isinstance(pooling, str):
+        return np.concatenate(chunks)
+    return {name: np.concatenate([c[i] for c in chunks]) for i, name in enumerate(poolings)}
 
 
-def original_eval(bert, tokenizer, splits, pooling, n_components_list, maxlen=64, chunk=64):
-    """chn/eval.py for one task, each split encoded once: ``{k: (scores per split, avg, w-avg)}``
-    with the kernel fitted on all splits."""
-    vecs = {
+def original_split_vectors(bert, tokenizer, splits, pooling, maxlen=64, chunk=64):
+    """``{split: (first vectors, second vectors)}`` as chn/eval.py encodes them (`original_encode`;
+    with a tuple of poolings, each array is a ``{pooling: vectors}``)."""
+    return {
         split: (
             original_encode(bert, tokenizer, [a for a, _, _ in pairs], pooling, maxlen, chunk),
             original_encode(bert, tokenizer, [b for _, b, _ in pairs], pooling, maxlen, chunk),
         )
         for split, pairs in splits.items()
     }
+
+
+def original_scores(vecs, splits, n_components_list):
+    """chn/eval.py's scores of `original_split_vectors` (one pooling): ``{k: (scores per split,
+    avg, w-avg)}`` with the kernel fitted on all splits."""
     full_kernel, bias = original_kernel_bias([v for pair in vecs.values() for v in pair])
     figures = {}
     for n_components in n_components_list:
@@ -221,6 +236,14 @@ def original_eval(bert, tokenizer, splits, pooling, n_components_list, maxlen=64
             np.average(values, weights=[len(p) for p in splits.values()]),
         )
     return figures
+
+
+def original_eval(bert, tokenizer, splits, pooling, n_components_list, maxlen=64, chunk=64):
+    """chn/eval.py for one task, each split encoded once: ``{k: (scores per split, avg, w-avg)}``
+    with the kernel fitted on all splits."""
+    return original_scores(
+        original_split_vectors(bert, tokenizer, splits, pooling, maxlen, chunk), splits, n_components_list
+    )
 
 
 def su_9079_kernel(x, beta, gamma):

@@ -14,7 +14,7 @@ from bert_whitening.models import build_encoder
 from bert_whitening.names import POOLINGS
 
 from helpers import shared_data
-from reference import original_eval, spearman, su_9079_kernel
+from reference import original_scores, original_split_vectors, spearman, su_9079_kernel
 
 pytestmark = pytest.mark.slow
 
@@ -25,20 +25,39 @@ def sts_b():
     return {"test": splits["test"]}
 
 
-@pytest.mark.parametrize("pooling", POOLINGS)
-def test_eval_equals_the_original_procedure_on_chinese_sts_b(sts_b, pooling):
+@pytest.fixture(scope="module")
+def original_vectors(sts_b):
+    """The original procedure's vectors of every pooling, from one bert4keras model (built with
+    the pooler) in one pass: ``{split: ({pooling: first}, {pooling: second})}``."""
     files = find_model("minilm")
-    bert = build_transformer_model(
-        None, files.weights, with_pool="linear" if pooling == "pooler" else False, **files.config
-    )
+    bert = build_transformer_model(None, files.weights, with_pool="linear", **files.config)
     tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
-    encoder = build_encoder("minilm", pooling=pooling)
-    encoded = encode_splits(lambda sentences: encode(encoder, sentences), sts_b)
+    return original_split_vectors(bert, tokenizer, sts_b, tuple(POOLINGS))
+
+
+@pytest.fixture(scope="module")
+def ours(sts_b):
+    """``ours(pooling)``: the package's unwhitened encodings of the split, each pooling encoded once."""
+    encodings = {}
+
+    def encoded(pooling):
+        if pooling not in encodings:
+            encoder = build_encoder("minilm", pooling=pooling)
+            encodings[pooling] = encode_splits(lambda sentences: encode(encoder, sentences), sts_b)
+        return encodings[pooling]
+
+    return encoded
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_eval_equals_the_original_procedure_on_chinese_sts_b(sts_b, original_vectors, ours, pooling):
+    encoded = ours(pooling)
     results, whitening = evaluate(encoded, fit_statistics(encoded), [Setting(k) for k in (0, -1, 256)])
     # first-last-avg mixes two LayerNorm outputs; the others have null directions (see
     # tests/test_evaluation.py), where "all" keeps the real ones.
     assert (whitening.rank == 384) == (pooling == "first-last-avg"), whitening.rank
-    original = original_eval(bert, tokenizer, sts_b, pooling, [0, whitening.rank, 256])
+    vecs = {split: (first[pooling], second[pooling]) for split, (first, second) in original_vectors.items()}
+    original = original_scores(vecs, sts_b, [0, whitening.rank, 256])
     for result in results:
         k = result["n_components"]
         scores, avg, weighted = original[k]
@@ -56,10 +75,9 @@ def test_eval_equals_the_original_procedure_on_chinese_sts_b(sts_b, pooling):
     )
 
 
-def test_beta_0_gamma_0_k_256_is_kexue_9079_on_chinese_sts_b(sts_b):
+def test_beta_0_gamma_0_k_256_is_kexue_9079_on_chinese_sts_b(ours):
     """9079's setting without centring, on vectors of the package's unwhitened encoder."""
-    encoder = build_encoder("minilm", pooling="first-last-avg")
-    encoded = encode_splits(lambda sentences: encode(encoder, sentences), sts_b)
+    encoded = ours("first-last-avg")
     (result,), _ = evaluate(encoded, fit_statistics(encoded), [Setting(256, 0.0, 0.0)])
     first, second, labels = encoded["test"]
     shift, kernel, _ = su_9079_kernel(np.concatenate([first, second]), 0.0, 0.0)
