@@ -1,6 +1,7 @@
 """BERT-flow beside whitening on one encoding: Spearman, fit time and the memory each fit adds.
 
     python benchmarks/bench_flow.py [--task STS-B ...] [--seeds 0,1,2] [--json out/flow.json]
+    python benchmarks/bench_flow.py --summary out/flow.json
 
 With the built-in all-MiniLM-L6-v2 (or --model), first-last-avg, maxlen 64 (128 for PAWSX), each
 task of ../shared/data/senteval_cn is encoded once, and raw, whitening (--n-components) and one
@@ -9,6 +10,8 @@ all its splits and scored on the same vectors, as ``eval --method whitening,flow
 each method is fitted again on the same vectors in a child process, whose peak resident set
 (VmHWM, reset just before the fit) less its resident set before the fit is the memory that fit
 adds; the flow's child has TensorFlow imported before, and that import's size is printed apart.
+The last table sums up every task: test Spearman (the last split where a task has no test),
+the flows' mean and range over the seeds, and each method's fit time and added memory.
 """
 
 import argparse
@@ -68,6 +71,48 @@ def run_child(method, path, seed=0):
     return json.loads(output.strip().splitlines()[-1])
 
 
+def summary(report):
+    """One line per task: test Spearman of raw, whitening and the flows (mean and range over the
+    seeds), then each method's fit time and added memory in the child processes."""
+    lines = [
+        "%-9s %7s %7s %7s %16s   %-26s %s"
+        % (
+            "test",
+            "raw",
+            "k=all",
+            "k=256",
+            "flow mean (range)",
+            "fit s: whitening / flow",
+            "adds MiB: whitening / flow",
+        )
+    ]
+    for name, task in report["tasks"].items():
+        split = "test" if "test" in task["counts"] else list(task["counts"])[-1]
+        scores = {r["setting"]: r["splits"][split] for r in task["results"]}
+        flows = [v for k, v in scores.items() if k.startswith("flow")]
+        children = task["children"]
+        flow_children = [v for k, v in children.items() if k.startswith("flow")]
+        lines.append(
+            "%-9s %7.4f %7.4f %7.4f %7.4f (%.4f-%.4f)   %6.2f / %5.1f (%.1f-%.1f)     %5.0f / %.0f"
+            % (
+                name,
+                scores["raw"],
+                scores["k=all"],
+                scores["k=256"],
+                np.mean(flows),
+                min(flows),
+                max(flows),
+                children["whitening"]["seconds"],
+                np.mean([c["seconds"] for c in flow_children]),
+                min(c["seconds"] for c in flow_children),
+                max(c["seconds"] for c in flow_children),
+                children["whitening"]["added_mib"],
+                np.mean([c["added_mib"] for c in flow_children]),
+            )
+        )
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", action="append", help="repeatable (default: STS-B)")
@@ -77,8 +122,13 @@ def main():
     parser.add_argument("--n-components", default="0,-1,256")
     parser.add_argument("--data-dir", default=SHARED)
     parser.add_argument("--json", help="write the report here")
+    parser.add_argument("--summary", metavar="JSON", help="print the summary of a report written by --json, and stop")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.summary:
+        with open(args.summary, encoding="utf-8") as stream:
+            print(summary(json.load(stream)))
+        return
     if args.child:
         method, path, seed = args.child
         print(json.dumps(child(method, path, int(seed))))
@@ -145,6 +195,7 @@ def main():
                 % (name, figures["seconds"], figures["added_mib"], figures["imports_mib"])
             )
     report["seconds"] = round(time.time() - started, 1)
+    print(summary(report))
     write_report(report, args.json)
 
 
