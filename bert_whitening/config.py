@@ -22,7 +22,7 @@ from bert_whitening.errors import BertWhiteningError, WhiteningError
 from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
 
 #: The recorded fields that change the vectors; any difference in them is a different encoder.
-VECTOR_FIELDS = ("model", "pooling", "maxlen", "lowercase", "whitening", "n_components", "normalize")
+VECTOR_FIELDS = ("model", "pooling", "maxlen", "lowercase", "whitening", "flow", "n_components", "normalize")
 
 
 def versions():
@@ -52,20 +52,23 @@ def check_model(model, model_type="bert", pooling="first-last-avg", maxlen=64):
     return files
 
 
+def check_fitted_on(what, fitted, identity, pooling):
+    """Refuse a whitening or a flow (``what``) ``fitted`` on vectors of another size or pooling
+    than those of an encoder of the model ``identity`` and ``pooling``."""
+    if fitted.dim != identity["hidden_size"]:
+        raise WhiteningError(
+            "the %s has dimension %d but the model's hidden size is %d: it was fitted on another model (%s)"
+            % (what, fitted.dim, identity["hidden_size"], (fitted.model_identity or {}).get("name", "?"))
+        )
+    if fitted.pooling and fitted.pooling != pooling:
+        raise WhiteningError("the %s was fitted on %s pooling, the encoder uses %s" % (what, fitted.pooling, pooling))
+
+
 def whitening_components(whitening, identity, pooling, n_components=None, allow_rank_deficient=False):
     """The number of whitened dimensions to keep of ``whitening`` for an encoder of the model
     ``identity`` and ``pooling``; refuses a whitening fitted on vectors of another size or
     pooling."""
-    if whitening.dim != identity["hidden_size"]:
-        raise WhiteningError(
-            "the whitening has dimension %d but the model's hidden size is %d: "
-            "it was fitted on another model (%s)"
-            % (whitening.dim, identity["hidden_size"], whitening.model_identity.get("name", "?"))
-        )
-    if whitening.pooling and whitening.pooling != pooling:
-        raise WhiteningError(
-            "the whitening was fitted on %s pooling, the encoder uses %s" % (whitening.pooling, pooling)
-        )
+    check_fitted_on("whitening", whitening, identity, pooling)
     return whitening.components(n_components, allow_rank_deficient)
 
 
@@ -76,6 +79,14 @@ def whitening_digest(whitening):
     for array in (whitening.kernel, whitening.bias):
         digest.update(array.astype("<f8").tobytes())
     digest.update(repr((whitening.beta, whitening.gamma)).encode())
+    return digest.hexdigest()
+
+
+def flow_digest(flow):
+    """sha256 of what a flow computes (its shape and weights), wherever it is stored."""
+    digest = hashlib.sha256(repr(sorted(dataclasses.asdict(flow.config).items())).encode())
+    for weight in flow.get_weights():
+        digest.update(weight.astype("<f8").tobytes())
     return digest.hexdigest()
 
 
@@ -97,6 +108,9 @@ class EncoderConfig:
         normalize: end with the L2 normalisation.
         allow_rank_deficient: allow a ``k`` above the rank of the covariance.
         whitening_path: the file the whitening was read from, recorded (not compared).
+        flow: a trained `bert_whitening.flow.Flow` in place of the whitening (it keeps every
+            dimension), or None.
+        flow_path: the file the flow was read from, recorded (not compared).
     """
 
     model: Optional[str] = None
@@ -109,11 +123,20 @@ class EncoderConfig:
     normalize: bool = False
     allow_rank_deficient: bool = False
     whitening_path: Optional[str] = None
+    flow: object = None
+    flow_path: Optional[str] = None
 
     def check(self):
         """Refuse what the options and the model's configuration rule out, before any weights
         are read; returns the number of whitened dimensions to keep (0 without a whitening)."""
         files = check_model(self.model, self.model_type, self.pooling, self.maxlen)
+        if self.flow is not None:
+            if self.whitening is not None:
+                raise WhiteningError("a flow takes the place of the whitening: give one of them, not both")
+            if self.n_components:
+                raise WhiteningError("a flow keeps every dimension: n_components is for a whitening")
+            check_fitted_on("flow", self.flow, files.identity(self.model_type.lower()), self.pooling)
+            return 0
         if self.whitening is None:
             if self.n_components:
                 raise WhiteningError("n_components %d needs a whitening (--whitening FILE.npz)" % self.n_components)
@@ -138,9 +161,9 @@ class EncoderConfig:
 
         k = self.check()
         encoder = pooled or build_encoder(self.model, self.model_type, self.pooling, self.maxlen, self.lowercase)
-        if self.whitening is not None or self.normalize:
+        if self.whitening is not None or self.flow is not None or self.normalize:
             encoder = with_whitening(
-                encoder, self.whitening if k else None, k, self.normalize, allow_rank_deficient=True
+                encoder, self.whitening if k else None, k, self.normalize, allow_rank_deficient=True, flow=self.flow
             )  # k was resolved by check()
         return dataclasses.replace(
             encoder, config=dataclasses.replace(self, whitening=self.whitening if k else None, n_components=k or None)
@@ -151,7 +174,8 @@ class EncoderConfig:
         ``model_dir``, ``pooling``, ``maxlen``, ``lowercase``, ``whitening`` (``path`` and
         ``sha256`` of its file, with ``digest`` of its content and its fit's summary),
         ``n_components`` (resolved: 0 without a whitening), ``normalize``,
-        ``allow_rank_deficient``."""
+        ``allow_rank_deficient``; and ``flow`` (None, or as ``whitening``: ``digest``, its
+        shape, training summary and model, ``path`` and ``sha256``)."""
         k = self.check()
         whitening = None
         if k:
@@ -164,10 +188,16 @@ class EncoderConfig:
                 "rank": w.rank,
                 "fitted_on_model": w.model_identity,
             }
-            if self.whitening_path:
-                from bert_whitening.files import file_sha256
-
-                whitening.update(path=os.path.abspath(self.whitening_path), sha256=file_sha256(self.whitening_path))
+            whitening.update(_file_record(self.whitening_path))
+        flow = None
+        if self.flow is not None:
+            flow = {
+                "digest": flow_digest(self.flow),
+                "config": dataclasses.asdict(self.flow.config),
+                "training": dict(self.flow.training_summary),
+                "fitted_on_model": self.flow.model_identity,
+                **_file_record(self.flow_path),
+            }
         model = None if self.model in (None, BUILTIN_MODEL) else os.path.abspath(self.model)
         return {
             "model": self.identity,
@@ -176,6 +206,7 @@ class EncoderConfig:
             "maxlen": self.maxlen,
             "lowercase": self.lowercase,
             "whitening": whitening,
+            "flow": flow,
             "n_components": k,
             "normalize": self.normalize,
             "allow_rank_deficient": self.allow_rank_deficient,
@@ -187,22 +218,16 @@ class EncoderConfig:
         return find_model(self.model).identity(self.model_type.lower())
 
     @classmethod
-    def from_config(cls, config, whitening=None, model=None):
-        """The encoder a record describes. ``whitening`` (a `Whitening`) must be given when the
-        record has one, and is checked against its digest; ``model`` replaces the recorded
-        directory (a model that moved) and is checked against the recorded identity. A record
-        of an earlier version (no ``normalize``: it was True for indexes) is read too."""
+    def from_config(cls, config, whitening=None, model=None, flow=None):
+        """The encoder a record describes. ``whitening`` (a `Whitening`) or ``flow`` (a `Flow`)
+        must be given when the record has one, and is checked against its digest; ``model``
+        replaces the recorded directory (a model that moved) and is checked against the recorded
+        identity. A record of an earlier version (no ``normalize``: it was True for indexes; no
+        ``flow``) is read too."""
         config = checked_record(config)
         recorded = config["whitening"]
-        if (recorded is None) != (whitening is None):
-            raise WhiteningError(
-                "the record %s a whitening; %s given"
-                % ("has" if recorded else "has no", "one was" if whitening is not None else "none was")
-            )
-        if recorded and "digest" in recorded and whitening_digest(whitening) != recorded["digest"]:
-            raise WhiteningError(
-                "this whitening is not the one recorded (digest %s...): refused" % recorded["digest"][:12]
-            )
+        _check_recorded("whitening", recorded, whitening, whitening_digest)
+        _check_recorded("flow", config.get("flow"), flow, flow_digest)
         built = cls(
             model=model or config["model_dir"],
             model_type=config["model"]["type"],
@@ -214,6 +239,8 @@ class EncoderConfig:
             normalize=config.get("normalize", True),
             allow_rank_deficient=config.get("allow_rank_deficient", False),
             whitening_path=(recorded or {}).get("path"),
+            flow=flow,
+            flow_path=(config.get("flow") or {}).get("path"),
         )
         if built.identity != config["model"]:
             raise BertWhiteningError(
@@ -230,7 +257,7 @@ class EncoderConfig:
         found = []
         for field in VECTOR_FIELDS:
             mine, other = ours[field], theirs.get(field, True if field == "normalize" else None)
-            if field == "whitening":
+            if field in ("whitening", "flow"):
                 same = _same_whitening(mine, other)
                 mine, other = [(w or {}).get("digest", (w or {}).get("sha256", "none"))[:12] for w in (mine, other)]
             elif field == "model":
@@ -243,9 +270,31 @@ class EncoderConfig:
         return found
 
 
+def _file_record(path):
+    """``path`` and ``sha256`` of the file a whitening or flow was read from (none: empty)."""
+    if not path:
+        return {}
+    from bert_whitening.files import file_sha256
+
+    return {"path": os.path.abspath(path), "sha256": file_sha256(path)}
+
+
+def _check_recorded(what, recorded, given, digest):
+    """``given`` (a whitening or flow, or None) is the one the record has, by content digest."""
+    if (recorded is None) != (given is None):
+        raise WhiteningError(
+            "the record %s a %s; %s given"
+            % ("has" if recorded else "has no", what, "one was" if given is not None else "none was")
+        )
+    if recorded and "digest" in recorded and digest(given) != recorded["digest"]:
+        raise WhiteningError(
+            "this %s is not the one recorded (digest %s...): refused" % (what, recorded["digest"][:12])
+        )
+
+
 def _same_whitening(mine, other):
-    """Two recorded whitenings are the same by content digest; a record of an earlier version
-    has none, and is compared by the sha256 of its file."""
+    """Two recorded whitenings (or flows) are the same by content digest; a record of an
+    earlier version has none, and is compared by the sha256 of its file."""
     if not mine or not other:
         return mine == other
     if "digest" in mine and "digest" in other:
@@ -271,6 +320,8 @@ _RECORD_TYPES = {
     "whitening": (dict, type(None)),
     "n_components": int,
 }
+#: Keys a record of an earlier version lacks, checked when present.
+_OPTIONAL_RECORD_TYPES = {"flow": (dict, type(None)), "normalize": bool}
 _IDENTITY_TYPES = {"name": str, "type": str, "hidden_size": int, "vocab_sha256": str}
 
 
@@ -284,4 +335,7 @@ def checked_record(config):
                 raise BertWhiteningError("the encoder record has no %r" % key)
             if not isinstance(where[key], kind) or (isinstance(where[key], bool) and kind is int):
                 raise BertWhiteningError("the encoder record's %r is %r, of the wrong type" % (key, where[key]))
+    for key, kind in _OPTIONAL_RECORD_TYPES.items():
+        if key in config and not isinstance(config[key], kind):
+            raise BertWhiteningError("the encoder record's %r is %r, of the wrong type" % (key, config[key]))
     return config

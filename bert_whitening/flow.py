@@ -142,9 +142,10 @@ class ActNorm(keras.layers.Layer):
 
     def __init__(self, channels, rng, **kwargs):
         super().__init__(dtype="float64", **kwargs)
+        # Weights are named after the layer: saved to HDF5 inside an encoder, names must differ.
         initializer = _uniform(rng, math.sqrt(6.0 / (1 + channels)))
-        self.b = self.add_weight(name="b", shape=(channels,), initializer=initializer)
-        self.logs = self.add_weight(name="logs", shape=(channels,), initializer=initializer)
+        self.b = self.add_weight(name=self.name + "/b", shape=(channels,), initializer=initializer)
+        self.logs = self.add_weight(name=self.name + "/logs", shape=(channels,), initializer=initializer)
         self.initializing = False
 
     def call(self, x, inverse=False):
@@ -186,7 +187,7 @@ class InvertibleConv1x1(keras.layers.Layer):
                 self,
                 name,
                 self.add_weight(
-                    name=name,
+                    name=self.name + "/" + name,
                     shape=value.shape,
                     trainable=trainable,
                     initializer=lambda shape, dtype=None, value=value: value,
@@ -220,12 +221,12 @@ class Coupling(keras.layers.Layer):
         self.affine = affine
         outputs = channels if affine else channels // 2
         self.kernels = [
-            self.add_weight(name="kernel_%d" % i, shape=shape, initializer=_normal(rng, 0.05))
+            self.add_weight(name="%s/kernel_%d" % (self.name, i), shape=shape, initializer=_normal(rng, 0.05))
             for i, shape in enumerate([(channels // 2, width), (width, width)])
         ]
-        self.norms = [ActNorm(width, rng, name="actnorm_%d" % i) for i in range(2)]
+        self.norms = [ActNorm(width, rng, name="%s_actnorm_%d" % (self.name, i)) for i in range(2)]
         self.out_kernel, self.out_bias, self.out_logs = (
-            self.add_weight(name=name, shape=shape, initializer="zeros")
+            self.add_weight(name=self.name + "/" + name, shape=shape, initializer="zeros")
             for name, shape in (("out_kernel", (width, outputs)), ("out_bias", (outputs,)), ("out_logs", (outputs,)))
         )
 
@@ -263,6 +264,8 @@ class Flow(keras.Model):
         config.check(dim)
         self.dim = dim
         self.training_summary = {}
+        # What its vectors were, as a whitening records it: checked before the flow is applied.
+        self.pooling, self.model_identity = None, {}
         rng = np.random.default_rng(0) if rng is None else rng
         self.levels = [
             [self._step(dim >> level, rng, "level_%d_step_%d" % (level, step)) for step in range(config.depth)]
@@ -341,19 +344,25 @@ class Flow(keras.Model):
     def save(self, path):
         """One ``.npz``: the configuration and training summary as JSON, and the weights in
         order; written to a temporary file first, so a failure leaves no file."""
+
+        def write(temporary):
+            with open(temporary, "wb") as stream:
+                self.write(stream)
+
+        write_atomically(path, write)
+
+    def write(self, stream):
+        """Write the ``.npz`` to a binary stream (see `save` for a file)."""
         meta = {
             "format_version": FORMAT_VERSION,
             "dim": self.dim,
             "config": dataclasses.asdict(self.config),
             "training": dict(self.training_summary),
+            "pooling": self.pooling,
+            "model_identity": dict(self.model_identity),
         }
         arrays = {"weight_%03d" % i: weight.numpy() for i, weight in enumerate(self.weights)}
-
-        def write(temporary):
-            with open(temporary, "wb") as stream:
-                np.savez(stream, meta=np.array(json.dumps(meta)), **arrays)
-
-        write_atomically(path, write)
+        np.savez(stream, meta=np.array(json.dumps(meta)), **arrays)
 
     @classmethod
     def load(cls, path):
@@ -363,18 +372,38 @@ class Flow(keras.Model):
                 arrays = {name: data[name] for name in data.files}
             meta = json.loads(str(arrays.pop("meta")))
             if meta["format_version"] != FORMAT_VERSION:
-                raise FlowError("format version %r, this version reads %d" % (meta["format_version"], FORMAT_VERSION))
+                raise FlowError(
+                    "%s: format version %r, this version reads %d" % (path, meta["format_version"], FORMAT_VERSION)
+                )
             flow = cls(meta["dim"], meta["config"])
             weights = [arrays.pop("weight_%03d" % i) for i in range(len(flow.weights))]
             if arrays:
-                raise FlowError("unexpected arrays %s" % ", ".join(sorted(arrays)))
+                raise FlowError("%s: unexpected arrays %s" % (path, ", ".join(sorted(arrays))))
+            if not all(np.isfinite(weight).all() for weight in weights):
+                raise FlowError("%s: weights with NaN or inf" % path)
             flow.set_weights(weights)
         except FileNotFoundError:
             raise FlowError("%s: no such flow file" % path) from None
         except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, TypeError, AttributeError) as error:
             raise FlowError("%s: not a readable flow file (%s: %s)" % (path, type(error).__name__, error)) from None
         flow.training_summary = meta.get("training", {})
+        flow.pooling, flow.model_identity = meta.get("pooling"), meta.get("model_identity") or {}
+        if not isinstance(flow.pooling, (str, type(None))) or not isinstance(flow.model_identity, dict):
+            raise FlowError("%s: not a readable flow file (pooling or model_identity of the wrong type)" % path)
         return flow
+
+    def __reduce__(self):
+        # Pickled as numpy (Beam ships the encoder's configuration to its workers).
+        state = (self.dim, dataclasses.asdict(self.config), self.get_weights(), self.training_summary)
+        return _rebuilt, (state, self.pooling, self.model_identity)
+
+
+def _rebuilt(state, pooling, model_identity):
+    dim, config, weights, training_summary = state
+    flow = Flow(dim, config)
+    flow.set_weights(weights)
+    flow.training_summary, flow.pooling, flow.model_identity = training_summary, pooling, model_identity
+    return flow
 
 
 def _checked(vectors, dim=None):
@@ -408,7 +437,17 @@ def _train_step(flow, learning_rate):
     return step
 
 
-def fit_flow(vectors, config=None, seed=0, epochs=1.0, batch_size=64, learning_rate=1e-3, progress=None) -> Flow:
+def fit_flow(
+    vectors,
+    config=None,
+    seed=0,
+    epochs=1.0,
+    batch_size=64,
+    learning_rate=1e-3,
+    progress=None,
+    pooling=None,
+    model_identity=None,
+) -> Flow:
     """Train a flow by maximum likelihood on ``vectors``, as BERT-flow does (module docstring).
 
     Args:
@@ -422,6 +461,8 @@ def fit_flow(vectors, config=None, seed=0, epochs=1.0, batch_size=64, learning_r
         learning_rate: the flow learning rate, constant.
         progress: a tqdm bar to advance, True or False for a bar of its own, or None for a bar
             on a terminal only.
+        pooling, model_identity: what made the vectors, recorded in the flow (as a whitening
+            records them) so that it is refused on vectors of another encoder.
     """
     vectors = _checked(vectors)
     steps = int(len(vectors) * epochs / batch_size) if batch_size >= 1 else 0
@@ -431,6 +472,7 @@ def fit_flow(vectors, config=None, seed=0, epochs=1.0, batch_size=64, learning_r
         )
     rng = np.random.default_rng(seed)
     flow = Flow(vectors.shape[1], config, rng)
+    flow.pooling, flow.model_identity = pooling, dict(model_identity or {})
     passes = math.ceil(steps * batch_size / len(vectors))
     order = np.concatenate([rng.permutation(len(vectors)) for _ in range(passes)])
     if flow.config.data_init:

@@ -11,8 +11,9 @@ from typing import Optional
 
 from bert_whitening.backend import Tokenizer, build_transformer_model, keras, load_vocab, tf
 from bert_whitening.checkpoints import CheckpointError
-from bert_whitening.config import EncoderConfig, check_model, whitening_components
-from bert_whitening.layers import FirstTokenPooling, L2Normalize, MaskedAveragePooling, WhiteningDense
+from bert_whitening.config import EncoderConfig, check_fitted_on, check_model, whitening_components
+from bert_whitening.errors import WhiteningError
+from bert_whitening.layers import FirstTokenPooling, FlowTransform, L2Normalize, MaskedAveragePooling, WhiteningDense
 from bert_whitening.names import MODEL_TYPES
 
 logger = logging.getLogger(__name__)
@@ -147,8 +148,10 @@ def with_whitening(
     n_components: Optional[int] = None,
     normalize: bool = True,
     allow_rank_deficient: bool = False,
+    flow=None,
 ) -> Encoder:
-    """The same encoder followed by the whitening Dense (unless ``k`` is 0) and L2 normalisation.
+    """The same encoder followed by the whitening Dense (unless ``k`` is 0), or by a trained
+    flow in its place, and the L2 normalisation.
 
     The whitening must come from vectors of this encoder's size and pooling; anything else is
     refused before a model is built. Without a whitening only the normalisation is added.
@@ -160,7 +163,10 @@ def with_whitening(
             ``k`` = keep ``k``; None = the default stored in the whitening.
         normalize: append the L2 normalisation.
         allow_rank_deficient: allow a ``k`` above the rank of the covariance.
+        flow: a `bert_whitening.flow.Flow` of this encoder's vectors (then no whitening).
     """
+    if flow is not None and whitening is not None:
+        raise WhiteningError("a flow takes the place of the whitening: give one of them, not both")
     k = 0
     if whitening is not None:
         k = whitening_components(whitening, encoder.model_identity, encoder.pooling, n_components, allow_rank_deficient)
@@ -168,6 +174,9 @@ def with_whitening(
     vectors = encoder.model.output
     if k:
         vectors = WhiteningDense.from_whitening(whitening, k, name="whitening")(vectors)
+    if flow is not None:
+        check_fitted_on("flow", flow, encoder.model_identity, encoder.pooling)
+        vectors = FlowTransform.from_flow(flow, name="flow")(vectors)
     if normalize:
         vectors = L2Normalize(name="normalize")(vectors)
     model = keras.Model(encoder.model.inputs, vectors, name="whitened_encoder")
@@ -177,6 +186,7 @@ def with_whitening(
         n_components=k or None,
         normalize=normalize,
         allow_rank_deficient=allow_rank_deficient,
+        flow=flow,
     )
     return dataclasses.replace(encoder, model=model, config=config)
 

@@ -29,7 +29,7 @@ from bert_whitening.whitening import Whitening, WhiteningStats, fit_reported
 logger = logging.getLogger(__name__)
 
 #: Files of a directory written by `SentenceEncoder.save`.
-CONFIG_FILE, WHITENING_FILE = "sentence_encoder.json", "whitening.npz"
+CONFIG_FILE, WHITENING_FILE, FLOW_FILE = "sentence_encoder.json", "whitening.npz", "flow.npz"
 
 
 class SentenceEncoder:
@@ -54,6 +54,7 @@ class SentenceEncoder:
         lowercase: bool = True,
         normalize: bool = True,
         allow_rank_deficient: bool = False,
+        flow=None,
     ) -> "SentenceEncoder":
         """An encoder of ``model`` (a Google-format or Hugging Face BERT directory, None or
         ``minilm`` for the built-in all-MiniLM-L6-v2, or a directory written by `save`).
@@ -63,13 +64,20 @@ class SentenceEncoder:
             n_components: whitened dimensions to keep: 0 none, negative all, None the file's.
             pooling: default: the whitening's, else ``first-last-avg``.
             normalize: end with the L2 normalisation (cosine = dot product).
+            flow: a flow file from ``fit --method flow`` (or a `bert_whitening.flow.Flow`), in
+                place of the whitening.
         """
         if model and os.path.isfile(os.path.join(model, CONFIG_FILE)):
             return cls._load_saved(model)
-        path = None
+        path = flow_path = None
         if isinstance(whitening, (str, os.PathLike)):
             path, whitening = os.fspath(whitening), Whitening.load(whitening)
-        pooling = pooling or (whitening.pooling if whitening is not None else None) or "first-last-avg"
+        if isinstance(flow, (str, os.PathLike)):
+            from bert_whitening.flow import Flow
+
+            flow_path, flow = os.fspath(flow), Flow.load(flow)
+        fitted = whitening if whitening is not None else flow
+        pooling = pooling or (fitted.pooling if fitted is not None else None) or "first-last-avg"
         return cls(
             EncoderConfig(
                 model=model,
@@ -82,6 +90,8 @@ class SentenceEncoder:
                 normalize=normalize,
                 allow_rank_deficient=allow_rank_deficient,
                 whitening_path=path,
+                flow=flow,
+                flow_path=flow_path,
             )
         )
 
@@ -95,8 +105,17 @@ class SentenceEncoder:
             raise BertWhiteningError("%s: not valid JSON (%s)" % (path, error)) from None
         whitening_path = os.path.join(directory, WHITENING_FILE)
         whitening = Whitening.load(whitening_path) if os.path.exists(whitening_path) else None
-        config = EncoderConfig.from_config(record, whitening)
-        return cls(dataclasses.replace(config, whitening_path=whitening_path if whitening else None))
+        flow_path, flow = os.path.join(directory, FLOW_FILE), None
+        if os.path.exists(flow_path):
+            from bert_whitening.flow import Flow
+
+            flow = Flow.load(flow_path)
+        config = EncoderConfig.from_config(record, whitening, flow=flow)
+        return cls(
+            dataclasses.replace(
+                config, whitening_path=whitening_path if whitening else None, flow_path=flow_path if flow else None
+            )
+        )
 
     @property
     def dim(self) -> int:
@@ -106,13 +125,24 @@ class SentenceEncoder:
     def keras_encoder(self):
         """The `bert_whitening.models.Encoder` (Keras model, tokenizer), built on first use."""
         if self._encoder is None:
-            if self._pooled is None:
-                self._pooled = self._unwhitened_config().build()
-            self._encoder = self.config.build(self._pooled)
+            self._encoder = self.config.build(self._pooled_encoder())
         return self._encoder
 
     def _unwhitened_config(self):
-        return dataclasses.replace(self.config, whitening=None, n_components=None, normalize=False, whitening_path=None)
+        return dataclasses.replace(
+            self.config,
+            whitening=None,
+            n_components=None,
+            normalize=False,
+            whitening_path=None,
+            flow=None,
+            flow_path=None,
+        )
+
+    def _pooled_encoder(self):
+        if self._pooled is None:
+            self._pooled = self._unwhitened_config().build()
+        return self._pooled
 
     def encode(self, sentences: Sequence[str], batch_size: int = 128, progress=None) -> np.ndarray:
         """float32 vectors of ``sentences``, in order (``progress``: see `encoding.encode_ids`)."""
@@ -163,16 +193,14 @@ class SentenceEncoder:
         Returns the `Whitening` (``whitening.save(path)`` writes the file ``encode`` reads)."""
         from bert_whitening.encoding import encode_stream, statistics_from_files
 
-        if list(files).count(STDIN) > 1:
-            raise BertWhiteningError("standard input (-) can be read only once")
-        if self._pooled is None:
-            self._pooled = self._unwhitened_config().build()
+        _check_inputs(files)
+        pooled = self._pooled_encoder()
         stats = WhiteningStats()
         if sentences is not None:
-            for vectors in encode_stream(self._pooled, sentences, batch_size, progress):
+            for vectors in encode_stream(pooled, sentences, batch_size, progress):
                 stats.update(vectors)
         if files:
-            stats.merge(statistics_from_files(self._pooled, files, format, skip_bad_lines, batch_size, progress))
+            stats.merge(statistics_from_files(pooled, files, format, skip_bad_lines, batch_size, progress))
         source = ", ".join(files) or "the sentences"
         whitening = fit_reported(
             stats,
@@ -181,14 +209,62 @@ class SentenceEncoder:
             beta=beta,
             gamma=gamma,
             pooling=self.config.pooling,
-            model_identity=self._pooled.model_identity,
+            model_identity=pooled.model_identity,
             allow_rank_deficient=self.config.allow_rank_deficient,
         )
+        self._apply(whitening=whitening)
+        return whitening
+
+    def fit_flow(
+        self,
+        sentences: Optional[Iterable[str]] = None,
+        files: Sequence[str] = (),
+        seed: int = 0,
+        format: str = "auto",
+        skip_bad_lines: bool = False,
+        batch_size: int = 128,
+        progress=None,
+        **flow_options,
+    ):
+        """Train a BERT-flow (`bert_whitening.flow.fit_flow`, with ``flow_options``) on the
+        pooled vectors of ``sentences`` and ``files``, as `fit` reads them; from now on this
+        encoder applies it, in place of a whitening (normalised). Returns the
+        `bert_whitening.flow.Flow` (``flow.save(path)`` writes the file ``--flow`` reads). A flow
+        trains on every vector at once: they are held in memory, unlike `fit`'s statistics."""
+        from bert_whitening.encoding import encode_stream, vectors_from_files
+        from bert_whitening.flow import fit_flow
+
+        _check_inputs(files)
+        pooled = self._pooled_encoder()
+        blocks = []
+        if sentences is not None:
+            blocks.extend(encode_stream(pooled, sentences, batch_size, progress))
+        if files:
+            blocks.append(vectors_from_files(pooled, files, format, skip_bad_lines, batch_size, progress))
+        if not blocks or not sum(len(block) for block in blocks):
+            raise DataError("no sentences to train a flow on")
+        flow = fit_flow(
+            np.concatenate(blocks),
+            seed=seed,
+            pooling=self.config.pooling,
+            model_identity=pooled.model_identity,
+            **flow_options,
+        )
+        self._apply(flow=flow)
+        return flow
+
+    def _apply(self, whitening=None, flow=None):
+        """From now on, encode with this newly fitted whitening or flow (normalised)."""
         self.config = dataclasses.replace(
-            self.config, whitening=whitening, n_components=None, normalize=True, whitening_path=None
+            self.config,
+            whitening=whitening,
+            n_components=None,
+            normalize=True,
+            whitening_path=None,
+            flow=flow,
+            flow_path=None,
         )
         self._encoder = None
-        return whitening
 
     def save(self, directory: str) -> None:
         """Write ``directory`` (new) with the encoder's record (``sentence_encoder.json``: model
@@ -200,6 +276,8 @@ class SentenceEncoder:
         with staged_directory(directory) as staging:
             if self.config.whitening is not None:
                 self.config.whitening.save(os.path.join(staging, WHITENING_FILE))
+            if self.config.flow is not None:
+                self.config.flow.save(os.path.join(staging, FLOW_FILE))
             with open(os.path.join(staging, CONFIG_FILE), "w", encoding="utf-8") as stream:
                 json.dump(record, stream, indent=2, ensure_ascii=False)
             os.rename(staging, directory)
@@ -227,3 +305,8 @@ class SentenceEncoder:
         return export_saved_model(
             self.keras_encoder, base, version, text, overwrite, metadata, corpus=vectors, top_k=top_k
         )
+
+
+def _check_inputs(files):
+    if list(files).count(STDIN) > 1:
+        raise BertWhiteningError("standard input (-) can be read only once")

@@ -8,7 +8,8 @@ A directory holds:
   indexed (shown to the user, never opened again);
 - ``texts.jsonl``: the text of each row, one JSON string a line (``null`` for rows indexed from
   vectors alone);
-- ``whitening.npz``: the whitening that made the vectors, when there is one;
+- ``whitening.npz`` or ``flow.npz``: the whitening or the flow that made the vectors, when there
+  is one;
 - ``index.json``: the `bert_whitening.config.EncoderConfig` record of the encoder, the count, the
   dimension, the kind of index, and the sha256 of each file above.
 
@@ -40,7 +41,7 @@ logger = logging.getLogger(__name__)
 #: files again at search time; it is refused with a request to rebuild.
 FORMAT_VERSION = 2
 INDEX_FILE, KEYS_FILE, TEXTS_FILE = "index.faiss", "keys.tsv", "texts.jsonl"
-WHITENING_FILE, METADATA_FILE = "whitening.npz", "index.json"
+WHITENING_FILE, FLOW_FILE, METADATA_FILE = "whitening.npz", "flow.npz", "index.json"
 
 #: Largest ``index.json`` read: it holds a record and checksums, a few kB.
 METADATA_LIMIT = 1 << 20
@@ -57,13 +58,14 @@ class IndexWriter:
     so a failure leaves nothing at ``output``. Rows are added in chunks with their
     ``(file, line)`` keys and texts, so a corpus of any size streams through."""
 
-    def __init__(self, output, record, dim, hnsw_m=0, whitening=None, source="the input"):
-        """``record``: `EncoderConfig.to_config()` of what made the vectors; ``whitening``: the
-        `Whitening` in it, stored beside; ``source`` names the input in errors."""
+    def __init__(self, output, record, dim, hnsw_m=0, whitening=None, source="the input", flow=None):
+        """``record``: `EncoderConfig.to_config()` of what made the vectors; ``whitening`` or
+        ``flow``: the `Whitening` or `Flow` in it, stored beside; ``source`` names the input in
+        errors."""
         if os.path.lexists(output):
             raise BertWhiteningError("%s already exists; choose a new index directory" % output)
         self.output, self.record, self.dim, self.hnsw_m = output, record, dim, hnsw_m
-        self.whitening, self.source = whitening, source
+        self.whitening, self.flow, self.source = whitening, flow, source
         self.index = hnsw_index(dim, hnsw_m) if hnsw_m else faiss().IndexFlatIP(dim)
 
     def __enter__(self):
@@ -110,10 +112,11 @@ class IndexWriter:
     def _write(self):
         faiss().write_index(self.index, os.path.join(self.staging, INDEX_FILE))
         names = [INDEX_FILE, KEYS_FILE, TEXTS_FILE]
-        if self.whitening is not None:
-            with open(os.path.join(self.staging, WHITENING_FILE), "wb") as stream:
-                self.whitening.write(stream)
-            names.append(WHITENING_FILE)
+        for name, fitted in ((WHITENING_FILE, self.whitening), (FLOW_FILE, self.flow)):
+            if fitted is not None:
+                with open(os.path.join(self.staging, name), "wb") as stream:
+                    fitted.write(stream)
+                names.append(name)
         metadata = {
             **self.record,
             "count": int(self.index.ntotal),
@@ -179,7 +182,8 @@ class IndexDirectory:
                 "%s: count %d, dim %d: an index holds at least one vector"
                 % (METADATA_FILE, metadata["count"], metadata["dim"])
             )
-        expected = {INDEX_FILE, KEYS_FILE, TEXTS_FILE} | ({WHITENING_FILE} if metadata.get("whitening") else set())
+        expected = {INDEX_FILE, KEYS_FILE, TEXTS_FILE}
+        expected |= {name for name, key in ((WHITENING_FILE, "whitening"), (FLOW_FILE, "flow")) if metadata.get(key)}
         if set(metadata["files"]) != expected:
             self._refuse(
                 "%s lists files %s, expected %s" % (METADATA_FILE, sorted(metadata["files"]), sorted(expected))
@@ -234,6 +238,14 @@ class IndexDirectory:
         from bert_whitening.whitening import Whitening
 
         return Whitening.load(self.path(WHITENING_FILE)) if self.metadata.get("whitening") else None
+
+    def flow(self):
+        """The `Flow` stored with the index, or None."""
+        if not self.metadata.get("flow"):
+            return None
+        from bert_whitening.flow import Flow
+
+        return Flow.load(self.path(FLOW_FILE))
 
     def vectors(self):
         """The exact vectors stored, float32 ``(count, dim)``."""

@@ -47,7 +47,13 @@ def build_index(
     record = config.to_config()
     source = from_beam or from_vectors or ", ".join(inputs) or "the input"
     writer = IndexWriter(
-        output, record, config.dim, hnsw_m, config.whitening if record["n_components"] else None, source
+        output,
+        record,
+        config.dim,
+        hnsw_m,
+        config.whitening if record["n_components"] else None,
+        source,
+        flow=config.flow,
     )
     with writer:
         if from_beam:
@@ -110,7 +116,7 @@ def _add_keyed(writer, blocks, keyed):
 
 
 def query_config(index: IndexDirectory, model=None, pooling=None, whitening_path=None) -> EncoderConfig:
-    """The encoder that made ``index``'s vectors, with its stored whitening. A ``model`` (where
+    """The encoder that made ``index``'s vectors, with its stored whitening or flow. A ``model`` (where
     the recorded directory has moved) must be the recorded one; a ``pooling`` or a whitening
     file given must equal the index's: a query must be encoded as the corpus was."""
     whitening = index.whitening()
@@ -127,7 +133,7 @@ def query_config(index: IndexDirectory, model=None, pooling=None, whitening_path
         raise BertWhiteningError(
             "the index was built with %s pooling, not %s: refused" % (index.metadata["pooling"], pooling)
         )
-    return EncoderConfig.from_config(index.metadata, whitening, model)
+    return EncoderConfig.from_config(index.metadata, whitening, model, flow=index.flow())
 
 
 def search(
