@@ -18,7 +18,7 @@ from bert_whitening.flow import ActNorm, Coupling, Flow, FlowConfig, InvertibleC
 from bert_whitening.plots import plot_report
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
-from helpers import SENTENCES
+from helpers import SENTENCES, run
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 
@@ -402,3 +402,98 @@ def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path):
         list(flow_result["splits"].values()) + [flow_result["avg"], flow_result["w-avg"]],
         atol=1e-6,
     )
+
+
+# --- a trained flow in place of the whitening ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def flow_file(tiny_model, tmp_path_factory):
+    """``(model, sentences file, flow file)``: a flow trained by ``fit --method flow`` on the
+    cls vectors of 128 sentences."""
+    directory = tmp_path_factory.mktemp("flow")
+    sentences = directory / "sentences.txt"
+    sentences.write_text("".join("%s %d\n" % (s, i) for i in range(8) for s in SENTENCES), encoding="utf-8")
+    path = directory / "flow.npz"
+    argv = ["fit", "--method", "flow", "--seed", "1", "--pooling", "cls", "--model", tiny_model[0]]
+    assert run(*argv, "--output", path, sentences) == 0
+    return tiny_model[0], sentences, path
+
+
+def flow_vectors(model, sentences, path):
+    """What ``--flow`` must give, computed apart: the pooled vectors through the numpy flow."""
+    from bert_whitening import SentenceEncoder
+
+    pooled = SentenceEncoder.load(model, pooling="cls", normalize=False).encode(sentences)
+    latents = np_flow(Flow.load(str(path)), pooled.astype(np.float64))[0]
+    return latents / np.linalg.norm(latents, axis=1, keepdims=True)
+
+
+def test_fit_method_flow_writes_a_flow_of_that_encoder(flow_file):
+    model, sentences, path = flow_file
+    flow = Flow.load(str(path))
+    assert flow.pooling == "cls" and flow.model_identity["hidden_size"] == flow.dim == 24
+    assert flow.training_summary["seed"] == 1 and flow.training_summary["vectors"] == 128
+
+
+def test_encode_and_an_export_with_the_flow_give_its_latents(flow_file, tmp_path):
+    import json
+
+    from bert_whitening.files import file_sha256
+
+    model, sentences, path = flow_file
+    expected = flow_vectors(model, SENTENCES, path)
+    corpus = tmp_path / "some.txt"
+    corpus.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
+    assert run("encode", "--model", model, "--flow", path, "--output", tmp_path / "v.npy", corpus) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-5)
+
+    base = tmp_path / "served"
+    assert run("export", "--model", model, "--flow", path, "--text", "--output", base) == 0
+    loaded = tf.saved_model.load(str(base / "1"))
+    served = loaded.signatures["serve_text"](text=tf.constant(SENTENCES))["embedding"].numpy()
+    np.testing.assert_allclose(served, expected, atol=1e-5)
+    record = json.loads((base / "1" / "assets" / "bert_whitening.json").read_text(encoding="utf-8"))
+    assert record["flow"]["sha256"] == file_sha256(str(path)) and record["whitening"] is None
+    assert record["pooling"] == "cls" and record["n_components"] == 0
+
+
+def test_a_flow_is_refused_with_a_whitening_with_k_and_on_another_pooling(flow_file, tmp_path, caplog):
+    model, sentences, path = flow_file
+    whitening = tmp_path / "w.npz"
+    assert run("fit", "--model", model, "--pooling", "cls", "--output", whitening, sentences) == 0
+    out = tmp_path / "v.npy"
+    cases = [
+        (["--whitening", whitening], "a flow takes the place of the whitening"),
+        (["--n-components", "4"], "a flow keeps every dimension"),
+        (["--pooling", "first-last-avg"], "the flow was fitted on cls pooling, the encoder uses first-last-avg"),
+    ]
+    for options, message in cases:
+        caplog.clear()
+        assert run("encode", "--model", model, "--flow", path, *options, "--output", out, sentences) == 1
+        assert message in caplog.text
+    caplog.clear()
+    assert run("fit", "--method", "flow", "--model", model, "--beta", "0", "--output", out, sentences) == 1
+    assert "a flow has none of them" in caplog.text
+    assert not out.exists()
+
+
+def test_an_index_keeps_its_flow_and_refuses_one_edited_afterwards(flow_file, tmp_path, capsys, caplog):
+    import json
+
+    model, sentences, path = flow_file
+    index = tmp_path / "index"
+    assert run("index", "--model", model, "--flow", path, "--output", index, sentences) == 0
+    assert sorted(os.listdir(index)) == ["flow.npz", "index.faiss", "index.json", "keys.tsv", "texts.jsonl"]
+    capsys.readouterr()
+    query = SENTENCES[2] + " 3"
+    assert run("search", "--index", index, "--json", "--top-k", "1", query) == 0
+    top = json.loads(capsys.readouterr().out)[0]["hits"][0]
+    # the tiny vocabulary has no digits: the 8 numbered copies of a sentence encode alike
+    assert top["text"].startswith(SENTENCES[2] + " ") and top["score"] == pytest.approx(1, abs=1e-5)
+    edited = Flow.load(str(index / "flow.npz"))
+    randomised(edited, seed=9)
+    edited.save(str(index / "flow.npz"))
+    caplog.clear()
+    assert run("search", "--index", index, query) == 1
+    assert "flow.npz is not the file this index was built with" in caplog.text
