@@ -1,5 +1,5 @@
 import sys
 
-from bert_whitening.cli import main
+from bert_whitening.cli import console_main
 
-sys.exit(main())
+sys.exit(console_main())

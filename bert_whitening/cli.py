@@ -17,6 +17,7 @@ import argparse
 import functools
 import logging
 import math
+import os
 import signal
 import sys
 
@@ -781,5 +782,18 @@ def main(argv=None):
     return 0
 
 
+def console_main():
+    """The ``bert-whitening`` program: `main`, then exit with its status. After SIGINT or
+    SIGTERM, once `main` has cleaned up, the process exits at once: a thread a library left
+    running (Beam's workers finishing their bundle) must not keep an interrupted command alive."""
+    status = main()
+    if status in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())

@@ -389,6 +389,30 @@ def test_sigterm_during_beam_encode_is_one_line_and_143(work, tmp_path):
     assert b"Traceback" not in stderr and os.listdir(output) == []
 
 
+LINGERING_THREAD = """
+import signal, sys, threading, time
+from bert_whitening import cli
+
+def run(args):  # a library thread still busy (Beam finishing a bundle) when SIGTERM arrives
+    threading.Thread(target=time.sleep, args=(300,)).start()
+    signal.raise_signal(signal.SIGTERM)
+
+cli.run_search = run
+sys.exit(cli.console_main())
+"""
+
+
+def test_an_interrupted_command_exits_though_a_thread_is_still_busy():
+    """Once main has cleaned up after SIGTERM, a non-daemon thread cannot keep the process alive
+    (Python would wait for it at exit); observed with beam-encode under load."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", LINGERING_THREAD, "search", "--index", "x", "q"], capture_output=True, timeout=120
+    )
+    assert result.returncode == 143 and time.monotonic() - started < 60, result.stderr
+    assert result.stderr.decode().strip().splitlines()[-1] == "ERROR: interrupted by SIGTERM; nothing was written"
+
+
 def verification_children(staging_glob):
     """PIDs of running export verification children whose command line names ``staging_glob``."""
     found = []
