@@ -17,9 +17,9 @@ $(BIN)/.installed: setup.py requirements.txt requirements-nodeps.txt
 demo: $(BIN)/.installed
 	$(BIN)/python scripts/demo.py
 
-## Test suite (what CI runs). PYTEST_ARGS="-m 'not slow'" skips the real-model tests.
+## Test suite (what CI runs), in two processes (pytest-xdist). PYTEST_ARGS="-m 'not slow'" skips the real-model tests.
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
 
 ## Lint (what CI runs before the tests): ruff's formatter, then pyflakes, pycodestyle, isort and bugbear rules (pyproject.toml).
 lint: $(BIN)/.installed
