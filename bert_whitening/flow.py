@@ -125,6 +125,12 @@ class FlowConfig:
             )
 
 
+def _zero_log_det():
+    """A volume-preserving step's log-determinant: a float64 tensor; a Python 0.0 would be
+    traced as float32 when Keras saves a model holding the flow."""
+    return tf.zeros((), tf.float64)
+
+
 def _uniform(rng, bound):
     return lambda shape, dtype=None: rng.uniform(-bound, bound, shape)
 
@@ -202,7 +208,7 @@ class InvertibleConv1x1(keras.layers.Layer):
 
     def call(self, x, inverse=False):
         if self.permutation:
-            return tf.reverse(x, [-1]), 0.0
+            return tf.reverse(x, [-1]), _zero_log_det()
         log_det = tf.reduce_sum(self.log_s)
         if inverse:
             return x @ tf.linalg.inv(self.matrix()), -log_det
@@ -240,7 +246,7 @@ class Coupling(keras.layers.Layer):
         x1, x2 = tf.split(x, 2, axis=-1)
         h = self.network(x1)
         if not self.affine:
-            return tf.concat([x1, x2 - h if inverse else x2 + h], axis=-1), 0.0
+            return tf.concat([x1, x2 - h if inverse else x2 + h], axis=-1), _zero_log_det()
         shift, scale = h[:, 0::2], tf.sigmoid(h[:, 1::2] + 2.0)
         log_det = tf.reduce_sum(tf.math.log(scale), axis=-1)
         if inverse:

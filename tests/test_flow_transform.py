@@ -3,7 +3,7 @@ import pickle
 import numpy as np
 import pytest
 
-from bert_whitening.backend import keras
+from bert_whitening.backend import keras, tf
 from bert_whitening.flow import Flow
 from bert_whitening.layers import FlowTransform
 
@@ -55,3 +55,15 @@ def test_a_flow_pickles_with_its_weights_and_record():
         {"name": "m"},
         {"seed": 2},
     )
+
+
+def test_a_keras_model_holding_a_flow_saves_as_a_saved_model(tmp_path):
+    """Saving traces each layer: a volume-preserving step's log-determinant must stay float64."""
+    flow = randomised(Flow(16, None, np.random.default_rng(0)))
+    inputs = keras.Input((16,))
+    model = keras.Model(inputs, FlowTransform.from_flow(flow)(inputs))
+    tf.saved_model.save(model, str(tmp_path / "saved"))
+    x = sample(rows=4).astype(np.float32)
+    served = tf.saved_model.load(str(tmp_path / "saved")).signatures["serving_default"]
+    (outputs,) = served(tf.constant(x)).values()
+    np.testing.assert_allclose(outputs.numpy(), model(x).numpy(), atol=1e-6)
