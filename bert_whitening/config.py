@@ -129,24 +129,20 @@ class EncoderConfig:
     def check(self):
         """Refuse what the options and the model's configuration rule out, before any weights
         are read; returns the number of whitened dimensions to keep (0 without a whitening)."""
-        files = check_model(self.model, self.model_type, self.pooling, self.maxlen)
+        check_model(self.model, self.model_type, self.pooling, self.maxlen)
         if self.flow is not None:
             if self.whitening is not None:
                 raise WhiteningError("a flow takes the place of the whitening: give one of them, not both")
             if self.n_components:
                 raise WhiteningError("a flow keeps every dimension: n_components is for a whitening")
-            check_fitted_on("flow", self.flow, files.identity(self.model_type.lower()), self.pooling)
+            check_fitted_on("flow", self.flow, self.identity, self.pooling)
             return 0
         if self.whitening is None:
             if self.n_components:
                 raise WhiteningError("n_components %d needs a whitening (--whitening FILE.npz)" % self.n_components)
             return 0
         return whitening_components(
-            self.whitening,
-            files.identity(self.model_type.lower()),
-            self.pooling,
-            self.n_components,
-            self.allow_rank_deficient,
+            self.whitening, self.identity, self.pooling, self.n_components, self.allow_rank_deficient
         )
 
     @property
@@ -258,7 +254,7 @@ class EncoderConfig:
         for field in VECTOR_FIELDS:
             mine, other = ours[field], theirs.get(field, True if field == "normalize" else None)
             if field in ("whitening", "flow"):
-                same = _same_whitening(mine, other)
+                same = _same_fitted(mine, other)
                 mine, other = [(w or {}).get("digest", (w or {}).get("sha256", "none"))[:12] for w in (mine, other)]
             elif field == "model":
                 mine, other = _model_key(mine), _model_key(other)
@@ -292,7 +288,7 @@ def _check_recorded(what, recorded, given, digest):
         )
 
 
-def _same_whitening(mine, other):
+def _same_fitted(mine, other):
     """Two recorded whitenings (or flows) are the same by content digest; a record of an
     earlier version has none, and is compared by the sha256 of its file."""
     if not mine or not other:
