@@ -3,8 +3,8 @@
 The whitening statistics are a count, a mean and a centred scatter matrix, which combine exactly
 (`WhiteningStats.merge`), so `WhiteningStatsFn` is a ``CombineFn`` around the same accumulator
 that ``bert-whitening fit`` uses. `EncodeFn` loads the model once per worker (``setup``) and
-encodes the batches that ``BatchElements`` forms inside the worker, each sorted by length as
-``encode`` sorts them.
+encodes lists of `SENTENCES_PER_CALL` sentences, formed where the files are read, each sorted by
+length as ``encode`` sorts them.
 
 Pipelines:
 - `fit_pipeline`: files -> sentences -> vectors -> one `WhiteningStats` -> one whitening file,
@@ -38,9 +38,12 @@ from bert_whitening.whitening import WhiteningStats, fit_reported
 
 logger = logging.getLogger(__name__)
 
-#: Sentences that ``BatchElements`` may put into one `EncodeFn` call; within a call, ``encode``
-#: sorts them by length and runs them ``batch_size`` at a time.
-MAX_SENTENCES_PER_CALL = 4096
+#: Sentences per `EncodeFn` call. They are grouped where the files are read, before the shuffle
+#: that spreads them over the workers: after it, a worker's bundles hold a few dozen elements, so
+#: batches formed there were that small, each one padded batch (measured: calls of 30-50
+#: sentences, half of ``encode``'s rate). ``encode`` sorts a call's sentences by length and runs
+#: them ``batch_size`` at a time; 1,024 keeps the padding low and still spreads a small corpus.
+SENTENCES_PER_CALL = 1024
 
 #: File name ending of the shards `encode_pipeline` writes.
 SUFFIX = ".tfrecord"
@@ -118,13 +121,14 @@ def _canonical(path):
 
 
 def _sentences(pipeline, patterns, format, skip_bad_lines):
-    """Keyed sentences of every file matching ``patterns``, spread over the workers."""
+    """Lists of up to `SENTENCES_PER_CALL` keyed sentences of every file matching ``patterns``,
+    spread over the workers."""
     return (
         pipeline
         | "Paths" >> beam.Create(matched_files(patterns))
         | "Read" >> beam.FlatMap(_read_file, format, skip_bad_lines)
+        | "Batch" >> beam.BatchElements(min_batch_size=SENTENCES_PER_CALL, max_batch_size=SENTENCES_PER_CALL)
         | "Spread" >> beam.Reshuffle()
-        | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=MAX_SENTENCES_PER_CALL)
     )
 
 

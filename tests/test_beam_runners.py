@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 
+import apache_beam
 import numpy as np
 import pytest
 from test_beam import LINES, covariance, write_corpus
@@ -289,3 +290,22 @@ def test_beam_encode_writes_every_line_once_and_equals_encode(tiny_model, corpus
     keys, vectors = beam.read_encoded(beam.shards(str(prefix)))
     assert keys == [key for key, _ in single[2]]  # each line once, none missing, none added
     np.testing.assert_allclose(vectors, np.array([v for _, v in single[2]]), atol=1e-5)
+
+
+def test_workers_get_the_sentences_in_lists_of_sentences_per_call(tmp_path, monkeypatch):
+    """Grouped where the file is read, before the shuffle: on worker processes each call still gets
+    `SENTENCES_PER_CALL` sentences (grouped after it, calls got a worker bundle's few dozen)."""
+    for name, value in worker_environment().items():
+        monkeypatch.setenv(name, value)
+    lines = ["sentence %d\n" % i for i in range(2 * beam.SENTENCES_PER_CALL + 100)]
+    (tmp_path / "many.txt").write_text("".join(lines), encoding="utf-8")
+    output = str(tmp_path / "sizes")
+
+    def build(pipeline):
+        batches = beam._sentences(pipeline, [str(tmp_path / "many.txt")], "lines", False)
+        sizes = batches | "Size" >> apache_beam.Map(lambda batch: "%d %d" % (len(batch), len({k for k, _ in batch})))
+        return sizes | "Write" >> apache_beam.io.WriteToText(output)
+
+    beam.run(build, MULTI_PROCESSING)
+    written = [line for name in os.listdir(tmp_path) if name.startswith("sizes") for line in open(tmp_path / name)]
+    assert sorted(written) == ["100 100\n", "1024 1024\n", "1024 1024\n"]
