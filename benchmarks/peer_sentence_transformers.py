@@ -47,12 +47,19 @@ def sentence_transformer(request, backend):
         return SentenceTransformer(
             directory, backend="onnx", device="cpu", model_kwargs={"file_name": ONNX_INT8}
         ), "ONNX Runtime, int8"
-    # OpenVINO: float32 asked for explicitly, since its CPU plugin would otherwise pick bfloat16
-    # on CPUs that have it; the int8 model keeps OpenVINO's defaults for what is not int8.
-    f32 = {"INFERENCE_NUM_THREADS": str(threads), "INFERENCE_PRECISION_HINT": "f32"}
+    # OpenVINO: float32 or bfloat16 asked for explicitly, or its own default, which on CPUs with
+    # native bfloat16 is bfloat16; the int8 model keeps OpenVINO's defaults for what is not int8.
+    threads_only = {"INFERENCE_NUM_THREADS": str(threads)}
+    if backend in ("openvino-bf16", "openvino-default"):
+        hint = {"INFERENCE_PRECISION_HINT": "bf16"} if backend == "openvino-bf16" else {}
+        model = SentenceTransformer(
+            directory, backend="openvino", device="cpu", model_kwargs={"ov_config": dict(threads_only, **hint)}
+        )
+        return model, "OpenVINO, inference precision %s" % _inference_precision(model)
+    f32 = dict(threads_only, INFERENCE_PRECISION_HINT="f32")
     model = SentenceTransformer(directory, backend="openvino", device="cpu", model_kwargs={"ov_config": f32})
     if backend == "openvino":
-        return model, "OpenVINO, inference precision f32"
+        return model, "OpenVINO, inference precision %s" % _inference_precision(model)
     from optimum.intel import OVQuantizationConfig
     from sentence_transformers import export_static_quantized_openvino_model
 
@@ -73,10 +80,14 @@ def sentence_transformer(request, backend):
         directory,
         backend="openvino",
         device="cpu",
-        model_kwargs={"file_name": OPENVINO_INT8, "ov_config": {"INFERENCE_NUM_THREADS": str(threads)}},
+        model_kwargs={"file_name": OPENVINO_INT8, "ov_config": threads_only},
     )
-    hint = model[0].auto_model.request.get_property("INFERENCE_PRECISION_HINT")
-    return model, "OpenVINO int8, rest in %s (its default)" % hint.get_type_name()
+    return model, "OpenVINO int8, rest in %s (its default)" % _inference_precision(model)
+
+
+def _inference_precision(model):
+    """The precision OpenVINO's compiled model runs in (what a hint, or its default, chose)."""
+    return model[0].auto_model.request.get_property("INFERENCE_PRECISION_HINT").get_type_name()
 
 
 class OnnxRuntimeEncoder:

@@ -15,12 +15,20 @@ benchmarks/bench_encode.py. `set_precision` chooses it once, before anything is 
 commands call it with ``--precision``, and Beam's ``EncodeFn.setup`` in each worker. Changing it
 later is refused, since another thread may be encoding. `precision_scope` switches it for one
 block and restores it, for single-threaded comparisons in tests and benchmarks only.
+
+``auto`` (the commands' default) decides on the first call that encodes: float32 on a CPU
+without bfloat16 instructions; otherwise the first `AUTO_CHECK_SENTENCES` sentences are encoded
+in both precisions by the caller's encoder (whitening included: a whitening fitted on few
+sentences amplifies bfloat16's rounding) and bfloat16 is kept only if every vector is within
+cosine `AUTO_MIN_COSINE` of its float32 vector. The choice is logged once and then holds for
+the process. A Python program that never calls `set_precision` encodes in float32.
 """
 
 import contextlib
 import functools
 import itertools
 import logging
+import threading
 import weakref
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
@@ -45,8 +53,14 @@ _COMPILED = weakref.WeakKeyDictionary()
 #: the input size, and is large enough for length sorting to pay.
 CHUNK_SENTENCES = 8192
 
+#: ``auto`` keeps bfloat16 only if every vector of its check is within this cosine of float32.
+AUTO_MIN_COSINE = 0.999
+#: Sentences ``auto`` encodes in both precisions before choosing.
+AUTO_CHECK_SENTENCES = 256
+
 _MIXED_PRECISION_OPTION = "auto_mixed_precision_onednn_bfloat16"
 _process_precision = None
+_auto_lock = threading.Lock()
 
 
 def compiled(model):
@@ -76,6 +90,7 @@ def _cpu_has_bfloat16():
 
 
 def _apply_precision(precision):
+    """Set the rewrite for ``precision``; ``auto`` runs float32 until it has chosen."""
     check_choice("precision", precision, PRECISIONS)
     if precision == "bfloat16" and _cpu_has_bfloat16() is False:
         logger.warning(
@@ -87,16 +102,60 @@ def _apply_precision(precision):
 
 def set_precision(precision):
     """Choose, once per process, how the model's matrix products run (see the module docstring).
-    Setting the same value again does nothing; another value is refused."""
+    Setting the same value again, or ``auto`` once a precision is set, does nothing; another value
+    is refused."""
     global _process_precision
     check_choice("precision", precision, PRECISIONS)
-    if _process_precision is not None and precision != _process_precision:
+    if precision == "auto" and _process_precision is not None:
+        return
+    if _process_precision not in (None, "auto") and precision != _process_precision:
         raise BertWhiteningError(
             "this process already encodes in %s; precision is chosen once "
             "per process (got %s)" % (_process_precision, precision)
         )
     _apply_precision(precision)
     _process_precision = precision
+
+
+def auto_precision(cpu_has_bfloat16, float32_vectors, bfloat16_vectors=None):
+    """``auto``'s choice and why, from the CPU and a check sample's vectors in both precisions
+    (``bfloat16_vectors`` unused, and may be None, on a CPU without bfloat16)."""
+    if not cpu_has_bfloat16:
+        return "float32", "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16)"
+    norms = np.linalg.norm(float32_vectors, axis=1) * np.linalg.norm(bfloat16_vectors, axis=1)
+    cosines = (float32_vectors * bfloat16_vectors).sum(axis=1) / np.maximum(norms, 1e-30)
+    lowest = float(cosines.min())
+    if lowest >= AUTO_MIN_COSINE:
+        return "bfloat16", "every vector of %d check sentences within cosine %.6f of float32" % (
+            len(cosines),
+            lowest,
+        )
+    return "float32", "bfloat16 moved a check vector to cosine %.6f of float32 (below %g)" % (lowest, AUTO_MIN_COSINE)
+
+
+def _resolve_auto(encoder, sequences, batch_size):
+    """Replace a pending ``auto`` by its choice, made on the first sentences of ``sequences``."""
+    global _process_precision
+    with _auto_lock:
+        if _process_precision != "auto":
+            return
+        has_bfloat16 = bool(_cpu_has_bfloat16())
+        sample = sequences[:AUTO_CHECK_SENTENCES]
+        float32_vectors = bfloat16_vectors = None
+        if has_bfloat16:
+            float32_vectors = _run_batches(encoder, sample, batch_size)
+            with precision_scope("bfloat16"):
+                bfloat16_vectors = _run_batches(encoder, sample, batch_size)
+        chosen, why = auto_precision(has_bfloat16, float32_vectors, bfloat16_vectors)
+        _apply_precision(chosen)
+        _process_precision = chosen
+        logger.info("--precision auto chose %s: %s", chosen, why)
+
+
+def process_precision():
+    """The process's precision: ``float32`` or ``bfloat16`` once chosen, ``auto`` while pending,
+    None if never set (float32)."""
+    return _process_precision
 
 
 @contextlib.contextmanager
@@ -133,6 +192,12 @@ def encode_ids(
     """
     if batch_size < 1:
         raise BertWhiteningError("batch_size must be a positive integer, got %r" % (batch_size,))
+    if _process_precision == "auto" and len(sequences):
+        _resolve_auto(encoder, sequences, batch_size)
+    return _run_batches(encoder, sequences, batch_size, progress)
+
+
+def _run_batches(encoder, sequences, batch_size, progress=False):
     vectors = np.zeros((len(sequences), encoder.dim), dtype=np.float32)
     run = compiled(encoder.model)
     bar = (

@@ -30,8 +30,13 @@ POOLINGS = ("first-last-avg", "last-avg", "cls", "pooler")
 METHODS = ("whitening", "flow")
 
 #: How the model's matrix products run. ``bfloat16`` is oneDNN's automatic mixed precision:
-#: matrix products in bfloat16, accumulations and everything else in float32 (see encoding.py).
-PRECISIONS = ("float32", "bfloat16")
+#: matrix products in bfloat16, accumulations and everything else in float32; ``auto`` picks
+#: one of the two on the first sentences encoded (see encoding.py).
+PRECISIONS = ("auto", "float32", "bfloat16")
+
+#: The environment variable that, when set, is ``--precision``'s default (one setting for every
+#: command of a job, its Beam workers included).
+PRECISION_VARIABLE = "BERT_WHITENING_PRECISION"
 
 
 def check_choice(name, value, choices):

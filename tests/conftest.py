@@ -1,6 +1,12 @@
+import os
+
 import pytest
 
 from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_weights
+
+# Every command the tests run, in this process, in children and in Beam workers, encodes in
+# float32 on any CPU, so vectors compare at 1e-5; tests/test_precision.py takes the pin off.
+os.environ["BERT_WHITENING_PRECISION"] = "float32"
 
 
 @pytest.fixture(scope="session")

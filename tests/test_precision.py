@@ -1,0 +1,117 @@
+"""``--precision auto`` (the commands' default): float32 on a CPU without bfloat16 instructions,
+else bfloat16 only if every vector of the first sentences stays within the cosine bound.
+
+The suite pins ``BERT_WHITENING_PRECISION=float32`` (conftest.py) so that every other test's
+vectors are float32 on any CPU; these tests take the pin off."""
+
+import logging
+
+import numpy as np
+import pytest
+
+from bert_whitening import cli, encoding
+from bert_whitening.encoding import AUTO_MIN_COSINE, auto_precision, encode, process_precision
+from bert_whitening.names import PRECISION_VARIABLE
+
+from helpers import SENTENCES, run
+
+
+def bfloat16_rounded(vectors):
+    """``vectors`` rounded to bfloat16's 8 significant bits (round half to even), as floats."""
+    bits = np.asarray(vectors, np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def rotated(vector, cosine, rng):
+    """A vector of ``vector``'s length at ``cosine`` to it."""
+    other = rng.normal(size=vector.shape)
+    other -= other @ vector / (vector @ vector) * vector
+    other *= np.linalg.norm(vector) / np.linalg.norm(other)
+    return cosine * vector + np.sqrt(1 - cosine**2) * other
+
+
+def test_auto_keeps_float32_on_a_cpu_without_bfloat16():
+    assert auto_precision(False, None) == ("float32", "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16)")
+
+
+def test_auto_keeps_bfloat16_only_when_every_check_vector_is_within_the_bound():
+    rng = np.random.default_rng(0)
+    exact = rng.normal(size=(256, 32))
+    choice, why = auto_precision(True, exact, bfloat16_rounded(exact))
+    assert choice == "bfloat16" and why.startswith("every vector of 256 check sentences within cosine 0.99999"), why
+    for cosine, expected in ((AUTO_MIN_COSINE + 1e-6, "bfloat16"), (AUTO_MIN_COSINE - 1e-6, "float32")):
+        moved = exact.copy()
+        moved[200] = rotated(exact[200], cosine, rng)
+        assert auto_precision(True, exact, moved)[0] == expected, cosine
+    choice, why = auto_precision(True, exact, moved)
+    assert why == "bfloat16 moved a check vector to cosine 0.998999 of float32 (below 0.999)"
+
+
+@pytest.fixture
+def fresh_process(monkeypatch):
+    """The precision as a new command finds it (never set, no pin); the test process's own
+    precision and TensorFlow's rewrite option are put back afterwards."""
+    monkeypatch.setattr(encoding, "_process_precision", None)
+    monkeypatch.delenv(PRECISION_VARIABLE)
+    yield monkeypatch
+    monkeypatch.undo()
+    encoding._apply_precision(encoding._process_precision or "float32")
+
+
+def encode_log(tmp_path, model, caplog):
+    """``encode`` of SENTENCES with the default precision: its vectors and log."""
+    (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    with caplog.at_level(logging.INFO):
+        assert run("encode", "--model", model, "--output", tmp_path / "out.npy", tmp_path / "in.txt") == 0
+    return np.load(tmp_path / "out.npy"), caplog.text
+
+
+def test_encode_decides_once_and_says_what_it_chose(fresh_process, tiny_model, encoders, tmp_path, caplog):
+    vectors, log = encode_log(tmp_path, tiny_model[0], caplog)
+    expected = encode(encoders["first-last-avg"], SENTENCES)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    if not encoding._cpu_has_bfloat16():
+        assert "--precision auto chose float32: this CPU has no bfloat16 instructions" in log
+        np.testing.assert_allclose(vectors, expected, atol=1e-6)
+    else:  # a CPU with bfloat16: either choice is right, if it is said and bounded
+        assert "--precision auto chose %s: " % process_precision() in log
+        assert (vectors * expected).sum(axis=1).min() >= AUTO_MIN_COSINE
+    assert process_precision() in ("float32", "bfloat16")
+    caplog.clear()
+    encode_log(tmp_path, tiny_model[0], caplog)
+    assert "--precision auto chose" not in caplog.text  # decided once per process
+
+
+@pytest.mark.parametrize("bound, chosen", [(0.99, "bfloat16"), (1.5, "float32")])
+def test_on_a_bfloat16_cpu_the_check_encodes_the_first_sentences_twice(
+    fresh_process, tiny_model, tmp_path, caplog, bound, chosen
+):
+    """The CPU's answer and the bound forced: what the check sample holds and what decides."""
+    fresh_process.setattr(encoding, "_cpu_has_bfloat16", lambda: True)
+    fresh_process.setattr(encoding, "AUTO_MIN_COSINE", bound)
+    calls = []
+    run_batches = encoding._run_batches
+    fresh_process.setattr(
+        encoding,
+        "_run_batches",
+        lambda encoder, sequences, *rest: calls.append(len(sequences)) or run_batches(encoder, sequences, *rest),
+    )
+    fresh_process.setattr(encoding, "AUTO_CHECK_SENTENCES", 10)
+    _, log = encode_log(tmp_path, tiny_model[0], caplog)
+    assert calls == [10, 10, len(SENTENCES)]  # float32 and bfloat16 on the first 10, then all
+    assert process_precision() == chosen
+    assert ("--precision auto chose %s: " % chosen) in log
+    assert ("check sentences" if chosen == "bfloat16" else "below 1.5") in log
+
+
+def test_the_environment_sets_the_default_and_a_wrong_value_is_named(monkeypatch, tiny_model, tmp_path, capsys):
+    monkeypatch.setenv(PRECISION_VARIABLE, "float16")
+    with pytest.raises(SystemExit) as exit:
+        run("encode", "--model", tiny_model[0], "--output", tmp_path / "out.npy", tmp_path / "in.txt")
+    assert exit.value.code == 2
+    assert "BERT_WHITENING_PRECISION=float16: choose one of auto, float32, bfloat16" in capsys.readouterr().err
+    monkeypatch.setenv(PRECISION_VARIABLE, "bfloat16")
+    assert cli.build_parser().parse_args(["encode", "--model", "m", "--output", "o.npy", "in.txt"]).precision == "bfloat16"
+    monkeypatch.delenv(PRECISION_VARIABLE)
+    assert cli.build_parser().parse_args(["encode", "--model", "m", "--output", "o.npy", "in.txt"]).precision == "auto"
