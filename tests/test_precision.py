@@ -112,6 +112,8 @@ def test_the_environment_sets_the_default_and_a_wrong_value_is_named(monkeypatch
     assert exit.value.code == 2
     assert "BERT_WHITENING_PRECISION=float16: choose one of auto, float32, bfloat16" in capsys.readouterr().err
     monkeypatch.setenv(PRECISION_VARIABLE, "bfloat16")
-    assert cli.build_parser().parse_args(["encode", "--model", "m", "--output", "o.npy", "in.txt"]).precision == "bfloat16"
+    assert (
+        cli.build_parser().parse_args(["encode", "--model", "m", "--output", "o.npy", "in.txt"]).precision == "bfloat16"
+    )
     monkeypatch.delenv(PRECISION_VARIABLE)
     assert cli.build_parser().parse_args(["encode", "--model", "m", "--output", "o.npy", "in.txt"]).precision == "auto"

@@ -32,7 +32,7 @@ from bert_whitening.atomic import staged_directory
 from bert_whitening.backend import tf
 from bert_whitening.config import versions
 from bert_whitening.errors import ExportError
-from bert_whitening.export.verify import TOLERANCE, verify
+from bert_whitening.export.verify import TOLERANCE, FreshProcess, verify
 from bert_whitening.names import MODEL_TYPES
 
 logger = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ def export_saved_model(
             "top_k %d is more than the %d corpus rows: serve_search returns %d", top_k, len(corpus), module.top_k
         )
 
-    with staged_directory(os.path.join(base, str(number))) as staging:
+    with FreshProcess(text) as checker, staged_directory(os.path.join(base, str(number))) as staging:
         try:
             tf.saved_model.save(module, staging, signatures=module.signatures())
         except tf.errors.OpError as error:  # "STAGING/FILE; No space left on device" and the like
@@ -179,7 +179,7 @@ def export_saved_model(
         os.makedirs(os.path.join(staging, "assets"), exist_ok=True)
         with open(os.path.join(staging, "assets", METADATA_FILE), "w", encoding="utf-8") as stream:
             json.dump(export_record(encoder, module, metadata), stream, indent=2, ensure_ascii=False)
-        difference = verify(staging, encoder, text, corpus, tolerance)
+        difference = verify(staging, encoder, text, corpus, tolerance, checker)
         target = _publish(staging, base, number, version is None, overwrite)
     logger.info(
         "exported %s (signatures: %s); the reloaded model differs from the Keras model by at most %.2g",

@@ -2,8 +2,9 @@
 
 The child (``python -m bert_whitening.export.verify``) loads the SavedModel with TensorFlow alone
 (and tensorflow-text for ``serve_text``), runs each signature it has on the verification
-sentences, and writes the outputs; it dies with its parent, even by SIGKILL. The parent compares
-them with the in-memory Keras encoder:
+sentences, and writes the outputs; it dies with its parent, even by SIGKILL. An export starts it
+before it saves (`FreshProcess`), so that the child's imports overlap the saving. The parent
+compares the outputs with the in-memory Keras encoder:
 
 - ``serving_default`` and ``serve_text`` must equal the encoder's vectors within the tolerance
   (``serve_text`` against bert4keras' tokenisation, so it checks the in-graph tokenizer too);
@@ -12,11 +13,13 @@ them with the in-memory Keras encoder:
   rank (so different ids pass only where cosines tie) and the returned score must be that cosine.
 """
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
@@ -39,16 +42,21 @@ VERIFY_SENTENCES = [
 ]
 
 
-def verify(directory, encoder, text, corpus=None, tolerance=TOLERANCE):
-    """Run the export in ``directory`` in a fresh process and compare every signature with
-    ``encoder`` (and ``serve_search`` with FAISS over ``corpus``). Returns the largest
-    difference of the embeddings; raises `ExportError` above ``tolerance``."""
+def verify(directory, encoder, text, corpus=None, tolerance=TOLERANCE, process=None):
+    """Run the export in ``directory`` in a fresh process (``process``, a `FreshProcess` started
+    earlier, or a new one) and compare every signature with ``encoder`` (and ``serve_search``
+    with FAISS over ``corpus``). Returns the largest difference of the embeddings; raises
+    `ExportError` above ``tolerance``."""
     from bert_whitening.encoding import encode_ids, tokenize
     from bert_whitening.token_ids import pad_ids
 
     sequences, _ = tokenize(encoder, VERIFY_SENTENCES)
     expected = encode_ids(encoder, sequences, progress=False)
-    outputs = run_in_fresh_process(directory, pad_ids(sequences), VERIFY_SENTENCES if text else [])
+    sentences = VERIFY_SENTENCES if text else []
+    if process is None:
+        outputs = run_in_fresh_process(directory, pad_ids(sequences), sentences)
+    else:
+        outputs = process.run(directory, pad_ids(sequences), sentences)
     difference = max(
         float(np.abs(outputs[name] - expected).max()) for name in ("serving_default", "serve_text") if name in outputs
     )
@@ -90,32 +98,66 @@ def mismatches(ids, scores, expected_ids, expected_scores, queries, corpus, tole
     return found, float(np.abs(scores - expected_scores).max())
 
 
-def run_in_fresh_process(directory, input_ids, sentences=(), scratch=None):
-    """Outputs of a SavedModel loaded as a server loads it, in a new Python process:
-    ``serving_default`` (vectors of ``input_ids``), ``serve_text`` (of ``sentences``, when
-    given), and ``search_ids``/``search_scores`` when it has ``serve_search`` (fed the sentences
-    when it takes text, else the ids). The child dies with this process, even by SIGKILL. Its
-    request and response files live in ``scratch`` (default ``directory/.verify``, which goes
-    with a staging directory when that is removed) and are removed afterwards."""
-    scratch = scratch or os.path.join(directory, ".verify")
-    os.makedirs(scratch, exist_ok=True)
-    request, response = os.path.join(scratch, "request.npz"), os.path.join(scratch, "response.npz")
-    try:
-        np.savez(request, input_ids=input_ids, text=np.array(list(sentences), dtype=object))
-        child = subprocess.run(
-            [sys.executable, "-m", "bert_whitening.export.verify", directory, request, response],
-            capture_output=True,
-            text=True,
+class FreshProcess:
+    """A verification child started early: it imports TensorFlow (and tensorflow-text for
+    ``text``) while the export is still tracing and saving, then loads the SavedModel that
+    `run` names, as a server loads it, and runs its signatures. It dies with this process, even
+    by SIGKILL; `close` (or leaving the ``with`` block) kills it if it is still waiting."""
+
+    def __init__(self, text=False):
+        self._stderr = tempfile.TemporaryFile()
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", "bert_whitening.export.verify", "--text" if text else "--ids"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
             preexec_fn=_die_with_parent,
         )
-        if child.returncode != 0:
-            raise ExportError(
-                "the exported SavedModel failed to load or run in a fresh process:\n" + child.stderr[-3000:]
-            )
-        with np.load(response) as outputs:
-            return {name: outputs[name] for name in outputs.files}
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+
+    def run(self, directory, input_ids, sentences=(), scratch=None):
+        """Outputs of the SavedModel in ``directory``: ``serving_default`` (vectors of
+        ``input_ids``), ``serve_text`` (of ``sentences``, when given), and
+        ``search_ids``/``search_scores`` when it has ``serve_search`` (fed the sentences when it
+        takes text, else the ids). The request and response files live in ``scratch`` (default
+        ``directory/.verify``, which goes with a staging directory when that is removed) and are
+        removed afterwards."""
+        scratch = scratch or os.path.join(directory, ".verify")
+        os.makedirs(scratch, exist_ok=True)
+        request, response = os.path.join(scratch, "request.npz"), os.path.join(scratch, "response.npz")
+        try:
+            np.savez(request, input_ids=input_ids, text=np.array(list(sentences), dtype=object))
+            try:
+                self._child.communicate(json.dumps([directory, request, response]).encode() + b"\n")
+            except BrokenPipeError:  # it died before reading: its stderr says why
+                self._child.wait()
+            if self._child.returncode != 0 or not os.path.exists(response):
+                self._stderr.seek(0)
+                raise ExportError(
+                    "the exported SavedModel failed to load or run in a fresh process (exit status %s):\n%s"
+                    % (self._child.returncode, self._stderr.read().decode("utf-8", "replace")[-3000:])
+                )
+            with np.load(response) as outputs:
+                return {name: outputs[name] for name in outputs.files}
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def close(self):
+        if self._child.poll() is None:
+            self._child.kill()
+            self._child.wait()
+        self._stderr.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def run_in_fresh_process(directory, input_ids, sentences=(), scratch=None):
+    """`FreshProcess.run` in a child started for this one call."""
+    with FreshProcess(text=bool(len(sentences))) as process:
+        return process.run(directory, input_ids, sentences, scratch)
 
 
 def _die_with_parent():
@@ -149,5 +191,17 @@ def _run_signatures(directory, request_path, response_path):
     np.savez(response_path, **outputs)
 
 
+def _serve_one_request(text):
+    """Child side of `FreshProcess`: import now, then answer the one request on stdin."""
+    from bert_whitening.backend import tf  # noqa: F401  the import the parent overlaps with saving
+
+    if text:
+        import tensorflow_text  # noqa: F401
+    line = sys.stdin.readline()
+    if not line:
+        sys.exit("no request on standard input: the export stopped before its verification")
+    _run_signatures(*json.loads(line))
+
+
 if __name__ == "__main__":
-    _run_signatures(*sys.argv[1:4])
+    _serve_one_request(sys.argv[1] == "--text")
