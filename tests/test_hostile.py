@@ -413,18 +413,32 @@ def test_an_interrupted_command_exits_though_a_thread_is_still_busy():
     assert result.stderr.decode().strip().splitlines()[-1] == "ERROR: interrupted by SIGTERM; nothing was written"
 
 
-def verification_children(staging_glob):
-    """PIDs of running export verification children whose command line names ``staging_glob``."""
+def verification_children(parent):
+    """PIDs of the export verification children of process ``parent``."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open("/proc/%s/cmdline" % pid, "rb") as stream:
                 argv = stream.read().split(b"\0")
-        except OSError:
+            with open("/proc/%s/stat" % pid) as stream:
+                parent_pid = int(stream.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
             continue
-        if b"bert_whitening.export.verify" in argv and any(staging_glob.encode() in a for a in argv):
+        if b"bert_whitening.export.verify" in argv and parent_pid == parent:
             found.append(int(pid))
     return found
+
+
+def alive(pids):
+    return [pid for pid in pids if os.path.exists("/proc/%d" % pid) and not _zombie(pid)]
+
+
+def _zombie(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as stream:
+            return stream.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
 
 
 def staging_with_child(base):
@@ -445,14 +459,15 @@ def test_a_signal_during_export_leaves_no_child_and_the_next_export_cleans_up(wo
         assert cli("index", *argv[1:5], "--output", index, work["sentences"]).returncode == 0
         argv += ["--corpus", index]
     process = start(*argv)
-    wait_for(lambda: staging_with_child(base) and verification_children(str(base)), process)
+    wait_for(lambda: staging_with_child(base) and verification_children(process.pid), process)
+    children = verification_children(process.pid)
     process.send_signal(number)
     process.communicate(timeout=60)
     assert process.returncode == (143 if number == signal.SIGTERM else -signal.SIGKILL)
     deadline = time.time() + 30
-    while verification_children(str(base)) and time.time() < deadline:  # dies with its parent
+    while alive(children) and time.time() < deadline:  # dies with its parent
         time.sleep(0.1)
-    assert verification_children(str(base)) == []
+    assert alive(children) == []
     if number == signal.SIGTERM:
         assert not base.exists()  # the staging and the BASE it created are removed
         return
