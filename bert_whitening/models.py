@@ -101,11 +101,10 @@ def build_encoder(
     else:
         blocks = _block_outputs(bert)
         taps = [blocks[0], blocks[-1]] if pooling == "first-last-avg" else [blocks[-1]]
-    body = keras.Model(bert.inputs, taps, name="transformer")
-
-    input_ids = keras.Input((None,), dtype="int32", name="input_ids")
-    segment_ids = keras.Input((None,), dtype="int32", name="segment_ids")
-    hidden = body([input_ids, segment_ids])
+    # Pooled on bert4keras' own inputs and outputs: calling its model on new inputs would build
+    # the whole transformer graph a second time (a third of the load time).
+    input_ids, segment_ids = bert.inputs
+    hidden = taps if len(taps) > 1 else taps[0]
     if pooling in ("first-last-avg", "last-avg"):
         pooled = MaskedAveragePooling(name="pooling")(hidden, padding_mask=input_ids)
     elif pooling == "cls":
