@@ -130,6 +130,18 @@ def main():
         if name.startswith("fixed cost"):
             print("%-28s %9.2f s (the same pipeline on 1 sentence)" % (name, took))
     print("beam-encode vs encode, largest absolute difference over all vectors: %.2e" % max(differences))
+    print()
+    for name, took in seconds.items():
+        if name.startswith("beam-encode"):
+            fixed = seconds[name.replace("beam-encode", "fixed cost")]
+            ratio = len(sentences) / (took - fixed) / baseline if took > fixed else float("nan")
+            print("%-50s %6.2fx  %s" % (name + " without fixed cost >= 0.9x encode", ratio, _verdict(ratio >= 0.9)))
+        elif name.startswith("fixed cost"):
+            print("%-50s %6.1f s  %s" % (name + " <= 10 s", took, _verdict(took <= 10)))
+
+
+def _verdict(met):
+    return "met" if met else "NOT MET"
 
 
 def _beam_version():
