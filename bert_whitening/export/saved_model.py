@@ -179,7 +179,7 @@ def export_saved_model(
         os.makedirs(os.path.join(staging, "assets"), exist_ok=True)
         with open(os.path.join(staging, "assets", METADATA_FILE), "w", encoding="utf-8") as stream:
             json.dump(export_record(encoder, module, metadata), stream, indent=2, ensure_ascii=False)
-        difference = verify(staging, encoder, text, corpus, tolerance, checker)
+        difference = verify(checker, staging, encoder, text, corpus, tolerance)
         target = _publish(staging, base, number, version is None, overwrite)
     logger.info(
         "exported %s (signatures: %s); the reloaded model differs from the Keras model by at most %.2g",

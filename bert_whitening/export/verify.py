@@ -42,21 +42,16 @@ VERIFY_SENTENCES = [
 ]
 
 
-def verify(directory, encoder, text, corpus=None, tolerance=TOLERANCE, process=None):
-    """Run the export in ``directory`` in a fresh process (``process``, a `FreshProcess` started
-    earlier, or a new one) and compare every signature with ``encoder`` (and ``serve_search``
-    with FAISS over ``corpus``). Returns the largest difference of the embeddings; raises
-    `ExportError` above ``tolerance``."""
+def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE):
+    """Run the export in ``directory`` in ``process`` (a `FreshProcess`) and compare every
+    signature with ``encoder`` (and ``serve_search`` with FAISS over ``corpus``). Returns the
+    largest difference of the embeddings; raises `ExportError` above ``tolerance``."""
     from bert_whitening.encoding import encode_ids, tokenize
     from bert_whitening.token_ids import pad_ids
 
     sequences, _ = tokenize(encoder, VERIFY_SENTENCES)
     expected = encode_ids(encoder, sequences, progress=False)
-    sentences = VERIFY_SENTENCES if text else []
-    if process is None:
-        outputs = run_in_fresh_process(directory, pad_ids(sequences), sentences)
-    else:
-        outputs = process.run(directory, pad_ids(sequences), sentences)
+    outputs = process.run(directory, pad_ids(sequences), VERIFY_SENTENCES if text else [])
     difference = max(
         float(np.abs(outputs[name] - expected).max()) for name in ("serving_default", "serve_text") if name in outputs
     )
