@@ -40,7 +40,7 @@ from bert_whitening.data import chunked, read_sentences
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import PRECISIONS, check_choice
 from bert_whitening.token_ids import pad_ids, token_ids
-from bert_whitening.whitening import WhiteningStats
+from bert_whitening.whitening import WhiteningStats, l2_normalize
 
 if TYPE_CHECKING:
     from bert_whitening.models import Encoder
@@ -122,8 +122,7 @@ def auto_precision(cpu_has_bfloat16, float32_vectors, bfloat16_vectors=None):
     (``bfloat16_vectors`` unused, and may be None, on a CPU without bfloat16)."""
     if not cpu_has_bfloat16:
         return "float32", "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16)"
-    norms = np.linalg.norm(float32_vectors, axis=1) * np.linalg.norm(bfloat16_vectors, axis=1)
-    cosines = (float32_vectors * bfloat16_vectors).sum(axis=1) / np.maximum(norms, 1e-30)
+    cosines = (l2_normalize(float32_vectors) * l2_normalize(bfloat16_vectors)).sum(axis=1)
     lowest = float(cosines.min())
     if lowest >= AUTO_MIN_COSINE:
         return "bfloat16", "every vector of %d check sentences within cosine %.6f of float32" % (

@@ -420,25 +420,31 @@ def verification_children(parent):
         try:
             with open("/proc/%s/cmdline" % pid, "rb") as stream:
                 argv = stream.read().split(b"\0")
-            with open("/proc/%s/stat" % pid) as stream:
-                parent_pid = int(stream.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
+            _, parent_pid = _process_state(pid)
+        except OSError:
             continue
         if b"bert_whitening.export.verify" in argv and parent_pid == parent:
             found.append(int(pid))
     return found
 
 
+def _process_state(pid):
+    """``(state letter, parent PID)`` from ``/proc/PID/stat`` (fields after the command name)."""
+    with open("/proc/%s/stat" % pid) as stream:
+        fields = stream.read().rsplit(")", 1)[1].split()
+    return fields[0], int(fields[1])
+
+
 def alive(pids):
-    return [pid for pid in pids if os.path.exists("/proc/%d" % pid) and not _zombie(pid)]
-
-
-def _zombie(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as stream:
-            return stream.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return False
+    """Those of ``pids`` still running (a zombie, dead but not yet reaped, is not)."""
+    running = []
+    for pid in pids:
+        try:
+            if _process_state(pid)[0] != "Z":
+                running.append(pid)
+        except OSError:
+            pass
+    return running
 
 
 def staging_with_child(base):
