@@ -12,7 +12,7 @@ import pytest
 from bert_whitening import cli
 from bert_whitening.backend import tf
 from bert_whitening.encoding import encode, tokenize
-from bert_whitening.export import ExportError, export_saved_model, target_version
+from bert_whitening.export import ExportError, export_saved_model, run_in_fresh_process, target_version
 from bert_whitening.models import build_encoder
 from bert_whitening.serving import pad_ids
 from bert_whitening.whitening import WhiteningStats, fit_whitening
@@ -164,3 +164,15 @@ def test_cli_export_records_the_whitening_file(tiny_model, tmp_path):
     assert info["pooling"] == "cls" and info["n_components"] == 8
     assert info["signatures"] == ["serving_default"]
     assert cli.main(argv + ["--version", "2"]) == 1  # exists, no --overwrite
+
+
+def test_a_child_that_cannot_load_the_export_is_an_error_with_its_reason(tmp_path):
+    """The verification child on a directory that holds no SavedModel: its exit status and
+    TensorFlow's own reason, not a missing response file."""
+    (tmp_path / "not_a_model").mkdir()
+    with pytest.raises(ExportError) as error:
+        run_in_fresh_process(str(tmp_path / "not_a_model"), np.array([[2, 3]], np.int32))
+    message = str(error.value)
+    assert message.startswith("the exported SavedModel failed to load or run in a fresh process (exit status 1)")
+    assert "SavedModel file does not exist" in message, message[-500:]
+    assert not (tmp_path / "not_a_model" / ".verify").exists()

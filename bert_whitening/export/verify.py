@@ -121,10 +121,9 @@ class FreshProcess:
         request, response = os.path.join(scratch, "request.npz"), os.path.join(scratch, "response.npz")
         try:
             np.savez(request, input_ids=input_ids, text=np.array(list(sentences), dtype=object))
-            try:
-                self._child.communicate(json.dumps([directory, request, response]).encode() + b"\n")
-            except BrokenPipeError:  # it died before reading: its stderr says why
-                self._child.wait()
+            # A child that died before reading is not an error here (communicate ignores the
+            # broken pipe): its exit status and stderr say why, below.
+            self._child.communicate(json.dumps([directory, request, response]).encode() + b"\n")
             if self._child.returncode != 0 or not os.path.exists(response):
                 self._stderr.seek(0)
                 raise ExportError(
