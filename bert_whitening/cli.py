@@ -114,8 +114,8 @@ def _model_options(parser, pooling_default, batches=True, maxlen_default=64):
             "faster than float32 on CPUs with those instructions; the "
             "whitening stays in float64. auto: float32 on a CPU without "
             "them, else bfloat16 if the first 256 sentences' vectors are all "
-            "within cosine 0.999 of float32's; the choice is logged "
-            "(default: $%s if set, else auto)" % PRECISION_VARIABLE,
+            "within cosine 0.999 of float32's; the choice is logged. "
+            "$%s, when set, is the default" % PRECISION_VARIABLE,
         )
     parser.add_argument(
         "--cased",
