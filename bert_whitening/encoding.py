@@ -67,8 +67,10 @@ def compiled(model):
     """``model`` under one ``tf.function`` taking int32 ``(batch, length)`` ids and segments."""
     if model not in _COMPILED:
         spec = tf.TensorSpec([None, None], tf.int32)
+        # Without AutoGraph: the model's layers do not branch on tensors; converting them would
+        # only add tracing time.
         _COMPILED[model] = tf.function(
-            lambda ids, segments: model([ids, segments], training=False), input_signature=[spec, spec]
+            lambda ids, segments: model([ids, segments], training=False), input_signature=[spec, spec], autograph=False
         )
     return _COMPILED[model]
 

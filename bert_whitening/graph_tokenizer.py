@@ -22,6 +22,7 @@ even for vocabularies with repeated lines. Character categories come from Python
 ``unicodedata`` (`categories`), so both follow one Unicode version (14.0 on Python 3.11).
 """
 
+import functools
 import sys
 import unicodedata
 
@@ -29,6 +30,20 @@ from bert_whitening.backend import tf
 
 # isort: split
 import tensorflow_text as tf_text  # after backend, which must set up TensorFlow first
+
+
+@functools.lru_cache(maxsize=None)
+def _category_runs():
+    """``[first, last, category]`` of each run of consecutive code points of one category: one
+    pass over the 1.1 million code points, shared by every class below."""
+    runs = [[0, 0, unicodedata.category(chr(0))]]
+    for code in range(1, sys.maxunicode + 1):
+        category = unicodedata.category(chr(code))
+        if category == runs[-1][2]:
+            runs[-1][1] = code
+        else:
+            runs.append([code, code, category])
+    return runs
 
 
 def categories(*names):
@@ -39,16 +54,15 @@ def categories(*names):
     unassigned in Python 3.11's Unicode 14.0 are punctuation or combining marks there, and were
     split or dropped in the graph while bert4keras kept them. Spelling the classes out from
     Python's tables makes both follow the Unicode version of the Python that exports."""
-    ranges, start, previous = [], None, None
-    for code in range(sys.maxunicode + 1):
-        if unicodedata.category(chr(code)).startswith(names):
-            if start is None:
-                start = code
-            previous = code
-        elif start is not None:
-            ranges.append(r"\x{%X}-\x{%X}" % (start, previous))
-            start = None
-    return "".join(ranges)
+    ranges = []
+    for first, last, category in _category_runs():
+        if not category.startswith(names):
+            continue
+        if ranges and ranges[-1][1] == first - 1:
+            ranges[-1][1] = last
+        else:
+            ranges.append([first, last])
+    return "".join(r"\x{%X}-\x{%X}" % (first, last) for first, last in ranges)
 
 
 CJK = (

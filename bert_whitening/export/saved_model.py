@@ -56,6 +56,12 @@ def target_version(base, version=None, overwrite=False):
     return version
 
 
+def _traced(function, input_signature):
+    # Without AutoGraph: nothing here branches on a tensor, so converting the code (the Keras
+    # model's included) would only add tracing time.
+    return tf.function(function, input_signature=input_signature, autograph=False)
+
+
 class ServingModule(tf.Module):
     """The object saved: the Keras encoder, and the in-graph tokenizer when there is one."""
 
@@ -72,21 +78,19 @@ class ServingModule(tf.Module):
         # the variables they capture.
         self.encoder_variables = list(model.variables)
         self._call_model = model.__call__
-        self.serve_ids = tf.function(self._embed, input_signature=self.IDS)
+        self.serve_ids = _traced(self._embed, self.IDS)
         if tokenizer is not None:
             self.tokenizer = tokenizer
-            self.serve_text = tf.function(self._embed_text, input_signature=self.TEXT)
+            self.serve_text = _traced(self._embed_text, self.TEXT)
             # Not a signature: lets a Python client see the ids serve_text feeds the model.
-            self.tokenize = tf.function(tokenizer.__call__, input_signature=self.TEXT)
+            self.tokenize = _traced(tokenizer.__call__, self.TEXT)
         if corpus is not None:
             # A variable, not a constant: saved under variables/, so a corpus over GraphDef's
             # 2 GB limit still exports.
             self.corpus = tf.Variable(np.asarray(corpus, dtype=np.float32), trainable=False, name="corpus")
             self.top_k = min(top_k, len(corpus))
             self.serve_search = (
-                tf.function(self._search_text, input_signature=self.TEXT)
-                if tokenizer is not None
-                else tf.function(self._search_ids, input_signature=self.IDS)
+                _traced(self._search_text, self.TEXT) if tokenizer is not None else _traced(self._search_ids, self.IDS)
             )
 
     def _embed(self, input_ids, segment_ids):
@@ -97,8 +101,8 @@ class ServingModule(tf.Module):
         return {"embedding": self._call_model([input_ids, segment_ids], training=False)}
 
     def _embed_text(self, text):
-        input_ids = self.tokenizer(text)
-        return self._embed(input_ids, tf.zeros_like(input_ids))
+        input_ids = self.tokenize(text)
+        return self.serve_ids(input_ids, tf.zeros_like(input_ids))
 
     def _nearest(self, embedding):
         """Exact cosine (the embeddings and corpus rows are unit vectors) and the top k."""
@@ -106,17 +110,20 @@ class ServingModule(tf.Module):
         return {"ids": tf.cast(ids, tf.int64), "scores": scores}
 
     def _search_ids(self, input_ids, segment_ids):
-        return self._nearest(self._embed(input_ids, segment_ids)["embedding"])
+        return self._nearest(self.serve_ids(input_ids, segment_ids)["embedding"])
 
     def _search_text(self, text):
-        return self._nearest(self._embed_text(text)["embedding"])
+        return self._nearest(self.serve_text(text)["embedding"])
 
     def signatures(self):
-        signatures = {"serving_default": self.serve_ids.get_concrete_function()}
+        """The signatures by name, as the functions themselves: ``tf.saved_model.save`` traces
+        them once, in its own context (a concrete function traced before it would be traced
+        again there)."""
+        signatures = {"serving_default": self.serve_ids}
         if hasattr(self, "serve_text"):
-            signatures["serve_text"] = self.serve_text.get_concrete_function()
+            signatures["serve_text"] = self.serve_text
         if hasattr(self, "serve_search"):
-            signatures["serve_search"] = self.serve_search.get_concrete_function()
+            signatures["serve_search"] = self.serve_search
         return signatures
 
 
