@@ -6,11 +6,18 @@ SAMPLE := data/sample
 
 .PHONY: demo test lint verify-hf mutation clean
 
-$(BIN)/.installed: setup.py requirements.txt requirements-nodeps.txt
+# pip installs uv, uv the rest: half pip's time, the same packages (uv is told where pip would
+# look, scripts/uv_options.py), their bytecode compiled on every core.
+UV_VERSION := 0.13.9
+
+$(BIN)/.installed: setup.py requirements.txt requirements-nodeps.txt scripts/uv_options.py
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.txt
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.txt
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(BIN)/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	set -e; install="$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode \
+	    $$($(BIN)/python scripts/uv_options.py)"; \
+	$$install -r requirements.txt; \
+	$$install --no-deps -r requirements-nodeps.txt; \
+	$$install --no-deps -e .
 	touch $@
 
 ## Main job: fit, evaluate and export a whitening of the built-in model on the sample pairs.
