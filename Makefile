@@ -25,8 +25,9 @@ demo: $(BIN)/.installed
 	$(BIN)/python scripts/demo.py
 
 ## Test suite (what CI runs), in two processes (pytest-xdist). PYTEST_ARGS="-m 'not slow'" skips the real-model tests.
+## loadgroup: each test goes to the next free process, an xdist_group's tests to one process, the largest group first.
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -n 2 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 ## Lint (what CI runs before the tests): ruff's formatter, then pyflakes, pycodestyle, isort and bugbear rules (pyproject.toml).
 lint: $(BIN)/.installed
