@@ -1,21 +1,29 @@
-"""beam-encode in separate worker processes against single-process `encode`, one run.
+"""beam-encode and beam-fit in worker processes against single-process `encode` and `fit`, one run.
 
-    python benchmarks/bench_beam.py [--sentences 4000] [--repeats 1]
+    python benchmarks/bench_beam.py [--sentences 4000] [--repeats 1] [--workers 1 2]
+                                    [--runners multi_processing portable]
 
 The first --sentences distinct English STS-benchmark sentences (../shared/data), all-MiniLM-L6-v2
-(built-in), first-last-avg, whitening fitted on the same sentences (all dimensions) + L2, maxlen
-64, batch 128, float32. Timed, repetitions interleaved (median of --repeats rounds):
-- ``encode`` in this process (the model already loaded, as a long-running job has it);
-- ``run_encode`` (what ``bert-whitening beam-encode`` runs) on DirectRunner with
-  ``--direct_running_mode multi_processing --direct_num_workers N`` for N = 1 and 2: SDK worker
-  processes that each start, import TensorFlow and load the model, then encode their share and
-  write TFRecord shards. The whole pipeline is timed, and so is the same pipeline on one
-  sentence, which is its fixed cost (start-up, model load, the runner's stages); the rate
-  without that cost is what a corpus large enough to hide it would see.
-The vectors beam-encode wrote are checked against ``encode``'s (largest absolute difference).
+(built-in), first-last-avg, maxlen 64, batch 128, float32. Timed, repetitions interleaved (median
+of --repeats rounds):
+- ``encode`` (whitening fitted on the same sentences, all dimensions, + L2) and ``fit`` (the
+  unwhitened encoder's vectors into `WhiteningStats`, then the kernel) in this process, the
+  model already loaded, as a long-running job has it;
+- ``run_encode`` and ``run_fit`` (what ``bert-whitening beam-encode`` and ``beam-fit`` run) on
+  DirectRunner with ``--direct_running_mode multi_processing --direct_num_workers N`` for each
+  --workers N, and on the PortableRunner against Beam's Python job service with an EXTERNAL
+  worker pool on loopback (`bert_whitening.beam_portable`; the services start before the clock,
+  the worker the pool starts for each job is timed). Each worker starts, imports TensorFlow and
+  loads the model, then encodes its share. The whole pipeline is timed, and so is the same
+  pipeline on --fixed-sentences sentences, its fixed cost (start-up, model load, the runner's
+  stages); the rate without that cost is what a corpus large enough to hide it would see.
+The vectors beam-encode wrote are checked against ``encode``'s, and beam-fit's mean against
+``fit``'s (largest absolute differences).
 """
 
 import argparse
+import contextlib
+import functools
 import glob
 import os
 import platform
@@ -36,9 +44,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=4000)
     parser.add_argument(
-        "--repeats", type=int, default=1, help="rounds; each beam-encode run costs its workers' start-up and model load"
+        "--repeats", type=int, default=1, help="rounds; each beam run costs its workers' start-up and model load"
     )
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="DirectRunner multi_processing workers")
+    parser.add_argument("--runners", nargs="+", choices=["multi_processing", "portable"], default=["multi_processing"])
+    parser.add_argument(
+        "--fixed-sentences", type=int, default=16, help="the input of the fixed-cost runs (a fit needs a few vectors)"
+    )
     args = parser.parse_args()
     # The SDK workers are fresh interpreters: they must import this checkout's package.
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -46,30 +58,42 @@ def main():
     )
 
     from bert_whitening.backend import tf
-    from bert_whitening.beam import read_encoded, run_encode, shards
+    from bert_whitening.beam import read_encoded, run_encode, run_fit, shards
+    from bert_whitening.beam_portable import local_portable_runner
     from bert_whitening.config import EncoderConfig
     from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
     from bert_whitening.encoding import encode
-    from bert_whitening.whitening import WhiteningStats, fit_whitening
+    from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening
 
     sentences = distinct_sentences(load_task(ENGLISH_STS, SENTEVAL))[: args.sentences]
-    pooled = EncoderConfig(model="minilm").build()
-    whitening = fit_whitening(
-        WhiteningStats().update(encode(pooled, sentences, progress=False)), pooling="first-last-avg"
-    )
-    spec = EncoderConfig(model="minilm", whitening=whitening, normalize=True)
+    pooled_spec = EncoderConfig(model="minilm")
+    pooled = pooled_spec.build()
+
+    def fitted(vectors):
+        return fit_whitening(WhiteningStats().update(vectors), pooling="first-last-avg")
+
+    spec = EncoderConfig(model="minilm", whitening=fitted(encode(pooled, sentences, progress=False)), normalize=True)
     encoder = spec.build()
 
-    with tempfile.TemporaryDirectory() as workdir:
+    with tempfile.TemporaryDirectory() as workdir, contextlib.ExitStack() as services:
         inputs = {}
-        for name, lines in (("corpus", sentences), ("one", sentences[:1])):
+        for name, lines in (("corpus", sentences), ("fixed", sentences[: args.fixed_sentences])):
             inputs[name] = os.path.join(workdir, name + ".txt")
             with open(inputs[name], "w", encoding="utf-8") as stream:
                 stream.write("\n".join(lines) + "\n")
+        runners = {}
+        for runner in args.runners:
+            if runner == "portable":
+                services_dir = os.path.join(workdir, "services")
+                os.mkdir(services_dir)
+                runners["portable, 1 worker"] = services.enter_context(local_portable_runner(services_dir))[0]
+            else:
+                for workers in args.workers:
+                    name = "multi_processing, %d worker%s" % (workers, "s" * (workers > 1))
+                    runners[name] = ("--direct_running_mode", "multi_processing", "--direct_num_workers", str(workers))
 
-        def beam_encode(workers, name):
+        def beam_encode(flags, name):
             output = os.path.join(workdir, "out", name)
-            flags = ["--direct_running_mode", "multi_processing", "--direct_num_workers", str(workers)]
             start = time.perf_counter()
             run_encode([inputs[name]], spec, output, flags=flags)
             took = time.perf_counter() - start
@@ -77,71 +101,95 @@ def main():
             shutil.rmtree(os.path.dirname(output))
             return took, vectors
 
-        def single():
+        def beam_fit(flags, name):
+            output = os.path.join(workdir, name + ".npz")
+            start = time.perf_counter()
+            run_fit([inputs[name]], pooled_spec, output, flags=flags)
+            took = time.perf_counter() - start
+            mean = Whitening.load(output).mean
+            os.remove(output)
+            return took, mean if name == "corpus" else None
+
+        def single_encode():
             start = time.perf_counter()
             vectors = encode(encoder, sentences, progress=False)
             return time.perf_counter() - start, vectors
 
-        paths = {"encode, one process": single}
-        for workers in args.workers:
-            paths["beam-encode, %d worker%s" % (workers, "s" * (workers > 1))] = lambda workers=workers: beam_encode(
-                workers, "corpus"
-            )
-            paths["fixed cost, %d worker%s" % (workers, "s" * (workers > 1))] = lambda workers=workers: beam_encode(
-                workers, "one"
-            )
-        single()  # warm-up: the tf.function's first trace
+        def single_fit():
+            start = time.perf_counter()
+            whitening = fitted(encode(pooled, sentences, progress=False))
+            return time.perf_counter() - start, whitening.mean
+
+        paths = {"encode, one process": single_encode, "fit, one process": single_fit}
+        for runner, flags in runners.items():
+            for command, function in (("beam-encode", beam_encode), ("beam-fit", beam_fit)):
+                paths["%s, %s" % (command, runner)] = functools.partial(function, flags, "corpus")
+                paths["%s fixed cost, %s" % (command, runner)] = functools.partial(function, flags, "fixed")
+        single_encode(), single_fit()  # warm-up: the tf.functions' first traces
         rounds = [{name: path() for name, path in paths.items()} for _ in range(args.repeats)]
         assert not glob.glob(os.path.join(workdir, "out", "*"))
     seconds = {name: statistics.median(r[name][0] for r in rounds) for name in paths}
-    reference = rounds[-1]["encode, one process"][1]
-    differences = [
-        np.abs(r[name][1] - reference).max() for r in rounds for name in paths if name.startswith("beam-encode")
-    ]
+    largest = {
+        command: max(
+            np.abs(r[name][1] - r["%s, one process" % command.split("-")[1]][1]).max()
+            for r in rounds
+            for name in paths
+            if name.startswith(command + ", ")
+        )
+        for command in ("beam-encode", "beam-fit")
+    }
 
     print(
-        "%d distinct English STS-benchmark sentences, all-MiniLM-L6-v2, first-last-avg + whitening "
-        "(k=%d) + L2, maxlen 64, batch 128, float32" % (len(sentences), encoder.n_components)
+        "%d distinct English STS-benchmark sentences, all-MiniLM-L6-v2, first-last-avg (encode: whitening "
+        "k=%d + L2), maxlen 64, batch 128, float32; fixed cost: the same pipeline on %d sentences"
+        % (len(sentences), encoder.n_components, args.fixed_sentences)
     )
     print(
-        "machine: %s, %d cores; tensorflow %s, apache-beam %s; DirectRunner multi_processing; "
-        "median of %d" % (platform.machine(), os.cpu_count(), tf.__version__, _beam_version(), args.repeats)
+        "machine: %s, %d cores, %s; tensorflow %s, apache-beam %s; median of %d"
+        % (platform.machine(), os.cpu_count(), _cpu_name(), tf.__version__, _beam_version(), args.repeats)
     )
     print()
     print(
-        "%-28s %9s %12s %14s %18s %16s"
-        % ("path", "seconds", "sentences/s", "vs one process", "without fixed cost", "vs one process")
+        "%-42s %9s %12s %10s %11s %18s %10s"
+        % ("path", "seconds", "sentences/s", "vs 1 proc", "fixed cost", "without fixed cost", "vs 1 proc")
     )
-    baseline = len(sentences) / seconds["encode, one process"]
+    verdicts = []
     for name, took in seconds.items():
-        if name.startswith("fixed cost"):
+        if " fixed cost, " in name:
             continue
+        command, _, runner = name.partition(", ")
         rate = len(sentences) / took
-        if name.startswith("beam-encode"):
-            fixed = seconds[name.replace("beam-encode", "fixed cost")]
-            steady = len(sentences) / (took - fixed) if took > fixed else float("nan")
-            print(
-                "%-28s %9.2f %12.0f %13.2fx %18.0f %15.2fx"
-                % (name, took, rate, rate / baseline, steady, steady / baseline)
-            )
-        else:
-            print("%-28s %9.2f %12.0f %13.2fx" % (name, took, rate, 1.0))
-    for name, took in seconds.items():
-        if name.startswith("fixed cost"):
-            print("%-28s %9.2f s (the same pipeline on 1 sentence)" % (name, took))
-    print("beam-encode vs encode, largest absolute difference over all vectors: %.2e" % max(differences))
+        baseline = len(sentences) / seconds["%s, one process" % command.split("-")[-1]]
+        if runner == "one process":
+            print("%-42s %9.2f %12.0f %9.2fx" % (name, took, rate, 1.0))
+            continue
+        fixed = seconds["%s fixed cost, %s" % (command, runner)]
+        steady = len(sentences) / (took - fixed) if took > fixed else float("nan")
+        print(
+            "%-42s %9.2f %12.0f %9.2fx %9.1f s %18.0f %9.2fx"
+            % (name, took, rate, rate / baseline, fixed, steady, steady / baseline)
+        )
+        ratio = steady / baseline
+        verdicts.append(("%s without fixed cost >= 0.9x one process" % name, "%.2fx" % ratio, ratio >= 0.9))
+        verdicts.append(("%s fixed cost <= 10 s" % name, "%.1f s" % fixed, fixed <= 10))
+    for command, difference in largest.items():
+        what = "vectors" if command == "beam-encode" else "mean"
+        print("%s vs one process, largest absolute difference of the %s: %.2e" % (command, what, difference))
     print()
-    for name, took in seconds.items():
-        if name.startswith("beam-encode"):
-            fixed = seconds[name.replace("beam-encode", "fixed cost")]
-            ratio = len(sentences) / (took - fixed) / baseline if took > fixed else float("nan")
-            print("%-50s %6.2fx  %s" % (name + " without fixed cost >= 0.9x encode", ratio, _verdict(ratio >= 0.9)))
-        elif name.startswith("fixed cost"):
-            print("%-50s %6.1f s  %s" % (name + " <= 10 s", took, _verdict(took <= 10)))
+    for what, figure, met in verdicts:
+        print("%-70s %8s  %s" % (what, figure, _verdict(met)))
 
 
 def _verdict(met):
     return "met" if met else "NOT MET"
+
+
+def _cpu_name():
+    with open("/proc/cpuinfo") as stream:
+        for line in stream:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
 
 
 def _beam_version():

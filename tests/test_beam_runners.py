@@ -6,19 +6,15 @@ nor runs ``setup`` in a fresh one, so the same checks also run on
   workers started as subprocesses of the test;
 - PortableRunner against Beam's Python local job service, with ``--environment_type EXTERNAL``
   workers from ``worker_pool_main``: the job service and the worker pool are processes that the
-  fixture starts on loopback ports, and the pool starts one process per worker.
+  fixture starts on loopback ports (`bert_whitening.beam_portable`), and the pool starts one
+  process per worker.
 `ProbedEncodeFn` records the id of every process that encodes, so each test proves where the
 vectors were made (outside the test's own process, but for the in-process runner).
 """
 
-import contextlib
 import functools
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 
 import apache_beam
 import numpy as np
@@ -26,6 +22,7 @@ import pytest
 from test_beam import LINES, covariance, write_corpus
 
 from bert_whitening import beam
+from bert_whitening.beam_portable import local_portable_runner
 from bert_whitening.whitening import Whitening
 
 from helpers import relative_error, run
@@ -34,7 +31,6 @@ pytestmark = pytest.mark.slow
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
-START_TIMEOUT = 60
 MULTI_PROCESSING = ("--direct_running_mode", "multi_processing", "--direct_num_workers", "2")
 
 
@@ -78,89 +74,12 @@ def encoding_processes(directory):
     return {int(name) for name in os.listdir(directory)}
 
 
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_for(ready, process, what, log):
-    deadline = time.monotonic() + START_TIMEOUT
-    while not ready():
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("%s did not start (exit %s):\n%s" % (what, process.poll(), log.read_text()))
-        time.sleep(0.2)
-
-
-def listening(port):
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-        return True
-    return False
-
-
-def stop(process):
-    """SIGTERM to the service's process group (it and the workers it started), SIGKILL after
-    10 s."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(wait)
-            return
-
-
 @pytest.fixture(scope="module")
 def portable(tmp_path_factory):
-    """``(flags, service pids)``: a Python local job service and an EXTERNAL worker pool on
-    loopback, each in a process group of its own, killed at teardown."""
-    directory = tmp_path_factory.mktemp("beam-services")
-    environment = worker_environment()
-    services = []
-
-    def start(module, *arguments):
-        log = directory / (module.rsplit(".", 1)[1] + ".log")
-        with open(log, "w") as stream:
-            services.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", module, *arguments],
-                    env=environment,
-                    stdout=stream,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            )
-        return services[-1], log
-
-    try:
-        pool_port = free_port()
-        pool, log = start("apache_beam.runners.worker.worker_pool_main", "--service_port", str(pool_port))
-        wait_for(lambda: listening(pool_port), pool, "the worker pool", log)
-        port_file = directory / "job.port"
-        job, log = start(
-            "apache_beam.runners.portability.local_job_service_main",
-            "--port",
-            "0",
-            "--port_file",
-            str(port_file),
-            "--staging_dir",
-            str(directory / "staging"),
-        )
-        wait_for(port_file.exists, job, "the job service", log)
-        flags = (
-            "--runner",
-            "PortableRunner",
-            "--job_endpoint",
-            "localhost:%s" % port_file.read_text(),
-            "--environment_type",
-            "EXTERNAL",
-            "--environment_config",
-            "localhost:%d" % pool_port,
-        )
-        yield flags, {pool.pid, job.pid}
-    finally:
-        for service in reversed(services):
-            stop(service)
+    """``(flags, service pids)``: `local_portable_runner` with this checkout and tests/ on the
+    workers' PYTHONPATH, stopped at teardown."""
+    with local_portable_runner(str(tmp_path_factory.mktemp("beam-services")), worker_environment()) as services:
+        yield services
 
 
 @pytest.fixture(params=["in-process", "multi_processing", "portable"])
@@ -308,4 +227,5 @@ def test_workers_get_the_sentences_in_lists_of_sentences_per_call(tmp_path, monk
 
     beam.run(build, MULTI_PROCESSING)
     written = [line for name in os.listdir(tmp_path) if name.startswith("sizes") for line in open(tmp_path / name)]
-    assert sorted(written) == ["100 100\n", "1024 1024\n", "1024 1024\n"]
+    per_call = "%d %d\n" % (beam.SENTENCES_PER_CALL, beam.SENTENCES_PER_CALL)
+    assert sorted(written) == ["100 100\n", per_call, per_call]
