@@ -175,7 +175,8 @@ def _examples(encoded):
                 feature={
                     "path": tf.train.Feature(bytes_list=tf.train.BytesList(value=[path.encode("utf-8")])),
                     "line": tf.train.Feature(int64_list=tf.train.Int64List(value=[line])),
-                    "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=vector)),
+                    # a list: from a numpy row, protobuf converts element by element (3.5x slower)
+                    "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=vector.tolist())),
                 }
             )
         ).SerializeToString()
