@@ -17,10 +17,10 @@ of --repeats rounds):
   loads the model, then encodes its share.
 Every path runs on every other sentence and on all of them (the same mix of lengths). The rate
 without fixed cost is the marginal one, the sentences added over the difference of the two
-times (the issue's way of timing the command line): it leaves out what a run pays once, the worker's
-start-up, model load and first trace, and oneDNN's set-up of each new input shape, which the
-one-process paths, warmed up, have already paid. The fixed cost is what the run on every other sentence took
-beyond its sentences at that rate.
+times (the issue's way of timing the command line): it leaves out what a run pays once, the
+worker's start-up, model load and first trace, and oneDNN's set-up of each new input shape,
+which the one-process paths, warmed up, have already paid. The fixed cost is what the run on
+every other sentence took beyond its sentences at that rate.
 The vectors beam-encode wrote are checked against ``encode``'s, and beam-fit's mean against
 ``fit``'s (largest absolute differences).
 """
