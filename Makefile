@@ -6,7 +6,7 @@ SAMPLE := data/sample
 
 .PHONY: demo test lint verify-hf mutation clean
 
-# pip installs uv, uv the rest: half pip's time, the same packages (uv is told where pip would
+# pip installs uv, uv the rest: about 60% of pip's time, the same packages (uv is told where pip would
 # look, scripts/uv_options.py), their bytecode compiled on every core.
 UV_VERSION := 0.13.9
 
