@@ -58,6 +58,8 @@ def main():
         [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     )
 
+    from bench_encode import cpu_name
+
     from bert_whitening.backend import tf
     from bert_whitening.beam import read_encoded, run_encode, run_fit, shards
     from bert_whitening.beam_portable import local_portable_runner
@@ -128,16 +130,15 @@ def main():
             for command in ("encode", "fit"):
                 command = command if flags is None else "beam-" + command
                 for size in ("half", "corpus"):
-                    function = functions[command]
                     arguments = (size,) if flags is None else (flags, size)
-                    paths["%s, %s, %s" % (command, runner, size)] = functools.partial(function, *arguments)
+                    paths["%s, %s, %s" % (command, runner, size)] = functools.partial(functions[command], *arguments)
         single_encode("corpus"), single_fit("corpus")  # warm-up: the tf.functions' first traces
         rounds = [{name: path() for name, path in paths.items()} for _ in range(args.repeats)]
         assert not glob.glob(os.path.join(workdir, "out", "*"))
     seconds = {name: statistics.median(r[name][0] for r in rounds) for name in paths}
     largest = {
         command: max(
-            np.abs(r[name][1] - r["%s, one process, corpus" % command.split("-")[1]][1]).max()
+            np.abs(r[name][1] - r["%s, one process, corpus" % command.split("-")[-1]][1]).max()
             for r in rounds
             for name in paths
             if name.startswith(command + ", ") and name.endswith(", corpus")
@@ -152,7 +153,7 @@ def main():
     )
     print(
         "machine: %s, %d cores, %s; tensorflow %s, apache-beam %s; median of %d"
-        % (platform.machine(), os.cpu_count(), _cpu_name(), tf.__version__, _beam_version(), args.repeats)
+        % (platform.machine(), os.cpu_count(), cpu_name(), tf.__version__, _beam_version(), args.repeats)
     )
     print()
     print(
@@ -190,14 +191,6 @@ def main():
 
 def _verdict(met):
     return "met" if met else "NOT MET"
-
-
-def _cpu_name():
-    with open("/proc/cpuinfo") as stream:
-        for line in stream:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 def _beam_version():

@@ -339,7 +339,7 @@ def main():
     )
     print(
         "machine: %s, %d cores, %s; tensorflow %s, %s; threads: %d for every path; median of %d"
-        % (platform.machine(), os.cpu_count(), _cpu_name(), tf.__version__, versions, args.threads, args.repeats)
+        % (platform.machine(), os.cpu_count(), cpu_name(), tf.__version__, versions, args.threads, args.repeats)
     )
     print()
     print(
@@ -477,7 +477,8 @@ def main():
         print("%-58s %-8s %s" % (name, figure, "met" if passed else "NOT MET"))
 
 
-def _cpu_name():
+def cpu_name():
+    """The CPU's model name (/proc/cpuinfo), which every benchmark prints beside its figures."""
     try:
         with open("/proc/cpuinfo") as stream:
             for line in stream:
