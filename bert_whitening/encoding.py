@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from bert_whitening.backend import tf
+from bert_whitening.backend import graph_function, tf
 from bert_whitening.data import chunked, read_sentences
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import PRECISIONS, check_choice
@@ -67,11 +67,7 @@ def compiled(model):
     """``model`` under one ``tf.function`` taking int32 ``(batch, length)`` ids and segments."""
     if model not in _COMPILED:
         spec = tf.TensorSpec([None, None], tf.int32)
-        # Without AutoGraph: the model's layers do not branch on tensors; converting them would
-        # only add tracing time.
-        _COMPILED[model] = tf.function(
-            lambda ids, segments: model([ids, segments], training=False), input_signature=[spec, spec], autograph=False
-        )
+        _COMPILED[model] = graph_function(lambda ids, segments: model([ids, segments], training=False), [spec, spec])
     return _COMPILED[model]
 
 

@@ -29,7 +29,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from bert_whitening.atomic import staged_directory
-from bert_whitening.backend import tf
+from bert_whitening.backend import graph_function, tf
 from bert_whitening.config import versions
 from bert_whitening.errors import ExportError
 from bert_whitening.export.verify import TOLERANCE, FreshProcess, verify
@@ -56,12 +56,6 @@ def target_version(base, version=None, overwrite=False):
     return version
 
 
-def _traced(function, input_signature):
-    # Without AutoGraph: nothing here branches on a tensor, so converting the code (the Keras
-    # model's included) would only add tracing time.
-    return tf.function(function, input_signature=input_signature, autograph=False)
-
-
 class ServingModule(tf.Module):
     """The object saved: the Keras encoder, and the in-graph tokenizer when there is one."""
 
@@ -78,19 +72,21 @@ class ServingModule(tf.Module):
         # the variables they capture.
         self.encoder_variables = list(model.variables)
         self._call_model = model.__call__
-        self.serve_ids = _traced(self._embed, self.IDS)
+        self.serve_ids = graph_function(self._embed, self.IDS)
         if tokenizer is not None:
             self.tokenizer = tokenizer
-            self.serve_text = _traced(self._embed_text, self.TEXT)
+            self.serve_text = graph_function(self._embed_text, self.TEXT)
             # Not a signature: lets a Python client see the ids serve_text feeds the model.
-            self.tokenize = _traced(tokenizer.__call__, self.TEXT)
+            self.tokenize = graph_function(tokenizer.__call__, self.TEXT)
         if corpus is not None:
             # A variable, not a constant: saved under variables/, so a corpus over GraphDef's
             # 2 GB limit still exports.
             self.corpus = tf.Variable(np.asarray(corpus, dtype=np.float32), trainable=False, name="corpus")
             self.top_k = min(top_k, len(corpus))
             self.serve_search = (
-                _traced(self._search_text, self.TEXT) if tokenizer is not None else _traced(self._search_ids, self.IDS)
+                graph_function(self._search_text, self.TEXT)
+                if tokenizer is not None
+                else graph_function(self._search_ids, self.IDS)
             )
 
     def _embed(self, input_ids, segment_ids):
