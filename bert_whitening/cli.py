@@ -15,6 +15,7 @@ traceback.
 
 import argparse
 import functools
+import gc
 import logging
 import math
 import os
@@ -792,13 +793,18 @@ def main(argv=None):
 def console_main():
     """The ``bert-whitening`` program: `main`, then exit with its status. After SIGINT or
     SIGTERM, once `main` has cleaned up, the process exits at once: a thread a library left
-    running (Beam's workers finishing their bundle) must not keep an interrupted command alive."""
+    running (Beam's workers finishing their bundle) must not keep an interrupted command alive.
+
+    Otherwise it exits without the interpreter's last garbage collection (`gc.freeze`): after
+    TensorFlow was imported, that pass over its objects takes about a second, and every file
+    the command wrote is closed by then (`bert_whitening.atomic`)."""
     status = main()
     if status in (128 + signal.SIGINT, 128 + signal.SIGTERM):
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)
+    gc.freeze()
     return status
 
 

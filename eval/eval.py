@@ -19,6 +19,7 @@ then not used.
 """
 
 import argparse
+import gc
 import logging
 import os
 import sys
@@ -98,4 +99,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    gc.freeze()  # skip the last collection at exit, as bert_whitening.cli.console_main does
+    sys.exit(status)

@@ -13,6 +13,7 @@ compares the outputs with the in-memory Keras encoder:
   rank (so different ids pass only where cosines tie) and the returned score must be that cosine.
 """
 
+import gc
 import json
 import os
 import shutil
@@ -199,3 +200,4 @@ def _serve_one_request(text):
 
 if __name__ == "__main__":
     _serve_one_request(sys.argv[1] == "--text")
+    gc.freeze()  # the export waits for this exit: skip the last collection (cli.console_main)
