@@ -80,7 +80,12 @@ def main():
                     lines,
                 ],
             ),
+            (
+                "existing export version",
+                ["-m", "bert_whitening", "export", "--output", scratch, "--version", "1"],
+            ),
         ]
+        os.mkdir(os.path.join(scratch, "1"))
         print("%-30s %9s %6s  %s" % ("case", "median s", "status", "message"))
         for name, argv in cases:
             seconds, status, message = timed(argv, args.repeats)

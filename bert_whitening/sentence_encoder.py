@@ -294,9 +294,11 @@ class SentenceEncoder:
         """Export as one SavedModel to ``BASE/N``, verified in a fresh process; ``corpus`` (an
         index directory made by this encoder) adds ``serve_search``. Returns ``(path,
         difference)`` (see `bert_whitening.export.export_saved_model`)."""
-        from bert_whitening.export import export_saved_model, target_version
+        from bert_whitening.export.layout import target_version
 
-        target_version(base, version, overwrite)  # refuse before loading the model
+        target_version(base, version, overwrite)  # refuse before TensorFlow and the model
+        from bert_whitening.export import export_saved_model
+
         vectors, metadata = None, {}
         if corpus:
             from bert_whitening.retrieval.search import corpus_for_export

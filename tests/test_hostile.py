@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from bert_whitening.checkpoints import find_model
+from bert_whitening.whitening import WhiteningStats, fit_whitening
 
 from helpers import SENTENCES
 
@@ -523,6 +524,37 @@ def test_an_explicit_existing_version_is_never_replaced_without_overwrite(work, 
     assert here(*argv, "--n-components", "16").returncode == 0
     refused(cli(*argv, "--n-components", "8", "--version", "1"), "already exists")
     assert json.loads((base / "1" / "assets" / "bert_whitening.json").read_text())["n_components"] == 16
+
+
+REFUSALS_IN_ONE_PROCESS = """
+import json, sys
+from bert_whitening.cli import main
+print(json.dumps([[main(argv) for argv in json.loads(sys.argv[1])], "tensorflow" in sys.modules]))
+"""
+
+
+def test_refusals_are_decided_before_tensorflow_is_imported(work, tmp_path):
+    """What can be checked without TensorFlow is: a refused command answers at once."""
+    (tmp_path / "served" / "1").mkdir(parents=True)
+    (tmp_path / "a_file").write_text("", encoding="utf-8")
+    other = tmp_path / "w8.npz"  # fitted on 8-dimensional vectors: not the tiny model's 24
+    fit_whitening(WhiteningStats().update(np.random.default_rng(0).normal(size=(40, 8)))).save(str(other))
+    export = ["export", "--model", work["model"], "--whitening", work["whitening"], "--output"]
+    cases = [
+        export + [tmp_path / "served", "--version", "1"],  # an existing version
+        export + [tmp_path / "a_file"],  # a base that is a file
+        ["fit", "--model", work["model"], "--output", tmp_path / "w.npz", tmp_path / "missing.txt"],
+        ["encode", "--model", work["model"], "--whitening", other, "--output", tmp_path / "v.npy", work["sentences"]],
+    ]
+    result = subprocess.run(
+        [sys.executable, "-c", REFUSALS_IN_ONE_PROCESS, json.dumps([[str(a) for a in c] for c in cases])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    statuses, imported = json.loads(result.stdout)
+    assert statuses == [1] * len(cases), result.stderr
+    assert not imported, result.stderr
 
 
 # --- a full disk -------------------------------------------------------------------------------

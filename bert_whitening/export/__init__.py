@@ -11,7 +11,7 @@ _WHERE = {
     "METADATA_FILE": "saved_model",
     "ServingModule": "saved_model",
     "export_saved_model": "saved_model",
-    "target_version": "saved_model",
+    "target_version": "layout",
     "TOLERANCE": "verify",
     "VERIFY_SENTENCES": "verify",
     "run_in_fresh_process": "verify",

@@ -11,19 +11,15 @@ The SavedModel is written to a temporary directory beside ``BASE``, loaded again
 Python process, and both signatures are compared with the in-memory Keras model on sample
 sentences; only then is it renamed to ``BASE/N``. A failure at any step leaves no ``BASE/N``.
 
-Concurrent exports to one ``BASE`` cannot collide: the version is taken by that final rename,
-which never replaces a version that exists (a non-empty directory). When the next free number
-was taken meanwhile, an export without ``--version`` takes the one after; with ``--version`` it
-fails. The staging directory is named ``.N.bert-whitening-tmp-PID-...`` beside the versions
-(TF Serving ignores names that are not integers), and the next export removes those of a
-process that was killed (`bert_whitening.atomic`).
+Concurrent exports to one ``BASE`` cannot collide (`bert_whitening.export.layout`). The staging
+directory is named ``.N.bert-whitening-tmp-PID-...`` beside the versions (TF Serving ignores
+names that are not integers), and the next export removes those of a process that was killed
+(`bert_whitening.atomic`).
 """
 
-import errno
 import json
 import logging
 import os
-import shutil
 from typing import Optional, Tuple
 
 import numpy as np
@@ -32,28 +28,13 @@ from bert_whitening.atomic import staged_directory
 from bert_whitening.backend import graph_function, tf
 from bert_whitening.config import versions
 from bert_whitening.errors import ExportError
+from bert_whitening.export.layout import publish, target_version
 from bert_whitening.export.verify import TOLERANCE, FreshProcess, verify
 from bert_whitening.names import MODEL_TYPES
 
 logger = logging.getLogger(__name__)
 
 METADATA_FILE = "bert_whitening.json"
-
-
-def target_version(base, version=None, overwrite=False):
-    """The version to write: ``version``, or one more than the highest integer one in ``base``."""
-    if os.path.exists(base) and not os.path.isdir(base):
-        raise ExportError("export base %s is a file, not a directory" % base)
-    existing = [int(name) for name in os.listdir(base) if name.isdigit()] if os.path.isdir(base) else []
-    if version is None:
-        return max(existing, default=0) + 1
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise ExportError("version must be a non-negative integer (TF Serving's layout), got %r" % (version,))
-    if version in existing and not overwrite:
-        raise ExportError(
-            "%s already exists; pass overwrite (--overwrite) to replace it" % os.path.join(base, str(version))
-        )
-    return version
 
 
 class ServingModule(tf.Module):
@@ -183,7 +164,7 @@ def export_saved_model(
         with open(os.path.join(staging, "assets", METADATA_FILE), "w", encoding="utf-8") as stream:
             json.dump(export_record(encoder, module, metadata), stream, indent=2, ensure_ascii=False)
         difference = verify(checker, staging, encoder, text, corpus, tolerance)
-        target = _publish(staging, base, number, version is None, overwrite)
+        target = publish(staging, base, number, version is None, overwrite)
     logger.info(
         "exported %s (signatures: %s); the reloaded model differs from the Keras model by at most %.2g",
         target,
@@ -191,31 +172,6 @@ def export_saved_model(
         difference,
     )
     return target, difference
-
-
-def _publish(staging, base, number, automatic, overwrite):
-    """Rename ``staging`` to ``BASE/N`` and return that path. The rename fails when ``BASE/N``
-    exists (another export may have taken it since `target_version` looked): then an automatic
-    version moves on to the next free number, an explicit one is an error unless ``overwrite``,
-    which swaps the old version out."""
-    while True:
-        target = os.path.join(base, str(number))
-        try:
-            os.rename(staging, target)
-            return target
-        except OSError as error:
-            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-        if automatic:
-            number += 1
-        elif overwrite:
-            retired = staging + ".retired"
-            os.rename(target, retired)
-            os.rename(staging, target)
-            shutil.rmtree(retired)
-            return target
-        else:
-            raise ExportError("%s already exists; pass overwrite (--overwrite) to replace it" % target)
 
 
 def export_record(encoder, module, metadata=None):
