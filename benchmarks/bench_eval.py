@@ -46,7 +46,7 @@ def main():
     encoder = build_encoder("minilm", pooling=args.pooling)
     warm = list(splits.values())[0][:64]
     encode(encoder, [a for a, _, _ in warm])
-    original_eval(bert, tokenizer, {"warm": warm}, args.pooling, [0], chunk=32)
+    original_eval(bert, tokenizer, {"warm": warm}, args.pooling, [0], chunk=32, global_padding=True)
 
     start = time.perf_counter()
     encoded = encode_splits(lambda s: encode(encoder, s, 64, progress=False), splits)
@@ -54,7 +54,7 @@ def main():
     ours_seconds = time.perf_counter() - start
 
     start = time.perf_counter()
-    original = original_eval(bert, tokenizer, splits, args.pooling, [whitening.rank], chunk=32)
+    original = original_eval(bert, tokenizer, splits, args.pooling, [whitening.rank], chunk=32, global_padding=True)
     original_seconds = time.perf_counter() - start
 
     print(
