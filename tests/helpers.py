@@ -1,6 +1,7 @@
 """What several test files use: the tiny model's vocabulary, configuration and random weights,
 the command line in-process, and the shared evaluation data."""
 
+import importlib.util
 import os
 
 import numpy as np
@@ -69,7 +70,8 @@ SENTENCES = [
 ]
 
 
-SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+SHARED = os.path.join(ROOT, "..", "shared", "data")
 
 
 def shared_data(*parts):
@@ -80,6 +82,15 @@ def shared_data(*parts):
             pytest.fail("../shared/data must lie beside the checkout in CI")
         pytest.skip("../shared/data is not beside this checkout")
     return os.path.join(SHARED, *parts)
+
+
+def original_eval_script():
+    """``eval/eval.py`` (the original command line) as a module, to call its ``main`` in this
+    process; tests/test_evaluation.py runs it as a command too."""
+    spec = importlib.util.spec_from_file_location("original_eval_script", os.path.join(ROOT, "eval", "eval.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run(*argv):

@@ -3,8 +3,6 @@ bohanli/BERT-flow's flow/glow_ops_1x1.py states them, and its use in the evaluat
 
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,9 +16,7 @@ from bert_whitening.flow import ActNorm, Coupling, Flow, FlowConfig, InvertibleC
 from bert_whitening.plots import plot_report
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
-from helpers import SENTENCES, run
-
-ROOT = os.path.join(os.path.dirname(__file__), "..")
+from helpers import SENTENCES, original_eval_script, run
 
 # --- the numpy flow -------------------------------------------------------------------------
 # Glow's actnorm and zero layer scale by exp(3 logs) (logscale_factor 3); a split-off half and
@@ -330,7 +326,7 @@ def test_evaluate_scores_flows_beside_whitening_on_the_same_vectors():
 
 
 @pytest.mark.slow
-def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path):
+def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path, capsys):
     task_dir = tmp_path / "data" / "STS-B"
     task_dir.mkdir(parents=True)
     pairs = [
@@ -375,26 +371,10 @@ def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path):
     root = tmp_path / "models"
     root.mkdir()
     os.symlink(tiny_model[0], root / "chinese_L-12_H-768_A-12")
-    result = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "eval", "eval.py"),
-            "BERT",
-            "first-last-avg",
-            "STS-B",
-            "0",
-            "--model-root",
-            str(root),
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--method",
-            "flow",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = result.stdout.splitlines()
+    argv = ["BERT", "first-last-avg", "STS-B", "0", "--model-root", str(root), "--data-dir", str(tmp_path / "data")]
+    capsys.readouterr()
+    assert original_eval_script().main(argv + ["--method", "flow"]) == 0
+    lines = capsys.readouterr().out.splitlines()
     assert [line.split(": ")[0] for line in lines] == ["STS-B-train", "STS-B-test", "avg", "w-avg"]
     flow_result = task["results"][2]
     np.testing.assert_allclose(

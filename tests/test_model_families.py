@@ -17,7 +17,6 @@ The releases differ in what they hold (google-research/bert names throughout):
 Large models have 24 layers; here every model is tiny, but each has its release's variable set.
 """
 
-import importlib.util
 import os
 import shutil
 
@@ -30,9 +29,7 @@ from bert_whitening.checkpoints.google import write_checkpoint
 from bert_whitening.encoding import encode
 from bert_whitening.models import build_encoder
 
-from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_weights
-
-ROOT = os.path.join(os.path.dirname(__file__), "..")
+from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, original_eval_script, random_weights
 
 #: bert4keras' own name for each family's architecture, written here apart from the package.
 BERT4KERAS_MODEL = {
@@ -207,16 +204,9 @@ def test_pooler_on_a_release_without_pooler_weights_is_refused(releases, family)
         build_encoder(directory, model_type=family, pooling="pooler")
 
 
-def load_original_eval():
-    spec = importlib.util.spec_from_file_location("original_eval_script", os.path.join(ROOT, "eval", "eval.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 def test_original_eval_resolves_every_model_type_by_its_directory_name(tmp_path, capsys):
-    original = load_original_eval()
+    original = original_eval_script()
     assert set(original.MODEL_DIRS) == set(ORIGINAL_TYPES)
     data = tmp_path / "data" / "STS-B"
     data.mkdir(parents=True)
