@@ -1,3 +1,4 @@
+import gc
 import os
 
 import pytest
@@ -7,6 +8,12 @@ from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_weights
 # Every command the tests run, in this process, in children and in Beam workers, encodes in
 # float32 on any CPU, so vectors compare at 1e-5; tests/test_precision.py takes the pin off.
 os.environ["BERT_WHITENING_PRECISION"] = "float32"
+
+
+def pytest_unconfigure(config):
+    """A test process exits without the last garbage collection, as the commands do
+    (`bert_whitening.cli.console_main`): after a session of models, it takes seconds."""
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")
