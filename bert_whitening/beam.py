@@ -21,6 +21,7 @@ with ``skip_bad_lines`` a skipped line, counted in a warning of the worker's log
 """
 
 import errno
+import gc
 import glob
 import io
 import logging
@@ -85,6 +86,11 @@ class EncodeFn(beam.DoFn):
 
         set_precision(self.precision)
         self.encoder = self.spec.build()
+
+    def teardown(self):
+        # The runner waits for the worker to exit: skip the last garbage collection, a second or
+        # more over TensorFlow's objects (as bert_whitening.cli.console_main does).
+        gc.freeze()
 
     def process(self, batch):
         from bert_whitening.encoding import encode
