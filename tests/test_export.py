@@ -21,7 +21,12 @@ from helpers import SENTENCES
 
 pytestmark = pytest.mark.slow
 
+# The tests of the session's `exported` model run in one process (`--dist loadgroup`), with
+# tests/test_serving.py: the export is made once instead of once per test process.
+on_the_export = pytest.mark.xdist_group("exported")
 
+
+@on_the_export
 def test_exports_version_1_readable_with_metadata(exported, whitened):
     base, path, difference = exported
     assert path == os.path.join(base, "1") and difference <= 1e-5
@@ -37,6 +42,7 @@ def test_exports_version_1_readable_with_metadata(exported, whitened):
     assert sorted(os.listdir(os.path.dirname(base))) == ["encoder"]  # no staging left
 
 
+@on_the_export
 def test_signatures_equal_the_keras_model_and_ignore_padding(exported, whitened):
     loaded = tf.saved_model.load(exported[1])
     serve = loaded.signatures["serving_default"]
@@ -105,6 +111,7 @@ def saved_model_cli(*args, wrapper=False):
     return subprocess.run(command + list(args), capture_output=True, text=True)
 
 
+@on_the_export
 def test_saved_model_cli_shows_both_signatures(exported):
     shown = saved_model_cli("show", "--all", "--dir", exported[1])
     assert shown.returncode == 0, shown.stderr
@@ -119,6 +126,7 @@ def test_saved_model_cli_shows_both_signatures(exported):
     assert "shape: (-1)" in served_text and "shape: (-1, 16)" in served_text
 
 
+@on_the_export
 def test_saved_model_cli_runs_serving_default(whitened, exported, tmp_path):
     sequences, _ = tokenize(whitened, SENTENCES[:3])
     ids = pad_ids(sequences)
