@@ -226,7 +226,7 @@ def main():
     splits = load_task(ENGLISH_STS, SENTEVAL)
     sentences = distinct_sentences(splits)[: args.sentences]
     test = {"test": splits["test"]}
-    test_sentences = [s for a, b, _ in splits["test"] for s in (a, b)]
+    test_sentences = distinct_sentences(test)
     files = find_model("minilm")
     workspace = tempfile.TemporaryDirectory()
     workdir = workspace.name
@@ -317,6 +317,7 @@ def main():
             on_batches(lambda ids, segments: run_pooled(ids, segments).numpy()), args.repeats
         )
 
+    # The peers encoded distinct_sentences(test): the list encode_splits asks for.
     spearman = {
         backend: cosine_spearman(*encode_splits(lambda _, test_vectors=test_vectors: test_vectors, test)["test"])
         for backend, (_, test_vectors) in peer_vectors.items()

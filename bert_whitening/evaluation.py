@@ -24,7 +24,7 @@ import numpy as np
 import scipy.stats
 
 from bert_whitening.atomic import write_atomically
-from bert_whitening.data import TASKS, data_dir, load_task  # noqa: F401  TASKS: named here too
+from bert_whitening.data import TASKS, data_dir, distinct_sentences, load_task  # noqa: F401  TASKS: named here too
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import METHODS
 from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening, l2_normalize
@@ -94,15 +94,19 @@ def encode_splits(
     encode: Callable[[list], np.ndarray], splits: dict[str, list]
 ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """``{split: (first_vectors, second_vectors, labels)}``; ``encode`` maps a list of sentences
-    to an array. All sentences of the task go through one call, so they are sorted together."""
-    sentences = [s for pairs in splits.values() for a, b, _ in pairs for s in (a, b)]
+    to an array. Each distinct sentence of the task goes through one call once (about a tenth of
+    the Chinese STS-B test split is repeated), so they are sorted together."""
+    sentences = distinct_sentences(splits)
     vectors = np.asarray(encode(sentences), dtype=np.float64)
-    encoded, start = {}, 0
-    for split, pairs in splits.items():
-        block = vectors[start : start + 2 * len(pairs)]
-        encoded[split] = (block[0::2], block[1::2], np.array([label for _, _, label in pairs]))
-        start += 2 * len(pairs)
-    return encoded
+    row = {sentence: i for i, sentence in enumerate(sentences)}
+    return {
+        split: (
+            vectors[[row[a] for a, _, _ in pairs]],
+            vectors[[row[b] for _, b, _ in pairs]],
+            np.array([label for _, _, label in pairs]),
+        )
+        for split, pairs in splits.items()
+    }
 
 
 def _fit_blocks(encoded, fit_on):

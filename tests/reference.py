@@ -214,7 +214,21 @@ def original_encode(bert, tokenizer, sentences, pooling="first-last-avg", maxlen
 
 def original_split_vectors(bert, tokenizer, splits, pooling, maxlen=64, chunk=64, global_padding=False):
     """``{split: (first vectors, second vectors)}`` as chn/eval.py encodes them (`original_encode`;
-    with a tuple of poolings, each array is a ``{pooling: vectors}``)."""
+    with a tuple of poolings, each array is a ``{pooling: vectors}``). With ``global_padding``
+    each column of each split is one list, as in the original; without it, every distinct
+    sentence of the task is encoded once (chunks of similar length anyway) and put in place."""
+    if not global_padding:
+        sentences = list(dict.fromkeys(s for pairs in splits.values() for a, b, _ in pairs for s in (a, b)))
+        vectors = original_encode(bert, tokenizer, sentences, pooling, maxlen, chunk)
+        row = {sentence: i for i, sentence in enumerate(sentences)}
+
+        def rows(column):
+            index = [row[s] for s in column]
+            return vectors[index] if isinstance(pooling, str) else {name: v[index] for name, v in vectors.items()}
+
+        return {
+            split: (rows([a for a, _, _ in pairs]), rows([b for _, b, _ in pairs])) for split, pairs in splits.items()
+        }
     return {
         split: (
             original_encode(bert, tokenizer, [a for a, _, _ in pairs], pooling, maxlen, chunk, global_padding),

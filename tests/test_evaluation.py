@@ -269,7 +269,7 @@ def test_cosine_spearman_is_scipy_on_the_rowwise_cosine():
     assert abs(cosine_spearman(first, second, labels) - spearman(labels, cosines)) < 1e-12
 
 
-def test_encode_splits_encodes_every_sentence_once_in_pair_order():
+def test_encode_splits_encodes_each_distinct_sentence_once_and_keeps_pair_order():
     calls = []
 
     def encode_lengths(sentences):
@@ -278,18 +278,22 @@ def test_encode_splits_encodes_every_sentence_once_in_pair_order():
 
     splits = {
         "train": [("ab", "c", 1.0), ("def", "gh", 0.0)],
-        "valid": [("no", "p", 2.0)],
-        "test": [("ijkl", "m", 5.0)],
+        "valid": [("no", "c", 2.0)],
+        "test": [("ijkl", "ab", 5.0), ("ab", "m", 3.0)],
     }
     encoded = encode_splits(encode_lengths, splits)
-    assert calls == [["ab", "c", "def", "gh", "no", "p", "ijkl", "m"]]
+    assert calls == [["ab", "c", "def", "gh", "no", "ijkl", "m"]]
     assert list(encoded) == ["train", "valid", "test"]
     first, second, labels = encoded["train"]
     np.testing.assert_array_equal(first, [[2, ord("a")], [3, ord("d")]])
     np.testing.assert_array_equal(second, [[1, ord("c")], [2, ord("g")]])
     np.testing.assert_array_equal(labels, [1.0, 0.0])
     assert first.dtype == np.float64
-    np.testing.assert_array_equal(encoded["test"][0], [[4, ord("i")]])
+    np.testing.assert_array_equal(encoded["valid"][1], [[1, ord("c")]])
+    first, second, labels = encoded["test"]
+    np.testing.assert_array_equal(first, [[4, ord("i")], [2, ord("a")]])
+    np.testing.assert_array_equal(second, [[2, ord("a")], [1, ord("m")]])
+    np.testing.assert_array_equal(labels, [5.0, 3.0])
 
 
 def synthetic_encoded(dim=6, seed=0):
