@@ -4,7 +4,8 @@
 
 Both evaluate the Chinese STS-B task of ../shared/data (all splits, about 16,000 sentences)
 with all-MiniLM-L6-v2, the whitening fitted on all splits, n_components = all:
-- ours: sentences sorted by length, batches of 64 padded to their own longest, one tf.function;
+- ours: each distinct sentence once, sorted by length, batches of 64 padded to their own
+  longest, one tf.function;
 - original (chn/utils.py, re-implemented in tests/reference.py): every split padded to its
   longest sentence, run through the Keras model 32 rows at a time (Keras predict's default
   batch; predict_on_batch is timed instead of predict, whose tf.data autotune can stall).
@@ -29,7 +30,7 @@ def main():
 
     from bert_whitening.backend import Tokenizer, build_transformer_model
     from bert_whitening.checkpoints import find_model
-    from bert_whitening.data import load_task
+    from bert_whitening.data import distinct_sentences, load_task
     from bert_whitening.encoding import encode
     from bert_whitening.evaluation import Setting, encode_splits, evaluate, fit_statistics
     from bert_whitening.models import build_encoder
@@ -58,8 +59,8 @@ def main():
     original_seconds = time.perf_counter() - start
 
     print(
-        "%s, %s pooling, all-MiniLM-L6-v2, %d sentences, n_components all (%d); %d cores"
-        % (args.task, args.pooling, sentences, whitening.rank, os.cpu_count())
+        "%s, %s pooling, all-MiniLM-L6-v2, %d sentences (%d distinct), n_components all (%d); %d cores"
+        % (args.task, args.pooling, sentences, len(distinct_sentences(splits)), whitening.rank, os.cpu_count())
     )
     print("%-34s %9s %12s %10s" % ("procedure", "seconds", "sentences/s", "w-avg"))
     print(
