@@ -99,6 +99,10 @@ def sample(rows=256, dim=16, seed=1):
     return rng.normal(size=(rows, dim)) @ rng.normal(size=(dim, dim)) * 0.5 + rng.normal(size=dim)
 
 
+#: For tests of what surrounds training (seeds, files, settings): every layer kind, a fifth of the
+#: default's time to trace a fit.
+SMALL = {"n_levels": 2, "depth": 1}
+
 CONFIGS = [
     None,
     {"coupling": "affine"},
@@ -212,7 +216,7 @@ def test_one_step_is_adam_weight_decay_without_bias_correction():
     """optimization_bert_flow.py: m = 0.1 g, v = 0.001 g^2 after one step, g clipped to global
     norm 1 of twice the mean loss (0.5 of the mean), p -= lr (m / (sqrt(v) + 1e-6) + 0.01 p)."""
     vectors = sample(rows=64)
-    start = Flow(16, None, np.random.default_rng(7))
+    start = Flow(16, SMALL, np.random.default_rng(7))
     before = [w.numpy() for w in start.trainable_weights]
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(start.nll(vectors))
@@ -220,7 +224,7 @@ def test_one_step_is_adam_weight_decay_without_bias_correction():
     norm = math.sqrt(sum((g**2).sum() for g in gradients))
     assert norm > 0.5  # the clip is exercised
     gradients = [g * 0.5 / norm for g in gradients]
-    trained = fit_flow(vectors, seed=7, progress=False)
+    trained = fit_flow(vectors, SMALL, seed=7, progress=False)
     assert trained.training_summary["steps"] == 1
     for p, g, after in zip(before, gradients, trained.trainable_weights, strict=True):
         m, v = 0.1 * g, 0.001 * g**2
@@ -229,15 +233,16 @@ def test_one_step_is_adam_weight_decay_without_bias_correction():
 
 def test_same_seed_same_vectors_and_save_load_round_trip(tmp_path):
     vectors = correlated_gaussian(rows=512)[0]
-    first = fit_flow(vectors, seed=3, progress=False)
+    first = fit_flow(vectors, SMALL, seed=3, progress=False)
     latents = first.transform(vectors)
-    assert np.array_equal(fit_flow(vectors, seed=3, progress=False).transform(vectors), latents)
-    assert not np.allclose(fit_flow(vectors, seed=4, progress=False).transform(vectors), latents)
+    assert np.array_equal(fit_flow(vectors, SMALL, seed=3, progress=False).transform(vectors), latents)
+    assert not np.allclose(fit_flow(vectors, SMALL, seed=4, progress=False).transform(vectors), latents)
     path = str(tmp_path / "flow.npz")
     first.save(path)
     loaded = Flow.load(path)
     assert np.array_equal(loaded.transform(vectors), latents)
-    assert loaded.config == first.config and loaded.training_summary == dict(first.training_summary)
+    assert loaded.config == first.config == FlowConfig.of(SMALL) != FlowConfig()
+    assert loaded.training_summary == dict(first.training_summary)
     assert os.listdir(tmp_path) == ["flow.npz"]
 
 
@@ -309,13 +314,14 @@ def test_evaluate_scores_flows_beside_whitening_on_the_same_vectors():
     np.testing.assert_array_equal(fit_vectors(encoded, "train"), np.vstack(encoded["train"][:2]))
     stats = WhiteningStats().update(vectors)
     requested = settings([0, -1], methods=("whitening", "flow"), seeds=(0, 1))
-    results, whitening = evaluate(encoded, stats, requested, vectors=vectors, flow_options={"progress": False})
+    options = {"progress": False, "config": SMALL}
+    results, whitening = evaluate(encoded, stats, requested, vectors=vectors, flow_options=options)
     assert [r["setting"] for r in results] == ["raw", "k=all", "flow s=0", "flow s=1"]
     assert [r["method"] for r in results] == ["raw", "whitening", "flow", "flow"]
     assert results[0]["fit_seconds"] is None and all(r["fit_seconds"] > 0 for r in results[1:])
     assert whitening.count == 1200
     assert all(r["n_components"] == 16 and r["beta"] is None and r["training"]["steps"] == 18 for r in results[2:])
-    flow = fit_flow(vectors, seed=1, progress=False)
+    flow = fit_flow(vectors, SMALL, seed=1, progress=False)
     for split, (first, second, labels) in encoded.items():
         a, b = flow.transform(first), flow.transform(second)
         cosines = (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
@@ -361,7 +367,7 @@ def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path, capsys):
             [],
             fit_on=fit_on,
             methods=("flow",),
-            flow_options={"progress": False},
+            flow_options={"progress": False, "config": SMALL},
         )[0]["tasks"]["STS-B"]["results"][0]
         for fit_on in ([str(corpus)], "train")
     ]
