@@ -62,7 +62,20 @@ def test_signatures_equal_the_keras_model_and_ignore_padding(exported, whitened)
         serve(input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids[:1]))  # would broadcast
 
 
-def test_versions_count_up_and_existing_ones_need_overwrite(whitened, tmp_path):
+@pytest.fixture(scope="module")
+def over_version_7(whitened, tmp_path_factory):
+    """``(parent, base, path)``: the whitened tiny encoder exported without ``serve_text`` (which
+    plain saved_model_cli cannot load) as version 7 over an existing ``BASE/7``."""
+    parent = tmp_path_factory.mktemp("versions")
+    base = str(parent / "m")
+    os.makedirs(os.path.join(base, "7", "old"))
+    os.makedirs(os.path.join(base, "notes"))
+    path, _ = export_saved_model(whitened, base, version=7, overwrite=True)
+    return parent, base, path
+
+
+@on_the_export
+def test_versions_count_up_and_existing_ones_need_overwrite(over_version_7, tmp_path):
     base = str(tmp_path / "m")
     os.makedirs(os.path.join(base, "7"))
     os.makedirs(os.path.join(base, "notes"))
@@ -74,9 +87,10 @@ def test_versions_count_up_and_existing_ones_need_overwrite(whitened, tmp_path):
     for bad in ("2", -1, 1.5):
         with pytest.raises(ExportError, match="non-negative integer"):
             target_version(base, bad)
-    path, _ = export_saved_model(whitened, base, version=7, overwrite=True)
+    parent, base, path = over_version_7
     assert path == os.path.join(base, "7") and os.path.isfile(os.path.join(path, "saved_model.pb"))
-    assert sorted(os.listdir(tmp_path)) == ["m"]
+    assert not os.path.exists(os.path.join(path, "old"))  # replaced, not merged into
+    assert sorted(os.listdir(base)) == ["7", "notes"] and os.listdir(parent) == ["m"]
 
 
 def test_failed_verification_leaves_nothing(whitened, tmp_path):
@@ -127,15 +141,14 @@ def test_saved_model_cli_shows_both_signatures(exported):
 
 
 @on_the_export
-def test_saved_model_cli_runs_serving_default(whitened, exported, tmp_path):
+def test_saved_model_cli_runs_serving_default(whitened, exported, over_version_7, tmp_path):
     sequences, _ = tokenize(whitened, SENTENCES[:3])
     ids = pad_ids(sequences)
     np.save(tmp_path / "ids.npy", ids)
     np.save(tmp_path / "segments.npy", np.zeros_like(ids))
-    ids_only, _ = export_saved_model(whitened, str(tmp_path / "ids_only"))
     inputs = "input_ids=%s;segment_ids=%s" % (tmp_path / "ids.npy", tmp_path / "segments.npy")
     expected = encode(whitened, SENTENCES[:3])
-    for directory, wrapper in ((ids_only, False), (exported[1], True)):
+    for directory, wrapper in ((over_version_7[2], False), (exported[1], True)):
         out = tmp_path / ("out_%s" % wrapper)
         run = saved_model_cli(
             "run",
