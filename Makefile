@@ -7,17 +7,21 @@ SAMPLE := data/sample
 .PHONY: demo test lint verify-hf mutation clean
 
 # pip installs uv, uv the rest: about 60% of pip's time, the same packages (uv is told where pip would
-# look, scripts/uv_options.py), their bytecode compiled on every core.
+# look: scripts/uv_options.py, written to a file first so that its failure stops make), their bytecode
+# compiled on every core. The venv gets no pip of its own (5 s of ensurepip): $(PYTHON)'s pip installs
+# uv into it, or, where that pip is missing or older than 22.3 (no --python), the venv's own from ensurepip.
 UV_VERSION := 0.13.9
+UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python $$(cat $(VENV)/uv-options)
 
 $(BIN)/.installed: setup.py requirements.txt requirements-nodeps.txt scripts/uv_options.py
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	set -e; install="$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode \
-	    $$($(BIN)/python scripts/uv_options.py)"; \
-	$$install -r requirements.txt; \
-	$$install --no-deps -r requirements-nodeps.txt; \
-	$$install --no-deps -e .
+	$(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) scripts/uv_options.py > $(VENV)/uv-options
+	$(PYTHON) -m pip --python $(BIN)/python install --quiet --disable-pip-version-check uv==$(UV_VERSION) \
+	    || { $(BIN)/python -m ensurepip --default-pip && \
+	         $(BIN)/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION); }
+	$(UV_INSTALL) --compile-bytecode -r requirements.txt
+	$(UV_INSTALL) --compile-bytecode --no-deps -r requirements-nodeps.txt
+	$(UV_INSTALL) --compile-bytecode --no-deps -e .
 	touch $@
 
 ## Main job: fit, evaluate and export a whitening of the built-in model on the sample pairs.
@@ -40,7 +44,7 @@ verify-hf: $(BIN)/.installed
 
 ## Mutation testing of the numpy modules (mutmut, from requirements-dev.txt); not part of `test`.
 mutation: $(BIN)/.installed
-	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(UV_INSTALL) -r requirements-dev.txt
 	$(BIN)/python scripts/mutation.py $(MODULES)
 
 clean:

@@ -2,10 +2,11 @@
 
 uv installs the environment in half pip's time (compiling the bytecode on every core), but it
 does not read pip's configuration files or PIP_* variables; the Makefile runs this with the
-venv's Python and passes its output to uv, so a mirror or a local wheel directory configured for
-pip keeps working.
+Python it makes the venv from and passes its output to uv, so a mirror or a local wheel
+directory configured for pip keeps working. Without pip there is no configuration to pass on.
 """
 
+import importlib.util
 import subprocess
 import sys
 
@@ -29,5 +30,7 @@ def uv_options(pip_config_list):
 
 
 if __name__ == "__main__":
+    if importlib.util.find_spec("pip") is None:
+        sys.exit(0)
     listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True)
     print(" ".join(uv_options(listed.stdout)))
