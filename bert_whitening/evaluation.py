@@ -1,6 +1,6 @@
 """Spearman correlation between cosine similarity and gold labels, per split and setting.
 
-Each split is encoded once; every requested ``(n_components, beta, gamma)``, and with the method
+Each distinct sentence of a task is encoded once; every requested ``(n_components, beta, gamma)``, and with the method
 ``"flow"`` a BERT-flow per seed (`bert_whitening.flow`), is then evaluated on the same vectors,
 with the time each fit took. As in the original chn/eval.py, the whitening (and the flow) of a
 task is fitted on both sentences of every pair of all its splits (``fit_on="all"``), and each
