@@ -558,7 +558,9 @@ def _encoder_config(args, whitened=False):
 
 
 def _start(args):
-    """Once every check has passed: the process's precision (this imports TensorFlow)."""
+    """Once every check has passed: the process's precision (this imports TensorFlow). Not for
+    the Beam commands: the model runs where `beam.EncodeFn.setup` sets it, and a worker starts
+    only once the pipeline is built, so TensorFlow's import here would delay it."""
     if getattr(args, "precision", None):
         from bert_whitening.encoding import set_precision
 
@@ -726,7 +728,6 @@ def run_beam_fit(args):
     if "://" not in args.output:  # a local path; Beam's file systems check their own
         check_output(args.output)
     config = _encoder_config(args)
-    _start(args)
     _beam().run_fit(
         args.input,
         config,
@@ -745,7 +746,6 @@ def run_beam_fit(args):
 
 def run_beam_encode(args):
     config = _encoder_config(args, whitened=True)
-    _start(args)
     beam = _beam()
     beam.run_encode(
         args.input,
