@@ -395,8 +395,8 @@ def add_eval_retrieval(commands):
         "distinct first sentences of positive pairs (label 1 on 0/1 tasks, score >= 4 "
         "on 0-5 STS tasks), the corpus the distinct second sentences of all pairs "
         "(plus --distractors), the relevant items of a query the second sentences "
-        "of its positive pairs. Each distinct sentence of a task is encoded once; for every setting it "
-        "reports MRR@10, Recall@1 and Recall@10 of exact cosine search, the FAISS "
+        "of its positive pairs. Each distinct sentence of a task is encoded once; for "
+        "every setting it reports MRR@10, Recall@1 and Recall@10 of exact cosine search, the FAISS "
         "IndexFlatIP size and latency (p50/p99 of one query, queries/s in batches "
         "of 64) and an HNSW index's Recall@10 against exact search. Needs "
         "`pip install bert-whitening[search]`.",
