@@ -2,10 +2,11 @@
 
 Each distinct sentence of a task is encoded once; every requested ``(n_components, beta,
 gamma)``, and with the method ``"flow"`` a BERT-flow per seed (`bert_whitening.flow`), is then
-evaluated on the same vectors, with the time each fit took. As in the original chn/eval.py, the whitening (and the flow) of a
-task is fitted on both sentences of every pair of all its splits (``fit_on="all"``), and each
-setting reports the Spearman of every split, their plain average (``avg``) and their average
-weighted by split size (``w-avg``). ``fit_on="train"`` or a list of files fits on data held apart from what is scored.
+evaluated on the same vectors, with the time each fit took. As in the original chn/eval.py,
+the whitening (and the flow) of a task is fitted on both sentences of every pair of all its
+splits (``fit_on="all"``), and each setting reports the Spearman of every split, their plain
+average (``avg``) and their average weighted by split size (``w-avg``). ``fit_on="train"`` or a
+list of files fits on data held apart from what is scored.
 `evaluate_tasks` is what the ``eval`` command and ``eval/eval.py`` run. Importing this module
 imports no TensorFlow; `evaluate_tasks` builds the encoder when it is called, and a flow imports
 it when one is fitted.
