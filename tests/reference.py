@@ -218,7 +218,9 @@ def original_split_vectors(bert, tokenizer, splits, pooling, maxlen=64, chunk=64
     each column of each split is one list, as in the original; without it, every distinct
     sentence of the task is encoded once (chunks of similar length anyway) and put in place."""
     if not global_padding:
-        sentences = list(dict.fromkeys(s for pairs in splits.values() for a, b, _ in pairs for s in (a, b)))
+        from bert_whitening.data import distinct_sentences
+
+        sentences = distinct_sentences(splits)
         vectors = original_encode(bert, tokenizer, sentences, pooling, maxlen, chunk)
         row = {sentence: i for i, sentence in enumerate(sentences)}
 
