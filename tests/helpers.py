@@ -2,7 +2,10 @@
 the command line in-process, and the shared evaluation data."""
 
 import importlib.util
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -91,6 +94,34 @@ def original_eval_script():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+COMMANDS_IN_A_FRESH_PROCESS = """
+import json, sys
+from bert_whitening.cli import main
+%s
+print(json.dumps([[main(argv) for argv in json.loads(sys.argv[1])], "tensorflow" in sys.modules]))
+"""
+
+
+def commands_in_a_fresh_process(commands, prelude=""):
+    """``(exit statuses, whether TensorFlow was imported, standard error)`` of ``bert-whitening``
+    commands run one after another by `cli.main` in a new Python process, after the code
+    ``prelude`` (to stub what a command would start, say)."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            COMMANDS_IN_A_FRESH_PROCESS % prelude,
+            json.dumps([[str(a) for a in c] for c in commands]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    statuses, imported = json.loads(result.stdout.splitlines()[-1])
+    return statuses, imported, result.stderr
 
 
 def run(*argv):

@@ -23,7 +23,7 @@ import pytest
 from bert_whitening.checkpoints import find_model
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
-from helpers import SENTENCES
+from helpers import SENTENCES, commands_in_a_fresh_process
 
 pytestmark = pytest.mark.slow
 
@@ -512,13 +512,6 @@ def test_two_exports_at_once_take_two_versions_and_neither_is_replaced_by_name(w
     assert kept("1") == before and sorted(os.listdir(base)) == ["1", "2"]
 
 
-REFUSALS_IN_ONE_PROCESS = """
-import json, sys
-from bert_whitening.cli import main
-print(json.dumps([[main(argv) for argv in json.loads(sys.argv[1])], "tensorflow" in sys.modules]))
-"""
-
-
 def test_refusals_are_decided_before_tensorflow_is_imported(work, tmp_path):
     """What can be checked without TensorFlow is: a refused command answers at once."""
     (tmp_path / "served" / "1").mkdir(parents=True)
@@ -532,15 +525,9 @@ def test_refusals_are_decided_before_tensorflow_is_imported(work, tmp_path):
         ["fit", "--model", work["model"], "--output", tmp_path / "w.npz", tmp_path / "missing.txt"],
         ["encode", "--model", work["model"], "--whitening", other, "--output", tmp_path / "v.npy", work["sentences"]],
     ]
-    result = subprocess.run(
-        [sys.executable, "-c", REFUSALS_IN_ONE_PROCESS, json.dumps([[str(a) for a in c] for c in cases])],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    statuses, imported = json.loads(result.stdout)
-    assert statuses == [1] * len(cases), result.stderr
-    assert not imported, result.stderr
+    statuses, imported, stderr = commands_in_a_fresh_process(cases)
+    assert statuses == [1] * len(cases), stderr
+    assert not imported, stderr
 
 
 # --- a full disk -------------------------------------------------------------------------------
