@@ -114,7 +114,11 @@ def remove_stale(target):
             continue  # a live run holds it
         try:
             logger.info("removing %s, left by an interrupted run", path)
-            shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.unlink(path)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):  # another run's cleanup came first
+                    os.unlink(path)
         finally:
             os.close(descriptor)
 

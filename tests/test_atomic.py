@@ -102,6 +102,24 @@ def test_a_locked_temporary_survives_whatever_its_pid_says(tmp_path):
     assert not held.exists()
 
 
+def test_a_temporary_another_run_removes_first_is_not_an_error(tmp_path, monkeypatch):
+    """Two runs clean the same directory: one may lock a leftover file just after the other
+    has removed it (the lock is on the inode, the name is gone)."""
+    import bert_whitening.atomic as atomic
+
+    leftover = temporary_of(tmp_path, 4_000_000)
+    taken = atomic._lock
+
+    def lock_then_lose(path):
+        descriptor = taken(path)
+        os.unlink(path)  # the other run, between our lock and our unlink
+        return descriptor
+
+    monkeypatch.setattr(atomic, "_lock", lock_then_lose)
+    remove_stale(str(tmp_path / "out.npy"))
+    assert not leftover.exists()
+
+
 def test_a_long_output_name_gets_a_temporary_within_name_max(tmp_path):
     output = tmp_path / ("v" * 240 + ".npy")
     seen = []
