@@ -459,8 +459,9 @@ def staging_with_child(base):
     return None
 
 
-@pytest.mark.parametrize("number, corpus", [(signal.SIGTERM, False), (signal.SIGKILL, False), (signal.SIGKILL, True)])
-def test_a_signal_during_export_leaves_no_child_and_the_next_export_cleans_up(work, tmp_path, number, corpus):
+def interrupted_export(work, tmp_path, number, corpus=False):
+    """An export to ``tmp_path/served`` sent signal ``number`` while its verification child
+    runs; checks the child dies with it. Returns ``(BASE, the export's argv)``."""
     base = tmp_path / "served"
     argv = ["export", "--model", work["model"], "--whitening", work["whitening"], "--output", base]
     if corpus:  # the child then checks serve_search too
@@ -477,25 +478,29 @@ def test_a_signal_during_export_leaves_no_child_and_the_next_export_cleans_up(wo
     while alive(children) and time.time() < deadline:  # dies with its parent
         time.sleep(0.1)
     assert alive(children) == []
+    return base, argv
+
+
+@pytest.mark.parametrize("number, corpus", [(signal.SIGTERM, False), (signal.SIGKILL, True)])
+def test_a_signal_during_export_leaves_no_child(work, tmp_path, number, corpus):
+    base, _ = interrupted_export(work, tmp_path, number, corpus)
     if number == signal.SIGTERM:
         assert not base.exists()  # the staging and the BASE it created are removed
-        return
-    (leftover,) = leftovers(base)  # recognisable, for the next run to remove
-    if corpus:  # the next export's cleanup is the same with or without a corpus: checked once
-        return
-    a_minute_ago = time.time() - 60  # older than STALE_AFTER_SECONDS, as when a user runs again
-    os.utime(base / leftover, (a_minute_ago, a_minute_ago))
-    result = here(*argv)  # the next export, in this process
-    assert result.returncode == 0, result.stderr
-    assert sorted(os.listdir(base)) == ["1"]
+    else:
+        assert len(leftovers(base)) == 1  # recognisable, for the next run to remove
 
 
 # --- two exports at once -----------------------------------------------------------------------
 
 
-def test_two_exports_at_once_take_two_versions_and_neither_is_replaced_by_name(work, tmp_path):
-    base = tmp_path / "served"
-    argv = ["export", "--model", work["model"], "--whitening", work["whitening"], "--output", base]
+def test_two_exports_after_a_killed_one_remove_its_staging_and_take_two_versions(work, tmp_path):
+    """Two exports at once into the BASE of one killed by SIGKILL: its staging is removed (by
+    either, as a user's next run would), each takes a version of its own, and neither is
+    replaced by name."""
+    base, argv = interrupted_export(work, tmp_path, signal.SIGKILL)
+    (leftover,) = leftovers(base)
+    a_minute_ago = time.time() - 60  # older than STALE_AFTER_SECONDS, as when a user runs again
+    os.utime(base / leftover, (a_minute_ago, a_minute_ago))
     runs = [start(*argv, "--n-components", str(k)) for k in (16, 8)]
     results = [run.communicate(timeout=300) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], results
