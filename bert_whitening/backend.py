@@ -52,7 +52,7 @@ with _stderr_swallowed(_QUIET):
     logging.getLogger("absl").setLevel(logging.WARNING)  # e.g. SavedModel input renaming notes
     _keras_before = sys.modules.get("keras")
     try:
-        from bert4keras.models import build_transformer_model
+        from bert4keras.models import BERT, NEZHA, RoFormer, build_transformer_model
         from bert4keras.tokenizers import Tokenizer, load_vocab
     except ImportError as error:  # pragma: no cover - depends on the installation
         raise ImportError(
@@ -81,7 +81,10 @@ if not keras.__name__.startswith("tf_keras"):  # pragma: no cover - depends on i
         "or set TF_USE_LEGACY_KERAS=1 in the environment." % keras.__name__
     )
 
-__all__ = ["tf", "keras", "build_transformer_model", "Tokenizer", "load_vocab", "graph_function"]
+#: bert4keras' classes of the architectures `bert_whitening.names.MODEL_TYPES` builds.
+ARCHITECTURES = {"bert": BERT, "nezha": NEZHA, "roformer": RoFormer}
+
+__all__ = ["tf", "keras", "build_transformer_model", "ARCHITECTURES", "Tokenizer", "load_vocab", "graph_function"]
 
 
 def graph_function(function, input_signature):

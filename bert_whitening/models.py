@@ -6,10 +6,11 @@ padding id 0) to one vector per sentence, with the tokenizer and settings that g
 """
 
 import dataclasses
+import functools
 import logging
 from typing import Optional
 
-from bert_whitening.backend import Tokenizer, build_transformer_model, keras, load_vocab, tf
+from bert_whitening.backend import ARCHITECTURES, Tokenizer, build_transformer_model, keras, load_vocab, tf
 from bert_whitening.checkpoints import CheckpointError
 from bert_whitening.config import EncoderConfig, check_fitted_on, check_model, whitening_components
 from bert_whitening.errors import WhiteningError
@@ -78,7 +79,7 @@ def build_encoder(
     transformer = build_transformer_model(
         None,
         None,
-        model=family.architecture,
+        model=_read_from_checkpoint(family.architecture),
         with_pool="linear" if pooling == "pooler" else False,
         return_keras_model=False,
         **files.config,
@@ -188,6 +189,15 @@ def with_whitening(
         flow=flow,
     )
     return dataclasses.replace(encoder, model=model, config=config)
+
+
+@functools.lru_cache(maxsize=None)
+def _read_from_checkpoint(architecture):
+    """bert4keras' class of ``architecture`` with its weights created as zeros, not drawn from a
+    truncated normal: `check_variables` has made sure the checkpoint holds every one of them, so
+    the draw would be overwritten (a fifth of all-MiniLM-L6-v2's build time)."""
+    base = ARCHITECTURES[architecture]
+    return type(base.__name__, (base,), {"initializer": property(lambda self: keras.initializers.Zeros())})
 
 
 def _needed_variables(transformer):

@@ -6,7 +6,7 @@ from typing import NamedTuple
 class ModelType(NamedTuple):
     """How bert4keras builds a family of the original eval.py."""
 
-    architecture: str  #: bert4keras ``model=`` argument
+    architecture: str  #: bert4keras' class, a key of `bert_whitening.backend.ARCHITECTURES`
     word_level: bool  #: jieba splits words before wordpiece (word-level vocabularies)
     absolute_positions: bool  #: has a position embedding table, which bounds the sequence length
 
