@@ -197,3 +197,24 @@ def test_a_child_that_cannot_load_the_export_is_an_error_with_its_reason(tmp_pat
     assert message.startswith("the exported SavedModel failed to load or run in a fresh process (exit status 1)")
     assert "SavedModel file does not exist" in message, message[-500:]
     assert not (tmp_path / "not_a_model" / ".verify").exists()
+
+
+CHILD_IMPORTS = """
+import runpy, sys
+sys.argv, sys.stdin = ["verify", "--text"], open(sys.argv[1])
+try:
+    runpy.run_module("bert_whitening.export.verify", run_name="__main__")
+except SystemExit as stop:
+    assert "no request" in str(stop), stop
+print(sorted(name for name in ("bert4keras", "tensorflow", "tensorflow_text") if name in sys.modules))
+"""
+
+
+def test_the_verification_child_loads_tensorflow_alone(tmp_path):
+    """As a server would: TensorFlow (and tensorflow-text for serve_text), not bert4keras."""
+    (tmp_path / "no_request").write_text("", encoding="utf-8")
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD_IMPORTS, str(tmp_path / "no_request")], capture_output=True, text=True
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.split("\n")[-2] == "['tensorflow', 'tensorflow_text']", child.stdout
