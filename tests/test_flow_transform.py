@@ -8,7 +8,7 @@ from bert_whitening.flow import Flow
 from bert_whitening.layers import FlowTransform
 
 from layer_checks import assert_config_round_trip, assert_save_and_load
-from test_flow import CONFIGS, np_flow, randomised, sample
+from test_flow import CONFIGS, SMALL, np_flow, randomised, sample
 
 
 @pytest.mark.parametrize("config", CONFIGS[:2])
@@ -58,8 +58,9 @@ def test_a_flow_pickles_with_its_weights_and_record():
 
 
 def test_a_keras_model_holding_a_flow_saves_as_a_saved_model(tmp_path):
-    """Saving traces each layer: a volume-preserving step's log-determinant must stay float64."""
-    flow = randomised(Flow(16, None, np.random.default_rng(0)))
+    """Saving traces each layer: a volume-preserving step's log-determinant must stay float64
+    (a small flow with every kind of layer)."""
+    flow = randomised(Flow(16, SMALL, np.random.default_rng(0)))
     inputs = keras.Input((16,))
     model = keras.Model(inputs, FlowTransform.from_flow(flow)(inputs))
     tf.saved_model.save(model, str(tmp_path / "saved"))
