@@ -93,12 +93,7 @@ def _import_bert4keras():
         else:
             sys.modules["keras"] = keras_before
     architectures = {"bert": BERT, "nezha": NEZHA, "roformer": RoFormer}
-    return {
-        "build_transformer_model": build_transformer_model,
-        "ARCHITECTURES": architectures,
-        "Tokenizer": Tokenizer,
-        "load_vocab": load_vocab,
-    }
+    return dict(zip(_BERT4KERAS_NAMES, (build_transformer_model, architectures, Tokenizer, load_vocab), strict=True))
 
 
 def __getattr__(name):
