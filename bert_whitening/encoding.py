@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
-from bert_whitening.backend import graph_function, tf
+from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.data import chunked, read_sentences
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import PRECISIONS, check_choice
@@ -130,8 +130,9 @@ def auto_precision(cpu_has_bfloat16, float32_vectors, bfloat16_vectors=None):
     return "float32", "bfloat16 moved a check vector to cosine %.6f of float32 (below %g)" % (lowest, AUTO_MIN_COSINE)
 
 
-def _resolve_auto(encoder, sequences, batch_size):
-    """Replace a pending ``auto`` by its choice, made on the first sentences of ``sequences``."""
+def _resolve_auto(model, sequences, batch_size):
+    """Replace a pending ``auto`` by its choice, made on the first sentences of ``sequences``
+    encoded by the Keras ``model``."""
     global _process_precision
     with _auto_lock:
         if _process_precision != "auto":
@@ -140,9 +141,9 @@ def _resolve_auto(encoder, sequences, batch_size):
         sample = sequences[:AUTO_CHECK_SENTENCES]
         float32_vectors = bfloat16_vectors = None
         if has_bfloat16:
-            float32_vectors = _run_batches(encoder, sample, batch_size)
+            float32_vectors = _run_batches(model, sample, batch_size)
             with precision_scope("bfloat16"):
-                bfloat16_vectors = _run_batches(encoder, sample, batch_size)
+                bfloat16_vectors = _run_batches(model, sample, batch_size)
         chosen, why = auto_precision(has_bfloat16, float32_vectors, bfloat16_vectors)
         _apply_precision(chosen)
         _process_precision = chosen
@@ -187,16 +188,20 @@ def encode_ids(
         progress: a tqdm bar to advance, True or False for a bar of its own, or None for a bar
             on a terminal only.
     """
+    return _encode_with(encoder.model, sequences, batch_size, progress)
+
+
+def _encode_with(model, sequences, batch_size, progress):
     if batch_size < 1:
         raise BertWhiteningError("batch_size must be a positive integer, got %r" % (batch_size,))
     if _process_precision == "auto" and len(sequences):
-        _resolve_auto(encoder, sequences, batch_size)
-    return _run_batches(encoder, sequences, batch_size, progress)
+        _resolve_auto(model, sequences, batch_size)
+    return _run_batches(model, sequences, batch_size, progress)
 
 
-def _run_batches(encoder, sequences, batch_size, progress=False):
-    vectors = np.zeros((len(sequences), encoder.dim), dtype=np.float32)
-    run = compiled(encoder.model)
+def _run_batches(model, sequences, batch_size, progress=False):
+    vectors = np.zeros((len(sequences), model.output_shape[-1]), dtype=np.float32)
+    run = compiled(model)
     bar = (
         progress
         if hasattr(progress, "update")
@@ -231,6 +236,36 @@ def encode(encoder: "Encoder", texts: Sequence[str], batch_size: int = 128, prog
     sequences, truncated = tokenize(encoder, texts)
     log_truncated(truncated, len(texts), encoder.maxlen)
     return encode_ids(encoder, sequences, batch_size, progress)
+
+
+def encode_together(
+    encoders: Sequence["Encoder"], texts: Sequence[str], batch_size: int = 128, progress=None
+) -> list[np.ndarray]:
+    """The vectors of ``texts`` from each of ``encoders`` (the unwhitened encoders of one
+    `bert_whitening.models.build_encoders` call, same ``maxlen``), in order, from one forward
+    pass per batch: comparing poolings costs one encoding, not one each. Whiten the vectors
+    afterwards (`bert_whitening.whitening`). Arguments as `encode`'s."""
+    if not encoders:
+        raise BertWhiteningError("encode_together needs at least one encoder")
+    first = encoders[0]
+    for encoder in encoders:
+        shared = [id(tensor) for tensor in encoder.model.inputs] == [id(tensor) for tensor in first.model.inputs]
+        config = encoder.config
+        if not shared or config.whitening is not None or config.flow is not None or config.normalize:
+            raise BertWhiteningError(
+                "encode_together takes the unwhitened encoders of one build_encoders call; "
+                "%s pooling is not one of them" % config.pooling
+            )
+        if encoder.maxlen != first.maxlen:
+            raise BertWhiteningError(
+                "encode_together needs one maxlen: %d and %d given" % (first.maxlen, encoder.maxlen)
+            )
+    outputs = [encoder.model.output for encoder in encoders]
+    joint = keras.Model(first.model.inputs, outputs[0] if len(outputs) == 1 else keras.layers.Concatenate()(outputs))
+    sequences, truncated = tokenize(first, texts)
+    log_truncated(truncated, len(texts), first.maxlen)
+    vectors = _encode_with(joint, sequences, batch_size, progress)
+    return np.split(vectors, np.cumsum([output.shape[-1] for output in outputs])[:-1], axis=1)
 
 
 def progress_bar(total=None):

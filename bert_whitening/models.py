@@ -8,14 +8,14 @@ padding id 0) to one vector per sentence, with the tokenizer and settings that g
 import dataclasses
 import functools
 import logging
-from typing import Optional
+from typing import Optional, Sequence
 
 from bert_whitening.backend import ARCHITECTURES, Tokenizer, build_transformer_model, keras, load_vocab, tf
 from bert_whitening.checkpoints import CheckpointError
 from bert_whitening.config import EncoderConfig, check_fitted_on, check_model, whitening_components
-from bert_whitening.errors import WhiteningError
+from bert_whitening.errors import BertWhiteningError, WhiteningError
 from bert_whitening.layers import FirstTokenPooling, FlowTransform, L2Normalize, MaskedAveragePooling, WhiteningDense
-from bert_whitening.names import MODEL_TYPES
+from bert_whitening.names import MODEL_TYPES, POOLINGS
 
 logger = logging.getLogger(__name__)
 
@@ -73,18 +73,38 @@ def build_encoder(
         CheckpointError: the directory or its files cannot be used (named in the message).
         BertWhiteningError: an option does not fit the model.
     """
+    return build_encoders(model, model_type, (pooling,), maxlen, lowercase)[pooling]
+
+
+def build_encoders(
+    model: Optional[str] = None,
+    model_type: str = "bert",
+    poolings: Sequence[str] = ("first-last-avg",),
+    maxlen: int = 64,
+    lowercase: bool = True,
+) -> dict[str, Encoder]:
+    """``{pooling: Encoder}`` of one model loaded once, each as `build_encoder` makes it, all on
+    the same transformer graph: `bert_whitening.encoding.encode_together` runs one forward pass
+    for all of them (whitened or not), so comparing poolings costs one encoding, not one each.
+    Arguments as `build_encoder`'s; the pooler is built (and its weights needed) only when
+    ``poolings`` has ``pooler``."""
     model_type = model_type.lower()
-    files = check_model(model, model_type, pooling, maxlen)
+    if not poolings:
+        raise BertWhiteningError("poolings is empty: give at least one of %s" % ", ".join(POOLINGS))
+    for pooling in poolings:
+        files = check_model(model, model_type, pooling, maxlen)
     family = MODEL_TYPES[model_type]
     transformer = build_transformer_model(
         None,
         None,
         model=_read_from_checkpoint(family.architecture),
-        with_pool="linear" if pooling == "pooler" else False,
+        with_pool="linear" if "pooler" in poolings else False,
         return_keras_model=False,
         **files.config,
     )
-    files.check_variables(_needed_variables(transformer), "a %s model with %s pooling" % (model_type, pooling))
+    files.check_variables(
+        _needed_variables(transformer), "a %s model with %s pooling" % (model_type, " and ".join(poolings))
+    )
     try:
         transformer.load_weights_from_checkpoint(files.weights)
     except (tf.errors.OpError, IndexError) as error:
@@ -96,35 +116,37 @@ def build_encoder(
             else "the checkpoint data is truncated (%s)" % error
         )
         raise CheckpointError("%s: %s" % (files.weights_path, message)) from None
-    bert = transformer.model
-    if pooling == "pooler":
-        taps = [bert.get_layer("Pooler-Dense").output]
-    else:
-        blocks = _block_outputs(bert)
-        taps = [blocks[0], blocks[-1]] if pooling == "first-last-avg" else [blocks[-1]]
-    # Pooled on bert4keras' own inputs and outputs: calling its model on new inputs would build
-    # the whole transformer graph a second time (a third of the load time).
-    input_ids, segment_ids = bert.inputs
-    hidden = taps if len(taps) > 1 else taps[0]
-    if pooling in ("first-last-avg", "last-avg"):
-        pooled = MaskedAveragePooling(name="pooling")(hidden, padding_mask=input_ids)
-    elif pooling == "cls":
-        pooled = FirstTokenPooling(name="pooling")(hidden)
-    else:
-        pooled = hidden[0] if isinstance(hidden, list) else hidden
-    model_graph = keras.Model([input_ids, segment_ids], pooled, name="encoder")
-
     vocab = load_vocab(files.vocab_path)
     tokenizer = Tokenizer(vocab, do_lower_case=lowercase, pre_tokenize=_jieba_words if family.word_level else None)
-    config = EncoderConfig(model=model, model_type=model_type, pooling=pooling, maxlen=maxlen, lowercase=lowercase)
-    return Encoder(
-        model=model_graph,
-        tokenizer=tokenizer,
-        vocab=vocab,
-        hidden_size=files.config["hidden_size"],
-        model_identity=files.identity(model_type),
-        config=config,
-    )
+    identity = files.identity(model_type)
+    bert = transformer.model
+    encoders = {}
+    for pooling in poolings:
+        config = EncoderConfig(model=model, model_type=model_type, pooling=pooling, maxlen=maxlen, lowercase=lowercase)
+        encoders[pooling] = Encoder(
+            model=keras.Model(bert.inputs, _pooled(bert, pooling), name="encoder"),
+            tokenizer=tokenizer,
+            vocab=vocab,
+            hidden_size=files.config["hidden_size"],
+            model_identity=identity,
+            config=config,
+        )
+    return encoders
+
+
+def _pooled(bert, pooling):
+    """``pooling`` of bert4keras' model ``bert``, on its own inputs and outputs: calling its
+    model on new inputs would build the whole transformer graph a second time (a third of the
+    load time). Poolings of one ``bert`` share its layers, hence its forward pass."""
+    if pooling == "pooler":
+        return bert.get_layer("Pooler-Dense").output
+    blocks = _block_outputs(bert)
+    input_ids = bert.inputs[0]
+    if pooling == "first-last-avg":
+        return MaskedAveragePooling(name=pooling)([blocks[0], blocks[-1]], padding_mask=input_ids)
+    if pooling == "last-avg":
+        return MaskedAveragePooling(name=pooling)(blocks[-1], padding_mask=input_ids)
+    return FirstTokenPooling(name=pooling)(blocks[-1])
 
 
 def _warn_if_fitted_on_another_model(whitening, identity):

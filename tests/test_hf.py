@@ -12,8 +12,8 @@ from safetensors.numpy import load_file, save_file
 from bert_whitening import cli
 from bert_whitening.backend import tf
 from bert_whitening.checkpoints import CheckpointError, find_model
-from bert_whitening.encoding import encode
-from bert_whitening.models import build_encoder
+from bert_whitening.encoding import encode, encode_together
+from bert_whitening.models import build_encoder, build_encoders
 from bert_whitening.names import POOLINGS
 
 from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB
@@ -72,19 +72,18 @@ def tiny_hf(tmp_path_factory):
     return write_hf(str(tmp_path_factory.mktemp("hf") / "tiny_hf"), tensors), tensors
 
 
-@pytest.mark.parametrize("pooling", POOLINGS)
 @pytest.mark.parametrize("prefix", ["", "bert."])
-def test_hf_directories_load_directly_and_match_numpy(tmp_path, pooling, prefix):
+def test_hf_directories_load_directly_and_match_numpy(tmp_path, prefix):
     tensors = hf_tensors(TINY_CONFIG, seed=3, prefix=prefix)
     directory = write_hf(str(tmp_path / "hf"), tensors)
-    encoder = build_encoder(directory, pooling=pooling)
-    assert encoder.model_identity["format"] == "huggingface"
+    encoders = build_encoders(directory, poolings=POOLINGS)
+    assert {encoder.model_identity["format"] for encoder in encoders.values()} == {"huggingface"}
     params = HuggingFaceNames({name[len(prefix) :]: value for name, value in tensors.items()})
-    for sentence, vector in zip(SENTENCES, encode(encoder, SENTENCES), strict=True):
-        ids = encoder.tokenizer.encode(sentence)[0]
-        np.testing.assert_allclose(
-            vector, pooled_reference(params, TINY_CONFIG, ids, pooling), atol=1e-5, err_msg=sentence
-        )
+    for pooling, vectors in zip(POOLINGS, encode_together(list(encoders.values()), SENTENCES), strict=True):
+        for sentence, vector in zip(SENTENCES, vectors, strict=True):
+            ids = encoders[pooling].tokenizer.encode(sentence)[0]
+            expected = pooled_reference(params, TINY_CONFIG, ids, pooling)
+            np.testing.assert_allclose(vector, expected, atol=1e-5, err_msg="%s: %s" % (pooling, sentence))
 
 
 def test_hf_tensors_that_do_not_fit_the_config_are_refused(tiny_hf, tmp_path):
@@ -118,12 +117,12 @@ def test_convert_hf_round_trips(tiny_hf, tmp_path):
         tf.train.load_variable(prefix, "bert/embeddings/LayerNorm/gamma"), tensors["embeddings.LayerNorm.weight"]
     )
     assert find_model(str(out)).format == "google"
-    for pooling in ("first-last-avg", "pooler"):
-        np.testing.assert_allclose(
-            encode(build_encoder(str(out), pooling=pooling), SENTENCES),
-            encode(build_encoder(directory, pooling=pooling), SENTENCES),
-            atol=1e-6,
-        )
+    poolings = ("first-last-avg", "pooler")
+    converted, loaded = (list(build_encoders(path, poolings=poolings).values()) for path in (str(out), directory))
+    for pooling, got, expected in zip(
+        poolings, encode_together(converted, SENTENCES), encode_together(loaded, SENTENCES), strict=True
+    ):
+        np.testing.assert_allclose(got, expected, atol=1e-6, err_msg=pooling)
     assert cli.main(["convert-hf", directory, str(out)]) == 1  # never over an existing directory
     assert sorted(os.listdir(tmp_path)) == ["google"]
 

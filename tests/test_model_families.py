@@ -26,8 +26,8 @@ import pytest
 from bert_whitening.backend import Tokenizer, build_transformer_model, keras
 from bert_whitening.checkpoints import CheckpointError
 from bert_whitening.checkpoints.google import write_checkpoint
-from bert_whitening.encoding import encode
-from bert_whitening.models import build_encoder
+from bert_whitening.encoding import encode, encode_together
+from bert_whitening.models import build_encoder, build_encoders
 
 from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, original_eval_script, random_weights
 
@@ -143,31 +143,20 @@ def releases(tmp_path_factory):
     return {family: (str(root / family), write_release(str(root / family), family)) for family in RELEASES}
 
 
-FAMILY_POOLINGS = [
-    (family, pooling)
-    for family in RELEASES
-    for pooling in ("first-last-avg", "last-avg", "cls", "pooler")
-    if pooling != "pooler" or RELEASES[family]["pooler"]
-]
+def poolings(family):
+    """Every pooling the family's release supports."""
+    return [p for p in ("first-last-avg", "last-avg", "cls", "pooler") if p != "pooler" or RELEASES[family]["pooler"]]
 
 
-@pytest.fixture(scope="module")
-def references(releases):
-    """bert4keras' vectors of each family, every pooling, computed once per family."""
-    cache = {}
-
-    def get(family):
-        if family not in cache:
-            cache[family] = reference_vectors(*releases[family], family, SENTENCES)
-        return cache[family]
-
-    return get
-
-
-@pytest.mark.parametrize("family,pooling", FAMILY_POOLINGS)
-def test_each_family_loads_its_release_and_matches_bert4keras(releases, references, family, pooling):
-    encoder = build_encoder(releases[family][0], model_type=family, pooling=pooling)
-    np.testing.assert_allclose(encode(encoder, SENTENCES, batch_size=5), references(family)[pooling], atol=1e-5)
+@pytest.mark.parametrize("family", RELEASES)
+def test_each_family_loads_its_release_and_matches_bert4keras(releases, family):
+    """Every pooling, built together on one load (`build_encoders`), as bert4keras computes it."""
+    encoders = build_encoders(releases[family][0], model_type=family, poolings=poolings(family))
+    references = reference_vectors(*releases[family], family, SENTENCES)
+    vectors = encode_together(list(encoders.values()), SENTENCES, batch_size=5)
+    assert sorted(references) == sorted(encoders)
+    for pooling, got in zip(encoders, vectors, strict=True):
+        np.testing.assert_allclose(got, references[pooling], atol=1e-5, err_msg=pooling)
 
 
 def test_nezha_release_is_found_under_its_own_file_name(releases):

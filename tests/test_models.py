@@ -7,11 +7,13 @@ import shutil
 import numpy as np
 import pytest
 
+from bert_whitening import encoding
 from bert_whitening.backend import Tokenizer, build_transformer_model
 from bert_whitening.checkpoints import CheckpointError, find_model
 from bert_whitening.checkpoints.google import write_checkpoint
-from bert_whitening.encoding import encode, precision_scope, set_precision, token_ids
-from bert_whitening.models import build_encoder, with_whitening
+from bert_whitening.encoding import encode, encode_together, precision_scope, set_precision, token_ids
+from bert_whitening.errors import BertWhiteningError
+from bert_whitening.models import build_encoder, build_encoders, with_whitening
 from bert_whitening.names import POOLINGS
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
@@ -44,6 +46,36 @@ def test_results_come_back_in_input_order(encoders):
     reordered = encode(encoder, SENTENCES[::-1], batch_size=4)[::-1]
     np.testing.assert_allclose(vectors, reordered, atol=1e-5)
     assert len({v.tobytes() for v in vectors}) == len(set(SENTENCES))
+
+
+@pytest.fixture(scope="module")
+def together(tiny_model):
+    """Every pooling of the tiny model, built together."""
+    return build_encoders(tiny_model[0], poolings=POOLINGS)
+
+
+def test_encoders_built_together_encode_in_one_pass_as_each_alone(encoders, together, monkeypatch):
+    passes = []
+    run_batches = encoding._run_batches
+    monkeypatch.setattr(
+        encoding, "_run_batches", lambda model, *rest: passes.append(model.output_shape) or run_batches(model, *rest)
+    )
+    vectors = encode_together([together[pooling] for pooling in POOLINGS], SENTENCES, batch_size=5)
+    assert passes == [(None, len(POOLINGS) * TINY_CONFIG["hidden_size"])]  # one pass, every pooling
+    for pooling, got in zip(POOLINGS, vectors, strict=True):  # against encoders built one by one
+        np.testing.assert_allclose(got, encode(encoders[pooling], SENTENCES, batch_size=5), atol=1e-5)
+
+
+def test_encode_together_refuses_what_one_pass_cannot_give(encoders, together):
+    cls, last = together["cls"], together["last-avg"]
+    for given, why in [
+        ([cls, encoders["last-avg"]], "last-avg pooling is not one of them"),  # another model's graph
+        ([cls, with_whitening(last)], "last-avg pooling is not one of them"),  # normalised
+        ([cls, last.with_maxlen(8)], "needs one maxlen: 64 and 8 given"),
+        ([], "at least one encoder"),
+    ]:
+        with pytest.raises(BertWhiteningError, match=why):
+            encode_together(given, SENTENCES)
 
 
 @pytest.mark.parametrize("pooling", POOLINGS)
@@ -173,6 +205,11 @@ def test_pooler_pooling_needs_pooler_weights(tmp_path):
     build_encoder(directory, pooling="cls")  # fine without the pooler
     with pytest.raises(CheckpointError, match="bert/pooler/dense/kernel.*needs the pooler weights"):
         build_encoder(directory, pooling="pooler")
+    with pytest.raises(
+        CheckpointError, match="as a bert model with cls and pooler pooling: .*needs the pooler weights"
+    ):
+        build_encoders(directory, poolings=("cls", "pooler"))
+    assert list(build_encoders(directory, poolings=("cls", "last-avg"))) == ["cls", "last-avg"]
 
 
 def tiny_checkpoint(tmp_path, config=TINY_CONFIG, extra=None, vocab=TINY_VOCAB):
