@@ -15,7 +15,7 @@ from bert_whitening.checkpoints import CheckpointError
 from bert_whitening.config import EncoderConfig, check_fitted_on, check_model, whitening_components
 from bert_whitening.errors import BertWhiteningError, WhiteningError
 from bert_whitening.layers import FirstTokenPooling, FlowTransform, L2Normalize, MaskedAveragePooling, WhiteningDense
-from bert_whitening.names import MODEL_TYPES, POOLINGS
+from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -85,14 +85,15 @@ def build_encoders(
 ) -> dict[str, Encoder]:
     """``{pooling: Encoder}`` of one model loaded once, each as `build_encoder` makes it, all on
     the same transformer graph: `bert_whitening.encoding.encode_together` runs one forward pass
-    for all of them (whitened or not), so comparing poolings costs one encoding, not one each.
-    Arguments as `build_encoder`'s; the pooler is built (and its weights needed) only when
-    ``poolings`` has ``pooler``."""
+    for all of them, so comparing poolings costs one encoding, not one each. Arguments as
+    `build_encoder`'s; the pooler is built (and its weights needed) only when ``poolings`` has
+    ``pooler``."""
     model_type = model_type.lower()
     if not poolings:
         raise BertWhiteningError("poolings is empty: give at least one of %s" % ", ".join(POOLINGS))
     for pooling in poolings:
-        files = check_model(model, model_type, pooling, maxlen)
+        check_choice("pooling", pooling, POOLINGS)
+    files = check_model(model, model_type, poolings[0], maxlen)
     family = MODEL_TYPES[model_type]
     transformer = build_transformer_model(
         None,

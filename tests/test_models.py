@@ -302,6 +302,10 @@ def test_unknown_pooling_and_model_type_list_the_choices(tiny_model):
         ValueError, match="unknown pooling 'mean'; choose one of: first-last-avg, last-avg, cls, pooler"
     ):
         build_encoder(tiny_model[0], pooling="mean")
+    with pytest.raises(ValueError, match="unknown pooling 'mean'; choose one of: first-last-avg"):
+        build_encoders(tiny_model[0], poolings=("cls", "mean"))  # any of them, not only the first
+    with pytest.raises(ValueError, match="poolings is empty: give at least one of first-last-avg, last-avg"):
+        build_encoders(tiny_model[0], poolings=())
     with pytest.raises(ValueError, match="unknown model type 'gpt'; choose one of: bert, roberta"):
         build_encoder(tiny_model[0], model_type="gpt")
 
