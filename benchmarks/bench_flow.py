@@ -150,12 +150,13 @@ def main():
     n_components = [int(k) for k in args.n_components.split(",")]
     requested = settings(n_components, methods=("whitening", "flow"), seeds=seeds)
     started = time.time()
-    encoder, loaded = load_tasks(
+    encoders, loaded = load_tasks(
         EncoderConfig(args.model, pooling=args.pooling, maxlen=None),
         args.task or ["STS-B"],
         args.data_dir,
         n_components,
     )
+    encoder = encoders[args.pooling]
     report = {
         "model": encoder.model_identity,
         "pooling": encoder.pooling,

@@ -53,12 +53,20 @@ positive_int = _checked(int, lambda v: v > 0, "a positive integer")
 non_negative_int = _checked(int, lambda v: v >= 0, "an integer >= 0")
 maxlen_int = _checked(int, lambda v: v >= 2, "an integer >= 2 (room for [CLS] and [SEP])")
 finite_float = _checked(float, math.isfinite, "a finite number")
-method_list = _checked(
-    lambda text: text.split(","),
-    lambda values: set(values) <= set(METHODS),
-    "a comma-separated list of: " + ", ".join(METHODS),
-)
 int_list = _checked(lambda text: [int(part) for part in text.split(",")], bool, "a comma-separated list of integers")
+
+
+def _choice_list(choices):
+    """An argparse type: comma-separated ``choices``, each kept once, in order."""
+    return _checked(
+        lambda text: list(dict.fromkeys(text.split(","))),
+        lambda values: set(values) <= set(choices),
+        "a comma-separated list of: " + ", ".join(choices),
+    )
+
+
+method_list = _choice_list(METHODS)
+pooling_list = _choice_list(POOLINGS)
 finite_float_list = _checked(
     lambda text: [float(part) for part in text.split(",")],
     lambda values: all(map(math.isfinite, values)),
@@ -69,7 +77,7 @@ finite_float_list = _checked(
 FORMATTER = argparse.ArgumentDefaultsHelpFormatter
 
 
-def _model_options(parser, pooling_default, batches=True, maxlen_default=64):
+def _model_options(parser, pooling_default, batches=True, maxlen_default=64, poolings=False):
     parser.add_argument(
         "--model",
         metavar="DIR",
@@ -84,13 +92,24 @@ def _model_options(parser, pooling_default, batches=True, maxlen_default=64):
         choices=MODEL_TYPES,
         help="model family; wobert and roformer split words with jieba first",
     )
-    parser.add_argument(
-        "--pooling",
-        default=pooling_default,
-        choices=POOLINGS,
-        help="how token vectors become one sentence vector"
-        + ("" if pooling_default else " (default: the whitening file's, else first-last-avg)"),
-    )
+    if poolings:  # several, scored on one encoding; the encoder config's pooling is unused
+        parser.add_argument(
+            "--pooling",
+            dest="poolings",
+            default=pooling_default,
+            type=pooling_list,
+            help="how token vectors become one sentence vector; comma-separated for several, "
+            "all scored on one forward pass per batch (--fit-on files are encoded once per pooling)",
+        )
+        parser.set_defaults(pooling=None)
+    else:
+        parser.add_argument(
+            "--pooling",
+            default=pooling_default,
+            choices=POOLINGS,
+            help="how token vectors become one sentence vector"
+            + ("" if pooling_default else " (default: the whitening file's, else first-last-avg)"),
+        )
     parser.add_argument(
         "--maxlen",
         type=maxlen_int,
@@ -190,9 +209,9 @@ def _fit_options(parser):
     parser.add_argument("--output", required=True, metavar="FILE.npz", help="whitening (or flow) file to write")
 
 
-def _task_options(parser, n_components_default, plot_help):
+def _task_options(parser, n_components_default, plot_help, poolings=False):
     """The options of the commands that evaluate on pair tasks (``eval``, ``eval-retrieval``)."""
-    _model_options(parser, "first-last-avg", maxlen_default=None)
+    _model_options(parser, "first-last-avg", maxlen_default=None, poolings=poolings)
     parser.add_argument(
         "--task",
         action="append",
@@ -371,7 +390,12 @@ def add_eval(commands):
         "averages, for every requested setting. --maxlen defaults to the original's "
         "choice: 128 for PAWSX, 64 otherwise.",
     )
-    _task_options(parser, "0,-1,256", "plot Spearman against n_components and the eigenvalue spectrum")
+    _task_options(
+        parser,
+        "0,-1,256",
+        "plot Spearman against n_components and the eigenvalue spectrum (of one pooling)",
+        poolings=True,
+    )
     parser.add_argument(
         "--method",
         default="whitening",
@@ -616,8 +640,10 @@ def run_eval(args):
     from bert_whitening.evaluation import evaluate_tasks, format_table, write_report
     from bert_whitening.plots import plot_report
 
+    if args.plot and len(args.poolings) > 1:
+        raise BertWhiteningError("--plot draws one pooling: give one --pooling, or leave --plot out")
     config = _task_config(args)
-    report, spectra = evaluate_tasks(
+    results = evaluate_tasks(
         config,
         args.task,
         args.data_dir,
@@ -629,11 +655,19 @@ def run_eval(args):
         args.skip_bad_lines,
         methods=args.method,
         flow_seeds=args.flow_seeds,
+        poolings=args.poolings,
     )
-    report["precision"] = process_precision()
-    for task in report["tasks"]:
-        print(format_table(task, report))
-    write_report(report, args.json, args.plot, functools.partial(plot_report, report, spectra))
+    for report, _ in results:
+        report["precision"] = process_precision()
+        if len(results) > 1:
+            print("%s pooling" % report["pooling"])
+        for task in report["tasks"]:
+            print(format_table(task, report))
+    if len(results) > 1:
+        write_report({"poolings": [report for report, _ in results]}, args.json)
+    else:
+        ((report, spectra),) = results
+        write_report(report, args.json, args.plot, functools.partial(plot_report, report, spectra))
 
 
 def _task_config(args):

@@ -1,6 +1,7 @@
 """Spearman correlation between cosine similarity and gold labels, per split and setting.
 
-Each distinct sentence of a task is encoded once; every requested ``(n_components, beta,
+Each distinct sentence of a task is encoded once, for every pooling asked for in the same
+forward pass; every requested ``(n_components, beta,
 gamma)``, and with the method ``"flow"`` a BERT-flow per seed (`bert_whitening.flow`), is then
 evaluated on the same vectors, with the time each fit took. As in the original chn/eval.py,
 the whitening (and the flow) of a task is fitted on both sentences of every pair of all its
@@ -98,7 +99,27 @@ def encode_splits(
     to an array. Each distinct sentence of the task goes through one call once (about a tenth of
     the Chinese STS-B test split is repeated), so they are sorted together."""
     sentences = distinct_sentences(splits)
-    vectors = np.asarray(encode(sentences), dtype=np.float64)
+    return _pairs(np.asarray(encode(sentences), dtype=np.float64), sentences, splits)
+
+
+def encode_splits_together(
+    encoders: dict, splits: dict[str, list], batch_size: int = 128
+) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """``{pooling: encode_splits(...)}`` of the unwhitened ``encoders`` of one
+    `bert_whitening.models.build_encoders` call, from one forward pass per batch
+    (`bert_whitening.encoding.encode_together`)."""
+    from bert_whitening.encoding import encode_together
+
+    sentences = distinct_sentences(splits)
+    vectors = encode_together(list(encoders.values()), sentences, batch_size)
+    return {
+        pooling: _pairs(np.asarray(block, dtype=np.float64), sentences, splits)
+        for pooling, block in zip(encoders, vectors, strict=True)
+    }
+
+
+def _pairs(vectors, sentences, splits):
+    """``{split: (first_vectors, second_vectors, labels)}`` from the rows of ``sentences``."""
     row = {sentence: i for i, sentence in enumerate(sentences)}
     return {
         split: (
@@ -249,7 +270,8 @@ def evaluate_tasks(
     methods: Sequence[str] = ("whitening",),
     flow_seeds: Sequence[int] = (0,),
     flow_options: Optional[dict] = None,
-) -> tuple:
+    poolings: Sequence[str] = (),
+) -> tuple | list[tuple]:
     """What ``bert-whitening eval`` does: ``(report, spectra)``.
 
     Args:
@@ -265,60 +287,95 @@ def evaluate_tasks(
         flow_options: further arguments of `bert_whitening.flow.fit_flow` (``config``,
             ``epochs``, ``batch_size``, ``learning_rate``, ``progress``); its defaults are
             BERT-flow's.
+        poolings: score these poolings (``spec.pooling`` ignored) on one encoding of each
+            task: one forward pass for all of them (`encode_splits_together`); files given
+            as ``fit_on`` are encoded once per pooling.
 
     Returns the report (JSON-ready: settings, counts, per-split Spearman, ranks, versions,
-    seconds) and ``{task: eigenvalues}`` of each task's whitening, for `write_report`.
+    seconds) and ``{task: eigenvalues}`` of each task's whitening, for `write_report`; with
+    ``poolings``, a list of those pairs, one per pooling in its order.
     """
     from bert_whitening.config import versions
 
     started = time.time()
     requested = settings(n_components, betas, gammas, methods, flow_seeds)
-    encoder, loaded = load_tasks(spec, tasks, directory, n_components, batch_size, skip_bad_lines)
+    encoders, loaded = load_tasks(spec, tasks, directory, n_components, batch_size, skip_bad_lines, poolings)
+    some = next(iter(encoders.values()))
     if "flow" in methods:  # refused now rather than after the first task is encoded
         from bert_whitening.flow import FlowConfig
 
-        FlowConfig.of((flow_options or {}).get("config")).check(encoder.dim)
-    report = {
-        "model": encoder.model_identity,
-        "pooling": encoder.pooling,
-        "data_dir": data_dir(directory),
-        "fit_on": fit_on,
-        "tasks": {},
-        "versions": versions(),
-    }
-    spectra = {}
-    for task in loaded:
-        encoded = encode_splits(task.encode, task.splits)
-        vectors = None
-        if "flow" in methods:  # the statistics from the same vectors: files are encoded once
-            vectors = fit_vectors(encoded, fit_on, task.vectors_from_files)
-            stats = WhiteningStats().update(vectors)
-        else:
-            stats = fit_statistics(encoded, fit_on, task.statistics_from_files)
-        results, whitening = evaluate(encoded, stats, requested, spec.allow_rank_deficient, vectors, flow_options)
-        report["tasks"][task.name] = {
-            "maxlen": task.maxlen,
-            "counts": {split: len(pairs) for split, pairs in task.splits.items()},
-            "fitted_on_vectors": stats.count,
-            "results": results,
+        FlowConfig.of((flow_options or {}).get("config")).check(some.dim)
+    reports = {
+        pooling: {
+            "model": some.model_identity,
+            "pooling": pooling,
+            "data_dir": data_dir(directory),
+            "fit_on": fit_on,
+            "tasks": {},
+            "versions": versions(),
         }
-        if whitening is not None:
-            report["tasks"][task.name]["rank"] = whitening.rank
-            spectra[task.name] = whitening.eigenvalues
-    report["seconds"] = round(time.time() - started, 1)
-    return report, spectra
+        for pooling in encoders
+    }
+    spectra = {pooling: {} for pooling in encoders}
+    for task in loaded:
+        for pooling, encoded in encode_splits_together(task.encoders, task.splits, batch_size).items():
+            vectors = None
+            if "flow" in methods:  # the statistics from the same vectors: files are encoded once
+                vectors = fit_vectors(encoded, fit_on, functools.partial(task.vectors_from_files, pooling=pooling))
+                stats = WhiteningStats().update(vectors)
+            else:
+                stats = fit_statistics(encoded, fit_on, functools.partial(task.statistics_from_files, pooling=pooling))
+            results, whitening = evaluate(encoded, stats, requested, spec.allow_rank_deficient, vectors, flow_options)
+            entry = reports[pooling]["tasks"][task.name] = {
+                "maxlen": task.maxlen,
+                "counts": {split: len(pairs) for split, pairs in task.splits.items()},
+                "fitted_on_vectors": stats.count,
+                "results": results,
+            }
+            if whitening is not None:
+                entry["rank"] = whitening.rank
+                spectra[pooling][task.name] = whitening.eigenvalues
+    for report in reports.values():
+        report["seconds"] = round(time.time() - started, 1)
+    pairs = [(reports[pooling], spectra[pooling]) for pooling in encoders]
+    return pairs if poolings else pairs[0]
 
 
 @dataclasses.dataclass
 class Task:
-    """A loaded pair task and how to encode for it (its own ``maxlen``)."""
+    """A loaded pair task and its encoders, one per pooling, built together and cut to the
+    task's ``maxlen``; the methods use the first pooling's unless told another."""
 
     name: str
     splits: dict  #: ``{split: [(sentence1, sentence2, label)]}``
     maxlen: int
-    encode: Callable  #: sentences -> vectors
-    statistics_from_files: Callable  #: paths -> `WhiteningStats`, for ``fit_on`` files
-    vectors_from_files: Callable = None  #: paths -> their vectors, for a flow fitted on files
+    encoders: dict  #: ``{pooling: Encoder}``
+    batch_size: int = 128
+    skip_bad_lines: bool = False
+
+    def _encoder(self, pooling=None):
+        return self.encoders[pooling] if pooling else next(iter(self.encoders.values()))
+
+    def encode(self, sentences, pooling=None):
+        """sentences -> vectors."""
+        from bert_whitening.encoding import encode
+
+        return encode(self._encoder(pooling), sentences, batch_size=self.batch_size)
+
+    def statistics_from_files(self, paths, pooling=None):
+        """paths -> `WhiteningStats`, for ``fit_on`` files."""
+        from bert_whitening.encoding import statistics_from_files
+
+        return statistics_from_files(self._encoder(pooling), paths, **self._from_files())
+
+    def vectors_from_files(self, paths, pooling=None):
+        """paths -> their vectors, for a flow fitted on files."""
+        from bert_whitening.encoding import vectors_from_files
+
+        return vectors_from_files(self._encoder(pooling), paths, **self._from_files())
+
+    def _from_files(self):
+        return {"format": "auto", "skip_bad_lines": self.skip_bad_lines, "batch_size": self.batch_size}
 
 
 def load_tasks(
@@ -328,40 +385,41 @@ def load_tasks(
     n_components: Sequence[int] = (),
     batch_size: int = 128,
     skip_bad_lines: bool = False,
+    poolings: Sequence[str] = (),
 ) -> tuple:
-    """``(encoder, [Task])``: the tasks' files read, the options checked against the model's
-    configuration (``n_components`` against its hidden size), and then the encoder built once
-    (with the longest ``maxlen`` any task needs; each task encodes with its own)."""
+    """``(encoders, [Task])``: the tasks' files read, the options checked against the model's
+    configuration (``n_components`` against its hidden size), and then ``{pooling: Encoder}``
+    of ``poolings`` (else ``spec.pooling``) built together once, with the longest ``maxlen``
+    any task needs (each task encodes with its own)."""
     from bert_whitening.checkpoints import find_model
-    from bert_whitening.encoding import encode, statistics_from_files, vectors_from_files
+    from bert_whitening.models import build_encoders
 
     directory = data_dir(directory)
     loaded = {task: load_task(task, directory, skip_bad_lines) for task in tasks}
     maxlens = {task: task_maxlen(task, spec.maxlen) for task in tasks}
     spec = dataclasses.replace(spec, maxlen=max(maxlens.values()))
-    spec.check()
+    poolings = list(poolings) or [spec.pooling]
+    for pooling in poolings:
+        dataclasses.replace(spec, pooling=pooling).check()
     hidden_size = find_model(spec.model).config["hidden_size"]
     too_many = [k for k in n_components if k > hidden_size]
     if too_many:
         raise BertWhiteningError(
             "n_components %d is larger than the model's hidden size %d" % (too_many[0], hidden_size)
         )
-    encoder = spec.build()
-    found = []
-    for task, splits in loaded.items():
-        task_encoder = encoder.with_maxlen(maxlens[task])
-        from_files = {"format": "auto", "skip_bad_lines": skip_bad_lines, "batch_size": batch_size}
-        found.append(
-            Task(
-                task,
-                splits,
-                maxlens[task],
-                functools.partial(encode, task_encoder, batch_size=batch_size),
-                functools.partial(statistics_from_files, task_encoder, **from_files),
-                functools.partial(vectors_from_files, task_encoder, **from_files),
-            )
+    encoders = build_encoders(spec.model, spec.model_type, poolings, spec.maxlen, spec.lowercase)
+    found = [
+        Task(
+            task,
+            splits,
+            maxlens[task],
+            {pooling: encoder.with_maxlen(maxlens[task]) for pooling, encoder in encoders.items()},
+            batch_size,
+            skip_bad_lines,
         )
-    return encoder, found
+        for task, splits in loaded.items()
+    ]
+    return encoders, found
 
 
 def format_table(task: str, report: dict) -> str:

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_whitening import cli
+from bert_whitening import cli, encoding
 from bert_whitening.backend import Tokenizer, build_transformer_model
 from bert_whitening.checkpoints import find_model
 from bert_whitening.data import load_task
@@ -137,6 +137,46 @@ def test_eval_command_writes_table_json_and_plot(tiny_model, sample_task, tmp_pa
     np.testing.assert_allclose(
         from_file["results"][1]["splits"]["test"], task["results"][1]["splits"]["test"], atol=1e-6
     )  # same sentences
+
+
+def test_eval_scores_several_poolings_on_one_pass_as_each_alone(tiny_model, sample_task, tmp_path, capsys, caplog):
+    """Each pooling's report as its own run gives it, from one pass over the task's sentences;
+    the held-out file's whitening statistics are each pooling's own."""
+    out = tmp_path / "r.json"
+    held_out = tmp_path / "corpus.txt"
+    held_out.write_text("".join(a + "\n" + b + "\n" for a, b, _ in synthetic_pairs(50, seed=1)), encoding="utf-8")
+    argv = ["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir", sample_task, "--n-components", "0,-1,8"]
+    argv += ["--fit-on", str(held_out), "--json", str(out)]
+    alone = {}
+    for pooling in ("cls", "first-last-avg"):
+        assert cli.main(argv + ["--pooling", pooling]) == 0
+        alone[pooling] = json.loads(out.read_text())["tasks"]["SAMPLE"]
+    capsys.readouterr()
+    widths = []
+    run_batches = encoding._run_batches
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            encoding,
+            "_run_batches",
+            lambda model, *rest: widths.append(model.output_shape[-1]) or run_batches(model, *rest),
+        )
+        assert cli.main(argv + ["--pooling", "cls,first-last-avg,cls"]) == 0
+    assert widths == [48, 24, 24]  # the task's sentences once for both; the held-out file per pooling
+    printed = capsys.readouterr().out
+    assert 0 <= printed.index("cls pooling\n") < printed.index("first-last-avg pooling\n")
+    reports = json.loads(out.read_text())["poolings"]
+    assert [report["pooling"] for report in reports] == ["cls", "first-last-avg"]
+    for report in reports:
+        got, expected = report["tasks"]["SAMPLE"], alone[report["pooling"]]
+        assert (got["rank"], got["fitted_on_vectors"]) == (expected["rank"], 100)
+        assert [r["setting"] for r in got["results"]] == [r["setting"] for r in expected["results"]]
+        for mine, theirs in zip(got["results"], expected["results"], strict=True):
+            for split, value in theirs["splits"].items():
+                assert abs(mine["splits"][split] - value) <= 1e-3, (report["pooling"], mine["setting"], split)
+    plot = tmp_path / "p.png"
+    assert cli.main(argv + ["--pooling", "cls,pooler", "--plot", str(plot)]) == 1
+    assert "--plot draws one pooling: give one --pooling, or leave --plot out" in caplog.text
+    assert not plot.exists()
 
 
 def test_fit_on_train_without_a_train_split_is_an_error(tiny_model, sample_task, tmp_path, caplog):

@@ -98,7 +98,8 @@ def evaluate_retrieval(
     started = time.time()
     requested = settings(n_components, betas, gammas)
     distractors = list(read_distractors(distractor_files, skip_bad_lines))
-    encoder, loaded = load_tasks(spec, tasks, directory, n_components, batch_size, skip_bad_lines)
+    encoders, loaded = load_tasks(spec, tasks, directory, n_components, batch_size, skip_bad_lines)
+    encoder = encoders[spec.pooling]
     report = {
         "model": encoder.model_identity,
         "pooling": encoder.pooling,
