@@ -8,8 +8,7 @@ import pytest
 from bert_whitening.backend import Tokenizer, build_transformer_model
 from bert_whitening.checkpoints import find_model
 from bert_whitening.data import load_task
-from bert_whitening.encoding import encode_together
-from bert_whitening.evaluation import Setting, encode_splits, evaluate, fit_statistics
+from bert_whitening.evaluation import Setting, encode_splits_together, evaluate, fit_statistics
 from bert_whitening.models import build_encoders
 from bert_whitening.names import POOLINGS
 
@@ -40,15 +39,8 @@ def original_vectors(sts_b):
 @pytest.fixture(scope="module")
 def ours(sts_b):
     """``{pooling: {split: (first, second, labels)}}``: the package's unwhitened encodings of the
-    split, every pooling from one forward pass (`build_encoders`, `encode_together`)."""
-    encoders = build_encoders("minilm", poolings=POOLINGS)
-    joint = encode_splits(lambda sentences: np.hstack(encode_together(list(encoders.values()), sentences)), sts_b)
-    dim = encoders["cls"].dim
-    columns = {pooling: slice(i * dim, (i + 1) * dim) for i, pooling in enumerate(encoders)}
-    return {
-        pooling: {split: (first[:, cut], second[:, cut], labels) for split, (first, second, labels) in joint.items()}
-        for pooling, cut in columns.items()
-    }
+    split, every pooling from one forward pass (`build_encoders`, `encode_splits_together`)."""
+    return encode_splits_together(build_encoders("minilm", poolings=POOLINGS), sts_b)
 
 
 @pytest.mark.parametrize("pooling", POOLINGS)
