@@ -319,6 +319,8 @@ def evaluate_tasks(
     spectra = {pooling: {} for pooling in encoders}
     for task in loaded:
         for pooling, encoded in encode_splits_together(task.encoders, task.splits, batch_size).items():
+            if len(encoders) > 1:  # what follows (the fit's warnings) is this pooling's
+                logger.info("%s, %s pooling: fitting and scoring", task.name, pooling)
             vectors = None
             if "flow" in methods:  # the statistics from the same vectors: files are encoded once
                 vectors = fit_vectors(encoded, fit_on, functools.partial(task.vectors_from_files, pooling=pooling))
