@@ -1,13 +1,13 @@
 """Spearman correlation between cosine similarity and gold labels, per split and setting.
 
-Each distinct sentence of a task is encoded once, for every pooling asked for in the same
-forward pass; every requested ``(n_components, beta,
-gamma)``, and with the method ``"flow"`` a BERT-flow per seed (`bert_whitening.flow`), is then
-evaluated on the same vectors, with the time each fit took. As in the original chn/eval.py,
-the whitening (and the flow) of a task is fitted on both sentences of every pair of all its
-splits (``fit_on="all"``), and each setting reports the Spearman of every split, their plain
-average (``avg``) and their average weighted by split size (``w-avg``). ``fit_on="train"`` or a
-list of files fits on data held apart from what is scored.
+Each distinct sentence of a task is encoded once (every pooling asked for in the same forward
+pass); every requested ``(n_components, beta, gamma)``, and with the method ``"flow"`` a
+BERT-flow per seed (`bert_whitening.flow`), is then evaluated on the same vectors, with the
+time each fit took. As in the original chn/eval.py, the whitening (and the flow) of a task is
+fitted on both sentences of every pair of all its splits (``fit_on="all"``), and each setting
+reports the Spearman of every split, their plain average (``avg``) and their average weighted
+by split size (``w-avg``). ``fit_on="train"`` or a list of files fits on data held apart from
+what is scored.
 `evaluate_tasks` is what the ``eval`` command and ``eval/eval.py`` run. Importing this module
 imports no TensorFlow; `evaluate_tasks` builds the encoder when it is called, and a flow imports
 it when one is fitted.
@@ -300,14 +300,14 @@ def evaluate_tasks(
     started = time.time()
     requested = settings(n_components, betas, gammas, methods, flow_seeds)
     encoders, loaded = load_tasks(spec, tasks, directory, n_components, batch_size, skip_bad_lines, poolings)
-    some = next(iter(encoders.values()))
+    first = next(iter(encoders.values()))
     if "flow" in methods:  # refused now rather than after the first task is encoded
         from bert_whitening.flow import FlowConfig
 
-        FlowConfig.of((flow_options or {}).get("config")).check(some.dim)
+        FlowConfig.of((flow_options or {}).get("config")).check(first.dim)
     reports = {
         pooling: {
-            "model": some.model_identity,
+            "model": first.model_identity,
             "pooling": pooling,
             "data_dir": data_dir(directory),
             "fit_on": fit_on,
