@@ -99,7 +99,7 @@ def _model_options(parser, pooling_default, batches=True, maxlen_default=64, poo
             default=pooling_default,
             type=pooling_list,
             help="how token vectors become one sentence vector; comma-separated for several, "
-            "all scored on one forward pass per batch (--fit-on files are encoded once per pooling)",
+            "all scored on one forward pass per batch (the tasks' sentences and --fit-on files)",
         )
         parser.set_defaults(pooling=None)
     else:

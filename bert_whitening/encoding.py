@@ -25,6 +25,7 @@ the process. A Python program that never calls `set_precision` encodes in float3
 """
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -188,15 +189,11 @@ def encode_ids(
         progress: a tqdm bar to advance, True or False for a bar of its own, or None for a bar
             on a terminal only.
     """
-    return _encode_with(encoder.model, sequences, batch_size, progress)
-
-
-def _encode_with(model, sequences, batch_size, progress):
     if batch_size < 1:
         raise BertWhiteningError("batch_size must be a positive integer, got %r" % (batch_size,))
     if _process_precision == "auto" and len(sequences):
-        _resolve_auto(model, sequences, batch_size)
-    return _run_batches(model, sequences, batch_size, progress)
+        _resolve_auto(encoder.model, sequences, batch_size)
+    return _run_batches(encoder.model, sequences, batch_size, progress)
 
 
 def _run_batches(model, sequences, batch_size, progress=False):
@@ -245,27 +242,35 @@ def encode_together(
     `bert_whitening.models.build_encoders` call, same ``maxlen``), in order, from one forward
     pass per batch: comparing poolings costs one encoding, not one each. Whiten the vectors
     afterwards (`bert_whitening.whitening`). Arguments as `encode`'s."""
+    joint, ends = _side_by_side(encoders)
+    return np.split(encode(joint, texts, batch_size, progress), ends, axis=1)
+
+
+def _side_by_side(encoders):
+    """One `Encoder` whose vectors are those of ``encoders`` side by side (one forward pass for
+    all), and the columns where each but the last ends. One encoder is itself, whitened or not;
+    several must be the unwhitened encoders of one `build_encoders` call. Private: the joint
+    encoder's config is the first one's."""
     if not encoders:
-        raise BertWhiteningError("encode_together needs at least one encoder")
+        raise BertWhiteningError("encoding together needs at least one encoder")
     first = encoders[0]
+    if len(encoders) == 1:
+        return first, []
     for encoder in encoders:
         shared = [id(tensor) for tensor in encoder.model.inputs] == [id(tensor) for tensor in first.model.inputs]
         config = encoder.config
         if not shared or config.whitening is not None or config.flow is not None or config.normalize:
             raise BertWhiteningError(
-                "encode_together takes the unwhitened encoders of one build_encoders call; "
+                "encoding together takes the unwhitened encoders of one build_encoders call; "
                 "%s pooling is not one of them" % config.pooling
             )
         if encoder.maxlen != first.maxlen:
             raise BertWhiteningError(
-                "encode_together needs one maxlen: %d and %d given" % (first.maxlen, encoder.maxlen)
+                "encoding together needs one maxlen: %d and %d given" % (first.maxlen, encoder.maxlen)
             )
     outputs = [encoder.model.output for encoder in encoders]
-    joint = keras.Model(first.model.inputs, outputs[0] if len(outputs) == 1 else keras.layers.Concatenate()(outputs))
-    sequences, truncated = tokenize(first, texts)
-    log_truncated(truncated, len(texts), first.maxlen)
-    vectors = _encode_with(joint, sequences, batch_size, progress)
-    return np.split(vectors, np.cumsum([output.shape[-1] for output in outputs])[:-1], axis=1)
+    joint = keras.Model(first.model.inputs, keras.layers.Concatenate()(outputs))
+    return dataclasses.replace(first, model=joint), list(np.cumsum([output.shape[-1] for output in outputs])[:-1])
 
 
 def progress_bar(total=None):
@@ -298,9 +303,25 @@ def statistics_from_files(
     """The `WhiteningStats` of every sentence of ``paths`` (sentence or pair files, ``-`` for
     standard input), each read once and streamed: what ``fit`` and ``eval --fit-on FILE`` fit on.
     """
-    stats = WhiteningStats()
-    for vectors in encode_stream(encoder, _file_sentences(paths, format, skip_bad_lines), batch_size, progress):
-        stats.update(vectors)
+    (stats,) = statistics_from_files_together([encoder], paths, format, skip_bad_lines, batch_size, progress)
+    return stats
+
+
+def statistics_from_files_together(
+    encoders: Sequence["Encoder"],
+    paths: Sequence[str],
+    format: str = "auto",
+    skip_bad_lines: bool = False,
+    batch_size: int = 128,
+    progress=None,
+) -> list[WhiteningStats]:
+    """`statistics_from_files` of each of ``encoders`` (as `encode_together` takes them), the
+    files read and encoded once for all of them."""
+    joint, ends = _side_by_side(encoders)
+    stats = [WhiteningStats() for _ in encoders]
+    for vectors in encode_stream(joint, _file_sentences(paths, format, skip_bad_lines), batch_size, progress):
+        for accumulator, columns in zip(stats, np.split(vectors, ends, axis=1), strict=True):
+            accumulator.update(columns)
     return stats
 
 
@@ -314,8 +335,24 @@ def vectors_from_files(
 ) -> np.ndarray:
     """The vectors of every sentence of ``paths``, as one array, as `statistics_from_files` reads
     them: what ``eval --fit-on FILE`` trains a flow on (a flow needs the vectors themselves)."""
-    blocks = list(encode_stream(encoder, _file_sentences(paths, format, skip_bad_lines), batch_size, progress))
-    return np.concatenate(blocks) if blocks else np.zeros((0, encoder.dim), np.float32)
+    (vectors,) = vectors_from_files_together([encoder], paths, format, skip_bad_lines, batch_size, progress)
+    return vectors
+
+
+def vectors_from_files_together(
+    encoders: Sequence["Encoder"],
+    paths: Sequence[str],
+    format: str = "auto",
+    skip_bad_lines: bool = False,
+    batch_size: int = 128,
+    progress=None,
+) -> list[np.ndarray]:
+    """`vectors_from_files` of each of ``encoders`` (as `encode_together` takes them), the files
+    read and encoded once for all of them."""
+    joint, ends = _side_by_side(encoders)
+    blocks = list(encode_stream(joint, _file_sentences(paths, format, skip_bad_lines), batch_size, progress))
+    vectors = np.concatenate(blocks) if blocks else np.zeros((0, joint.dim), np.float32)
+    return np.split(vectors, ends, axis=1)
 
 
 def _file_sentences(paths, format, skip_bad_lines):

@@ -288,8 +288,7 @@ def evaluate_tasks(
             ``epochs``, ``batch_size``, ``learning_rate``, ``progress``); its defaults are
             BERT-flow's.
         poolings: score these poolings (``spec.pooling`` ignored) on one encoding of each
-            task: one forward pass for all of them (`encode_splits_together`); files given
-            as ``fit_on`` are encoded once per pooling.
+            task and of the ``fit_on`` files: one forward pass for all of them.
 
     Returns the report (JSON-ready: settings, counts, per-split Spearman, ranks, versions,
     seconds) and ``{task: eigenvalues}`` of each task's whitening, for `write_report`; with
@@ -354,30 +353,33 @@ class Task:
     encoders: dict  #: ``{pooling: Encoder}``
     batch_size: int = 128
     skip_bad_lines: bool = False
-
-    def _encoder(self, pooling=None):
-        return self.encoders[pooling] if pooling else next(iter(self.encoders.values()))
+    _from_files: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def encode(self, sentences, pooling=None):
         """sentences -> vectors."""
         from bert_whitening.encoding import encode
 
-        return encode(self._encoder(pooling), sentences, batch_size=self.batch_size)
+        return encode(self.encoders[pooling or next(iter(self.encoders))], sentences, batch_size=self.batch_size)
 
     def statistics_from_files(self, paths, pooling=None):
         """paths -> `WhiteningStats`, for ``fit_on`` files."""
-        from bert_whitening.encoding import statistics_from_files
+        from bert_whitening.encoding import statistics_from_files_together
 
-        return statistics_from_files(self._encoder(pooling), paths, **self._from_files())
+        return self._files(statistics_from_files_together, paths, pooling)
 
     def vectors_from_files(self, paths, pooling=None):
         """paths -> their vectors, for a flow fitted on files."""
-        from bert_whitening.encoding import vectors_from_files
+        from bert_whitening.encoding import vectors_from_files_together
 
-        return vectors_from_files(self._encoder(pooling), paths, **self._from_files())
+        return self._files(vectors_from_files_together, paths, pooling)
 
-    def _from_files(self):
-        return {"format": "auto", "skip_bad_lines": self.skip_bad_lines, "batch_size": self.batch_size}
+    def _files(self, together, paths, pooling):
+        """The files are read and encoded once for every pooling, on the first call."""
+        key = (together.__name__, tuple(paths))
+        if key not in self._from_files:
+            found = together(list(self.encoders.values()), paths, "auto", self.skip_bad_lines, self.batch_size)
+            self._from_files[key] = dict(zip(self.encoders, found, strict=True))
+        return self._from_files[key][pooling or next(iter(self.encoders))]
 
 
 def load_tasks(

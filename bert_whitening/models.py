@@ -42,7 +42,8 @@ class Encoder:
 
     @property
     def dim(self):
-        return self.n_components or self.hidden_size
+        """The size of the vectors the model outputs."""
+        return self.model.output_shape[-1]
 
     def with_maxlen(self, maxlen):
         """The same model fed sentences cut to another ``maxlen`` (the graph has no fixed length)."""

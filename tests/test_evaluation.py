@@ -161,7 +161,7 @@ def test_eval_scores_several_poolings_on_one_pass_as_each_alone(tiny_model, samp
             lambda model, *rest: widths.append(model.output_shape[-1]) or run_batches(model, *rest),
         )
         assert cli.main(argv + ["--pooling", "cls,first-last-avg,cls"]) == 0
-    assert widths == [48, 24, 24]  # the task's sentences once for both; the held-out file per pooling
+    assert widths == [48, 48]  # the task's sentences, then the held-out file, each once for both
     printed = capsys.readouterr().out
     assert 0 <= printed.index("cls pooling\n") < printed.index("first-last-avg pooling\n")
     reports = json.loads(out.read_text())["poolings"]

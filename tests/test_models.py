@@ -11,7 +11,16 @@ from bert_whitening import encoding
 from bert_whitening.backend import Tokenizer, build_transformer_model
 from bert_whitening.checkpoints import CheckpointError, find_model
 from bert_whitening.checkpoints.google import write_checkpoint
-from bert_whitening.encoding import encode, encode_together, precision_scope, set_precision, token_ids
+from bert_whitening.encoding import (
+    encode,
+    encode_together,
+    precision_scope,
+    set_precision,
+    statistics_from_files_together,
+    token_ids,
+    vectors_from_files,
+    vectors_from_files_together,
+)
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.models import build_encoder, build_encoders, with_whitening
 from bert_whitening.names import POOLINGS
@@ -76,6 +85,25 @@ def test_encode_together_refuses_what_one_pass_cannot_give(encoders, together):
     ]:
         with pytest.raises(BertWhiteningError, match=why):
             encode_together(given, SENTENCES)
+
+
+def test_files_are_encoded_once_for_every_encoder_built_together(encoders, together, tmp_path, monkeypatch):
+    path = tmp_path / "sentences.txt"
+    path.write_text("".join(sentence + "\n" for sentence in SENTENCES), encoding="utf-8")
+    chosen = [together["cls"], together["first-last-avg"]]
+    passes = []
+    run_batches = encoding._run_batches
+    monkeypatch.setattr(encoding, "_run_batches", lambda *args: passes.append(1) or run_batches(*args))
+    vectors = vectors_from_files_together(chosen, [str(path)])
+    stats = statistics_from_files_together(chosen, [str(path)])
+    assert len(passes) == 2  # one pass over the file for each call, both poolings in it
+    for encoder, got, accumulated in zip(chosen, vectors, stats, strict=True):
+        alone = vectors_from_files(encoders[encoder.pooling], [str(path)])
+        np.testing.assert_allclose(got, alone, atol=1e-5, err_msg=encoder.pooling)
+        expected = WhiteningStats().update(alone)
+        assert accumulated.count == expected.count == len(alone)
+        np.testing.assert_allclose(accumulated.mean, expected.mean, atol=1e-5)
+        np.testing.assert_allclose(accumulated.scatter, expected.scatter, atol=1e-4)
 
 
 @pytest.mark.parametrize("pooling", POOLINGS)
