@@ -308,20 +308,14 @@ def statistics_from_files(
 
 
 def statistics_from_files_together(
-    encoders: Sequence["Encoder"],
-    paths: Sequence[str],
-    format: str = "auto",
-    skip_bad_lines: bool = False,
-    batch_size: int = 128,
-    progress=None,
+    encoders: Sequence["Encoder"], paths: Sequence[str], *options
 ) -> list[WhiteningStats]:
     """`statistics_from_files` of each of ``encoders`` (as `encode_together` takes them), the
-    files read and encoded once for all of them."""
-    joint, ends = _side_by_side(encoders)
+    files read and encoded once for all of them; ``options`` as `statistics_from_files`'."""
     stats = [WhiteningStats() for _ in encoders]
-    for vectors in encode_stream(joint, _file_sentences(paths, format, skip_bad_lines), batch_size, progress):
-        for accumulator, columns in zip(stats, np.split(vectors, ends, axis=1), strict=True):
-            accumulator.update(columns)
+    for blocks in _file_blocks(encoders, paths, *options):
+        for accumulator, block in zip(stats, blocks, strict=True):
+            accumulator.update(block)
     return stats
 
 
@@ -339,20 +333,21 @@ def vectors_from_files(
     return vectors
 
 
-def vectors_from_files_together(
-    encoders: Sequence["Encoder"],
-    paths: Sequence[str],
-    format: str = "auto",
-    skip_bad_lines: bool = False,
-    batch_size: int = 128,
-    progress=None,
-) -> list[np.ndarray]:
+def vectors_from_files_together(encoders: Sequence["Encoder"], paths: Sequence[str], *options) -> list[np.ndarray]:
     """`vectors_from_files` of each of ``encoders`` (as `encode_together` takes them), the files
-    read and encoded once for all of them."""
+    read and encoded once for all of them; ``options`` as `vectors_from_files`'."""
+    blocks = list(_file_blocks(encoders, paths, *options))
+    if not blocks:
+        return [np.zeros((0, encoder.dim), np.float32) for encoder in encoders]
+    return [np.concatenate(parts) for parts in zip(*blocks, strict=True)]
+
+
+def _file_blocks(encoders, paths, format="auto", skip_bad_lines=False, batch_size=128, progress=None):
+    """Each of ``encoders``' vectors of a chunk of the files' sentences, chunk after chunk, from
+    one forward pass for all of them (`encode_stream`)."""
     joint, ends = _side_by_side(encoders)
-    blocks = list(encode_stream(joint, _file_sentences(paths, format, skip_bad_lines), batch_size, progress))
-    vectors = np.concatenate(blocks) if blocks else np.zeros((0, joint.dim), np.float32)
-    return np.split(vectors, ends, axis=1)
+    for vectors in encode_stream(joint, _file_sentences(paths, format, skip_bad_lines), batch_size, progress):
+        yield np.split(vectors, ends, axis=1)
 
 
 def _file_sentences(paths, format, skip_bad_lines):
