@@ -131,9 +131,8 @@ def auto_precision(cpu_has_bfloat16, float32_vectors, bfloat16_vectors=None):
     return "float32", "bfloat16 moved a check vector to cosine %.6f of float32 (below %g)" % (lowest, AUTO_MIN_COSINE)
 
 
-def _resolve_auto(model, sequences, batch_size):
-    """Replace a pending ``auto`` by its choice, made on the first sentences of ``sequences``
-    encoded by the Keras ``model``."""
+def _resolve_auto(encoder, sequences, batch_size):
+    """Replace a pending ``auto`` by its choice, made on the first sentences of ``sequences``."""
     global _process_precision
     with _auto_lock:
         if _process_precision != "auto":
@@ -142,9 +141,9 @@ def _resolve_auto(model, sequences, batch_size):
         sample = sequences[:AUTO_CHECK_SENTENCES]
         float32_vectors = bfloat16_vectors = None
         if has_bfloat16:
-            float32_vectors = _run_batches(model, sample, batch_size)
+            float32_vectors = _run_batches(encoder, sample, batch_size)
             with precision_scope("bfloat16"):
-                bfloat16_vectors = _run_batches(model, sample, batch_size)
+                bfloat16_vectors = _run_batches(encoder, sample, batch_size)
         chosen, why = auto_precision(has_bfloat16, float32_vectors, bfloat16_vectors)
         _apply_precision(chosen)
         _process_precision = chosen
@@ -192,13 +191,13 @@ def encode_ids(
     if batch_size < 1:
         raise BertWhiteningError("batch_size must be a positive integer, got %r" % (batch_size,))
     if _process_precision == "auto" and len(sequences):
-        _resolve_auto(encoder.model, sequences, batch_size)
-    return _run_batches(encoder.model, sequences, batch_size, progress)
+        _resolve_auto(encoder, sequences, batch_size)
+    return _run_batches(encoder, sequences, batch_size, progress)
 
 
-def _run_batches(model, sequences, batch_size, progress=False):
-    vectors = np.zeros((len(sequences), model.output_shape[-1]), dtype=np.float32)
-    run = compiled(model)
+def _run_batches(encoder, sequences, batch_size, progress=False):
+    vectors = np.zeros((len(sequences), encoder.dim), dtype=np.float32)
+    run = compiled(encoder.model)
     bar = (
         progress
         if hasattr(progress, "update")

@@ -158,7 +158,7 @@ def test_eval_scores_several_poolings_on_one_pass_as_each_alone(tiny_model, samp
         patch.setattr(
             encoding,
             "_run_batches",
-            lambda model, *rest: widths.append(model.output_shape[-1]) or run_batches(model, *rest),
+            lambda encoder, *rest: widths.append(encoder.dim) or run_batches(encoder, *rest),
         )
         assert cli.main(argv + ["--pooling", "cls,first-last-avg,cls"]) == 0
     assert widths == [48, 48]  # the task's sentences, then the held-out file, each once for both
