@@ -99,7 +99,7 @@ def _model_options(parser, pooling_default, batches=True, maxlen_default=64, poo
             default=pooling_default,
             type=pooling_list,
             help="how token vectors become one sentence vector; comma-separated for several, "
-            "all scored on one forward pass per batch (the tasks' sentences and --fit-on files)",
+            "all scored on one forward pass per batch (the tasks' sentences and the files read)",
         )
         parser.set_defaults(pooling=None)
     else:
@@ -209,9 +209,9 @@ def _fit_options(parser):
     parser.add_argument("--output", required=True, metavar="FILE.npz", help="whitening (or flow) file to write")
 
 
-def _task_options(parser, n_components_default, plot_help, poolings=False):
+def _task_options(parser, n_components_default, plot_help):
     """The options of the commands that evaluate on pair tasks (``eval``, ``eval-retrieval``)."""
-    _model_options(parser, "first-last-avg", maxlen_default=None, poolings=poolings)
+    _model_options(parser, "first-last-avg", maxlen_default=None, poolings=True)
     parser.add_argument(
         "--task",
         action="append",
@@ -390,12 +390,7 @@ def add_eval(commands):
         "averages, for every requested setting. --maxlen defaults to the original's "
         "choice: 128 for PAWSX, 64 otherwise.",
     )
-    _task_options(
-        parser,
-        "0,-1,256",
-        "plot Spearman against n_components and the eigenvalue spectrum (of one pooling)",
-        poolings=True,
-    )
+    _task_options(parser, "0,-1,256", "plot Spearman against n_components and the eigenvalue spectrum (one pooling)")
     parser.add_argument(
         "--method",
         default="whitening",
@@ -425,7 +420,7 @@ def add_eval_retrieval(commands):
         "of 64) and an HNSW index's Recall@10 against exact search. Needs "
         "`pip install bert-whitening[search]`.",
     )
-    _task_options(parser, "0,-1,256,128,64", "plot quality and latency against k")
+    _task_options(parser, "0,-1,256,128,64", "plot quality and latency against k (one pooling)")
     parser.add_argument("--split", default="test", help="split the benchmark is made from")
     parser.add_argument(
         "--distractors", nargs="+", default=[], metavar="FILE", help="sentence files added to every task's corpus"
@@ -637,11 +632,9 @@ def run_export(args):
 
 def run_eval(args):
     from bert_whitening.encoding import process_precision
-    from bert_whitening.evaluation import evaluate_tasks, format_table, write_report
+    from bert_whitening.evaluation import evaluate_tasks, format_table
     from bert_whitening.plots import plot_report
 
-    if args.plot and len(args.poolings) > 1:
-        raise BertWhiteningError("--plot draws one pooling: give one --pooling, or leave --plot out")
     config = _task_config(args)
     results = evaluate_tasks(
         config,
@@ -663,16 +656,14 @@ def run_eval(args):
             print("%s pooling" % report["pooling"])
         for task in report["tasks"]:
             print(format_table(task, report))
-    if len(results) > 1:
-        write_report({"poolings": [report for report, _ in results]}, args.json)
-    else:
-        ((report, spectra),) = results
-        write_report(report, args.json, args.plot, functools.partial(plot_report, report, spectra))
+    _write_reports(args, [report for report, _ in results], functools.partial(plot_report, *results[0]))
 
 
 def _task_config(args):
     """What ``eval`` and ``eval-retrieval`` share before their work: the outputs and the encoder
     checked, then the precision set."""
+    if args.plot and len(args.poolings) > 1:
+        raise BertWhiteningError("--plot draws one pooling: give one --pooling, or leave --plot out")
     for output in (args.json, args.plot):
         if output:
             check_output(output)
@@ -681,19 +672,29 @@ def _task_config(args):
     return config
 
 
+def _write_reports(args, reports, draw):
+    """``--json`` (and ``--plot``, drawn by ``draw``) of one pooling's report as ever; several
+    poolings' as ``{"poolings": [report, ...]}`` (their plot is refused before any work)."""
+    from bert_whitening.evaluation import write_report
+
+    if len(reports) > 1:
+        write_report({"poolings": reports}, args.json)
+    else:
+        write_report(reports[0], args.json, args.plot, draw)
+
+
 def _fit_on(args):
     return args.fit_on[0] if args.fit_on in (["all"], ["train"]) else args.fit_on
 
 
 def run_eval_retrieval(args):
     from bert_whitening.encoding import process_precision
-    from bert_whitening.evaluation import write_report
     from bert_whitening.plots import plot_retrieval
     from bert_whitening.retrieval.evaluate import evaluate_retrieval, format_retrieval_table
 
     config = _task_config(args)
-    show = lambda task, entry: print(format_retrieval_table(task, entry), flush=True)
-    report = evaluate_retrieval(
+    show = lambda title, entry: print(format_retrieval_table(title, entry), flush=True)
+    reports = evaluate_retrieval(
         config,
         args.task,
         args.data_dir,
@@ -707,9 +708,11 @@ def run_eval_retrieval(args):
         args.batch_size,
         args.skip_bad_lines,
         on_task=show,
+        poolings=args.poolings,
     )
-    report["precision"] = process_precision()
-    write_report(report, args.json, args.plot, functools.partial(plot_retrieval, report))
+    for report in reports:
+        report["precision"] = process_precision()
+    _write_reports(args, reports, functools.partial(plot_retrieval, reports[0]))
 
 
 def run_index(args):

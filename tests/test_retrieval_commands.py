@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from test_retrieval import reference_metrics, reference_ranking
 
-from bert_whitening import cli
+from bert_whitening import cli, encoding
 from bert_whitening.encoding import encode
 from bert_whitening.retrieval.index_directory import IndexDirectory
 from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
@@ -85,6 +85,35 @@ def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny
         assert result["dim"] == (k or 24) and result["flat"]["index_bytes"] > len(corpus) * result["dim"] * 4
         assert result["hnsw"]["recall@10_vs_exact"] > 0.5 and result["flat"]["p50_ms"] > 0
     assert (tmp_path / "r.png").stat().st_size > 1000
+
+
+def test_eval_retrieval_scores_several_poolings_on_one_pass_as_each_alone(task_dir, tiny_model, monkeypatch):
+    tmp_path, _, distractors = task_dir
+    output = tmp_path / "r.json"
+    argv = ["eval-retrieval", "--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path]
+    argv += ["--n-components", "0,8", "--distractors", distractors, "--hnsw-m", 8, "--json", output]
+    alone = {}
+    for pooling in ("cls", "last-avg"):
+        assert run(*argv, "--pooling", pooling) == 0
+        alone[pooling] = json.loads(output.read_text(encoding="utf-8"))["tasks"]["TINY"]
+    widths = []
+    run_batches = encoding._run_batches
+    monkeypatch.setattr(
+        encoding, "_run_batches", lambda encoder, *rest: widths.append(encoder.dim) or run_batches(encoder, *rest)
+    )
+    assert run(*argv, "--pooling", "cls,last-avg") == 0
+    assert widths == [48, 48]  # the task's sentences, then the distractors, each once for both
+    reports = json.loads(output.read_text(encoding="utf-8"))["poolings"]
+    assert [report["pooling"] for report in reports] == ["cls", "last-avg"]
+    for report in reports:
+        got, expected = report["tasks"]["TINY"], alone[report["pooling"]]
+        assert got["counts"] == expected["counts"]
+        assert [r["setting"] for r in got["results"]] == [r["setting"] for r in expected["results"]]
+        for mine, theirs in zip(got["results"], expected["results"], strict=True):
+            for metric in ("mrr@10", "recall@1", "recall@10"):
+                assert mine[metric] == pytest.approx(theirs[metric], abs=1e-9), (report["pooling"], metric)
+    figures = {pooling: [(r["mrr@10"], r["recall@1"]) for r in entry["results"]] for pooling, entry in alone.items()}
+    assert figures["cls"] != figures["last-avg"]  # a pooling's figures in another's place would show
 
 
 def test_eval_retrieval_refuses_a_missing_split_and_odd_labels(task_dir, tiny_model, caplog):

@@ -2,6 +2,7 @@
 tasks, every whitening setting scored on one encoding of each task, with FAISS sizes and timings
 (`bert_whitening.retrieval.faiss_indexes`)."""
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -10,7 +11,14 @@ import numpy as np
 
 from bert_whitening.config import EncoderConfig, versions
 from bert_whitening.data import DataError, data_dir
-from bert_whitening.evaluation import encode_splits, fit_statistics, load_tasks, settings, whitened_settings
+from bert_whitening.evaluation import (
+    Task,
+    encode_splits_together,
+    fit_statistics,
+    load_tasks,
+    settings,
+    whitened_settings,
+)
 from bert_whitening.retrieval.benchmark import CUTOFF, build_benchmark, read_distractors
 from bert_whitening.retrieval.faiss_indexes import (
     HNSW_EF_CONSTRUCTION,
@@ -31,49 +39,55 @@ def _splits_to_encode(splits, split, fit_on):
 
 
 def evaluate_task(
-    run: Callable,
-    splits: dict[str, list],
+    task: Task,
     split: str,
     requested: Sequence,
     fit_on: str | Sequence[str] = "all",
-    statistics_from_files: Callable | None = None,
     distractors: Sequence[str] = (),
     hnsw_m: int = HNSW_M,
     allow_rank_deficient: bool = False,
-    where: str = "task",
-) -> tuple[list[dict], dict[str, int]]:
-    """Retrieval figures of every setting on one task's ``split``: its sentences are encoded
-    once with ``run`` (a list of sentences to an array) and every setting is scored on the same
-    vectors; ``fit_on`` and ``statistics_from_files`` as in `evaluation.fit_statistics`. Returns
-    ``(results, counts)``."""
+) -> dict[str, tuple[list[dict], dict[str, int]]]:
+    """Retrieval figures of every setting on a loaded task's ``split``, for each of its
+    poolings: its sentences (and the distractors) are encoded once, every pooling in the same
+    forward pass, and every setting is scored on the same vectors; ``fit_on`` as in
+    `evaluation.fit_statistics`. Returns ``{pooling: (results, counts)}``."""
+    from bert_whitening.encoding import encode_together
+
+    splits, several = task.splits, len(task.encoders) > 1
     if split not in splits:
-        raise DataError("%s has no %s split (splits: %s)" % (where, split, ", ".join(splits)))
-    bench = build_benchmark(splits[split], distractors, where="%s.%s" % (where, split))
+        raise DataError("%s has no %s split (splits: %s)" % (task.name, split, ", ".join(splits)))
+    bench = build_benchmark(splits[split], distractors, where="%s.%s" % (task.name, split))
     if not bench.queries:
-        raise DataError("%s.%s: no positive pairs, so no queries" % (where, split))
-    encoded = encode_splits(run, _splits_to_encode(splits, split, fit_on))
-    stats = fit_statistics(encoded, fit_on, statistics_from_files)
-    first, second, _ = encoded[split]
-    queries = first[bench.query_pairs]
-    corpus = second[bench.corpus_pairs]
+        raise DataError("%s.%s: no positive pairs, so no queries" % (task.name, split))
+    encoded = encode_splits_together(task.encoders, _splits_to_encode(splits, split, fit_on), task.batch_size)
+    extra = {pooling: np.zeros((0, encoder.dim)) for pooling, encoder in task.encoders.items()}
     if bench.distractors:
-        corpus = np.concatenate([corpus, np.asarray(run(bench.distractors), dtype=np.float64)])
-    results = []
-    for setting, k, transform in whitened_settings(stats, requested, allow_rank_deficient)[0]:
-        logger.info("%s: %s (k=%d) on %d queries x %d corpus", where, setting.label, k, len(queries), len(corpus))
-        scored = score_setting(transform(queries), transform(corpus), bench.relevant, hnsw_m)
-        results.append(
-            {"setting": setting.label, "n_components": k, "beta": setting.beta, "gamma": setting.gamma, **scored}
-        )
-    counts = {
-        "pairs": len(splits[split]),
-        "queries": len(bench.queries),
-        "corpus": len(bench.corpus),
-        "distractors": len(bench.distractors),
-        "relevant": int(sum(len(r) for r in bench.relevant)),
-        "fitted_on_vectors": stats.count,
-    }
-    return results, counts
+        vectors = encode_together(list(task.encoders.values()), bench.distractors, task.batch_size)
+        extra = dict(zip(task.encoders, vectors, strict=True))
+    found = {}
+    for pooling, pairs in encoded.items():
+        where = "%s, %s pooling" % (task.name, pooling) if several else task.name
+        stats = fit_statistics(pairs, fit_on, functools.partial(task.statistics_from_files, pooling=pooling))
+        first, second, _ = pairs[split]
+        queries = first[bench.query_pairs]
+        corpus = np.concatenate([second[bench.corpus_pairs], np.asarray(extra[pooling], dtype=np.float64)])
+        results = []
+        for setting, k, transform in whitened_settings(stats, requested, allow_rank_deficient)[0]:
+            logger.info("%s: %s (k=%d) on %d queries x %d corpus", where, setting.label, k, len(queries), len(corpus))
+            scored = score_setting(transform(queries), transform(corpus), bench.relevant, hnsw_m)
+            results.append(
+                {"setting": setting.label, "n_components": k, "beta": setting.beta, "gamma": setting.gamma, **scored}
+            )
+        counts = {
+            "pairs": len(splits[split]),
+            "queries": len(bench.queries),
+            "corpus": len(bench.corpus),
+            "distractors": len(bench.distractors),
+            "relevant": int(sum(len(r) for r in bench.relevant)),
+            "fitted_on_vectors": stats.count,
+        }
+        found[pooling] = (results, counts)
+    return found
 
 
 def evaluate_retrieval(
@@ -90,48 +104,43 @@ def evaluate_retrieval(
     batch_size: int = 128,
     skip_bad_lines: bool = False,
     on_task: Callable[[str, dict], None] | None = None,
-) -> dict:
+    poolings: Sequence[str] = (),
+) -> dict | list[dict]:
     """The ``eval-retrieval`` report: ``{"model", "pooling", ..., "tasks": {task: {"counts",
     "results": [per setting]}}}``. ``spec`` is a `bert_whitening.config.EncoderConfig` of the
     unwhitened encoder; its ``maxlen`` None means each task's default (`task_maxlen`).
-    ``on_task(task, entry)`` is called as each task is done (the CLI prints its table)."""
+    ``on_task(title, entry)`` is called as each task is done (the CLI prints its table).
+    ``poolings``: score these poolings (``spec.pooling`` ignored) on one encoding of each task
+    and of the distractors, and return a list of reports, one per pooling in its order."""
     started = time.time()
     requested = settings(n_components, betas, gammas)
     distractors = list(read_distractors(distractor_files, skip_bad_lines))
-    encoders, loaded = load_tasks(spec, tasks, directory, n_components, batch_size, skip_bad_lines)
-    encoder = encoders[spec.pooling]
-    report = {
-        "model": encoder.model_identity,
-        "pooling": encoder.pooling,
-        "data_dir": data_dir(directory),
-        "split": split,
-        "fit_on": fit_on,
-        "distractor_files": list(distractor_files),
-        "cutoff": CUTOFF,
-        "hnsw": {"m": hnsw_m, "ef_construction": HNSW_EF_CONSTRUCTION, "ef_search": HNSW_EF_SEARCH},
-        "faiss_threads": _faiss_threads(),
-        "tasks": {},
-        "versions": versions(),
+    encoders, loaded = load_tasks(spec, tasks, directory, n_components, batch_size, skip_bad_lines, poolings)
+    reports = {
+        pooling: {
+            "model": encoder.model_identity,
+            "pooling": pooling,
+            "data_dir": data_dir(directory),
+            "split": split,
+            "fit_on": fit_on,
+            "distractor_files": list(distractor_files),
+            "cutoff": CUTOFF,
+            "hnsw": {"m": hnsw_m, "ef_construction": HNSW_EF_CONSTRUCTION, "ef_search": HNSW_EF_SEARCH},
+            "faiss_threads": _faiss_threads(),
+            "tasks": {},
+            "versions": dict(versions(), **{"faiss-cpu": faiss().__version__}),
+        }
+        for pooling, encoder in encoders.items()
     }
     for task in loaded:
-        results, counts = evaluate_task(
-            task.encode,
-            task.splits,
-            split,
-            requested,
-            fit_on,
-            task.statistics_from_files,
-            distractors,
-            hnsw_m,
-            spec.allow_rank_deficient,
-            where=task.name,
-        )
-        report["tasks"][task.name] = {"maxlen": task.maxlen, "counts": counts, "results": results}
-        if on_task:
-            on_task(task.name, report["tasks"][task.name])
-    report["versions"]["faiss-cpu"] = faiss().__version__
-    report["seconds"] = round(time.time() - started, 1)
-    return report
+        found = evaluate_task(task, split, requested, fit_on, distractors, hnsw_m, spec.allow_rank_deficient)
+        for pooling, (results, counts) in found.items():
+            entry = reports[pooling]["tasks"][task.name] = {"maxlen": task.maxlen, "counts": counts, "results": results}
+            if on_task:
+                on_task("%s, %s pooling" % (task.name, pooling) if len(found) > 1 else task.name, entry)
+    for report in reports.values():
+        report["seconds"] = round(time.time() - started, 1)
+    return list(reports.values()) if poolings else reports[spec.pooling]
 
 
 def _faiss_threads():
