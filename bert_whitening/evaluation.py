@@ -28,7 +28,7 @@ import scipy.stats
 from bert_whitening.atomic import write_atomically
 from bert_whitening.data import TASKS, data_dir, distinct_sentences, load_task  # noqa: F401  TASKS: named here too
 from bert_whitening.errors import BertWhiteningError
-from bert_whitening.names import METHODS
+from bert_whitening.names import METHODS, POOLINGS, check_choice
 from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening, l2_normalize
 
 if TYPE_CHECKING:
@@ -317,7 +317,7 @@ def evaluate_tasks(
     }
     spectra = {pooling: {} for pooling in encoders}
     for task in loaded:
-        for pooling, encoded in encode_splits_together(task.encoders, task.splits, batch_size).items():
+        for pooling, encoded in encode_splits_together(task.encoders, task.splits, task.batch_size).items():
             if len(encoders) > 1:  # what follows (the fit's warnings) is this pooling's
                 logger.info("%s, %s pooling: fitting and scoring", task.name, pooling)
             vectors = None
@@ -359,7 +359,7 @@ class Task:
         """sentences -> vectors."""
         from bert_whitening.encoding import encode
 
-        return encode(self.encoders[pooling or next(iter(self.encoders))], sentences, batch_size=self.batch_size)
+        return encode(self.encoders[self._pooling(pooling)], sentences, batch_size=self.batch_size)
 
     def statistics_from_files(self, paths, pooling=None):
         """paths -> `WhiteningStats`, for ``fit_on`` files."""
@@ -379,7 +379,10 @@ class Task:
         if key not in self._from_files:
             found = together(list(self.encoders.values()), paths, "auto", self.skip_bad_lines, self.batch_size)
             self._from_files[key] = dict(zip(self.encoders, found, strict=True))
-        return self._from_files[key][pooling or next(iter(self.encoders))]
+        return self._from_files[key][self._pooling(pooling)]
+
+    def _pooling(self, pooling):
+        return pooling or next(iter(self.encoders))
 
 
 def load_tasks(
@@ -401,10 +404,11 @@ def load_tasks(
     directory = data_dir(directory)
     loaded = {task: load_task(task, directory, skip_bad_lines) for task in tasks}
     maxlens = {task: task_maxlen(task, spec.maxlen) for task in tasks}
-    spec = dataclasses.replace(spec, maxlen=max(maxlens.values()))
     poolings = list(poolings) or [spec.pooling]
     for pooling in poolings:
-        dataclasses.replace(spec, pooling=pooling).check()
+        check_choice("pooling", pooling, POOLINGS)
+    spec = dataclasses.replace(spec, maxlen=max(maxlens.values()), pooling=poolings[0])
+    spec.check()
     hidden_size = find_model(spec.model).config["hidden_size"]
     too_many = [k for k in n_components if k > hidden_size]
     if too_many:

@@ -29,7 +29,6 @@ class Encoder:
     model: keras.Model
     tokenizer: Tokenizer
     vocab: dict
-    hidden_size: int
     model_identity: dict
     config: EncoderConfig
 
@@ -122,27 +121,27 @@ def build_encoders(
     tokenizer = Tokenizer(vocab, do_lower_case=lowercase, pre_tokenize=_jieba_words if family.word_level else None)
     identity = files.identity(model_type)
     bert = transformer.model
+    blocks = _block_outputs(bert)
     encoders = {}
     for pooling in poolings:
         config = EncoderConfig(model=model, model_type=model_type, pooling=pooling, maxlen=maxlen, lowercase=lowercase)
         encoders[pooling] = Encoder(
-            model=keras.Model(bert.inputs, _pooled(bert, pooling), name="encoder"),
+            model=keras.Model(bert.inputs, _pooled(bert, blocks, pooling), name="encoder"),
             tokenizer=tokenizer,
             vocab=vocab,
-            hidden_size=files.config["hidden_size"],
             model_identity=identity,
             config=config,
         )
     return encoders
 
 
-def _pooled(bert, pooling):
-    """``pooling`` of bert4keras' model ``bert``, on its own inputs and outputs: calling its
-    model on new inputs would build the whole transformer graph a second time (a third of the
-    load time). Poolings of one ``bert`` share its layers, hence its forward pass."""
+def _pooled(bert, blocks, pooling):
+    """``pooling`` of bert4keras' model ``bert`` (its transformer ``blocks``' outputs), on its own
+    inputs and outputs: calling its model on new inputs would build the whole transformer graph
+    a second time (a third of the load time). Poolings of one ``bert`` share its layers, hence
+    its forward pass."""
     if pooling == "pooler":
         return bert.get_layer("Pooler-Dense").output
-    blocks = _block_outputs(bert)
     input_ids = bert.inputs[0]
     if pooling == "first-last-avg":
         return MaskedAveragePooling(name=pooling)([blocks[0], blocks[-1]], padding_mask=input_ids)
