@@ -74,7 +74,14 @@ finite_float_list = _checked(
 )
 
 
-FORMATTER = argparse.ArgumentDefaultsHelpFormatter
+class FORMATTER(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's help ends with its default, unless the help already says it or there is
+    none to say (None: not given; a flag's False)."""
+
+    def _get_help_string(self, action):
+        if "(default" in (action.help or "") or action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _model_options(parser, pooling_default, batches=True, maxlen_default=64, poolings=False):

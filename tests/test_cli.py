@@ -1,6 +1,8 @@
 """The command line, run in-process on the tiny checkpoint."""
 
+import argparse
 import itertools
+import re
 import subprocess
 import sys
 
@@ -176,6 +178,20 @@ def test_help_lists_every_option_with_its_default_without_importing_tensorflow()
     text = " ".join(result.stdout.split())
     assert "--maxlen MAXLEN" in text and "(default: 64)" in text
     assert "(default: first-last-avg)" in text and "(default: -1)" in text
+    assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_help_says_each_default_once_and_none_that_is_empty():
+    from bert_whitening.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, parser in commands.items():
+        text = " ".join(parser.format_help().split())
+        assert "(default: None)" not in text and "(default: False)" not in text, name
+        assert not re.search(r"\(default[^()]*(\([^()]*\))?[^()]*\) \(default", text), name
+    export = " ".join(commands["export"].format_help().split())
+    assert "(default: the whitening file's, else first-last-avg) --maxlen" in export
+    assert "(default: 64)" in export  # a default the help does not spell out is still appended
     check = subprocess.run(
         [sys.executable, "-c", "import sys, bert_whitening.cli; print('tensorflow' in sys.modules)"],
         capture_output=True,
