@@ -319,7 +319,7 @@ def evaluate_tasks(
     for task in loaded:
         for pooling, encoded in encode_splits_together(task.encoders, task.splits, task.batch_size).items():
             if len(encoders) > 1:  # what follows (the fit's warnings) is this pooling's
-                logger.info("%s, %s pooling: fitting and scoring", task.name, pooling)
+                logger.info("%s: fitting and scoring", task.label(pooling))
             vectors = None
             if "flow" in methods:  # the statistics from the same vectors: files are encoded once
                 vectors = fit_vectors(encoded, fit_on, functools.partial(task.vectors_from_files, pooling=pooling))
@@ -383,6 +383,11 @@ class Task:
 
     def _pooling(self, pooling):
         return pooling or next(iter(self.encoders))
+
+    def label(self, pooling):
+        """How logs and tables name this task's figures of ``pooling``: the task's name, and the
+        pooling's when the task has several."""
+        return "%s, %s pooling" % (self.name, pooling) if len(self.encoders) > 1 else self.name
 
 
 def load_tasks(

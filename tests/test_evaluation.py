@@ -2,6 +2,7 @@
 and `original_scores`)."""
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -160,8 +161,10 @@ def test_eval_scores_several_poolings_on_one_pass_as_each_alone(tiny_model, samp
             "_run_batches",
             lambda encoder, *rest: widths.append(encoder.dim) or run_batches(encoder, *rest),
         )
+        caplog.set_level(logging.INFO, logger="bert_whitening")
         assert cli.main(argv + ["--pooling", "cls,first-last-avg,cls"]) == 0
     assert widths == [48, 48]  # the task's sentences, then the held-out file, each once for both
+    assert "SAMPLE, first-last-avg pooling: fitting and scoring" in caplog.text
     printed = capsys.readouterr().out
     assert 0 <= printed.index("cls pooling\n") < printed.index("first-last-avg pooling\n")
     reports = json.loads(out.read_text())["poolings"]

@@ -87,7 +87,7 @@ def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny
     assert (tmp_path / "r.png").stat().st_size > 1000
 
 
-def test_eval_retrieval_scores_several_poolings_on_one_pass_as_each_alone(task_dir, tiny_model, monkeypatch):
+def test_eval_retrieval_scores_several_poolings_on_one_pass_as_each_alone(task_dir, tiny_model, monkeypatch, capsys):
     tmp_path, _, distractors = task_dir
     output = tmp_path / "r.json"
     argv = ["eval-retrieval", "--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path]
@@ -96,6 +96,7 @@ def test_eval_retrieval_scores_several_poolings_on_one_pass_as_each_alone(task_d
     for pooling in ("cls", "last-avg"):
         assert run(*argv, "--pooling", pooling) == 0
         alone[pooling] = json.loads(output.read_text(encoding="utf-8"))["tasks"]["TINY"]
+    assert "pooling" not in capsys.readouterr().out  # one pooling: its tables are titled by the task alone
     widths = []
     run_batches = encoding._run_batches
     monkeypatch.setattr(
@@ -103,6 +104,8 @@ def test_eval_retrieval_scores_several_poolings_on_one_pass_as_each_alone(task_d
     )
     assert run(*argv, "--pooling", "cls,last-avg") == 0
     assert widths == [48, 48]  # the task's sentences, then the distractors, each once for both
+    printed = capsys.readouterr().out
+    assert 0 <= printed.index("TINY, cls pooling") < printed.index("TINY, last-avg pooling")
     reports = json.loads(output.read_text(encoding="utf-8"))["poolings"]
     assert [report["pooling"] for report in reports] == ["cls", "last-avg"]
     for report in reports:

@@ -53,7 +53,7 @@ def evaluate_task(
     `evaluation.fit_statistics`. Returns ``{pooling: (results, counts)}``."""
     from bert_whitening.encoding import encode_together
 
-    splits, several = task.splits, len(task.encoders) > 1
+    splits = task.splits
     if split not in splits:
         raise DataError("%s has no %s split (splits: %s)" % (task.name, split, ", ".join(splits)))
     bench = build_benchmark(splits[split], distractors, where="%s.%s" % (task.name, split))
@@ -66,7 +66,7 @@ def evaluate_task(
         extra = dict(zip(task.encoders, vectors, strict=True))
     found = {}
     for pooling, pairs in encoded.items():
-        where = "%s, %s pooling" % (task.name, pooling) if several else task.name
+        where = task.label(pooling)
         stats = fit_statistics(pairs, fit_on, functools.partial(task.statistics_from_files, pooling=pooling))
         first, second, _ = pairs[split]
         queries = first[bench.query_pairs]
@@ -137,7 +137,7 @@ def evaluate_retrieval(
         for pooling, (results, counts) in found.items():
             entry = reports[pooling]["tasks"][task.name] = {"maxlen": task.maxlen, "counts": counts, "results": results}
             if on_task:
-                on_task("%s, %s pooling" % (task.name, pooling) if len(found) > 1 else task.name, entry)
+                on_task(task.label(pooling), entry)
     for report in reports.values():
         report["seconds"] = round(time.time() - started, 1)
     return list(reports.values()) if poolings else reports[spec.pooling]
