@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _COMPILED = weakref.WeakKeyDictionary()
+#: first encoder's model -> {its poolings: (joint model, column ends)}, for `_side_by_side`.
+_JOINT = weakref.WeakKeyDictionary()
 
 #: Sentences read, tokenised and sorted together by `encode_stream`: bounds memory whatever
 #: the input size, and is large enough for length sorting to pay.
@@ -267,9 +269,15 @@ def _side_by_side(encoders):
             raise BertWhiteningError(
                 "encoding together needs one maxlen: %d and %d given" % (first.maxlen, encoder.maxlen)
             )
-    outputs = [encoder.model.output for encoder in encoders]
-    joint = keras.Model(first.model.inputs, keras.layers.Concatenate()(outputs))
-    return dataclasses.replace(first, model=joint), list(np.cumsum([output.shape[-1] for output in outputs])[:-1])
+    # One joint Keras model per set of poolings, so that compiled() traces it once, not per call.
+    built = _JOINT.setdefault(first.model, {})
+    poolings = tuple(encoder.pooling for encoder in encoders)
+    if poolings not in built:
+        outputs = [encoder.model.output for encoder in encoders]
+        joint = keras.Model(first.model.inputs, keras.layers.Concatenate()(outputs))
+        built[poolings] = joint, list(np.cumsum([output.shape[-1] for output in outputs])[:-1])
+    joint, ends = built[poolings]
+    return dataclasses.replace(first, model=joint), ends
 
 
 def progress_bar(total=None):

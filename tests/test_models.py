@@ -73,6 +73,13 @@ def test_encoders_built_together_encode_in_one_pass_as_each_alone(encoders, toge
     assert passes == [len(POOLINGS) * TINY_CONFIG["hidden_size"]]  # one pass, every pooling
     for pooling, got in zip(POOLINGS, vectors, strict=True):  # against encoders built one by one
         np.testing.assert_allclose(got, encode(encoders[pooling], SENTENCES, batch_size=5), atol=1e-5)
+    models = []
+    monkeypatch.setattr(
+        encoding, "_run_batches", lambda encoder, *rest: models.append(encoder.model) or run_batches(encoder, *rest)
+    )
+    encode_together([together[pooling] for pooling in POOLINGS], SENTENCES[:2])
+    encode_together([together[pooling] for pooling in POOLINGS], SENTENCES[2:4])
+    assert models[0] is models[1]  # one joint model, so one trace, however many calls
 
 
 def test_encode_together_refuses_what_one_pass_cannot_give(encoders, together):
