@@ -51,6 +51,13 @@ SENTENCES_PER_CALL = 4096
 #: File name ending of the shards `encode_pipeline` writes.
 SUFFIX = ".tfrecord"
 
+#: Seconds a job on a portable runner may run when ``--job_server_timeout`` is not given (a week;
+#: Beam's default of 300 s ended longer jobs): `run`.
+PORTABLE_JOB_TIMEOUT = 7 * 24 * 3600
+
+#: Seconds to wait for the job service at ``--job_endpoint`` to answer before refusing.
+JOB_ENDPOINT_TIMEOUT = 60
+
 
 class WhiteningStatsFn(beam.CombineFn):
     """Combines batches of vectors (``(n, dim)`` arrays) into one `WhiteningStats`."""
@@ -200,14 +207,63 @@ def encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards=0):
 
 
 def run(build, flags=(), runner="DirectRunner"):
-    """Run ``build(pipeline)`` on ``runner`` with the Beam pipeline options in ``flags``."""
-    from apache_beam.options.pipeline_options import PipelineOptions
+    """Run ``build(pipeline)`` with the Beam pipeline options in ``flags`` on the runner they
+    name, else on ``runner``."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+    options = PipelineOptions(list(flags))
+    standard = options.view_as(StandardOptions)
+    standard.runner = standard.runner or runner
+    chosen = _runner(options, given={flag.split("=", 1)[0] for flag in flags})
     try:
-        with beam.Pipeline(options=PipelineOptions(list(flags), runner=runner)) as pipeline:
+        with beam.Pipeline(runner=chosen, options=options) as pipeline:
             build(pipeline)
     except Exception as error:
         raise _unwrapped(error) from None
+
+
+def _runner(options, given):
+    """The runner ``options`` name, except that DirectRunner is Beam's FnApiRunner: since Beam
+    2.68 the DirectRunner first tries Prism, a binary it downloads at run time, and falls back to
+    the FnApiRunner only offline, where the tests and benchmarks run: the network would choose
+    the engine."""
+    from apache_beam.options.pipeline_options import StandardOptions
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners import create_runner
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle, PortableRunner
+
+    name = options.view_as(StandardOptions).runner
+    if name in ("DirectRunner", "SwitchingDirectRunner"):
+        # The pipeline options reach the workers as the DirectRunner passes them.
+        encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+        provision = beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
+        return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(provision))
+    chosen = create_runner(name)
+    if isinstance(chosen, PortableRunner) and not given & {"--job_server_timeout", "--job-server-timeout"}:
+        _let_the_job_outlast_the_timeout(options)  # also on Flink, Spark and Prism
+    return chosen
+
+
+def _let_the_job_outlast_the_timeout(options):
+    """Beam opens a portable job's state and message streams with ``--job_server_timeout`` (300 s
+    by default), so a longer job failed with ``DEADLINE_EXCEEDED`` (apache/beam#35867): give it
+    `PORTABLE_JOB_TIMEOUT`. Beam also waits that long for a ``--job_endpoint`` to answer, so that
+    is checked first, within `JOB_ENDPOINT_TIMEOUT`."""
+    import grpc
+    from apache_beam.options.pipeline_options import PortableOptions
+
+    portable = options.view_as(PortableOptions)
+    if portable.job_endpoint and portable.job_endpoint != "embed":
+        with grpc.insecure_channel(portable.job_endpoint) as channel:
+            try:
+                grpc.channel_ready_future(channel).result(timeout=JOB_ENDPOINT_TIMEOUT)
+            except grpc.FutureTimeoutError:
+                raise BertWhiteningError(
+                    "--job_endpoint %s: no job service answered within %d s"
+                    % (portable.job_endpoint, JOB_ENDPOINT_TIMEOUT)
+                ) from None
+    portable.job_server_timeout = PORTABLE_JOB_TIMEOUT
 
 
 def _unwrapped(error):

@@ -15,13 +15,14 @@ vectors were made (outside the test's own process, but for the in-process runner
 import functools
 import os
 import sys
+import time
 
 import apache_beam
 import numpy as np
 import pytest
 from test_beam import LINES, covariance, write_corpus
 
-from bert_whitening import beam
+from bert_whitening import beam, beam_portable
 from bert_whitening.beam_portable import local_portable_runner
 from bert_whitening.whitening import Whitening
 
@@ -229,3 +230,86 @@ def test_workers_get_the_sentences_in_lists_of_sentences_per_call(tmp_path, monk
     written = [line for name in os.listdir(tmp_path) if name.startswith("sizes") for line in open(tmp_path / name)]
     per_call = "%d %d\n" % (beam.SENTENCES_PER_CALL, beam.SENTENCES_PER_CALL)
     assert sorted(written) == ["100 100\n", per_call, per_call]
+
+
+def sleeping_pipeline(seconds, output):
+    """``build`` of a pipeline whose one step sleeps ``seconds`` on a worker, then writes a file."""
+
+    def build(pipeline):
+        slept = pipeline | "Seconds" >> apache_beam.Create([seconds]) | "Sleep" >> apache_beam.Map(time.sleep)
+        return slept | "Write" >> apache_beam.io.WriteToText(output)
+
+    return build
+
+
+@pytest.fixture
+def short_beam_default(monkeypatch):
+    """Beam's default ``--job_server_timeout`` lowered from 300 s to 1 s (a job outliving it
+    takes seconds, not minutes)."""
+    from apache_beam.options.pipeline_options import PortableOptions
+
+    beams = PortableOptions._add_argparse_args.__func__
+
+    def lowered(cls, parser):
+        beams(cls, parser)
+        parser.set_defaults(job_server_timeout=1)
+
+    monkeypatch.setattr(PortableOptions, "_add_argparse_args", classmethod(lowered))
+    assert PortableOptions([]).job_server_timeout == 1
+
+
+def test_a_portable_job_outlasts_beams_job_server_timeout(portable, short_beam_default, tmp_path):
+    """Beam opens a portable job's state and message streams with --job_server_timeout, so a job
+    longer than it ended in DEADLINE_EXCEEDED (seen on 100,000 sentences): `beam.run` gives the
+    job `PORTABLE_JOB_TIMEOUT` instead."""
+    beam.run(sleeping_pipeline(3, str(tmp_path / "slept")), portable[0])
+    assert [name for name in os.listdir(tmp_path) if name.startswith("slept")]
+
+
+# Beam's thread that reads the job's messages ends on the same deadline, with a traceback.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_given_job_server_timeout_is_kept(portable, short_beam_default, tmp_path):
+    """Given, even at Beam's default, it is the user's."""
+    with pytest.raises(Exception, match="DEADLINE_EXCEEDED|Deadline Exceeded"):
+        beam.run(sleeping_pipeline(3, str(tmp_path / "slept")), (*portable[0], "--job_server_timeout", "1"))
+
+
+def test_a_job_endpoint_that_does_not_answer_is_refused_in_one_line(tiny_model, corpus, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(beam, "JOB_ENDPOINT_TIMEOUT", 1)
+    monkeypatch.setattr(beam, "PORTABLE_JOB_TIMEOUT", 20)  # how long Beam itself would wait
+    endpoint = "localhost:%d" % beam_portable._free_port()
+    started = time.monotonic()
+    code = run(
+        "beam-fit",
+        "--model",
+        tiny_model[0],
+        "--input",
+        corpus / "a.txt",
+        "--output",
+        tmp_path / "w.npz",
+        "--runner",
+        "PortableRunner",
+        "--job_endpoint",
+        endpoint,
+    )
+    assert code == 1 and time.monotonic() - started < 30
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.levelname != "INFO"] == [
+        ("ERROR", "--job_endpoint %s: no job service answered within 1 s" % endpoint)
+    ]
+    assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("flags", [(), MULTI_PROCESSING], ids=["in-process", "multi_processing"])
+def test_the_direct_runner_never_tries_prism(flags, monkeypatch, tmp_path):
+    """Beam's DirectRunner first submits a pipeline to Prism, a binary it downloads at run time
+    (offline it falls back): the commands' DirectRunner is the FnApiRunner, which the other
+    tests check."""
+    from apache_beam.runners.portability import prism_runner
+
+    for name, value in worker_environment().items():
+        monkeypatch.setenv(name, value)
+    tried = []
+    monkeypatch.setattr(prism_runner.PrismRunner, "run_pipeline", lambda *arguments: tried.append(arguments))
+    beam.run(sleeping_pipeline(0, str(tmp_path / "slept")), flags)
+    assert not tried
+    assert [name for name in os.listdir(tmp_path) if name.startswith("slept")]
