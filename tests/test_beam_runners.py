@@ -15,6 +15,7 @@ vectors were made (outside the test's own process, but for the in-process runner
 import functools
 import os
 import sys
+import threading
 import time
 
 import apache_beam
@@ -272,6 +273,9 @@ def test_a_given_job_server_timeout_is_kept(portable, short_beam_default, tmp_pa
     """Given, even at Beam's default, it is the user's."""
     with pytest.raises(Exception, match="DEADLINE_EXCEEDED|Deadline Exceeded"):
         beam.run(sleeping_pipeline(3, str(tmp_path / "slept")), (*portable[0], "--job_server_timeout", "1"))
+    for thread in threading.enumerate():  # its traceback belongs to this test, not the next
+        if thread.name == "wait_until_finish_read":
+            thread.join(30)
 
 
 def test_a_job_endpoint_that_does_not_answer_is_refused_in_one_line(tiny_model, corpus, tmp_path, monkeypatch, caplog):
