@@ -22,14 +22,14 @@ import numpy as np
 from bench_encode import SENTEVAL, interleaved, seconds  # also puts the checkout on sys.path
 
 
-def fused_forward(tf, transformer, heads, blocks, epsilon=1e-12):
-    """A ``tf.function`` (ids, segments) -> first-last-avg vectors, from the bert4keras
-    ``transformer``'s weights, on rows of tokens; masked keys get -1e12 as in bert4keras; the
+def fused_forward(tf, model, heads, blocks, epsilon=1e-12):
+    """A ``tf.function`` (ids, segments) -> first-last-avg vectors, from the weights of the
+    encoder's Keras ``model`` (bert4keras' layers, by name), on rows of tokens; masked keys get -1e12 as in bert4keras; the
     package's own `MaskedAveragePooling` pools the two taps."""
     from bert_whitening.layers import MaskedAveragePooling
 
     pooling = MaskedAveragePooling()
-    weights = {w.name.split(":")[0]: w for w in transformer.weights}
+    weights = {w.name.split(":")[0]: w for w in model.weights}
     hidden = weights["Embedding-Token/embeddings"].shape[1]
     size = hidden // heads
 
@@ -103,9 +103,7 @@ def main():
     sentences = distinct_sentences(load_task(ENGLISH_STS, SENTEVAL))[: args.sentences]
     encoder = build_encoder("minilm", pooling="first-last-avg", maxlen=64)
     config = find_model("minilm").config
-    fused = fused_forward(
-        tf, encoder.model.get_layer("transformer"), config["num_attention_heads"], config["num_hidden_layers"]
-    )
+    fused = fused_forward(tf, encoder.model, config["num_attention_heads"], config["num_hidden_layers"])
     keras_graph = compiled(encoder.model)
     padded = [tf.constant(ids) for _, ids in batches(tokenize(encoder, sentences)[0], args.batch_size)]
 
