@@ -24,8 +24,8 @@ from bench_encode import SENTEVAL, interleaved, seconds  # also puts the checkou
 
 def fused_forward(tf, model, heads, blocks, epsilon=1e-12):
     """A ``tf.function`` (ids, segments) -> first-last-avg vectors, from the weights of the
-    encoder's Keras ``model`` (bert4keras' layers, by name), on rows of tokens; masked keys get -1e12 as in bert4keras; the
-    package's own `MaskedAveragePooling` pools the two taps."""
+    encoder's Keras ``model`` (bert4keras' layers, by name), on rows of tokens; masked keys get
+    -1e12 as in bert4keras; the package's own `MaskedAveragePooling` pools the two taps."""
     from bert_whitening.layers import MaskedAveragePooling
 
     pooling = MaskedAveragePooling()
