@@ -234,7 +234,7 @@ def _runner(options, given):
     from apache_beam.runners.portability.portable_runner import JobServiceHandle, PortableRunner
 
     name = options.view_as(StandardOptions).runner
-    if name in ("DirectRunner", "SwitchingDirectRunner"):
+    if name.rsplit(".", 1)[-1] in ("DirectRunner", "SwitchingDirectRunner"):  # by name or class path
         # The pipeline options reach the workers as the DirectRunner passes them.
         encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
         provision = beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)

@@ -303,7 +303,11 @@ def test_a_job_endpoint_that_does_not_answer_is_refused_in_one_line(tiny_model, 
     assert not os.listdir(tmp_path)
 
 
-@pytest.mark.parametrize("flags", [(), MULTI_PROCESSING], ids=["in-process", "multi_processing"])
+@pytest.mark.parametrize(
+    "flags",
+    [(), MULTI_PROCESSING, ("--runner", "apache_beam.runners.direct.direct_runner.DirectRunner")],
+    ids=["in-process", "multi_processing", "class-path"],
+)
 def test_the_direct_runner_never_tries_prism(flags, monkeypatch, tmp_path):
     """Beam's DirectRunner first submits a pipeline to Prism, a binary it downloads at run time
     (offline it falls back): the commands' DirectRunner is the FnApiRunner, which the other
