@@ -62,12 +62,17 @@ def worker_environment():
 
 
 @pytest.fixture
-def probed(monkeypatch, tmp_path):
+def workers_environment(monkeypatch):
+    """`worker_environment` set in this process, for the workers DirectRunner starts."""
+    for name, value in worker_environment().items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture
+def probed(workers_environment, monkeypatch, tmp_path):
     """Encoding through `ProbedEncodeFn`; returns the directory of the process ids it records."""
     directory = tmp_path / "probe"
     directory.mkdir()
-    for name, value in worker_environment().items():  # for the workers DirectRunner starts
-        monkeypatch.setenv(name, value)
     monkeypatch.setattr(beam, "EncodeFn", functools.partial(ProbedEncodeFn, probe_directory=str(directory)))
     return directory
 
@@ -213,11 +218,9 @@ def test_beam_encode_writes_every_line_once_and_equals_encode(tiny_model, corpus
     np.testing.assert_allclose(vectors, np.array([v for _, v in single[2]]), atol=1e-5)
 
 
-def test_workers_get_the_sentences_in_lists_of_sentences_per_call(tmp_path, monkeypatch):
+def test_workers_get_the_sentences_in_lists_of_sentences_per_call(workers_environment, tmp_path):
     """Grouped where the file is read, before the shuffle: on worker processes each call still gets
     `SENTENCES_PER_CALL` sentences (grouped after it, calls got a worker bundle's few dozen)."""
-    for name, value in worker_environment().items():
-        monkeypatch.setenv(name, value)
     lines = ["sentence %d\n" % i for i in range(2 * beam.SENTENCES_PER_CALL + 100)]
     (tmp_path / "many.txt").write_text("".join(lines), encoding="utf-8")
     output = str(tmp_path / "sizes")
@@ -308,14 +311,12 @@ def test_a_job_endpoint_that_does_not_answer_is_refused_in_one_line(tiny_model, 
     [(), MULTI_PROCESSING, ("--runner", "apache_beam.runners.direct.direct_runner.DirectRunner")],
     ids=["in-process", "multi_processing", "class-path"],
 )
-def test_the_direct_runner_never_tries_prism(flags, monkeypatch, tmp_path):
+def test_the_direct_runner_never_tries_prism(flags, workers_environment, monkeypatch, tmp_path):
     """Beam's DirectRunner first submits a pipeline to Prism, a binary it downloads at run time
     (offline it falls back): the commands' DirectRunner is the FnApiRunner, which the other
     tests check."""
     from apache_beam.runners.portability import prism_runner
 
-    for name, value in worker_environment().items():
-        monkeypatch.setenv(name, value)
     tried = []
     monkeypatch.setattr(prism_runner.PrismRunner, "run_pipeline", lambda *arguments: tried.append(arguments))
     beam.run(sleeping_pipeline(0, str(tmp_path / "slept")), flags)
