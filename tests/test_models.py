@@ -3,6 +3,8 @@
 import logging
 import os
 import shutil
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from bert_whitening.checkpoints.google import write_checkpoint
 from bert_whitening.encoding import (
     encode,
     encode_together,
+    in_flight,
     precision_scope,
     set_precision,
     statistics_from_files_together,
@@ -55,6 +58,49 @@ def test_results_come_back_in_input_order(encoders):
     reordered = encode(encoder, SENTENCES[::-1], batch_size=4)[::-1]
     np.testing.assert_allclose(vectors, reordered, atol=1e-5)
     assert len({v.tobytes() for v in vectors}) == len(set(SENTENCES))
+
+
+def test_batches_run_concurrently_with_the_vectors_of_one_at_a_time(encoders, monkeypatch):
+    encoder = encoders["first-last-avg"]
+    monkeypatch.setattr(encoding, "BATCHES_IN_FLIGHT", 1)
+    one_at_a_time = encode(encoder, SENTENCES, batch_size=2)
+    model_call = encoding.compiled(encoder.model)
+    under_way, most = [], []
+    lock = threading.Lock()
+
+    def gauged(ids, segments):
+        with lock:
+            under_way.append(ids)
+            most.append(len(under_way))
+        time.sleep(0.2 if len(most) == 1 else 0.02)  # the first batch ends after the second
+        try:
+            return model_call(ids, segments)
+        finally:
+            with lock:
+                under_way.remove(ids)
+
+    monkeypatch.setattr(encoding, "compiled", lambda model: gauged)
+    monkeypatch.setattr(encoding, "BATCHES_IN_FLIGHT", 2)
+    np.testing.assert_array_equal(encode(encoder, SENTENCES, batch_size=2), one_at_a_time)
+    assert max(most) == 2
+
+
+def test_in_flight_keeps_the_order_and_stops_at_an_error():
+    started = []
+
+    def call(item):
+        started.append(item)
+        time.sleep(0.03 * (item % 3))  # later items often finish first
+        if item == 7:
+            raise ValueError("item 7")
+        return item * item
+
+    results = []
+    with pytest.raises(ValueError, match="item 7"):
+        for result in in_flight(call, range(100), 3):
+            results.append(result)
+    assert results == [i * i for i in range(7)]
+    assert max(started) <= 7 + 3  # no call started once the error was seen
 
 
 @pytest.fixture(scope="module")
