@@ -65,19 +65,19 @@ def test_batches_run_concurrently_with_the_vectors_of_one_at_a_time(encoders, mo
     monkeypatch.setattr(encoding, "BATCHES_IN_FLIGHT", 1)
     one_at_a_time = encode(encoder, SENTENCES, batch_size=2)
     model_call = encoding.compiled(encoder.model)
-    under_way, most = [], []
+    under_way, most = [0], []
     lock = threading.Lock()
 
     def gauged(ids, segments):
         with lock:
-            under_way.append(ids)
-            most.append(len(under_way))
+            under_way[0] += 1
+            most.append(under_way[0])
         time.sleep(0.2 if len(most) == 1 else 0.02)  # the first batch ends after the second
         try:
             return model_call(ids, segments)
         finally:
             with lock:
-                under_way.remove(ids)
+                under_way[0] -= 1
 
     monkeypatch.setattr(encoding, "compiled", lambda model: gauged)
     monkeypatch.setattr(encoding, "BATCHES_IN_FLIGHT", 2)
