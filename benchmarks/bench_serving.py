@@ -9,8 +9,9 @@ batch-of-32 throughput for serve_text and serving_default, with the thread setti
 Then what a server sees: serve_text under concurrent load, 1, 4 and 16 client threads each
 sending single sentences back to back (--requests in all, p50/p99 latency and sentences/s), and
 serve_text on batches of 1 to 64 sentences (the latency of one call and its sentences/s), which
-is what TF Serving's request batching would turn concurrent single sentences into; docs/serving.md
-chooses its batching parameters from these two tables.
+is what TF Serving's request batching would turn concurrent single sentences into, one call at a
+time and two at once (num_batch_threads 1 and 2); docs/serving.md chooses its batching
+parameters from these two tables.
 Timings are wall-clock on a shared machine: compare ratios, not absolute figures.
 """
 
@@ -94,6 +95,21 @@ def concurrent_load(call, sentences, clients, requests):
     return [latency for own in latencies for latency in own], time.perf_counter() - start
 
 
+def calls_at_once(call, items, width):
+    """``(latencies, wall seconds)`` of ``call`` on each of ``items``, ``width`` calls under way at
+    once (as encode runs its batches)."""
+    from bert_whitening.encoding import in_flight
+
+    def latency(item):
+        start = time.perf_counter()
+        call(item)
+        return time.perf_counter() - start
+
+    start = time.perf_counter()
+    latencies = list(in_flight(latency, items, width))
+    return latencies, time.perf_counter() - start
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--saved-model", help="an exported version directory BASE/N")
@@ -159,18 +175,20 @@ def main():
             )
 
         print()
-        print("serve_text on one batch of STS-B sentences (what server-side batching would form)")
-        print("%-8s %12s %14s" % ("batch", "p50 per call", "sentences/s"))
+        print(
+            "serve_text on batches of STS-B sentences (what server-side batching would form), one call "
+            "at a time and two at once (TF Serving's num_batch_threads 1 and 2)"
+        )
+        print("%-8s %12s %14s %16s %14s" % ("batch", "p50 per call", "sentences/s", "2: p50 per call", "sentences/s"))
         for size in args.batch_sizes:
             rounds = max(args.requests // size, 10)
             batches = [tf.constant(sentences[i * size % (len(sentences) - size) :][:size]) for i in range(rounds)]
             text_fn(text=batches[0])
-            took = []
-            for batch_sentences in batches:
-                start = time.perf_counter()
-                text_fn(text=batch_sentences)["embedding"].numpy()
-                took.append(time.perf_counter() - start)
-            print("%-8d %9.2f ms %14.0f" % (size, percentile(took, 0.5) * 1e3, size * len(took) / sum(took)))
+            row = [size]
+            for width in (1, 2):
+                latencies, wall = calls_at_once(lambda batch: text_fn(text=batch)["embedding"].numpy(), batches, width)
+                row += [percentile(latencies, 0.5) * 1e3, size * len(batches) / wall]
+            print("%-8d %9.2f ms %14.0f %13.2f ms %14.0f" % tuple(row))
 
 
 if __name__ == "__main__":
