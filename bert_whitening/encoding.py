@@ -4,7 +4,8 @@ The original pads a whole split to its longest sentence and calls ``predict``, s
 compute goes into padding. Here sentences are sorted by token count, cut into batches, each
 batch is padded only to its own longest sentence, and the vectors are put back in input order.
 The model runs under one ``tf.function`` whose input signature has a free batch and length, so
-no length triggers a retrace. (XLA with fixed length buckets was measured slower than this on
+no length triggers a retrace; `BATCHES_IN_FLIGHT` batches run at once, in threads (each call's
+vectors are the same as alone). (XLA with fixed length buckets was measured slower than this on
 these CPUs, where oneDNN does the matrix products; see benchmarks/bench_encode.py.)
 
 Precision, the one rule: how the model's matrix products run is a property of the process, not
