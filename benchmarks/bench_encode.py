@@ -265,7 +265,7 @@ def main():
     run_pooled, run_whitened = compiled(pooled.model), compiled(encoder.model)
 
     def ours(precision):
-        with precision_scope(precision):  # this script runs one thread: switching is safe here
+        with precision_scope(precision):  # one encode call at a time here: switching is safe
             return encode(encoder, sentences, args.batch_size, progress=False)
 
     @contextlib.contextmanager

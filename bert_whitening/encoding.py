@@ -61,7 +61,7 @@ CHUNK_SENTENCES = 8192
 
 #: Model calls under way at once. TensorFlow spreads each operation over the cores, but the
 #: small ones between the matrix products leave cores idle; a second batch under way fills them
-#: (1.3-1.5x the sentences per second on 2 cores, vectors unchanged: benchmarks/bench_encode.py).
+#: (1.14-1.44x the sentences per second on 2 cores, vectors unchanged: benchmarks/bench_encode.py).
 BATCHES_IN_FLIGHT = 2
 
 #: ``auto`` keeps bfloat16 only if every vector of its check is within this cosine of float32.
