@@ -3,6 +3,9 @@
 An `Encoder` is a Keras model from ``input_ids`` and ``segment_ids`` (int32, ``(batch, length)``,
 padding id 0) to one vector per sentence, with the tokenizer and settings that go with it.
 `with_whitening` appends the whitening Dense and the L2 normalisation to the same graph.
+bert4keras builds the model and loads its weights; when that model is the plain BERT that
+`bert_whitening.layers.FusedBert` computes, the encoder runs a `FusedBert` holding its weights
+(faster, the same vectors within float noise), else bert4keras' graph itself.
 """
 
 import dataclasses
@@ -14,7 +17,15 @@ from bert_whitening.backend import ARCHITECTURES, Tokenizer, build_transformer_m
 from bert_whitening.checkpoints import CheckpointError
 from bert_whitening.config import EncoderConfig, check_fitted_on, check_model, whitening_components
 from bert_whitening.errors import BertWhiteningError, WhiteningError
-from bert_whitening.layers import FirstTokenPooling, FlowTransform, L2Normalize, MaskedAveragePooling, WhiteningDense
+from bert_whitening.layers import (
+    FirstTokenPooling,
+    FlowTransform,
+    FusedBert,
+    L2Normalize,
+    MaskedAveragePooling,
+    WhiteningDense,
+)
+from bert_whitening.layers.fused_bert import LAYER_NORM_EPSILON
 from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
 
 logger = logging.getLogger(__name__)
@@ -120,13 +131,12 @@ def build_encoders(
     vocab = load_vocab(files.vocab_path)
     tokenizer = Tokenizer(vocab, do_lower_case=lowercase, pre_tokenize=_jieba_words if family.word_level else None)
     identity = files.identity(model_type)
-    bert = transformer.model
-    blocks = _block_outputs(bert)
+    inputs, first, last, pooler = _fused(transformer) or _bert4keras_outputs(transformer.model)
     encoders = {}
     for pooling in poolings:
         config = EncoderConfig(model=model, model_type=model_type, pooling=pooling, maxlen=maxlen, lowercase=lowercase)
         encoders[pooling] = Encoder(
-            model=keras.Model(bert.inputs, _pooled(bert, blocks, pooling), name="encoder"),
+            model=keras.Model(inputs, _pooled(inputs[0], first, last, pooler, pooling), name="encoder"),
             tokenizer=tokenizer,
             vocab=vocab,
             model_identity=identity,
@@ -135,19 +145,116 @@ def build_encoders(
     return encoders
 
 
-def _pooled(bert, blocks, pooling):
-    """``pooling`` of bert4keras' model ``bert`` (its transformer ``blocks``' outputs), on its own
-    inputs and outputs: calling its model on new inputs would build the whole transformer graph
-    a second time (a third of the load time). Poolings of one ``bert`` share its layers, hence
-    its forward pass."""
+def _pooled(input_ids, first, last, pooler, pooling):
+    """``pooling`` of the first and last transformer blocks' outputs (or the pooler's output),
+    on the model's own graph: poolings of one model share its forward pass."""
     if pooling == "pooler":
-        return bert.get_layer("Pooler-Dense").output
-    input_ids = bert.inputs[0]
+        return pooler
     if pooling == "first-last-avg":
-        return MaskedAveragePooling(name=pooling)([blocks[0], blocks[-1]], padding_mask=input_ids)
+        return MaskedAveragePooling(name=pooling)([first, last], padding_mask=input_ids)
     if pooling == "last-avg":
-        return MaskedAveragePooling(name=pooling)(blocks[-1], padding_mask=input_ids)
-    return FirstTokenPooling(name=pooling)(blocks[-1])
+        return MaskedAveragePooling(name=pooling)(last, padding_mask=input_ids)
+    return FirstTokenPooling(name=pooling)(last)
+
+
+def _bert4keras_outputs(bert):
+    """``(inputs, first block, last block, pooler or None)`` of bert4keras' model ``bert``, on
+    its own graph: calling its model on new inputs would build the whole transformer graph a
+    second time (a third of the load time)."""
+    blocks = _block_outputs(bert)
+    names = {layer.name for layer in bert.layers}
+    pooler = bert.get_layer("Pooler-Dense").output if "Pooler-Dense" in names else None
+    return bert.inputs, blocks[0], blocks[-1], pooler
+
+
+def _fused(transformer):
+    """``(inputs, first block, last block, pooler or None)`` of a `FusedBert` holding the weights
+    of bert4keras' loaded ``transformer``, or None unless that is the plain BERT `FusedBert`
+    computes (then bert4keras' graph is used): every layer checked by name and setting."""
+    bert = transformer.model
+    layers = {layer.name: layer for layer in bert.layers}
+    blocks = len(_block_outputs(bert))
+    expected = {"Input-Token", "Input-Segment", "Embedding-Token", "Embedding-Segment", "Embedding-Token-Segment"}
+    expected |= {"Embedding-Position", "Embedding-Norm", "Embedding-Dropout"}
+    for i in range(blocks):
+        for part in ("MultiHeadSelfAttention", "FeedForward"):
+            expected |= {"Transformer-%d-%s%s" % (i, part, end) for end in ("", "-Dropout", "-Add", "-Norm")}
+    pooler = "Pooler-Dense" in layers
+    if pooler:
+        expected |= {"Pooler", "Pooler-Dense"}
+    if set(layers) != expected or not _plain_bert_layers(layers, blocks, transformer.hidden_size):
+        return None
+    fused = FusedBert(
+        vocab_size=transformer.vocab_size,
+        segment_vocab_size=transformer.segment_vocab_size,
+        max_position=transformer.max_position,
+        hidden=transformer.hidden_size,
+        heads=transformer.num_attention_heads,
+        intermediate=transformer.intermediate_size,
+        blocks=blocks,
+        pooler=pooler,
+        name="bert",
+    )
+    inputs = [keras.Input((None,), dtype="int32", name=name) for name in ("Input-Token", "Input-Segment")]
+    outputs = fused(inputs)
+    for target, source in zip(fused.weights, _bert4keras_weights(layers, blocks, pooler), strict=True):
+        target.assign(tf.concat(source, axis=-1) if isinstance(source, list) else source)
+    return inputs, outputs[0], outputs[1], outputs[2] if pooler else None
+
+
+def _plain_bert_layers(layers, blocks, hidden):
+    """bert4keras' layers compute what `FusedBert` computes: additive absolute positions, plain
+    layer norms of epsilon 1e-12, scaled softmax attention with biases, an erf-GELU feed-forward,
+    a linear pooler."""
+    from bert4keras.backend import gelu_erf
+    from bert4keras.layers import LayerNormalization
+
+    position = layers["Embedding-Position"]
+    if position.merge_mode != "add" or position.hierarchical or position.custom_position_ids:
+        return False
+    norms = [layer for layer in layers.values() if isinstance(layer, LayerNormalization)]
+    if len(norms) != 2 * blocks + 1 or not all(
+        norm.epsilon == LAYER_NORM_EPSILON and norm.scale and norm.offset and not norm.conditional for norm in norms
+    ):
+        return False
+    for i in range(blocks):
+        attention = layers["Transformer-%d-MultiHeadSelfAttention" % i]
+        feed_forward = layers["Transformer-%d-FeedForward" % i]
+        if (
+            attention.heads * attention.head_size != hidden
+            or attention.key_size != attention.head_size
+            or attention.out_dim != hidden
+            or not attention.use_bias
+            or not attention.attention_scale
+            or attention.normalization != "softmax"
+            or feed_forward.activation != [gelu_erf]
+            or not feed_forward.use_bias
+        ):
+            return False
+    return "Pooler-Dense" not in layers or layers["Pooler-Dense"].activation is keras.activations.linear
+
+
+def _bert4keras_weights(layers, blocks, pooler):
+    """bert4keras' weights in the order `FusedBert` creates its own (a list: to be concatenated)."""
+
+    def norm(name):
+        return [layers[name].gamma, layers[name].beta]
+
+    weights = [layers[name].embeddings for name in ("Embedding-Token", "Embedding-Segment", "Embedding-Position")]
+    weights += norm("Embedding-Norm")
+    for i in range(blocks):
+        attention = layers["Transformer-%d-MultiHeadSelfAttention" % i]
+        feed_forward = layers["Transformer-%d-FeedForward" % i]
+        projections = (attention.q_dense, attention.k_dense, attention.v_dense)
+        weights += [[dense.kernel for dense in projections], [dense.bias for dense in projections]]
+        weights += [attention.o_dense.kernel, attention.o_dense.bias]
+        weights += norm("Transformer-%d-MultiHeadSelfAttention-Norm" % i)
+        weights += [feed_forward.i0_dense.kernel, feed_forward.i0_dense.bias]
+        weights += [feed_forward.o_dense.kernel, feed_forward.o_dense.bias]
+        weights += norm("Transformer-%d-FeedForward-Norm" % i)
+    if pooler:
+        weights += [layers["Pooler-Dense"].kernel, layers["Pooler-Dense"].bias]
+    return weights
 
 
 def _warn_if_fitted_on_another_model(whitening, identity):

@@ -44,6 +44,14 @@ def ours(sts_b):
 
 
 @pytest.mark.parametrize("pooling", POOLINGS)
+def test_vectors_equal_bert4keras_graph_on_chinese_sts_b(original_vectors, ours, pooling):
+    """Ours run `bert_whitening.layers.FusedBert`; the original, bert4keras' own graph."""
+    for split, (first, second) in original_vectors.items():
+        np.testing.assert_allclose(ours[pooling][split][0], first[pooling], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(ours[pooling][split][1], second[pooling], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
 def test_eval_equals_the_original_procedure_on_chinese_sts_b(sts_b, original_vectors, ours, pooling):
     encoded = ours[pooling]
     results, whitening = evaluate(encoded, fit_statistics(encoded), [Setting(k) for k in (0, -1, 256)])

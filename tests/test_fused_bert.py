@@ -1,0 +1,71 @@
+"""`FusedBert`: its config and weights, and where the encoders use it. Its vectors are checked
+against the numpy BERT and bert4keras' own graph for every pooling in tests/test_models.py (tiny
+model) and tests/test_real_model.py (all-MiniLM-L6-v2)."""
+
+import numpy as np
+import pytest
+
+from bert_whitening.backend import Tokenizer, build_transformer_model, keras
+from bert_whitening.checkpoints import find_model
+from bert_whitening.checkpoints.google import write_checkpoint
+from bert_whitening.encoding import encode
+from bert_whitening.layers.fused_bert import FusedBert
+from bert_whitening.models import build_encoders
+from bert_whitening.names import POOLINGS
+
+from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_weights
+from layer_checks import assert_config_round_trip, assert_save_and_load
+from reference import original_encode
+
+
+def small_model(pooler):
+    inputs = [keras.Input((None,), dtype="int32") for _ in range(2)]
+    layer = FusedBert(
+        vocab_size=10, segment_vocab_size=2, max_position=8, hidden=8, heads=2, intermediate=16, blocks=2, pooler=pooler
+    )
+    model = keras.Model(inputs, layer(inputs))
+    rng = np.random.default_rng(0)
+    model.set_weights([rng.normal(size=w.shape) for w in model.get_weights()])
+    return layer, model
+
+
+@pytest.mark.parametrize("pooler", [False, True])
+def test_config_and_save_load_round_trip(pooler, tmp_path):
+    layer, model = small_model(pooler)
+    assert_config_round_trip(layer)
+    ids = np.array([[2, 5, 3, 0], [2, 3, 0, 0]], dtype=np.int32)
+    last = keras.Model(model.inputs, model.outputs[-1])  # the pooler's, or the last block's
+    assert_save_and_load(last, [ids, np.zeros_like(ids)], tmp_path)
+
+
+def test_a_padded_key_changes_nothing():
+    _, model = small_model(pooler=True)
+    alone = model.predict_on_batch([np.array([[2, 5, 3]]), np.zeros((1, 3))])
+    padded = model.predict_on_batch([np.array([[2, 5, 3, 0, 0]]), np.zeros((1, 5))])
+    np.testing.assert_allclose(padded[0][:, :3], alone[0], atol=1e-5)
+    np.testing.assert_allclose(padded[2], alone[2], atol=1e-5)
+
+
+def fused_layers(encoder):
+    return [layer for layer in encoder.model.layers if isinstance(layer, FusedBert)]
+
+
+def test_bert_checkpoints_run_the_fused_layer(encoders):
+    for pooling, encoder in encoders.items():
+        assert len(fused_layers(encoder)) == 1, pooling
+
+
+def test_a_bert_it_does_not_mirror_keeps_bert4keras_graph(tmp_path):
+    """A ReLU feed-forward is not what `FusedBert` computes: bert4keras' graph is kept, and the
+    vectors are bert4keras' own."""
+    config = {**TINY_CONFIG, "hidden_act": "relu"}
+    directory = str(tmp_path / "relu_bert")
+    write_checkpoint(directory, config, random_weights(TINY_CONFIG), TINY_VOCAB)
+    encoders = build_encoders(directory, poolings=POOLINGS)
+    files = find_model(directory)
+    bert = build_transformer_model(None, files.weights, with_pool="linear", **files.config)
+    tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
+    for pooling, encoder in encoders.items():
+        assert not fused_layers(encoder), pooling
+        expected = original_encode(bert, tokenizer, SENTENCES, pooling)
+        np.testing.assert_allclose(encode(encoder, SENTENCES, batch_size=4), expected, atol=1e-5, err_msg=pooling)
