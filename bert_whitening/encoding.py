@@ -22,7 +22,9 @@ without bfloat16 instructions; otherwise the first `AUTO_CHECK_SENTENCES` senten
 in both precisions by the caller's encoder (whitening included: a whitening fitted on few
 sentences amplifies bfloat16's rounding) and bfloat16 is kept only if every vector is within
 cosine `AUTO_MIN_COSINE` of its float32 vector. The choice is logged once and then holds for
-the process. A Python program that never calls `set_precision` encodes in float32.
+the process. A Python program that never calls `set_precision` encodes in float32. The precision
+is set before a model is built: a process that may run bfloat16 builds bert4keras' graph, whose
+products round less under the rewrite than `bert_whitening.layers.FusedBert`'s (`may_run_bfloat16`).
 """
 
 import collections
@@ -158,6 +160,12 @@ def _resolve_auto(encoder, sequences, batch_size):
         _apply_precision(chosen)
         _process_precision = chosen
         logger.info("--precision auto chose %s: %s", chosen, why)
+
+
+def may_run_bfloat16():
+    """Whether this process encodes, or may come to encode, in bfloat16: set so, or ``auto`` on a
+    CPU with bfloat16 instructions. `bert_whitening.models` picks the graph it builds by it."""
+    return _process_precision == "bfloat16" or (_process_precision == "auto" and bool(_cpu_has_bfloat16()))
 
 
 def process_precision():

@@ -5,6 +5,7 @@ model) and tests/test_real_model.py (all-MiniLM-L6-v2)."""
 import numpy as np
 import pytest
 
+from bert_whitening import encoding
 from bert_whitening.backend import Tokenizer, build_transformer_model, keras
 from bert_whitening.checkpoints import find_model
 from bert_whitening.checkpoints.google import write_checkpoint
@@ -69,3 +70,24 @@ def test_a_bert_it_does_not_mirror_keeps_bert4keras_graph(tmp_path):
         assert not fused_layers(encoder), pooling
         expected = original_encode(bert, tokenizer, SENTENCES, pooling)
         np.testing.assert_allclose(encode(encoder, SENTENCES, batch_size=4), expected, atol=1e-5, err_msg=pooling)
+
+
+@pytest.mark.parametrize(
+    "precision, cpu_has_bfloat16, fused",
+    [
+        (None, True, True),
+        ("float32", True, True),
+        ("auto", False, True),
+        ("auto", True, False),
+        ("bfloat16", False, False),
+    ],
+)
+def test_a_process_that_may_run_bfloat16_keeps_bert4keras_graph(
+    tiny_model, monkeypatch, precision, cpu_has_bfloat16, fused
+):
+    """Under bfloat16's rewrite `FusedBert`'s vectors move further from float32 than bert4keras'
+    graph's: the graph is chosen by the process's precision when the model is built."""
+    monkeypatch.setattr(encoding, "_process_precision", precision)
+    monkeypatch.setattr(encoding, "_cpu_has_bfloat16", lambda: cpu_has_bfloat16)
+    encoder = build_encoders(tiny_model[0], poolings=("cls",))["cls"]
+    assert bool(fused_layers(encoder)) == fused

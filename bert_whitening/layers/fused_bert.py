@@ -4,10 +4,10 @@ bert4keras applies each Dense to ``(batch, length, hidden)`` tensors, which Kera
 reshape, MatMul, reshape, BiasAdd: the reshapes keep Grappler from fusing the bias and the GELU
 into the product. This layer computes the same function on ``(tokens, hidden)`` rows, with the
 query, key and value projections as one product, so each Dense is one oneDNN inner product with
-its bias and GELU as post-ops (1.19x the sentences per second of bert4keras' graph with two
-batches at once, 1.34x one at a time: ``benchmarks/bench_encode.py``). Its trace is also half
-as long. `bert_whitening.models` uses it for the BERT family when bert4keras' model is the plain
-BERT it mirrors, and keeps bert4keras' graph otherwise.
+its bias and GELU as post-ops: through ``encode`` 1.03-1.12x bert4keras' graph with two batches
+under way, 1.14x one at a time (``benchmarks/bench_fused_graph.py``), and its first call traces
+about a second sooner. `bert_whitening.models` uses it for the BERT family when bert4keras' model
+is the plain BERT it mirrors, and keeps bert4keras' graph otherwise.
 """
 
 import numpy as np
