@@ -67,7 +67,14 @@ if not keras.__name__.startswith("tf_keras"):  # pragma: no cover - depends on i
 
 #: The names taken from bert4keras, imported on first use: a process that only loads a SavedModel
 #: (the export's verification child, as a server) needs TensorFlow alone, 0.5 s sooner.
-_BERT4KERAS_NAMES = ("build_transformer_model", "ARCHITECTURES", "Tokenizer", "load_vocab")
+_BERT4KERAS_NAMES = (
+    "build_transformer_model",
+    "ARCHITECTURES",
+    "Tokenizer",
+    "load_vocab",
+    "LayerNormalization",
+    "gelu_erf",
+)
 
 __all__ = ["tf", "keras", *_BERT4KERAS_NAMES, "graph_function"]
 
@@ -77,6 +84,8 @@ def _import_bert4keras():
     `bert_whitening.names.MODEL_TYPES` to its classes."""
     keras_before = sys.modules.get("keras")
     try:
+        from bert4keras.backend import gelu_erf
+        from bert4keras.layers import LayerNormalization
         from bert4keras.models import BERT, NEZHA, RoFormer, build_transformer_model
         from bert4keras.tokenizers import Tokenizer, load_vocab
     except ImportError as error:  # pragma: no cover - depends on the installation
@@ -93,7 +102,8 @@ def _import_bert4keras():
         else:
             sys.modules["keras"] = keras_before
     architectures = {"bert": BERT, "nezha": NEZHA, "roformer": RoFormer}
-    return dict(zip(_BERT4KERAS_NAMES, (build_transformer_model, architectures, Tokenizer, load_vocab), strict=True))
+    names = (build_transformer_model, architectures, Tokenizer, load_vocab, LayerNormalization, gelu_erf)
+    return dict(zip(_BERT4KERAS_NAMES, names, strict=True))
 
 
 def __getattr__(name):

@@ -13,7 +13,16 @@ import functools
 import logging
 from typing import Optional, Sequence
 
-from bert_whitening.backend import ARCHITECTURES, Tokenizer, build_transformer_model, keras, load_vocab, tf
+from bert_whitening.backend import (
+    ARCHITECTURES,
+    LayerNormalization,
+    Tokenizer,
+    build_transformer_model,
+    gelu_erf,
+    keras,
+    load_vocab,
+    tf,
+)
 from bert_whitening.checkpoints import CheckpointError
 from bert_whitening.config import EncoderConfig, check_fitted_on, check_model, whitening_components
 from bert_whitening.encoding import may_run_bfloat16
@@ -212,9 +221,6 @@ def _plain_bert_layers(layers, blocks, hidden):
     """bert4keras' layers compute what `FusedBert` computes: additive absolute positions, plain
     layer norms of epsilon 1e-12, scaled softmax attention with biases, an erf-GELU feed-forward,
     a linear pooler."""
-    from bert4keras.backend import gelu_erf
-    from bert4keras.layers import LayerNormalization
-
     position = layers["Embedding-Position"]
     if position.merge_mode != "add" or position.hierarchical or position.custom_position_ids:
         return False
