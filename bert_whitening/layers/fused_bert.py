@@ -31,14 +31,14 @@ class FusedBert(keras.layers.Layer):
         super().__init__(**kwargs)
         if hidden % heads:
             raise ValueError("hidden size %d is not a multiple of %d heads" % (hidden, heads))
-        self.vocab_size, self.segment_vocab_size, self.max_position = vocab_size, segment_vocab_size, max_position
-        self.hidden, self.heads, self.intermediate, self.blocks, self.pooler = (
-            hidden,
-            heads,
-            intermediate,
-            blocks,
-            pooler,
-        )
+        self.vocab_size = vocab_size
+        self.segment_vocab_size = segment_vocab_size
+        self.max_position = max_position
+        self.hidden = hidden
+        self.heads = heads
+        self.intermediate = intermediate
+        self.blocks = blocks
+        self.pooler = pooler
 
     def build(self, input_shape):
         def weight(name, shape):
@@ -102,11 +102,6 @@ class FusedBert(keras.layers.Layer):
         if self.pooler:
             outputs.append(_dense(outputs[-1][:, 0], self.pooler_dense))
         return outputs
-
-    def compute_output_shape(self, input_shape):
-        batch, length = input_shape[0]
-        shapes = [tf.TensorShape([batch, length, self.hidden])] * 2
-        return shapes + [tf.TensorShape([batch, self.hidden])] * self.pooler
 
     def get_config(self):
         names = ("vocab_size", "segment_vocab_size", "max_position", "hidden", "heads", "intermediate", "blocks")
