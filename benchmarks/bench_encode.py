@@ -262,7 +262,7 @@ def main():
         WhiteningStats().update(encode(pooled, sentences, args.batch_size)), pooling="first-last-avg"
     )
     encoder = with_whitening(pooled, whitening)
-    # The graph a process set to bfloat16 builds (bert4keras', not FusedBert: see models._fused).
+    # The graph a process set to bfloat16 builds (bert4keras', not FusedBert: see models._runs_fused).
     with mock.patch.object(encoding, "_process_precision", "bfloat16"):
         pooled_low = build_encoder("minilm", pooling="first-last-avg", maxlen=args.maxlen)
     encoder_low = with_whitening(pooled_low, whitening)

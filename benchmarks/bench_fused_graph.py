@@ -39,7 +39,7 @@ def main():
 
     sentences = distinct_sentences(load_task(ENGLISH_STS, SENTEVAL))[: args.sentences]
     encoders = {"fused": models.build_encoder("minilm")}
-    with mock.patch.object(models, "_fused", return_value=None):
+    with mock.patch.object(models, "_runs_fused", return_value=False):
         encoders["bert4keras"] = models.build_encoder("minilm")
     assert any(isinstance(layer, FusedBert) for layer in encoders["fused"].model.layers)
     vectors = {name: encode(encoder, sentences) for name, encoder in encoders.items()}

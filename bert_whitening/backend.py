@@ -72,8 +72,6 @@ _BERT4KERAS_NAMES = (
     "ARCHITECTURES",
     "Tokenizer",
     "load_vocab",
-    "LayerNormalization",
-    "gelu_erf",
 )
 
 __all__ = ["tf", "keras", *_BERT4KERAS_NAMES, "graph_function"]
@@ -84,8 +82,6 @@ def _import_bert4keras():
     `bert_whitening.names.MODEL_TYPES` to its classes."""
     keras_before = sys.modules.get("keras")
     try:
-        from bert4keras.backend import gelu_erf
-        from bert4keras.layers import LayerNormalization
         from bert4keras.models import BERT, NEZHA, RoFormer, build_transformer_model
         from bert4keras.tokenizers import Tokenizer, load_vocab
     except ImportError as error:  # pragma: no cover - depends on the installation
@@ -102,7 +98,7 @@ def _import_bert4keras():
         else:
             sys.modules["keras"] = keras_before
     architectures = {"bert": BERT, "nezha": NEZHA, "roformer": RoFormer}
-    names = (build_transformer_model, architectures, Tokenizer, load_vocab, LayerNormalization, gelu_erf)
+    names = (build_transformer_model, architectures, Tokenizer, load_vocab)
     return dict(zip(_BERT4KERAS_NAMES, names, strict=True))
 
 

@@ -1,28 +1,23 @@
-"""Sentence encoders built from checkpoints with bert4keras' own loader.
+"""Sentence encoders built from checkpoints.
 
 An `Encoder` is a Keras model from ``input_ids`` and ``segment_ids`` (int32, ``(batch, length)``,
 padding id 0) to one vector per sentence, with the tokenizer and settings that go with it.
 `with_whitening` appends the whitening Dense and the L2 normalisation to the same graph.
-bert4keras builds the model and loads its weights; when that model is the plain BERT that
-`bert_whitening.layers.FusedBert` computes, the encoder runs a `FusedBert` holding its weights
-(faster, the same vectors within float noise), else bert4keras' graph itself.
+A configuration of the plain BERT that `bert_whitening.layers.FusedBert` computes is read
+straight into one (faster to build and to run, the same vectors within float noise); any other
+(NEZHA, RoFormer, another activation or key) is built and loaded by bert4keras, on its graph.
+Either way the checkpoint must hold exactly the variables bert4keras' model would load.
 """
 
+import contextlib
 import dataclasses
 import functools
 import logging
 from typing import Optional, Sequence
 
-from bert_whitening.backend import (
-    ARCHITECTURES,
-    LayerNormalization,
-    Tokenizer,
-    build_transformer_model,
-    gelu_erf,
-    keras,
-    load_vocab,
-    tf,
-)
+import numpy as np
+
+from bert_whitening.backend import ARCHITECTURES, Tokenizer, build_transformer_model, keras, load_vocab, tf
 from bert_whitening.checkpoints import CheckpointError
 from bert_whitening.config import EncoderConfig, check_fitted_on, check_model, whitening_components
 from bert_whitening.encoding import may_run_bfloat16
@@ -35,10 +30,22 @@ from bert_whitening.layers import (
     MaskedAveragePooling,
     WhiteningDense,
 )
-from bert_whitening.layers.fused_bert import LAYER_NORM_EPSILON
 from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
 
 logger = logging.getLogger(__name__)
+
+#: The sizes every BERT configuration gives.
+_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+#: The keys of a BERT configuration (google-research/bert's, and the pooler and directionality
+#: keys of Chinese releases, which bert4keras ignores): with no other key, bert4keras' BERT is the
+#: plain BERT `FusedBert` computes.
+_PLAIN_BERT_KEYS = frozenset(
+    _SIZES
+    + ("hidden_act", "max_position_embeddings", "type_vocab_size", "hidden_dropout_prob")
+    + ("attention_probs_dropout_prob", "initializer_range", "directionality")
+    + ("pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type")
+)
 
 
 @dataclasses.dataclass
@@ -77,7 +84,7 @@ def build_encoder(
     maxlen: int = 64,
     lowercase: bool = True,
 ) -> Encoder:
-    """Load a model directory into a pooled sentence `Encoder`, with bert4keras' own loader.
+    """Load a model directory into a pooled sentence `Encoder`.
 
     Args:
         model: a Google-format or Hugging Face BERT directory; None or ``minilm`` for the
@@ -116,32 +123,15 @@ def build_encoders(
         check_choice("pooling", pooling, POOLINGS)
     files = check_model(model, model_type, poolings[0], maxlen)
     family = MODEL_TYPES[model_type]
-    transformer = build_transformer_model(
-        None,
-        None,
-        model=_read_from_checkpoint(family.architecture),
-        with_pool="linear" if "pooler" in poolings else False,
-        return_keras_model=False,
-        **files.config,
-    )
-    files.check_variables(
-        _needed_variables(transformer), "a %s model with %s pooling" % (model_type, " and ".join(poolings))
-    )
-    try:
-        transformer.load_weights_from_checkpoint(files.weights)
-    except (tf.errors.OpError, IndexError) as error:
-        if isinstance(error, IndexError) and "Read less bytes" not in str(error):
-            raise  # not the checkpoint reader's word for a truncated file: a bug
-        message = (
-            error.message.splitlines()[0]
-            if isinstance(error, tf.errors.OpError)
-            else "the checkpoint data is truncated (%s)" % error
-        )
-        raise CheckpointError("%s: %s" % (files.weights_path, message)) from None
+    described = "a %s model with %s pooling" % (model_type, " and ".join(poolings))
+    with_pooler = "pooler" in poolings
+    if _runs_fused(family, files.config):
+        inputs, first, last, pooler = _fused_bert(files, with_pooler, described)
+    else:
+        inputs, first, last, pooler = _bert4keras_bert(files, family.architecture, with_pooler, described)
     vocab = load_vocab(files.vocab_path)
     tokenizer = Tokenizer(vocab, do_lower_case=lowercase, pre_tokenize=_jieba_words if family.word_level else None)
     identity = files.identity(model_type)
-    inputs, first, last, pooler = _fused(transformer) or _bert4keras_outputs(transformer.model)
     encoders = {}
     for pooling in poolings:
         config = EncoderConfig(model=model, model_type=model_type, pooling=pooling, maxlen=maxlen, lowercase=lowercase)
@@ -167,106 +157,133 @@ def _pooled(input_ids, first, last, pooler, pooling):
     return FirstTokenPooling(name=pooling)(last)
 
 
-def _bert4keras_outputs(bert):
-    """``(inputs, first block, last block, pooler or None)`` of bert4keras' model ``bert``, on
-    its own graph: calling its model on new inputs would build the whole transformer graph a
-    second time (a third of the load time)."""
-    blocks = _block_outputs(bert)
-    names = {layer.name for layer in bert.layers}
-    pooler = bert.get_layer("Pooler-Dense").output if "Pooler-Dense" in names else None
-    return bert.inputs, blocks[0], blocks[-1], pooler
+def _runs_fused(family, config):
+    """Whether bert4keras would build ``config`` as the plain BERT `FusedBert` computes: the BERT
+    architecture, only the keys of a BERT configuration (any other, such as ``embedding_size`` or
+    ``hierarchical_position``, changes what bert4keras builds), erf-GELU, whole sizes; and not in
+    a process that may encode in bfloat16 (`bert_whitening.encoding.may_run_bfloat16`)."""
+    sizes = [config.get(key) for key in _SIZES] + [config.get("type_vocab_size", 2)]
+    sizes.append(config.get("max_position_embeddings", 512))
+    return (
+        family.architecture == "bert"
+        and set(config) <= _PLAIN_BERT_KEYS
+        and config.get("hidden_act") in ("gelu", "gelu_erf")
+        and all(type(size) is int and size > 0 for size in sizes)
+        and config["hidden_size"] % config["num_attention_heads"] == 0
+        # Under bfloat16's mixed precision FusedBert's vectors move further from float32 than
+        # bert4keras' graph's (smallest whitened cosine 0.9988 against 0.9997 on 4,000 STS-B
+        # sentences).
+        and not may_run_bfloat16()
+    )
 
 
-def _fused(transformer):
-    """``(inputs, first block, last block, pooler or None)`` of a `FusedBert` holding the weights
-    of bert4keras' loaded ``transformer``, or None unless that is the plain BERT `FusedBert`
-    computes (then bert4keras' graph is used): every layer checked by name and setting; and
-    not in a process that may encode in bfloat16 (`bert_whitening.encoding.may_run_bfloat16`)."""
-    if may_run_bfloat16():
-        # Under bfloat16's mixed precision its vectors move further from float32 than bert4keras'
-        # graph's (smallest whitened cosine 0.9988 against 0.9997 on 4,000 STS-B sentences).
-        return None
-    bert = transformer.model
-    layers = {layer.name: layer for layer in bert.layers}
-    blocks = len(_block_outputs(bert))
-    expected = {"Input-Token", "Input-Segment", "Embedding-Token", "Embedding-Segment", "Embedding-Token-Segment"}
-    expected |= {"Embedding-Position", "Embedding-Norm", "Embedding-Dropout"}
-    for i in range(blocks):
-        for part in ("MultiHeadSelfAttention", "FeedForward"):
-            expected |= {"Transformer-%d-%s%s" % (i, part, end) for end in ("", "-Dropout", "-Add", "-Norm")}
-    pooler = "Pooler-Dense" in layers
-    if pooler:
-        expected |= {"Pooler", "Pooler-Dense"}
-    if set(layers) != expected or not _plain_bert_layers(layers, blocks, transformer.hidden_size):
-        return None
-    fused = FusedBert(
-        vocab_size=transformer.vocab_size,
-        segment_vocab_size=transformer.segment_vocab_size,
-        max_position=transformer.max_position,
-        hidden=transformer.hidden_size,
-        heads=transformer.num_attention_heads,
-        intermediate=transformer.intermediate_size,
-        blocks=blocks,
+def _fused_bert(files, pooler, described):
+    """``(inputs, first block, last block, pooler or None)`` of a `FusedBert` of ``files``,
+    its checkpoint checked against the variables it needs (as bert4keras' BERT would load them)
+    and read straight into it."""
+    config = files.config
+    bert = FusedBert(
+        vocab_size=config["vocab_size"],
+        segment_vocab_size=config.get("type_vocab_size", 2),
+        max_position=config.get("max_position_embeddings", 512),
+        hidden=config["hidden_size"],
+        heads=config["num_attention_heads"],
+        intermediate=config["intermediate_size"],
+        blocks=config["num_hidden_layers"],
         pooler=pooler,
         name="bert",
     )
     inputs = [keras.Input((None,), dtype="int32", name=name) for name in ("Input-Token", "Input-Segment")]
-    outputs = fused(inputs)
-    for target, source in zip(fused.weights, _bert4keras_weights(layers, blocks, pooler), strict=True):
-        target.assign(tf.concat(source, axis=-1) if isinstance(source, list) else source)
+    outputs = bert(inputs)
+    names = _checkpoint_names(bert.blocks, pooler)
+    needed = _fused_needed_variables(bert, names)
+    files.check_variables(needed, described)
+    with _checkpoint_errors(files):
+        values = _read_variables(files.weights, needed)
+    keras.backend.batch_set_value(
+        [
+            (weight, np.concatenate([values[name] for name in parts], axis=-1))
+            for weight, parts in zip(bert.weights, names, strict=True)
+        ]
+    )
     return inputs, outputs[0], outputs[1], outputs[2] if pooler else None
 
 
-def _plain_bert_layers(layers, blocks, hidden):
-    """bert4keras' layers compute what `FusedBert` computes: additive absolute positions, plain
-    layer norms of epsilon 1e-12, scaled softmax attention with biases, an erf-GELU feed-forward,
-    a linear pooler."""
-    position = layers["Embedding-Position"]
-    if position.merge_mode != "add" or position.hierarchical or position.custom_position_ids:
-        return False
-    norms = [layer for layer in layers.values() if isinstance(layer, LayerNormalization)]
-    if len(norms) != 2 * blocks + 1 or not all(
-        norm.epsilon == LAYER_NORM_EPSILON and norm.scale and norm.offset and not norm.conditional for norm in norms
-    ):
-        return False
+def _fused_needed_variables(bert, names):
+    """Checkpoint variable name -> shape of every weight of the built `FusedBert` ``bert``
+    (``names`` from `_checkpoint_names`): the parts of a concatenated weight split its last axis."""
+    needed = {}
+    for weight, parts in zip(bert.weights, names, strict=True):
+        shape = tuple(weight.shape)
+        needed.update((name, shape[:-1] + (shape[-1] // len(parts),)) for name in parts)
+    return needed
+
+
+def _checkpoint_names(blocks, pooler):
+    """google-research/bert names of a `FusedBert`'s weights, in its order, each a tuple: a weight
+    of several names is their concatenation on the last axis (the query, key and value)."""
+
+    def dense(path):
+        return [(path + "/kernel",), (path + "/bias",)]
+
+    def norm(path):
+        return [(path + "/LayerNorm/gamma",), (path + "/LayerNorm/beta",)]
+
+    names = [("bert/embeddings/%s_embeddings" % part,) for part in ("word", "token_type", "position")]
+    names += norm("bert/embeddings")
     for i in range(blocks):
-        attention = layers["Transformer-%d-MultiHeadSelfAttention" % i]
-        feed_forward = layers["Transformer-%d-FeedForward" % i]
-        if (
-            attention.heads * attention.head_size != hidden
-            or attention.key_size != attention.head_size
-            or attention.out_dim != hidden
-            or not attention.use_bias
-            or not attention.attention_scale
-            or attention.normalization != "softmax"
-            or feed_forward.activation != [gelu_erf]
-            or not feed_forward.use_bias
-        ):
-            return False
-    return "Pooler-Dense" not in layers or layers["Pooler-Dense"].activation is keras.activations.linear
-
-
-def _bert4keras_weights(layers, blocks, pooler):
-    """bert4keras' weights in the order `FusedBert` creates its own (a list: to be concatenated)."""
-
-    def norm(name):
-        return [layers[name].gamma, layers[name].beta]
-
-    weights = [layers[name].embeddings for name in ("Embedding-Token", "Embedding-Segment", "Embedding-Position")]
-    weights += norm("Embedding-Norm")
-    for i in range(blocks):
-        attention = layers["Transformer-%d-MultiHeadSelfAttention" % i]
-        feed_forward = layers["Transformer-%d-FeedForward" % i]
-        projections = (attention.q_dense, attention.k_dense, attention.v_dense)
-        weights += [[dense.kernel for dense in projections], [dense.bias for dense in projections]]
-        weights += [attention.o_dense.kernel, attention.o_dense.bias]
-        weights += norm("Transformer-%d-MultiHeadSelfAttention-Norm" % i)
-        weights += [feed_forward.i0_dense.kernel, feed_forward.i0_dense.bias]
-        weights += [feed_forward.o_dense.kernel, feed_forward.o_dense.bias]
-        weights += norm("Transformer-%d-FeedForward-Norm" % i)
+        layer = "bert/encoder/layer_%d/" % i
+        projections = [layer + "attention/self/" + part for part in ("query", "key", "value")]
+        names += [tuple(path + "/kernel" for path in projections), tuple(path + "/bias" for path in projections)]
+        names += dense(layer + "attention/output/dense") + norm(layer + "attention/output")
+        names += dense(layer + "intermediate/dense") + dense(layer + "output/dense") + norm(layer + "output")
     if pooler:
-        weights += [layers["Pooler-Dense"].kernel, layers["Pooler-Dense"].bias]
-    return weights
+        names += dense("bert/pooler/dense")
+    return names
+
+
+def _read_variables(weights, names):
+    """``{name: array}`` of a checkpoint prefix (Google format) or of Google-named arrays."""
+    if isinstance(weights, dict):
+        return {name: weights[name] for name in names}
+    reader = tf.train.load_checkpoint(weights)
+    return {name: reader.get_tensor(name) for name in names}
+
+
+def _bert4keras_bert(files, architecture, pooler, described):
+    """``(inputs, first block, last block, pooler or None)`` of bert4keras' model of ``files``,
+    built, checked and loaded by bert4keras, on its own graph: calling its model on new inputs
+    would build the whole transformer graph a second time (a third of the load time)."""
+    transformer = build_transformer_model(
+        None,
+        None,
+        model=_read_from_checkpoint(architecture),
+        with_pool="linear" if pooler else False,
+        return_keras_model=False,
+        **files.config,
+    )
+    files.check_variables(_needed_variables(transformer), described)
+    with _checkpoint_errors(files):
+        transformer.load_weights_from_checkpoint(files.weights)
+    bert = transformer.model
+    blocks = _block_outputs(bert)
+    return bert.inputs, blocks[0], blocks[-1], bert.get_layer("Pooler-Dense").output if pooler else None
+
+
+@contextlib.contextmanager
+def _checkpoint_errors(files):
+    """TensorFlow's errors on reading a damaged checkpoint as a `CheckpointError` naming it."""
+    try:
+        yield
+    except (tf.errors.OpError, IndexError) as error:
+        if isinstance(error, IndexError) and "Read less bytes" not in str(error):
+            raise  # not the checkpoint reader's word for a truncated file: a bug
+        message = (
+            error.message.splitlines()[0]
+            if isinstance(error, tf.errors.OpError)
+            else "the checkpoint data is truncated (%s)" % error
+        )
+        raise CheckpointError("%s: %s" % (files.weights_path, message)) from None
 
 
 def _warn_if_fitted_on_another_model(whitening, identity):

@@ -5,7 +5,7 @@ model) and tests/test_real_model.py (all-MiniLM-L6-v2)."""
 import numpy as np
 import pytest
 
-from bert_whitening import encoding
+from bert_whitening import encoding, models
 from bert_whitening.backend import Tokenizer, build_transformer_model, keras
 from bert_whitening.checkpoints import find_model
 from bert_whitening.checkpoints.google import write_checkpoint
@@ -56,11 +56,13 @@ def test_bert_checkpoints_run_the_fused_layer(encoders):
         assert len(fused_layers(encoder)) == 1, pooling
 
 
-def test_a_bert_it_does_not_mirror_keeps_bert4keras_graph(tmp_path):
-    """A ReLU feed-forward is not what `FusedBert` computes: bert4keras' graph is kept, and the
-    vectors are bert4keras' own."""
-    config = {**TINY_CONFIG, "hidden_act": "relu"}
-    directory = str(tmp_path / "relu_bert")
+@pytest.mark.parametrize("change", [{"hidden_act": "relu"}, {"residual_attention_scores": True}])
+def test_a_bert_it_does_not_mirror_keeps_bert4keras_graph(tmp_path, change):
+    """A ReLU feed-forward, or a key bert4keras reads that a BERT configuration does not have (here
+    attention scores added from block to block), is not what `FusedBert` computes: bert4keras'
+    graph is kept, and the vectors are bert4keras' own."""
+    config = {**TINY_CONFIG, **change}
+    directory = str(tmp_path / "other_bert")
     write_checkpoint(directory, config, random_weights(TINY_CONFIG), TINY_VOCAB)
     encoders = build_encoders(directory, poolings=POOLINGS)
     files = find_model(directory)
@@ -70,6 +72,18 @@ def test_a_bert_it_does_not_mirror_keeps_bert4keras_graph(tmp_path):
         assert not fused_layers(encoder), pooling
         expected = original_encode(bert, tokenizer, SENTENCES, pooling)
         np.testing.assert_allclose(encode(encoder, SENTENCES, batch_size=4), expected, atol=1e-5, err_msg=pooling)
+
+
+@pytest.mark.parametrize("pooler", [False, True])
+def test_the_fused_layer_needs_the_variables_bert4keras_loads(encoders, pooler):
+    """The checkpoint check of a `FusedBert` asks for exactly the variables, of the same shapes,
+    that bert4keras' BERT of the configuration would load."""
+    bert = fused_layers(encoders["pooler" if pooler else "cls"])[0]
+    needed = models._fused_needed_variables(bert, models._checkpoint_names(bert.blocks, pooler))
+    transformer = build_transformer_model(
+        None, None, with_pool="linear" if pooler else False, return_keras_model=False, **TINY_CONFIG
+    )
+    assert needed == models._needed_variables(transformer)
 
 
 @pytest.mark.parametrize(

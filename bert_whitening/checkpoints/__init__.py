@@ -55,8 +55,8 @@ UNUSED_VARIABLES = re.compile(
 @dataclasses.dataclass
 class ModelFiles:
     """A checked model directory. ``weights`` is read on first use: a checkpoint prefix (Google
-    format) or a dict of Google-named arrays (Hugging Face format); bert4keras' loader takes
-    either. ``config_path`` and ``weights_path`` are the files that errors name."""
+    format) or a dict of Google-named arrays (Hugging Face format); `bert_whitening.models`
+    reads either. ``config_path`` and ``weights_path`` are the files that errors name."""
 
     directory: str
     name: str

@@ -6,8 +6,8 @@ into the product. This layer computes the same function on ``(tokens, hidden)`` 
 query, key and value projections as one product, so each Dense is one oneDNN inner product with
 its bias and GELU as post-ops: through ``encode`` 1.03-1.12x bert4keras' graph with two batches
 under way, 1.14x one at a time (``benchmarks/bench_fused_graph.py``), and its first call traces
-about a second sooner. `bert_whitening.models` uses it for the BERT family when bert4keras' model
-is the plain BERT it mirrors, and keeps bert4keras' graph otherwise.
+about a second sooner. `bert_whitening.models` reads a checkpoint of the plain BERT it mirrors
+straight into it, and builds anything else with bert4keras.
 """
 
 import numpy as np
@@ -76,7 +76,10 @@ class FusedBert(keras.layers.Layer):
             self.pooler_dense = (weight("pooler_kernel", (hidden, hidden)), weight("pooler_bias", (hidden,)))
         super().build(input_shape)
 
-    def call(self, inputs):
+    # No branch on a tensor: AutoGraph's conversion would only add 0.3 s to each build. The
+    # wrapper hides the signature, so Keras passes ``training`` (nothing here depends on it).
+    @tf.autograph.experimental.do_not_convert
+    def call(self, inputs, training=None):
         ids, segments = inputs
         batch, length = tf.shape(ids)[0], tf.shape(ids)[1]
         size = self.hidden // self.heads
