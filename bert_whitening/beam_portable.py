@@ -74,6 +74,10 @@ def local_portable_runner(directory, environment=None):
             "EXTERNAL",
             "--environment_config",
             "localhost:%d" % pool_port,
+            # The workers share this interpreter's packages: no list of them to stage (Beam
+            # would run `pip freeze`, which a uv-made environment lacks, and warn).
+            "--experiments",
+            "disable_logging_submission_environment",
         )
         yield flags, {pool.pid, job.pid}
     finally:
