@@ -74,7 +74,7 @@ finite_float_list = _checked(
 )
 
 
-class FORMATTER(argparse.ArgumentDefaultsHelpFormatter):
+class HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
     """Each option's help ends with its default, unless the help already says it or there is
     none to say (None: not given; a flag's False)."""
 
@@ -273,7 +273,7 @@ def _beam_options(parser):
 def add_fit(commands):
     parser = commands.add_parser(
         "fit",
-        formatter_class=FORMATTER,
+        formatter_class=HelpWithDefaults,
         help="fit a whitening (or a BERT-flow) on sentence files",
         description="Encode every sentence of the INPUT files and fit the whitening (mean and "
         "covariance accumulated batch by batch) into one .npz file; with --method flow, train "
@@ -297,7 +297,7 @@ def add_fit(commands):
 def add_encode(commands):
     parser = commands.add_parser(
         "encode",
-        formatter_class=FORMATTER,
+        formatter_class=HelpWithDefaults,
         help="encode a sentence file into vectors",
         description="Write one vector per line of INPUT (an empty line is encoded as "
         "[CLS][SEP]), in order, as a float32 .npy array.",
@@ -317,7 +317,7 @@ def add_encode(commands):
 def add_beam_fit(commands):
     parser = commands.add_parser(
         "beam-fit",
-        formatter_class=FORMATTER,
+        formatter_class=HelpWithDefaults,
         help="fit a whitening on an Apache Beam pipeline",
         description="fit, distributed: read the files matching each --input on the Beam runner, "
         "encode them on the workers (the model loaded once per worker), combine the "
@@ -334,7 +334,7 @@ def add_beam_fit(commands):
 def add_beam_encode(commands):
     parser = commands.add_parser(
         "beam-encode",
-        formatter_class=FORMATTER,
+        formatter_class=HelpWithDefaults,
         help="encode sentence files on an Apache Beam pipeline",
         description="encode, distributed: one vector per line of every file matching each "
         "--input, written as sharded TFRecord files PREFIX-SSSSS-of-NNNNN.tfrecord of "
@@ -352,7 +352,7 @@ def add_beam_encode(commands):
 def add_export(commands):
     parser = commands.add_parser(
         "export",
-        formatter_class=FORMATTER,
+        formatter_class=HelpWithDefaults,
         help="export the whitened encoder as a SavedModel",
         description="Write the encoder, its pooling, the whitening Dense and the L2 "
         "normalisation as one SavedModel in TF Serving's layout BASE/N, verified in a "
@@ -390,7 +390,7 @@ def add_export(commands):
 def add_eval(commands):
     parser = commands.add_parser(
         "eval",
-        formatter_class=FORMATTER,
+        formatter_class=HelpWithDefaults,
         help="Spearman of cosine similarity on STS tasks",
         description="Encode every split of each task once, fit the whitening (default: on all "
         "splits, as the original eval.py), and report the Spearman correlation of "
@@ -416,7 +416,7 @@ def add_eval(commands):
 def add_eval_retrieval(commands):
     parser = commands.add_parser(
         "eval-retrieval",
-        formatter_class=FORMATTER,
+        formatter_class=HelpWithDefaults,
         help="MRR@10 and Recall@k of cosine search, index size and query latency per k",
         description="Make a retrieval benchmark from a pair task's split: queries are the "
         "distinct first sentences of positive pairs (label 1 on 0/1 tasks, score >= 4 "
@@ -445,7 +445,7 @@ def add_eval_retrieval(commands):
 def add_index(commands):
     parser = commands.add_parser(
         "index",
-        formatter_class=FORMATTER,
+        formatter_class=HelpWithDefaults,
         help="encode a corpus into a FAISS index directory",
         description="Encode every line of the INPUT sentence files (streamed, any size) and write "
         "a directory with the FAISS index (index.faiss), the file and line of each "
@@ -480,7 +480,7 @@ def add_index(commands):
 def add_search(commands):
     parser = commands.add_parser(
         "search",
-        formatter_class=FORMATTER,
+        formatter_class=HelpWithDefaults,
         help="nearest corpus lines of queries in an index",
         description="Encode the queries with the encoder the index records (model, pooling, "
         "whitening, k) and print the nearest lines with their cosine. A --model, "
@@ -505,7 +505,7 @@ def add_search(commands):
 def add_convert_hf(commands):
     parser = commands.add_parser(
         "convert-hf",
-        formatter_class=FORMATTER,
+        formatter_class=HelpWithDefaults,
         help="write a Hugging Face BERT as a Google-format checkpoint",
         description="Read config.json, model.safetensors and vocab.txt (no PyTorch needed) and "
         "write bert_config.json, bert_model.ckpt.* with google-research/bert variable "
@@ -535,7 +535,7 @@ COMMANDS = [
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="bert-whitening",
-        formatter_class=FORMATTER,
+        formatter_class=HelpWithDefaults,
         description="Fit BERT-whitening on sentences, encode sentences into whitened, "
         "L2-normalised vectors for cosine similarity, and export the whole encoder as "
         "one SavedModel for TF Serving. Models: Google-format or Hugging Face BERT "
