@@ -34,14 +34,11 @@ from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
 
 logger = logging.getLogger(__name__)
 
-#: The sizes every BERT configuration gives.
-_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-
 #: The keys of a BERT configuration (google-research/bert's, and the pooler and directionality
 #: keys of Chinese releases, which bert4keras ignores): with no other key, bert4keras' BERT is the
 #: plain BERT `FusedBert` computes.
 _PLAIN_BERT_KEYS = frozenset(
-    _SIZES
+    ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     + ("hidden_act", "max_position_embeddings", "type_vocab_size", "hidden_dropout_prob")
     + ("attention_probs_dropout_prob", "initializer_range", "directionality")
     + ("pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type")
@@ -162,14 +159,13 @@ def _runs_fused(family, config):
     architecture, only the keys of a BERT configuration (any other, such as ``embedding_size`` or
     ``hierarchical_position``, changes what bert4keras builds), erf-GELU, whole sizes; and not in
     a process that may encode in bfloat16 (`bert_whitening.encoding.may_run_bfloat16`)."""
-    sizes = [config.get(key) for key in _SIZES] + [config.get("type_vocab_size", 2)]
-    sizes.append(config.get("max_position_embeddings", 512))
+    sizes = _fused_bert_sizes(config)
     return (
         family.architecture == "bert"
         and set(config) <= _PLAIN_BERT_KEYS
         and config.get("hidden_act") in ("gelu", "gelu_erf")
-        and all(type(size) is int and size > 0 for size in sizes)
-        and config["hidden_size"] % config["num_attention_heads"] == 0
+        and all(type(size) is int and size > 0 for size in sizes.values())
+        and sizes["hidden"] % sizes["heads"] == 0
         # Under bfloat16's mixed precision FusedBert's vectors move further from float32 than
         # bert4keras' graph's (smallest whitened cosine 0.9988 against 0.9997 on 4,000 STS-B
         # sentences): the rewrite turns ops that directly follow a bfloat16 product to bfloat16,
@@ -183,18 +179,7 @@ def _fused_bert(files, pooler, described):
     """``(inputs, first block, last block, pooler or None)`` of a `FusedBert` of ``files``,
     its checkpoint checked against the variables it needs (as bert4keras' BERT would load them)
     and read straight into it."""
-    config = files.config
-    bert = FusedBert(
-        vocab_size=config["vocab_size"],
-        segment_vocab_size=config.get("type_vocab_size", 2),
-        max_position=config.get("max_position_embeddings", 512),
-        hidden=config["hidden_size"],
-        heads=config["num_attention_heads"],
-        intermediate=config["intermediate_size"],
-        blocks=config["num_hidden_layers"],
-        pooler=pooler,
-        name="bert",
-    )
+    bert = FusedBert(**_fused_bert_sizes(files.config), pooler=pooler, name="bert")
     inputs = [keras.Input((None,), dtype="int32", name=name) for name in ("Input-Token", "Input-Segment")]
     outputs = bert(inputs)
     names = _checkpoint_names(bert.blocks, pooler)
@@ -209,6 +194,20 @@ def _fused_bert(files, pooler, described):
         ]
     )
     return inputs, outputs[0], outputs[1], outputs[2] if pooler else None
+
+
+def _fused_bert_sizes(config):
+    """`FusedBert`'s sizes from a BERT configuration, with bert4keras' defaults (2 segments, 512
+    positions); None where the configuration lacks one."""
+    return {
+        "vocab_size": config.get("vocab_size"),
+        "segment_vocab_size": config.get("type_vocab_size", 2),
+        "max_position": config.get("max_position_embeddings", 512),
+        "hidden": config.get("hidden_size"),
+        "heads": config.get("num_attention_heads"),
+        "intermediate": config.get("intermediate_size"),
+        "blocks": config.get("num_hidden_layers"),
+    }
 
 
 def _fused_needed_variables(bert, names):
