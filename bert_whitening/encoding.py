@@ -24,7 +24,8 @@ sentences amplifies bfloat16's rounding) and bfloat16 is kept only if every vect
 cosine `AUTO_MIN_COSINE` of its float32 vector. The choice is logged once and then holds for
 the process. A Python program that never calls `set_precision` encodes in float32. The precision
 is set before a model is built: a process that may run bfloat16 builds bert4keras' graph, whose
-products round less under the rewrite than `bert_whitening.layers.FusedBert`'s (`may_run_bfloat16`).
+residual sums and layer norms the rewrite leaves in float32, unlike
+`bert_whitening.layers.FusedBert`'s (`may_run_bfloat16`).
 """
 
 import collections
