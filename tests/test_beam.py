@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from bert_whitening import cli
+from bert_whitening import beam, cli
 from bert_whitening.beam import WhiteningStatsFn
 from bert_whitening.whitening import Whitening, WhiteningStats
 
@@ -47,6 +47,23 @@ def test_combine_fn_merges_as_one_pass():
     whole = WhiteningStats().update(np.concatenate(batches))
     assert merged.count == whole.count == 21
     assert relative_error(merged.covariance, whole.covariance) <= 1e-12
+
+
+def test_sorted_lists_sort_each_window_by_length_and_cut_it_into_calls(monkeypatch):
+    """25 sentences, windows of 10, calls of 4: each window's sentences sorted by length, cut
+    into calls; what is left at the bundle's end as windowed values; nothing lost or repeated."""
+    monkeypatch.setattr(beam, "SENTENCES_PER_CALL", 4)
+    monkeypatch.setattr(beam, "SORTED_TOGETHER", 10)
+    keyed = [(("f", line), "x" * ((line * 7) % 11)) for line in range(1, 26)]
+    lists = beam.SortedLists()
+    lists.start_bundle()
+    calls = [call for sentence in keyed for call in lists.process(sentence)]
+    calls += [windowed.value for windowed in lists.finish_bundle()]
+    assert [len(call) for call in calls] == [4, 4, 2, 4, 4, 2, 4, 1]
+    for window_calls, lines in ((calls[:3], range(1, 11)), (calls[3:6], range(11, 21)), (calls[6:], range(21, 26))):
+        window = [keyed_sentence for call in window_calls for keyed_sentence in call]
+        assert sorted(line for (_, line), _ in window) == list(lines)
+        assert [len(sentence) for _, sentence in window] == sorted(len(sentence) for _, sentence in window)
 
 
 def test_beam_encode_refuses_to_mix_with_existing_shards(tiny_model, corpus, tmp_path, caplog):

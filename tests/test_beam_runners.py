@@ -13,6 +13,7 @@ vectors were made (outside the test's own process, but for the in-process runner
 """
 
 import functools
+import itertools
 import os
 import sys
 import threading
@@ -218,22 +219,29 @@ def test_beam_encode_writes_every_line_once_and_equals_encode(tiny_model, corpus
     np.testing.assert_allclose(vectors, np.array([v for _, v in single[2]]), atol=1e-5)
 
 
-def test_workers_get_the_sentences_in_lists_of_sentences_per_call(workers_environment, tmp_path):
+def test_workers_get_the_sentences_in_lists_of_sentences_per_call_sorted_by_length(workers_environment, tmp_path):
     """Grouped where the file is read, before the shuffle: on worker processes each call still gets
-    `SENTENCES_PER_CALL` sentences (grouped after it, calls got a worker bundle's few dozen)."""
-    lines = ["sentence %d\n" % i for i in range(2 * beam.SENTENCES_PER_CALL + 100)]
+    `SENTENCES_PER_CALL` sentences (grouped after it, calls got a worker bundle's few dozen), cut
+    from the sentences sorted by length: the calls' ranges of lengths do not overlap."""
+    lines = ["%s %d\n" % ("w" * (i * 7919 % 97), i) for i in range(2 * beam.SENTENCES_PER_CALL + 100)]
     (tmp_path / "many.txt").write_text("".join(lines), encoding="utf-8")
     output = str(tmp_path / "sizes")
 
+    def described(batch):
+        lengths = [len(sentence) for _, sentence in batch]
+        return "%d %d %d %d" % (len(batch), len({key for key, _ in batch}), min(lengths), max(lengths))
+
     def build(pipeline):
         batches = beam._sentences(pipeline, [str(tmp_path / "many.txt")], "lines", False)
-        sizes = batches | "Size" >> apache_beam.Map(lambda batch: "%d %d" % (len(batch), len({k for k, _ in batch})))
-        return sizes | "Write" >> apache_beam.io.WriteToText(output)
+        return batches | "Describe" >> apache_beam.Map(described) | "Write" >> apache_beam.io.WriteToText(output)
 
     beam.run(build, MULTI_PROCESSING)
     written = [line for name in os.listdir(tmp_path) if name.startswith("sizes") for line in open(tmp_path / name)]
-    per_call = "%d %d\n" % (beam.SENTENCES_PER_CALL, beam.SENTENCES_PER_CALL)
-    assert sorted(written) == ["100 100\n", per_call, per_call]
+    calls = sorted([int(figure) for figure in line.split()] for line in written)
+    per_call = [beam.SENTENCES_PER_CALL] * 2
+    assert [sizes for *sizes, _, _ in calls] == [[100, 100], per_call, per_call]
+    ranges = sorted((shortest, longest) for _, _, shortest, longest in calls)
+    assert all(longest <= shortest for (_, longest), (shortest, _) in itertools.pairwise(ranges))
 
 
 def sleeping_pipeline(seconds, output):
