@@ -55,13 +55,21 @@ BATCH = 128  # the batch size every path runs at; the fixed cost is read off a r
 
 
 def main():
+    from bert_whitening.cli import positive_int
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=8000, help="all; every other one is timed too")
     parser.add_argument(
-        "--repeats", type=int, default=1, help="rounds; each beam run costs its workers' start-up and model load"
+        "--repeats",
+        type=positive_int,
+        default=1,
+        help="rounds; each beam run costs its workers' start-up and model load",
     )
     parser.add_argument(
-        "--batch-runs", type=int, default=3, help="runs of the one batch per round, their median the fixed cost's"
+        "--batch-runs",
+        type=positive_int,
+        default=3,
+        help="runs of the one batch per round, their median the fixed cost's",
     )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="DirectRunner multi_processing workers")
     parser.add_argument("--runners", nargs="+", choices=["multi_processing", "portable"], default=["multi_processing"])
