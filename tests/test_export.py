@@ -13,6 +13,7 @@ from bert_whitening import cli
 from bert_whitening.backend import tf
 from bert_whitening.encoding import encode, tokenize
 from bert_whitening.export import ExportError, export_saved_model, run_in_fresh_process, target_version
+from bert_whitening.layers import fused_bert
 from bert_whitening.models import build_encoder
 from bert_whitening.serving import pad_ids
 from bert_whitening.whitening import WhiteningStats, fit_whitening
@@ -72,6 +73,22 @@ def over_version_7(whitened, tmp_path_factory):
     os.makedirs(os.path.join(base, "notes"))
     path, _ = export_saved_model(whitened, base, version=7, overwrite=True)
     return parent, base, path
+
+
+def test_the_saved_model_has_plain_layer_norms_where_this_process_fuses_them(tiny_model, tmp_path, monkeypatch):
+    """TF Serving's standard build runs no oneDNN rewrites, where the fused form (a batch norm per
+    row) is slower than plain ops: a SavedModel is traced with those, whatever this CPU runs."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    monkeypatch.setattr(fused_bert, "_onednn_rewrites", lambda: True)
+    path, difference = export_saved_model(build_encoder(tiny_model[0], pooling="cls"), str(tmp_path / "encoder"))
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as stream:
+        saved.ParseFromString(stream.read())
+    library = saved.meta_graphs[0].graph_def.library
+    ops = {node.op for function in library.function for node in function.node_def}
+    assert "Rsqrt" in ops and "FusedBatchNormV3" not in ops
+    assert difference <= 1e-5  # against the in-process model, which fused them
 
 
 @on_the_export

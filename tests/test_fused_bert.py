@@ -6,17 +6,18 @@ import numpy as np
 import pytest
 
 from bert_whitening import encoding, models
-from bert_whitening.backend import Tokenizer, build_transformer_model, keras
+from bert_whitening.backend import Tokenizer, build_transformer_model, keras, tf
 from bert_whitening.checkpoints import find_model
 from bert_whitening.checkpoints.google import write_checkpoint
 from bert_whitening.encoding import encode
+from bert_whitening.layers import fused_bert
 from bert_whitening.layers.fused_bert import FusedBert
-from bert_whitening.models import build_encoders
+from bert_whitening.models import build_encoder, build_encoders
 from bert_whitening.names import POOLINGS
 
 from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_weights
 from layer_checks import assert_config_round_trip, assert_save_and_load
-from reference import original_encode
+from reference import original_encode, pooled_reference
 
 
 def small_model(pooler):
@@ -105,3 +106,33 @@ def test_a_process_that_may_run_bfloat16_keeps_bert4keras_graph(
     monkeypatch.setattr(encoding, "_cpu_has_bfloat16", lambda: cpu_has_bfloat16)
     encoder = build_encoders(tiny_model[0], poolings=("cls",))["cls"]
     assert bool(fused_layers(encoder)) == fused
+
+
+def traced_ops(encoder):
+    """The op types of a new trace of ``encoder``'s model."""
+    spec = tf.TensorSpec([None, None], tf.int32)
+    function = tf.function(lambda ids, segments: encoder.model([ids, segments], training=False))
+    return {op.type for op in function.get_concrete_function(spec, spec).graph.get_operations()}
+
+
+@pytest.mark.parametrize("onednn", [False, True])
+def test_either_layer_norm_equals_the_numpy_bert(tiny_model, monkeypatch, onednn):
+    """The layer normalisation written for oneDNN's rewrite (a batch norm per row) and the plain
+    one: each traced here, whichever this CPU would run, against the numpy BERT."""
+    monkeypatch.setattr(fused_bert, "_onednn_rewrites", lambda: onednn)
+    directory, weights = tiny_model
+    for pooling in ("first-last-avg", "pooler"):
+        encoder = build_encoder(directory, pooling=pooling)
+        assert ("FusedBatchNormV3" in traced_ops(encoder)) == onednn
+        for sentence, vector in zip(SENTENCES, encode(encoder, SENTENCES, batch_size=5), strict=True):
+            ids = encoder.tokenizer.encode(sentence, maxlen=encoder.maxlen)[0]
+            expected = pooled_reference(weights, TINY_CONFIG, ids, pooling)
+            np.testing.assert_allclose(vector, expected, atol=1e-5, err_msg=sentence)
+
+
+def test_a_portable_graph_has_plain_layer_norms_within_its_block(tiny_model, monkeypatch):
+    monkeypatch.setattr(fused_bert, "_onednn_rewrites", lambda: True)
+    encoder = build_encoder(tiny_model[0], pooling="cls")
+    with fused_bert.portable_graph():
+        assert "FusedBatchNormV3" not in traced_ops(encoder)
+    assert "FusedBatchNormV3" in traced_ops(encoder)

@@ -30,6 +30,7 @@ from bert_whitening.config import versions
 from bert_whitening.errors import ExportError
 from bert_whitening.export.layout import publish, target_version
 from bert_whitening.export.verify import TOLERANCE, FreshProcess, verify
+from bert_whitening.layers.fused_bert import portable_graph
 from bert_whitening.names import MODEL_TYPES
 
 logger = logging.getLogger(__name__)
@@ -156,7 +157,8 @@ def export_saved_model(
 
     with FreshProcess(text) as checker, staged_directory(os.path.join(base, str(number))) as staging:
         try:
-            tf.saved_model.save(module, staging, signatures=module.signatures())
+            with portable_graph():  # traced here, run by TF Serving
+                tf.saved_model.save(module, staging, signatures=module.signatures())
         except tf.errors.OpError as error:  # "STAGING/FILE; No space left on device" and the like
             reason = error.message.splitlines()[0].split("; ")[-1].replace(staging, "")
             raise ExportError("%s: cannot write the SavedModel: %s" % (base, reason)) from None

@@ -8,7 +8,18 @@ its bias and GELU as post-ops: through ``encode`` 1.03-1.12x bert4keras' graph w
 under way, 1.14x one at a time (``benchmarks/bench_fused_graph.py``), and its first call traces
 about a second sooner. `bert_whitening.models` reads a checkpoint of the plain BERT it mirrors
 straight into it, and builds anything else with bert4keras.
+
+Where TensorFlow runs its oneDNN rewrites, each layer normalisation is written as Keras' fused
+one (a batch norm over a ``1 x rows x hidden x 1`` tensor), which oneDNN turns into one
+``_MklLayerNorm`` in place of six elementwise ops and two reductions; the attention scores' scale
+is a product, so that oneDNN folds it and the padding mask into the score product. Without
+oneDNN that batch norm is slower than the plain ops, so they are kept there, and in every
+SavedModel (`portable_graph`): TF Serving's standard build runs no oneDNN rewrites.
 """
+
+import contextlib
+import contextvars
+import functools
 
 import numpy as np
 
@@ -94,7 +105,7 @@ class FusedBert(keras.layers.Layer):
         for i, block in enumerate(self.block_weights):
             y = tf.reshape(_dense(x, block["qkv"]), [batch, length, 3, self.heads, size])
             query, key, value = tf.unstack(tf.transpose(y, [2, 0, 3, 1, 4]))
-            scores = tf.nn.softmax(tf.matmul(query, key, transpose_b=True) / size**0.5 + key_bias)
+            scores = tf.nn.softmax(tf.matmul(query, key, transpose_b=True) * size**-0.5 + key_bias)
             context = tf.reshape(tf.transpose(tf.matmul(scores, value), [0, 2, 1, 3]), [batch * length, self.hidden])
             x = _layer_norm(x + _dense(context, block["attention_output"]), block["attention_norm"])
             feed_forward = _dense(_gelu(_dense(x, block["intermediate"])), block["output"])
@@ -120,7 +131,50 @@ def _gelu(x):
     return 0.5 * x * (1.0 + tf.math.erf(x / np.sqrt(2.0)))
 
 
+#: True while a graph is traced for another process to run (`portable_graph`).
+_PORTABLE = contextvars.ContextVar("portable_graph", default=False)
+
+
+@contextlib.contextmanager
+def portable_graph():
+    """Trace the layer's graph with plain ops only, for a TensorFlow that may run no oneDNN rewrites."""
+    token = _PORTABLE.set(True)
+    try:
+        yield
+    finally:
+        _PORTABLE.reset(token)
+
+
+@functools.lru_cache(maxsize=None)
+def _onednn_rewrites():
+    """Whether this process's TensorFlow runs oneDNN's graph rewrites: by default on Linux CPUs
+    with AVX512_VNNI, AVX512_BF16 or AMX; ``TF_ENABLE_ONEDNN_OPTS`` decides otherwise."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def _fuses_layer_norm():
+    return _onednn_rewrites() and not _PORTABLE.get()
+
+
 def _layer_norm(x, gamma_beta):
     gamma, beta = gamma_beta
+    if _fuses_layer_norm():
+        # Each row a channel of an NCHW batch norm in training mode (its own mean and variance).
+        shape = tf.shape(x)
+        ones, zeros = tf.fill(shape[:1], 1.0), tf.fill(shape[:1], 0.0)
+        nothing = tf.constant([], tf.float32)
+        normalized = tf.raw_ops.FusedBatchNormV3(
+            x=tf.reshape(x, [1, shape[0], shape[1], 1]),
+            scale=ones,
+            offset=zeros,
+            mean=nothing,
+            variance=nothing,
+            epsilon=LAYER_NORM_EPSILON,
+            data_format="NCHW",
+            is_training=True,
+        )[0]
+        return tf.reshape(normalized, shape) * gamma + beta
     mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
     return (x - mean) * tf.math.rsqrt(variance + LAYER_NORM_EPSILON) * gamma + beta
