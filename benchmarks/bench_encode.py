@@ -28,13 +28,12 @@ count, each path timed --repeats times after a warm-up, median reported:
   model on 32 rows at a time (predict's batch; predict_on_batch is timed, as predict's tf.data
   autotune can stall), whitening in numpy.
 Then where our time goes, the fraction of the fp32 and of the bf16 matrix-product peak (the best of
-`GEMM_SHAPES`, timed in the same rounds as the model stage: `against_peak`) that the model stage
-reaches, the accuracy of bfloat16 against
-float32 (every vector's cosine, Spearman on the English STS-B test split), what our default
-(``--precision auto``) chooses on this CPU, and the targets as ratios: our float32, bfloat16 and
-default each at least 1.25x OpenVINO's float32, bfloat16 and default, bfloat16 also against the
-fastest int8 peer, every cosine >= 0.999, Spearman within 0.1 point, each model stage at 80% of
-its peak.
+`GEMM_SHAPES`, timed in the same rounds as the model stage, medians of `PEAK_ROUNDS`) that the
+model stage reaches, the accuracy of bfloat16 against float32 (every vector's cosine, Spearman on
+the English STS-B test split), what our default (``--precision auto``) chooses on this CPU, and the
+targets as ratios: our float32, bfloat16 and default each at least 1.25x OpenVINO's float32,
+bfloat16 and default, bfloat16 also against the fastest int8 peer, every cosine >= 0.999, Spearman
+within 0.1 point, each model stage at 80% of its peak.
 """
 
 import argparse
@@ -98,14 +97,16 @@ def interleaved(paths, repeats):
 #: MiniLM's own feed-forward products on 8,192 tokens (one large square product alone was
 #: measured below the model's rate on an AVX2 CPU, so it is no ceiling there).
 GEMM_SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 384, 1536), (8192, 1536, 384))
+#: Rounds of `against_peak`: its medians need more than the paths' three repetitions.
+PEAK_ROUNDS = 5
 
 
 def against_peak(tf, stage, flop, rounds):
-    """``(median seconds of stage(), median GEMM peak in GFLOP/s, median fraction of it the
-    stage reaches)``. Each round times the stage, then each product of `GEMM_SHAPES` once in the
-    process's precision (under bfloat16, the same rewrite as the model's), the best of them the
-    round's peak: a slow spell of a shared machine falls on both sides of the fraction (the
-    peak measured apart moved by a fifth from run to run)."""
+    """``(median seconds of stage(), GEMM peak in GFLOP/s, the fraction of it the stage reaches)``.
+    Each round times the stage, then each product of `GEMM_SHAPES` once in the process's
+    precision (under bfloat16, the same rewrite as the model's), so that a slow spell of a shared
+    machine falls on both sides; the peak is the best shape's median rate (the peak timed apart
+    from the stage moved by a fifth from run to run, and the best of single runs is biased up)."""
     products = []
     for rows, inner, columns in GEMM_SHAPES:
         a, b = tf.random.normal([rows, inner]), tf.random.normal([inner, columns])
@@ -113,12 +114,13 @@ def against_peak(tf, stage, flop, rounds):
         product()
         products.append((2 * rows * inner * columns, lambda product=product: product().numpy()))
     stage()
-    measured = []
+    stage_times, rates = [], [[] for _ in products]
     for _ in range(rounds):
-        took = seconds(stage)
-        peak = max(size / seconds(run) / 1e9 for size, run in products)
-        measured.append((took, peak, flop / took / 1e9 / peak))
-    return tuple(statistics.median(m[i] for m in measured) for i in range(3))
+        stage_times.append(seconds(stage))
+        for rate, (size, run) in zip(rates, products, strict=True):
+            rate.append(size / seconds(run) / 1e9)
+    took, peak = statistics.median(stage_times), max(statistics.median(rate) for rate in rates)
+    return took, peak, flop / took / 1e9 / peak
 
 
 def model_flops(config, lengths):
@@ -352,7 +354,7 @@ def main():
     head = tf.function(lambda x: encoder.model.get_layer("normalize")(encoder.model.get_layer("whitening")(x)))
     flops = model_flops(files.config, lengths)
     model_stage, peak, fraction = against_peak(
-        tf, on_batches(lambda ids, segments: run_pooled(ids, segments).numpy()), flops, args.repeats
+        tf, on_batches(lambda ids, segments: run_pooled(ids, segments).numpy()), flops, PEAK_ROUNDS
     )
     stages = {
         "tokenisation": median_seconds(lambda: tokenize(encoder, sentences), args.repeats),
@@ -364,7 +366,7 @@ def main():
     }
     with precision_scope("bfloat16"):
         model_stage_bfloat16, low_peak, low_fraction = against_peak(
-            tf, on_batches(lambda ids, segments: run_pooled_low(ids, segments).numpy()), flops, args.repeats
+            tf, on_batches(lambda ids, segments: run_pooled_low(ids, segments).numpy()), flops, PEAK_ROUNDS
         )
 
     # The peers encoded distinct_sentences(test): the list encode_splits asks for.
