@@ -3,11 +3,11 @@
 bert4keras applies each Dense to ``(batch, length, hidden)`` tensors, which Keras turns into
 reshape, MatMul, reshape, BiasAdd: the reshapes keep Grappler from fusing the bias and the GELU
 into the product. This layer computes the same function on ``(tokens, hidden)`` rows, with the
-query, key and value projections as one product, so each Dense is one oneDNN inner product with
-its bias and GELU as post-ops: through ``encode`` 1.03-1.12x bert4keras' graph with two batches
-under way, 1.14x one at a time (``benchmarks/bench_fused_graph.py``), and its first call traces
-about a second sooner. `bert_whitening.models` reads a checkpoint of the plain BERT it mirrors
-straight into it, and builds anything else with bert4keras.
+query, key and value projections as one product, so each Dense is one oneDNN inner product with its
+bias and GELU as post-ops: through ``encode`` 1.21x bert4keras' graph with two batches under way,
+1.28x one at a time, with the layer norms below (``benchmarks/bench_fused_graph.py``), and its
+first call traces about a second sooner. `bert_whitening.models` reads a checkpoint of the plain
+BERT it mirrors straight into it, and builds anything else with bert4keras.
 
 Where TensorFlow runs its oneDNN rewrites, each layer normalisation is written as Keras' fused
 one (a batch norm over a ``1 x rows x hidden x 1`` tensor), which oneDNN turns into one
