@@ -154,13 +154,9 @@ def _onednn_rewrites():
     return bool(_pywrap_util_port.IsMklEnabled())
 
 
-def _fuses_layer_norm():
-    return _onednn_rewrites() and not _PORTABLE.get()
-
-
 def _layer_norm(x, gamma_beta):
     gamma, beta = gamma_beta
-    if _fuses_layer_norm():
+    if _onednn_rewrites() and not _PORTABLE.get():
         # Each row a channel of an NCHW batch norm in training mode (its own mean and variance).
         shape = tf.shape(x)
         ones, zeros = tf.fill(shape[:1], 1.0), tf.fill(shape[:1], 0.0)
