@@ -131,6 +131,17 @@ def run(*argv):
     return cli.main([str(a) for a in argv])
 
 
+def assert_equals_numpy_bert(encoder, vectors, params, pooling):
+    """``encoder``'s ``vectors`` of SENTENCES, in order, each against the numpy BERT of
+    tests/reference.py for its unpadded token ids."""
+    from reference import pooled_reference
+
+    for sentence, vector in zip(SENTENCES, vectors, strict=True):
+        ids = encoder.tokenizer.encode(sentence, maxlen=encoder.maxlen)[0]
+        expected = pooled_reference(params, TINY_CONFIG, ids, pooling)
+        np.testing.assert_allclose(vector, expected, atol=1e-5, err_msg="%s: %s" % (pooling, sentence))
+
+
 def relative_error(actual, expected):
     return np.abs(actual - expected).max() / np.abs(expected).max()
 

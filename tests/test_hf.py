@@ -16,8 +16,8 @@ from bert_whitening.encoding import encode, encode_together
 from bert_whitening.models import build_encoder, build_encoders
 from bert_whitening.names import POOLINGS
 
-from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB
-from reference import HuggingFaceNames, bert_hidden_states, pooled_reference
+from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, assert_equals_numpy_bert
+from reference import HuggingFaceNames, bert_hidden_states
 
 
 def hf_tensors(config, seed=1, prefix=""):
@@ -80,10 +80,7 @@ def test_hf_directories_load_directly_and_match_numpy(tmp_path, prefix):
     assert {encoder.model_identity["format"] for encoder in encoders.values()} == {"huggingface"}
     params = HuggingFaceNames({name[len(prefix) :]: value for name, value in tensors.items()})
     for pooling, vectors in zip(POOLINGS, encode_together(list(encoders.values()), SENTENCES), strict=True):
-        for sentence, vector in zip(SENTENCES, vectors, strict=True):
-            ids = encoders[pooling].tokenizer.encode(sentence)[0]
-            expected = pooled_reference(params, TINY_CONFIG, ids, pooling)
-            np.testing.assert_allclose(vector, expected, atol=1e-5, err_msg="%s: %s" % (pooling, sentence))
+        assert_equals_numpy_bert(encoders[pooling], vectors, params, pooling)
 
 
 def test_hf_tensors_that_do_not_fit_the_config_are_refused(tiny_hf, tmp_path):
