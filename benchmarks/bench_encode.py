@@ -264,7 +264,8 @@ def main():
         )
     # OpenVINO honours a bf16 hint on a CPU without bf16 by emulating it: over 30 minutes for
     # this bench's first repetition on an Intel Xeon with AVX-512 but no AVX512_BF16 (2026-11-24).
-    emulated = [b for b in args.peers if PEER_BACKENDS[b][1] == "bfloat16" and _cpu_has_bfloat16() is False]
+    bfloat16_emulated = _cpu_has_bfloat16() is False
+    emulated = [b for b in args.peers if PEER_BACKENDS[b][1] == "bfloat16" and bfloat16_emulated]
     peers = {b: Peer(b, request, workdir) for b in args.peers if b not in emulated}  # they export meanwhile
     pooled = build_encoder("minilm", pooling="first-last-avg", maxlen=args.maxlen)
     whitening = fit_whitening(
@@ -461,7 +462,8 @@ def main():
     )
     print(
         "bfloat16: %.0f GFLOP/s in the model stage = %.0f%% of the bf16 GEMM peak measured in the same rounds "
-        "(%.0f GFLOP/s)" % (low_achieved, 100 * low_achieved / low_peak, low_peak)
+        "(%.0f GFLOP/s)%s"
+        % (low_achieved, 100 * low_achieved / low_peak, low_peak, ", both emulated" * bfloat16_emulated)
     )
     default, why = auto_precision(
         bool(_cpu_has_bfloat16()), reference[:AUTO_CHECK_SENTENCES], low[:AUTO_CHECK_SENTENCES]
@@ -515,23 +517,25 @@ def main():
         if timed_peers:
             fastest = min(timed_peers, key=timed_peers.get)
             ratio = timed_peers[fastest] / rows[ours_name]
-            checks.insert(
-                len(checks) - 3, ("%s >= 1.25x %s (%s)" % (ours_label, goal, fastest), ratio >= 1.25, "%.2fx" % ratio)
-            )
+            met = None if ours_name == BFLOAT16 and bfloat16_emulated else ratio >= 1.25
+            checks.insert(len(checks) - 3, ("%s >= 1.25x %s (%s)" % (ours_label, goal, fastest), met, "%.2fx" % ratio))
         else:
-            checks.insert(len(checks) - 3, ("%s >= 1.25x %s" % (ours_label, goal), False, "no peer"))
+            met = None if ours_name == BFLOAT16 and bfloat16_emulated else False
+            checks.insert(len(checks) - 3, ("%s >= 1.25x %s" % (ours_label, goal), met, "no peer"))
     checks.append(
         ("model stage >= 80% of the fp32 GEMM peak", achieved >= 0.8 * peak, "%.0f%%" % (100 * achieved / peak))
     )
     checks.append(
         (
             "bfloat16 model stage >= 80% of the bf16 GEMM peak",
-            low_achieved >= 0.8 * low_peak,
+            None if bfloat16_emulated else low_achieved >= 0.8 * low_peak,
             "%.0f%%" % (100 * low_achieved / low_peak),
         )
     )
-    for name, passed, figure in checks:
-        print("%-58s %-8s %s" % (name, figure, "met" if passed else "NOT MET"))
+    # A bfloat16 speed target on a CPU that emulates bfloat16 (slower than float32) is not measured.
+    verdicts = {True: "met", False: "NOT MET", None: "not measured: this CPU emulates bfloat16"}
+    for name, met, figure in checks:
+        print("%-58s %-8s %s" % (name, figure, verdicts[met]))
 
 
 def cpu_name():
