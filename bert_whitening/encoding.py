@@ -9,23 +9,25 @@ vectors are the same as alone). (XLA with fixed length buckets was measured slow
 these CPUs, where oneDNN does the matrix products; see benchmarks/bench_encode.py.)
 
 Precision, the one rule: how the model's matrix products run is a property of the process, not
-of a call. ``bfloat16`` is oneDNN's automatic mixed precision, a Grappler rewrite that TensorFlow
-applies to every graph of the process: matrix products in bfloat16, the rest in float32. It is
-faster only on CPUs with bfloat16 instructions (AVX512_BF16 or AMX); its accuracy is printed by
-benchmarks/bench_encode.py. `set_precision` chooses it once, before anything is encoded: the
-commands call it with ``--precision``, and Beam's ``EncodeFn.setup`` in each worker. Changing it
-later is refused, since another thread may be encoding. `precision_scope` switches it for one
-block and restores it, for single-threaded comparisons in tests and benchmarks only.
+of a call. In ``bfloat16`` a `bert_whitening.layers.FusedBert` is traced with its matrix products
+in bfloat16 (its weights and activations rounded at each product) and everything else (the
+residual sums, layer norms, softmax, pooling, whitening) in float32, so its accuracy does not
+depend on which ops a rewrite pass reaches; a model FusedBert does not cover (NEZHA, RoFormer,
+...) runs under oneDNN's automatic mixed precision instead, a Grappler rewrite of the process's
+graphs (matrix products in bfloat16, the ops it deems safe beside them too). Either is faster only
+on CPUs with bfloat16 instructions (AVX512_BF16 or AMX); its speed and accuracy are printed by
+benchmarks/bench_encode.py (docs/performance.md). `set_precision` chooses it once, before anything
+is encoded: the commands call it with ``--precision``, and Beam's ``EncodeFn.setup`` in each
+worker. Changing it later is refused, since another thread may be encoding. `precision_scope`
+switches it for one block and restores it, for single-threaded comparisons in tests and
+benchmarks only.
 
 ``auto`` (the commands' default) decides on the first call that encodes: float32 on a CPU
 without bfloat16 instructions; otherwise the first `AUTO_CHECK_SENTENCES` sentences are encoded
 in both precisions by the caller's encoder (whitening included: a whitening fitted on few
 sentences amplifies bfloat16's rounding) and bfloat16 is kept only if every vector is within
 cosine `AUTO_MIN_COSINE` of its float32 vector. The choice is logged once and then holds for
-the process. A Python program that never calls `set_precision` encodes in float32. The precision
-is set before a model is built: a process that may run bfloat16 builds bert4keras' graph, whose
-residual sums and layer norms the rewrite leaves in float32, unlike
-`bert_whitening.layers.FusedBert`'s (`may_run_bfloat16`).
+the process. A Python program that never calls `set_precision` encodes in float32.
 """
 
 import collections
@@ -45,6 +47,7 @@ from tqdm.auto import tqdm
 from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.data import chunked, read_sentences
 from bert_whitening.errors import BertWhiteningError
+from bert_whitening.layers.fused_bert import FusedBert, bfloat16_products
 from bert_whitening.names import PRECISIONS, check_choice
 from bert_whitening.token_ids import pad_ids, token_ids
 from bert_whitening.whitening import WhiteningStats, l2_normalize
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: model -> {bfloat16 products?: its tf.function}, for `compiled`.
 _COMPILED = weakref.WeakKeyDictionary()
 #: first encoder's model -> {its poolings: (joint model, column ends)}, for `_side_by_side`.
 _JOINT = weakref.WeakKeyDictionary()
@@ -64,7 +68,7 @@ CHUNK_SENTENCES = 8192
 
 #: Model calls under way at once. TensorFlow spreads each operation over the cores, but the
 #: small ones between the matrix products leave cores idle; a second batch under way fills them
-#: (1.14-1.44x the sentences per second on 2 cores, vectors unchanged: benchmarks/bench_encode.py).
+#: (vectors unchanged; docs/performance.md has what it gains).
 BATCHES_IN_FLIGHT = 2
 
 #: ``auto`` keeps bfloat16 only if every vector of its check is within this cosine of float32.
@@ -74,15 +78,45 @@ AUTO_CHECK_SENTENCES = 256
 
 _MIXED_PRECISION_OPTION = "auto_mixed_precision_onednn_bfloat16"
 _process_precision = None
+#: The precision models run in now: the process's, or a `precision_scope`'s.
+_running_precision = "float32"
+#: Whether Grappler's bfloat16 rewrite is on now (`_graph_for`).
+_rewrite_on = False
 _auto_lock = threading.Lock()
 
 
-def compiled(model):
-    """``model`` under one ``tf.function`` taking int32 ``(batch, length)`` ids and segments."""
-    if model not in _COMPILED:
+def compiled(model, bfloat16=False):
+    """``model`` under one ``tf.function`` taking int32 ``(batch, length)`` ids and segments; with
+    ``bfloat16``, its `FusedBert` layers traced with their products in bfloat16."""
+    functions = _COMPILED.setdefault(model, {})
+    if bfloat16 not in functions:
         spec = tf.TensorSpec([None, None], tf.int32)
-        _COMPILED[model] = graph_function(lambda ids, segments: model([ids, segments], training=False), [spec, spec])
-    return _COMPILED[model]
+
+        def call(ids, segments):
+            with bfloat16_products() if bfloat16 else contextlib.nullcontext():
+                return model([ids, segments], training=False)
+
+        functions[bfloat16] = graph_function(call, [spec, spec])
+    return functions[bfloat16]
+
+
+def runs_fused_bert(model):
+    """Whether ``model``'s transformer is a `FusedBert`, which runs bfloat16 on its own."""
+    return any(isinstance(layer, FusedBert) for layer in model.layers)
+
+
+def _graph_for(model):
+    """The compiled ``model`` for the running precision: in bfloat16, a FusedBert's own bfloat16
+    products with Grappler's rewrite off (it would also round the whitening and the layer norms),
+    any other graph under the rewrite."""
+    global _rewrite_on
+    bfloat16 = _running_precision == "bfloat16"
+    fused = runs_fused_bert(model)
+    rewrite = bfloat16 and not fused
+    if rewrite != _rewrite_on:
+        tf.config.optimizer.set_experimental_options({_MIXED_PRECISION_OPTION: rewrite})
+        _rewrite_on = rewrite
+    return compiled(model, bfloat16 and fused)
 
 
 def tokenize(encoder, texts):
@@ -102,14 +136,15 @@ def _cpu_has_bfloat16():
 
 
 def _apply_precision(precision):
-    """Set the rewrite for ``precision``; ``auto`` runs float32 until it has chosen."""
+    """Run models in ``precision`` from now on; ``auto`` runs float32 until it has chosen."""
+    global _running_precision
     check_choice("precision", precision, PRECISIONS)
     if precision == "bfloat16" and _cpu_has_bfloat16() is False:
         logger.warning(
             "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): oneDNN "
             "emulates them, so --precision bfloat16 is likely slower than float32"
         )
-    tf.config.optimizer.set_experimental_options({_MIXED_PRECISION_OPTION: precision == "bfloat16"})
+    _running_precision = "bfloat16" if precision == "bfloat16" else "float32"
 
 
 def set_precision(precision):
@@ -163,12 +198,6 @@ def _resolve_auto(encoder, sequences, batch_size):
         logger.info("--precision auto chose %s: %s", chosen, why)
 
 
-def may_run_bfloat16():
-    """Whether this process encodes, or may come to encode, in bfloat16: set so, or ``auto`` on a
-    CPU with bfloat16 instructions. `bert_whitening.models` picks the graph it builds by it."""
-    return _process_precision == "bfloat16" or (_process_precision == "auto" and bool(_cpu_has_bfloat16()))
-
-
 def process_precision():
     """The process's precision: ``float32`` or ``bfloat16`` once chosen, ``auto`` while pending,
     None if never set (float32)."""
@@ -216,7 +245,7 @@ def encode_ids(
 
 def _run_batches(encoder, sequences, batch_size, progress=False):
     vectors = np.zeros((len(sequences), encoder.dim), dtype=np.float32)
-    run = compiled(encoder.model)
+    run = _graph_for(encoder.model)
     bar = (
         progress
         if hasattr(progress, "update")

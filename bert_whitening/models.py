@@ -20,7 +20,6 @@ import numpy as np
 from bert_whitening.backend import ARCHITECTURES, Tokenizer, build_transformer_model, keras, load_vocab, tf
 from bert_whitening.checkpoints import CheckpointError
 from bert_whitening.config import EncoderConfig, check_fitted_on, check_model, whitening_components
-from bert_whitening.encoding import may_run_bfloat16
 from bert_whitening.errors import BertWhiteningError, WhiteningError
 from bert_whitening.layers import (
     FirstTokenPooling,
@@ -157,8 +156,7 @@ def _pooled(input_ids, first, last, pooler, pooling):
 def _runs_fused(family, config):
     """Whether bert4keras would build ``config`` as the plain BERT `FusedBert` computes: the BERT
     architecture, only the keys of a BERT configuration (any other, such as ``embedding_size`` or
-    ``hierarchical_position``, changes what bert4keras builds), erf-GELU, whole sizes; and not in
-    a process that may encode in bfloat16 (`bert_whitening.encoding.may_run_bfloat16`)."""
+    ``hierarchical_position``, changes what bert4keras builds), erf-GELU, whole sizes."""
     sizes = _fused_bert_sizes(config)
     return (
         family.architecture == "bert"
@@ -166,12 +164,6 @@ def _runs_fused(family, config):
         and config.get("hidden_act") in ("gelu", "gelu_erf")
         and all(type(size) is int and size > 0 for size in sizes.values())
         and sizes["hidden"] % sizes["heads"] == 0
-        # Under bfloat16's mixed precision FusedBert's vectors move further from float32 than
-        # bert4keras' graph's (smallest whitened cosine 0.9988 against 0.9997 on 4,000 STS-B
-        # sentences): the rewrite turns ops that directly follow a bfloat16 product to bfloat16,
-        # and FusedBert's output products feed the residual sums and layer norms directly, while
-        # bert4keras' reshapes and its layer norm's DivNoNan keep them float32.
-        and not may_run_bfloat16()
     )
 
 

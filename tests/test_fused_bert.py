@@ -87,25 +87,55 @@ def test_the_fused_layer_needs_the_variables_bert4keras_loads(encoders, pooler):
     assert needed == models._needed_variables(transformer)
 
 
-@pytest.mark.parametrize(
-    "precision, cpu_has_bfloat16, fused",
-    [
-        (None, True, True),
-        ("float32", True, True),
-        ("auto", False, True),
-        ("auto", True, False),
-        ("bfloat16", False, False),
-    ],
-)
-def test_a_process_that_may_run_bfloat16_keeps_bert4keras_graph(
-    tiny_model, monkeypatch, precision, cpu_has_bfloat16, fused
-):
-    """Under bfloat16's rewrite `FusedBert`'s vectors move further from float32 than bert4keras'
-    graph's: the graph is chosen by the process's precision when the model is built."""
+@pytest.mark.parametrize("precision", [None, "float32", "auto", "bfloat16"])
+def test_every_precision_builds_the_fused_layer(tiny_model, monkeypatch, precision):
+    """A process that encodes, or may come to encode, in bfloat16 builds the same graph as one in
+    float32: FusedBert runs bfloat16 on its own (`fused_bert.bfloat16_products`)."""
     monkeypatch.setattr(encoding, "_process_precision", precision)
-    monkeypatch.setattr(encoding, "_cpu_has_bfloat16", lambda: cpu_has_bfloat16)
-    encoder = build_encoders(tiny_model[0], poolings=("cls",))["cls"]
-    assert bool(fused_layers(encoder)) == fused
+    monkeypatch.setattr(encoding, "_cpu_has_bfloat16", lambda: True)
+    assert fused_layers(build_encoders(tiny_model[0], poolings=("cls",))["cls"])
+
+
+def traced_dtypes(encoder, bfloat16):
+    """``{op type: set of dtypes}`` of the output tensors of a new trace of ``encoder``'s model."""
+    spec = tf.TensorSpec([None, None], tf.int32)
+    function = encoding.compiled(keras.Model(encoder.model.inputs, encoder.model.outputs), bfloat16)
+    dtypes = {}
+    for op in function.get_concrete_function(spec, spec).graph.get_operations():
+        dtypes.setdefault(op.type, set()).update(output.dtype for output in op.outputs)
+    return dtypes
+
+
+@pytest.mark.parametrize("onednn", [False, True])
+def test_bfloat16_products_round_the_products_and_nothing_else(encoders, monkeypatch, onednn):
+    """Every matrix product of the bfloat16 trace (the dense layers, the two attention products,
+    the pooler) takes and gives bfloat16; the layer norms, the softmax, the residual sums and the
+    pooling stay float32, and the float32 trace has no bfloat16 at all."""
+    monkeypatch.setattr(fused_bert, "_onednn_rewrites", lambda: onednn)
+    for pooling in ("first-last-avg", "pooler"):
+        encoder = encoders[pooling]
+        low = traced_dtypes(encoder, bfloat16=True)
+        for product in ("MatMul", "BatchMatMulV2", "BiasAdd", "Erf"):
+            assert low[product] == {tf.bfloat16}, (pooling, product)
+        assert low["Softmax"] == {tf.float32}, pooling
+        assert low["FusedBatchNormV3" if onednn else "Rsqrt"] == {tf.float32}, pooling
+        assert tf.float32 in low["AddV2"], pooling  # the residual sums (the scores' mask is bfloat16)
+        full = traced_dtypes(encoder, bfloat16=False)
+        assert all(tf.bfloat16 not in dtypes for dtypes in full.values()), pooling
+
+
+def test_bfloat16_vectors_are_close_to_float32_and_not_equal(encoders):
+    """The bfloat16 trace runs (its vectors differ) and stays within the ``auto`` bound of float32
+    on the tiny model, whose random weights amplify rounding more than a trained model's."""
+    for pooling in ("first-last-avg", "cls", "pooler"):
+        encoder = encoders[pooling]
+        ids = np.array([encoder.tokenizer.encode(s, maxlen=encoder.maxlen)[0][:6] for s in SENTENCES[:4]], np.int32)
+        segments = np.zeros_like(ids)
+        exact = encoding.compiled(encoder.model)(ids, segments).numpy()
+        low = encoding.compiled(encoder.model, bfloat16=True)(ids, segments).numpy()
+        cosines = (exact * low).sum(1) / np.linalg.norm(exact, axis=1) / np.linalg.norm(low, axis=1)
+        assert cosines.min() >= encoding.AUTO_MIN_COSINE, (pooling, cosines)
+        assert np.abs(exact - low).max() > 1e-4, pooling
 
 
 def traced_ops(encoder):

@@ -75,7 +75,7 @@ def test_batches_run_concurrently_with_the_vectors_of_one_at_a_time(encoders, mo
             with lock:
                 under_way[0] -= 1
 
-    monkeypatch.setattr(encoding, "compiled", lambda model: gauged)
+    monkeypatch.setattr(encoding, "compiled", lambda model, bfloat16=False: gauged)
     monkeypatch.setattr(encoding, "BATCHES_IN_FLIGHT", 2)
     np.testing.assert_array_equal(encode(encoder, SENTENCES, batch_size=2), one_at_a_time)
     assert max(most) == 2

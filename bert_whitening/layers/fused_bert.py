@@ -4,10 +4,15 @@ bert4keras applies each Dense to ``(batch, length, hidden)`` tensors, which Kera
 reshape, MatMul, reshape, BiasAdd: the reshapes keep Grappler from fusing the bias and the GELU
 into the product. This layer computes the same function on ``(tokens, hidden)`` rows, with the
 query, key and value projections as one product, so each Dense is one oneDNN inner product with its
-bias and GELU as post-ops: through ``encode`` 1.21x bert4keras' graph with two batches under way,
-1.28x one at a time, with the layer norms below (``benchmarks/bench_fused_graph.py``), and its
-first call traces about a second sooner. `bert_whitening.models` reads a checkpoint of the plain
-BERT it mirrors straight into it, and builds anything else with bert4keras.
+bias and GELU as post-ops, and its first call traces sooner (``benchmarks/bench_fused_graph.py``;
+figures in docs/performance.md). `bert_whitening.models` reads a checkpoint of the plain BERT it
+mirrors straight into it, and builds anything else with bert4keras.
+
+Traced inside `bfloat16_products`, its matrix products (the dense layers and the two attention
+products) take and give bfloat16, and everything between them stays float32: the residual
+stream, the layer norms, the softmax and what follows the layer. A rewrite pass that picks ops to
+round (oneDNN's automatic mixed precision) rounds the residual sums and layer norms that directly
+follow a product, which moves the vectors further from float32 for no speed.
 
 Where TensorFlow runs its oneDNN rewrites, each layer normalisation is written as Keras' fused
 one (a batch norm over a ``1 x rows x hidden x 1`` tensor), which oneDNN turns into one
@@ -94,27 +99,30 @@ class FusedBert(keras.layers.Layer):
         ids, segments = inputs
         batch, length = tf.shape(ids)[0], tf.shape(ids)[1]
         size = self.hidden // self.heads
+        products = _PRODUCTS.get()  # float32, or bfloat16 inside `bfloat16_products`
         x = (
             tf.gather(self.token_embeddings, ids)
             + tf.gather(self.segment_embeddings, segments)
             + self.position_embeddings[None, :length]
         )
         x = _layer_norm(tf.reshape(x, [batch * length, self.hidden]), self.embedding_norm)
-        key_bias = tf.cast(ids == 0, x.dtype)[:, None, None, :] * -1e12  # bert4keras: -inf, same softmax
+        key_bias = tf.cast(ids == 0, products)[:, None, None, :] * -1e12  # bert4keras: -inf, same softmax
         taps = []
         for i, block in enumerate(self.block_weights):
-            y = tf.reshape(_dense(x, block["qkv"]), [batch, length, 3, self.heads, size])
+            y = tf.reshape(_dense(x, block["qkv"], products), [batch, length, 3, self.heads, size])
             query, key, value = tf.unstack(tf.transpose(y, [2, 0, 3, 1, 4]))
-            scores = tf.nn.softmax(tf.matmul(query, key, transpose_b=True) * size**-0.5 + key_bias)
+            scores = tf.matmul(query, key, transpose_b=True) * size**-0.5 + key_bias
+            scores = tf.cast(tf.nn.softmax(tf.cast(scores, x.dtype)), products)
             context = tf.reshape(tf.transpose(tf.matmul(scores, value), [0, 2, 1, 3]), [batch * length, self.hidden])
-            x = _layer_norm(x + _dense(context, block["attention_output"]), block["attention_norm"])
-            feed_forward = _dense(_gelu(_dense(x, block["intermediate"])), block["output"])
-            x = _layer_norm(x + feed_forward, block["output_norm"])
+            attended = tf.cast(_dense(context, block["attention_output"], products), x.dtype)
+            x = _layer_norm(x + attended, block["attention_norm"])
+            feed_forward = _dense(_gelu(_dense(x, block["intermediate"], products)), block["output"], products)
+            x = _layer_norm(x + tf.cast(feed_forward, x.dtype), block["output_norm"])
             if i in (0, self.blocks - 1):
                 taps.append(tf.reshape(x, [batch, length, self.hidden]))
         outputs = [taps[0], taps[-1]]
         if self.pooler:
-            outputs.append(_dense(outputs[-1][:, 0], self.pooler_dense))
+            outputs.append(tf.cast(_dense(outputs[-1][:, 0], self.pooler_dense, products), x.dtype))
         return outputs
 
     def get_config(self):
@@ -122,13 +130,27 @@ class FusedBert(keras.layers.Layer):
         return {**super().get_config(), **{name: getattr(self, name) for name in names}, "pooler": self.pooler}
 
 
-def _dense(x, kernel_bias):
-    kernel, bias = kernel_bias
-    return tf.nn.bias_add(tf.matmul(x, kernel), bias)
+def _dense(x, kernel_bias, dtype):
+    kernel, bias = (tf.cast(weight, dtype) for weight in kernel_bias)
+    return tf.nn.bias_add(tf.matmul(tf.cast(x, dtype), kernel), bias)
 
 
 def _gelu(x):
     return 0.5 * x * (1.0 + tf.math.erf(x / np.sqrt(2.0)))
+
+
+#: The dtype of the matrix products in a graph traced now (`bfloat16_products`).
+_PRODUCTS = contextvars.ContextVar("products", default=tf.float32)
+
+
+@contextlib.contextmanager
+def bfloat16_products():
+    """Trace the layer's graph with its matrix products in bfloat16, everything else in float32."""
+    token = _PRODUCTS.set(tf.bfloat16)
+    try:
+        yield
+    finally:
+        _PRODUCTS.reset(token)
 
 
 #: True while a graph is traced for another process to run (`portable_graph`).
