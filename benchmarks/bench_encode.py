@@ -94,8 +94,8 @@ def interleaved(paths, repeats):
 
 
 #: ``(rows, inner, columns)`` of the products `against_peak` times: square ones, and the shapes of
-#: MiniLM's own feed-forward products on 8,192 tokens (one large square product alone was
-#: measured below the model's rate on an AVX2 CPU, so it is no ceiling there).
+#: MiniLM's own feed-forward products on 8,192 tokens (one large square product alone can run
+#: below the model's rate, as on an AVX2 CPU, so it is no ceiling there: docs/performance.md).
 GEMM_SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 384, 1536), (8192, 1536, 384))
 #: Rounds of `against_peak`: its medians need more than the paths' three repetitions.
 PEAK_ROUNDS = 5
@@ -262,8 +262,8 @@ def main():
             },
             stream,
         )
-    # OpenVINO honours a bf16 hint on a CPU without bf16 by emulating it: over 30 minutes for
-    # this bench's first repetition on an Intel Xeon with AVX-512 but no AVX512_BF16 (2026-11-24).
+    # OpenVINO honours a bf16 hint on a CPU without bf16 by emulating it, far too slowly to wait
+    # for (docs/performance.md), so its bf16 row is left out there.
     has_bfloat16 = _cpu_has_bfloat16()  # None: unknown (no /proc/cpuinfo)
     bfloat16_emulated = has_bfloat16 is False
     emulated = [b for b in args.peers if PEER_BACKENDS[b][1] == "bfloat16" and bfloat16_emulated]
