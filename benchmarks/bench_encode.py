@@ -435,7 +435,7 @@ def main():
         print("%-58s %9s left out: this CPU has no bf16, OpenVINO would emulate it" % PEER_BACKENDS[backend])
     print(
         "min cos: bfloat16 against our float32, peers against sentence-transformers on torch; Spearman x100 "
-        "on STS-B-en test (ours whitened, peers not: see the README's evaluation)"
+        "on STS-B-en test (ours whitened, peers not: see docs/evaluation.md)"
     )
     for backend, peer in running.items():
         print("  %s: %s" % (backend, peer.about["note"]))
