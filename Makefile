@@ -6,10 +6,11 @@ SAMPLE := data/sample
 
 .PHONY: demo test lint verify-hf mutation clean
 
-# pip installs uv, uv the rest: about 60% of pip's time, the same packages (uv is told where pip would
-# look: scripts/uv_options.py, written to a file first so that its failure stops make), their bytecode
-# compiled on every core. The venv gets no pip of its own (5 s of ensurepip): $(PYTHON)'s pip installs
-# uv into it, or, where that pip is missing or older than 22.3 (no --python), the venv's own from ensurepip.
+# pip installs uv, uv the rest: quicker than pip for the same packages (docs/performance.md; uv is told
+# where pip would look: scripts/uv_options.py, written to a file first so that its failure stops make),
+# their bytecode compiled on every core. The venv gets no pip of its own (ensurepip takes seconds):
+# $(PYTHON)'s pip installs uv into it, or, where that pip is missing or older than 22.3 (no --python),
+# the venv's own from ensurepip.
 UV_VERSION := 0.13.9
 UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python $$(cat $(VENV)/uv-options)
 

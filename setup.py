@@ -7,7 +7,15 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["bert_whitening", "bert_whitening.*"]),
-    python_requires=">=3.9,<3.12",
+    # zip(strict=True) and PEP 604 annotations (X | None) need 3.10; CI tests 3.11 only (the classifiers).
+    python_requires=">=3.10",
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
+        "Programming Language :: Python :: 3.11",
+        "Operating System :: POSIX :: Linux",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
     # bert4keras==0.11.5 is not listed: its metadata pins keras<=2.3.1, which cannot coexist
     # with TensorFlow 2. Install it with `pip install --no-deps bert4keras==0.11.5` (the Makefile
     # does); six is its one runtime dependency that TensorFlow does not already bring.

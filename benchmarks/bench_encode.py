@@ -94,8 +94,8 @@ def interleaved(paths, repeats):
 
 
 #: ``(rows, inner, columns)`` of the products `against_peak` times: square ones, and the shapes of
-#: MiniLM's own feed-forward products on 8,192 tokens (one large square product alone was
-#: measured below the model's rate on an AVX2 CPU, so it is no ceiling there).
+#: MiniLM's own feed-forward products on 8,192 tokens (one large square product alone can run
+#: below the model's rate, as on an AVX2 CPU, so it is no ceiling there: docs/performance.md).
 GEMM_SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 384, 1536), (8192, 1536, 384))
 #: Rounds of `against_peak`: its medians need more than the paths' three repetitions.
 PEAK_ROUNDS = 5
@@ -262,8 +262,8 @@ def main():
             },
             stream,
         )
-    # OpenVINO honours a bf16 hint on a CPU without bf16 by emulating it: over 30 minutes for
-    # this bench's first repetition on an Intel Xeon with AVX-512 but no AVX512_BF16 (2026-11-24).
+    # OpenVINO honours a bf16 hint on a CPU without bf16 by emulating it, far too slowly to wait
+    # for (docs/performance.md), so its bf16 row is left out there.
     has_bfloat16 = _cpu_has_bfloat16()  # None: unknown (no /proc/cpuinfo)
     bfloat16_emulated = has_bfloat16 is False
     emulated = [b for b in args.peers if PEER_BACKENDS[b][1] == "bfloat16" and bfloat16_emulated]
@@ -435,7 +435,7 @@ def main():
         print("%-58s %9s left out: this CPU has no bf16, OpenVINO would emulate it" % PEER_BACKENDS[backend])
     print(
         "min cos: bfloat16 against our float32, peers against sentence-transformers on torch; Spearman x100 "
-        "on STS-B-en test (ours whitened, peers not: see the README's evaluation)"
+        "on STS-B-en test (ours whitened, peers not: see docs/evaluation.md)"
     )
     for backend, peer in running.items():
         print("  %s: %s" % (backend, peer.about["note"]))

@@ -66,7 +66,8 @@ if not keras.__name__.startswith("tf_keras"):  # pragma: no cover - depends on i
     )
 
 #: The names taken from bert4keras, imported on first use: a process that only loads a SavedModel
-#: (the export's verification child, as a server) needs TensorFlow alone, 0.5 s sooner.
+#: (the export's verification child, as a server) needs TensorFlow alone and starts sooner
+#: without bert4keras' import (see docs/performance.md).
 _BERT4KERAS_NAMES = (
     "build_transformer_model",
     "ARCHITECTURES",

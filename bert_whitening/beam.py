@@ -42,17 +42,14 @@ logger = logging.getLogger(__name__)
 
 #: Sentences per `EncodeFn` call. They are grouped where the files are read, before the shuffle
 #: that spreads them over the workers: after it, a worker's bundles hold a few dozen elements, so
-#: batches formed there were that small, each one padded batch (measured: calls of 30-50
-#: sentences, half of ``encode``'s rate). ``encode`` sorts a call's sentences by length and runs
-#: them ``batch_size`` at a time, so the larger the call, the less padding: on 8,000 English
-#: STS-B sentences, batches of 128 sorted within 1,024 sentences pad 15% more tokens than sorted
-#: within all of them, within 4,096 1.7% more.
+#: batches formed there were that small, each one padded batch, far below ``encode``'s rate.
+#: ``encode`` sorts a call's sentences by length and runs them ``batch_size`` at a time, so the
+#: larger the call, the less padding (figures: docs/performance.md).
 SENTENCES_PER_CALL = 4096
 
 #: Sentences `SortedLists` sorts by length together before cutting them into calls. Calls cut
-#: in file order pad more than ``encode`` sorting all its input: on 100,000 Chinese sentences
-#: (maxlen 64, batches of 128) 7.1% more tokens than real ones, against 0.3%; cut from 65,536
-#: sorted by characters, 0.6% (English STS-B, 8,000 sentences: 4.4% -> 3.2%, all sorted 2.7%).
+#: in file order pad more than ``encode`` sorting all its input; sorting this many by characters
+#: first brings a call's padding close to ``encode``'s (figures: docs/performance.md).
 SORTED_TOGETHER = 16 * SENTENCES_PER_CALL
 
 #: File name ending of the shards `encode_pipeline` writes.
@@ -219,7 +216,7 @@ def _examples(encoded):
                 feature={
                     "path": tf.train.Feature(bytes_list=tf.train.BytesList(value=[path.encode("utf-8")])),
                     "line": tf.train.Feature(int64_list=tf.train.Int64List(value=[line])),
-                    # a list: from a numpy row, protobuf converts element by element (3.5x slower)
+                    # a list: from a numpy row, protobuf converts element by element (slower; docs/performance.md)
                     "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=vector.tolist())),
                 }
             )

@@ -1,6 +1,6 @@
 """Beam's portable runner on this machine: a Python job service and an EXTERNAL worker pool.
 
-What README's "Scaling out with Apache Beam" starts by hand, as one context manager, for trying
+What docs/beam.md's PortableRunner section starts by hand, as one context manager, for trying
 the portable runner locally (tests/test_beam_runners.py, benchmarks/bench_beam.py):
 
     with local_portable_runner(directory) as (flags, pids):

@@ -126,7 +126,7 @@ def test_empty_inputs_are_refused_before_the_pipeline_runs(tiny_model, tmp_path,
 
 def test_beam_commands_start_the_pipeline_before_tensorflow_is_imported(tiny_model, corpus, tmp_path):
     """The model runs in the workers (`EncodeFn.setup` sets the precision there); TensorFlow's
-    import in the command's process only delayed the first worker (8.7 s of a 22 s beam-encode)."""
+    import in the command's process only delayed the first worker (see docs/performance.md)."""
     common = ["--model", tiny_model[0], "--input", corpus / "a.txt", "--precision", "float32"]
     commands = [
         ["beam-fit", *common, "--output", tmp_path / "w.npz"],

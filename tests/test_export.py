@@ -77,7 +77,7 @@ def over_version_7(whitened, tmp_path_factory):
 
 def test_the_saved_model_has_plain_layer_norms_where_this_process_fuses_them(tiny_model, tmp_path, monkeypatch):
     """TF Serving's standard build runs no oneDNN rewrites, where the fused form (a batch norm per
-    row) is slower than plain ops: a SavedModel is traced with those, whatever this CPU runs."""
+    row) is slower than plain ops (docs/performance.md): a SavedModel is traced with those, whatever this CPU runs."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     monkeypatch.setattr(fused_bert, "_onednn_rewrites", lambda: True)

@@ -15,7 +15,7 @@ from bert_whitening.names import POOLINGS
 from helpers import shared_data
 from reference import original_scores, original_split_vectors, spearman, su_9079_kernel
 
-# One xdist group: its module fixtures (the original procedure over the split, 70 s in CI) are
+# One xdist group: its module fixtures (the original procedure over the split, the longest) are
 # built on one worker, and `--dist loadgroup` starts the largest group first.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("real_model")]
 

@@ -51,8 +51,8 @@ def index_bytes(index) -> int:
 @contextlib.contextmanager
 def one_thread():
     """FAISS on one OpenMP thread inside the block. A lone query is not worth splitting, and on a
-    busy machine OpenMP's waiting made one-query p50 20x slower with 2 threads than with 1
-    (measured here); batches keep all threads."""
+    busy machine the other threads' OpenMP waiting dominates a lone query's latency (see
+    docs/performance.md); batches keep all threads."""
     before = faiss().omp_get_max_threads()
     faiss().omp_set_num_threads(1)
     try:
