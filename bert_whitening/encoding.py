@@ -5,7 +5,7 @@ compute goes into padding. Here sentences are sorted by token count, cut into ba
 batch is padded only to its own longest sentence, and the vectors are put back in input order.
 The model runs under one ``tf.function`` whose input signature has a free batch and length, so
 no length triggers a retrace; `BATCHES_IN_FLIGHT` batches run at once, in threads (each call's
-vectors are the same as alone). (XLA with fixed length buckets was measured slower than this on
+vectors are the same as alone). (XLA with fixed length buckets was slower than this on
 these CPUs, where oneDNN does the matrix products; see benchmarks/bench_encode.py.)
 
 Precision, the one rule: how the model's matrix products run is a property of the process, not

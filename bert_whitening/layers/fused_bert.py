@@ -92,7 +92,7 @@ class FusedBert(keras.layers.Layer):
             self.pooler_dense = (weight("pooler_kernel", (hidden, hidden)), weight("pooler_bias", (hidden,)))
         super().build(input_shape)
 
-    # No branch on a tensor: AutoGraph's conversion would only add 0.3 s to each build. The
+    # No branch on a tensor: AutoGraph's conversion would only add to each build's time. The
     # wrapper hides the signature, so Keras passes ``training`` (nothing here depends on it).
     @tf.autograph.experimental.do_not_convert
     def call(self, inputs, training=None):
