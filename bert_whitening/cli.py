@@ -136,13 +136,11 @@ def _model_options(parser, pooling_default, batches=True, maxlen_default=64, poo
             "--precision",
             default=os.environ.get(PRECISION_VARIABLE) or "auto",
             choices=PRECISIONS,
-            help="bfloat16: the transformer's matrix products in bfloat16 "
-            "(oneDNN mixed precision), on bert4keras' graph, worth it only on CPUs "
-            "with bfloat16 instructions (AVX512_BF16 or AMX); float32 runs the fused "
-            "graph (figures: docs/performance.md); the whitening stays in float64. auto: float32 on a CPU without "
-            "them, else bfloat16 if the first 256 sentences' vectors are all "
-            "within cosine 0.999 of float32's; the choice is logged. "
-            "$%s, when set, is the default" % PRECISION_VARIABLE,
+            help="bfloat16: the transformer's matrix products in bfloat16, its residual sums, layer "
+            "norms, softmax and the whitening in float32; worth it only on CPUs with bfloat16 "
+            "instructions (AVX512_BF16 or AMX; figures: docs/performance.md). auto: float32 on a CPU "
+            "without them, else bfloat16 if the first 256 sentences' vectors are all within cosine "
+            "0.999 of float32's; the choice is logged. $%s, when set, is the default" % PRECISION_VARIABLE,
         )
     parser.add_argument(
         "--cased",
