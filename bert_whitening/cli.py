@@ -381,6 +381,15 @@ def add_export(commands):
         "in the graph; n x k x 4 bytes resident)",
     )
     parser.add_argument("--top-k", type=positive_int, default=10, help="ids and scores serve_search returns")
+    parser.add_argument(
+        "--precision",
+        dest="export_precision",  # the SavedModel's, not this process's (`_start`)
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="bfloat16: the transformer's matrix products in bfloat16 (the rest float32), for a server "
+        "whose CPU has AVX512_BF16 or AMX; use it instead of TF Serving's --mixed_precision=bfloat16, "
+        "which also rounds the residual sums and layer norms (docs/serving.md)",
+    )
     return parser
 
 
@@ -632,7 +641,7 @@ def run_encode(args):
 
 def run_export(args):
     encoder = SentenceEncoder(_encoder_config(args, whitened=True))
-    encoder.export(args.output, args.version, args.text, args.overwrite, args.corpus, args.top_k)
+    encoder.export(args.output, args.version, args.text, args.overwrite, args.corpus, args.top_k, args.export_precision)
 
 
 def run_eval(args):

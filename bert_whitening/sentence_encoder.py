@@ -290,10 +290,12 @@ class SentenceEncoder:
         overwrite: bool = False,
         corpus: Optional[str] = None,
         top_k: int = 10,
+        precision: str = "float32",
     ):
         """Export as one SavedModel to ``BASE/N``, verified in a fresh process; ``corpus`` (an
-        index directory made by this encoder) adds ``serve_search``. Returns ``(path,
-        difference)`` (see `bert_whitening.export.export_saved_model`)."""
+        index directory made by this encoder) adds ``serve_search``; ``precision`` ``bfloat16``
+        runs the transformer's products in bfloat16. Returns ``(path, difference)`` (see
+        `bert_whitening.export.export_saved_model`)."""
         from bert_whitening.export.layout import target_version
 
         target_version(base, version, overwrite)  # refuse before TensorFlow and the model
@@ -305,7 +307,15 @@ class SentenceEncoder:
 
             vectors, metadata["corpus"] = corpus_for_export(corpus, self.config)
         return export_saved_model(
-            self.keras_encoder, base, version, text, overwrite, metadata, corpus=vectors, top_k=top_k
+            self.keras_encoder,
+            base,
+            version,
+            text,
+            overwrite,
+            metadata,
+            corpus=vectors,
+            top_k=top_k,
+            precision=precision,
         )
 
 

@@ -232,3 +232,40 @@ def test_the_verification_child_loads_tensorflow_alone():
     child = subprocess.run([sys.executable, "-c", CHILD_IMPORTS], capture_output=True, text=True)
     assert child.returncode == 0, child.stderr[-2000:]
     assert child.stdout.split("\n")[-2] == "['tensorflow', 'tensorflow_text']", child.stdout
+
+
+def test_a_bfloat16_export_runs_the_products_in_bfloat16_and_records_it(encoders, tmp_path):
+    """Its vectors are the bfloat16 graph's (not float32's), within the auto bound of float32, and
+    its record says bfloat16; TF Serving's own rewrite changes nothing more in it."""
+    from bert_whitening.encoding import AUTO_MIN_COSINE
+    from bert_whitening.models import with_whitening
+
+    normalized = with_whitening(encoders["first-last-avg"])
+    path, difference = export_saved_model(normalized, str(tmp_path / "low"), precision="bfloat16")
+    assert difference <= 1e-5
+    with open(os.path.join(path, "assets", "bert_whitening.json"), encoding="utf-8") as stream:
+        assert json.load(stream)["precision"] == "bfloat16"
+    sequences, _ = tokenize(normalized, SENTENCES)
+    ids = pad_ids(sequences)
+    exact = encode(normalized, SENTENCES)
+    served = tf.saved_model.load(path).signatures["serving_default"]
+    low = served(input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids))["embedding"].numpy()
+    assert np.abs(low - exact).max() > 1e-4  # the products ran in bfloat16
+    assert (low * exact).sum(axis=1).min() >= AUTO_MIN_COSINE
+
+
+def test_a_bfloat16_export_below_the_bound_or_of_another_graph_is_refused(encoders, tmp_path, monkeypatch):
+    from bert_whitening import encoding
+    from bert_whitening.models import with_whitening
+
+    normalized = with_whitening(encoders["cls"])
+    monkeypatch.setattr(encoding, "AUTO_MIN_COSINE", 1.5)
+    with pytest.raises(ExportError, match="in bfloat16 a verification vector falls to cosine 0.9"):
+        export_saved_model(normalized, str(tmp_path / "low"), precision="bfloat16")
+    assert not os.path.exists(tmp_path / "low" / "1")
+    monkeypatch.setattr(encoding, "runs_fused_bert", lambda model: False)
+    monkeypatch.setattr("bert_whitening.export.saved_model.runs_fused_bert", lambda model: False)
+    with pytest.raises(ExportError, match="export it in float32"):
+        export_saved_model(normalized, str(tmp_path / "low"), precision="bfloat16")
+    with pytest.raises(ValueError, match="float32, bfloat16"):
+        export_saved_model(normalized, str(tmp_path / "low"), precision="float16")

@@ -17,6 +17,7 @@ names that are not integers), and the next export removes those of a process tha
 (`bert_whitening.atomic`).
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -27,11 +28,15 @@ import numpy as np
 from bert_whitening.atomic import staged_directory
 from bert_whitening.backend import graph_function, tf
 from bert_whitening.config import versions
+from bert_whitening.encoding import runs_fused_bert
 from bert_whitening.errors import ExportError
 from bert_whitening.export.layout import publish, target_version
 from bert_whitening.export.verify import TOLERANCE, FreshProcess, verify
-from bert_whitening.layers.fused_bert import portable_graph
-from bert_whitening.names import MODEL_TYPES
+from bert_whitening.layers.fused_bert import bfloat16_products, portable_graph
+from bert_whitening.names import MODEL_TYPES, check_choice
+
+#: What an export's matrix products may run in.
+EXPORT_PRECISIONS = ("float32", "bfloat16")
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +120,7 @@ def export_saved_model(
     tolerance: float = TOLERANCE,
     corpus: Optional[np.ndarray] = None,
     top_k: int = 10,
+    precision: str = "float32",
 ) -> Tuple[str, float]:
     """Write ``encoder`` to ``BASE/N``, verified in a fresh process, and return ``(path,
     largest difference found)``.
@@ -133,10 +139,21 @@ def export_saved_model(
             (`bert_whitening.export.verify`).
         top_k: ``serve_search``'s number of rows per query; at most the corpus size (recorded
             as ``corpus.top_k`` in the metadata).
+        precision: ``bfloat16`` traces a `FusedBert`'s matrix products in bfloat16 (the rest stays
+            float32), for servers on CPUs with bfloat16 instructions: TF Serving's own
+            ``--mixed_precision=bfloat16`` rewrite of a float32 export also rounds the residual
+            sums and layer norms. Refused if a verification vector falls below cosine
+            `bert_whitening.encoding.AUTO_MIN_COSINE` of float32, or the model is not a FusedBert.
 
     Raises:
         ExportError: refused, or failed; nothing is left at ``BASE/N``.
     """
+    check_choice("precision", precision, EXPORT_PRECISIONS)
+    if precision == "bfloat16" and not runs_fused_bert(encoder.model):
+        raise ExportError(
+            "--precision bfloat16 exports a plain BERT's products in bfloat16; %s is not one: "
+            "export it in float32" % encoder.model_identity["type"]
+        )
     if text and MODEL_TYPES[encoder.model_identity["type"]].word_level:
         raise ExportError(
             "--text is not available for %s: it splits words with jieba, which "
@@ -157,15 +174,20 @@ def export_saved_model(
 
     with FreshProcess(text) as checker, staged_directory(os.path.join(base, str(number))) as staging:
         try:
-            with portable_graph():  # traced here, run by TF Serving
+            with portable_graph(), _products(precision):  # traced here, run by TF Serving
                 tf.saved_model.save(module, staging, signatures=module.signatures())
         except tf.errors.OpError as error:  # "STAGING/FILE; No space left on device" and the like
             reason = error.message.splitlines()[0].split("; ")[-1].replace(staging, "")
             raise ExportError("%s: cannot write the SavedModel: %s" % (base, reason)) from None
         os.makedirs(os.path.join(staging, "assets"), exist_ok=True)
         with open(os.path.join(staging, "assets", METADATA_FILE), "w", encoding="utf-8") as stream:
-            json.dump(export_record(encoder, module, metadata), stream, indent=2, ensure_ascii=False)
-        difference = verify(checker, staging, encoder, text, corpus, tolerance)
+            json.dump(
+                {**export_record(encoder, module, metadata), "precision": precision},
+                stream,
+                indent=2,
+                ensure_ascii=False,
+            )
+        difference = verify(checker, staging, encoder, text, corpus, tolerance, precision)
         target = publish(staging, base, number, version is None, overwrite)
     logger.info(
         "exported %s (signatures: %s); the reloaded model differs from the Keras model by at most %.2g",
@@ -174,6 +196,10 @@ def export_saved_model(
         difference,
     )
     return target, difference
+
+
+def _products(precision):
+    return bfloat16_products() if precision == "bfloat16" else contextlib.nullcontext()
 
 
 def export_record(encoder, module, metadata=None):

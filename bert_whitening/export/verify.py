@@ -25,6 +25,7 @@ import tempfile
 import numpy as np
 
 from bert_whitening.errors import ExportError
+from bert_whitening.whitening import l2_normalize
 
 TOLERANCE = 1e-5
 
@@ -43,16 +44,28 @@ VERIFY_SENTENCES = [
 ]
 
 
-def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE):
+def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE, precision="float32"):
     """Run the export in ``directory`` in ``process`` (a `FreshProcess`) and compare every
     signature with ``encoder`` (and ``serve_search`` with FAISS over ``corpus``). Returns the
-    largest difference of the embeddings; raises `ExportError` above ``tolerance``."""
-    from bert_whitening.encoding import encode_ids, tokenize
+    largest difference of the embeddings; raises `ExportError` above ``tolerance``. A bfloat16
+    export is compared with the same graph traced here (bfloat16's rounding follows the float32
+    ops between the products to the last bit, so the in-process graph's fused layer norms would
+    differ by more than float noise), and its vectors must keep `AUTO_MIN_COSINE` of float32's."""
+    from bert_whitening.encoding import AUTO_MIN_COSINE, compiled, tokenize
     from bert_whitening.token_ids import pad_ids
 
     sequences, _ = tokenize(encoder, VERIFY_SENTENCES)
-    expected = encode_ids(encoder, sequences, progress=False)
-    outputs = process.run(directory, pad_ids(sequences), VERIFY_SENTENCES if text else [])
+    ids = pad_ids(sequences)
+    expected = compiled(encoder.model)(ids, np.zeros_like(ids)).numpy()  # float32, whatever the process runs
+    if precision == "bfloat16":
+        exact, expected = expected, _bfloat16_export_graph(encoder, ids)
+        lowest = float((l2_normalize(exact) * l2_normalize(expected)).sum(axis=1).min())
+        if not lowest >= AUTO_MIN_COSINE:
+            raise ExportError(
+                "in bfloat16 a verification vector falls to cosine %.6f of float32 (below %g); "
+                "nothing was written: export in float32" % (lowest, AUTO_MIN_COSINE)
+            )
+    outputs = process.run(directory, ids, VERIFY_SENTENCES if text else [])
     difference = max(
         float(np.abs(outputs[name] - expected).max()) for name in ("serving_default", "serve_text") if name in outputs
     )
@@ -64,6 +77,19 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE):
     if corpus is not None:
         _check_search(outputs, corpus, tolerance)
     return difference
+
+
+def _bfloat16_export_graph(encoder, ids):
+    """``encoder``'s vectors of the padded ``ids`` from the graph a bfloat16 export saves, run as
+    a graph (Grappler fuses each product with its bias and activation, as the server's does)."""
+    from bert_whitening.backend import graph_function, tf
+    from bert_whitening.layers.fused_bert import bfloat16_products, portable_graph
+
+    spec = tf.TensorSpec([None, None], tf.int32)
+    function = graph_function(lambda ids, segments: encoder.model([ids, segments], training=False), [spec, spec])
+    with portable_graph(), bfloat16_products():
+        traced = function.get_concrete_function()
+    return traced(tf.constant(ids), tf.zeros_like(ids)).numpy()
 
 
 def _check_search(outputs, corpus, tolerance):
