@@ -1,0 +1,113 @@
+"""bfloat16 at serving time: TF Serving's ``--mixed_precision=bfloat16`` against ``export --precision bfloat16``.
+
+    python benchmarks/bench_serving_precision.py [--sentences 4000] [--repeats 3]
+
+TF Serving's ``--mixed_precision=bfloat16`` turns on Grappler's
+``auto_mixed_precision_onednn_bfloat16`` rewrite for the graphs it loads; here the same option is
+set in process before each SavedModel is loaded (a fresh load per setting, since the rewrite runs
+when a function is first instantiated). One encoder (all-MiniLM-L6-v2, first-last-avg, whitening
+of every dimension fitted on the sentences) is exported twice, in float32 and with
+``--precision bfloat16``, and each export runs ``serving_default`` (batches of 128 token-id rows
+sorted by length, as ``encode`` cuts them) and ``serve_text`` (128 sentences a call, in file
+order) with the rewrite off and on. Printed: sentences/s (median of --repeats after a warm-up),
+its ratio to the float32 export without the rewrite, and the smallest cosine of every vector to
+that export's. Run it on an idle machine, and on a CPU with AVX512_BF16 or AMX (elsewhere oneDNN
+emulates bfloat16).
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
+REWRITE = "auto_mixed_precision_onednn_bfloat16"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sentences", type=int, default=4000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    from bench_encode import cpu_name
+    from bench_serving import sts_sentences
+
+    from bert_whitening.backend import tf
+    from bert_whitening.encoding import batches, encode, tokenize
+    from bert_whitening.export import export_saved_model
+    from bert_whitening.models import build_encoder, with_whitening
+    from bert_whitening.whitening import WhiteningStats, fit_whitening
+
+    sentences = sts_sentences(args.sentences)
+    pooled = build_encoder("minilm", pooling="first-last-avg")
+    whitening = fit_whitening(WhiteningStats().update(encode(pooled, sentences)), pooling="first-last-avg")
+    encoder = with_whitening(pooled, whitening)
+    sequences, _ = tokenize(encoder, sentences)
+    padded = list(batches(sequences, 128))
+    workdir = tempfile.mkdtemp()
+    exports = {
+        precision: export_saved_model(encoder, os.path.join(workdir, precision), text=True, precision=precision)[0]
+        for precision in ("float32", "bfloat16")
+    }
+
+    def run(path, rewrite, signature):
+        """``(vectors, seconds of each repeat)`` of one signature of a fresh load."""
+        tf.config.optimizer.set_experimental_options({REWRITE: rewrite})
+        function = tf.saved_model.load(path).signatures[signature]
+        vectors = np.zeros((len(sentences), encoder.dim), np.float32)
+
+        def once():
+            if signature == "serving_default":
+                for rows, ids in padded:
+                    ids = tf.constant(ids)
+                    vectors[rows] = function(input_ids=ids, segment_ids=tf.zeros_like(ids))["embedding"].numpy()
+            else:
+                for start in range(0, len(sentences), 128):
+                    texts = tf.constant(sentences[start : start + 128])
+                    vectors[start : start + 128] = function(text=texts)["embedding"].numpy()
+
+        once()
+        times = []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            once()
+            times.append(time.perf_counter() - start)
+        return vectors.copy(), times
+
+    settings = [
+        ("float32 export", "float32", False),
+        ("float32 export + --mixed_precision=bfloat16", "float32", True),
+        ("export --precision bfloat16", "bfloat16", False),
+        ("export --precision bfloat16 + --mixed_precision=bfloat16", "bfloat16", True),
+    ]
+    print(
+        "%d distinct English STS-benchmark sentences, all-MiniLM-L6-v2, first-last-avg + whitening (k=%d) + L2; "
+        "%s, %d cores, tensorflow %s; median of %d"
+        % (len(sentences), encoder.n_components, cpu_name(), os.cpu_count(), tf.__version__, args.repeats)
+    )
+    print("%-58s %-16s %11s %9s %9s" % ("export, server setting", "signature", "sentences/s", "vs fp32", "min cos"))
+    for signature in ("serving_default", "serve_text"):
+        reference, reference_times = run(exports["float32"], False, signature)
+        base = statistics.median(reference_times)
+        for name, precision, rewrite in settings:
+            vectors, times = (
+                (reference, reference_times)
+                if (precision, rewrite) == ("float32", False)
+                else (run(exports[precision], rewrite, signature))
+            )
+            seconds = statistics.median(times)
+            cosine = float((vectors * reference).sum(axis=1).min())
+            print(
+                "%-58s %-16s %11.0f %8.2fx %9.6f" % (name, signature, len(sentences) / seconds, base / seconds, cosine)
+            )
+    tf.config.optimizer.set_experimental_options({REWRITE: False})
+
+
+if __name__ == "__main__":
+    main()
