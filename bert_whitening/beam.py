@@ -34,6 +34,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
+from bert_whitening.atomic import PREFIX, check_outputs
 from bert_whitening.data import read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
 from bert_whitening.whitening import WhiteningStats, fit_reported
@@ -333,6 +334,7 @@ def run_fit(
     configuration and vocabulary; the weights are loaded by the workers)."""
     from bert_whitening.checkpoints import find_model
 
+    check_outputs([output], _local_inputs(patterns) + spec.read_paths())
     options = {
         "n_components": n_components,
         "beta": beta,
@@ -349,6 +351,12 @@ def run_fit(
     )
 
 
+def _local_inputs(patterns):
+    """The local files ``patterns`` match, for `check_outputs` (a remote file system checks
+    its own paths)."""
+    return [path for pattern in patterns if FileSystems.get_scheme(pattern) is None for path in glob.glob(pattern)]
+
+
 def shards(output_prefix):
     """The pattern of the shards `encode_pipeline` writes for ``output_prefix``."""
     return output_prefix + "-*-of-*" + SUFFIX
@@ -360,6 +368,7 @@ def run_encode(
     """`encode_pipeline` on ``runner``. Refuses to start when shards of ``output_prefix``
     exist (a reader of ``PREFIX-*`` would see old and new lines together), and removes the
     sink's temporary files if the pipeline fails."""
+    check_outputs([(output_prefix, PREFIX)], _local_inputs(patterns) + spec.read_paths())
     existing = FileSystems.match([shards(output_prefix)])[0].metadata_list
     if existing:
         raise BertWhiteningError(

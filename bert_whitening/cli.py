@@ -3,7 +3,8 @@
 One ``add_COMMAND``/``run_COMMAND`` pair per command; the work is the package's
 (`SentenceEncoder`, `bert_whitening.retrieval`, `bert_whitening.evaluation`, ...). TensorFlow is
 imported only once a command has checked everything it can without it: every number when it is
-parsed, then the outputs, the model's configuration and the whitening file; only then is the
+parsed, then the outputs against everything the command reads (`check_paths`, from the table
+`PATHS`), the model's configuration and the whitening file; only then is the
 precision set (`_start`) and the model loaded. So ``--help`` and refusals answer at once.
 
 Errors: a refused input (`bert_whitening.errors.BertWhiteningError`) or an ``OSError`` is one
@@ -14,17 +15,19 @@ traceback.
 """
 
 import argparse
+import dataclasses
 import functools
 import gc
+import glob
 import logging
 import math
 import os
 import signal
 import sys
 
-from bert_whitening.atomic import check_output
+from bert_whitening.atomic import DIRECTORY, FILE, PREFIX, check_outputs
 from bert_whitening.config import EncoderConfig
-from bert_whitening.data import INPUT_FORMATS, TASKS, check_readable, read_sentences
+from bert_whitening.data import INPUT_FORMATS, TASKS, check_readable, data_dir, read_sentences
 from bert_whitening.errors import BertWhiteningError, Interrupted
 from bert_whitening.names import METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
 from bert_whitening.sentence_encoder import SentenceEncoder
@@ -518,6 +521,63 @@ def add_convert_hf(commands):
     return parser
 
 
+@dataclasses.dataclass(frozen=True)
+class Paths:
+    """What a command writes and reads, by argparse destination: `check_paths` checks every
+    output against every input (`bert_whitening.atomic.check_outputs`) before the command's
+    work. Every command has an entry (`build_parser` refuses one without), so a new command
+    cannot forget an output or an input.
+
+    Attributes:
+        outputs: destination -> what it names (`FILE`, `DIRECTORY`, `PREFIX`).
+        inputs: destinations of files and directories read (a list is each of its items).
+        globs: destinations of patterns of files read (Beam's ``--input``), matched here.
+        derived: functions of the arguments giving more paths read (a default directory).
+    """
+
+    outputs: dict = dataclasses.field(default_factory=dict)
+    inputs: tuple = ()
+    globs: tuple = ()
+    derived: tuple = ()
+
+
+_ENCODER_INPUTS = ("model", "whitening", "flow")
+_TASK_INPUTS = ("model", "fit_on")
+PATHS = {
+    "fit": Paths({"output": FILE}, ("inputs", "model")),
+    "encode": Paths({"output": FILE}, ("input",) + _ENCODER_INPUTS),
+    "beam-fit": Paths({"output": FILE}, ("model",), globs=("input",)),
+    "beam-encode": Paths({"output": PREFIX}, _ENCODER_INPUTS, globs=("input",)),
+    "export": Paths({"output": DIRECTORY}, _ENCODER_INPUTS + ("corpus",)),
+    "eval": Paths({"json": FILE, "plot": FILE}, _TASK_INPUTS, derived=(lambda args: data_dir(args.data_dir),)),
+    "eval-retrieval": Paths(
+        {"json": FILE, "plot": FILE}, _TASK_INPUTS + ("distractors",), derived=(lambda args: data_dir(args.data_dir),)
+    ),
+    "index": Paths({"output": DIRECTORY}, ("inputs", "from_vectors") + _ENCODER_INPUTS, globs=("from_beam",)),
+    "search": Paths({}, ("index", "queries", "model", "whitening")),
+    "convert-hf": Paths({"out_dir": DIRECTORY}, ("hf_dir",)),
+}
+
+
+def _values(args, names):
+    found = []
+    for name in names:
+        value = getattr(args, name, None)
+        found.extend(value if isinstance(value, list) else [value])
+    return [value for value in found if value is not None]
+
+
+def check_paths(args):
+    """`bert_whitening.atomic.check_outputs` on the outputs and inputs `PATHS` gives for the
+    command ``args`` was parsed for: before any work, so a refused output costs nothing."""
+    paths = PATHS[args.command]
+    outputs = [(getattr(args, name), kind) for name, kind in paths.outputs.items()]
+    inputs = _values(args, paths.inputs) + [find(args) for find in paths.derived]
+    for pattern in _values(args, paths.globs):
+        inputs.extend(glob.glob(pattern) if "://" not in pattern else [])
+    check_outputs(outputs, inputs)
+
+
 COMMANDS = [
     add_fit,
     add_encode,
@@ -547,6 +607,8 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
         name = add.__name__[len("add_") :]
+        if name.replace("_", "-") not in PATHS:
+            raise RuntimeError("command %s has no entry in cli.PATHS (what it reads and writes)" % name)
         add(commands).set_defaults(run=globals()["run_" + name], takes_pipeline_options=name.startswith("beam"))
     return parser
 
@@ -598,7 +660,6 @@ def run_fit(args):
     if args.method == "flow" and (args.n_components, args.beta, args.gamma) != (-1, 1.0, 1.0):
         raise BertWhiteningError("--n-components, --beta and --gamma are a whitening's; a flow has none of them")
     check_readable(args.inputs)
-    check_output(args.output, args.inputs)
     encoder = SentenceEncoder(_encoder_config(args))
     _start(args)
     from bert_whitening.encoding import progress_bar
@@ -615,7 +676,6 @@ def run_fit(args):
 
 def run_encode(args):
     check_readable([args.input])
-    check_output(args.output, [args.input])
     encoder = SentenceEncoder(_encoder_config(args, whitened=True))
     _start(args)
     from bert_whitening.encoding import progress_bar
@@ -668,13 +728,10 @@ def run_eval(args):
 
 
 def _task_config(args):
-    """What ``eval`` and ``eval-retrieval`` share before their work: the outputs and the encoder
-    checked, then the precision set."""
+    """What ``eval`` and ``eval-retrieval`` share before their work: the encoder checked (the
+    outputs were, by `check_paths`), then the precision set."""
     if args.plot and len(args.poolings) > 1:
         raise BertWhiteningError("--plot draws one pooling: give one --pooling, or leave --plot out")
-    for output in (args.json, args.plot):
-        if output:
-            check_output(output)
     config = _encoder_config(args)
     _start(args)
     return config
@@ -770,8 +827,6 @@ def _beam():
 
 
 def run_beam_fit(args):
-    if "://" not in args.output:  # a local path; Beam's file systems check their own
-        check_output(args.output)
     config = _encoder_config(args)
     _beam().run_fit(
         args.input,
@@ -822,6 +877,7 @@ def main(argv=None):
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
+        check_paths(args)
         args.run(args)
     except (BertWhiteningError, OSError) as error:
         logger.error("%s", error, exc_info=args.log_level == "DEBUG")

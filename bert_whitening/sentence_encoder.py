@@ -20,7 +20,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
-from bert_whitening.atomic import staged_directory, write_atomically
+from bert_whitening.atomic import DIRECTORY, check_outputs, staged_directory, write_atomically
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import STDIN, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
@@ -156,6 +156,8 @@ class SentenceEncoder:
         from bert_whitening.encoding import encode_stream
         from bert_whitening.npy_rows import NpyRowWriter
 
+        inputs = [path] + self.config.read_paths()
+        check_outputs([output], inputs)  # before the model is built
         encoder, lines = self.keras_encoder, 0
 
         def counted(sentences):
@@ -173,7 +175,7 @@ class SentenceEncoder:
             if rows.rows != lines:  # each line is one row, or the output is wrong
                 raise BertWhiteningError("wrote %d rows for %d input lines" % (rows.rows, lines))
 
-        write_atomically(output, write, inputs=[path])
+        write_atomically(output, write, inputs=inputs)
         return lines
 
     def fit(
@@ -270,6 +272,7 @@ class SentenceEncoder:
         """Write ``directory`` (new) with the encoder's record (``sentence_encoder.json``: model
         reference, pooling, maxlen, case, k) and its whitening; `load` reads it back. The model
         itself is referenced, not copied."""
+        check_outputs([(directory, DIRECTORY)], self.config.read_paths())
         if os.path.lexists(directory):
             raise BertWhiteningError("%s already exists; choose a new directory" % directory)
         record = self.config.to_config()
@@ -296,6 +299,7 @@ class SentenceEncoder:
         difference)`` (see `bert_whitening.export.export_saved_model`)."""
         from bert_whitening.export.layout import target_version
 
+        check_outputs([(base, DIRECTORY)], self.config.read_paths() + [corpus])
         target_version(base, version, overwrite)  # refuse before TensorFlow and the model
         from bert_whitening.export import export_saved_model
 
