@@ -37,7 +37,7 @@ from apache_beam.transforms.window import GlobalWindows
 from bert_whitening.atomic import PREFIX, check_outputs
 from bert_whitening.data import read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
-from bert_whitening.whitening import WhiteningStats, fit_reported
+from bert_whitening.whitening import WhiteningStats, check_vectors, fit_reported
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class EncodeFn(beam.DoFn):
 
         keys = [key for key, _ in batch]
         vectors = encode(self.encoder, [sentence for _, sentence in batch], self.batch_size, progress=False)
-        yield keys, vectors
+        yield keys, check_vectors(vectors, "beam", self.spec.normalize, keys=keys)
 
 
 def _read_file(path, format, skip_bad_lines):

@@ -24,7 +24,7 @@ from bert_whitening.atomic import DIRECTORY, check_outputs, staged_directory, wr
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import STDIN, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
-from bert_whitening.whitening import Whitening, WhiteningStats, fit_reported
+from bert_whitening.whitening import Whitening, WhiteningStats, check_vectors, fit_reported
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +148,8 @@ class SentenceEncoder:
         """float32 vectors of ``sentences``, in order (``progress``: see `encoding.encode_ids`)."""
         from bert_whitening.encoding import encode
 
-        return encode(self.keras_encoder, list(sentences), batch_size, progress)
+        vectors = encode(self.keras_encoder, list(sentences), batch_size, progress)
+        return check_vectors(vectors, "the sentences", self.config.normalize)
 
     def encode_file(self, path: str, output: str, batch_size: int = 128, progress=None) -> int:
         """Write one vector per line of the sentence file ``path`` (``-``: standard input, read
@@ -169,7 +170,7 @@ class SentenceEncoder:
         def write(temporary):
             with NpyRowWriter(temporary, encoder.dim) as rows:
                 for vectors in encode_stream(encoder, counted(read_sentences(path, "lines")), batch_size, progress):
-                    rows.append(vectors)
+                    rows.append(check_vectors(vectors, display_name(path), self.config.normalize, rows.rows))
             if lines == 0:
                 raise DataError("%s: empty input" % display_name(path))
             if rows.rows != lines:  # each line is one row, or the output is wrong

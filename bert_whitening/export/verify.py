@@ -51,8 +51,14 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE):
     from bert_whitening.token_ids import pad_ids
 
     sequences, _ = tokenize(encoder, VERIFY_SENTENCES)
+    from bert_whitening.whitening import check_vectors
+
     expected = encode_ids(encoder, sequences, progress=False)
+    check_vectors(expected, "the Keras encoder's vectors of the verification sentences", encoder.normalize)
     outputs = process.run(directory, pad_ids(sequences), VERIFY_SENTENCES if text else [])
+    for name in ("serving_default", "serve_text"):
+        if name in outputs:
+            check_vectors(outputs[name], "the exported %s of the verification sentences" % name, encoder.normalize)
     difference = max(
         float(np.abs(outputs[name] - expected).max()) for name in ("serving_default", "serve_text") if name in outputs
     )
