@@ -57,6 +57,22 @@ non_negative_int = _checked(int, lambda v: v >= 0, "an integer >= 0")
 maxlen_int = _checked(int, lambda v: v >= 2, "an integer >= 2 (room for [CLS] and [SEP])")
 finite_float = _checked(float, math.isfinite, "a finite number")
 int_list = _checked(lambda text: [int(part) for part in text.split(",")], bool, "a comma-separated list of integers")
+#: numpy's generators take seeds >= 0 only; a negative one failed after the model had encoded.
+seed_int = non_negative_int
+seed_list = _checked(
+    lambda text: [int(part) for part in text.split(",")],
+    lambda values: values and min(values) >= 0,
+    "a comma-separated list of integers >= 0",
+)
+#: HNSW neighbours per node: FAISS allocates M links per node per level whatever M is, so a
+#: mistyped M (a count meant for another option) would take the memory of that many copies of
+#: the corpus before failing or finishing; published settings stay far below this bound.
+HNSW_M_LIMIT = 512
+hnsw_m_int = _checked(int, lambda v: 1 <= v <= HNSW_M_LIMIT, "an integer 1..%d" % HNSW_M_LIMIT)
+hnsw_int = _checked(int, lambda v: 0 <= v <= HNSW_M_LIMIT, "0 (exact) or an integer 1..%d" % HNSW_M_LIMIT)
+#: TF Serving reads a version directory's name as an int64.
+INT64_MAX = 2**63 - 1
+version_int = _checked(int, lambda v: 0 <= v <= INT64_MAX, "an integer 0..2**63-1 (TF Serving's int64 versions)")
 
 
 def _choice_list(choices):
@@ -291,7 +307,7 @@ def add_fit(commands):
         "bohanli/BERT-flow trains it, one epoch) on every vector, held in memory, used "
         "with --flow; --n-components, --beta and --gamma are the whitening's",
     )
-    parser.add_argument("--seed", type=int, default=0, help="the flow's initial values and order (--method flow)")
+    parser.add_argument("--seed", type=seed_int, default=0, help="the flow's initial values and order (--method flow)")
     _fit_options(parser)
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="sentence or pair files, - for standard input")
     return parser
@@ -374,7 +390,7 @@ def add_export(commands):
     )
     parser.add_argument(
         "--version",
-        type=non_negative_int,
+        type=version_int,
         default=None,
         help="integer version N (default: one more than the highest in BASE, 1 for a new BASE)",
     )
@@ -411,7 +427,7 @@ def add_eval(commands):
         "same vectors, scored on the same encoding)",
     )
     parser.add_argument(
-        "--flow-seeds", default="0", type=int_list, help="comma-separated seeds, one flow each (with --method flow)"
+        "--flow-seeds", default="0", type=seed_list, help="comma-separated seeds, one flow each (with --method flow)"
     )
     return parser
 
@@ -438,7 +454,7 @@ def add_eval_retrieval(commands):
     )
     parser.add_argument(
         "--hnsw-m",
-        type=positive_int,
+        type=hnsw_m_int,
         default=32,
         help="neighbours per node of the HNSW index compared with exact search",
     )
@@ -461,7 +477,7 @@ def add_index(commands):
     _whitening_options(parser, "vectors")
     parser.add_argument(
         "--hnsw",
-        type=non_negative_int,
+        type=hnsw_int,
         default=0,
         metavar="M",
         help="build an approximate HNSW index with M neighbours per node (0: exact IndexFlatIP)",
@@ -643,7 +659,21 @@ def _encoder_config(args, whitened=False):
     )
     if config.maxlen is not None:
         config.check()
+    _check_n_components(args, config)
     return config
+
+
+def _check_n_components(args, config):
+    """Refuse an ``--n-components`` (one, or a list) above the model's hidden size once its
+    configuration is read, before any sentence is: a whitening keeps at most that many
+    dimensions, and the fit would otherwise fail only after encoding everything."""
+    given = getattr(args, "n_components", None)
+    hidden = config.identity["hidden_size"]
+    for k in given if isinstance(given, list) else [given]:
+        if k is not None and k > hidden:
+            raise BertWhiteningError(
+                "n_components %d is larger than the model's hidden size %d (%s)" % (k, hidden, config.identity["name"])
+            )
 
 
 def _start(args):
