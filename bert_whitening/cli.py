@@ -27,7 +27,7 @@ import sys
 
 from bert_whitening.atomic import DIRECTORY, FILE, PREFIX, check_outputs
 from bert_whitening.config import EncoderConfig
-from bert_whitening.data import INPUT_FORMATS, TASKS, check_readable, data_dir, read_sentences
+from bert_whitening.data import ENGLISH_STS, INPUT_FORMATS, TASKS, check_readable, data_dir, read_sentences
 from bert_whitening.errors import BertWhiteningError, Interrupted
 from bert_whitening.names import METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
 from bert_whitening.sentence_encoder import SentenceEncoder
@@ -548,13 +548,24 @@ class Paths:
         outputs: destination -> what it names (`FILE`, `DIRECTORY`, `PREFIX`).
         inputs: destinations of files and directories read (a list is each of its items).
         globs: destinations of patterns of files read (Beam's ``--input``), matched here.
-        derived: functions of the arguments giving more paths read (a default directory).
+        derived: functions of the arguments giving more paths read (the tasks' files).
     """
 
     outputs: dict = dataclasses.field(default_factory=dict)
     inputs: tuple = ()
     globs: tuple = ()
     derived: tuple = ()
+
+
+def _task_files(args):
+    """The files ``eval`` and ``eval-retrieval`` may read for their tasks
+    (`bert_whitening.data.load_task`), not the whole data directory: a report written beside
+    the tasks, and written again by the next run, is no input."""
+    directory = data_dir(args.data_dir)
+    folders = [os.path.join(directory, task) for task in args.task]
+    if ENGLISH_STS in args.task:
+        folders.append(os.path.join(directory, os.pardir, "stsbenchmark"))
+    return [path for folder in folders for path in glob.glob(os.path.join(glob.escape(folder), "*"))]
 
 
 _ENCODER_INPUTS = ("model", "whitening", "flow")
@@ -565,10 +576,8 @@ PATHS = {
     "beam-fit": Paths({"output": FILE}, ("model",), globs=("input",)),
     "beam-encode": Paths({"output": PREFIX}, _ENCODER_INPUTS, globs=("input",)),
     "export": Paths({"output": DIRECTORY}, _ENCODER_INPUTS + ("corpus",)),
-    "eval": Paths({"json": FILE, "plot": FILE}, _TASK_INPUTS, derived=(lambda args: data_dir(args.data_dir),)),
-    "eval-retrieval": Paths(
-        {"json": FILE, "plot": FILE}, _TASK_INPUTS + ("distractors",), derived=(lambda args: data_dir(args.data_dir),)
-    ),
+    "eval": Paths({"json": FILE, "plot": FILE}, _TASK_INPUTS, derived=(_task_files,)),
+    "eval-retrieval": Paths({"json": FILE, "plot": FILE}, _TASK_INPUTS + ("distractors",), derived=(_task_files,)),
     "index": Paths({"output": DIRECTORY}, ("inputs", "from_vectors") + _ENCODER_INPUTS, globs=("from_beam",)),
     "search": Paths({}, ("index", "queries", "model", "whitening")),
     "convert-hf": Paths({"out_dir": DIRECTORY}, ("hf_dir",)),
@@ -588,7 +597,7 @@ def check_paths(args):
     command ``args`` was parsed for: before any work, so a refused output costs nothing."""
     paths = PATHS[args.command]
     outputs = [(getattr(args, name), kind) for name, kind in paths.outputs.items()]
-    inputs = _values(args, paths.inputs) + [find(args) for find in paths.derived]
+    inputs = _values(args, paths.inputs) + [path for find in paths.derived for path in find(args)]
     for pattern in _values(args, paths.globs):
         inputs.extend(glob.glob(pattern) if "://" not in pattern else [])
     check_outputs(outputs, inputs)

@@ -168,7 +168,7 @@ def test_a_nan_label_is_refused_with_file_and_line(work, tmp_path):
     task = tmp_path / "T"
     task.mkdir()
     (task / "T.test.data").write_text("a\tb\t1\nc\td\tnan\n", encoding="utf-8")
-    result = here("eval", "--model", work["model"], "--task", "T", "--data-dir", tmp_path)
+    result = here("eval", "--model", work["model"], "--task", "T", "--data-dir", tmp_path, "--n-components", "0,-1,8")
     refused(result, "T.test.data:2:", "finite numeric label", "'c\\td\\tnan'")
 
 
