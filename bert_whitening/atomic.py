@@ -1,8 +1,8 @@
 """Writing outputs so that a failure or an interruption never leaves a half-written one, and
 nothing is written over that the user did not name as the output.
 
-What an output path may be (`check_output`, applied by `write_atomically`,
-and called by the commands before any work so they refuse at once):
+What an output path may be (`check_outputs`, applied by `write_atomically` and called by
+the commands before any work so they refuse at once):
 
 - a regular file or a new name: written under a temporary name beside it, then renamed over it;
 - a symbolic link: its final target is written the same way (the link stays a link, as GNU
@@ -10,8 +10,14 @@ and called by the commands before any work so they refuse at once):
 - a device, FIFO or socket: refused (``.npy`` and ``.npz`` need a regular, seekable file, and a
   rename would replace ``/dev/null`` itself);
 - a directory where a file is expected: refused;
-- the same file as one of the command's inputs (same device and inode, by any name): refused,
-  before anything is read.
+- the same file as one of the command's inputs (same device and inode, by any name), or a
+  directory inside (or around) an input directory: refused, before anything is read;
+- the same path as another output of the same run: refused.
+
+`check_outputs` is the one place these rules live: every command of `bert_whitening.cli` runs
+it on all its outputs before any work (the table ``cli.PATHS``), and so does every public writer
+(`bert_whitening.sentence_encoder.SentenceEncoder`'s, `bert_whitening.evaluation.write_report`,
+`bert_whitening.retrieval.search.build_index`, the export, the Beam pipelines, ``convert_hf``).
 
 The temporary name says whose it is: ``.NAME.bert-whitening-tmp-PID-XXXXXXXX`` (a long ``NAME``
 is shortened to stay within the file system's 255 bytes). The run that made it holds an
@@ -46,27 +52,145 @@ NAME_BYTES = 160
 STALE_AFTER_SECONDS = 2.0
 
 
-def check_output(path, inputs=()):
-    """The file to write for the output ``path`` (a symlink's final target), once it is known to
-    be a regular file or a new name in an existing directory and none of ``inputs``; else a
-    one-line `BertWhiteningError`. ``-`` and inputs that do not exist are skipped."""
-    target = os.path.realpath(path) if os.path.islink(path) else path
-    directory = os.path.dirname(os.path.abspath(target))
-    if not os.path.isdir(directory):
-        raise BertWhiteningError("cannot write %s: no directory %s" % (path, directory))
-    if os.path.exists(target):
-        mode = os.stat(target).st_mode
-        if stat.S_ISDIR(mode):
-            raise BertWhiteningError("cannot write %s: it is a directory" % path)
-        if not stat.S_ISREG(mode):
+#: What an output path names (`check_outputs`): a file written in place (by rename), a directory
+#: created or filled (an index, a converted model, a saved encoder, an export's BASE), or the
+#: prefix of files written beside it (``beam-encode``'s shards, ``PREFIX-*-of-*``).
+FILE, DIRECTORY, PREFIX = "file", "directory", "prefix"
+
+#: How deep `check_outputs` looks into an input directory for a file an existing output may be:
+#: a model directory is flat, an evaluation data directory holds one directory per task.
+INPUT_DEPTH = 2
+
+
+def check_outputs(outputs, inputs=()):
+    """Refuse, before any work, what a run must not write: the one guard every command and
+    every public writer calls with all of its outputs and everything it reads, so a writer
+    cannot forget one comparison (an ``eval --json`` once replaced its own data file).
+
+    ``outputs`` are paths (files) or ``(path, kind)`` pairs (`FILE`, `DIRECTORY`, `PREFIX`);
+    ``inputs`` are the files and directories the run reads. None, ``-`` and remote paths
+    (``scheme://``, checked by their own file systems) are skipped, and so are inputs that do
+    not exist (yet). An output is refused, in a one-line `BertWhiteningError` naming the path
+    as given, when it:
+
+    - is a device, FIFO or socket (a rename would replace ``/dev/null`` itself), or a
+      directory where a file is written;
+    - is one of the inputs by any name (same device and inode: a symlink, ``./x``, a hard
+      link), or a file of an input directory;
+    - is a directory inside an input directory, or containing one (a model directory, an
+      index), when it names a directory;
+    - is the same path as another output of the run;
+    - lies in a directory that does not exist (a file output) or cannot be written.
+
+    Returns the file to write for each output (a symlink's final target)."""
+    given = [(item, FILE) if isinstance(item, (str, os.PathLike)) or item is None else tuple(item) for item in outputs]
+    given = [(os.fspath(path), kind) for path, kind in given if _local(path)]
+    read = [os.fspath(path) for path in inputs if _local(path) and os.path.exists(path)]
+    targets, seen = [], {}
+    for path, kind in given:
+        target = os.path.realpath(path) if os.path.islink(path) else path
+        _check_kind(path, target, kind)
+        _check_parent(path, target, kind)
+        _check_inputs(path, target, kind, read)
+        resolved = os.path.realpath(path)
+        if resolved in seen:
             raise BertWhiteningError(
-                "cannot write %s: it is a %s, and outputs are written to regular "
-                "files (renamed into place)" % (path, _kind(mode))
+                "cannot write %s: it is also the output %s of this run; give each output a path of its own"
+                % (path, seen[resolved])
             )
-        for source in inputs:
-            if source != "-" and os.path.exists(source) and os.path.samefile(source, target):
-                raise BertWhiteningError("cannot write %s: it is the input %s; choose another output" % (path, source))
-    return target
+        seen[resolved] = path
+        targets.append(target)
+    return targets
+
+
+def _local(path):
+    return path is not None and os.fspath(path) not in ("", "-") and "://" not in os.fspath(path)
+
+
+def _check_kind(path, target, kind):
+    if not os.path.exists(target):
+        return
+    mode = os.stat(target).st_mode
+    if stat.S_ISDIR(mode):
+        if kind == FILE:
+            raise BertWhiteningError("cannot write %s: it is a directory" % path)
+    elif not stat.S_ISREG(mode):
+        raise BertWhiteningError(
+            "cannot write %s: it is a %s, and outputs are written to regular files and "
+            "directories (renamed into place)" % (path, _kind(mode))
+        )
+
+
+def _check_parent(path, target, kind):
+    """A file's directory must exist; a directory (or a prefix's files) may be created with its
+    parents, below the nearest directory that exists. That one must be writable."""
+    directory = os.path.dirname(os.path.abspath(target))
+    if kind == FILE and not os.path.isdir(directory):
+        raise BertWhiteningError("cannot write %s: no directory %s" % (path, directory))
+    while not os.path.exists(directory):
+        directory = os.path.dirname(directory)
+    if not os.path.isdir(directory):
+        raise BertWhiteningError("cannot write %s: %s is not a directory" % (path, directory))
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise BertWhiteningError("cannot write %s: directory %s is not writable" % (path, directory))
+
+
+def _check_inputs(path, target, kind, inputs):
+    exists = os.path.exists(target)
+    for source in inputs:
+        if exists and os.path.samefile(source, target):
+            raise BertWhiteningError("cannot write %s: it is the input %s; choose another output" % (path, source))
+        if not os.path.isdir(source):
+            continue
+        if exists and kind == FILE:
+            found = _file_of(source, os.stat(target))
+            if found:
+                raise BertWhiteningError(
+                    "cannot write %s: it is %s, read from the input directory %s; choose another output"
+                    % (path, found, source)
+                )
+        if kind == DIRECTORY:
+            inside, outside = os.path.realpath(target), os.path.realpath(source)
+            if _within(inside, outside):
+                raise BertWhiteningError(
+                    "cannot write %s: it is inside the input directory %s; choose another output" % (path, source)
+                )
+            if _within(outside, inside):
+                raise BertWhiteningError(
+                    "cannot write %s: it contains the input directory %s; choose another output" % (path, source)
+                )
+
+
+def _within(path, directory):
+    return os.path.commonpath([path, directory]) == directory
+
+
+def _file_of(directory, wanted, depth=INPUT_DEPTH):
+    """The path of the file of ``directory`` (``depth`` levels down) that is ``wanted`` (an
+    ``os.stat`` result), or None."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            if entry.is_dir():
+                found = _file_of(entry.path, wanted, depth - 1) if depth > 1 else None
+                if found:
+                    return found
+                continue
+            info = entry.stat()
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) == (wanted.st_dev, wanted.st_ino):
+            return entry.path
+    return None
+
+
+def check_output(path, inputs=()):
+    """The file to write for the output ``path`` (a symlink's final target): `check_outputs`
+    of one file."""
+    return check_outputs([path], inputs)[0]
 
 
 def _kind(mode):

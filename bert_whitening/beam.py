@@ -34,9 +34,10 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
+from bert_whitening.atomic import PREFIX, check_outputs
 from bert_whitening.data import read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
-from bert_whitening.whitening import WhiteningStats, fit_reported
+from bert_whitening.whitening import WhiteningStats, check_vectors, fit_reported
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ class EncodeFn(beam.DoFn):
 
         keys = [key for key, _ in batch]
         vectors = encode(self.encoder, [sentence for _, sentence in batch], self.batch_size, progress=False)
-        yield keys, vectors
+        yield keys, check_vectors(vectors, "beam", self.spec.normalize, keys=keys)
 
 
 def _read_file(path, format, skip_bad_lines):
@@ -330,6 +331,7 @@ def run_fit(
     configuration and vocabulary; the weights are loaded by the workers)."""
     from bert_whitening.checkpoints import find_model
 
+    check_outputs([output], _local_inputs(patterns) + spec.read_paths())
     options = {
         "n_components": n_components,
         "beta": beta,
@@ -346,6 +348,12 @@ def run_fit(
     )
 
 
+def _local_inputs(patterns):
+    """The local files ``patterns`` match, for `check_outputs` (a remote file system checks
+    its own paths)."""
+    return [path for pattern in patterns if FileSystems.get_scheme(pattern) is None for path in glob.glob(pattern)]
+
+
 def shards(output_prefix):
     """The pattern of the shards `encode_pipeline` writes for ``output_prefix``."""
     return output_prefix + "-*-of-*" + SUFFIX
@@ -357,6 +365,7 @@ def run_encode(
     """`encode_pipeline` on ``runner``. Refuses to start when shards of ``output_prefix``
     exist (a reader of ``PREFIX-*`` would see old and new lines together), and removes the
     sink's temporary files if the pipeline fails."""
+    check_outputs([(output_prefix, PREFIX)], _local_inputs(patterns) + spec.read_paths())
     existing = FileSystems.match([shards(output_prefix)])[0].metadata_list
     if existing:
         raise BertWhiteningError(

@@ -3,7 +3,8 @@
 One ``add_COMMAND``/``run_COMMAND`` pair per command; the work is the package's
 (`SentenceEncoder`, `bert_whitening.retrieval`, `bert_whitening.evaluation`, ...). TensorFlow is
 imported only once a command has checked everything it can without it: every number when it is
-parsed, then the outputs, the model's configuration and the whitening file; only then is the
+parsed, then the outputs against everything the command reads (`check_paths`, from the table
+`PATHS`), the model's configuration and the whitening file; only then is the
 precision set (`_start`) and the model loaded. So ``--help`` and refusals answer at once.
 
 Errors: a refused input (`bert_whitening.errors.BertWhiteningError`) or an ``OSError`` is one
@@ -14,17 +15,19 @@ traceback.
 """
 
 import argparse
+import dataclasses
 import functools
 import gc
+import glob
 import logging
 import math
 import os
 import signal
 import sys
 
-from bert_whitening.atomic import check_output
+from bert_whitening.atomic import DIRECTORY, FILE, PREFIX, check_outputs
 from bert_whitening.config import EncoderConfig
-from bert_whitening.data import INPUT_FORMATS, TASKS, check_readable, read_sentences
+from bert_whitening.data import ENGLISH_STS, INPUT_FORMATS, TASKS, check_readable, data_dir, read_sentences
 from bert_whitening.errors import BertWhiteningError, Interrupted
 from bert_whitening.names import METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
 from bert_whitening.sentence_encoder import SentenceEncoder
@@ -54,6 +57,22 @@ non_negative_int = _checked(int, lambda v: v >= 0, "an integer >= 0")
 maxlen_int = _checked(int, lambda v: v >= 2, "an integer >= 2 (room for [CLS] and [SEP])")
 finite_float = _checked(float, math.isfinite, "a finite number")
 int_list = _checked(lambda text: [int(part) for part in text.split(",")], bool, "a comma-separated list of integers")
+#: numpy's generators take seeds >= 0 only; a negative one failed after the model had encoded.
+seed_int = non_negative_int
+seed_list = _checked(
+    lambda text: [int(part) for part in text.split(",")],
+    lambda values: values and min(values) >= 0,
+    "a comma-separated list of integers >= 0",
+)
+#: HNSW neighbours per node: FAISS allocates M links per node per level whatever M is, so a
+#: mistyped M (a count meant for another option) would take the memory of that many copies of
+#: the corpus before failing or finishing; published settings stay far below this bound.
+HNSW_M_LIMIT = 512
+hnsw_m_int = _checked(int, lambda v: 1 <= v <= HNSW_M_LIMIT, "an integer 1..%d" % HNSW_M_LIMIT)
+hnsw_int = _checked(int, lambda v: 0 <= v <= HNSW_M_LIMIT, "0 (exact) or an integer 1..%d" % HNSW_M_LIMIT)
+#: TF Serving reads a version directory's name as an int64.
+INT64_MAX = 2**63 - 1
+version_int = _checked(int, lambda v: 0 <= v <= INT64_MAX, "an integer 0..2**63-1 (TF Serving's int64 versions)")
 
 
 def _choice_list(choices):
@@ -285,7 +304,7 @@ def add_fit(commands):
         "bohanli/BERT-flow trains it, one epoch) on every vector, held in memory, used "
         "with --flow; --n-components, --beta and --gamma are the whitening's",
     )
-    parser.add_argument("--seed", type=int, default=0, help="the flow's initial values and order (--method flow)")
+    parser.add_argument("--seed", type=seed_int, default=0, help="the flow's initial values and order (--method flow)")
     _fit_options(parser)
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="sentence or pair files, - for standard input")
     return parser
@@ -368,7 +387,7 @@ def add_export(commands):
     )
     parser.add_argument(
         "--version",
-        type=non_negative_int,
+        type=version_int,
         default=None,
         help="integer version N (default: one more than the highest in BASE, 1 for a new BASE)",
     )
@@ -414,7 +433,7 @@ def add_eval(commands):
         "same vectors, scored on the same encoding)",
     )
     parser.add_argument(
-        "--flow-seeds", default="0", type=int_list, help="comma-separated seeds, one flow each (with --method flow)"
+        "--flow-seeds", default="0", type=seed_list, help="comma-separated seeds, one flow each (with --method flow)"
     )
     return parser
 
@@ -441,7 +460,7 @@ def add_eval_retrieval(commands):
     )
     parser.add_argument(
         "--hnsw-m",
-        type=positive_int,
+        type=hnsw_m_int,
         default=32,
         help="neighbours per node of the HNSW index compared with exact search",
     )
@@ -464,7 +483,7 @@ def add_index(commands):
     _whitening_options(parser, "vectors")
     parser.add_argument(
         "--hnsw",
-        type=non_negative_int,
+        type=hnsw_int,
         default=0,
         metavar="M",
         help="build an approximate HNSW index with M neighbours per node (0: exact IndexFlatIP)",
@@ -524,6 +543,72 @@ def add_convert_hf(commands):
     return parser
 
 
+@dataclasses.dataclass(frozen=True)
+class Paths:
+    """What a command writes and reads, by argparse destination: `check_paths` checks every
+    output against every input (`bert_whitening.atomic.check_outputs`) before the command's
+    work. Every command has an entry (`build_parser` refuses one without), so a new command
+    cannot forget an output or an input.
+
+    Attributes:
+        outputs: destination -> what it names (`FILE`, `DIRECTORY`, `PREFIX`).
+        inputs: destinations of files and directories read (a list is each of its items).
+        globs: destinations of patterns of files read (Beam's ``--input``), matched here.
+        derived: functions of the arguments giving more paths read (the tasks' files).
+    """
+
+    outputs: dict = dataclasses.field(default_factory=dict)
+    inputs: tuple = ()
+    globs: tuple = ()
+    derived: tuple = ()
+
+
+def _task_files(args):
+    """The files ``eval`` and ``eval-retrieval`` may read for their tasks
+    (`bert_whitening.data.load_task`), not the whole data directory: a report written beside
+    the tasks, and written again by the next run, is no input."""
+    directory = data_dir(args.data_dir)
+    folders = [os.path.join(directory, task) for task in args.task]
+    if ENGLISH_STS in args.task:
+        folders.append(os.path.join(directory, os.pardir, "stsbenchmark"))
+    return [path for folder in folders for path in glob.glob(os.path.join(glob.escape(folder), "*"))]
+
+
+_ENCODER_INPUTS = ("model", "whitening", "flow")
+_TASK_INPUTS = ("model", "fit_on")
+PATHS = {
+    "fit": Paths({"output": FILE}, ("inputs", "model")),
+    "encode": Paths({"output": FILE}, ("input",) + _ENCODER_INPUTS),
+    "beam-fit": Paths({"output": FILE}, ("model",), globs=("input",)),
+    "beam-encode": Paths({"output": PREFIX}, _ENCODER_INPUTS, globs=("input",)),
+    "export": Paths({"output": DIRECTORY}, _ENCODER_INPUTS + ("corpus",)),
+    "eval": Paths({"json": FILE, "plot": FILE}, _TASK_INPUTS, derived=(_task_files,)),
+    "eval-retrieval": Paths({"json": FILE, "plot": FILE}, _TASK_INPUTS + ("distractors",), derived=(_task_files,)),
+    "index": Paths({"output": DIRECTORY}, ("inputs", "from_vectors") + _ENCODER_INPUTS, globs=("from_beam",)),
+    "search": Paths({}, ("index", "queries", "model", "whitening")),
+    "convert-hf": Paths({"out_dir": DIRECTORY}, ("hf_dir",)),
+}
+
+
+def _values(args, names):
+    found = []
+    for name in names:
+        value = getattr(args, name, None)
+        found.extend(value if isinstance(value, list) else [value])
+    return [value for value in found if value is not None]
+
+
+def check_paths(args):
+    """`bert_whitening.atomic.check_outputs` on the outputs and inputs `PATHS` gives for the
+    command ``args`` was parsed for: before any work, so a refused output costs nothing."""
+    paths = PATHS[args.command]
+    outputs = [(getattr(args, name), kind) for name, kind in paths.outputs.items()]
+    inputs = _values(args, paths.inputs) + [path for find in paths.derived for path in find(args)]
+    for pattern in _values(args, paths.globs):
+        inputs.extend(glob.glob(pattern) if "://" not in pattern else [])
+    check_outputs(outputs, inputs)
+
+
 COMMANDS = [
     add_fit,
     add_encode,
@@ -553,6 +638,8 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
         name = add.__name__[len("add_") :]
+        if name.replace("_", "-") not in PATHS:
+            raise RuntimeError("command %s has no entry in cli.PATHS (what it reads and writes)" % name)
         add(commands).set_defaults(run=globals()["run_" + name], takes_pipeline_options=name.startswith("beam"))
     return parser
 
@@ -587,7 +674,21 @@ def _encoder_config(args, whitened=False):
     )
     if config.maxlen is not None:
         config.check()
+    _check_n_components(args, config)
     return config
+
+
+def _check_n_components(args, config):
+    """Refuse an ``--n-components`` (one, or a list) above the model's hidden size once its
+    configuration is read, before any sentence is: a whitening keeps at most that many
+    dimensions, and the fit would otherwise fail only after encoding everything."""
+    given = getattr(args, "n_components", None)
+    hidden = config.identity["hidden_size"]
+    for k in given if isinstance(given, list) else [given]:
+        if k is not None and k > hidden:
+            raise BertWhiteningError(
+                "n_components %d is larger than the model's hidden size %d (%s)" % (k, hidden, config.identity["name"])
+            )
 
 
 def _start(args):
@@ -604,7 +705,6 @@ def run_fit(args):
     if args.method == "flow" and (args.n_components, args.beta, args.gamma) != (-1, 1.0, 1.0):
         raise BertWhiteningError("--n-components, --beta and --gamma are a whitening's; a flow has none of them")
     check_readable(args.inputs)
-    check_output(args.output, args.inputs)
     encoder = SentenceEncoder(_encoder_config(args))
     _start(args)
     from bert_whitening.encoding import progress_bar
@@ -621,7 +721,6 @@ def run_fit(args):
 
 def run_encode(args):
     check_readable([args.input])
-    check_output(args.output, [args.input])
     encoder = SentenceEncoder(_encoder_config(args, whitened=True))
     _start(args)
     from bert_whitening.encoding import progress_bar
@@ -674,13 +773,10 @@ def run_eval(args):
 
 
 def _task_config(args):
-    """What ``eval`` and ``eval-retrieval`` share before their work: the outputs and the encoder
-    checked, then the precision set."""
+    """What ``eval`` and ``eval-retrieval`` share before their work: the encoder checked (the
+    outputs were, by `check_paths`), then the precision set."""
     if args.plot and len(args.poolings) > 1:
         raise BertWhiteningError("--plot draws one pooling: give one --pooling, or leave --plot out")
-    for output in (args.json, args.plot):
-        if output:
-            check_output(output)
     config = _encoder_config(args)
     _start(args)
     return config
@@ -776,8 +872,6 @@ def _beam():
 
 
 def run_beam_fit(args):
-    if "://" not in args.output:  # a local path; Beam's file systems check their own
-        check_output(args.output)
     config = _encoder_config(args)
     _beam().run_fit(
         args.input,
@@ -828,6 +922,7 @@ def main(argv=None):
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
+        check_paths(args)
         args.run(args)
     except (BertWhiteningError, OSError) as error:
         logger.error("%s", error, exc_info=args.log_level == "DEBUG")

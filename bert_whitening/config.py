@@ -145,6 +145,13 @@ class EncoderConfig:
             self.whitening, self.identity, self.pooling, self.n_components, self.allow_rank_deficient
         )
 
+    def read_paths(self):
+        """The directory and files these vectors are made from (the model directory, the
+        whitening and flow files), which no output of a run may be or lie in
+        (`bert_whitening.atomic.check_outputs`); the built-in model is the package's."""
+        model = None if self.model in (None, BUILTIN_MODEL) else self.model
+        return [path for path in (model, self.whitening_path, self.flow_path) if path]
+
     @property
     def dim(self):
         """The dimension of the vectors (reads the model's configuration)."""

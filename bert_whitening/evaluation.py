@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 import numpy as np
 import scipy.stats
 
-from bert_whitening.atomic import write_atomically
+from bert_whitening.atomic import check_outputs, write_atomically
 from bert_whitening.data import TASKS, data_dir, distinct_sentences, load_task  # noqa: F401  TASKS: named here too
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import METHODS, POOLINGS, check_choice
@@ -459,7 +459,9 @@ def write_report(
     report: dict, json_path: Optional[str] = None, plot_path: Optional[str] = None, draw: Optional[Callable] = None
 ) -> None:
     """Write a report (``eval``'s or ``eval-retrieval``'s) as JSON and/or its plot, each
-    atomically; ``draw(path)`` draws the plot."""
+    atomically; ``draw(path)`` draws the plot. Both are checked before either is written
+    (`check_outputs`: one path for both would keep only the plot)."""
+    check_outputs([json_path, plot_path])
     if json_path:
         undefined = []
         text = json.dumps(_finite(report, "", undefined), indent=2, ensure_ascii=False, allow_nan=False) + "\n"

@@ -20,11 +20,11 @@ from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
-from bert_whitening.atomic import staged_directory, write_atomically
+from bert_whitening.atomic import DIRECTORY, check_outputs, staged_directory, write_atomically
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import STDIN, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
-from bert_whitening.whitening import Whitening, WhiteningStats, fit_reported
+from bert_whitening.whitening import Whitening, WhiteningStats, check_vectors, fit_reported
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +148,8 @@ class SentenceEncoder:
         """float32 vectors of ``sentences``, in order (``progress``: see `encoding.encode_ids`)."""
         from bert_whitening.encoding import encode
 
-        return encode(self.keras_encoder, list(sentences), batch_size, progress)
+        vectors = encode(self.keras_encoder, list(sentences), batch_size, progress)
+        return check_vectors(vectors, "the sentences", self.config.normalize)
 
     def encode_file(self, path: str, output: str, batch_size: int = 128, progress=None) -> int:
         """Write one vector per line of the sentence file ``path`` (``-``: standard input, read
@@ -156,6 +157,8 @@ class SentenceEncoder:
         from bert_whitening.encoding import encode_stream
         from bert_whitening.npy_rows import NpyRowWriter
 
+        inputs = [path] + self.config.read_paths()
+        check_outputs([output], inputs)  # before the model is built
         encoder, lines = self.keras_encoder, 0
 
         def counted(sentences):
@@ -167,13 +170,13 @@ class SentenceEncoder:
         def write(temporary):
             with NpyRowWriter(temporary, encoder.dim) as rows:
                 for vectors in encode_stream(encoder, counted(read_sentences(path, "lines")), batch_size, progress):
-                    rows.append(vectors)
+                    rows.append(check_vectors(vectors, display_name(path), self.config.normalize, rows.rows))
             if lines == 0:
                 raise DataError("%s: empty input" % display_name(path))
             if rows.rows != lines:  # each line is one row, or the output is wrong
                 raise BertWhiteningError("wrote %d rows for %d input lines" % (rows.rows, lines))
 
-        write_atomically(output, write, inputs=[path])
+        write_atomically(output, write, inputs=inputs)
         return lines
 
     def fit(
@@ -270,6 +273,7 @@ class SentenceEncoder:
         """Write ``directory`` (new) with the encoder's record (``sentence_encoder.json``: model
         reference, pooling, maxlen, case, k) and its whitening; `load` reads it back. The model
         itself is referenced, not copied."""
+        check_outputs([(directory, DIRECTORY)], self.config.read_paths())
         if os.path.lexists(directory):
             raise BertWhiteningError("%s already exists; choose a new directory" % directory)
         record = self.config.to_config()
@@ -298,6 +302,7 @@ class SentenceEncoder:
         `bert_whitening.export.export_saved_model`)."""
         from bert_whitening.export.layout import target_version
 
+        check_outputs([(base, DIRECTORY)], self.config.read_paths() + [corpus])
         target_version(base, version, overwrite)  # refuse before TensorFlow and the model
         from bert_whitening.export import export_saved_model
 

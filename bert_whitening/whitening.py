@@ -26,7 +26,7 @@ from typing import Optional
 import numpy as np
 
 from bert_whitening.atomic import write_atomically
-from bert_whitening.errors import DataError, WhiteningError
+from bert_whitening.errors import BertWhiteningError, DataError, WhiteningError
 
 logger = logging.getLogger(__name__)
 
@@ -524,9 +524,56 @@ def compute_kernel_bias(vecs, beta=1.0, gamma=1.0):
 
 
 def l2_normalize(vectors, epsilon=1e-8):
-    """Divide each row by its norm, clipped below at ``epsilon`` as in the original."""
-    norms = np.sqrt((vectors**2).sum(axis=1, keepdims=True))
-    return vectors / np.clip(norms, epsilon, np.inf)
+    """Divide each row by its norm, clipped below at ``epsilon`` as in the original.
+
+    Each row is first divided by its largest absolute entry, so the squares summed lie in
+    ``[0, 1]``: squaring the raw entries overflows to inf above the square root of the dtype's
+    largest number (about 1e19 in float32), and a row would come out as zeros, or underflows
+    to 0 for tiny rows. The clip compares the true norm, ``scale * norm of the scaled row``.
+    """
+    vectors = np.asarray(vectors)
+    scale = np.abs(vectors).max(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        scaled = vectors / np.where(scale > 0, scale, 1).astype(vectors.dtype)
+        norms = np.sqrt((scaled**2).sum(axis=1, keepdims=True))  # >= 1 for a non-zero row
+        large = norms * scale >= epsilon
+        return np.where(large, scaled / np.maximum(norms, 1).astype(vectors.dtype), vectors / epsilon)
+
+
+#: How far from 1 the norm of a vector that should be L2-normalised may be: float32 round-off
+#: of the division is many orders below it, a zero or unnormalised vector far above it.
+NORM_TOLERANCE = 1e-3
+
+
+def check_vectors(vectors, where, normalized=True, start=0, keys=None):
+    """``vectors`` if every entry is finite and, when ``normalized``, every row has norm 1
+    (within `NORM_TOLERANCE`); else a one-line `BertWhiteningError` naming ``where`` (the
+    source), the first bad row (``start`` + its index, 0-based, or its ``keys`` entry, a
+    ``(file, line)``, which then names the source) and its value. Every writer of vectors calls it before writing: a
+    whitening with a huge mean gives zero vectors, a flow with large weights NaN vectors, and
+    neither is an error of the arithmetic that made them.
+    """
+    vectors = np.asarray(vectors)
+    finite = np.isfinite(vectors).all(axis=1)
+    norms = None
+    if normalized and finite.all():
+        norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
+        finite = np.abs(norms - 1) <= NORM_TOLERANCE
+    bad = np.flatnonzero(~finite)
+    if not bad.size:
+        return vectors
+    row = int(bad[0])
+    named = "%s:%d" % tuple(keys[row]) if keys is not None else "%s: row %d (0-based)" % (where, start + row)
+    if norms is None:
+        column = int(np.flatnonzero(~np.isfinite(vectors[row]))[0])
+        raise BertWhiteningError(
+            "%s: the vector holds %s (column %d): the model, whitening or flow gave a non-number"
+            % (named, vectors[row, column], column)
+        )
+    zero = " (a zero vector: the whitening or flow maps it to 0)" if norms[row] == 0 else ""
+    raise BertWhiteningError(
+        "%s: the vector has norm %.6g where L2-normalised vectors have 1%s" % (named, norms[row], zero)
+    )
 
 
 def transform_and_normalize(vecs, kernel=None, bias=None):

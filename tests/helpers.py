@@ -1,8 +1,11 @@
 """What several test files use: the tiny model's vocabulary, configuration and random weights,
 the command line in-process, and the shared evaluation data."""
 
+import contextlib
 import importlib.util
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -122,6 +125,45 @@ def commands_in_a_fresh_process(commands, prelude=""):
     assert result.returncode == 0, result.stderr[-2000:]
     statuses, imported = json.loads(result.stdout.splitlines()[-1])
     return statuses, imported, result.stderr
+
+
+def here(*argv):
+    """``bert-whitening ARGV`` in this process, as `cli` gives it: the exit status and what a
+    terminal would show on standard error (argparse's lines and the log at ``--log-level``,
+    INFO by default). For the cases that need no process of their own: refusals are decided
+    without TensorFlow, so they cost little here and nothing is left behind."""
+    from bert_whitening import cli as command
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    level = argv[argv.index("--log-level") + 1] if "--log-level" in argv else "INFO"
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(level)
+    try:
+        with contextlib.redirect_stderr(stream):
+            try:
+                status = command.main([str(a) for a in argv])
+            except SystemExit as exit:
+                status = exit.code
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)
+    return subprocess.CompletedProcess(argv, status, b"", stream.getvalue().encode("utf-8"))
+
+
+def refused(result, *fragments, status=1):
+    """The run failed with ``status`` and one error line holding every fragment, no traceback."""
+    stderr = result.stderr.decode("utf-8", "replace")
+    assert result.returncode == status, stderr
+    assert "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith(("ERROR:", "usage:", "bert-whitening"))]
+    message = " ".join(errors)
+    for fragment in fragments:
+        assert fragment in message, stderr
+    return message
 
 
 def run(*argv):

@@ -146,7 +146,7 @@ def test_bad_inputs_fail_cleanly_without_output(files, tiny_model, tmp_path, cap
     assert run("encode", "--model", model, "--whitening", other, "--output", output, sentences) == 1
     assert "dimension 16 but the model's hidden size is 24" in caplog.text
     assert run("fit", "--model", model, "--n-components", 30, "--output", other, sentences) == 1
-    assert "n_components 30 is larger than the vector dimension 24" in caplog.text
+    assert "n_components 30 is larger than the model's hidden size 24 (tiny_bert)" in caplog.text
     assert not output.exists()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
@@ -160,7 +160,7 @@ def test_a_failure_midway_leaves_no_partial_output(files, tiny_model, monkeypatc
         calls.append(len(sequences))
         if len(calls) == 3:
             raise OSError("simulated failure")
-        return np.zeros((len(sequences), encoder.dim), np.float32)
+        return np.tile(np.eye(1, encoder.dim, dtype=np.float32), (len(sequences), 1))  # unit vectors
 
     monkeypatch.setattr("bert_whitening.encoding.encode_ids", failing)
     output = tmp_path / "v.npy"

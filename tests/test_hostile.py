@@ -4,12 +4,9 @@ FIFOs, signals, concurrency, a full disk) runs ``bert-whitening`` in a subproces
 and the runs that only set a case up run in this process (`here`). Each checks the exit status,
 the message, the output and what is left in the directory."""
 
-import contextlib
 import dataclasses
 import gzip
-import io
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -23,7 +20,7 @@ import pytest
 from bert_whitening.checkpoints import find_model
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
-from helpers import SENTENCES, commands_in_a_fresh_process
+from helpers import SENTENCES, commands_in_a_fresh_process, here, refused
 
 pytestmark = pytest.mark.slow
 
@@ -41,33 +38,6 @@ def cli(*argv, stdin=None, input=None, timeout=300):
     )
 
 
-def here(*argv):
-    """``bert-whitening ARGV`` in this process, as `cli` gives it: the exit status and what a
-    terminal would show on standard error (argparse's lines and the log at ``--log-level``,
-    INFO by default). For the cases that need no process of their own: refusals are decided
-    without TensorFlow, so they cost little here and nothing is left behind."""
-    from bert_whitening import cli as command
-
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
-    root = logging.getLogger()
-    level = argv[argv.index("--log-level") + 1] if "--log-level" in argv else "INFO"
-    previous = root.level
-    root.addHandler(handler)
-    root.setLevel(level)
-    try:
-        with contextlib.redirect_stderr(stream):
-            try:
-                status = command.main([str(a) for a in argv])
-            except SystemExit as exit:
-                status = exit.code
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(previous)
-    return subprocess.CompletedProcess(argv, status, b"", stream.getvalue().encode("utf-8"))
-
-
 def _default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
@@ -81,18 +51,6 @@ def start(*argv):
         stderr=subprocess.PIPE,
         preexec_fn=_default_sigint,
     )
-
-
-def refused(result, *fragments, status=1):
-    """The run failed with ``status`` and one error line holding every fragment, no traceback."""
-    stderr = result.stderr.decode("utf-8", "replace")
-    assert result.returncode == status, stderr
-    assert "Traceback" not in stderr, stderr
-    errors = [line for line in stderr.splitlines() if line.startswith(("ERROR:", "usage:", "bert-whitening"))]
-    message = " ".join(errors)
-    for fragment in fragments:
-        assert fragment in message, stderr
-    return message
 
 
 def leftovers(directory):
@@ -210,7 +168,7 @@ def test_a_nan_label_is_refused_with_file_and_line(work, tmp_path):
     task = tmp_path / "T"
     task.mkdir()
     (task / "T.test.data").write_text("a\tb\t1\nc\td\tnan\n", encoding="utf-8")
-    result = here("eval", "--model", work["model"], "--task", "T", "--data-dir", tmp_path)
+    result = here("eval", "--model", work["model"], "--task", "T", "--data-dir", tmp_path, "--n-components", "0,-1,8")
     refused(result, "T.test.data:2:", "finite numeric label", "'c\\td\\tnan'")
 
 

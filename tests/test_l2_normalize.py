@@ -1,7 +1,9 @@
 import numpy as np
+import pytest
 
 from bert_whitening.backend import keras
 from bert_whitening.layers import L2Normalize
+from bert_whitening.whitening import l2_normalize
 
 from layer_checks import assert_config_round_trip, assert_save_and_load
 from reference import original_transform_and_normalize
@@ -20,3 +22,18 @@ def test_config_keeps_every_argument_and_round_trips(tmp_path):
     inputs = keras.Input((4,))
     model = keras.Model(inputs, L2Normalize()(inputs))
     assert_save_and_load(model, np.arange(8, dtype=np.float32).reshape(2, 4), tmp_path)
+
+
+@pytest.mark.parametrize("normalize", [lambda x: L2Normalize()(x).numpy(), l2_normalize], ids=["layer", "numpy"])
+def test_huge_vectors_keep_their_direction(normalize):
+    """Squared, entries of 1e30 overflow float32 to inf, and the naive form gives a zero vector."""
+    direction = np.array([[3.0, -4.0, 0.0, 12.0], [1.0, 0.0, 0.0, 0.0]], dtype=np.float32) / np.float32([[13], [1]])
+    huge = (direction * np.float32(1e30)).astype(np.float32)
+    with np.errstate(over="ignore"):
+        naive = huge / np.maximum(np.sqrt((huge**2).sum(axis=1, keepdims=True)), 1e-8)
+    np.testing.assert_array_equal(naive, 0 * huge)  # what the division by an inf norm gave
+    np.testing.assert_allclose(normalize(huge), direction, rtol=1e-6)
+    np.testing.assert_allclose(normalize(direction * np.float32(1e-6)), direction, rtol=1e-6)
+    below = direction * np.float32(1e-9)  # a norm below epsilon is divided by epsilon, as ever
+    np.testing.assert_allclose(normalize(below), below / 1e-8, rtol=1e-6)
+    np.testing.assert_array_equal(normalize(np.zeros((1, 4), np.float32)), np.zeros((1, 4)))

@@ -201,8 +201,8 @@ def test_a_failed_index_leaves_no_directory(tmp_path, problem):
         vectors[1, 0] = np.nan
     output = tmp_path / "index"
     message = {
-        "norm": r"corpus.txt:3: vector of norm 2",
-        "nan": r"corpus.txt:2: vector of norm nan",
+        "norm": r"corpus.txt:3: the vector has norm 2 where L2-normalised vectors have 1",
+        "nan": r"corpus.txt:2: the vector holds nan \(column 0\)",
         "more-lines": r"corpus.txt:5: more lines",
         "fewer-lines": "fewer lines",
         "dimension": "dimension 5",

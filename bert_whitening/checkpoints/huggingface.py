@@ -102,10 +102,11 @@ def _load_tensors(path):
 def convert_hf(hf_directory, output_directory):
     """Write the Hugging Face BERT in ``hf_directory`` as a new Google-format checkpoint
     directory, all at once: staged beside it and renamed into place, so a failure leaves none."""
-    from bert_whitening.atomic import staged_directory
+    from bert_whitening.atomic import DIRECTORY, check_outputs, staged_directory
     from bert_whitening.checkpoints.google import write_checkpoint
     from bert_whitening.errors import BertWhiteningError
 
+    check_outputs([(output_directory, DIRECTORY)], [hf_directory])
     if os.path.lexists(output_directory):
         raise BertWhiteningError("%s already exists; choose a new directory" % output_directory)
     config, _, load = read(hf_directory)

@@ -25,7 +25,7 @@ import tempfile
 import numpy as np
 
 from bert_whitening.errors import ExportError
-from bert_whitening.whitening import l2_normalize
+from bert_whitening.whitening import check_vectors, l2_normalize
 
 TOLERANCE = 1e-5
 
@@ -57,6 +57,7 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE, 
     sequences, _ = tokenize(encoder, VERIFY_SENTENCES)
     ids = pad_ids(sequences)
     expected = compiled(encoder.model)(ids, np.zeros_like(ids)).numpy()  # float32, whatever the process runs
+    check_vectors(expected, "the Keras encoder's vectors of the verification sentences", encoder.normalize)
     if precision == "bfloat16":
         exact, expected = expected, _bfloat16_export_graph(encoder, ids)
         lowest = float((l2_normalize(exact) * l2_normalize(expected)).sum(axis=1).min())
@@ -66,6 +67,9 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE, 
                 "nothing was written: export in float32" % (lowest, AUTO_MIN_COSINE)
             )
     outputs = process.run(directory, ids, VERIFY_SENTENCES if text else [])
+    for name in ("serving_default", "serve_text"):
+        if name in outputs:
+            check_vectors(outputs[name], "the exported %s of the verification sentences" % name, encoder.normalize)
     difference = max(
         float(np.abs(outputs[name] - expected).max()) for name in ("serving_default", "serve_text") if name in outputs
     )

@@ -6,6 +6,11 @@ from bert_whitening.backend import keras, tf
 class L2Normalize(keras.layers.Layer):
     """``x / max(||x||, epsilon)`` along ``axis``, as the original ``transform_and_normalize``.
 
+    The norm is taken of ``x`` divided by its largest absolute entry (then scaled back for the
+    clip), as `bert_whitening.whitening.l2_normalize` does: squaring the raw entries overflows
+    to inf for entries above the square root of the dtype's largest number, and the vector
+    would come out as zeros instead of its direction.
+
     Masking: works on pooled vectors, so there is no mask to handle.
 
     Args:
@@ -19,8 +24,11 @@ class L2Normalize(keras.layers.Layer):
         self.axis = axis
 
     def call(self, inputs):
-        norms = tf.norm(inputs, axis=self.axis, keepdims=True)
-        return inputs / tf.maximum(norms, self.epsilon)
+        scale = tf.reduce_max(tf.abs(inputs), axis=self.axis, keepdims=True)
+        scaled = inputs / tf.where(scale > 0, scale, tf.ones_like(scale))
+        norms = tf.norm(scaled, axis=self.axis, keepdims=True)  # >= 1 for a non-zero vector
+        large = norms * scale >= self.epsilon
+        return tf.where(large, scaled / tf.maximum(norms, 1), inputs / self.epsilon)
 
     def get_config(self):
         return {**super().get_config(), "epsilon": self.epsilon, "axis": self.axis}

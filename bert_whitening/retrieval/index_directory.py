@@ -34,6 +34,7 @@ from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import file_sha256
 from bert_whitening.retrieval.faiss_indexes import faiss, hnsw_index
+from bert_whitening.whitening import check_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -84,13 +85,7 @@ class IndexWriter:
             )
         if len(keys) != len(vectors):
             raise BertWhiteningError("%d keys for %d vectors" % (len(keys), len(vectors)))
-        norms = np.linalg.norm(vectors, axis=1)
-        bad = np.flatnonzero(~(np.abs(norms - 1) <= 1e-3))  # NaN fails too
-        if bad.size:
-            raise BertWhiteningError(
-                "%s:%s: vector of norm %.4g; an index holds L2-normalised "
-                "vectors (encode without --no-normalize)" % (*keys[bad[0]], norms[bad[0]])
-            )
+        check_vectors(vectors, self.source, normalized=True, keys=keys)
         for (path, line), text in zip(keys, texts or [None] * len(keys), strict=True):
             self.keys.write("%s\t%d\n" % (shown_name(path).replace("\t", "\\t").replace("\n", "\\n"), line))
             self.texts.write(json.dumps(text, ensure_ascii=False) + "\n")

@@ -6,10 +6,12 @@ refused, since its vectors would not be comparable with the corpus's.
 """
 
 import collections
+import glob
 import itertools
 import logging
 import os
 
+from bert_whitening.atomic import DIRECTORY, check_outputs
 from bert_whitening.config import EncoderConfig, whitening_digest
 from bert_whitening.data import read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
@@ -44,6 +46,8 @@ def build_index(
     input is read once. Returns the number of vectors."""
     if not config.normalize:
         raise BertWhiteningError("an index holds L2-normalised vectors: --no-normalize cannot be used")
+    read = list(inputs) + [from_vectors] + (glob.glob(from_beam) if from_beam and "://" not in from_beam else [])
+    check_outputs([(output, DIRECTORY)], read + config.read_paths())
     record = config.to_config()
     source = from_beam or from_vectors or ", ".join(inputs) or "the input"
     writer = IndexWriter(

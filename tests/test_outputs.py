@@ -1,0 +1,319 @@
+"""One output guard (`bert_whitening.atomic.check_outputs`) for every command that writes and
+every public writer: an output that is one of the run's inputs by another name, lies in or
+around an input directory, is a FIFO or a device, or is another output of the same run, is
+refused in one line before any work, and the input is left byte for byte as it was."""
+
+import dataclasses
+import hashlib
+import os
+import shutil
+
+import pytest
+
+from bert_whitening.checkpoints import find_model
+from bert_whitening.errors import BertWhiteningError
+
+from helpers import SENTENCES, commands_in_a_fresh_process, here, refused
+
+LINES = [("%s %d" % (SENTENCES[i % len(SENTENCES)], i)).strip() for i in range(40)]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory, tiny_model, whitened):
+    """A directory of inputs: a copy of the tiny model, its whitening, a sentence file, a pair
+    task under a data directory, a Hugging Face directory (only its name is read here)."""
+    directory = tmp_path_factory.mktemp("outputs")
+    model = directory / "model"
+    shutil.copytree(tiny_model[0], model)
+    sentences = directory / "sentences.txt"
+    sentences.write_text("".join(line + "\n" for line in LINES), encoding="utf-8")
+    task = directory / "data" / "T"
+    task.mkdir(parents=True)
+    pairs = "".join("%s\t%s\t%d\n" % (LINES[i], LINES[-1 - i], i % 2) for i in range(20))
+    (task / "T.test.data").write_text(pairs, encoding="utf-8")
+    whitening = directory / "w.npz"
+    identity = find_model(str(model)).identity("bert")
+    dataclasses.replace(whitened.whitening, model_identity=identity).save(str(whitening))
+    hf = directory / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}", encoding="utf-8")
+    return {
+        "dir": directory,
+        "model": model,
+        "vocab": model / "vocab.txt",
+        "config": model / "bert_config.json",
+        "sentences": sentences,
+        "data_dir": directory / "data",
+        "task_file": task / "T.test.data",
+        "whitening": whitening,
+        "hf": hf,
+    }
+
+
+def tree_digest(path):
+    """The bytes of a file, or of every file under a directory with their names."""
+    digest = hashlib.sha256()
+    paths = [path] if os.path.isfile(path) else sorted(p for p in path.rglob("*") if p.is_file())
+    for name in paths:
+        digest.update(str(name).encode() + b"\0" + name.read_bytes())
+    return digest.hexdigest()
+
+
+# Each command that writes, as a function of the inputs and of what its (first) output is.
+COMMANDS = {
+    "fit": lambda w, out: ["fit", "--model", w["model"], "--output", out, w["sentences"]],
+    "fit-flow": lambda w, out: ["fit", "--method", "flow", "--model", w["model"], "--output", out, w["sentences"]],
+    "encode": lambda w, out: [
+        "encode", "--model", w["model"], "--whitening", w["whitening"], "--output", out, w["sentences"]
+    ],
+    "beam-fit": lambda w, out: ["beam-fit", "--model", w["model"], "--input", w["sentences"], "--output", out],
+    "beam-encode": lambda w, out: [
+        "beam-encode", "--model", w["model"], "--whitening", w["whitening"], "--input", w["sentences"], "--output", out
+    ],
+    "export": lambda w, out: ["export", "--model", w["model"], "--whitening", w["whitening"], "--output", out],
+    "eval-json": lambda w, out: [
+        "eval", "--model", w["model"], "--task", "T", "--data-dir", w["data_dir"], "--fit-on", w["sentences"],
+        "--json", out,
+    ],
+    "eval-plot": lambda w, out: [
+        "eval", "--model", w["model"], "--task", "T", "--data-dir", w["data_dir"], "--plot", out
+    ],
+    "eval-retrieval-json": lambda w, out: [
+        "eval-retrieval", "--model", w["model"], "--task", "T", "--data-dir", w["data_dir"],
+        "--distractors", w["sentences"], "--json", out,
+    ],
+    "eval-retrieval-plot": lambda w, out: [
+        "eval-retrieval", "--model", w["model"], "--task", "T", "--data-dir", w["data_dir"], "--plot", out
+    ],
+    "index": lambda w, out: [
+        "index", "--model", w["model"], "--whitening", w["whitening"], "--output", out, w["sentences"]
+    ],
+    "convert-hf": lambda w, out: ["convert-hf", w["hf"], out],
+}  # fmt: skip
+
+# (command, the input its output is made equal to): every command that writes, each against
+# the inputs it would most likely clobber, a file of the model directory among them.
+SAME_AS_AN_INPUT = [
+    ("fit", "sentences"),
+    ("fit", "vocab"),
+    ("fit-flow", "sentences"),
+    ("encode", "sentences"),
+    ("encode", "whitening"),
+    ("encode", "vocab"),
+    ("beam-fit", "sentences"),
+    ("beam-fit", "config"),
+    ("beam-encode", "sentences"),
+    ("beam-encode", "whitening"),
+    ("export", "model"),
+    ("export", "whitening"),
+    ("eval-json", "task_file"),
+    ("eval-json", "sentences"),
+    ("eval-plot", "task_file"),
+    ("eval-retrieval-json", "sentences"),
+    ("eval-retrieval-plot", "task_file"),
+    ("index", "sentences"),
+    ("convert-hf", "hf"),
+]
+
+
+def another_name(work, tmp_path, monkeypatch, how, role):
+    """The input ``role`` by another name: a symlink to it, or ``./`` and its relative path."""
+    if how == "symlink":
+        link = tmp_path / ("link-" + role)
+        link.symlink_to(work[role])
+        return str(link)
+    monkeypatch.chdir(work["dir"])
+    return os.path.join(".", os.path.relpath(work[role], work["dir"]))
+
+
+def link_to(tmp_path, target):
+    link = tmp_path / ("link-" + target.name)
+    if not link.is_symlink():
+        link.symlink_to(target)
+    return str(link)
+
+
+def assert_refused_in_one_line(result, *fragments):
+    message = refused(result, *fragments)
+    errors = [line for line in result.stderr.decode().splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 1, result.stderr
+    return message
+
+
+@pytest.mark.parametrize("how", ["symlink", "dot-slash"])
+@pytest.mark.parametrize("command, role", SAME_AS_AN_INPUT)
+def test_an_output_that_is_an_input_by_another_name_is_refused(work, tmp_path, monkeypatch, command, role, how):
+    output = another_name(work, tmp_path, monkeypatch, how, role)
+    before = tree_digest(work[role])
+    result = here(*COMMANDS[command](work, output))
+    message = assert_refused_in_one_line(result, "cannot write %s:" % output)
+    assert "it is the input" in message or "read from the input directory" in message, message
+    assert tree_digest(work[role]) == before
+
+
+# A new directory inside an input directory: an index in the model, an export base in it, a
+# converted model inside the one it converts.
+INSIDE_AN_INPUT = [("export", "model"), ("index", "model"), ("convert-hf", "hf")]
+
+
+@pytest.mark.parametrize("command, role", INSIDE_AN_INPUT)
+def test_an_output_directory_inside_an_input_directory_is_refused(work, command, role):
+    output = work[role] / "new"
+    before = tree_digest(work[role])
+    result = here(*COMMANDS[command](work, output))
+    assert_refused_in_one_line(result, "cannot write %s: it is inside the input directory" % output)
+    assert tree_digest(work[role]) == before and not output.exists()
+
+
+def test_an_output_directory_around_an_input_directory_is_refused(work, tmp_path):
+    """An export base holding the model directory would take version numbers beside it."""
+    base = tmp_path / "base"
+    shutil.copytree(work["model"], base / "model")
+    result = here(*COMMANDS["export"](dict(work, model=base / "model"), base))
+    assert_refused_in_one_line(result, "cannot write %s: it contains the input directory" % base)
+    assert sorted(os.listdir(base)) == ["model"]
+
+
+def special(tmp_path, kind):
+    if kind == "/dev/null":
+        return "/dev/null"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    return str(fifo)
+
+
+@pytest.mark.parametrize("kind, said", [("FIFO", "it is a FIFO"), ("/dev/null", "it is a character device")])
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_an_output_that_is_a_fifo_or_a_device_is_refused(work, tmp_path, command, kind, said):
+    output = special(tmp_path, kind)
+    mode = os.stat(output).st_mode
+    result = here(*COMMANDS[command](work, output))
+    assert_refused_in_one_line(result, "cannot write %s: %s" % (output, said))
+    assert os.stat(output).st_mode == mode  # not replaced by a regular file
+
+
+@pytest.mark.parametrize("how", ["same name", "symlink"])
+@pytest.mark.parametrize("command", ["eval", "eval-retrieval"])
+def test_two_outputs_of_one_run_at_one_path_are_refused(work, tmp_path, command, how):
+    report = tmp_path / "report"
+    plot = report if how == "same name" else tmp_path / "plot.png"
+    if how == "symlink":
+        plot.symlink_to(report)
+    argv = [command, "--model", work["model"], "--task", "T", "--data-dir", work["data_dir"]]
+    result = here(*argv, "--json", report, "--plot", plot)
+    assert_refused_in_one_line(result, "cannot write %s: it is also the output %s of this run" % (plot, report))
+    assert not report.exists()
+
+
+def test_every_refusal_is_decided_before_tensorflow_is_imported(work, tmp_path):
+    """Before any work: a fresh process refuses every case above without importing TensorFlow
+    (so no model was loaded, no sentence encoded)."""
+    fifo = special(tmp_path, "FIFO")
+    cases = [COMMANDS[command](work, link_to(tmp_path, work[role])) for command, role in set(SAME_AS_AN_INPUT)]
+    cases += [COMMANDS[command](work, fifo) for command in COMMANDS]
+    cases += [COMMANDS[command](work, work[role] / "new") for command, role in INSIDE_AN_INPUT]
+    cases.append(COMMANDS["eval-json"](work, tmp_path / "r") + ["--plot", tmp_path / "r"])
+    statuses, imported, stderr = commands_in_a_fresh_process(cases)
+    assert statuses == [1] * len(cases), stderr
+    assert not imported, stderr
+
+
+def test_every_command_declares_what_it_reads_and_writes():
+    """A command without an entry in cli.PATHS cannot be added: the parser refuses to build."""
+    from bert_whitening import cli
+
+    names = {add.__name__[len("add_") :].replace("_", "-") for add in cli.COMMANDS}
+    assert names == set(cli.PATHS)
+    writers = {name for name, paths in cli.PATHS.items() if paths.outputs}
+    assert writers == {name.split("-json")[0].split("-plot")[0] for name in COMMANDS} - {"fit-flow"}
+
+
+# --- the public API's writers ------------------------------------------------------------------
+
+
+def api_writers():
+    """Each public writer, called with an output that is one of its inputs (or two outputs at
+    one path), and the input that must stay as it was."""
+
+    def encode_file(w, tmp):
+        from bert_whitening import SentenceEncoder
+
+        encoder = SentenceEncoder.load(str(w["model"]), whitening=str(w["whitening"]))
+        try:
+            encoder.encode_file(str(w["sentences"]), link_to(tmp, w["whitening"]))
+        finally:
+            assert encoder._pooled is None  # refused before the model was built
+
+    def save(w, tmp):
+        from bert_whitening import SentenceEncoder
+
+        SentenceEncoder.load(str(w["model"]), whitening=str(w["whitening"])).save(str(w["model"] / "saved"))
+
+    def export(w, tmp):
+        from bert_whitening import SentenceEncoder
+
+        SentenceEncoder.load(str(w["model"]), whitening=str(w["whitening"])).export(link_to(tmp, w["model"]))
+
+    def export_saved_model(w, tmp):
+        from bert_whitening import SentenceEncoder
+        from bert_whitening.export import export_saved_model
+
+        encoder = SentenceEncoder.load(str(w["model"]), whitening=str(w["whitening"])).keras_encoder
+        export_saved_model(encoder, link_to(tmp, w["model"]))
+
+    def write_report(w, tmp):
+        from bert_whitening.evaluation import write_report
+
+        path = str(tmp / "report")
+        write_report({"tasks": {}}, path, path, lambda target: open(target, "w").close())
+
+    def build_index(w, tmp):
+        from bert_whitening.config import EncoderConfig
+        from bert_whitening.retrieval.search import build_index
+
+        build_index(EncoderConfig(model=str(w["model"]), normalize=True), str(w["model"] / "index"), [w["sentences"]])
+
+    def convert_hf(w, tmp):
+        from bert_whitening.checkpoints.huggingface import convert_hf
+
+        convert_hf(str(w["hf"]), str(w["hf"] / "google"))
+
+    def beam_encode(w, tmp):
+        from bert_whitening import beam
+        from bert_whitening.config import EncoderConfig
+
+        config = EncoderConfig(model=str(w["model"]), normalize=True)
+        beam.run_encode([str(w["sentences"])], config, link_to(tmp, w["sentences"]))
+
+    def beam_fit(w, tmp):
+        from bert_whitening import beam
+        from bert_whitening.config import EncoderConfig
+
+        beam.run_fit([str(w["sentences"])], EncoderConfig(model=str(w["model"])), link_to(tmp, w["sentences"]))
+
+    def whitening_save(w, tmp):
+        from bert_whitening.whitening import Whitening
+
+        Whitening.load(str(w["whitening"])).save(special(tmp, "FIFO"))
+
+    return [
+        (encode_file, "whitening", "it is the input"),
+        (save, "model", "it is inside the input directory"),
+        (export, "model", "it is the input"),
+        (export_saved_model, "model", "it is the input"),
+        (write_report, "dir", "it is also the output"),
+        (build_index, "model", "it is inside the input directory"),
+        (convert_hf, "hf", "it is inside the input directory"),
+        (beam_encode, "sentences", "it is the input"),
+        (beam_fit, "sentences", "it is the input"),
+        (whitening_save, "dir", "it is a FIFO"),
+    ]
+
+
+@pytest.mark.parametrize("write, role, said", api_writers(), ids=lambda case: getattr(case, "__name__", None))
+def test_every_public_writer_goes_through_the_guard(work, tmp_path, write, role, said):
+    before = tree_digest(work[role])
+    with pytest.raises(BertWhiteningError, match="cannot write .*: %s" % said) as raised:
+        write(work, tmp_path)
+    assert "\n" not in str(raised.value)
+    assert tree_digest(work[role]) == before
