@@ -224,19 +224,16 @@ def main():
     from bert_whitening.checkpoints import find_model
     from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
     from bert_whitening.encoding import (
-        AUTO_CHECK_SENTENCES,
-        _cpu_has_bfloat16,
-        auto_precision,
         batches,
         compiled,
         encode,
         in_flight,
-        precision_scope,
         tokenize,
     )
     from bert_whitening.evaluation import cosine_spearman, encode_splits
     from bert_whitening.export import export_saved_model
     from bert_whitening.models import build_encoder, with_whitening
+    from bert_whitening.precision import AUTO_CHECK_SENTENCES, auto_precision, cpu_has_bfloat16, precision_scope
     from bert_whitening.whitening import WhiteningStats, fit_whitening
 
     splits = load_task(ENGLISH_STS, SENTEVAL)
@@ -263,7 +260,7 @@ def main():
         )
     # OpenVINO honours a bf16 hint on a CPU without bf16 by emulating it, far too slowly to wait
     # for (docs/performance.md), so its bf16 row is left out there.
-    has_bfloat16 = _cpu_has_bfloat16()  # None: unknown (no /proc/cpuinfo)
+    has_bfloat16 = cpu_has_bfloat16()  # None: unknown (no /proc/cpuinfo)
     bfloat16_emulated = has_bfloat16 is False
     emulated = [b for b in args.peers if PEER_BACKENDS[b][1] == "bfloat16" and bfloat16_emulated]
     peers = {b: Peer(b, request, workdir) for b in args.peers if b not in emulated}  # they export meanwhile

@@ -34,8 +34,9 @@ def main():
 
     from bert_whitening import encoding, models
     from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
-    from bert_whitening.encoding import encode, precision_scope
+    from bert_whitening.encoding import encode
     from bert_whitening.layers import FusedBert
+    from bert_whitening.precision import precision_scope
 
     sentences = distinct_sentences(load_task(ENGLISH_STS, SENTEVAL))[: args.sentences]
     encoders = {"fused": models.build_encoder("minilm")}

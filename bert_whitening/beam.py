@@ -111,14 +111,14 @@ class SortedLists(beam.DoFn):
 class EncodeFn(beam.DoFn):
     """``[(key, sentence), ...]`` -> ``(keys, vectors)``, the model loaded once per worker from an
     `bert_whitening.config.EncoderConfig`; ``batch_size`` as in ``encode``. ``precision`` is set
-    for the worker's process in ``setup`` (`bert_whitening.encoding.set_precision`)."""
+    for the worker's process in ``setup`` (`bert_whitening.precision.set_precision`)."""
 
     def __init__(self, spec, batch_size=128, precision="float32"):
         self.spec, self.batch_size, self.precision = spec, batch_size, precision
         self.encoder = None
 
     def setup(self):
-        from bert_whitening.encoding import set_precision
+        from bert_whitening.precision import set_precision
 
         set_precision(self.precision)
         self.encoder = self.spec.build()

@@ -696,7 +696,7 @@ def _start(args):
     the Beam commands: the model runs where `beam.EncodeFn.setup` sets it, and a worker starts
     only once the pipeline is built, so TensorFlow's import here would delay it."""
     if getattr(args, "precision", None):
-        from bert_whitening.encoding import set_precision
+        from bert_whitening.precision import set_precision
 
         set_precision(args.precision)
 
@@ -744,9 +744,9 @@ def run_export(args):
 
 
 def run_eval(args):
-    from bert_whitening.encoding import process_precision
     from bert_whitening.evaluation import evaluate_tasks, format_table
     from bert_whitening.plots import plot_report
+    from bert_whitening.precision import process_precision
 
     config = _task_config(args)
     results = evaluate_tasks(
@@ -798,8 +798,8 @@ def _fit_on(args):
 
 
 def run_eval_retrieval(args):
-    from bert_whitening.encoding import process_precision
     from bert_whitening.plots import plot_retrieval
+    from bert_whitening.precision import process_precision
     from bert_whitening.retrieval.evaluate import evaluate_retrieval, format_retrieval_table
 
     config = _task_config(args)

@@ -8,49 +8,29 @@ no length triggers a retrace; `BATCHES_IN_FLIGHT` batches run at once, in thread
 vectors are the same as alone). (XLA with fixed length buckets was slower than this on
 these CPUs, where oneDNN does the matrix products; see benchmarks/bench_encode.py.)
 
-Precision, the one rule: how the model's matrix products run is a property of the process, not
-of a call. In ``bfloat16`` a `bert_whitening.layers.FusedBert` is traced with its matrix products
-in bfloat16 (its weights and activations rounded at each product) and everything else (the
-residual sums, layer norms, softmax, pooling, whitening) in float32, so its accuracy does not
-depend on which ops a rewrite pass reaches; a model FusedBert does not cover (NEZHA, RoFormer,
-...) runs under oneDNN's automatic mixed precision instead, a Grappler rewrite of the process's
-graphs (matrix products in bfloat16, the ops it deems safe beside them too). Either is faster only
-on CPUs with bfloat16 instructions (AVX512_BF16 or AMX); its speed and accuracy are printed by
-benchmarks/bench_encode.py (docs/performance.md). `set_precision` chooses it once, before anything
-is encoded: the commands call it with ``--precision``, and Beam's ``EncodeFn.setup`` in each
-worker. Changing it later is refused, since another thread may be encoding. `precision_scope`
-switches it for one block and restores it, for single-threaded comparisons in tests and
-benchmarks only.
-
-``auto`` (the commands' default) decides on the first call that encodes: float32 on a CPU
-without bfloat16 instructions; otherwise the first `AUTO_CHECK_SENTENCES` sentences are encoded
-in both precisions by the caller's encoder (whitening included: a whitening fitted on few
-sentences amplifies bfloat16's rounding) and bfloat16 is kept only if every vector is within
-cosine `AUTO_MIN_COSINE` of its float32 vector. The choice is logged once and then holds for
-the process. A Python program that never calls `set_precision` encodes in float32.
+How the matrix products run (float32 or bfloat16) is the process's precision,
+`bert_whitening.precision`; `_graph_for` picks the graph that runs it.
 """
 
 import collections
 import concurrent.futures
 import contextlib
 import dataclasses
-import functools
 import itertools
 import logging
-import threading
 import weakref
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from bert_whitening import precision
 from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.data import chunked, read_sentences
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.layers.fused_bert import FusedBert, bfloat16_products
-from bert_whitening.names import PRECISIONS, check_choice
 from bert_whitening.token_ids import pad_ids, token_ids
-from bert_whitening.whitening import WhiteningStats, l2_normalize
+from bert_whitening.whitening import WhiteningStats
 
 if TYPE_CHECKING:
     from bert_whitening.models import Encoder
@@ -71,18 +51,9 @@ CHUNK_SENTENCES = 8192
 #: (vectors unchanged; docs/performance.md has what it gains).
 BATCHES_IN_FLIGHT = 2
 
-#: ``auto`` keeps bfloat16 only if every vector of its check is within this cosine of float32.
-AUTO_MIN_COSINE = 0.999
-#: Sentences ``auto`` encodes in both precisions before choosing.
-AUTO_CHECK_SENTENCES = 256
-
 _MIXED_PRECISION_OPTION = "auto_mixed_precision_onednn_bfloat16"
-_process_precision = None
-#: The precision models run in now: the process's, or a `precision_scope`'s.
-_running_precision = "float32"
 #: Whether Grappler's bfloat16 rewrite is on now (`_graph_for`).
 _rewrite_on = False
-_auto_lock = threading.Lock()
 
 
 def compiled(model, bfloat16=False):
@@ -110,7 +81,7 @@ def _graph_for(model):
     products with Grappler's rewrite off (it would also round the whitening and the layer norms),
     any other graph under the rewrite."""
     global _rewrite_on
-    bfloat16 = _running_precision == "bfloat16"
+    bfloat16 = precision.running() == "bfloat16"
     fused = runs_fused_bert(model)
     rewrite = bfloat16 and not fused
     if rewrite != _rewrite_on:
@@ -123,96 +94,6 @@ def tokenize(encoder, texts):
     """Token ids of each text and how many of them were cut to ``encoder.maxlen``."""
     encoded = [token_ids(encoder.tokenizer, text, encoder.maxlen) for text in texts]
     return [ids for ids, _ in encoded], sum(cut for _, cut in encoded)
-
-
-@functools.lru_cache(maxsize=None)
-def _cpu_has_bfloat16():
-    try:
-        with open("/proc/cpuinfo") as stream:
-            flags = stream.read()
-    except OSError:
-        return None
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def _apply_precision(precision):
-    """Run models in ``precision`` from now on; ``auto`` runs float32 until it has chosen."""
-    global _running_precision
-    check_choice("precision", precision, PRECISIONS)
-    if precision == "bfloat16" and _cpu_has_bfloat16() is False:
-        logger.warning(
-            "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): oneDNN "
-            "emulates them, so --precision bfloat16 is likely slower than float32"
-        )
-    _running_precision = "bfloat16" if precision == "bfloat16" else "float32"
-
-
-def set_precision(precision):
-    """Choose, once per process, how the model's matrix products run (see the module docstring).
-    Setting the same value again, or ``auto`` once a precision is set, does nothing; another value
-    is refused."""
-    global _process_precision
-    check_choice("precision", precision, PRECISIONS)
-    if precision == "auto" and _process_precision is not None:
-        return
-    if _process_precision not in (None, "auto") and precision != _process_precision:
-        raise BertWhiteningError(
-            "this process already encodes in %s; precision is chosen once "
-            "per process (got %s)" % (_process_precision, precision)
-        )
-    _apply_precision(precision)
-    _process_precision = precision
-
-
-def auto_precision(cpu_has_bfloat16, float32_vectors, bfloat16_vectors=None):
-    """``auto``'s choice and why, from the CPU and a check sample's vectors in both precisions
-    (``bfloat16_vectors`` unused, and may be None, on a CPU without bfloat16)."""
-    if not cpu_has_bfloat16:
-        return "float32", "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16)"
-    cosines = (l2_normalize(float32_vectors) * l2_normalize(bfloat16_vectors)).sum(axis=1)
-    lowest = float(cosines.min())
-    if lowest >= AUTO_MIN_COSINE:
-        return "bfloat16", "every vector of %d check sentences within cosine %.6f of float32" % (
-            len(cosines),
-            lowest,
-        )
-    return "float32", "bfloat16 moved a check vector to cosine %.6f of float32 (below %g)" % (lowest, AUTO_MIN_COSINE)
-
-
-def _resolve_auto(encoder, sequences, batch_size):
-    """Replace a pending ``auto`` by its choice, made on the first sentences of ``sequences``."""
-    global _process_precision
-    with _auto_lock:
-        if _process_precision != "auto":
-            return
-        has_bfloat16 = bool(_cpu_has_bfloat16())
-        sample = sequences[:AUTO_CHECK_SENTENCES]
-        float32_vectors = bfloat16_vectors = None
-        if has_bfloat16:
-            float32_vectors = _run_batches(encoder, sample, batch_size)
-            with precision_scope("bfloat16"):
-                bfloat16_vectors = _run_batches(encoder, sample, batch_size)
-        chosen, why = auto_precision(has_bfloat16, float32_vectors, bfloat16_vectors)
-        _apply_precision(chosen)
-        _process_precision = chosen
-        logger.info("--precision auto chose %s: %s", chosen, why)
-
-
-def process_precision():
-    """The process's precision: ``float32`` or ``bfloat16`` once chosen, ``auto`` while pending,
-    None if never set (float32)."""
-    return _process_precision
-
-
-@contextlib.contextmanager
-def precision_scope(precision):
-    """Inside the block the process encodes in ``precision``; restored afterwards. For
-    single-threaded comparisons (tests, benchmarks): the option is process-wide."""
-    _apply_precision(precision)
-    try:
-        yield
-    finally:
-        _apply_precision(_process_precision or "float32")
 
 
 def batches(sequences, batch_size):
@@ -238,8 +119,9 @@ def encode_ids(
     """
     if batch_size < 1:
         raise BertWhiteningError("batch_size must be a positive integer, got %r" % (batch_size,))
-    if _process_precision == "auto" and len(sequences):
-        _resolve_auto(encoder, sequences, batch_size)
+    if len(sequences):
+        sample = sequences[: precision.AUTO_CHECK_SENTENCES]
+        precision.resolve_auto(lambda: _run_batches(encoder, sample, batch_size))
     return _run_batches(encoder, sequences, batch_size, progress)
 
 

@@ -237,8 +237,8 @@ def test_the_verification_child_loads_tensorflow_alone():
 def test_a_bfloat16_export_runs_the_products_in_bfloat16_and_records_it(encoders, tmp_path):
     """Its vectors are the bfloat16 graph's (not float32's), within the auto bound of float32, and
     its record says bfloat16; TF Serving's own rewrite changes nothing more in it."""
-    from bert_whitening.encoding import AUTO_MIN_COSINE
     from bert_whitening.models import with_whitening
+    from bert_whitening.precision import AUTO_MIN_COSINE
 
     normalized = with_whitening(encoders["first-last-avg"])
     path, difference = export_saved_model(normalized, str(tmp_path / "low"), precision="bfloat16")
@@ -255,11 +255,11 @@ def test_a_bfloat16_export_runs_the_products_in_bfloat16_and_records_it(encoders
 
 
 def test_a_bfloat16_export_below_the_bound_or_of_another_graph_is_refused(encoders, tmp_path, monkeypatch):
-    from bert_whitening import encoding
+    from bert_whitening import encoding, precision
     from bert_whitening.models import with_whitening
 
     normalized = with_whitening(encoders["cls"])
-    monkeypatch.setattr(encoding, "AUTO_MIN_COSINE", 1.5)
+    monkeypatch.setattr(precision, "AUTO_MIN_COSINE", 1.5)
     with pytest.raises(ExportError, match="in bfloat16 a verification vector falls to cosine 0.9"):
         export_saved_model(normalized, str(tmp_path / "low"), precision="bfloat16")
     assert not os.path.exists(tmp_path / "low" / "1")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bert_whitening import encoding, models
+from bert_whitening import precision as precision_module
 from bert_whitening.backend import Tokenizer, build_transformer_model, keras, tf
 from bert_whitening.checkpoints import find_model
 from bert_whitening.checkpoints.google import write_checkpoint
@@ -91,8 +92,8 @@ def test_the_fused_layer_needs_the_variables_bert4keras_loads(encoders, pooler):
 def test_every_precision_builds_the_fused_layer(tiny_model, monkeypatch, precision):
     """A process that encodes, or may come to encode, in bfloat16 builds the same graph as one in
     float32: FusedBert runs bfloat16 on its own (`fused_bert.bfloat16_products`)."""
-    monkeypatch.setattr(encoding, "_process_precision", precision)
-    monkeypatch.setattr(encoding, "_cpu_has_bfloat16", lambda: True)
+    monkeypatch.setattr(precision_module, "_process_precision", precision)
+    monkeypatch.setattr(precision_module, "cpu_has_bfloat16", lambda: True)
     assert fused_layers(build_encoders(tiny_model[0], poolings=("cls",))["cls"])
 
 
@@ -134,7 +135,7 @@ def test_bfloat16_vectors_are_close_to_float32_and_not_equal(encoders):
         exact = encoding.compiled(encoder.model)(ids, segments).numpy()
         low = encoding.compiled(encoder.model, bfloat16=True)(ids, segments).numpy()
         cosines = (exact * low).sum(1) / np.linalg.norm(exact, axis=1) / np.linalg.norm(low, axis=1)
-        assert cosines.min() >= encoding.AUTO_MIN_COSINE, (pooling, cosines)
+        assert cosines.min() >= precision_module.AUTO_MIN_COSINE, (pooling, cosines)
         assert np.abs(exact - low).max() > 1e-4, pooling
 
 

@@ -17,8 +17,6 @@ from bert_whitening.encoding import (
     encode,
     encode_together,
     in_flight,
-    precision_scope,
-    set_precision,
     statistics_from_files_together,
     token_ids,
     vectors_from_files,
@@ -27,6 +25,7 @@ from bert_whitening.encoding import (
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.models import build_encoder, build_encoders, with_whitening
 from bert_whitening.names import POOLINGS
+from bert_whitening.precision import precision_scope, set_precision
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
 from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, assert_equals_numpy_bert, random_weights

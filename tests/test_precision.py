@@ -9,9 +9,10 @@ import logging
 import numpy as np
 import pytest
 
-from bert_whitening import cli, encoding
-from bert_whitening.encoding import AUTO_MIN_COSINE, auto_precision, encode, process_precision
+from bert_whitening import cli, encoding, precision
+from bert_whitening.encoding import encode
 from bert_whitening.names import PRECISION_VARIABLE
+from bert_whitening.precision import AUTO_MIN_COSINE, auto_precision, process_precision
 
 from helpers import SENTENCES, run
 
@@ -52,11 +53,11 @@ def test_auto_keeps_bfloat16_only_when_every_check_vector_is_within_the_bound():
 def fresh_process(monkeypatch):
     """The precision as a new command finds it (never set, no pin); the test process's own
     precision and TensorFlow's rewrite option are put back afterwards."""
-    monkeypatch.setattr(encoding, "_process_precision", None)
+    monkeypatch.setattr(precision, "_process_precision", None)
     monkeypatch.delenv(PRECISION_VARIABLE)
     yield monkeypatch
     monkeypatch.undo()
-    encoding._apply_precision(encoding._process_precision or "float32")
+    precision._apply(precision._process_precision or "float32")
 
 
 def encode_log(tmp_path, model, caplog):
@@ -71,7 +72,7 @@ def test_encode_decides_once_and_says_what_it_chose(fresh_process, tiny_model, e
     vectors, log = encode_log(tmp_path, tiny_model[0], caplog)
     expected = encode(encoders["first-last-avg"], SENTENCES)
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
-    if not encoding._cpu_has_bfloat16():
+    if not precision.cpu_has_bfloat16():
         assert "--precision auto chose float32: this CPU has no bfloat16 instructions" in log
         np.testing.assert_allclose(vectors, expected, atol=1e-6)
     else:  # a CPU with bfloat16: either choice is right, if it is said and bounded
@@ -88,8 +89,8 @@ def test_on_a_bfloat16_cpu_the_check_encodes_the_first_sentences_twice(
     fresh_process, tiny_model, tmp_path, caplog, bound, chosen
 ):
     """The CPU's answer and the bound forced: what the check sample holds and what decides."""
-    fresh_process.setattr(encoding, "_cpu_has_bfloat16", lambda: True)
-    fresh_process.setattr(encoding, "AUTO_MIN_COSINE", bound)
+    fresh_process.setattr(precision, "cpu_has_bfloat16", lambda: True)
+    fresh_process.setattr(precision, "AUTO_MIN_COSINE", bound)
     calls = []
     run_batches = encoding._run_batches
     fresh_process.setattr(
@@ -97,7 +98,7 @@ def test_on_a_bfloat16_cpu_the_check_encodes_the_first_sentences_twice(
         "_run_batches",
         lambda encoder, sequences, *rest: calls.append(len(sequences)) or run_batches(encoder, sequences, *rest),
     )
-    fresh_process.setattr(encoding, "AUTO_CHECK_SENTENCES", 10)
+    fresh_process.setattr(precision, "AUTO_CHECK_SENTENCES", 10)
     _, log = encode_log(tmp_path, tiny_model[0], caplog)
     assert calls == [10, 10, len(SENTENCES)]  # float32 and bfloat16 on the first 10, then all
     assert process_precision() == chosen

@@ -143,7 +143,7 @@ def export_saved_model(
             float32), for servers on CPUs with bfloat16 instructions: TF Serving's own
             ``--mixed_precision=bfloat16`` rewrite of a float32 export also rounds the residual
             sums and layer norms. Refused if a verification vector falls below cosine
-            `bert_whitening.encoding.AUTO_MIN_COSINE` of float32, or the model is not a FusedBert.
+            `bert_whitening.precision.AUTO_MIN_COSINE` of float32, or the model is not a FusedBert.
 
     Raises:
         ExportError: refused, or failed; nothing is left at ``BASE/N``.

@@ -50,7 +50,8 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE, 
     export is compared with the same graph traced here (bfloat16's rounding follows the float32
     ops between the products to the last bit, so the in-process graph's fused layer norms would
     differ by more than float noise), and its vectors must keep `AUTO_MIN_COSINE` of float32's."""
-    from bert_whitening.encoding import AUTO_MIN_COSINE, compiled, tokenize
+    from bert_whitening.encoding import compiled, tokenize
+    from bert_whitening.precision import AUTO_MIN_COSINE
     from bert_whitening.token_ids import pad_ids
 
     sequences, _ = tokenize(encoder, VERIFY_SENTENCES)

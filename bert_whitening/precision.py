@@ -1,0 +1,144 @@
+"""The process's precision: how the model's matrix products run, float32 or bfloat16.
+
+The one rule: precision is a property of the process, not of a call. In ``bfloat16`` a
+`bert_whitening.layers.FusedBert` is traced with its matrix products in bfloat16 (its weights and
+activations rounded at each product) and everything else (the residual sums, layer norms,
+softmax, pooling, whitening) in float32, so its accuracy does not depend on which ops a rewrite
+pass reaches; a model FusedBert does not cover (NEZHA, RoFormer, ...) runs under oneDNN's
+automatic mixed precision instead, a Grappler rewrite of the process's graphs
+(`bert_whitening.encoding` picks the graph). Either is faster only on CPUs with bfloat16
+instructions (AVX512_BF16 or AMX); benchmarks/bench_encode.py prints its speed and accuracy
+(docs/performance.md). `set_precision` chooses it once, before anything is encoded: the commands
+call it with ``--precision``, and Beam's ``EncodeFn.setup`` in each worker. Changing it later is
+refused, since another thread may be encoding. `precision_scope` switches it for one block and
+restores it, for single-threaded comparisons in tests and benchmarks only.
+
+``auto`` (the commands' default) decides on the first call that encodes (`resolve_auto`):
+float32 on a CPU without bfloat16 instructions; otherwise the first `AUTO_CHECK_SENTENCES`
+sentences are encoded in both precisions by the caller's encoder (whitening included: a
+whitening fitted on few sentences amplifies bfloat16's rounding) and bfloat16 is kept only if
+every vector is within cosine `AUTO_MIN_COSINE` of its float32 vector. The choice is logged once
+and then holds for the process. A Python program that never calls `set_precision` encodes in
+float32.
+
+numpy only: the commands set the precision before TensorFlow is imported.
+"""
+
+import contextlib
+import functools
+import logging
+import threading
+
+from bert_whitening.errors import BertWhiteningError
+from bert_whitening.names import PRECISIONS, check_choice
+from bert_whitening.whitening import l2_normalize
+
+logger = logging.getLogger(__name__)
+
+#: ``auto`` keeps bfloat16 only if every vector of its check is within this cosine of float32.
+AUTO_MIN_COSINE = 0.999
+#: Sentences ``auto`` encodes in both precisions before choosing.
+AUTO_CHECK_SENTENCES = 256
+
+_process_precision = None
+#: The precision models run in now: the process's, or a `precision_scope`'s.
+_running_precision = "float32"
+_auto_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_has_bfloat16():
+    """Whether /proc/cpuinfo lists AVX512_BF16 or AMX-BF16; None where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as stream:
+            flags = stream.read()
+    except OSError:
+        return None
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def _apply(precision):
+    """Run models in ``precision`` from now on; ``auto`` runs float32 until it has chosen."""
+    global _running_precision
+    check_choice("precision", precision, PRECISIONS)
+    if precision == "bfloat16" and cpu_has_bfloat16() is False:
+        logger.warning(
+            "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): oneDNN "
+            "emulates them, so --precision bfloat16 is likely slower than float32"
+        )
+    _running_precision = "bfloat16" if precision == "bfloat16" else "float32"
+
+
+def set_precision(precision):
+    """Choose, once per process, how the model's matrix products run (see the module docstring).
+    Setting the same value again, or ``auto`` once a precision is set, does nothing; another value
+    is refused."""
+    global _process_precision
+    check_choice("precision", precision, PRECISIONS)
+    if precision == "auto" and _process_precision is not None:
+        return
+    if _process_precision not in (None, "auto") and precision != _process_precision:
+        raise BertWhiteningError(
+            "this process already encodes in %s; precision is chosen once "
+            "per process (got %s)" % (_process_precision, precision)
+        )
+    _apply(precision)
+    _process_precision = precision
+
+
+def process_precision():
+    """The process's precision: ``float32`` or ``bfloat16`` once chosen, ``auto`` while pending,
+    None if never set (float32)."""
+    return _process_precision
+
+
+def running():
+    """The precision models run in now: ``float32`` or ``bfloat16``."""
+    return _running_precision
+
+
+def auto_precision(has_bfloat16, float32_vectors, bfloat16_vectors=None):
+    """``auto``'s choice and why, from the CPU and a check sample's vectors in both precisions
+    (``bfloat16_vectors`` unused, and may be None, on a CPU without bfloat16)."""
+    if not has_bfloat16:
+        return "float32", "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16)"
+    cosines = (l2_normalize(float32_vectors) * l2_normalize(bfloat16_vectors)).sum(axis=1)
+    lowest = float(cosines.min())
+    if lowest >= AUTO_MIN_COSINE:
+        return "bfloat16", "every vector of %d check sentences within cosine %.6f of float32" % (
+            len(cosines),
+            lowest,
+        )
+    return "float32", "bfloat16 moved a check vector to cosine %.6f of float32 (below %g)" % (lowest, AUTO_MIN_COSINE)
+
+
+def resolve_auto(check_vectors):
+    """Replace a pending ``auto`` by its choice: ``check_vectors()`` gives the check sample's
+    vectors in the running precision, called once in each (on a CPU with bfloat16)."""
+    global _process_precision
+    if _process_precision != "auto":
+        return
+    with _auto_lock:
+        if _process_precision != "auto":
+            return
+        has_bfloat16 = bool(cpu_has_bfloat16())
+        float32_vectors = bfloat16_vectors = None
+        if has_bfloat16:
+            float32_vectors = check_vectors()
+            with precision_scope("bfloat16"):
+                bfloat16_vectors = check_vectors()
+        chosen, why = auto_precision(has_bfloat16, float32_vectors, bfloat16_vectors)
+        _apply(chosen)
+        _process_precision = chosen
+        logger.info("--precision auto chose %s: %s", chosen, why)
+
+
+@contextlib.contextmanager
+def precision_scope(precision):
+    """Inside the block the process encodes in ``precision``; restored afterwards. For
+    single-threaded comparisons (tests, benchmarks): the precision is process-wide."""
+    _apply(precision)
+    try:
+        yield
+    finally:
+        _apply(_process_precision or "float32")
