@@ -10,7 +10,10 @@ precision set (`_start`) and the model loaded. So ``--help`` and refusals answer
 Errors: a refused input (`bert_whitening.errors.BertWhiteningError`) or an ``OSError`` is one
 line on standard error and exit status 1 (the traceback with ``--log-level DEBUG``); a bad
 command line is argparse's message and status 2; SIGINT and SIGTERM stop the command with one
-line, status 130 or 143, after removing what it had staged. Anything else is a bug and keeps its
+line, status 130, 143 or 129 (SIGHUP, as SIGTERM), after removing what it had staged. A closed
+standard input that a command would read (``-``), or a closed standard output that it prints its
+results to, is refused before any work; a reader of standard output that goes away (``| head``)
+ends the command quietly with status 141, as SIGPIPE would. Anything else is a bug and keeps its
 traceback.
 """
 
@@ -27,7 +30,7 @@ import sys
 
 from bert_whitening.atomic import DIRECTORY, FILE, PREFIX, check_outputs
 from bert_whitening.config import EncoderConfig
-from bert_whitening.data import ENGLISH_STS, INPUT_FORMATS, TASKS, check_readable, data_dir, read_sentences
+from bert_whitening.data import ENGLISH_STS, INPUT_FORMATS, STDIN, TASKS, check_readable, data_dir, read_sentences
 from bert_whitening.errors import BertWhiteningError, Interrupted
 from bert_whitening.names import METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
 from bert_whitening.sentence_encoder import SentenceEncoder
@@ -555,12 +558,14 @@ class Paths:
         inputs: destinations of files and directories read (a list is each of its items).
         globs: destinations of patterns of files read (Beam's ``--input``), matched here.
         derived: functions of the arguments giving more paths read (the tasks' files).
+        prints: the command's results go to standard output (so it must be open).
     """
 
     outputs: dict = dataclasses.field(default_factory=dict)
     inputs: tuple = ()
     globs: tuple = ()
     derived: tuple = ()
+    prints: bool = False
 
 
 def _task_files(args):
@@ -582,10 +587,12 @@ PATHS = {
     "beam-fit": Paths({"output": FILE}, ("model",), globs=("input",)),
     "beam-encode": Paths({"output": PREFIX}, _ENCODER_INPUTS, globs=("input",)),
     "export": Paths({"output": DIRECTORY}, _ENCODER_INPUTS + ("corpus",)),
-    "eval": Paths({"json": FILE, "plot": FILE}, _TASK_INPUTS, derived=(_task_files,)),
-    "eval-retrieval": Paths({"json": FILE, "plot": FILE}, _TASK_INPUTS + ("distractors",), derived=(_task_files,)),
+    "eval": Paths({"json": FILE, "plot": FILE}, _TASK_INPUTS, derived=(_task_files,), prints=True),
+    "eval-retrieval": Paths(
+        {"json": FILE, "plot": FILE}, _TASK_INPUTS + ("distractors",), derived=(_task_files,), prints=True
+    ),
     "index": Paths({"output": DIRECTORY}, ("inputs", "from_vectors") + _ENCODER_INPUTS, globs=("from_beam",)),
-    "search": Paths({}, ("index", "queries", "model", "whitening")),
+    "search": Paths({}, ("index", "queries", "model", "whitening"), prints=True),
     "convert-hf": Paths({"out_dir": DIRECTORY}, ("hf_dir",)),
 }
 
@@ -606,7 +613,22 @@ def check_paths(args):
     inputs = _values(args, paths.inputs) + [path for find in paths.derived for path in find(args)]
     for pattern in _values(args, paths.globs):
         inputs.extend(glob.glob(pattern) if "://" not in pattern else [])
+    if STDIN in inputs and not _is_open(sys.stdin):
+        raise BertWhiteningError("cannot read standard input (-): it is closed")
+    if paths.prints and not _is_open(sys.stdout):
+        raise BertWhiteningError(
+            "standard output is closed, and %s prints its results there: redirect it to a file" % args.command
+        )
     check_outputs(outputs, inputs)
+
+
+def _is_open(stream):
+    """Whether a standard stream has a descriptor (Python sets it to None when its descriptor
+    was closed at start)."""
+    try:
+        return stream is not None and os.fstat(stream.fileno()) is not None
+    except (OSError, ValueError):
+        return False
 
 
 COMMANDS = [
@@ -909,6 +931,11 @@ def _raise_interrupted(number, frame):
     raise Interrupted(number)
 
 
+#: Signals that stop a command as SIGINT does: cleaned up, one line, status 128 + the number.
+#: SIGHUP is a closed terminal or a stopped session: the same as being told to stop.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 def main(argv=None):
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
@@ -920,19 +947,25 @@ def main(argv=None):
     logging.basicConfig(level=args.log_level, format="%(levelname)s: %(message)s")
     if args.log_level != "DEBUG":  # Beam logs a failing step's traceback; main reports the error
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    previous = {number: signal.signal(number, _raise_interrupted) for number in STOP_SIGNALS}
     try:
         check_paths(args)
         args.run(args)
+    except BrokenPipeError:
+        # The reader of standard output went away (``| head``): what it did not read is not
+        # wanted. No line, and no second error when the interpreter flushes at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except (BertWhiteningError, OSError) as error:
         logger.error("%s", error, exc_info=args.log_level == "DEBUG")
         return 1
     except KeyboardInterrupt as interrupt:
-        terminated = isinstance(interrupt, Interrupted)
-        logger.error("interrupted by %s; nothing was written", "SIGTERM" if terminated else "SIGINT")
-        return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
+        number = interrupt.args[0] if isinstance(interrupt, Interrupted) else signal.SIGINT
+        logger.error("interrupted by %s; nothing was written", signal.Signals(number).name)
+        return 128 + number
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     return 0
 
 
@@ -945,7 +978,7 @@ def console_main():
     TensorFlow was imported, that pass over its objects takes about a second, and every file
     the command wrote is closed by then (`bert_whitening.atomic`)."""
     status = main()
-    if status in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+    if status in [128 + number for number in (signal.SIGINT, *STOP_SIGNALS)]:
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()

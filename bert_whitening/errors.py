@@ -31,5 +31,5 @@ class FlowError(BertWhiteningError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """SIGTERM, raised like SIGINT's KeyboardInterrupt so the same clean-up runs; ``args[0]``
+    """SIGTERM or SIGHUP, raised like SIGINT's KeyboardInterrupt so the same clean-up runs; ``args[0]``
     is the signal number."""

@@ -321,7 +321,10 @@ def wait_for(condition, process, seconds=120):
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("number, status, name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "SIGINT")])
+@pytest.mark.parametrize(
+    "number, status, name",
+    [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "SIGINT"), (signal.SIGHUP, 129, "SIGHUP")],
+)
 def test_a_signal_during_encode_leaves_nothing_and_says_one_line(work, tmp_path, number, status, name):
     big = tmp_path / "big.txt"
     big.write_text("".join(line + "\n" for line in LINES * 200), encoding="utf-8")
@@ -539,3 +542,49 @@ def test_index_and_beam_encode_onto_a_full_disk_are_one_line(work, small_disk, t
     message = refused(cli(command, *argv), "No space left on device")
     assert ".bert-whitening-tmp-" not in message
     assert [name for _, _, names in os.walk(small_disk) for name in names] == []
+
+
+def sts_task(directory):
+    """An STS-B task folder of `LINES` pairs with graded labels in ``directory``."""
+    (directory / "STS-B").mkdir(parents=True)
+    pairs = zip(LINES, LINES[::-1], strict=True)
+    lines = ("%s\t%s\t%d\n" % (a, b, i % 6) for i, (a, b) in enumerate(pairs))
+    (directory / "STS-B" / "STS-B.test.data").write_text("".join(lines), encoding="utf-8")
+
+
+def test_a_closed_standard_stream_the_command_needs_is_refused_before_any_work(work, tmp_path):
+    """A command that would read ``-`` from a closed standard input, or print its results to a
+    closed standard output, says so in one line with status 1 (a closed output was a silent exit
+    0, and a closed input a traceback after the model had loaded)."""
+    sts_task(tmp_path / "data")
+    cases = [
+        (["fit", "--model", work["model"], "--output", tmp_path / "w.npz", "-"], "cannot read standard input (-)"),
+        (["eval", "--model", work["model"], "--task", "STS-B", "--data-dir", tmp_path / "data"], "standard output"),
+    ]
+    for argv, message in cases:
+        closed = (lambda: os.close(0)) if "-" in argv else (lambda: os.close(1))
+        result = subprocess.run(
+            [sys.executable, "-m", "bert_whitening"] + [str(a) for a in argv],
+            preexec_fn=closed,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
+        stderr = result.stderr.decode()
+        assert result.returncode == 1 and message in stderr and "Traceback" not in stderr, stderr
+        assert "Reading checkpoint" not in stderr and not (tmp_path / "w.npz").exists()
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly_with_141(work, tmp_path):
+    sts_task(tmp_path / "data")
+    read, write = os.pipe()
+    os.close(read)  # no reader: the first line printed breaks the pipe
+    result = subprocess.run(
+        [sys.executable, "-m", "bert_whitening", "eval", "--model", work["model"], "--task", "STS-B"]
+        + ["--data-dir", str(tmp_path / "data"), "--n-components", "0"],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        timeout=300,
+    )
+    os.close(write)
+    assert result.returncode == 141, result.stderr
+    assert b"Traceback" not in result.stderr and b"BrokenPipe" not in result.stderr
