@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import gc
 import glob
+import io
 import logging
 import math
 import os
@@ -623,12 +624,18 @@ def check_paths(args):
 
 
 def _is_open(stream):
-    """Whether a standard stream has a descriptor (Python sets it to None when its descriptor
-    was closed at start)."""
+    """Whether a standard stream can be used: Python sets it to None when its descriptor was
+    closed at start, and one closed later fails ``fstat``; a stream with no descriptor of its
+    own (a test's capture, an embedding program's object) is taken as open."""
+    if stream is None:
+        return False
     try:
-        return stream is not None and os.fstat(stream.fileno()) is not None
+        os.fstat(stream.fileno())
+    except io.UnsupportedOperation:
+        return True
     except (OSError, ValueError):
         return False
+    return True
 
 
 COMMANDS = [

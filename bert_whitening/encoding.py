@@ -25,6 +25,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from bert_whitening import precision
+from bert_whitening.arguments import positive_int, sentence_list, sentence_stream
 from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.data import chunked, read_sentences
 from bert_whitening.errors import BertWhiteningError
@@ -117,8 +118,7 @@ def encode_ids(
         progress: a tqdm bar to advance, True or False for a bar of its own, or None for a bar
             on a terminal only.
     """
-    if batch_size < 1:
-        raise BertWhiteningError("batch_size must be a positive integer, got %r" % (batch_size,))
+    batch_size = positive_int(batch_size, "batch_size")
     if len(sequences):
         sample = sequences[: precision.AUTO_CHECK_SENTENCES]
         precision.resolve_auto(lambda: _run_batches(encoder, sample, batch_size))
@@ -177,6 +177,7 @@ def encode(encoder: "Encoder", texts: Sequence[str], batch_size: int = 128, prog
         batch_size: sentences per model call; they are sorted by length first.
         progress: as in `encode_ids`.
     """
+    texts = sentence_list(texts, "texts")
     sequences, truncated = tokenize(encoder, texts)
     log_truncated(truncated, len(texts), encoder.maxlen)
     return encode_ids(encoder, sequences, batch_size, progress)
@@ -238,7 +239,7 @@ def encode_stream(
     order; the sentences cut to ``encoder.maxlen`` are counted over the whole stream and logged
     once at its end."""
     total = truncated = 0
-    for chunk in chunked(sentences, CHUNK_SENTENCES):
+    for chunk in chunked(sentence_stream(sentences), CHUNK_SENTENCES):
         sequences, cut = tokenize(encoder, chunk)
         total, truncated = total + len(chunk), truncated + cut
         yield encode_ids(encoder, sequences, batch_size, progress)

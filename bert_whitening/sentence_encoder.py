@@ -20,6 +20,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
+from bert_whitening.arguments import path_list, positive_int, sentence_list, sentence_stream
 from bert_whitening.atomic import DIRECTORY, check_outputs, staged_directory, write_atomically
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import STDIN, display_name, read_sentences
@@ -148,7 +149,8 @@ class SentenceEncoder:
         """float32 vectors of ``sentences``, in order (``progress``: see `encoding.encode_ids`)."""
         from bert_whitening.encoding import encode
 
-        vectors = encode(self.keras_encoder, list(sentences), batch_size, progress)
+        sentences, batch_size = sentence_list(sentences), positive_int(batch_size, "batch_size")  # before the model
+        vectors = encode(self.keras_encoder, sentences, batch_size, progress)
         return check_vectors(vectors, "the sentences", self.config.normalize)
 
     def encode_file(self, path: str, output: str, batch_size: int = 128, progress=None) -> int:
@@ -196,7 +198,8 @@ class SentenceEncoder:
         Returns the `Whitening` (``whitening.save(path)`` writes the file ``encode`` reads)."""
         from bert_whitening.encoding import encode_stream, statistics_from_files
 
-        _check_inputs(files)
+        files, sentences = _check_inputs(files), None if sentences is None else sentence_stream(sentences)
+        batch_size = positive_int(batch_size, "batch_size")
         pooled = self._pooled_encoder()
         stats = WhiteningStats()
         if sentences is not None:
@@ -237,7 +240,8 @@ class SentenceEncoder:
         from bert_whitening.encoding import encode_stream, vectors_from_files
         from bert_whitening.flow import fit_flow
 
-        _check_inputs(files)
+        files, sentences = _check_inputs(files), None if sentences is None else sentence_stream(sentences)
+        batch_size = positive_int(batch_size, "batch_size")
         pooled = self._pooled_encoder()
         blocks = []
         if sentences is not None:
@@ -325,5 +329,8 @@ class SentenceEncoder:
 
 
 def _check_inputs(files):
-    if list(files).count(STDIN) > 1:
+    """``files`` as a list of paths, ``-`` at most once."""
+    files = path_list(files)
+    if files.count(STDIN) > 1:
         raise BertWhiteningError("standard input (-) can be read only once")
+    return files

@@ -1,0 +1,63 @@
+"""Types at the front door: the checks every public function applies to what it is handed.
+
+A ``str`` where a list of sentences is expected would be encoded character by character, and a
+``"128"`` batch size would fail deep inside with a ``TypeError``; each check here turns such a
+call into one `BertWhiteningError` naming the argument and what it got. numpy only.
+"""
+
+import numbers
+import os
+
+from bert_whitening.errors import BertWhiteningError
+
+#: Characters of a refused value shown in a message.
+SHOWN = 40
+
+
+def _shown(value):
+    text = repr(value)
+    return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
+
+
+def _container(value, name, what):
+    """Refuse what cannot be a list of ``what``: None, a single str or bytes, a non-iterable."""
+    if value is None or isinstance(value, (str, bytes, bytearray)) or not hasattr(value, "__iter__"):
+        hint = " (one sentence: put it in a list)" if isinstance(value, (str, bytes, bytearray)) else ""
+        raise BertWhiteningError(
+            "%s must be a list of %s, got %s %s%s" % (name, what, type(value).__name__, _shown(value), hint)
+        )
+
+
+def _text(item, name, index):
+    if not isinstance(item, str):
+        raise BertWhiteningError("%s[%d] must be a str, got %s %s" % (name, index, type(item).__name__, _shown(item)))
+    return item
+
+
+def sentence_list(value, name="sentences"):
+    """``value`` as a list of str, each item checked."""
+    _container(value, name, "sentences (str)")
+    return [_text(item, name, index) for index, item in enumerate(value)]
+
+
+def sentence_stream(value, name="sentences"):
+    """``value`` as an iterator of str, checked item by item as it is read (for streams too
+    long to hold); the container is checked at once."""
+    _container(value, name, "sentences (str)")
+    return (_text(item, name, index) for index, item in enumerate(value))
+
+
+def path_list(value, name="files"):
+    """``value`` as a list of path strings (``pathlib`` paths are taken as their strings)."""
+    _container(value, name, "file paths")
+    return [
+        _text(os.fspath(item) if isinstance(item, os.PathLike) else item, name, index)
+        for index, item in enumerate(value)
+    ]
+
+
+def positive_int(value, name):
+    """``value`` as an int of at least 1 (a bool is not a count)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise BertWhiteningError("%s must be a positive integer, got %s" % (name, _shown(value)))
+    return int(value)

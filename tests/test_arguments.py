@@ -1,0 +1,84 @@
+"""Types at the front door (`bert_whitening.arguments`): the public entry points refuse a str,
+bytes or None where a list of sentences or files is expected, non-string items and ill-typed
+counts, naming the argument, before any model is built."""
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from bert_whitening import SentenceEncoder
+from bert_whitening.arguments import path_list, positive_int, sentence_list
+from bert_whitening.encoding import encode, encode_stream, encode_together
+from bert_whitening.errors import BertWhiteningError
+
+from helpers import SENTENCES
+
+NOT_LISTS = [
+    (
+        "今天天气很好",
+        "sentences must be a list of sentences (str), got str '今天天气很好' (one sentence: put it in a list)",
+    ),
+    (b"abc", "got bytes b'abc' (one sentence: put it in a list)"),
+    (None, "sentences must be a list of sentences (str), got NoneType None"),
+    (42, "got int 42"),
+]
+BAD_ITEMS = [(["fine", 3], "sentences[1] must be a str, got int 3"), (["fine", None], "sentences[1] must be a str")]
+
+
+@pytest.mark.parametrize("value, message", NOT_LISTS + BAD_ITEMS)
+def test_sentence_list_names_the_argument_and_what_it_got(value, message):
+    with pytest.raises(BertWhiteningError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        sentence_list(value)
+
+
+def test_good_values_pass_unchanged():
+    assert sentence_list(("a", "b")) == ["a", "b"] and sentence_list(iter(["a"])) == ["a"]
+    assert path_list([pathlib.Path("x/y"), "z"]) == ["x/y", "z"]
+    assert positive_int(np.int64(3), "n") == 3
+    for bad in (0, -1, True, "128", 2.0, None):
+        with pytest.raises(BertWhiteningError, match="n must be a positive integer"):
+            positive_int(bad, "n")
+    with pytest.raises(BertWhiteningError, match="files must be a list of file paths, got str"):
+        path_list("corpus.txt")
+
+
+class Unbuildable(SentenceEncoder):
+    """A SentenceEncoder whose model must not be built: a refusal must come first."""
+
+    @property
+    def keras_encoder(self):
+        raise AssertionError("the model was built before the arguments were checked")
+
+    def _pooled_encoder(self):
+        raise AssertionError("the model was built before the arguments were checked")
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda e: e.encode("今天天气很好"), "sentences must be a list of sentences"),
+        (lambda e: e.encode(["a", 1]), r"sentences\[1\] must be a str"),
+        (lambda e: e.encode(["a"], batch_size="128"), "batch_size must be a positive integer, got '128'"),
+        (lambda e: e.fit(sentences="今天天气很好"), "sentences must be a list of sentences"),
+        (lambda e: e.fit(files="corpus.txt"), "files must be a list of file paths, got str"),
+        (lambda e: e.fit(files=["a", "a"], batch_size=0), "batch_size must be a positive integer"),
+        (lambda e: e.fit_flow(sentences=None, files=None), "files must be a list of file paths, got NoneType"),
+    ],
+)
+def test_sentence_encoder_refuses_before_building_the_model(tiny_model, call, message):
+    encoder = Unbuildable.load(tiny_model[0])
+    with pytest.raises(BertWhiteningError, match=message):
+        call(encoder)
+
+
+def test_the_module_functions_refuse_a_string(encoders):
+    encoder = encoders["cls"]
+    for call in (
+        lambda: encode(encoder, "今天天气很好"),
+        lambda: encode_together([encoder], "今天天气很好"),
+        lambda: next(encode_stream(encoder, "今天天气很好")),
+    ):
+        with pytest.raises(BertWhiteningError, match="must be a list of sentences"):
+            call()
+    assert encode(encoder, SENTENCES[:2]).shape == (2, encoder.dim)
