@@ -2,12 +2,16 @@
 (tensorflow.org/tfx/serving/api_rest), written out by hand; numpy only, so these are fast.
 tests/test_serving.py feeds the same bodies to an exported model."""
 
+import http.server
 import json
+import threading
+import time
 
 import numpy as np
 import pytest
 
-from bert_whitening.serving import ids_request, pad_ids, parse_response, rest_url, text_request
+from bert_whitening.errors import BertWhiteningError
+from bert_whitening.serving import ids_request, pad_ids, parse_response, predict, rest_url, text_request
 
 
 def test_rest_url_names_model_version_and_port():
@@ -17,7 +21,7 @@ def test_rest_url_names_model_version_and_port():
 
 
 def test_text_bodies_in_both_formats():
-    assert text_request(["今天", "天气", 7]) == {"signature_name": "serve_text", "instances": ["今天", "天气", "7"]}
+    assert text_request(["今天", "天气".encode()]) == {"signature_name": "serve_text", "instances": ["今天", "天气"]}
     assert text_request(("a", "b"), "columnar") == {"signature_name": "serve_text", "inputs": {"text": ["a", "b"]}}
     with pytest.raises(ValueError, match="unknown request format 'rows'; choose one of: row, columnar"):
         text_request(["a"], "rows")
@@ -77,3 +81,94 @@ def test_errors_and_foreign_replies_are_raised():
     with pytest.raises(ValueError) as info:
         parse_response({"result": [[1.0]]})
     assert str(info.value) == "not a TF Serving predict reply: no predictions, outputs or error"
+
+
+def test_text_requests_refuse_what_is_not_a_list_of_sentences():
+    for sentences, message in [
+        ("今天天气很好", "sentences must be a list of sentences"),
+        (["今天", 7], r"sentences\[1\] must be a str, got int 7"),
+        ([b"\xff\xfe"], r"sentences\[0\] is not UTF-8"),
+        (None, "sentences must be a list of sentences"),
+    ]:
+        with pytest.raises(BertWhiteningError, match=message):
+            text_request(sentences)
+
+
+@pytest.mark.parametrize(
+    "reply, message",
+    [
+        ({"predictions": [[0.6, 0.8]]}, "the reply has 1 vectors for 2 sentences"),
+        ({"predictions": [[0.6, 0.8], [1.0, 0.0], [0.0, 1.0]]}, "the reply has 3 vectors for 2 sentences"),
+        ({"predictions": [[0.6, 0.8, 0.0], [1.0, 0.0, 0.0]]}, "3 dimensions, not 2"),
+        ({"predictions": [[0.6, 0.8], [float("nan"), 0.0]]}, "the reply's vector 1 is not finite"),
+        ({"outputs": [[0.6, 0.8], [1.0]]}, "not a matrix of numbers"),
+        ({"outputs": [0.6, 0.8]}, r"shape \(2,\), not \[batch, k\]"),
+        ([1, 2], "a JSON list, not an object"),
+    ],
+)
+def test_a_reply_must_have_one_finite_row_per_sentence_of_the_width(reply, message):
+    with pytest.raises(ValueError, match=message):
+        parse_response(reply, rows=2, dim=2)
+
+
+class Server:
+    """A loopback HTTP server answering each POST with ``answer(handler)``; stops by itself."""
+
+    def __init__(self, answer):
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                answer(self)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.url = "http://127.0.0.1:%d/v1/models/encoder:predict" % self.server.server_address[1]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def reply(handler, status, body):
+    handler.send_response(status)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def test_predict_returns_the_reply_and_an_error_reply_raises_in_parse():
+    body = json.dumps({"predictions": [[0.6, 0.8]]}).encode()
+    with Server(lambda handler: reply(handler, 200, body)) as server:
+        assert parse_response(predict(server.url, text_request(["a"])), rows=1, dim=2).shape == (1, 2)
+    error = json.dumps({"error": "Op type not registered"}).encode()
+    with Server(lambda handler: reply(handler, 400, error)) as server:
+        with pytest.raises(RuntimeError, match="Op type not registered"):
+            parse_response(predict(server.url, text_request(["a"])))
+
+
+def test_predict_bounds_the_whole_exchange_and_the_reply_size():
+    def drip(handler):  # a byte every 0.2 s: each read is quick, the whole is not
+        handler.send_response(200)
+        handler.send_header("Content-Length", "1000")
+        handler.end_headers()
+        for _ in range(1000):
+            handler.wfile.write(b" ")
+            handler.wfile.flush()
+            time.sleep(0.2)
+
+    with Server(drip) as server:
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match="no whole reply within 1 s"):
+            predict(server.url, text_request(["a"]), timeout=1.0)
+        assert time.monotonic() - start < 3
+    huge = b"[" + b"0," * 600_000 + b"0]"
+    with Server(lambda handler: reply(handler, 200, huge)) as server:
+        with pytest.raises(ValueError, match="the reply is larger than 1000000 bytes"):
+            predict(server.url, text_request(["a"]), max_bytes=1_000_000)
