@@ -208,6 +208,22 @@ def _checkpoint_names(blocks, pooler):
     return names
 
 
+def checkpoint_variables(encoder, files):
+    """``{google-research/bert name: array}`` of a `FusedBert` encoder's weights as they are now
+    (the fused query, key and value split back into three), with the base model ``files``'
+    pooler where the encoder has none: what `bert_whitening.training` writes, so that the
+    fine-tuned directory loads with any pooling, as its base did. Arrays are copied, unchanged."""
+    (bert,) = [layer for layer in encoder.model.layers if isinstance(layer, FusedBert)]
+    variables = {}
+    for weight, parts in zip(bert.weights, _checkpoint_names(bert.blocks, bert.pooler), strict=True):
+        variables.update(zip(parts, np.split(weight.numpy(), len(parts), axis=-1), strict=True))
+    if not bert.pooler:
+        pooler = sorted(name for name in files.variable_shapes if name.startswith("bert/pooler/"))
+        with _checkpoint_errors(files):
+            variables.update(_read_variables(files.weights, pooler))
+    return variables
+
+
 def _read_variables(weights, names):
     """``{name: array}`` of a checkpoint prefix (Google format) or of Google-named arrays."""
     if isinstance(weights, dict):

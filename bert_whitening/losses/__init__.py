@@ -3,8 +3,6 @@ cosines of sentence pairs (`cosent`), and Sentence-BERT's classification head (`
 
 from bert_whitening.losses.cosent import cosent_loss
 from bert_whitening.losses.softmax import SoftmaxHead, pair_features, softmax_loss
-
-#: The losses `bert_whitening.training.train` takes, by name.
-LOSSES = ("cosent", "softmax")
+from bert_whitening.names import LOSSES
 
 __all__ = ["LOSSES", "SoftmaxHead", "cosent_loss", "pair_features", "softmax_loss"]
