@@ -14,7 +14,7 @@ from bert_whitening.encoding import encode
 from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
 from bert_whitening.models import build_encoder
 
-from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_weights
+from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, commands_in_a_fresh_process, random_weights, run
 from reference import original_encode
 
 
@@ -291,3 +291,69 @@ def test_only_a_plain_bert_is_trained(tmp_path, pair_files):
     write_checkpoint(directory, {**TINY_CONFIG, "hidden_act": "relu"}, random_weights(TINY_CONFIG), TINY_VOCAB)
     with pytest.raises(TrainingError, match="bert_config.json: only a plain BERT can be trained"):
         training.train(pair_files[0], str(tmp_path / "out"), model=directory)
+
+
+def test_the_command_trains_and_every_command_reads_its_output(tiny_model, pair_files, tmp_path, capsys):
+    output = tmp_path / "model"
+    argv = ["train", "--train", pair_files[0], "--valid", pair_files[1], "--output", output, "--model", tiny_model[0]]
+    argv += ["--pooling", "cls", "--epochs", "2", "--learning-rate", "1e-3", "--batch-size", "8"]
+    assert run(*argv) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("epoch 0 (the base model): valid Spearman ")
+    assert [line.split(":")[0] for line in printed[1:3]] == ["epoch 1/2", "epoch 2/2"]
+    assert all(", valid Spearman " in line and "train loss " in line for line in printed[1:3])
+    record = json.loads((output / training.TRAINING_FILE).read_text())
+    assert printed[3].startswith("kept epoch %d (valid Spearman " % record["kept_epoch"])
+    assert record["hyperparameters"]["batch_size"] == 8 and record["hyperparameters"]["threshold"] is None
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("".join(sentence + "\n" for sentence in SENTENCES), encoding="utf-8")
+    assert run("encode", "--model", output, "--pooling", "cls", "--output", tmp_path / "v.npy", sentences) == 0
+    expected = encode(build_encoder(str(output), pooling="cls"), SENTENCES)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-6)
+    assert run("train", "--train", pair_files[0], "--output", output, "--model", tiny_model[0]) == 1  # exists
+
+
+def test_the_command_refuses_in_one_line_before_tensorflow(tiny_model, pair_files, tmp_path):
+    """Each refusal is status 1, one line, and imports no TensorFlow: options, output, model, files."""
+    from bert_whitening.checkpoints.google import write_checkpoint
+
+    relu = str(tmp_path / "relu")
+    write_checkpoint(relu, {**TINY_CONFIG, "hidden_act": "relu"}, random_weights(TINY_CONFIG), TINY_VOCAB)
+    one_label = write_pairs(tmp_path / "one.data", [("a", "b", 2), ("c", "d", 2)])
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    model, train = tiny_model[0], pair_files[0]
+    out = str(tmp_path / "out")
+    commands = [
+        ["train", "--train", train, "--output", str(existing), "--model", model],
+        ["train", "--train", train, "--output", os.path.join(model, "tuned"), "--model", model],
+        ["train", "--train", one_label, "--output", out, "--model", model],
+        ["train", "--train", train, "--valid", one_label, "--output", out, "--model", model],
+        ["train", "--train", str(tmp_path / "missing.data"), "--output", out, "--model", model],
+        ["train", "--train", train, "--output", out, "--model", relu],
+        ["train", "--train", train, "--output", out, "--model", model, "--threshold", "2"],
+        ["train", "--train", train, "--output", out, "--model", model, "--maxlen", "65"],
+    ]
+    statuses, imported, stderr = commands_in_a_fresh_process(commands)
+    assert statuses == [1] * len(commands)
+    assert not imported
+    errors = [line for line in stderr.splitlines() if line.startswith("ERROR: ")]
+    assert len(errors) == len(commands), stderr
+    assert "already exists" in errors[0] and "inside the base model's directory" in errors[1]
+    assert "one.data:1-2: every label is 2" in errors[2] and "the valid file has nothing" in errors[3]
+    assert "missing.data: no such file" in errors[4] and "only a plain BERT" in errors[5]
+    assert "--threshold binarises" in errors[6] and "maxlen 65 is larger" in errors[7]
+    assert not os.path.exists(out)
+
+
+def test_sentence_encoder_train_continues_with_the_trained_model(tiny_model, pair_files, tmp_path):
+    from bert_whitening import SentenceEncoder
+
+    encoder = SentenceEncoder.load(tiny_model[0], pooling="last-avg")
+    record = encoder.train(pair_files[0], str(tmp_path / "model"), epochs=1, learning_rate=1e-3, batch_size=8)
+    assert record["hyperparameters"]["pooling"] == "last-avg" and record["kept_epoch"] == 1
+    assert encoder.config.model == str(tmp_path / "model") and encoder.config.whitening is None
+    expected = encode(build_encoder(str(tmp_path / "model"), pooling="last-avg"), SENTENCES)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(encoder.encode(SENTENCES), expected, atol=1e-6)
