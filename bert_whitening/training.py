@@ -203,6 +203,10 @@ def _checked(**options):
     ):
         if not ok:
             raise BertWhiteningError("%s %r is out of range" % (name, value))
+    if o.threshold is not None and o.loss != "softmax":
+        raise BertWhiteningError(
+            "--threshold binarises the softmax loss's labels; CoSENT takes graded labels as they are"
+        )
     o.model_type = o.model_type.lower()
     files = check_model(o.model, o.model_type, o.pooling, o.maxlen)
     if not runs_fused(MODEL_TYPES[o.model_type], files.config):

@@ -4,6 +4,9 @@ result, the valid file chooses the epoch, and every refusal is one line before a
 
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -255,6 +258,7 @@ def test_outputs_refused_before_any_work(tiny_model, pair_files, tmp_path):
     existing.mkdir()
     (existing / "keep").write_text("x")
     cases = [
+        (str(tmp_path / "new"), {"threshold": 2.0}, "--threshold binarises the softmax loss's labels"),
         (str(existing), {}, "already exists; pass --overwrite to replace it"),
         (os.path.join(directory, "fine-tuned"), {}, "is inside the base model's directory"),
         (directory, {"overwrite": True}, "is inside the base model's directory"),
@@ -357,3 +361,32 @@ def test_sentence_encoder_train_continues_with_the_trained_model(tiny_model, pai
     expected = encode(build_encoder(str(tmp_path / "model"), pooling="last-avg"), SENTENCES)
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
     np.testing.assert_allclose(encoder.encode(SENTENCES), expected, atol=1e-6)
+
+
+def test_the_progress_bar_shows_epoch_step_loss_and_pairs_per_second(tiny_model, pair_files, tmp_path, capsys):
+    quick(tiny_model, pair_files, tmp_path / "model", epochs=1, progress=True)
+    bar = capsys.readouterr().err
+    assert "epoch 1/1" in bar and "step=3/3" in bar and "loss=" in bar and "pair/s" in bar
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number, status, name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "SIGINT")])
+def test_a_signal_during_training_leaves_no_directory(tiny_model, pair_files, tmp_path, number, status, name):
+    """The command in a child, signalled once its first epoch is printed: one line, its status,
+    and nothing in the output's directory, staged or not."""
+    argv = ["train", "--train", pair_files[0], "--output", tmp_path / "model", "--model", tiny_model[0]]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bert_whitening"] + [str(a) for a in argv + ["--epochs", "1000", "--batch-size", "4"]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        assert process.stdout.readline().startswith(b"epoch 1/1000: train loss ")
+        process.send_signal(number)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == status, stderr
+    assert stderr.decode().strip().splitlines()[-1] == "ERROR: interrupted by %s; nothing was written" % name
+    assert os.listdir(tmp_path) == []
