@@ -108,10 +108,10 @@ def softmax_classes(pairs, threshold=None):
                 "(give a threshold, --threshold, to binarise graded labels)"
                 % (name, negative[0] + 1, labels[negative[0]])
             )
-        classes = labels.astype(np.int64)
+        classes = labels.astype(np.int32)
         return classes, int(classes.max()) + 1, "integer labels as classes"
     threshold = DEFAULT_THRESHOLD if threshold is None else threshold
-    classes = (labels > threshold).astype(np.int64)
+    classes = (labels > threshold).astype(np.int32)
     if np.all(classes == classes[0]):
         raise DataError(
             "%s:1-%d: every label is %s threshold %g: one class, nothing to learn"
@@ -227,21 +227,55 @@ def _checked(**options):
 
 def _run(o, report, progress):
     """Train as ``o`` says (TensorFlow from here on) and write the output."""
-    from tqdm.auto import tqdm
-
-    from bert_whitening import losses
-    from bert_whitening.backend import keras, tf
+    from bert_whitening.backend import keras
     from bert_whitening.encoding import log_truncated, tokenize
     from bert_whitening.models import build_encoders
 
     encoder = build_encoders(o.model, o.model_type, (o.pooling,), o.maxlen, o.lowercase, trainable=True)[o.pooling]
     (firsts, cut_firsts), (seconds, cut_seconds) = (tokenize(encoder, s) for s in (o.train.firsts, o.train.seconds))
     log_truncated(cut_firsts + cut_seconds, 2 * len(firsts), o.maxlen)
+    step, head = _step_function(o, encoder)
+    rng = np.random.default_rng(o.seed)
+    steps = -(-len(firsts) // o.batch_size)
+    kept, kept_weights, best = 0, _weights(encoder), None  # the epoch kept, its weights, its Spearman
+    if o.valid is not None:
+        best = _valid_spearman(encoder, o.valid)
+        report("epoch 0 (the base model): valid Spearman %.4f" % best)
+    epochs = []
+    for epoch in range(1, o.epochs + 1):
+        started = time.perf_counter()
+        loss = _epoch(o, step, firsts, seconds, rng.permutation(len(firsts)), epoch, progress)
+        entry = {"epoch": epoch, "train_loss": loss, "steps": steps, "seconds": round(time.perf_counter() - started, 3)}
+        line = "epoch %d/%d: train loss %.4f" % (epoch, o.epochs, loss)
+        if o.valid is None:
+            kept, kept_weights = epoch, None  # the last epoch: the weights as they are
+        else:
+            entry["valid_spearman"] = spearman = _valid_spearman(encoder, o.valid)
+            line += ", valid Spearman %.4f" % spearman
+            if epoch == 1 or spearman > best:  # the base is reported, not kept, once an epoch ran
+                kept, kept_weights, best = epoch, _weights(encoder), spearman
+        epochs.append(entry)
+        report(line)
+    if kept_weights is not None:
+        keras.backend.batch_set_value(list(zip(_bert(encoder).weights, kept_weights, strict=True)))
+    if o.valid is not None and o.epochs:
+        report("kept epoch %d (valid Spearman %.4f)" % (kept, best))
+    record = _record(o, head, epochs, kept, steps)
+    _write(o, encoder, record)
+    return TrainingResult(record=record, encoder=encoder)
+
+
+def _step_function(o, encoder):
+    """``(step, head)``: one Adam step on a batch of pairs (the ids of their first sentences,
+    then of their seconds, padded together) and its labels, returning the batch's loss, traced
+    once; the softmax head, or None."""
+    from bert_whitening import losses
+    from bert_whitening.backend import keras, tf
+
     head = losses.SoftmaxHead(encoder.dim, o.num_labels, o.seed) if o.loss == "softmax" else None
     variables = encoder.model.trainable_weights + ([head.kernel, head.bias] if head else [])
     optimizer = keras.optimizers.Adam(learning_rate=o.learning_rate)
     optimizer.build(variables)
-    label_dtype = tf.int32 if head else tf.float32
 
     def step(ids, labels):
         with tf.GradientTape() as tape:
@@ -254,67 +288,36 @@ def _run(o, report, progress):
         optimizer.apply_gradients(zip(tape.gradient(value, variables), variables, strict=True))
         return value
 
-    spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], label_dtype)]
-    step = tf.function(step, input_signature=spec, autograph=False)
-
-    rng = np.random.default_rng(o.seed)
-    pairs = len(firsts)
-    steps = -(-pairs // o.batch_size)
-    best = (_weights(encoder), 0, None)  # weights, epoch, valid Spearman
-    epochs = []
-    if o.valid is not None:
-        best = best[:2] + (_valid_spearman(encoder, o.valid),)
-        report("epoch 0 (the base model): valid Spearman %.4f" % best[2])
-    for epoch in range(1, o.epochs + 1):
-        order = rng.permutation(pairs)
-        started, total = time.perf_counter(), 0.0
-        bar = tqdm(
-            total=pairs,
-            unit="pair",
-            desc="epoch %d/%d" % (epoch, o.epochs),
-            leave=False,
-            disable=None if progress is None else not progress,
-        )
-        try:
-            for number, start in enumerate(range(0, pairs, o.batch_size), 1):
-                rows = order[start : start + o.batch_size]
-                ids = _padded([firsts[row] for row in rows] + [seconds[row] for row in rows])
-                value = float(step(tf.constant(ids), tf.constant(o.targets[rows], label_dtype)))
-                if not math.isfinite(value):
-                    raise TrainingError(
-                        "epoch %d, step %d: the loss is %s; stopped, nothing was written (a lower "
-                        "learning rate may help)" % (epoch, number, value)
-                    )
-                total += value
-                bar.update(len(rows))
-                bar.set_postfix(step="%d/%d" % (number, steps), loss="%.4f" % value)
-        finally:
-            bar.close()
-        entry = {"epoch": epoch, "train_loss": total / steps, "steps": steps}
-        entry["seconds"] = round(time.perf_counter() - started, 3)
-        line = "epoch %d/%d: train loss %.4f" % (epoch, o.epochs, entry["train_loss"])
-        if o.valid is not None:
-            entry["valid_spearman"] = _valid_spearman(encoder, o.valid)
-            line += ", valid Spearman %.4f" % entry["valid_spearman"]
-            if epoch == 1 or entry["valid_spearman"] > best[2]:
-                best = (_weights(encoder), epoch, entry["valid_spearman"])
-        else:
-            best = (None, epoch, None)
-        epochs.append(entry)
-        report(line)
-    if best[0] is not None:
-        keras.backend.batch_set_value(list(zip(_bert(encoder).weights, best[0], strict=True)))
-    if o.valid is not None and o.epochs:
-        report("kept epoch %d (valid Spearman %.4f)" % (best[1], best[2]))
-    record = _record(o, encoder, head, epochs, best[1], steps)
-    _write(o, encoder, record)
-    return TrainingResult(record=record, encoder=encoder)
+    spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int32 if head else tf.float32)]
+    return tf.function(step, input_signature=spec, autograph=False), head
 
 
-def _padded(sequences):
+def _epoch(o, step, firsts, seconds, order, epoch, progress):
+    """One pass over the pairs in ``order``, ``o.batch_size`` at a time, with its progress bar;
+    the mean of its steps' losses. A loss that is not finite stops the run."""
+    from tqdm.auto import tqdm
+
+    from bert_whitening.backend import tf
     from bert_whitening.token_ids import pad_ids
 
-    return pad_ids(sequences)
+    steps, total = -(-len(order) // o.batch_size), 0.0
+    disable = None if progress is None else not progress  # None: on a terminal only
+    with tqdm(
+        total=len(order), unit="pair", desc="epoch %d/%d" % (epoch, o.epochs), leave=False, disable=disable
+    ) as bar:
+        for number, start in enumerate(range(0, len(order), o.batch_size), 1):
+            rows = order[start : start + o.batch_size]
+            ids = pad_ids([firsts[row] for row in rows] + [seconds[row] for row in rows])
+            value = float(step(tf.constant(ids), tf.constant(o.targets[rows])))
+            if not math.isfinite(value):
+                raise TrainingError(
+                    "epoch %d, step %d: the loss is %s; stopped, nothing was written (a lower "
+                    "learning rate may help)" % (epoch, number, value)
+                )
+            total += value
+            bar.update(len(rows))
+            bar.set_postfix(step="%d/%d" % (number, steps), loss="%.4f" % value)
+    return total / steps
 
 
 def _bert(encoder):
@@ -350,7 +353,7 @@ def _valid_spearman(encoder, valid):
     return spearman
 
 
-def _record(o, encoder, head, epochs, kept, steps):
+def _record(o, head, epochs, kept, steps):
     """``training.json``: the base model, the files, every setting, each epoch, versions."""
     base = o.files.identity(o.model_type)
     base["directory"] = os.path.abspath(o.files.directory)
