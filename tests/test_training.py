@@ -390,3 +390,23 @@ def test_a_signal_during_training_leaves_no_directory(tiny_model, pair_files, tm
     assert process.returncode == status, stderr
     assert stderr.decode().strip().splitlines()[-1] == "ERROR: interrupted by %s; nothing was written" % name
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_the_built_in_model_round_trips_through_a_google_directory(tmp_path):
+    """all-MiniLM-L6-v2 (Hugging Face format) after no step: the Google directory holds its
+    tensors bit for bit under Google names, and gives its vectors exactly."""
+    from bert_whitening.checkpoints import find_model
+
+    path = write_pairs(tmp_path / "pairs.data", random_pairs(0, count=8))
+    training.train(path, str(tmp_path / "minilm"), model="minilm", epochs=0, report=lambda line: None)
+    base = find_model("minilm").weights
+    written = checkpoint(tmp_path / "minilm")
+    assert sorted(written) == sorted(base)
+    for name, value in base.items():
+        assert np.array_equal(written[name], value), name
+    for pooling in ("first-last-avg", "pooler"):
+        expected = encode(build_encoder("minilm", pooling=pooling), SENTENCES)
+        np.testing.assert_array_equal(
+            encode(build_encoder(str(tmp_path / "minilm"), pooling=pooling), SENTENCES), expected
+        )
