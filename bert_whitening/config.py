@@ -52,6 +52,45 @@ def check_model(model, model_type="bert", pooling="first-last-avg", maxlen=64):
     return files
 
 
+#: The keys of a BERT configuration (google-research/bert's, and the pooler and directionality
+#: keys of Chinese releases, which bert4keras ignores): with no other key, bert4keras' BERT is the
+#: plain BERT `FusedBert` computes.
+PLAIN_BERT_KEYS = frozenset(
+    ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    + ("hidden_act", "max_position_embeddings", "type_vocab_size", "hidden_dropout_prob")
+    + ("attention_probs_dropout_prob", "initializer_range", "directionality")
+    + ("pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type")
+)
+
+
+def runs_fused(family, config):
+    """Whether bert4keras would build ``config`` as the plain BERT `FusedBert` computes: the BERT
+    architecture, only the keys of a BERT configuration (any other, such as ``embedding_size`` or
+    ``hierarchical_position``, changes what bert4keras builds), erf-GELU, whole sizes."""
+    sizes = fused_bert_sizes(config)
+    return (
+        family.architecture == "bert"
+        and set(config) <= PLAIN_BERT_KEYS
+        and config.get("hidden_act") in ("gelu", "gelu_erf")
+        and all(type(size) is int and size > 0 for size in sizes.values())
+        and sizes["hidden"] % sizes["heads"] == 0
+    )
+
+
+def fused_bert_sizes(config):
+    """`FusedBert`'s sizes from a BERT configuration, with bert4keras' defaults (2 segments, 512
+    positions); None where the configuration lacks one."""
+    return {
+        "vocab_size": config.get("vocab_size"),
+        "segment_vocab_size": config.get("type_vocab_size", 2),
+        "max_position": config.get("max_position_embeddings", 512),
+        "hidden": config.get("hidden_size"),
+        "heads": config.get("num_attention_heads"),
+        "intermediate": config.get("intermediate_size"),
+        "blocks": config.get("num_hidden_layers"),
+    }
+
+
 def check_fitted_on(what, fitted, identity, pooling):
     """Refuse a whitening or a flow (``what``) ``fitted`` on vectors of another size or pooling
     than those of an encoder of the model ``identity`` and ``pooling``."""

@@ -30,6 +30,10 @@ class FlowError(BertWhiteningError):
     """A BERT-flow that cannot be configured, trained or read as asked."""
 
 
+class TrainingError(BertWhiteningError):
+    """A fine-tuning that was refused or stopped (a loss that is not finite); nothing was written."""
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised like SIGINT's KeyboardInterrupt so the same clean-up runs; ``args[0]``
     is the signal number."""

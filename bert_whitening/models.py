@@ -20,6 +20,8 @@ import numpy as np
 from bert_whitening.backend import ARCHITECTURES, Tokenizer, build_transformer_model, keras, load_vocab, tf
 from bert_whitening.checkpoints import CheckpointError
 from bert_whitening.config import EncoderConfig, check_fitted_on, check_model, whitening_components
+from bert_whitening.config import fused_bert_sizes as _fused_bert_sizes
+from bert_whitening.config import runs_fused as _runs_fused
 from bert_whitening.errors import BertWhiteningError, WhiteningError
 from bert_whitening.layers import (
     FirstTokenPooling,
@@ -32,16 +34,6 @@ from bert_whitening.layers import (
 from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
 
 logger = logging.getLogger(__name__)
-
-#: The keys of a BERT configuration (google-research/bert's, and the pooler and directionality
-#: keys of Chinese releases, which bert4keras ignores): with no other key, bert4keras' BERT is the
-#: plain BERT `FusedBert` computes.
-_PLAIN_BERT_KEYS = frozenset(
-    ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-    + ("hidden_act", "max_position_embeddings", "type_vocab_size", "hidden_dropout_prob")
-    + ("attention_probs_dropout_prob", "initializer_range", "directionality")
-    + ("pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type")
-)
 
 
 @dataclasses.dataclass
@@ -106,12 +98,16 @@ def build_encoders(
     poolings: Sequence[str] = ("first-last-avg",),
     maxlen: int = 64,
     lowercase: bool = True,
+    *,
+    trainable: bool = False,
 ) -> dict[str, Encoder]:
     """``{pooling: Encoder}`` of one model loaded once, each as `build_encoder` makes it, all on
     the same transformer graph: `bert_whitening.encoding.encode_together` runs one forward pass
     for all of them, so comparing poolings costs one encoding, not one each. Arguments as
     `build_encoder`'s; the pooler is built (and its weights needed) only when ``poolings`` has
-    ``pooler``."""
+    ``pooler``. ``trainable`` builds the transformer with trainable weights, for
+    `bert_whitening.training`: only a model `FusedBert` computes (a plain BERT) can be trained,
+    any other is refused."""
     model_type = model_type.lower()
     if not poolings:
         raise BertWhiteningError("poolings is empty: give at least one of %s" % ", ".join(POOLINGS))
@@ -122,7 +118,12 @@ def build_encoders(
     described = "a %s model with %s pooling" % (model_type, " and ".join(poolings))
     with_pooler = "pooler" in poolings
     if _runs_fused(family, files.config):
-        inputs, first, last, pooler = _fused_bert(files, with_pooler, described)
+        inputs, first, last, pooler = _fused_bert(files, with_pooler, described, trainable)
+    elif trainable:
+        raise BertWhiteningError(
+            "%s: only a plain BERT can be trained (a %s model of this configuration runs on "
+            "bert4keras' graph)" % (files.config_path, model_type)
+        )
     else:
         inputs, first, last, pooler = _bert4keras_bert(files, family.architecture, with_pooler, described)
     vocab = load_vocab(files.vocab_path)
@@ -153,25 +154,11 @@ def _pooled(input_ids, first, last, pooler, pooling):
     return FirstTokenPooling(name=pooling)(last)
 
 
-def _runs_fused(family, config):
-    """Whether bert4keras would build ``config`` as the plain BERT `FusedBert` computes: the BERT
-    architecture, only the keys of a BERT configuration (any other, such as ``embedding_size`` or
-    ``hierarchical_position``, changes what bert4keras builds), erf-GELU, whole sizes."""
-    sizes = _fused_bert_sizes(config)
-    return (
-        family.architecture == "bert"
-        and set(config) <= _PLAIN_BERT_KEYS
-        and config.get("hidden_act") in ("gelu", "gelu_erf")
-        and all(type(size) is int and size > 0 for size in sizes.values())
-        and sizes["hidden"] % sizes["heads"] == 0
-    )
-
-
-def _fused_bert(files, pooler, described):
+def _fused_bert(files, pooler, described, trainable=False):
     """``(inputs, first block, last block, pooler or None)`` of a `FusedBert` of ``files``,
     its checkpoint checked against the variables it needs (as bert4keras' BERT would load them)
-    and read straight into it."""
-    bert = FusedBert(**_fused_bert_sizes(files.config), pooler=pooler, name="bert")
+    and read straight into it; its weights ``trainable`` or not."""
+    bert = FusedBert(**_fused_bert_sizes(files.config), pooler=pooler, trainable=trainable, name="bert")
     inputs = [keras.Input((None,), dtype="int32", name=name) for name in ("Input-Token", "Input-Segment")]
     outputs = bert(inputs)
     names = _checkpoint_names(bert.blocks, pooler)
@@ -186,20 +173,6 @@ def _fused_bert(files, pooler, described):
         ]
     )
     return inputs, outputs[0], outputs[1], outputs[2] if pooler else None
-
-
-def _fused_bert_sizes(config):
-    """`FusedBert`'s sizes from a BERT configuration, with bert4keras' defaults (2 segments, 512
-    positions); None where the configuration lacks one."""
-    return {
-        "vocab_size": config.get("vocab_size"),
-        "segment_vocab_size": config.get("type_vocab_size", 2),
-        "max_position": config.get("max_position_embeddings", 512),
-        "hidden": config.get("hidden_size"),
-        "heads": config.get("num_attention_heads"),
-        "intermediate": config.get("intermediate_size"),
-        "blocks": config.get("num_hidden_layers"),
-    }
 
 
 def _fused_needed_variables(bert, names):
@@ -233,6 +206,22 @@ def _checkpoint_names(blocks, pooler):
     if pooler:
         names += dense("bert/pooler/dense")
     return names
+
+
+def checkpoint_variables(encoder, files):
+    """``{google-research/bert name: array}`` of a `FusedBert` encoder's weights as they are now
+    (the fused query, key and value split back into three), with the base model ``files``'
+    pooler where the encoder has none: what `bert_whitening.training` writes, so that the
+    fine-tuned directory loads with any pooling, as its base did. Arrays are copied, unchanged."""
+    (bert,) = [layer for layer in encoder.model.layers if isinstance(layer, FusedBert)]
+    variables = {}
+    for weight, parts in zip(bert.weights, _checkpoint_names(bert.blocks, bert.pooler), strict=True):
+        variables.update(zip(parts, np.split(weight.numpy(), len(parts), axis=-1), strict=True))
+    if not bert.pooler:
+        pooler = sorted(name for name in files.variable_shapes if name.startswith("bert/pooler/"))
+        with _checkpoint_errors(files):
+            variables.update(_read_variables(files.weights, pooler))
+    return variables
 
 
 def _read_variables(weights, names):

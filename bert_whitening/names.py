@@ -26,6 +26,9 @@ MODEL_TYPES = {
 #: the original get_encoder builds it (bert4keras ``with_pool='linear'``), not BERT's tanh pooler.
 POOLINGS = ("first-last-avg", "last-avg", "cls", "pooler")
 
+#: The losses of supervised fine-tuning (`bert_whitening.training`, `bert_whitening.losses`).
+LOSSES = ("cosent", "softmax")
+
 #: What a setting other than raw fits on the vectors: a whitening, or a BERT-flow.
 METHODS = ("whitening", "flow")
 

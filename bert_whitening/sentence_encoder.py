@@ -260,6 +260,56 @@ class SentenceEncoder:
         self._apply(flow=flow)
         return flow
 
+    def train(
+        self,
+        train_file: str,
+        output: str,
+        valid_file: Optional[str] = None,
+        *,
+        loss: str = "cosent",
+        scale: float = 20.0,
+        threshold: Optional[float] = None,
+        batch_size: int = 32,
+        learning_rate: float = 2e-5,
+        epochs: int = 5,
+        seed: int = 0,
+        overwrite: bool = False,
+        report=None,
+        progress=None,
+    ) -> dict:
+        """Fine-tune this encoder's model (a plain BERT) with its pooling, maxlen and case on the
+        pair file ``train_file`` and write it to the new model directory ``output``, as
+        ``bert-whitening train`` does (`bert_whitening.training.train`, which explains the
+        arguments). From now on this encoder is the fine-tuned model, unwhitened: a whitening
+        or flow fitted on the base model's vectors does not describe the new ones. Returns the
+        record written as ``training.json``."""
+        from bert_whitening.training import train
+
+        config = self.config
+        result = train(
+            train_file,
+            output,
+            valid_file,
+            model=config.model,
+            model_type=config.model_type,
+            loss=loss,
+            scale=scale,
+            threshold=threshold,
+            pooling=config.pooling,
+            maxlen=config.maxlen,
+            lowercase=config.lowercase,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            epochs=epochs,
+            seed=seed,
+            overwrite=overwrite,
+            report=report,
+            progress=progress,
+        )
+        self.config = dataclasses.replace(self._unwhitened_config(), model=output, normalize=config.normalize)
+        self._pooled = self._encoder = None
+        return result.record
+
     def _apply(self, whitening=None, flow=None):
         """From now on, encode with this newly fitted whitening or flow (normalised)."""
         self.config = dataclasses.replace(

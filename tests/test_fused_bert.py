@@ -164,3 +164,84 @@ def test_a_portable_graph_has_plain_layer_norms_within_its_block(tiny_model, mon
     with fused_bert.portable_graph():
         assert "FusedBatchNormV3" not in traced_ops(encoder)
     assert "FusedBatchNormV3" in traced_ops(encoder)
+
+
+def test_inference_encoders_have_no_trainable_weights(encoders, tiny_model):
+    """What only encodes keeps its weights fixed; `build_encoders(trainable=True)` gives every
+    weight of the transformer to the optimizer."""
+    for pooling, encoder in encoders.items():
+        assert not encoder.model.trainable_weights, pooling
+    trained = build_encoders(tiny_model[0], poolings=("pooler",), trainable=True)["pooler"]
+    bert = fused_layers(trained)[0]
+    assert len(trained.model.trainable_weights) == len(bert.weights) == 5 + 12 * TINY_CONFIG["num_hidden_layers"] + 2
+
+
+def test_only_a_plain_bert_is_trainable(tmp_path):
+    directory = str(tmp_path / "relu_bert")
+    write_checkpoint(directory, {**TINY_CONFIG, "hidden_act": "relu"}, random_weights(TINY_CONFIG), TINY_VOCAB)
+    with pytest.raises(models.BertWhiteningError, match="only a plain BERT can be trained"):
+        build_encoders(directory, poolings=("cls",), trainable=True)
+
+
+def tiny_batch(encoder):
+    ids = [encoder.tokenizer.encode(sentence, maxlen=encoder.maxlen)[0] for sentence in SENTENCES[:6]]
+    padded = np.zeros((len(ids), max(map(len, ids))), np.int32)
+    for row, sequence in enumerate(ids):
+        padded[row, : len(sequence)] = sequence
+    return tf.constant(padded), tf.zeros_like(padded)
+
+
+@pytest.mark.parametrize("onednn", [False, True])
+@pytest.mark.parametrize("pooling", ["first-last-avg", "pooler"])
+def test_gradients_equal_central_differences(tiny_model, monkeypatch, onednn, pooling):
+    """The gradient of a random projection of the pooled vectors, along a direction of each of
+    several weights, against the central difference of the forward pass (float32: a step of
+    1e-2 along a unit direction, relative 1e-2), with either layer normalisation. The direction
+    is half the gradient's, half random: a random one alone is nearly orthogonal to a gradient
+    of hundreds of entries, and float32's rounding of the objective would swamp its derivative."""
+    monkeypatch.setattr(fused_bert, "_onednn_rewrites", lambda: onednn)
+    encoder = build_encoders(tiny_model[0], poolings=(pooling,), trainable=True)[pooling]
+    ids, segments = tiny_batch(encoder)
+    rng = np.random.default_rng(0)
+    projection = tf.constant(rng.normal(size=(ids.shape[0], encoder.dim)).astype(np.float32))
+
+    def objective():
+        return tf.reduce_sum(encoder.model([ids, segments], training=True) * projection)
+
+    with tf.GradientTape() as tape:
+        value = objective()
+    weights = {weight.name.split("/")[-1].split(":")[0]: weight for weight in encoder.model.trainable_weights}
+    names = ["token_embeddings", "position_embeddings", "embedding_norm_gamma", "0_qkv_kernel", "0_qkv_bias"]
+    names += ["1_attention_output_kernel", "2_intermediate_kernel", "2_output_bias", "2_output_norm_beta"]
+    names += ["pooler_kernel"] if pooling == "pooler" else []
+    gradients = dict(zip(names, tape.gradient(value, [weights[name] for name in names]), strict=True))
+    step = 1e-2
+    for name in names:
+        weight = weights[name]
+        original = weight.numpy()
+        gradient = tf.convert_to_tensor(gradients[name]).numpy()  # token embeddings: IndexedSlices
+        noise = rng.normal(size=original.shape)
+        direction = gradient / np.linalg.norm(gradient) + noise / np.linalg.norm(noise)
+        direction = (direction / np.linalg.norm(direction)).astype(np.float32)
+        analytic = float((gradient * direction).sum())
+        weight.assign(original + step * direction)
+        plus = float(objective())
+        weight.assign(original - step * direction)
+        minus = float(objective())
+        weight.assign(original)
+        numeric = (plus - minus) / (2 * step)
+        assert abs(analytic) > 1e-3, name  # a direction the objective depends on
+        assert analytic == pytest.approx(numeric, rel=1e-2), name
+
+
+def test_training_calls_run_float32_products_under_bfloat16_products(tiny_model):
+    """`bfloat16_products` rounds an inference trace only: a training call traced inside it gives
+    the float32 outputs, an inference call does not."""
+    encoder = build_encoders(tiny_model[0], poolings=("cls",), trainable=True)["cls"]
+    ids, segments = tiny_batch(encoder)
+    exact = encoder.model([ids, segments], training=True).numpy()
+    with fused_bert.bfloat16_products():
+        trained = encoder.model([ids, segments], training=True).numpy()
+        rounded = encoder.model([ids, segments], training=False).numpy()
+    np.testing.assert_array_equal(trained, exact)
+    assert np.abs(rounded - exact).max() > 1e-4

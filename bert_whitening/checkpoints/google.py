@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import shutil
 
 from bert_whitening.checkpoints import CheckpointError, read_bytes, read_json
 
@@ -57,15 +58,20 @@ def write_checkpoint(directory, config, variables, vocab):
     """Write a Google-format directory: ``bert_config.json``, ``vocab.txt``, ``bert_model.ckpt.*``.
 
     ``variables`` maps google-research/bert variable names to numpy arrays; ``vocab`` is the
-    token list. TensorFlow is imported here only, so reading checkpoints needs none of it.
+    token list, or the path of a ``vocab.txt`` to copy byte for byte (a model's identity
+    records its sha256). TensorFlow is imported here only, so reading checkpoints needs none
+    of it.
     """
     from bert_whitening.backend import tf
 
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as stream:
         json.dump(config, stream, indent=2)
-    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as stream:
-        stream.write("".join(token + "\n" for token in vocab))
+    if isinstance(vocab, (str, os.PathLike)):
+        shutil.copyfile(vocab, os.path.join(directory, "vocab.txt"))
+    else:
+        with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as stream:
+            stream.write("".join(token + "\n" for token in vocab))
     names = sorted(variables)
     tf.raw_ops.SaveV2(
         prefix=os.path.join(directory, CHECKPOINT),

@@ -39,7 +39,12 @@ class FusedBert(keras.layers.Layer):
     outputs ``(batch, length, hidden)``, then the pooler's ``(batch, hidden)`` (linear, as
     bert4keras' ``with_pool='linear'``) when ``pooler`` is set. Padded keys are masked out of the
     attention as bert4keras masks them; padded positions' outputs are left to the pooling's mask.
-    The activation is GELU with erf, bert4keras' ``gelu``."""
+    The activation is GELU with erf, bert4keras' ``gelu``.
+
+    Its weights are trainable when the layer is (``trainable=False`` for an encoder that only
+    encodes, as `bert_whitening.models` builds one; ``True`` for `bert_whitening.training`).
+    Called with ``training=True``, its products are float32 whatever `bfloat16_products` says:
+    gradients of bfloat16 products would train on rounding. There is no dropout."""
 
     def __init__(
         self, vocab_size, segment_vocab_size, max_position, hidden, heads, intermediate, blocks, pooler=False, **kwargs
@@ -58,7 +63,7 @@ class FusedBert(keras.layers.Layer):
 
     def build(self, input_shape):
         def weight(name, shape):
-            return self.add_weight(name=name, shape=shape, initializer="zeros", trainable=False)
+            return self.add_weight(name=name, shape=shape, initializer="zeros", trainable=self.trainable)
 
         def norm(name):
             return weight(name + "_gamma", (self.hidden,)), weight(name + "_beta", (self.hidden,))
@@ -93,13 +98,15 @@ class FusedBert(keras.layers.Layer):
         super().build(input_shape)
 
     # No branch on a tensor: AutoGraph's conversion would only add to each build's time. The
-    # wrapper hides the signature, so Keras passes ``training`` (nothing here depends on it).
+    # wrapper hides the signature, so Keras passes ``training`` (a Python value when the
+    # training loop calls the model; only True changes anything).
     @tf.autograph.experimental.do_not_convert
     def call(self, inputs, training=None):
         ids, segments = inputs
         batch, length = tf.shape(ids)[0], tf.shape(ids)[1]
         size = self.hidden // self.heads
-        products = _PRODUCTS.get()  # float32, or bfloat16 inside `bfloat16_products`
+        # float32, or bfloat16 inside `bfloat16_products` except in training
+        products = tf.float32 if training is True else _PRODUCTS.get()
         x = (
             tf.gather(self.token_embeddings, ids)
             + tf.gather(self.segment_embeddings, segments)

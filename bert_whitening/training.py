@@ -1,0 +1,407 @@
+"""Supervised fine-tuning of a plain BERT on senteval_cn pair files, written back as a model
+directory that every command reads (issue #43).
+
+`train` reads the pair files (``sentence1<TAB>sentence2<TAB>label``, `bert_whitening.data`),
+builds the encoder of one pooling with trainable weights (`bert_whitening.models`, `FusedBert`
+only: a plain BERT), and trains it with Adam (no warm-up, no dropout, no weight decay) on
+batches of shuffled pairs, each batch one forward pass over both sentences of its pairs:
+
+- ``cosent`` (default): CoSENT on the cosines of the pairs (`bert_whitening.losses.cosent`),
+  which needs only the order of the labels (0/1 or 0-5 scores alike);
+- ``softmax``: Sentence-BERT's classification head on ``[u, v, |u - v|]``
+  (`bert_whitening.losses.softmax`). Integer labels are classes ``0 .. max``; other (graded)
+  labels, or any with ``threshold`` given, are binarised: 1 above the threshold, else 0. The
+  head is discarded afterwards; its shape is recorded.
+
+With a valid file, each epoch ends with the Spearman of its cosines against its labels (the
+vectors are those the encoder gives, float32), and the epoch with the best one is kept;
+without, the last. Everything that can be checked without TensorFlow (the options, the output
+directory, the model's configuration, every line of the files) is checked first, so a refusal
+answers at once; TensorFlow is imported after (this module imports none at its top).
+
+The output is a Google-format directory (`bert_whitening.checkpoints.google`): the base model's
+configuration, ``vocab.txt`` copied byte for byte, the fine-tuned weights under
+google-research/bert names (the base's pooler kept where the pooling trained none), and
+``training.json``, the record of what made it. It is staged beside its target and renamed into
+place at the end (`bert_whitening.atomic.staged_directory`): a refusal, a loss that is not
+finite, an error or SIGINT/SIGTERM leaves no directory.
+"""
+
+import dataclasses
+import logging
+import math
+import os
+import shutil
+import time
+from typing import Callable, Optional
+
+import numpy as np
+
+from bert_whitening.atomic import staged_directory
+from bert_whitening.config import check_model, runs_fused, versions
+from bert_whitening.data import check_readable, display_name, read_pairs
+from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
+from bert_whitening.files import file_sha256
+from bert_whitening.names import LOSSES, MODEL_TYPES, check_choice
+
+logger = logging.getLogger(__name__)
+
+#: The record of a fine-tuned model directory.
+TRAINING_FILE = "training.json"
+#: Graded labels (not whole numbers) are binarised here for ``softmax`` unless told otherwise:
+#: the middle of senteval_cn's 0-5 STS scores.
+DEFAULT_THRESHOLD = 2.5
+#: Sentences per forward pass when the valid file is encoded.
+VALID_BATCH = 64
+
+
+@dataclasses.dataclass
+class PairFile:
+    """A pair file read whole: its token-free pairs, its labels, and what ``training.json`` records."""
+
+    path: str
+    firsts: list
+    seconds: list
+    labels: np.ndarray
+
+    def record(self):
+        return {"path": os.path.abspath(self.path), "sha256": file_sha256(self.path), "pairs": len(self.labels)}
+
+
+@dataclasses.dataclass
+class TrainingResult:
+    """What `train` gives back: the record written as ``training.json``, and the trained
+    `bert_whitening.models.Encoder` with the kept epoch's weights (the vectors the written
+    directory gives)."""
+
+    record: dict
+    encoder: object
+
+
+def read_pair_file(path, role="train"):
+    """The pairs of a senteval_cn file, every line checked (`bert_whitening.data.read_pairs`:
+    a line that is not a pair, or a label that is not a finite number, names file and line).
+    An empty file, or one whose labels are all equal (nothing to rank, no Spearman), is refused."""
+    pairs = list(read_pairs(path))
+    name = display_name(path)
+    if not pairs:
+        raise DataError("%s: the %s file holds no pairs" % (name, role))
+    labels = np.array([label for _, _, label in pairs], np.float64)
+    if np.all(labels == labels[0]):
+        raise DataError(
+            "%s:1-%d: every label is %g, one distinct label: the %s file has nothing to %s"
+            % (name, len(pairs), labels[0], role, "rank" if role == "train" else "correlate with")
+        )
+    return PairFile(path, [first for first, _, _ in pairs], [second for _, second, _ in pairs], labels)
+
+
+def softmax_classes(pairs, threshold=None):
+    """``(classes, num_labels, how)`` of the pairs' labels for the ``softmax`` loss: whole
+    numbers are classes ``0 .. max``, unless ``threshold`` is given; otherwise (graded labels,
+    or a threshold) 1 above ``threshold`` (default `DEFAULT_THRESHOLD`), else 0."""
+    labels, name = pairs.labels, display_name(pairs.path)
+    if threshold is None and np.all(labels == np.round(labels)):
+        negative = np.flatnonzero(labels < 0)
+        if len(negative):
+            raise DataError(
+                "%s:%d: label %g is out of range: softmax classes are the integers 0, 1, 2, ... "
+                "(give a threshold, --threshold, to binarise graded labels)"
+                % (name, negative[0] + 1, labels[negative[0]])
+            )
+        classes = labels.astype(np.int32)
+        return classes, int(classes.max()) + 1, "integer labels as classes"
+    threshold = DEFAULT_THRESHOLD if threshold is None else threshold
+    classes = (labels > threshold).astype(np.int32)
+    if np.all(classes == classes[0]):
+        raise DataError(
+            "%s:1-%d: every label is %s threshold %g: one class, nothing to learn"
+            % (name, len(labels), "above" if classes[0] else "at or below", threshold)
+        )
+    return classes, 2, "labels above %g as 1, the others as 0" % threshold
+
+
+def check_output_directory(output, base, inputs=(), overwrite=False):
+    """Refuse, before any work, an output that exists (unless ``overwrite``: then it must be a
+    directory), one inside the base model's directory ``base`` (or that is it), and, with
+    ``overwrite``, one that holds the base model or one of ``inputs`` (it would be removed)."""
+    real = os.path.realpath(output)
+    if os.path.lexists(output):
+        if not overwrite:
+            raise BertWhiteningError("%s already exists; pass --overwrite to replace it" % output)
+        if not os.path.isdir(output) or os.path.islink(output):
+            raise BertWhiteningError("cannot write %s: it is not a directory" % output)
+    if _inside(real, os.path.realpath(base)):
+        raise BertWhiteningError(
+            "%s is inside the base model's directory %s; choose a directory outside it" % (output, base)
+        )
+    if overwrite:
+        for kept in [base] + [path for path in inputs if path]:
+            if _inside(os.path.realpath(kept), real):
+                raise BertWhiteningError("--overwrite would remove %s, which is inside %s" % (kept, output))
+
+
+def _inside(path, directory):
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def train(
+    train_file: str,
+    output: str,
+    valid_file: Optional[str] = None,
+    *,
+    model: Optional[str] = None,
+    model_type: str = "bert",
+    loss: str = "cosent",
+    scale: float = 20.0,
+    threshold: Optional[float] = None,
+    pooling: str = "first-last-avg",
+    maxlen: int = 64,
+    lowercase: bool = True,
+    batch_size: int = 32,
+    learning_rate: float = 2e-5,
+    epochs: int = 5,
+    seed: int = 0,
+    overwrite: bool = False,
+    report: Optional[Callable[[str], None]] = None,
+    progress: Optional[bool] = None,
+) -> TrainingResult:
+    """Fine-tune ``model`` (a plain BERT; None or ``minilm`` for the built-in all-MiniLM-L6-v2)
+    on the pair file ``train_file`` and write it to the new directory ``output`` (see the module
+    docstring).
+
+    Args:
+        valid_file: pairs whose Spearman chooses the epoch kept (default: the last).
+        loss: ``cosent`` or ``softmax``; ``scale`` is CoSENT's, ``threshold`` the softmax's
+            binarisation of labels (default: integer labels are classes, others cut at 2.5).
+        pooling, maxlen, lowercase: the encoder trained, as `bert_whitening.models.build_encoder`.
+        batch_size: pairs per step; their order is shuffled each epoch from ``seed``, which also
+            draws the softmax head: one seed, one result.
+        epochs: passes over the train file; 0 writes the base model unchanged.
+        overwrite: replace an existing ``output``.
+        report: called with one line per epoch (default: the log).
+        progress: a tqdm bar per epoch; None shows it on a terminal only.
+
+    Raises:
+        BertWhiteningError: a refused option, file, model or output (one line, before any
+            training); `TrainingError` when the loss stops being finite.
+    """
+    report = report or logger.info
+    plan = _checked(**{name: value for name, value in locals().items() if name not in ("report", "progress")})
+    return _run(plan, report, progress)
+
+
+def _checked(**options):
+    """Every refusal that needs no TensorFlow, then ``options`` with the files read."""
+    o = dataclasses.make_dataclass("Options", options.keys())(**options)
+    check_choice("loss", o.loss, LOSSES)
+    for name, value, ok in (
+        ("batch_size", o.batch_size, isinstance(o.batch_size, int) and o.batch_size > 0),
+        ("epochs", o.epochs, isinstance(o.epochs, int) and o.epochs >= 0),
+        ("learning_rate", o.learning_rate, math.isfinite(o.learning_rate) and o.learning_rate > 0),
+        ("scale", o.scale, math.isfinite(o.scale) and o.scale > 0),
+        ("threshold", o.threshold, o.threshold is None or math.isfinite(o.threshold)),
+    ):
+        if not ok:
+            raise BertWhiteningError("%s %r is out of range" % (name, value))
+    if o.threshold is not None and o.loss != "softmax":
+        raise BertWhiteningError(
+            "--threshold binarises the softmax loss's labels; CoSENT takes graded labels as they are"
+        )
+    o.model_type = o.model_type.lower()
+    files = check_model(o.model, o.model_type, o.pooling, o.maxlen)
+    if not runs_fused(MODEL_TYPES[o.model_type], files.config):
+        raise TrainingError(
+            "%s: only a plain BERT can be trained (this %s configuration runs on bert4keras' graph, "
+            "not FusedBert)" % (files.config_path, o.model_type)
+        )
+    check_readable([o.train_file] + ([o.valid_file] if o.valid_file else []))
+    check_output_directory(o.output, files.directory, [o.train_file, o.valid_file], o.overwrite)
+    o.files = files
+    o.train = read_pair_file(o.train_file, "train")
+    o.valid = read_pair_file(o.valid_file, "valid") if o.valid_file else None
+    o.targets, o.num_labels, o.classes = o.train.labels.astype(np.float32), None, None
+    if o.loss == "softmax":
+        o.targets, o.num_labels, o.classes = softmax_classes(o.train, o.threshold)
+    return o
+
+
+def _run(o, report, progress):
+    """Train as ``o`` says (TensorFlow from here on) and write the output."""
+    from bert_whitening.backend import keras
+    from bert_whitening.encoding import log_truncated, tokenize
+    from bert_whitening.models import build_encoders
+
+    encoder = build_encoders(o.model, o.model_type, (o.pooling,), o.maxlen, o.lowercase, trainable=True)[o.pooling]
+    (firsts, cut_firsts), (seconds, cut_seconds) = (tokenize(encoder, s) for s in (o.train.firsts, o.train.seconds))
+    log_truncated(cut_firsts + cut_seconds, 2 * len(firsts), o.maxlen)
+    step, head = _step_function(o, encoder)
+    rng = np.random.default_rng(o.seed)
+    steps = -(-len(firsts) // o.batch_size)
+    kept, kept_weights, best = 0, _weights(encoder), None  # the epoch kept, its weights, its Spearman
+    if o.valid is not None:
+        best = _valid_spearman(encoder, o.valid)
+        report("epoch 0 (the base model): valid Spearman %.4f" % best)
+    epochs = []
+    for epoch in range(1, o.epochs + 1):
+        started = time.perf_counter()
+        loss = _epoch(o, step, firsts, seconds, rng.permutation(len(firsts)), epoch, progress)
+        entry = {"epoch": epoch, "train_loss": loss, "steps": steps, "seconds": round(time.perf_counter() - started, 3)}
+        line = "epoch %d/%d: train loss %.4f" % (epoch, o.epochs, loss)
+        if o.valid is None:
+            kept, kept_weights = epoch, None  # the last epoch: the weights as they are
+        else:
+            entry["valid_spearman"] = spearman = _valid_spearman(encoder, o.valid)
+            line += ", valid Spearman %.4f" % spearman
+            if epoch == 1 or spearman > best:  # the base is reported, not kept, once an epoch ran
+                kept, kept_weights, best = epoch, _weights(encoder), spearman
+        epochs.append(entry)
+        report(line)
+    if kept_weights is not None:
+        keras.backend.batch_set_value(list(zip(_bert(encoder).weights, kept_weights, strict=True)))
+    if o.valid is not None and o.epochs:
+        report("kept epoch %d (valid Spearman %.4f)" % (kept, best))
+    record = _record(o, head, epochs, kept, steps)
+    _write(o, encoder, record)
+    return TrainingResult(record=record, encoder=encoder)
+
+
+def _step_function(o, encoder):
+    """``(step, head)``: one Adam step on a batch of pairs (the ids of their first sentences,
+    then of their seconds, padded together) and its labels, returning the batch's loss, traced
+    once; the softmax head, or None."""
+    from bert_whitening import losses
+    from bert_whitening.backend import keras, tf
+
+    head = losses.SoftmaxHead(encoder.dim, o.num_labels, o.seed) if o.loss == "softmax" else None
+    variables = encoder.model.trainable_weights + ([head.kernel, head.bias] if head else [])
+    optimizer = keras.optimizers.Adam(learning_rate=o.learning_rate)
+    optimizer.build(variables)
+
+    def step(ids, labels):
+        with tf.GradientTape() as tape:
+            first, second = tf.split(encoder.model([ids, tf.zeros_like(ids)], training=True), 2)
+            if head:
+                value = head(labels, first, second)
+            else:
+                cosines = tf.reduce_sum(tf.math.l2_normalize(first, -1) * tf.math.l2_normalize(second, -1), -1)
+                value = losses.cosent_loss(labels, cosines, o.scale)
+        optimizer.apply_gradients(zip(tape.gradient(value, variables), variables, strict=True))
+        return value
+
+    spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int32 if head else tf.float32)]
+    return tf.function(step, input_signature=spec, autograph=False), head
+
+
+def _epoch(o, step, firsts, seconds, order, epoch, progress):
+    """One pass over the pairs in ``order``, ``o.batch_size`` at a time, with its progress bar;
+    the mean of its steps' losses. A loss that is not finite stops the run."""
+    from tqdm.auto import tqdm
+
+    from bert_whitening.backend import tf
+    from bert_whitening.token_ids import pad_ids
+
+    steps, total = -(-len(order) // o.batch_size), 0.0
+    disable = None if progress is None else not progress  # None: on a terminal only
+    with tqdm(
+        total=len(order), unit="pair", desc="epoch %d/%d" % (epoch, o.epochs), leave=False, disable=disable
+    ) as bar:
+        for number, start in enumerate(range(0, len(order), o.batch_size), 1):
+            rows = order[start : start + o.batch_size]
+            ids = pad_ids([firsts[row] for row in rows] + [seconds[row] for row in rows])
+            value = float(step(tf.constant(ids), tf.constant(o.targets[rows])))
+            if not math.isfinite(value):
+                raise TrainingError(
+                    "epoch %d, step %d: the loss is %s; stopped, nothing was written (a lower "
+                    "learning rate may help)" % (epoch, number, value)
+                )
+            total += value
+            bar.update(len(rows))
+            bar.set_postfix(step="%d/%d" % (number, steps), loss="%.4f" % value)
+    return total / steps
+
+
+def _bert(encoder):
+    from bert_whitening.layers import FusedBert
+
+    (bert,) = [layer for layer in encoder.model.layers if isinstance(layer, FusedBert)]
+    return bert
+
+
+def _weights(encoder):
+    """A copy of the transformer's weights (what is kept of an epoch)."""
+    return [weight.numpy() for weight in _bert(encoder).weights]
+
+
+def _valid_spearman(encoder, valid):
+    """Spearman of the valid pairs' cosines against their labels, from float32 vectors of the
+    encoder as it is now (its inference graph, whatever precision the process encodes in)."""
+    from bert_whitening.backend import tf
+    from bert_whitening.encoding import batches, compiled, tokenize
+    from bert_whitening.evaluation import cosine_spearman
+
+    run = compiled(encoder.model)
+    vectors = []
+    for sentences in (valid.firsts, valid.seconds):
+        sequences, _ = tokenize(encoder, sentences)
+        block = np.zeros((len(sequences), encoder.dim), np.float32)
+        for rows, ids in batches(sequences, VALID_BATCH):
+            block[rows] = run(tf.constant(ids), tf.zeros_like(ids)).numpy()
+        vectors.append(block)
+    spearman = cosine_spearman(vectors[0], vectors[1], valid.labels)
+    if not math.isfinite(spearman):
+        raise TrainingError("%s: the valid Spearman is %s (every cosine equal?)" % (valid.path, spearman))
+    return spearman
+
+
+def _record(o, head, epochs, kept, steps):
+    """``training.json``: the base model, the files, every setting, each epoch, versions."""
+    base = o.files.identity(o.model_type)
+    base["directory"] = os.path.abspath(o.files.directory)
+    return {
+        "base_model": base,
+        "train": o.train.record(),
+        "valid": o.valid.record() if o.valid is not None else None,
+        "loss": o.loss,
+        "hyperparameters": {
+            "loss": o.loss,
+            "scale": o.scale if o.loss == "cosent" else None,
+            "threshold": o.threshold,
+            "pooling": o.pooling,
+            "maxlen": o.maxlen,
+            "lowercase": o.lowercase,
+            "batch_size": o.batch_size,
+            "learning_rate": o.learning_rate,
+            "epochs": o.epochs,
+            "seed": o.seed,
+            "optimizer": "Adam (no warm-up, no weight decay)",
+            "dropout": 0.0,
+        },
+        "softmax_head": {"shape": head.shape, "classes": o.classes, "kept": False} if head else None,
+        "steps_per_epoch": steps,
+        "epochs": epochs,
+        "kept_epoch": kept,
+        "versions": versions(),
+    }
+
+
+def _write(o, encoder, record):
+    """The fine-tuned model directory, staged and renamed into place (over the old one with
+    ``overwrite``, which is removed only once the new one is in place)."""
+    import json
+
+    from bert_whitening.checkpoints.google import write_checkpoint
+    from bert_whitening.models import checkpoint_variables
+
+    variables = checkpoint_variables(encoder, o.files)
+    with staged_directory(o.output) as staging:
+        write_checkpoint(staging, o.files.config, variables, o.files.vocab_path)
+        with open(os.path.join(staging, TRAINING_FILE), "w", encoding="utf-8") as stream:
+            json.dump(record, stream, indent=2, ensure_ascii=False)
+        if os.path.lexists(o.output):  # --overwrite, checked before the training
+            retired = staging + ".retired"
+            os.rename(o.output, retired)
+            os.rename(staging, o.output)
+            shutil.rmtree(retired)
+        else:
+            os.rename(staging, o.output)
+    logger.info("wrote %s (bert_config.json, bert_model.ckpt.*, vocab.txt, %s)", o.output, TRAINING_FILE)

@@ -1,0 +1,412 @@
+"""Fine-tuning (`bert_whitening.training`) on the tiny model: what it writes loads back as the
+encoder it trained (and as its base, after no step), bert4keras loads it, one seed gives one
+result, the valid file chooses the epoch, and every refusal is one line before any work."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bert_whitening import training
+from bert_whitening.backend import Tokenizer, build_transformer_model, tf
+from bert_whitening.encoding import encode
+from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
+from bert_whitening.models import build_encoder
+
+from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, commands_in_a_fresh_process, random_weights, run
+from reference import original_encode
+
+
+def write_pairs(path, rows):
+    with open(path, "w", encoding="utf-8") as stream:
+        stream.writelines("%s\t%s\t%s\n" % row for row in rows)
+    return str(path)
+
+
+def random_pairs(seed, count=24, labels=(0, 1, 2, 3, 4, 5)):
+    rng = np.random.default_rng(seed)
+    return [
+        (SENTENCES[rng.integers(len(SENTENCES))], SENTENCES[rng.integers(len(SENTENCES))], rng.choice(labels))
+        for _ in range(count)
+    ]
+
+
+@pytest.fixture(scope="module")
+def pair_files(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("pairs")
+    return write_pairs(directory / "train.data", random_pairs(0)), write_pairs(
+        directory / "valid.data", random_pairs(1)
+    )
+
+
+def quick(tiny_model, pair_files, output, **options):
+    """`training.train` on the tiny model with a learning rate that moves its weights in a few steps."""
+    options = {"learning_rate": 1e-3, "epochs": 2, "batch_size": 8, "report": lambda line: None, **options}
+    return training.train(pair_files[0], str(output), model=tiny_model[0], **options)
+
+
+def checkpoint(directory):
+    reader = tf.train.load_checkpoint(os.path.join(directory, "bert_model.ckpt"))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def test_zero_steps_write_the_base_bit_for_bit(tiny_model, pair_files, tmp_path):
+    """Every variable of the base (the pooler too, which first-last-avg does not train), the
+    vocabulary's bytes and the configuration come back unchanged; so do the vectors."""
+    directory, weights = tiny_model
+    output = tmp_path / "same"
+    quick(tiny_model, pair_files, output, epochs=0)
+    written = checkpoint(output)
+    assert sorted(written) == sorted(weights)
+    for name, value in weights.items():
+        assert written[name].dtype == value.dtype and np.array_equal(written[name], value), name
+    with open(os.path.join(directory, "vocab.txt"), "rb") as base, open(output / "vocab.txt", "rb") as copy:
+        assert base.read() == copy.read()
+    assert json.loads((output / "bert_config.json").read_text()) == TINY_CONFIG
+    for pooling in ("first-last-avg", "pooler"):
+        base, reloaded = build_encoder(directory, pooling=pooling), build_encoder(str(output), pooling=pooling)
+        np.testing.assert_array_equal(encode(reloaded, SENTENCES), encode(base, SENTENCES))
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_model, pair_files, tmp_path_factory):
+    """Two epochs with cls pooling and a valid file: ``(output, result, vectors at the end)``."""
+    output = tmp_path_factory.mktemp("trained") / "model"
+    result = quick(tiny_model, pair_files, output, valid_file=pair_files[1], pooling="cls")
+    return output, result, encode(result.encoder, SENTENCES)
+
+
+def test_a_trained_model_reloads_with_its_vectors(tiny_model, trained):
+    output, result, vectors = trained
+    reloaded = encode(build_encoder(str(output), pooling="cls"), SENTENCES)
+    np.testing.assert_allclose(reloaded, vectors, atol=1e-5)
+    base = encode(build_encoder(tiny_model[0], pooling="cls"), SENTENCES)
+    assert np.abs(base - vectors).max() > 1e-2  # it did train
+
+
+def test_bert4keras_loads_what_is_written(trained):
+    """bert4keras' own builder and loader read the written directory (the query, key and value
+    split back under their names) and give the vectors of the encoder that was trained."""
+    output, result, vectors = trained
+    bert = build_transformer_model(
+        str(output / "bert_config.json"), str(output / "bert_model.ckpt"), with_pool="linear"
+    )
+    tokenizer = Tokenizer(str(output / "vocab.txt"), do_lower_case=True)
+    np.testing.assert_allclose(original_encode(bert, tokenizer, SENTENCES, "cls"), vectors, atol=1e-5)
+
+
+def test_the_record(tiny_model, pair_files, trained):
+    output, result, _ = trained
+    record = json.loads((output / training.TRAINING_FILE).read_text())
+    assert record == json.loads(json.dumps(result.record))
+    assert record["base_model"]["directory"] == os.path.abspath(tiny_model[0])
+    assert record["base_model"]["hidden_size"] == TINY_CONFIG["hidden_size"]
+    from bert_whitening.files import file_sha256
+
+    assert record["train"]["sha256"] == file_sha256(pair_files[0]) and record["train"]["pairs"] == 24
+    assert record["valid"]["sha256"] == file_sha256(pair_files[1])
+    assert record["hyperparameters"]["pooling"] == "cls" and record["hyperparameters"]["learning_rate"] == 1e-3
+    assert record["hyperparameters"]["scale"] == 20.0 and record["loss"] == "cosent"
+    assert [entry["epoch"] for entry in record["epochs"]] == [1, 2]
+    assert all(np.isfinite(entry["train_loss"]) and "valid_spearman" in entry for entry in record["epochs"])
+    spearmans = [entry["valid_spearman"] for entry in record["epochs"]]
+    assert record["kept_epoch"] == 1 + int(np.argmax(spearmans))
+    assert record["steps_per_epoch"] == 3 and record["versions"]["bert4keras"]
+
+
+def test_one_seed_one_result(tiny_model, pair_files, tmp_path):
+    """The shuffle and the head come from the seed: twice the same seed, the same weights; another
+    seed, others."""
+    runs = {}
+    for name, seed in (("a", 3), ("b", 3), ("c", 4)):
+        quick(tiny_model, pair_files, tmp_path / name, seed=seed, loss="softmax", threshold=2.5)
+        runs[name] = checkpoint(tmp_path / name)
+    for variable, value in runs["a"].items():
+        assert np.array_equal(value, runs["b"][variable]), variable
+    assert any(not np.array_equal(value, runs["c"][name]) for name, value in runs["a"].items())
+
+
+def test_the_best_valid_epoch_is_kept(tiny_model, pair_files, tmp_path, monkeypatch):
+    """With valid Spearmans 0.1, 0.5, 0.3 the second epoch is kept: its weights are those of a
+    two-epoch run of the same seed."""
+    spearmans = iter([0.0, 0.1, 0.5, 0.3])  # the base, then epochs 1-3
+    monkeypatch.setattr(training, "_valid_spearman", lambda encoder, valid: next(spearmans))
+    lines = []
+    result = quick(tiny_model, pair_files, tmp_path / "best", epochs=3, valid_file=pair_files[1], report=lines.append)
+    assert result.record["kept_epoch"] == 2 and "kept epoch 2 (valid Spearman 0.5000)" in lines
+    assert lines[0] == "epoch 0 (the base model): valid Spearman 0.0000"
+    assert lines[2].startswith("epoch 2/3: train loss ") and lines[2].endswith(", valid Spearman 0.5000")
+    quick(tiny_model, pair_files, tmp_path / "two", epochs=2)
+    best, two = checkpoint(tmp_path / "best"), checkpoint(tmp_path / "two")
+    for name, value in two.items():
+        assert np.array_equal(best[name], value), name
+
+
+def test_softmax_trains_and_discards_its_head(tiny_model, pair_files, tmp_path):
+    result = quick(tiny_model, pair_files, tmp_path / "softmax", loss="softmax", pooling="pooler")
+    head = result.record["softmax_head"]
+    assert head["shape"] == [3 * TINY_CONFIG["hidden_size"], 6] and head["classes"] == "integer labels as classes"
+    assert not any("softmax" in name or "head" in name for name in checkpoint(tmp_path / "softmax"))
+    vectors = encode(result.encoder, SENTENCES)
+    np.testing.assert_allclose(
+        encode(build_encoder(str(tmp_path / "softmax"), pooling="pooler"), SENTENCES), vectors, atol=1e-5
+    )
+
+
+def test_cosent_training_ranks_the_train_pairs_better(tiny_model, tmp_path):
+    """Trained on its own pairs for a few epochs, the encoder's cosines follow their labels more
+    closely than the base's did (the loss pulls the right way)."""
+    path = write_pairs(tmp_path / "pairs.data", random_pairs(2, count=32))
+    result = training.train(
+        path,
+        str(tmp_path / "out"),
+        path,
+        model=tiny_model[0],
+        learning_rate=1e-3,
+        epochs=4,
+        batch_size=8,
+        report=lambda line: None,
+    )
+    record = result.record
+    losses = [entry["train_loss"] for entry in record["epochs"]]
+    assert losses[-1] < losses[0]
+    spearman = training.read_pair_file(path)
+    base = build_encoder(tiny_model[0])
+    assert training._valid_spearman(result.encoder, spearman) > training._valid_spearman(base, spearman) + 0.1
+
+
+def test_a_loss_that_is_not_finite_stops_and_writes_nothing(tiny_model, pair_files, tmp_path, monkeypatch):
+    from bert_whitening import losses
+
+    real = losses.cosent_loss
+    monkeypatch.setattr(losses, "cosent_loss", lambda labels, cosines, scale: real(labels, cosines, scale) * np.nan)
+    with pytest.raises(TrainingError, match=r"^epoch 1, step 1: the loss is nan; stopped, nothing was written"):
+        quick(tiny_model, pair_files, tmp_path / "nan")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("where", ["step", "write"])
+def test_an_interrupt_leaves_no_directory(tiny_model, pair_files, tmp_path, monkeypatch, where):
+    """SIGINT (SIGTERM is raised as the same `KeyboardInterrupt` by the command) in a training
+    step, or once half the directory is written: no directory, no staged one beside it."""
+    from bert_whitening import losses
+    from bert_whitening.checkpoints import google
+
+    real_write = google.write_checkpoint
+
+    def interrupt(*args, **kwargs):
+        if where == "write":
+            real_write(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    if where == "write":
+        monkeypatch.setattr(google, "write_checkpoint", interrupt)
+    else:
+        monkeypatch.setattr(losses, "cosent_loss", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        quick(tiny_model, pair_files, tmp_path / "model")
+    assert os.listdir(tmp_path) == []
+
+
+def bad(tmp_path, name, rows):
+    return write_pairs(tmp_path / name, rows)
+
+
+@pytest.mark.parametrize(
+    "rows, options, message",
+    [
+        ([("a", "b", "1"), ("c", "d", "x")], {}, r"^{}:2: expected sentence1<TAB>sentence2<TAB>label .*'c\\td\\tx'"),
+        ([("a", "b", "3"), ("c", "d", "3")], {}, r"^{}:1-2: every label is 3, one distinct label"),
+        ([], {}, r"^{}: the train file holds no pairs"),
+        ([("a", "b", "1"), ("c", "d", "-1")], {"loss": "softmax"}, r"^{}:2: label -1 is out of range: softmax classes"),
+        (
+            [("a", "b", "1.5"), ("c", "d", "2")],
+            {"loss": "softmax"},
+            r"^{}:1-2: every label is at or below threshold 2.5",
+        ),
+    ],
+)
+def test_bad_train_files_are_refused_in_one_line(tiny_model, tmp_path, rows, options, message):
+    path = bad(tmp_path, "train.data", rows)
+    with pytest.raises(DataError, match=message.format(path)) as error:
+        training.train(path, str(tmp_path / "out"), model=tiny_model[0], **options)
+    assert "\n" not in str(error.value)
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_graded_softmax_labels_are_binarised(tiny_model, tmp_path):
+    pairs = training.read_pair_file(
+        bad(tmp_path, "graded.data", [("a", "b", "4.2"), ("c", "d", "1.5"), ("e", "f", "2.5")])
+    )
+    classes, count, how = training.softmax_classes(pairs)
+    assert classes.tolist() == [1, 0, 0] and count == 2 and how == "labels above 2.5 as 1, the others as 0"
+    classes, count, _ = training.softmax_classes(pairs, threshold=2.0)
+    assert classes.tolist() == [1, 0, 1]
+    integers = training.read_pair_file(bad(tmp_path, "classes.data", [("a", "b", "0"), ("c", "d", "2")]))
+    classes, count, how = training.softmax_classes(integers)
+    assert classes.tolist() == [0, 2] and count == 3
+    assert training.softmax_classes(integers, threshold=1.0)[0].tolist() == [0, 1]
+
+
+def test_outputs_refused_before_any_work(tiny_model, pair_files, tmp_path):
+    directory = tiny_model[0]
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "keep").write_text("x")
+    cases = [
+        (str(tmp_path / "new"), {"threshold": 2.0}, "--threshold binarises the softmax loss's labels"),
+        (str(existing), {}, "already exists; pass --overwrite to replace it"),
+        (os.path.join(directory, "fine-tuned"), {}, "is inside the base model's directory"),
+        (directory, {"overwrite": True}, "is inside the base model's directory"),
+        (os.path.dirname(directory), {"overwrite": True}, "--overwrite would remove"),
+        (os.path.dirname(pair_files[0]), {"overwrite": True}, "--overwrite would remove"),
+    ]
+    for output, options, message in cases:
+        with pytest.raises(BertWhiteningError, match=message):
+            training.train(pair_files[0], output, model=directory, **options)
+    assert (existing / "keep").read_text() == "x"
+
+
+def test_overwrite_replaces_a_directory(tiny_model, pair_files, tmp_path):
+    existing = tmp_path / "model"
+    existing.mkdir()
+    (existing / "old").write_text("x")
+    quick(tiny_model, pair_files, existing, epochs=0, overwrite=True)
+    assert sorted(os.listdir(existing)) == sorted(
+        [
+            "bert_config.json",
+            "bert_model.ckpt.data-00000-of-00001",
+            "bert_model.ckpt.index",
+            "vocab.txt",
+            "training.json",
+        ]
+    )
+    assert sorted(os.listdir(tmp_path)) == ["model"]
+
+
+def test_only_a_plain_bert_is_trained(tmp_path, pair_files):
+    from bert_whitening.checkpoints.google import write_checkpoint
+
+    directory = str(tmp_path / "relu")
+    write_checkpoint(directory, {**TINY_CONFIG, "hidden_act": "relu"}, random_weights(TINY_CONFIG), TINY_VOCAB)
+    with pytest.raises(TrainingError, match="bert_config.json: only a plain BERT can be trained"):
+        training.train(pair_files[0], str(tmp_path / "out"), model=directory)
+
+
+def test_the_command_trains_and_every_command_reads_its_output(tiny_model, pair_files, tmp_path, capsys):
+    output = tmp_path / "model"
+    argv = ["train", "--train", pair_files[0], "--valid", pair_files[1], "--output", output, "--model", tiny_model[0]]
+    argv += ["--pooling", "cls", "--epochs", "2", "--learning-rate", "1e-3", "--batch-size", "8"]
+    assert run(*argv) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("epoch 0 (the base model): valid Spearman ")
+    assert [line.split(":")[0] for line in printed[1:3]] == ["epoch 1/2", "epoch 2/2"]
+    assert all(", valid Spearman " in line and "train loss " in line for line in printed[1:3])
+    record = json.loads((output / training.TRAINING_FILE).read_text())
+    assert printed[3].startswith("kept epoch %d (valid Spearman " % record["kept_epoch"])
+    assert record["hyperparameters"]["batch_size"] == 8 and record["hyperparameters"]["threshold"] is None
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("".join(sentence + "\n" for sentence in SENTENCES), encoding="utf-8")
+    assert run("encode", "--model", output, "--pooling", "cls", "--output", tmp_path / "v.npy", sentences) == 0
+    expected = encode(build_encoder(str(output), pooling="cls"), SENTENCES)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-6)
+    assert run("train", "--train", pair_files[0], "--output", output, "--model", tiny_model[0]) == 1  # exists
+
+
+def test_the_command_refuses_in_one_line_before_tensorflow(tiny_model, pair_files, tmp_path):
+    """Each refusal is status 1, one line, and imports no TensorFlow: options, output, model, files."""
+    from bert_whitening.checkpoints.google import write_checkpoint
+
+    relu = str(tmp_path / "relu")
+    write_checkpoint(relu, {**TINY_CONFIG, "hidden_act": "relu"}, random_weights(TINY_CONFIG), TINY_VOCAB)
+    one_label = write_pairs(tmp_path / "one.data", [("a", "b", 2), ("c", "d", 2)])
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    model, train = tiny_model[0], pair_files[0]
+    out = str(tmp_path / "out")
+    commands = [
+        ["train", "--train", train, "--output", str(existing), "--model", model],
+        ["train", "--train", train, "--output", os.path.join(model, "tuned"), "--model", model],
+        ["train", "--train", one_label, "--output", out, "--model", model],
+        ["train", "--train", train, "--valid", one_label, "--output", out, "--model", model],
+        ["train", "--train", str(tmp_path / "missing.data"), "--output", out, "--model", model],
+        ["train", "--train", train, "--output", out, "--model", relu],
+        ["train", "--train", train, "--output", out, "--model", model, "--threshold", "2"],
+        ["train", "--train", train, "--output", out, "--model", model, "--maxlen", "65"],
+    ]
+    statuses, imported, stderr = commands_in_a_fresh_process(commands)
+    assert statuses == [1] * len(commands)
+    assert not imported
+    errors = [line for line in stderr.splitlines() if line.startswith("ERROR: ")]
+    assert len(errors) == len(commands), stderr
+    assert "already exists" in errors[0] and "inside the base model's directory" in errors[1]
+    assert "one.data:1-2: every label is 2" in errors[2] and "the valid file has nothing" in errors[3]
+    assert "missing.data: no such file" in errors[4] and "only a plain BERT" in errors[5]
+    assert "--threshold binarises" in errors[6] and "maxlen 65 is larger" in errors[7]
+    assert not os.path.exists(out)
+
+
+def test_sentence_encoder_train_continues_with_the_trained_model(tiny_model, pair_files, tmp_path):
+    from bert_whitening import SentenceEncoder
+
+    encoder = SentenceEncoder.load(tiny_model[0], pooling="last-avg")
+    record = encoder.train(pair_files[0], str(tmp_path / "model"), epochs=1, learning_rate=1e-3, batch_size=8)
+    assert record["hyperparameters"]["pooling"] == "last-avg" and record["kept_epoch"] == 1
+    assert encoder.config.model == str(tmp_path / "model") and encoder.config.whitening is None
+    expected = encode(build_encoder(str(tmp_path / "model"), pooling="last-avg"), SENTENCES)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(encoder.encode(SENTENCES), expected, atol=1e-6)
+
+
+def test_the_progress_bar_shows_epoch_step_loss_and_pairs_per_second(tiny_model, pair_files, tmp_path, capsys):
+    quick(tiny_model, pair_files, tmp_path / "model", epochs=1, progress=True)
+    bar = capsys.readouterr().err
+    assert "epoch 1/1" in bar and "step=3/3" in bar and "loss=" in bar and "pair/s" in bar
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("number, status, name", [(signal.SIGTERM, 143, "SIGTERM"), (signal.SIGINT, 130, "SIGINT")])
+def test_a_signal_during_training_leaves_no_directory(tiny_model, pair_files, tmp_path, number, status, name):
+    """The command in a child, signalled once its first epoch is printed: one line, its status,
+    and nothing in the output's directory, staged or not."""
+    argv = ["train", "--train", pair_files[0], "--output", tmp_path / "model", "--model", tiny_model[0]]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bert_whitening"] + [str(a) for a in argv + ["--epochs", "1000", "--batch-size", "4"]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        assert process.stdout.readline().startswith(b"epoch 1/1000: train loss ")
+        process.send_signal(number)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == status, stderr
+    assert stderr.decode().strip().splitlines()[-1] == "ERROR: interrupted by %s; nothing was written" % name
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_the_built_in_model_round_trips_through_a_google_directory(tmp_path):
+    """all-MiniLM-L6-v2 (Hugging Face format) after no step: the Google directory holds its
+    tensors bit for bit under Google names, and gives its vectors exactly."""
+    from bert_whitening.checkpoints import find_model
+
+    path = write_pairs(tmp_path / "pairs.data", random_pairs(0, count=8))
+    training.train(path, str(tmp_path / "minilm"), model="minilm", epochs=0, report=lambda line: None)
+    base = find_model("minilm").weights
+    written = checkpoint(tmp_path / "minilm")
+    assert sorted(written) == sorted(base)
+    for name, value in base.items():
+        assert np.array_equal(written[name], value), name
+    for pooling in ("first-last-avg", "pooler"):
+        expected = encode(build_encoder("minilm", pooling=pooling), SENTENCES)
+        np.testing.assert_array_equal(
+            encode(build_encoder(str(tmp_path / "minilm"), pooling=pooling), SENTENCES), expected
+        )
