@@ -10,9 +10,9 @@ of every dimension fitted on the sentences) is exported twice, in float32 and wi
 ``--precision bfloat16``, and each export runs ``serving_default`` (batches of 128 token-id rows
 sorted by length, as ``encode`` cuts them) and ``serve_text`` (128 sentences a call, in file
 order) with the rewrite off and on. Printed: sentences/s (median of --repeats after a warm-up),
-its ratio to the float32 export without the rewrite, and the smallest cosine of every vector to
-that export's. Run it on an idle machine, and on a CPU with AVX512_BF16 or AMX (elsewhere oneDNN
-emulates bfloat16).
+its ratio to the float32 export without the rewrite, the median latency of a call on one
+sentence, and the smallest cosine of every vector to that export's. Run it on an idle machine,
+and on a CPU with AVX512_BF16 or AMX (elsewhere oneDNN emulates bfloat16).
 """
 
 import argparse
@@ -27,6 +27,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
 REWRITE = "auto_mixed_precision_onednn_bfloat16"
+#: Single-sentence calls whose median latency is printed (the first, a warm-up, left out).
+SINGLE_SENTENCES = 101
 
 
 def main():
@@ -42,6 +44,7 @@ def main():
     from bert_whitening.encoding import batches, encode, tokenize
     from bert_whitening.export import export_saved_model
     from bert_whitening.models import build_encoder, with_whitening
+    from bert_whitening.token_ids import pad_ids
     from bert_whitening.whitening import WhiteningStats, fit_whitening
 
     sentences = sts_sentences(args.sentences)
@@ -50,6 +53,7 @@ def main():
     encoder = with_whitening(pooled, whitening)
     sequences, _ = tokenize(encoder, sentences)
     padded = list(batches(sequences, 128))
+    padded_one = [pad_ids([ids]) for ids in sequences[:SINGLE_SENTENCES]]
     workdir = tempfile.mkdtemp()
     exports = {
         precision: export_saved_model(encoder, os.path.join(workdir, precision), text=True, precision=precision)[0]
@@ -72,13 +76,25 @@ def main():
                     texts = tf.constant(sentences[start : start + 128])
                     vectors[start : start + 128] = function(text=texts)["embedding"].numpy()
 
+        def one_sentence(index):
+            if signature == "serving_default":
+                ids = tf.constant(padded_one[index])
+                function(input_ids=ids, segment_ids=tf.zeros_like(ids))["embedding"].numpy()
+            else:
+                function(text=tf.constant(sentences[index : index + 1]))["embedding"].numpy()
+
         once()
         times = []
         for _ in range(args.repeats):
             start = time.perf_counter()
             once()
             times.append(time.perf_counter() - start)
-        return vectors.copy(), times
+        latencies = []
+        for index in range(SINGLE_SENTENCES):
+            start = time.perf_counter()
+            one_sentence(index)
+            latencies.append(time.perf_counter() - start)
+        return vectors.copy(), times, statistics.median(latencies[1:])
 
     settings = [
         ("float32 export", "float32", False),
@@ -91,20 +107,24 @@ def main():
         "%s, %d cores, tensorflow %s; median of %d"
         % (len(sentences), encoder.n_components, cpu_name(), os.cpu_count(), tf.__version__, args.repeats)
     )
-    print("%-58s %-16s %11s %9s %9s" % ("export, server setting", "signature", "sentences/s", "vs fp32", "min cos"))
+    print(
+        "%-58s %-16s %11s %9s %12s %9s"
+        % ("export, server setting", "signature", "sentences/s", "vs fp32", "p50 1 sent", "min cos")
+    )
     for signature in ("serving_default", "serve_text"):
-        reference, reference_times = run(exports["float32"], False, signature)
+        reference, reference_times, reference_latency = run(exports["float32"], False, signature)
         base = statistics.median(reference_times)
         for name, precision, rewrite in settings:
-            vectors, times = (
-                (reference, reference_times)
+            vectors, times, latency = (
+                (reference, reference_times, reference_latency)
                 if (precision, rewrite) == ("float32", False)
-                else (run(exports[precision], rewrite, signature))
+                else run(exports[precision], rewrite, signature)
             )
             seconds = statistics.median(times)
             cosine = float((vectors * reference).sum(axis=1).min())
             print(
-                "%-58s %-16s %11.0f %8.2fx %9.6f" % (name, signature, len(sentences) / seconds, base / seconds, cosine)
+                "%-58s %-16s %11.0f %8.2fx %9.2f ms %9.6f"
+                % (name, signature, len(sentences) / seconds, base / seconds, latency * 1e3, cosine)
             )
     tf.config.optimizer.set_experimental_options({REWRITE: False})
 
