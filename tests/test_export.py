@@ -18,7 +18,7 @@ from bert_whitening.models import build_encoder
 from bert_whitening.serving import pad_ids
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
-from helpers import SENTENCES
+from helpers import SENTENCES, TINY_CONFIG
 
 pytestmark = pytest.mark.slow
 
@@ -248,7 +248,12 @@ def test_a_bfloat16_export_runs_the_products_in_bfloat16_and_records_it(encoders
     sequences, _ = tokenize(normalized, SENTENCES)
     ids = pad_ids(sequences)
     exact = encode(normalized, SENTENCES)
-    served = tf.saved_model.load(path).signatures["serving_default"]
+    loaded = tf.saved_model.load(path)
+    # The products' weights (4 dense layers of 2 weights a block) are stored in bfloat16 only.
+    stored = [variable.dtype for variable in loaded.encoder_variables]
+    assert stored.count(tf.bfloat16) == 8 * TINY_CONFIG["num_hidden_layers"]
+    assert len(stored) == len(normalized.model.variables)
+    served = loaded.signatures["serving_default"]
     low = served(input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids))["embedding"].numpy()
     assert np.abs(low - exact).max() > 1e-4  # the products ran in bfloat16
     assert (low * exact).sum(axis=1).min() >= AUTO_MIN_COSINE

@@ -32,7 +32,7 @@ from bert_whitening.encoding import runs_fused_bert
 from bert_whitening.errors import ExportError
 from bert_whitening.export.layout import publish, target_version
 from bert_whitening.export.verify import TOLERANCE, FreshProcess, verify
-from bert_whitening.layers.fused_bert import bfloat16_products, portable_graph
+from bert_whitening.layers.fused_bert import bfloat16_copies, bfloat16_products, portable_graph
 from bert_whitening.names import MODEL_TYPES, check_choice
 
 #: What an export's matrix products may run in.
@@ -52,12 +52,17 @@ class ServingModule(tf.Module):
     ]
     TEXT = [tf.TensorSpec([None], tf.string, name="text")]
 
-    def __init__(self, model, tokenizer=None, corpus=None, top_k=10):
+    def __init__(self, model, tokenizer=None, corpus=None, top_k=10, bfloat16=False):
         super().__init__()
         # The Keras model is called, not tracked: tracking it makes tf.saved_model.save trace
         # every layer for Keras' own loader (half the export's time); the signatures need only
-        # the variables they capture.
-        self.encoder_variables = list(model.variables)
+        # the variables they capture. In bfloat16 the products' weights are stored as bfloat16
+        # copies in place of the float32 ones (`fused_bert.bfloat16_copies`).
+        # Not tracked as an attribute (its keys are weight references, which a SavedModel
+        # cannot name); the copies are saved through ``encoder_variables``.
+        self.__dict__["bfloat16_copies"] = bfloat16_copies(model) if bfloat16 else {}
+        self.encoder_variables = [v for v in model.variables if v.ref() not in self.bfloat16_copies]
+        self.encoder_variables += list(self.bfloat16_copies.values())
         self._call_model = model.__call__
         self.serve_ids = graph_function(self._embed, self.IDS)
         if tokenizer is not None:
@@ -167,7 +172,7 @@ def export_saved_model(
         from bert_whitening.graph_tokenizer import GraphTokenizer
 
         tokenizer = GraphTokenizer(encoder.vocab, encoder.maxlen, encoder.lowercase)
-    module = ServingModule(encoder.model, tokenizer, corpus, top_k)
+    module = ServingModule(encoder.model, tokenizer, corpus, top_k, bfloat16=precision == "bfloat16")
     if corpus is not None and module.top_k < top_k:
         logger.warning(
             "top_k %d is more than the %d corpus rows: serve_search returns %d", top_k, len(corpus), module.top_k
@@ -175,7 +180,7 @@ def export_saved_model(
 
     with FreshProcess(text) as checker, staged_directory(os.path.join(base, str(number))) as staging:
         try:
-            with portable_graph(), _products(precision):  # traced here, run by TF Serving
+            with portable_graph(), _products(module):  # traced here, run by TF Serving
                 tf.saved_model.save(module, staging, signatures=module.signatures())
         except tf.errors.OpError as error:  # "STAGING/FILE; No space left on device" and the like
             reason = error.message.splitlines()[0].split("; ")[-1].replace(staging, "")
@@ -199,8 +204,9 @@ def export_saved_model(
     return target, difference
 
 
-def _products(precision):
-    return bfloat16_products() if precision == "bfloat16" else contextlib.nullcontext()
+def _products(module):
+    """The export's products: bfloat16 reading the module's copies, when it has them."""
+    return bfloat16_products(module.bfloat16_copies) if module.bfloat16_copies else contextlib.nullcontext()
 
 
 def export_record(encoder, module, metadata=None):

@@ -138,7 +138,8 @@ class FusedBert(keras.layers.Layer):
 
 
 def _dense(x, kernel_bias, dtype):
-    kernel, bias = (tf.cast(weight, dtype) for weight in kernel_bias)
+    copies = (_KERNELS.get() if dtype == tf.bfloat16 else None) or {}
+    kernel, bias = (copies[w.ref()] if w.ref() in copies else tf.cast(w, dtype) for w in kernel_bias)
     return tf.nn.bias_add(tf.matmul(tf.cast(x, dtype), kernel), bias)
 
 
@@ -148,16 +149,39 @@ def _gelu(x):
 
 #: The dtype of the matrix products in a graph traced now (`bfloat16_products`).
 _PRODUCTS = contextvars.ContextVar("products", default=tf.float32)
+#: bfloat16 copies of weights, by the float32 weight's ``ref()``, read in their place (`bfloat16_copies`).
+_KERNELS = contextvars.ContextVar("bfloat16_copies", default=None)
 
 
 @contextlib.contextmanager
-def bfloat16_products():
-    """Trace the layer's graph with its matrix products in bfloat16, everything else in float32."""
-    token = _PRODUCTS.set(tf.bfloat16)
+def bfloat16_products(copies=None):
+    """Trace the layer's graph with its matrix products in bfloat16, everything else in float32.
+    Each product's weights are cast at each call, or read from ``copies`` (`bfloat16_copies`):
+    a graph served one sentence at a time spends more on the casts than the products gain."""
+    tokens = _PRODUCTS.set(tf.bfloat16), _KERNELS.set(copies)
     try:
         yield
     finally:
-        _PRODUCTS.reset(token)
+        _PRODUCTS.reset(tokens[0])
+        _KERNELS.reset(tokens[1])
+
+
+def bfloat16_copies(model):
+    """``{weight.ref(): bfloat16 variable}`` of the weights of every product of ``model``'s
+    `FusedBert` layers: the copies a bfloat16 SavedModel stores in place of the float32 ones."""
+    copies = {}
+    for layer in model.layers:
+        if isinstance(layer, FusedBert):
+            dense = [
+                block[name]
+                for block in layer.block_weights
+                for name in ("qkv", "attention_output", "intermediate", "output")
+            ]
+            if layer.pooler:
+                dense.append(layer.pooler_dense)
+            for weight in (weight for pair in dense for weight in pair):
+                copies[weight.ref()] = tf.Variable(tf.cast(weight, tf.bfloat16), trainable=False)
+    return copies
 
 
 #: True while a graph is traced for another process to run (`portable_graph`).
