@@ -89,6 +89,7 @@ COMMANDS = {
         "index", "--model", w["model"], "--whitening", w["whitening"], "--output", out, w["sentences"]
     ],
     "convert-hf": lambda w, out: ["convert-hf", w["hf"], out],
+    "train": lambda w, out: ["train", "--model", w["model"], "--train", w["sentences"], "--output", out],
 }  # fmt: skip
 
 # (command, the input its output is made equal to): every command that writes, each against

@@ -344,7 +344,7 @@ def test_the_command_refuses_in_one_line_before_tensorflow(tiny_model, pair_file
     assert not imported
     errors = [line for line in stderr.splitlines() if line.startswith("ERROR: ")]
     assert len(errors) == len(commands), stderr
-    assert "already exists" in errors[0] and "inside the base model's directory" in errors[1]
+    assert "already exists" in errors[0] and "it is inside the input directory %s" % model in errors[1]
     assert "one.data:1-2: every label is 2" in errors[2] and "the valid file has nothing" in errors[3]
     assert "missing.data: no such file" in errors[4] and "only a plain BERT" in errors[5]
     assert "--threshold binarises" in errors[6] and "maxlen 65 is larger" in errors[7]
