@@ -25,7 +25,7 @@ from bert_whitening.atomic import DIRECTORY, check_outputs, staged_directory, wr
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import STDIN, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
-from bert_whitening.whitening import Whitening, WhiteningStats, check_vectors, fit_reported
+from bert_whitening.whitening import Whitening, WhiteningStats, check_vectors, fit_reported, l2_normalize
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +152,38 @@ class SentenceEncoder:
         sentences, batch_size = sentence_list(sentences), positive_int(batch_size, "batch_size")  # before the model
         vectors = encode(self.keras_encoder, sentences, batch_size, progress)
         return check_vectors(vectors, "the sentences", self.config.normalize)
+
+    def similarity(self, a, b, batch_size: int = 128) -> np.ndarray:
+        """Cosine matrix ``(len(a), len(b))`` of two lists of sentences (encoded here) or two
+        arrays of vectors of this encoder (normalised here), as float32."""
+        a, b = (self._unit_vectors(side, name, batch_size) for side, name in ((a, "a"), (b, "b")))
+        return (a @ b.T).astype(np.float32)
+
+    def _unit_vectors(self, value, name, batch_size):
+        if isinstance(value, np.ndarray):
+            if value.ndim != 2 or value.shape[1] != self.dim:
+                raise BertWhiteningError(
+                    "%s: vectors of shape %s, not (n, %d) of this encoder" % (name, value.shape, self.dim)
+                )
+            return l2_normalize(check_vectors(value.astype(np.float32), name, normalized=False))
+        return l2_normalize(self.encode(sentence_list(value, name), batch_size))
+
+    def index(self, corpus: Sequence[str], path: Optional[str] = None, hnsw_m: int = 0, batch_size: int = 128):
+        """The sentences ``corpus`` encoded and searchable: in memory (an exact FAISS inner-product
+        index), or written to the index directory ``path`` (as the ``index`` command writes one,
+        with this encoder's record; ``hnsw_m`` > 0 for HNSW). Returns a `CorpusIndex`."""
+        corpus = sentence_list(corpus, "corpus")
+        if path is not None:
+            from bert_whitening.retrieval.search import build_index
+
+            config = dataclasses.replace(self.config, normalize=True)
+            build_index(config, path, hnsw_m=hnsw_m, batch_size=batch_size, sentences=corpus)
+            return CorpusIndex(directory=path)
+        from bert_whitening.retrieval.faiss_indexes import flat_index
+
+        return CorpusIndex(
+            encoder=self, index=flat_index(self._unit_vectors(corpus, "corpus", batch_size)), texts=corpus
+        )
 
     def encode_file(self, path: str, output: str, batch_size: int = 128, progress=None) -> int:
         """Write one vector per line of the sentence file ``path`` (``-``: standard input, read
@@ -376,6 +408,26 @@ class SentenceEncoder:
             top_k=top_k,
             precision=precision,
         )
+
+
+class CorpusIndex:
+    """What `SentenceEncoder.index` returns: ``search(queries, top_k)`` gives, for each query,
+    ``{"query", "hits": [{"rank", "score" (cosine), "file", "line", "text"}]}``; in memory
+    ``file`` is None and ``line`` the corpus row from 1. An index directory is searched as the
+    ``search`` command does: read with its checksums, the queries encoded with its record."""
+
+    def __init__(self, encoder=None, index=None, texts=None, directory=None):
+        self.encoder, self._index, self._texts, self.directory = encoder, index, texts, directory
+
+    def search(self, queries: Sequence[str], top_k: int = 10) -> list:
+        from bert_whitening.retrieval import search
+
+        if self.directory is not None:
+            return search.search(self.directory, queries, top_k)
+        queries = sentence_list(queries, "queries")
+        vectors = self.encoder._unit_vectors(queries, "queries", 128)
+        scores, ids = self._index.search(vectors, min(positive_int(top_k, "top_k"), len(self._texts)))
+        return search.hits(queries, scores, ids, lambda row: (None, row + 1, self._texts[row]))
 
 
 def _check_inputs(files):

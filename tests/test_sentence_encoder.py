@@ -6,6 +6,7 @@ import pytest
 
 from bert_whitening import SentenceEncoder
 from bert_whitening.encoding import encode
+from bert_whitening.errors import BertWhiteningError
 from bert_whitening.whitening import WhiteningStats, fit_whitening, transform_and_normalize
 
 from helpers import SENTENCES
@@ -54,3 +55,45 @@ def test_load_refuses_what_does_not_fit_before_building(tiny_model, tmp_path):
         SentenceEncoder.load(tiny_model[0], maxlen=100)
     with pytest.raises(ValueError, match="n_components 5 needs a whitening"):
         SentenceEncoder.load(tiny_model[0], n_components=5)
+
+
+def test_similarity_is_the_cosine_matrix_of_sentences_or_vectors(fitted):
+    encoder, _ = fitted
+    a, b = SENTENCES[:3], SENTENCES[2:7]
+    va, vb = encoder.encode(a).astype(np.float64), encoder.encode(b).astype(np.float64)
+    expected = (va / np.linalg.norm(va, axis=1, keepdims=True)) @ (vb / np.linalg.norm(vb, axis=1, keepdims=True)).T
+    np.testing.assert_allclose(encoder.similarity(a, b), expected, atol=1e-6)
+    np.testing.assert_allclose(encoder.similarity(va * 7, vb.astype(np.float32)), expected, atol=1e-6)
+    assert encoder.similarity(a, b).shape == (3, 5) and abs(encoder.similarity(a, a)[2, 2] - 1) < 1e-6
+    with pytest.raises(BertWhiteningError, match=r"b: vectors of shape \(2, 5\), not \(n, 12\)"):
+        encoder.similarity(va, np.ones((2, 5)))
+    with pytest.raises(BertWhiteningError, match="a must be a list of sentences"):
+        encoder.similarity("今天天气很好", b)
+
+
+def brute_force(encoder, corpus, queries, top_k):
+    """The cosines of each query's top_k corpus rows, by numpy over the encoder's vectors (rows
+    of equal cosines may come in any order, so the rows themselves are checked one by one)."""
+    return -np.sort(-encoder.similarity(queries, corpus), axis=1)[:, :top_k]
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_index_search_finds_what_brute_force_finds(fitted, tmp_path, on_disk):
+    encoder, _ = fitted
+    corpus, queries = SENTENCES * 2, SENTENCES[:4]
+    index = encoder.index(corpus, path=str(tmp_path / "index") if on_disk else None)
+    results = index.search(queries, top_k=5)
+    cosines = brute_force(encoder, corpus, queries, 5)
+    for result, query, expected_cosines in zip(results, queries, cosines, strict=True):
+        assert result["query"] == query and [hit["rank"] for hit in result["hits"]] == [1, 2, 3, 4, 5]
+        np.testing.assert_allclose([hit["score"] for hit in result["hits"]], expected_cosines, atol=1e-5)
+        for hit in result["hits"]:  # each hit's text is its row's, and its score that row's cosine
+            assert hit["text"] == corpus[hit["line"] - 1]
+            assert abs(encoder.similarity([query], [hit["text"]])[0, 0] - hit["score"]) < 1e-5
+    if on_disk:
+        assert results[0]["hits"][0]["file"] == "(sentences)"
+        assert (tmp_path / "index" / "index.json").exists()
+        with pytest.raises(BertWhiteningError, match="already exists"):
+            encoder.index(corpus, path=str(tmp_path / "index"))
+    with pytest.raises(BertWhiteningError, match="top_k must be a positive integer"):
+        index.search(queries, top_k=0)

@@ -11,6 +11,7 @@ import itertools
 import logging
 import os
 
+from bert_whitening.arguments import positive_int, sentence_list
 from bert_whitening.atomic import DIRECTORY, check_outputs
 from bert_whitening.config import EncoderConfig, whitening_digest
 from bert_whitening.data import read_sentences
@@ -39,11 +40,13 @@ def build_index(
     from_vectors: str = None,
     from_beam: str = None,
     batch_size: int = 128,
+    sentences=None,
 ) -> int:
     """Write an index directory of the sentence files ``inputs`` encoded with ``config``, or of
-    vectors already encoded: ``from_vectors`` (a ``.npy``; keys and texts from ``inputs`` when
-    given, else its rows) or ``from_beam`` (a ``beam-encode`` shard pattern; no texts). Every
-    input is read once. Returns the number of vectors."""
+    the list ``sentences`` (keyed ``MEMORY_SOURCE`` and their row from 1), or of vectors already
+    encoded: ``from_vectors`` (a ``.npy``; keys and texts from ``inputs`` when given, else its
+    rows) or ``from_beam`` (a ``beam-encode`` shard pattern; no texts). Every input is read once.
+    Returns the number of vectors."""
     if not config.normalize:
         raise BertWhiteningError("an index holds L2-normalised vectors: --no-normalize cannot be used")
     read = list(inputs) + [from_vectors] + (glob.glob(from_beam) if from_beam and "://" not in from_beam else [])
@@ -78,12 +81,17 @@ def build_index(
         else:
             from bert_whitening.encoding import encode_stream, progress_bar
 
-            if not inputs:
+            if not inputs and sentences is None:
                 raise BertWhiteningError("nothing to index: give sentence files, --from-vectors or --from-beam")
             read = collections.deque()  # the keys of the sentences encode_stream has taken
+            keyed = (
+                numbered_lines(inputs)
+                if sentences is None
+                else (((MEMORY_SOURCE, row), text) for row, text in enumerate(sentence_list(sentences), 1))
+            )
 
             def texts():
-                for key, text in numbered_lines(inputs):
+                for key, text in keyed:
                     read.append((key, text))
                     yield text
 
@@ -140,6 +148,10 @@ def query_config(index: IndexDirectory, model=None, pooling=None, whitening_path
     return EncoderConfig.from_config(index.metadata, whitening, model, flow=index.flow())
 
 
+#: The "file" of the rows of an index made from a list of sentences in memory.
+MEMORY_SOURCE = "(sentences)"
+
+
 def search(
     directory: str, queries, top_k: int = 10, model=None, pooling=None, whitening_path=None, batch_size: int = 128
 ) -> list:
@@ -149,9 +161,16 @@ def search(
 
     index = IndexDirectory(directory)
     encoder = query_config(index, model, pooling, whitening_path).build()
-    vectors = encode(encoder, list(queries), batch_size, progress=False)
-    scores, ids = index.search(vectors, top_k)
+    queries = sentence_list(queries, "queries")
+    vectors = encode(encoder, queries, batch_size, progress=False)
+    scores, ids = index.search(vectors, positive_int(top_k, "top_k"))
     rows = index.rows(set(ids.ravel().tolist()) - {-1})
+    return hits(queries, scores, ids, lambda row: rows[row])
+
+
+def hits(queries, scores, ids, row_of):
+    """``[{"query", "hits": [{"rank", "score", "file", "line", "text"}]}]`` of FAISS's ``scores``
+    and ``ids`` for ``queries``; ``row_of(id)`` gives a row's ``(file, line, text)``."""
     return [
         {
             "query": query,
@@ -159,9 +178,9 @@ def search(
                 {
                     "rank": rank + 1,
                     "score": float(score),
-                    "file": rows[row][0],
-                    "line": rows[row][1],
-                    "text": rows[row][2],
+                    "file": row_of(row)[0],
+                    "line": row_of(row)[1],
+                    "text": row_of(row)[2],
                 }
                 for rank, (row, score) in enumerate(zip(found, found_scores, strict=True))
                 if row >= 0
