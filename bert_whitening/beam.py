@@ -24,6 +24,7 @@ import errno
 import gc
 import glob
 import io
+import itertools
 import logging
 import os
 import re
@@ -332,6 +333,7 @@ def run_fit(
     from bert_whitening.checkpoints import find_model
 
     check_outputs([output], _local_inputs(patterns) + spec.read_paths())
+    precision = job_precision(precision, spec, patterns, format, skip_bad_lines, batch_size)
     options = {
         "n_components": n_components,
         "beta": beta,
@@ -339,6 +341,7 @@ def run_fit(
         "pooling": spec.pooling,
         "model_identity": find_model(spec.model).identity(spec.model_type.lower()),
         "allow_rank_deficient": spec.allow_rank_deficient,
+        "precision": precision,
     }
     encode_fn = EncodeFn(spec, batch_size, precision)
     run(
@@ -346,6 +349,31 @@ def run_fit(
         flags,
         runner,
     )
+
+
+def job_precision(precision, spec, patterns, format="auto", skip_bad_lines=False, batch_size=128):
+    """The one precision of a job: ``float32`` or ``bfloat16`` as given, and ``auto`` decided here,
+    in the driver, once for every worker (each deciding on its own first sentences could mix
+    precisions in one output): float32 on a CPU without bfloat16 instructions, else this
+    process's `bert_whitening.precision.resolve_auto` check on the first sentences of the inputs
+    with the job's own encoder. The workers then run what it returns."""
+    from bert_whitening import precision as process
+
+    if precision != "auto":
+        return precision
+    if not process.cpu_has_bfloat16():
+        return "float32"
+    from bert_whitening.encoding import encode
+
+    process.set_precision("auto")
+    sentences = []
+    for path in matched_files(patterns):
+        wanted = process.AUTO_CHECK_SENTENCES - len(sentences)
+        sentences += [sentence for _, sentence in itertools.islice(_read_file(path, format, skip_bad_lines), wanted)]
+    if sentences:
+        encode(spec.build(), sentences, batch_size, progress=False)  # decides, once, on them
+    chosen = process.process_precision()
+    return chosen if chosen in ("float32", "bfloat16") else "float32"
 
 
 def _local_inputs(patterns):
@@ -373,7 +401,7 @@ def run_encode(
             "another --output" % (output_prefix, len(existing), existing[0].path)
         )
     try:
-        encode_fn = EncodeFn(spec, batch_size, precision)
+        encode_fn = EncodeFn(spec, batch_size, job_precision(precision, spec, patterns, "lines", False, batch_size))
         run(lambda pipeline: encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards), flags, runner)
     except BaseException:
         _remove_sink_temporaries(output_prefix)

@@ -25,6 +25,7 @@ from bert_whitening.atomic import DIRECTORY, check_outputs, staged_directory, wr
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import STDIN, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.precision import running as running_precision
 from bert_whitening.whitening import Whitening, WhiteningStats, check_vectors, fit_reported, l2_normalize
 
 logger = logging.getLogger(__name__)
@@ -249,6 +250,7 @@ class SentenceEncoder:
             pooling=self.config.pooling,
             model_identity=pooled.model_identity,
             allow_rank_deficient=self.config.allow_rank_deficient,
+            precision=running_precision(),
         )
         self._apply(whitening=whitening)
         return whitening

@@ -152,6 +152,8 @@ class Whitening:
         pooling: the pooling of the vectors fitted on ("" when unknown).
         model_identity: the model they came from (name, format, type, hidden size, vocabulary
             sha256), as `bert_whitening.checkpoints.ModelFiles.identity` gives it.
+        precision: how the vectors fitted on were computed, ``float32`` or ``bfloat16`` (""
+            when unknown: files of earlier versions); one job gives one precision.
     """
 
     kernel: np.ndarray
@@ -165,6 +167,7 @@ class Whitening:
     gamma: float = 1.0
     pooling: str = ""
     model_identity: dict = dataclasses.field(default_factory=dict)
+    precision: str = ""
 
     @property
     def dim(self):
@@ -208,6 +211,7 @@ class Whitening:
             "gamma": self.gamma,
             "pooling": self.pooling,
             "model": self.model_identity,
+            "precision": self.precision,
         }
         np.savez(
             stream,
@@ -271,6 +275,11 @@ class Whitening:
                 raise WhiteningError(
                     "%s: metadata %s is %r, expected %s" % (path, key, value, getattr(kind, "__name__", "a number"))
                 )
+        if meta.get("precision", "") not in RECORDED_PRECISIONS:
+            raise WhiteningError(
+                "%s: metadata precision is %r, expected one of %s"
+                % (path, meta.get("precision"), ", ".join(map(repr, RECORDED_PRECISIONS)))
+            )
         dim = meta["dim"]
         if not (
             1 <= dim
@@ -305,6 +314,7 @@ class Whitening:
             gamma=meta["gamma"],
             pooling=meta["pooling"],
             model_identity=meta["model"],
+            precision=meta.get("precision", ""),
         )
 
 
@@ -416,6 +426,10 @@ def resolve_components(n_components, dim, rank=None, allow_rank_deficient=False)
     return n_components
 
 
+#: What a whitening file may say of its vectors' precision ("": not recorded).
+RECORDED_PRECISIONS = ("", "float32", "bfloat16")
+
+
 def fit_whitening(
     stats: WhiteningStats,
     n_components: int = -1,
@@ -424,6 +438,7 @@ def fit_whitening(
     pooling: str = "",
     model_identity: Optional[dict] = None,
     allow_rank_deficient: bool = False,
+    precision: str = "",
 ) -> Whitening:
     """Eigen-decompose ``Sigma_beta`` of ``stats`` (see the module docstring) into a `Whitening`.
 
@@ -436,7 +451,7 @@ def fit_whitening(
         n_components: the default ``k`` stored: 0 = no whitening, negative = all, ``k``.
         beta: ``Sigma_beta`` is taken around ``beta * mean`` and ``bias = -beta * mean``.
         gamma: the kernel scales direction ``i`` by ``s_i ** (-gamma / 2)``.
-        pooling, model_identity: what the vectors were, recorded in the file.
+        pooling, model_identity, precision: what the vectors were, recorded in the file.
         allow_rank_deficient: allow an ``n_components`` above the rank.
 
     Raises:
@@ -488,6 +503,7 @@ def fit_whitening(
         gamma=float(gamma),
         pooling=pooling,
         model_identity=dict(model_identity or {}),
+        precision=precision,
     )
     if n_components > 0:
         whitening.components(allow_rank_deficient=allow_rank_deficient)  # refuse a bad k now

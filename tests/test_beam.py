@@ -135,3 +135,49 @@ def test_beam_commands_start_the_pipeline_before_tensorflow_is_imported(tiny_mod
     stub = "from bert_whitening import beam\nbeam.run_fit = beam.run_encode = lambda *args, **kwargs: None"
     statuses, imported, stderr = commands_in_a_fresh_process(commands, stub)
     assert statuses == [0, 0] and not imported, stderr[-2000:]
+
+
+@pytest.fixture
+def fresh_precision(monkeypatch):
+    """A process whose precision was never set, on a CPU said to have bfloat16; put back after."""
+    from bert_whitening import precision
+
+    monkeypatch.setattr(precision, "_process_precision", None)
+    monkeypatch.setattr(precision, "cpu_has_bfloat16", lambda: True)
+    yield monkeypatch
+    monkeypatch.undo()
+    precision._apply(precision._process_precision or "float32")
+
+
+@pytest.mark.parametrize("bound, chosen", [(0.5, "bfloat16"), (1.5, "float32")])
+def test_a_beam_job_decides_auto_once_in_the_driver_and_records_it(
+    tiny_model, corpus, tmp_path, fresh_precision, bound, chosen
+):
+    """Every worker runs the driver's choice (never auto, which each worker would decide on its
+    own first sentences), and the whitening file says which precision its vectors had."""
+    from bert_whitening import precision
+    from bert_whitening.config import EncoderConfig
+
+    fresh_precision.setattr(precision, "AUTO_MIN_COSINE", bound)
+    workers = []
+    fresh_precision.setattr(
+        beam, "EncodeFn", lambda spec, size, given: workers.append(given) or WorkerFn(spec, size, given)
+    )
+    spec = EncoderConfig(model=tiny_model[0])
+    output = tmp_path / "w.npz"
+    beam.run_fit([str(corpus / "*.txt")], spec, str(output), precision="auto")
+    assert workers == [chosen]
+    assert Whitening.load(str(output)).precision == chosen
+
+
+WorkerFn = beam.EncodeFn
+
+
+def test_a_job_precision_given_or_on_a_cpu_without_bfloat16_needs_no_check(tiny_model, corpus, monkeypatch):
+    from bert_whitening import precision
+    from bert_whitening.config import EncoderConfig
+
+    spec = EncoderConfig(model="/nonexistent")  # building it would fail: no check may build it
+    assert beam.job_precision("bfloat16", spec, [str(corpus / "*.txt")]) == "bfloat16"
+    monkeypatch.setattr(precision, "cpu_has_bfloat16", lambda: False)
+    assert beam.job_precision("auto", spec, [str(corpus / "*.txt")]) == "float32"

@@ -590,3 +590,23 @@ def test_a_whitening_file_that_disagrees_with_its_own_claims_is_refused(tmp_path
     edit(fit_whitening(WhiteningStats().update(vectors))).save(str(tmp_path / "w.npz"))
     with pytest.raises(WhiteningError, match=re.escape(fragment)):
         Whitening.load(str(tmp_path / "w.npz"))
+
+
+def test_the_precision_of_the_fitted_vectors_is_recorded_and_a_crafted_one_refused(tmp_path):
+    rng = np.random.default_rng(0)
+    whitening = fit_whitening(WhiteningStats().update(rng.normal(size=(50, 4))), precision="bfloat16")
+    whitening.save(str(tmp_path / "w.npz"))
+    assert Whitening.load(str(tmp_path / "w.npz")).precision == "bfloat16"
+    with np.load(tmp_path / "w.npz") as data:
+        arrays = {name: data[name] for name in data.files}
+    meta = json.loads(str(arrays["meta"]))
+    for value, loads in (("float16", False), (7, False), ("float32", True)):
+        np.savez(tmp_path / "c.npz", **{**arrays, "meta": np.array(json.dumps({**meta, "precision": value}))})
+        if loads:
+            assert Whitening.load(str(tmp_path / "c.npz")).precision == value
+        else:
+            with pytest.raises(WhiteningError, match="metadata precision is"):
+                Whitening.load(str(tmp_path / "c.npz"))
+    del meta["precision"]  # a file of an earlier version
+    np.savez(tmp_path / "old.npz", **{**arrays, "meta": np.array(json.dumps(meta))})
+    assert Whitening.load(str(tmp_path / "old.npz")).precision == ""
