@@ -120,8 +120,7 @@ def encode_ids(
     """
     batch_size = positive_int(batch_size, "batch_size")
     if len(sequences):
-        sample = sequences[: precision.AUTO_CHECK_SENTENCES]
-        precision.resolve_auto(lambda: _run_batches(encoder, sample, batch_size))
+        precision.resolve_auto(lambda: _run_batches(encoder, sequences[: precision.AUTO_CHECK_SENTENCES], batch_size))
     return _run_batches(encoder, sequences, batch_size, progress)
 
 
