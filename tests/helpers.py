@@ -107,6 +107,24 @@ print(json.dumps([[main(argv) for argv in json.loads(sys.argv[1])], "tensorflow"
 """
 
 
+LAUNCHER = """
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+for descriptor in filter(None, sys.argv[1].split(",")):
+    os.close(int(descriptor))
+os.execv(sys.executable, [sys.executable] + sys.argv[2:])
+"""
+
+
+def launched(argv, close=()):
+    """The command line that runs ``python ARGV`` with SIGINT at its default (a runner started in
+    the background, ``cmd &`` without job control, ignores SIGINT and children inherit that) and
+    the descriptors ``close`` closed. A small Python does this before exec: a ``preexec_fn`` in
+    this process, which has imported TensorFlow, would make the child a fork that runs TensorFlow's
+    pthread_atfork handlers, whose restarted gRPC poller can abort it before exec."""
+    return [sys.executable, "-c", LAUNCHER, ",".join(str(d) for d in close), *[str(a) for a in argv]]
+
+
 def commands_in_a_fresh_process(commands, prelude=""):
     """``(exit statuses, whether TensorFlow was imported, standard error)`` of ``bert-whitening``
     commands run one after another by `cli.main` in a new Python process, after the code

@@ -217,8 +217,8 @@ def test_a_child_that_cannot_load_the_export_is_an_error_with_its_reason(tmp_pat
 
 
 CHILD_IMPORTS = """
-import io, runpy, sys
-sys.argv, sys.stdin = ["verify", "--text"], io.StringIO()
+import io, os, runpy, sys
+sys.argv, sys.stdin = ["verify", "--text", str(os.getppid())], io.StringIO()
 try:
     runpy.run_module("bert_whitening.export.verify", run_name="__main__")
 except SystemExit as stop:

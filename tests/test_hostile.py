@@ -20,7 +20,7 @@ import pytest
 from bert_whitening.checkpoints import find_model
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
-from helpers import SENTENCES, commands_in_a_fresh_process, here, refused
+from helpers import SENTENCES, commands_in_a_fresh_process, here, launched, refused
 
 pytestmark = pytest.mark.slow
 
@@ -38,19 +38,9 @@ def cli(*argv, stdin=None, input=None, timeout=300):
     )
 
 
-def _default_sigint():
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def start(*argv):
-    """The command in a child that takes SIGINT as a terminal's user gets it: a runner started in
-    the background (``cmd &`` without job control) ignores SIGINT, and children inherit that."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "bert_whitening"] + [str(a) for a in argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=_default_sigint,
-    )
+    """The command in a child that takes SIGINT as a terminal's user gets it."""
+    return subprocess.Popen(launched(["-m", "bert_whitening", *argv]), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def leftovers(directory):
@@ -562,12 +552,9 @@ def test_a_closed_standard_stream_the_command_needs_is_refused_before_any_work(w
         (["eval", "--model", work["model"], "--task", "STS-B", "--data-dir", tmp_path / "data"], "standard output"),
     ]
     for argv, message in cases:
-        closed = (lambda: os.close(0)) if "-" in argv else (lambda: os.close(1))
+        closed = [0] if "-" in argv else [1]
         result = subprocess.run(
-            [sys.executable, "-m", "bert_whitening"] + [str(a) for a in argv],
-            preexec_fn=closed,
-            stderr=subprocess.PIPE,
-            timeout=120,
+            launched(["-m", "bert_whitening", *argv], close=closed), stderr=subprocess.PIPE, timeout=120
         )
         stderr = result.stderr.decode()
         assert result.returncode == 1 and message in stderr and "Traceback" not in stderr, stderr

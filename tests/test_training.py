@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ from bert_whitening.encoding import encode
 from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
 from bert_whitening.models import build_encoder
 
-from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, commands_in_a_fresh_process, random_weights, run
+from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, commands_in_a_fresh_process, launched, random_weights, run
 from reference import original_encode
 
 
@@ -376,10 +375,9 @@ def test_a_signal_during_training_leaves_no_directory(tiny_model, pair_files, tm
     and nothing in the output's directory, staged or not."""
     argv = ["train", "--train", pair_files[0], "--output", tmp_path / "model", "--model", tiny_model[0]]
     process = subprocess.Popen(
-        [sys.executable, "-m", "bert_whitening"] + [str(a) for a in argv + ["--epochs", "1000", "--batch-size", "4"]],
+        launched(["-m", "bert_whitening", *argv, "--epochs", "1000", "--batch-size", "4"]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert process.stdout.readline().startswith(b"epoch 1/1000: train loss ")

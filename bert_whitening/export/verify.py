@@ -132,12 +132,16 @@ class FreshProcess:
 
     def __init__(self, text=False):
         self._stderr = tempfile.TemporaryFile()
+        # No ``preexec_fn``: with one, Python forks instead of vforking, and the fork runs the
+        # handlers TensorFlow's gRPC event engine registers with pthread_atfork; they restart its
+        # poller in the forked child, whose epoll descriptor the close of inherited descriptors
+        # then pulls away before exec ("epoll_wait error: Bad file descriptor", SIGABRT).
+        # The child asks for the death signal itself (`_die_with_parent`).
         self._child = subprocess.Popen(
-            [sys.executable, "-m", "bert_whitening.export.verify", "--text" if text else "--ids"],
+            [sys.executable, "-m", "bert_whitening.export.verify", "--text" if text else "--ids", str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
-            preexec_fn=_die_with_parent,
         )
 
     def run(self, directory, input_ids, sentences=(), scratch=None):
@@ -155,7 +159,9 @@ class FreshProcess:
             # A child that died before reading is not an error here (communicate ignores the
             # broken pipe): its exit status and stderr say why, below.
             self._child.communicate(json.dumps([directory, request, response]).encode() + b"\n")
-            if self._child.returncode != 0 or not os.path.exists(response):
+            # The response appears (by rename) only once every signature ran: a child that dies
+            # after it, in TensorFlow's teardown, still answered.
+            if not os.path.exists(response):
                 self._stderr.seek(0)
                 raise ExportError(
                     "the exported SavedModel failed to load or run in a fresh process (exit status %s):\n%s"
@@ -185,14 +191,17 @@ def run_in_fresh_process(directory, input_ids, sentences=(), scratch=None):
         return process.run(directory, input_ids, sentences, scratch)
 
 
-def _die_with_parent():
-    """In the child, before exec: ask Linux to SIGKILL it when its parent dies."""
+def _die_with_parent(parent):
+    """In the child: ask Linux to SIGKILL it when its parent dies, and exit now if the parent
+    (process ``parent``) died before the request took effect."""
     try:
         import ctypes
 
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the parent's clean-up still kills it
         pass
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _run_signatures(directory, request_path, response_path):
@@ -213,7 +222,11 @@ def _run_signatures(directory, request_path, response_path):
     if "serve_search" in loaded.signatures:
         searched = loaded.signatures["serve_search"](**(text_input if text else ids_input))
         outputs.update(search_ids=searched["ids"].numpy(), search_scores=searched["scores"].numpy())
-    np.savez(response_path, **outputs)
+    partial = response_path + ".partial"
+    with open(partial, "wb") as stream:
+        np.savez(stream, **outputs)
+    os.replace(partial, response_path)
+    return loaded
 
 
 def _serve_one_request(text):
@@ -225,14 +238,15 @@ def _serve_one_request(text):
     line = sys.stdin.readline()
     if not line:
         sys.exit("no request on standard input: the export stopped before its verification")
-    _run_signatures(*json.loads(line))
-
-
-if __name__ == "__main__":
-    _serve_one_request(sys.argv[1] == "--text")
-    # The response is written and closed. Exit at once: the export waits for this exit, and the
-    # interpreter's teardown beside TensorFlow's own threads (its gRPC event engine) can abort
-    # the process (SIGABRT, "epoll_wait error: Bad file descriptor") after the work is done.
+    _held_until_exit = _run_signatures(*json.loads(line))  # noqa: F841
+    # The response is written. Exit at once, with the SavedModel still held: freeing it, or the
+    # interpreter's teardown, beside TensorFlow's gRPC event engine can abort the process
+    # ("epoll_wait error: Bad file descriptor", SIGABRT) after the work is done.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+if __name__ == "__main__":
+    _die_with_parent(int(sys.argv[2]))
+    _serve_one_request(sys.argv[1] == "--text")
