@@ -14,12 +14,16 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
+import logging
 import os
+import re
 from typing import Optional
 
 from bert_whitening.checkpoints import BUILTIN_MODEL, find_model
 from bert_whitening.errors import BertWhiteningError, WhiteningError
 from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
+
+logger = logging.getLogger(__name__)
 
 #: The recorded fields that change the vectors; any difference in them is a different encoder.
 VECTOR_FIELDS = ("model", "pooling", "maxlen", "lowercase", "whitening", "flow", "n_components", "normalize")
@@ -92,8 +96,9 @@ def fused_bert_sizes(config):
 
 
 def check_fitted_on(what, fitted, identity, pooling):
-    """Refuse a whitening or a flow (``what``) ``fitted`` on vectors of another size or pooling
-    than those of an encoder of the model ``identity`` and ``pooling``."""
+    """Refuse a whitening or a flow (``what``) ``fitted`` on vectors of another size, pooling or
+    model than those of an encoder of the model ``identity`` and ``pooling``: the one check of a
+    fitted file against the model, for whitenings and flows alike."""
     if fitted.dim != identity["hidden_size"]:
         raise WhiteningError(
             "the %s has dimension %d but the model's hidden size is %d: it was fitted on another model (%s)"
@@ -101,6 +106,72 @@ def check_fitted_on(what, fitted, identity, pooling):
         )
     if fitted.pooling and fitted.pooling != pooling:
         raise WhiteningError("the %s was fitted on %s pooling, the encoder uses %s" % (what, fitted.pooling, pooling))
+    if fitted.model_identity:  # fitted on vectors given as numbers, no model is recorded
+        check_same_model("the %s" % what, fitted.model_identity, identity, WhiteningError)
+
+
+#: What a model's identity must hold, and of which type: an identity is read from files a user
+#: may edit (whitening and flow files, index and export records, saved encoders).
+_IDENTITY_TYPES = {"name": str, "type": str, "hidden_size": int, "vocab_sha256": str}
+#: Identity fields that records of earlier versions lack, checked when present.
+_OPTIONAL_IDENTITY_TYPES = {"format": str, "num_hidden_layers": int, "weights_sha256": str}
+#: The fields that say which model made the vectors; the name (a directory's) and the format
+#: (a converted copy) do not change them.
+_SAME_MODEL_FIELDS = ("type", "hidden_size", "num_hidden_layers", "vocab_sha256", "weights_sha256")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def checked_identity(identity, source, error=BertWhiteningError):
+    """``identity`` if every field is present, of its type and form (sha256s as 64 hex
+    digits, sizes positive, a known model type); else ``error`` naming ``source``."""
+    if not isinstance(identity, dict):
+        raise error("%s: the model identity must be a JSON object, got %r" % (source, identity))
+    for fields, required in ((_IDENTITY_TYPES, True), (_OPTIONAL_IDENTITY_TYPES, False)):
+        for key, kind in fields.items():
+            if key not in identity:
+                if required:
+                    raise error("%s: the model identity has no %r" % (source, key))
+                continue
+            value = identity[key]
+            well_formed = isinstance(value, kind) and not isinstance(value, bool)
+            if well_formed and kind is int:
+                well_formed = value > 0
+            if well_formed and key.endswith("sha256"):
+                well_formed = bool(_SHA256.fullmatch(value))
+            if well_formed and key == "type":
+                well_formed = value in MODEL_TYPES
+            if not well_formed:
+                raise error("%s: the model identity's %r is %r, not a valid value" % (source, key, value))
+    return identity
+
+
+def check_same_model(what, recorded, identity, error=BertWhiteningError):
+    """Refuse ``what`` (a whitening, a flow, an index, an export's record) made with another model
+    than ``identity`` (this model's): the one comparison of a recorded model with the one given.
+    Content decides (vocabulary and weights digests, sizes, type), not the directory's name; a
+    record of an earlier version has no weights digest and is compared without it."""
+    checked_identity(recorded, what, error)
+    differ = _model_fields_differing(recorded, identity)
+    if differ:
+        raise error(
+            "%s was made with another model (%s; its %s differ from %s's): refused"
+            % (what, _model_key(recorded), " and ".join(_FIELD_NAMES.get(key, key) for key in differ), identity["name"])
+        )
+    if "weights_sha256" not in recorded:
+        logger.warning(
+            "%s records no digest of the model's weights (an earlier version wrote it): it cannot "
+            "tell %s from a fine-tuned copy with its vocabulary",
+            what,
+            recorded.get("name"),
+        )
+
+
+def _model_fields_differing(recorded, identity):
+    """The fields of `_SAME_MODEL_FIELDS` that ``recorded`` holds with another value."""
+    return [key for key in _SAME_MODEL_FIELDS if key in recorded and recorded[key] != identity.get(key)]
+
+
+_FIELD_NAMES = {"vocab_sha256": "vocabularies", "weights_sha256": "weights", "hidden_size": "hidden sizes"}
 
 
 def whitening_components(whitening, identity, pooling, n_components=None, allow_rank_deficient=False):
@@ -284,11 +355,7 @@ class EncoderConfig:
             flow=flow,
             flow_path=(config.get("flow") or {}).get("path"),
         )
-        if built.identity != config["model"]:
-            raise BertWhiteningError(
-                "the model %s is not the recorded one (%s, vocabulary %s...): "
-                "refused" % (built.identity["name"], config["model"]["name"], config["model"]["vocab_sha256"][:12])
-            )
+        check_same_model("the record", config["model"], built.identity)
         return built
 
     def differences(self, config):
@@ -303,8 +370,8 @@ class EncoderConfig:
                 same = _same_fitted(mine, other)
                 mine, other = [(w or {}).get("digest", (w or {}).get("sha256", "none"))[:12] for w in (mine, other)]
             elif field == "model":
+                same = not _model_fields_differing(other, mine)
                 mine, other = _model_key(mine), _model_key(other)
-                same = mine == other
             else:
                 same = mine == other
             if not same:
@@ -345,10 +412,11 @@ def _same_fitted(mine, other):
 
 
 def _model_key(identity):
-    return "%s (%s, vocabulary %s...)" % (
+    return "%s (%s, vocabulary %s..., weights %s...)" % (
         identity.get("name"),
         identity.get("type"),
         str(identity.get("vocab_sha256"))[:12],
+        str(identity.get("weights_sha256", "unrecorded"))[:12],
     )
 
 
@@ -364,19 +432,18 @@ _RECORD_TYPES = {
 }
 #: Keys a record of an earlier version lacks, checked when present.
 _OPTIONAL_RECORD_TYPES = {"flow": (dict, type(None)), "normalize": bool}
-_IDENTITY_TYPES = {"name": str, "type": str, "hidden_size": int, "vocab_sha256": str}
 
 
 def checked_record(config):
     """``config`` if it has every key a record needs, of the right type; else a one-line error."""
     if not isinstance(config, dict):
         raise BertWhiteningError("an encoder record must be a JSON object, got %s" % type(config).__name__)
-    for fields, where in ((_RECORD_TYPES, config), (_IDENTITY_TYPES, config.get("model") or {})):
-        for key, kind in fields.items():
-            if key not in where:
-                raise BertWhiteningError("the encoder record has no %r" % key)
-            if not isinstance(where[key], kind) or (isinstance(where[key], bool) and kind is int):
-                raise BertWhiteningError("the encoder record's %r is %r, of the wrong type" % (key, where[key]))
+    for key, kind in _RECORD_TYPES.items():
+        if key not in config:
+            raise BertWhiteningError("the encoder record has no %r" % key)
+        if not isinstance(config[key], kind) or (isinstance(config[key], bool) and kind is int):
+            raise BertWhiteningError("the encoder record's %r is %r, of the wrong type" % (key, config[key]))
+    checked_identity(config["model"], "the encoder record")
     for key, kind in _OPTIONAL_RECORD_TYPES.items():
         if key in config and not isinstance(config[key], kind):
             raise BertWhiteningError("the encoder record's %r is %r, of the wrong type" % (key, config[key]))

@@ -12,7 +12,6 @@ Either way the checkpoint must hold exactly the variables bert4keras' model woul
 import contextlib
 import dataclasses
 import functools
-import logging
 from typing import Optional, Sequence
 
 import numpy as np
@@ -32,8 +31,6 @@ from bert_whitening.layers import (
     WhiteningDense,
 )
 from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
-
-logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -268,21 +265,6 @@ def _checkpoint_errors(files):
         raise CheckpointError("%s: %s" % (files.weights_path, message)) from None
 
 
-def _warn_if_fitted_on_another_model(whitening, identity):
-    fitted_on = whitening.model_identity or {}
-    differs = [
-        key for key in ("name", "vocab_sha256") if fitted_on.get(key) and fitted_on.get(key) != identity.get(key)
-    ]
-    if differs:
-        logger.warning(
-            "the whitening was fitted on another model of the same size (%s, this is "
-            "%s): the %s differ, so these vectors will not be whitened as intended",
-            fitted_on.get("name", "?"),
-            identity.get("name", "?"),
-            " and ".join("vocabulary" if key == "vocab_sha256" else key for key in differs),
-        )
-
-
 def with_whitening(
     encoder: Encoder,
     whitening=None,
@@ -311,7 +293,6 @@ def with_whitening(
     k = 0
     if whitening is not None:
         k = whitening_components(whitening, encoder.model_identity, encoder.pooling, n_components, allow_rank_deficient)
-        _warn_if_fitted_on_another_model(whitening, encoder.model_identity)
     vectors = encoder.model.output
     if k:
         vectors = WhiteningDense.from_whitening(whitening, k, name="whitening")(vectors)

@@ -286,20 +286,6 @@ def test_a_traceback_only_with_debug_logging(work, tmp_path):
     assert loud.returncode == 1 and b"Traceback" in loud.stderr
 
 
-def test_a_whitening_of_another_model_of_the_same_size_is_named_in_a_warning(work, tmp_path):
-    import shutil
-
-    other = tmp_path / "other_bert"
-    shutil.copytree(work["model"], other)
-    with open(other / "vocab.txt", "a", encoding="utf-8") as stream:
-        stream.write("")  # same vocabulary, other name
-    result = here(
-        *encode_args(work, tmp_path / "v.npy")[:-2], "--model", other, "--output", tmp_path / "v.npy", work["sentences"]
-    )
-    assert result.returncode == 0, result.stderr
-    assert b"fitted on another model of the same size (tiny_bert, this is other_bert)" in result.stderr
-
-
 # --- signals ---------------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ against the model (hidden size, position table) before it loads any weights.
 import collections
 import dataclasses
 import functools
+import glob
 import hashlib
 import io
 import json
@@ -121,8 +122,24 @@ class ModelFiles:
                 )
             )
 
+    @property
+    def weight_files(self):
+        """The files that hold the weights: a Google checkpoint's index and data shards, or
+        ``model.safetensors``."""
+        if self.format == "google":
+            return [self.weights_path + ".index"] + sorted(glob.glob(glob.escape(self.weights_path) + ".data-*"))
+        return [self.weights_path]
+
+    @property
+    def weights_sha256(self):
+        """sha256 of the weights' bytes (`weight_files` in order, names left out: a copy of the
+        directory, renamed, is the same model). Without it a fine-tuned model, which keeps its
+        base's vocabulary and sizes, would pass for its base."""
+        return weights_sha256(self.weight_files)
+
     def identity(self, model_type):
-        """What a whitening file records of the model it was fitted on."""
+        """What a whitening file, a flow, an index or an export records of the model it was
+        made with; `bert_whitening.config.check_same_model` compares two."""
         return {
             "name": self.name,
             "format": self.format,
@@ -130,7 +147,33 @@ class ModelFiles:
             "hidden_size": self.config["hidden_size"],
             "num_hidden_layers": self.config["num_hidden_layers"],
             "vocab_sha256": self.vocab_sha256,
+            "weights_sha256": self.weights_sha256,
         }
+
+
+#: (path, size, modification time, inode) of each weight file -> its digest: a process hashes a
+#: model's weights once, however many records it writes or compares.
+_WEIGHT_DIGESTS = {}
+
+
+def weights_sha256(paths):
+    """sha256 of the bytes of ``paths`` in order, read in bounded blocks; remembered while the
+    files keep their size, modification time and inode."""
+    try:
+        key = tuple((os.path.realpath(p), s.st_size, s.st_mtime_ns, s.st_ino) for p in paths for s in [os.stat(p)])
+    except OSError as error:
+        raise CheckpointError("cannot read checkpoint file %s: %s" % (error.filename, error.strerror)) from None
+    if key not in _WEIGHT_DIGESTS:
+        digest = hashlib.sha256()
+        for path in paths:
+            try:
+                with open(path, "rb") as stream:
+                    for block in iter(lambda: stream.read(1 << 22), b""):
+                        digest.update(block)
+            except OSError as error:
+                raise CheckpointError("cannot read checkpoint file %s: %s" % (path, error.strerror)) from None
+        _WEIGHT_DIGESTS[key] = digest.hexdigest()
+    return _WEIGHT_DIGESTS[key]
 
 
 def builtin_model_dir():
