@@ -90,6 +90,7 @@ def main():
     from bert_whitening.config import EncoderConfig
     from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
     from bert_whitening.encoding import encode
+    from bert_whitening.models import build
     from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening
 
     tasks = CHINESE_TASKS if args.chinese else [ENGLISH_STS]
@@ -98,14 +99,14 @@ def main():
     sentences = sentences[: args.sentences]
     corpus = "Chinese %s" % "/".join(tasks) if args.chinese else "English STS-benchmark"
     pooled_spec = EncoderConfig(model="minilm")
-    pooled = pooled_spec.build()
+    pooled = build(pooled_spec)
 
     def fitted(vectors):
         return fit_whitening(WhiteningStats().update(vectors), pooling="first-last-avg")
 
     whitening = fitted(encode(pooled, sentences[:FIT_SENTENCES], progress=False))
     spec = EncoderConfig(model="minilm", whitening=whitening, normalize=True)
-    encoder = spec.build()
+    encoder = build(spec)
 
     with tempfile.TemporaryDirectory() as workdir, contextlib.ExitStack() as services:
         inputs = {}

@@ -122,7 +122,9 @@ class EncodeFn(beam.DoFn):
         from bert_whitening.precision import set_precision
 
         set_precision(self.precision)
-        self.encoder = self.spec.build()
+        from bert_whitening.models import build
+
+        self.encoder = build(self.spec)
 
     def teardown(self):
         # The runner waits for the worker to exit: skip the last garbage collection, a second or
@@ -364,6 +366,7 @@ def job_precision(precision, spec, patterns, format="auto", skip_bad_lines=False
     if not process.cpu_has_bfloat16():
         return "float32"
     from bert_whitening.encoding import encode
+    from bert_whitening.models import build
 
     process.set_precision("auto")
     sentences = []
@@ -371,7 +374,7 @@ def job_precision(precision, spec, patterns, format="auto", skip_bad_lines=False
         wanted = process.AUTO_CHECK_SENTENCES - len(sentences)
         sentences += [sentence for _, sentence in itertools.islice(_read_file(path, format, skip_bad_lines), wanted)]
     if sentences:
-        encode(spec.build(), sentences, batch_size, progress=False)  # decides, once, on them
+        encode(build(spec), sentences, batch_size, progress=False)  # decides, once, on them
     chosen = process.process_precision()
     return chosen if chosen in ("float32", "bfloat16") else "float32"
 

@@ -809,7 +809,7 @@ def run_encode(args):
 
     with progress_bar() as bar:
         lines = encoder.encode_file(args.input, args.output, args.batch_size, bar)
-    k = encoder.config.check()
+    k = encoder.config.components
     logger.info(
         "encoded %d sentences into %s (%d x %d, %s)",
         lines,

@@ -7,7 +7,8 @@ export what its graph computes; a query must be encoded as its corpus was, and a
 changes the vectors is recorded and compared in one place (`VECTOR_FIELDS`).
 
 No TensorFlow here: the checks a command runs before it loads a model (`check_model`,
-`EncoderConfig.check`) answer at once, and `build` imports the Keras side only when called.
+`EncoderConfig.check`) answer at once; `bert_whitening.models.build` builds what a configuration
+describes.
 """
 
 import dataclasses
@@ -42,18 +43,23 @@ def versions():
 
 def check_model(model, model_type="bert", pooling="first-last-avg", maxlen=64):
     """The `ModelFiles` of ``model`` once the options are known to fit it; reads no weights."""
+    files = find_model(model)
+    check_options(files, model_type, pooling, maxlen)
+    return files
+
+
+def check_options(files, model_type, pooling, maxlen):
+    """Refuse a model type, pooling or maxlen that the model ``files`` rule out."""
     check_choice("model type", model_type.lower(), list(MODEL_TYPES))
     check_choice("pooling", pooling, POOLINGS)
     if maxlen < 2:
         raise BertWhiteningError("maxlen must leave room for [CLS] and [SEP]; got %d" % maxlen)
-    files = find_model(model)
     positions = files.config.get("max_position_embeddings")
     if MODEL_TYPES[model_type.lower()].absolute_positions and positions and maxlen > positions:
         raise BertWhiteningError(
             "maxlen %d is larger than the %d positions of %s (max_position_embeddings); choose "
             "maxlen <= %d" % (maxlen, positions, files.name, positions)
         )
-    return files
 
 
 #: The keys of a BERT configuration (google-research/bert's, and the pooler and directionality
@@ -238,8 +244,25 @@ class EncoderConfig:
 
     def check(self):
         """Refuse what the options and the model's configuration rule out, before any weights
-        are read; returns the number of whitened dimensions to keep (0 without a whitening)."""
-        check_model(self.model, self.model_type, self.pooling, self.maxlen)
+        are read (see `components`)."""
+        self.components  # noqa: B018  computed once, it runs every check
+
+    @functools.cached_property
+    def files(self):
+        """The model's checked `ModelFiles` (configuration and vocabulary read once)."""
+        return find_model(self.model)
+
+    @functools.cached_property
+    def identity(self):
+        """The model's identity (name, format, type, sizes, vocabulary and weights sha256)."""
+        return self.files.identity(self.model_type.lower())
+
+    @functools.cached_property
+    def components(self):
+        """The number of whitened dimensions to keep (0 without a whitening), once the options,
+        the whitening or flow and the model are known to fit each other: one resolve step, run
+        once for this configuration, before any weights are read."""
+        check_options(self.files, self.model_type, self.pooling, self.maxlen)
         if self.flow is not None:
             if self.whitening is not None:
                 raise WhiteningError("a flow takes the place of the whitening: give one of them, not both")
@@ -255,6 +278,13 @@ class EncoderConfig:
             self.whitening, self.identity, self.pooling, self.n_components, self.allow_rank_deficient
         )
 
+    def __getstate__(self):
+        """Pickled without the found `ModelFiles` (it holds a reader; a Beam worker finds the
+        model again)."""
+        state = dict(self.__dict__)
+        state.pop("files", None)
+        return state
+
     def read_paths(self):
         """The directory and files these vectors are made from (the model directory, the
         whitening and flow files), which no output of a run may be or lie in
@@ -265,22 +295,7 @@ class EncoderConfig:
     @property
     def dim(self):
         """The dimension of the vectors (reads the model's configuration)."""
-        return self.check() or self.identity["hidden_size"]
-
-    def build(self, pooled=None):
-        """The Keras `bert_whitening.models.Encoder` this describes (imports TensorFlow);
-        ``pooled``: the unwhitened encoder of this model and pooling, when already built."""
-        from bert_whitening.models import build_encoder, with_whitening
-
-        k = self.check()
-        encoder = pooled or build_encoder(self.model, self.model_type, self.pooling, self.maxlen, self.lowercase)
-        if self.whitening is not None or self.flow is not None or self.normalize:
-            encoder = with_whitening(
-                encoder, self.whitening if k else None, k, self.normalize, allow_rank_deficient=True, flow=self.flow
-            )  # k was resolved by check()
-        return dataclasses.replace(
-            encoder, config=dataclasses.replace(self, whitening=self.whitening if k else None, n_components=k or None)
-        )
+        return self.components or self.identity["hidden_size"]
 
     def to_config(self):
         """The JSON record of these vectors. Keys of earlier versions are kept: ``model``,
@@ -289,7 +304,7 @@ class EncoderConfig:
         ``n_components`` (resolved: 0 without a whitening), ``normalize``,
         ``allow_rank_deficient``; and ``flow`` (None, or as ``whitening``: ``digest``, its
         shape, training summary and model, ``path`` and ``sha256``)."""
-        k = self.check()
+        k = self.components
         whitening = None
         if k:
             w = self.whitening
@@ -324,11 +339,6 @@ class EncoderConfig:
             "normalize": self.normalize,
             "allow_rank_deficient": self.allow_rank_deficient,
         }
-
-    @functools.cached_property
-    def identity(self):
-        """The model's identity (name, format, type, sizes, vocabulary sha256)."""
-        return find_model(self.model).identity(self.model_type.lower())
 
     @classmethod
     def from_config(cls, config, whitening=None, model=None, flow=None):

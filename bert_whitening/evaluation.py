@@ -403,8 +403,7 @@ def load_tasks(
     configuration (``n_components`` against its hidden size), and then ``{pooling: Encoder}``
     of ``poolings`` (else ``spec.pooling``) built together once, with the longest ``maxlen``
     any task needs (each task encodes with its own)."""
-    from bert_whitening.checkpoints import find_model
-    from bert_whitening.models import build_encoders
+    from bert_whitening.models import build
 
     directory = data_dir(directory)
     loaded = {task: load_task(task, directory, skip_bad_lines) for task in tasks}
@@ -414,13 +413,14 @@ def load_tasks(
         check_choice("pooling", pooling, POOLINGS)
     spec = dataclasses.replace(spec, maxlen=max(maxlens.values()), pooling=poolings[0])
     spec.check()
-    hidden_size = find_model(spec.model).config["hidden_size"]
+    hidden_size = spec.identity["hidden_size"]
     too_many = [k for k in n_components if k > hidden_size]
     if too_many:
         raise BertWhiteningError(
             "n_components %d is larger than the model's hidden size %d" % (too_many[0], hidden_size)
         )
-    encoders = build_encoders(spec.model, spec.model_type, poolings, spec.maxlen, spec.lowercase)
+    configs = [dataclasses.replace(spec, pooling=pooling) for pooling in poolings]
+    encoders = dict(zip(poolings, build(configs), strict=True))
     found = [
         Task(
             task,

@@ -18,7 +18,7 @@ import numpy as np
 
 from bert_whitening.backend import ARCHITECTURES, Tokenizer, build_transformer_model, keras, load_vocab, tf
 from bert_whitening.checkpoints import CheckpointError
-from bert_whitening.config import EncoderConfig, check_fitted_on, check_model, whitening_components
+from bert_whitening.config import EncoderConfig, check_fitted_on, whitening_components
 from bert_whitening.config import fused_bert_sizes as _fused_bert_sizes
 from bert_whitening.config import runs_fused as _runs_fused
 from bert_whitening.errors import BertWhiteningError, WhiteningError
@@ -30,7 +30,7 @@ from bert_whitening.layers import (
     MaskedAveragePooling,
     WhiteningDense,
 )
-from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
+from bert_whitening.names import MODEL_TYPES, POOLINGS
 
 
 @dataclasses.dataclass
@@ -62,6 +62,58 @@ class Encoder:
         return dataclasses.replace(self, config=dataclasses.replace(self.config, maxlen=maxlen))
 
 
+def build(configs, *, trainable: bool = False):
+    """The one function that builds Keras encoders: the `Encoder` an `EncoderConfig` describes
+    (pooled, then whitened or flowed and normalised as it says), or a list of them for a list
+    of configurations of one model (same model, type, maxlen and case), all on one transformer
+    graph loaded once: `bert_whitening.encoding.encode_together` then runs one forward pass for
+    all of them, so comparing poolings costs one encoding, not one each.
+
+    Each configuration is checked first (`EncoderConfig.check`: options, whitening or flow
+    against the model) before any weights are read. ``trainable`` builds the transformer with
+    trainable weights, for `bert_whitening.training`: only a model `FusedBert` computes (a plain
+    BERT) can be trained, any other is refused. The pooler is built (and its weights needed)
+    only when a configuration pools with it.
+
+    Raises:
+        CheckpointError: the directory or its files cannot be used (named in the message).
+        BertWhiteningError: an option does not fit the model.
+    """
+    single = isinstance(configs, EncoderConfig)
+    configs = [configs] if single else list(configs)
+    if not configs:
+        raise BertWhiteningError("no encoder to build: give at least one EncoderConfig")
+    first = configs[0]
+    for config in configs:
+        differ = [key for key in _SHARED_FIELDS if getattr(config, key) != getattr(first, key)]
+        if differ:
+            raise BertWhiteningError("encoders built together share one model; these differ in %s" % ", ".join(differ))
+        config.check()
+    poolings = list(dict.fromkeys(config.pooling for config in configs))
+    pooled = _pooled_encoders(first, poolings, trainable)
+    encoders = [finish(pooled[config.pooling], config) for config in configs]
+    return encoders[0] if single else encoders
+
+
+#: What the encoders of one `build` call share: the transformer and its tokenizer.
+_SHARED_FIELDS = ("model", "model_type", "maxlen", "lowercase")
+
+
+def finish(pooled: Encoder, config: EncoderConfig) -> Encoder:
+    """``pooled`` (an unwhitened `Encoder` of ``config``'s model and pooling, from `build`)
+    followed by what ``config`` adds: its whitening (k resolved by ``config``) or flow, and the
+    normalisation. Lets a pooled encoder be built once and whitened after a fit."""
+    k = config.components
+    encoder = pooled
+    if config.whitening is not None or config.flow is not None or config.normalize:
+        encoder = with_whitening(
+            pooled, config.whitening if k else None, k, config.normalize, allow_rank_deficient=True, flow=config.flow
+        )
+    return dataclasses.replace(
+        encoder, config=dataclasses.replace(config, whitening=config.whitening if k else None, n_components=k or None)
+    )
+
+
 def build_encoder(
     model: Optional[str] = None,
     model_type: str = "bert",
@@ -69,24 +121,9 @@ def build_encoder(
     maxlen: int = 64,
     lowercase: bool = True,
 ) -> Encoder:
-    """Load a model directory into a pooled sentence `Encoder`.
-
-    Args:
-        model: a Google-format or Hugging Face BERT directory; None or ``minilm`` for the
-            built-in all-MiniLM-L6-v2.
-        model_type: the family (`bert_whitening.names.MODEL_TYPES`): bert, roberta, nezha,
-            wobert, roformer, simbert.
-        pooling: ``first-last-avg``, ``last-avg``, ``cls`` or ``pooler`` (linear, as the
-            original builds it).
-        maxlen: tokens per sentence with ``[CLS]`` and ``[SEP]``; at most the model's
-            ``max_position_embeddings`` for families with a position table.
-        lowercase: lower-case and strip accents before wordpiece (uncased and Chinese models).
-
-    Raises:
-        CheckpointError: the directory or its files cannot be used (named in the message).
-        BertWhiteningError: an option does not fit the model.
-    """
-    return build_encoders(model, model_type, (pooling,), maxlen, lowercase)[pooling]
+    """A pooled sentence `Encoder` of a model directory: `build` of the `EncoderConfig` of these
+    arguments (its fields say what each is)."""
+    return build(EncoderConfig(model, model_type, pooling, maxlen, lowercase))
 
 
 def build_encoders(
@@ -95,22 +132,17 @@ def build_encoders(
     poolings: Sequence[str] = ("first-last-avg",),
     maxlen: int = 64,
     lowercase: bool = True,
-    *,
-    trainable: bool = False,
 ) -> dict[str, Encoder]:
-    """``{pooling: Encoder}`` of one model loaded once, each as `build_encoder` makes it, all on
-    the same transformer graph: `bert_whitening.encoding.encode_together` runs one forward pass
-    for all of them, so comparing poolings costs one encoding, not one each. Arguments as
-    `build_encoder`'s; the pooler is built (and its weights needed) only when ``poolings`` has
-    ``pooler``. ``trainable`` builds the transformer with trainable weights, for
-    `bert_whitening.training`: only a model `FusedBert` computes (a plain BERT) can be trained,
-    any other is refused."""
-    model_type = model_type.lower()
+    """``{pooling: Encoder}`` of one model loaded once: `build` of one `EncoderConfig` a pooling."""
     if not poolings:
         raise BertWhiteningError("poolings is empty: give at least one of %s" % ", ".join(POOLINGS))
-    for pooling in poolings:
-        check_choice("pooling", pooling, POOLINGS)
-    files = check_model(model, model_type, poolings[0], maxlen)
+    configs = [EncoderConfig(model, model_type, pooling, maxlen, lowercase) for pooling in poolings]
+    return dict(zip(poolings, build(configs), strict=True))
+
+
+def _pooled_encoders(config, poolings, trainable):
+    """``{pooling: Encoder}``, unwhitened, of ``config``'s model (checked) on one transformer."""
+    model_type, files = config.model_type.lower(), config.files
     family = MODEL_TYPES[model_type]
     described = "a %s model with %s pooling" % (model_type, " and ".join(poolings))
     with_pooler = "pooler" in poolings
@@ -124,19 +156,18 @@ def build_encoders(
     else:
         inputs, first, last, pooler = _bert4keras_bert(files, family.architecture, with_pooler, described)
     vocab = load_vocab(files.vocab_path)
-    tokenizer = Tokenizer(vocab, do_lower_case=lowercase, pre_tokenize=_jieba_words if family.word_level else None)
-    identity = files.identity(model_type)
-    encoders = {}
-    for pooling in poolings:
-        config = EncoderConfig(model=model, model_type=model_type, pooling=pooling, maxlen=maxlen, lowercase=lowercase)
-        encoders[pooling] = Encoder(
+    pre_tokenize = _jieba_words if family.word_level else None
+    tokenizer = Tokenizer(vocab, do_lower_case=config.lowercase, pre_tokenize=pre_tokenize)
+    return {
+        pooling: Encoder(
             model=keras.Model(inputs, _pooled(inputs[0], first, last, pooler, pooling), name="encoder"),
             tokenizer=tokenizer,
             vocab=vocab,
-            model_identity=identity,
-            config=config,
+            model_identity=config.identity,
+            config=EncoderConfig(config.model, model_type, pooling, config.maxlen, config.lowercase),
         )
-    return encoders
+        for pooling in poolings
+    }
 
 
 def _pooled(input_ids, first, last, pooler, pooling):

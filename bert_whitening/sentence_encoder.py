@@ -127,7 +127,9 @@ class SentenceEncoder:
     def keras_encoder(self):
         """The `bert_whitening.models.Encoder` (Keras model, tokenizer), built on first use."""
         if self._encoder is None:
-            self._encoder = self.config.build(self._pooled_encoder())
+            from bert_whitening.models import finish
+
+            self._encoder = finish(self._pooled_encoder(), self.config)
         return self._encoder
 
     def _unwhitened_config(self):
@@ -143,7 +145,9 @@ class SentenceEncoder:
 
     def _pooled_encoder(self):
         if self._pooled is None:
-            self._pooled = self._unwhitened_config().build()
+            from bert_whitening.models import build
+
+            self._pooled = build(self._unwhitened_config())
         return self._pooled
 
     def encode(self, sentences: Sequence[str], batch_size: int = 128, progress=None) -> np.ndarray:

@@ -38,7 +38,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from bert_whitening.atomic import staged_directory
-from bert_whitening.config import check_model, runs_fused, versions
+from bert_whitening.config import EncoderConfig, check_model, runs_fused, versions
 from bert_whitening.data import check_readable, display_name, read_pairs
 from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
 from bert_whitening.files import file_sha256
@@ -229,9 +229,10 @@ def _run(o, report, progress):
     """Train as ``o`` says (TensorFlow from here on) and write the output."""
     from bert_whitening.backend import keras
     from bert_whitening.encoding import log_truncated, tokenize
-    from bert_whitening.models import build_encoders
+    from bert_whitening.models import build
 
-    encoder = build_encoders(o.model, o.model_type, (o.pooling,), o.maxlen, o.lowercase, trainable=True)[o.pooling]
+    config = EncoderConfig(o.model, o.model_type, o.pooling, o.maxlen, o.lowercase)
+    encoder = build(config, trainable=True)
     (firsts, cut_firsts), (seconds, cut_seconds) = (tokenize(encoder, s) for s in (o.train.firsts, o.train.seconds))
     log_truncated(cut_firsts + cut_seconds, 2 * len(firsts), o.maxlen)
     step, head = _step_function(o, encoder)

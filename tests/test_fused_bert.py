@@ -10,10 +10,11 @@ from bert_whitening import precision as precision_module
 from bert_whitening.backend import Tokenizer, build_transformer_model, keras, tf
 from bert_whitening.checkpoints import find_model
 from bert_whitening.checkpoints.google import write_checkpoint
+from bert_whitening.config import EncoderConfig
 from bert_whitening.encoding import encode
 from bert_whitening.layers import fused_bert
 from bert_whitening.layers.fused_bert import FusedBert
-from bert_whitening.models import build_encoder, build_encoders
+from bert_whitening.models import build, build_encoder, build_encoders
 from bert_whitening.names import POOLINGS
 
 from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, assert_equals_numpy_bert, random_weights
@@ -167,11 +168,11 @@ def test_a_portable_graph_has_plain_layer_norms_within_its_block(tiny_model, mon
 
 
 def test_inference_encoders_have_no_trainable_weights(encoders, tiny_model):
-    """What only encodes keeps its weights fixed; `build_encoders(trainable=True)` gives every
+    """What only encodes keeps its weights fixed; `build(config, trainable=True)` gives every
     weight of the transformer to the optimizer."""
     for pooling, encoder in encoders.items():
         assert not encoder.model.trainable_weights, pooling
-    trained = build_encoders(tiny_model[0], poolings=("pooler",), trainable=True)["pooler"]
+    trained = build(EncoderConfig(tiny_model[0], pooling="pooler"), trainable=True)
     bert = fused_layers(trained)[0]
     assert len(trained.model.trainable_weights) == len(bert.weights) == 5 + 12 * TINY_CONFIG["num_hidden_layers"] + 2
 
@@ -180,7 +181,7 @@ def test_only_a_plain_bert_is_trainable(tmp_path):
     directory = str(tmp_path / "relu_bert")
     write_checkpoint(directory, {**TINY_CONFIG, "hidden_act": "relu"}, random_weights(TINY_CONFIG), TINY_VOCAB)
     with pytest.raises(models.BertWhiteningError, match="only a plain BERT can be trained"):
-        build_encoders(directory, poolings=("cls",), trainable=True)
+        build(EncoderConfig(directory, pooling="cls"), trainable=True)
 
 
 def tiny_batch(encoder):
@@ -200,7 +201,7 @@ def test_gradients_equal_central_differences(tiny_model, monkeypatch, onednn, po
     is half the gradient's, half random: a random one alone is nearly orthogonal to a gradient
     of hundreds of entries, and float32's rounding of the objective would swamp its derivative."""
     monkeypatch.setattr(fused_bert, "_onednn_rewrites", lambda: onednn)
-    encoder = build_encoders(tiny_model[0], poolings=(pooling,), trainable=True)[pooling]
+    encoder = build(EncoderConfig(tiny_model[0], pooling=pooling), trainable=True)
     ids, segments = tiny_batch(encoder)
     rng = np.random.default_rng(0)
     projection = tf.constant(rng.normal(size=(ids.shape[0], encoder.dim)).astype(np.float32))
@@ -237,7 +238,7 @@ def test_gradients_equal_central_differences(tiny_model, monkeypatch, onednn, po
 def test_training_calls_run_float32_products_under_bfloat16_products(tiny_model):
     """`bfloat16_products` rounds an inference trace only: a training call traced inside it gives
     the float32 outputs, an inference call does not."""
-    encoder = build_encoders(tiny_model[0], poolings=("cls",), trainable=True)["cls"]
+    encoder = build(EncoderConfig(tiny_model[0], pooling="cls"), trainable=True)
     ids, segments = tiny_batch(encoder)
     exact = encoder.model([ids, segments], training=True).numpy()
     with fused_bert.bfloat16_products():

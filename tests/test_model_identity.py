@@ -97,7 +97,7 @@ def test_a_renamed_copy_takes_the_files_of_its_original_without_a_word(copies, f
     sentences.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
     result = here("encode", "--model", copies[0], "--whitening", path, "--output", tmp_path / "v.npy", sentences)
     assert result.returncode == 0 and b"WARNING" not in result.stderr, result.stderr
-    assert EncoderConfig(copies[0], flow=flow).check() == 0
+    assert EncoderConfig(copies[0], flow=flow).components == 0
 
 
 def test_an_index_of_the_base_model_is_refused_for_a_tuned_copy(tiny_model, copies, tmp_path):
@@ -138,7 +138,7 @@ def test_a_record_without_a_weights_digest_is_compared_without_it_and_said(tiny_
     del identity["weights_sha256"]
     legacy = dataclasses.replace(whitened.whitening, model_identity=identity)
     with caplog.at_level(logging.WARNING):
-        assert EncoderConfig(tiny_model[0], whitening=legacy).check() == legacy.components(None)
+        assert EncoderConfig(tiny_model[0], whitening=legacy).components == legacy.components(None)
     assert "records no digest of the model's weights" in caplog.text
     identity["vocab_sha256"] = "0" * 64
     with pytest.raises(BertWhiteningError, match="its vocabularies differ"):

@@ -95,7 +95,9 @@ def build_index(
                     read.append((key, text))
                     yield text
 
-            encoder = config.build()
+            from bert_whitening.models import build
+
+            encoder = build(config)
             with progress_bar() as bar:
                 for vectors in encode_stream(encoder, texts(), batch_size, bar):
                     keyed = [read.popleft() for _ in range(len(vectors))]
@@ -160,7 +162,9 @@ def search(
     from bert_whitening.encoding import encode
 
     index = IndexDirectory(directory)
-    encoder = query_config(index, model, pooling, whitening_path).build()
+    from bert_whitening.models import build
+
+    encoder = build(query_config(index, model, pooling, whitening_path))
     queries = sentence_list(queries, "queries")
     vectors = encode(encoder, queries, batch_size, progress=False)
     scores, ids = index.search(vectors, positive_int(top_k, "top_k"))
