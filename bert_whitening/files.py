@@ -115,16 +115,17 @@ class CheckedFile:
     directory renamed over the directory, changes nothing read. Its sha256 must be ``sha256``
     before any reader sees a byte (`check`, at opening); every later read hashes again what it
     reads (`reading`, `read`), so content written over in place since the check is refused
-    rather than mixed with what was checked. Errors name ``where``, the file and ``record``,
-    the file that holds the checksums."""
+    rather than mixed with what was checked. Errors name ``where``, the file, ``record`` (the
+    file that holds the checksums) and what the directory is, ``made`` (``"this index was built
+    with"``)."""
 
-    def __init__(self, directory_fd, name, sha256, where, record):
+    def __init__(self, directory_fd, name, sha256, where, record, made):
         self.name, self.sha256, self.where, self.record = name, sha256, where, record
         self._file = os.fdopen(open_regular(directory_fd, name, where), "rb", buffering=0)
         if _Hashing(self._file.fileno()).rest() != sha256:
             raise DataError(
-                "%s: %s is not the file %s records (sha256 differs from its %s...): the directory was "
-                "edited" % (where, name, record, str(sha256)[:12])
+                "%s: %s is not the file %s (sha256 differs from %s's %s...): the directory was edited"
+                % (where, name, made, record, str(sha256)[:12])
             )
 
     @contextlib.contextmanager

@@ -65,7 +65,7 @@ def test_an_edited_file_is_refused_before_it_is_used(index, name):
 def test_an_index_faiss_from_another_index_of_the_same_dimension_is_refused(index, tmp_path):
     write_index(tmp_path / "other", seed=1)
     shutil.copy(tmp_path / "other" / INDEX_FILE, index / INDEX_FILE)
-    refused(index, INDEX_FILE, "not the file index.json records")
+    refused(index, INDEX_FILE, "not the file this index was built with")
 
 
 @pytest.mark.parametrize("kind", ["fifo", "device", "missing"])

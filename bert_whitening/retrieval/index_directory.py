@@ -142,7 +142,7 @@ class IndexDirectory:
         try:
             self.metadata = self._read_metadata(descriptor)
             self._files = {
-                name: CheckedFile(descriptor, name, sha256, directory, METADATA_FILE)
+                name: CheckedFile(descriptor, name, sha256, directory, METADATA_FILE, "this index was built with")
                 for name, sha256 in self.metadata["files"].items()
             }
         finally:
