@@ -99,6 +99,12 @@ def _open_at(directory_fd, part, flags, where, name):
         raise DataError("%s: cannot read %s (%s)" % (where, name, error.strerror)) from None
 
 
+def file_sha256_at(directory_fd, name, where):
+    """The sha256 of the regular file ``name`` under ``directory_fd`` (see `open_regular`)."""
+    with os.fdopen(open_regular(directory_fd, name, where), "rb", buffering=0) as stream:
+        return _Hashing(stream.fileno()).rest()
+
+
 def read_limited(directory_fd, name, limit, where):
     """The bytes of the regular file ``name`` under ``directory_fd``, refused beyond ``limit``
     bytes (a record is small; anything larger is not one)."""
