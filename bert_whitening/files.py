@@ -94,9 +94,17 @@ def _open_at(directory_fd, part, flags, where, name):
     except FileNotFoundError:
         raise DataError("%s: no %s" % (where, name)) from None
     except OSError as error:
-        if error.errno == errno.ELOOP:  # what O_NOFOLLOW answers for a link
+        # O_NOFOLLOW answers ELOOP for a link, ENOTDIR with O_DIRECTORY
+        if error.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(directory_fd, part):
             raise DataError("%s: %s is a symbolic link (%s), not a regular file" % (where, name, part)) from None
         raise DataError("%s: cannot read %s (%s)" % (where, name, error.strerror)) from None
+
+
+def _is_link(directory_fd, part):
+    try:
+        return stat.S_ISLNK(os.stat(part, dir_fd=directory_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def file_sha256_at(directory_fd, name, where):
