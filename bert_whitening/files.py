@@ -124,10 +124,10 @@ def read_limited(directory_fd, name, limit, where):
 
 
 class CheckedFile:
-    """One file of a checked directory (an index's), opened once through the directory's
-    descriptor and read only through its own, so a file renamed over the name, or another
-    directory renamed over the directory, changes nothing read. Its sha256 must be ``sha256``
-    before any reader sees a byte (`check`, at opening); every later read hashes again what it
+    """One file of a checked directory (an index's, an export's), opened once through the
+    directory's descriptor and read only through its own, so a file renamed over the name, or
+    another directory renamed over the directory, changes nothing read. Its sha256 must be
+    ``sha256`` at opening, before any reader sees a byte; every later read hashes again what it
     reads (`reading`, `read`), so content written over in place since the check is refused
     rather than mixed with what was checked. Errors name ``where``, the file, ``record`` (the
     file that holds the checksums) and what the directory is, ``made`` (``"this index was built
