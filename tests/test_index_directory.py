@@ -165,3 +165,13 @@ def test_the_whitening_is_read_from_the_checked_bytes(tmp_path):
     opened = IndexDirectory(str(tmp_path / "index"))
     os.rename(tmp_path / "other" / "whitening.npz", tmp_path / "index" / "whitening.npz")
     np.testing.assert_array_equal(opened.whitening().kernel, fitted[0].kernel)
+
+
+def test_a_row_broken_in_place_after_the_check_is_refused_as_changed_not_as_malformed(index):
+    opened = IndexDirectory(str(index))
+    with open(index / KEYS_FILE, "r+b") as stream:  # the first row's tab becomes a space
+        data = stream.read().replace(b"\t", b" ", 1)
+        stream.seek(0)
+        stream.write(data)
+    with pytest.raises(ValueError, match="keys.tsv changed after it was checked"):
+        opened.rows({0})
