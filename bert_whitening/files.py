@@ -1,20 +1,29 @@
-"""Reading files whole or in bounded blocks: checksums and ``.npy`` matrices of any size.
+"""Reading files whole or in bounded blocks: checksums and ``.npy`` matrices of any size, and the
+files of a checked directory (an index's, an export's) read from the descriptors that were checked.
 
 numpy only, so that refusals about files answer before TensorFlow is imported.
 """
 
+import contextlib
+import errno
 import hashlib
+import io
+import os
+import stat
 
 import numpy as np
 
 from bert_whitening.errors import DataError
+
+#: Bytes read at a time when hashing or streaming a file.
+BLOCK = 1 << 20
 
 
 def file_sha256(path):
     """The sha256 of a file's bytes, read 1 MB at a time."""
     digest = hashlib.sha256()
     with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
+        for block in iter(lambda: stream.read(BLOCK), b""):
             digest.update(block)
     return digest.hexdigest()
 
@@ -42,3 +51,157 @@ def npy_blocks(path, rows):
         block = np.memmap(path, dtype, "r", offset + start * shape[1] * dtype.itemsize, (count, shape[1]))
         yield start, block
         del block
+
+
+def open_directory(path):
+    """A descriptor of the directory ``path``, through which a checked directory's files are then
+    opened (`CheckedFile`): renaming another directory to ``path`` afterwards changes nothing read
+    through it. A `DataError` naming ``path`` when it is not a readable directory."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        raise DataError("%s: not a directory" % path) from None
+    except OSError as error:
+        raise DataError("%s: cannot read it (%s)" % (path, error.strerror)) from None
+
+
+def open_regular(directory_fd, name, where):
+    """A descriptor of the regular file ``name`` (``a/b`` for one in a subdirectory) under the
+    directory descriptor ``directory_fd``. No component may be a symbolic link, ``..`` or empty,
+    so the file is one of the directory's own; a FIFO or a device is refused without being read
+    (opened non-blocking: a FIFO would wait for a writer). Errors name ``where`` and ``name``."""
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise DataError("%s: %r is not a file name inside the directory" % (where, name))
+    opened = [directory_fd]
+    try:
+        for part in parts[:-1]:
+            opened.append(_open_at(opened[-1], part, os.O_DIRECTORY, where, name))
+        descriptor = _open_at(opened[-1], parts[-1], os.O_NONBLOCK, where, name)
+    finally:
+        for descriptor_to_close in opened[1:]:
+            os.close(descriptor_to_close)
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise DataError("%s: %s is not a regular file" % (where, name))
+    os.set_blocking(descriptor, True)
+    return descriptor
+
+
+def _open_at(directory_fd, part, flags, where, name):
+    try:
+        return os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | flags, dir_fd=directory_fd)
+    except FileNotFoundError:
+        raise DataError("%s: no %s" % (where, name)) from None
+    except OSError as error:
+        # O_NOFOLLOW answers ELOOP for a link, ENOTDIR with O_DIRECTORY
+        if error.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(directory_fd, part):
+            raise DataError("%s: %s is a symbolic link (%s), not a regular file" % (where, name, part)) from None
+        raise DataError("%s: cannot read %s (%s)" % (where, name, error.strerror)) from None
+
+
+def _is_link(directory_fd, part):
+    try:
+        return stat.S_ISLNK(os.stat(part, dir_fd=directory_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def file_sha256_at(directory_fd, name, where):
+    """The sha256 of the regular file ``name`` under ``directory_fd`` (see `open_regular`)."""
+    with os.fdopen(open_regular(directory_fd, name, where), "rb", buffering=0) as stream:
+        return _Hashing(stream.fileno()).rest()
+
+
+def read_limited(directory_fd, name, limit, where):
+    """The bytes of the regular file ``name`` under ``directory_fd``, refused beyond ``limit``
+    bytes (a record is small; anything larger is not one)."""
+    with os.fdopen(open_regular(directory_fd, name, where), "rb") as stream:
+        data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise DataError("%s: %s is larger than %d bytes: not the record it should be" % (where, name, limit))
+    return data
+
+
+class CheckedFile:
+    """One file of a checked directory (an index's, an export's), opened once through the
+    directory's descriptor and read only through its own, so a file renamed over the name, or
+    another directory renamed over the directory, changes nothing read. Its sha256 must be
+    ``sha256`` at opening, before any reader sees a byte; every later read hashes again what it
+    reads (`reading`, `read`), so content written over in place since the check is refused
+    rather than mixed with what was checked. Errors name ``where``, the file, ``record`` (the
+    file that holds the checksums) and what the directory is, ``made`` (``"this index was built
+    with"``)."""
+
+    def __init__(self, directory_fd, name, sha256, where, record, made):
+        self.name, self.sha256, self.where, self.record = name, sha256, where, record
+        self._file = os.fdopen(open_regular(directory_fd, name, where), "rb", buffering=0)
+        if _Hashing(self._file.fileno()).rest() != sha256:
+            raise DataError(
+                "%s: %s is not the file %s (sha256 differs from %s's %s...): the directory was edited"
+                % (where, name, made, record, str(sha256)[:12])
+            )
+
+    @contextlib.contextmanager
+    def reading(self):
+        """A buffered binary stream of the file from its first byte; leaving the block reads what
+        the reader left and refuses content that is no longer the checked one (a reader that
+        failed on such content is refused the same way)."""
+        raw = _Hashing(self._file.fileno())
+        try:
+            yield io.BufferedReader(raw, BLOCK)
+        except Exception:
+            self._refuse_changed(raw)
+            raise
+        self._refuse_changed(raw)
+
+    def read(self):
+        """The whole file as `NamedBytes`, its sha256 checked again on these very bytes."""
+        with self.reading() as stream:
+            return NamedBytes(stream.read(), os.path.join(self.where, self.name))
+
+    def _refuse_changed(self, raw):
+        if raw.rest() != self.sha256:
+            raise DataError(
+                "%s: %s changed after it was checked against %s: the directory is being written "
+                "over; use it once that is done" % (self.where, self.name, self.record)
+            )
+
+
+class _Hashing(io.RawIOBase):
+    """A file descriptor read from its first byte by offset (``pread``: readers of one
+    descriptor cannot move each other), hashing what it gives."""
+
+    def __init__(self, descriptor):
+        super().__init__()
+        self.descriptor, self.offset, self.digest = descriptor, 0, hashlib.sha256()
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        data = os.pread(self.descriptor, len(buffer), self.offset)
+        buffer[: len(data)] = data
+        self.offset += len(data)
+        self.digest.update(data)
+        return len(data)
+
+    def rest(self):
+        """The sha256 of the whole file, once the part not read yet is read."""
+        for block in iter(lambda: os.pread(self.descriptor, BLOCK, self.offset), b""):
+            self.offset += len(block)
+            self.digest.update(block)
+        return self.digest.hexdigest()
+
+
+class NamedBytes(io.BytesIO):
+    """Bytes read from a checked file, named by it: readers that take a path or a binary stream
+    (``np.load`` in `Whitening.load`, `Flow.load`) read these bytes and name the file in their
+    messages (``"%s" % path``)."""
+
+    def __init__(self, data, name):
+        super().__init__(data)
+        self.name = name
+
+    def __str__(self):
+        return self.name

@@ -122,3 +122,56 @@ def test_a_file_name_that_is_not_utf8_is_recorded_as_text(tmp_path):
     with IndexWriter(str(tmp_path / "index"), RECORD, 2) as writer:
         writer.add(unit([[1, 0], [0, 1]]), [(name, 1), (name, 2)], ["a", "b"])
     assert IndexDirectory(str(tmp_path / "index")).rows({1}) == {1: ("/corpus/caf\\xe9.txt", 2, "b")}
+
+
+@pytest.mark.parametrize("replaced", ["directory", INDEX_FILE, KEYS_FILE, TEXTS_FILE])
+def test_an_index_renamed_over_the_opened_one_changes_nothing_it_reads(index, tmp_path, replaced):
+    """Another index of the same shape renamed into place (the whole directory, or one file)
+    after the checksums were checked: what is read is still the checked index, not a mix."""
+    vectors = IndexDirectory(str(index)).vectors()
+    write_index(tmp_path / "other", seed=1)
+    opened = IndexDirectory(str(index))
+    if replaced == "directory":
+        os.rename(index, tmp_path / "retired")
+        os.rename(tmp_path / "other", index)
+    else:
+        os.rename(tmp_path / "other" / replaced, index / replaced)
+    np.testing.assert_array_equal(opened.vectors(), vectors)
+    assert opened.rows({0, 11}) == {0: ("/corpus/0.txt", 1, "text 0"), 11: ("/corpus/0.txt", 12, "text 11")}
+
+
+@pytest.mark.parametrize("name", [INDEX_FILE, KEYS_FILE, TEXTS_FILE])
+def test_a_file_written_over_in_place_after_the_check_is_refused_when_read(index, name):
+    opened = IndexDirectory(str(index))
+    with open(index / name, "r+b") as stream:  # the same file, one byte changed
+        data = bytearray(stream.read())
+        data[len(data) // 2] ^= 0x01
+        stream.seek(0)
+        stream.write(data)
+    with pytest.raises(ValueError, match="%s: %s changed after it was checked against index.json" % (index, name)):
+        opened.vectors() if name == INDEX_FILE else opened.rows({0})
+
+
+def test_the_whitening_is_read_from_the_checked_bytes(tmp_path):
+    from bert_whitening.whitening import WhiteningStats, fit_whitening
+
+    fitted = [
+        fit_whitening(WhiteningStats().update(np.random.default_rng(seed).normal(size=(40, 6)))) for seed in (0, 1)
+    ]
+    record = dict(RECORD, whitening={"sha256": "0" * 64}, n_components=6)
+    for directory, whitening in zip(("index", "other"), fitted, strict=True):
+        with IndexWriter(str(tmp_path / directory), record, 6, whitening=whitening) as writer:
+            writer.add(unit(np.eye(6)).astype(np.float32), [("/corpus.txt", i + 1) for i in range(6)])
+    opened = IndexDirectory(str(tmp_path / "index"))
+    os.rename(tmp_path / "other" / "whitening.npz", tmp_path / "index" / "whitening.npz")
+    np.testing.assert_array_equal(opened.whitening().kernel, fitted[0].kernel)
+
+
+def test_a_row_broken_in_place_after_the_check_is_refused_as_changed_not_as_malformed(index):
+    opened = IndexDirectory(str(index))
+    with open(index / KEYS_FILE, "r+b") as stream:  # the first row's tab becomes a space
+        data = stream.read().replace(b"\t", b" ", 1)
+        stream.seek(0)
+        stream.write(data)
+    with pytest.raises(ValueError, match="keys.tsv changed after it was checked"):
+        opened.rows({0})

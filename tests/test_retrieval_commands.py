@@ -4,6 +4,7 @@ import functools
 import itertools
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from test_retrieval import reference_metrics, reference_ranking
 
 from bert_whitening import cli, encoding
 from bert_whitening.encoding import encode
+from bert_whitening.retrieval import search as search_module
 from bert_whitening.retrieval.index_directory import IndexDirectory
 from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
 
@@ -348,3 +350,38 @@ def test_export_corpus_refuses_an_index_of_another_maxlen_or_case(indexed, tmp_p
     assert run("export", "--model", model, *argv) == 1 and "refused" in caplog.text
     assert ("maxlen: 64 vs 8" if option[0] == "--maxlen" else "lowercase: True vs False") in caplog.text
     assert not (tmp_path / "served").exists()
+
+
+@pytest.fixture
+def swapped_while_open(indexed, tmp_path, monkeypatch):
+    """A copy of ``indexed``'s index, and another index of the same encoder and row count that
+    is renamed over it as soon as a command has opened (and checked) it."""
+    model, corpus, whitening, vectors, index = indexed
+    mine, other, other_corpus = tmp_path / "index", tmp_path / "other", tmp_path / "other.txt"
+    shutil.copytree(index, mine)
+    other_corpus.write_text("".join(s + "\n" for s in MANY[20:80]), encoding="utf-8")  # MANY[5] not in it
+    argv = ["--model", model, "--whitening", whitening, "--n-components", 12, "--output", other, other_corpus]
+    assert run("index", *argv) == 0
+
+    class SwappedWhileOpen(IndexDirectory):
+        def __init__(self, directory):
+            super().__init__(directory)
+            if os.path.exists(other):
+                os.rename(mine, tmp_path / "retired")
+                os.rename(other, mine)
+
+    monkeypatch.setattr(search_module, "IndexDirectory", SwappedWhileOpen)
+    return mine
+
+
+def test_search_answers_from_the_index_it_checked_when_another_is_renamed_over_it(swapped_while_open, capsys):
+    capsys.readouterr()
+    assert run("search", "--index", swapped_while_open, "--top-k", 3, "--json", MANY[5]) == 0
+    top = json.loads(capsys.readouterr().out)[0]["hits"][0]
+    assert (top["line"], top["text"]) == (6, MANY[5]) and top["score"] == pytest.approx(1, abs=1e-5)
+
+
+def test_export_corpus_takes_the_vectors_it_checked_when_another_index_is_renamed_over_it(indexed, swapped_while_open):
+    config = search_module.query_config(IndexDirectory(str(indexed[-1])))
+    vectors, _ = search_module.corpus_for_export(str(swapped_while_open), config)
+    np.testing.assert_array_equal(vectors, IndexDirectory(str(indexed[-1])).vectors())

@@ -1,5 +1,5 @@
 """Export an encoder as one SavedModel for TF Serving (`saved_model`), verified in a fresh process
-(`verify`).
+(`verify`), its files bound to its record (`record`: `check_export`).
 
 The names below are imported on first use, so the verification child
 (``python -m bert_whitening.export.verify``) loads TensorFlow alone, as a server does.
@@ -8,7 +8,8 @@ The names below are imported on first use, so the verification child
 import importlib
 
 _WHERE = {
-    "METADATA_FILE": "saved_model",
+    "METADATA_FILE": "record",
+    "check_export": "record",
     "ServingModule": "saved_model",
     "export_saved_model": "saved_model",
     "target_version": "layout",

@@ -29,9 +29,11 @@ from bert_whitening.atomic import DIRECTORY, check_outputs, staged_directory
 from bert_whitening.backend import graph_function, tf
 from bert_whitening.config import versions
 from bert_whitening.encoding import runs_fused_bert
-from bert_whitening.errors import ExportError
+from bert_whitening.errors import BertWhiteningError, ExportError
 from bert_whitening.export.layout import publish, target_version
+from bert_whitening.export.record import RECORD, checked_record, file_digests
 from bert_whitening.export.verify import TOLERANCE, FreshProcess, verify
+from bert_whitening.files import open_directory
 from bert_whitening.layers.fused_bert import bfloat16_copies, bfloat16_products, portable_graph
 from bert_whitening.names import MODEL_TYPES, check_choice
 
@@ -39,8 +41,6 @@ from bert_whitening.names import MODEL_TYPES, check_choice
 EXPORT_PRECISIONS = ("float32", "bfloat16")
 
 logger = logging.getLogger(__name__)
-
-METADATA_FILE = "bert_whitening.json"
 
 
 class ServingModule(tf.Module):
@@ -186,15 +186,25 @@ def export_saved_model(
             reason = error.message.splitlines()[0].split("; ")[-1].replace(staging, "")
             raise ExportError("%s: cannot write the SavedModel: %s" % (base, reason)) from None
         os.makedirs(os.path.join(staging, "assets"), exist_ok=True)
-        with open(os.path.join(staging, "assets", METADATA_FILE), "w", encoding="utf-8") as stream:
-            json.dump(
-                {**export_record(encoder, module, metadata), "precision": precision},
-                stream,
-                indent=2,
-                ensure_ascii=False,
-            )
-        difference = verify(checker, staging, encoder, text, corpus, tolerance, precision)
-        target = publish(staging, base, number, version is None, overwrite)
+        # The staged directory is held open from here to the rename: the files hashed into the
+        # record, the SavedModel the child loads (through this descriptor) and the files
+        # checked again after it are this directory's, whatever is renamed to its name.
+        held = open_directory(staging)
+        try:
+            record = {
+                **export_record(encoder, module, metadata),
+                "precision": precision,
+                "files": file_digests(held, staging),
+            }
+            with open(os.path.join(staging, RECORD), "w", encoding="utf-8") as stream:
+                json.dump(record, stream, indent=2, ensure_ascii=False)
+            difference = verify(checker, held_path(held), encoder, text, corpus, tolerance, precision)
+            _check_unchanged(held, staging, base, record)
+            target = publish(staging, base, number, version is None, overwrite)
+            if not os.path.samestat(os.stat(target), os.fstat(held)):  # renamed over it since the check
+                raise ExportError("%s is not the export that was verified: do not serve it, export again" % target)
+        finally:
+            os.close(held)
     logger.info(
         "exported %s (signatures: %s); the reloaded model differs from the Keras model by at most %.2g",
         target,
@@ -202,6 +212,29 @@ def export_saved_model(
         difference,
     )
     return target, difference
+
+
+def held_path(descriptor):
+    """A path to the directory open as ``descriptor`` that other processes (the verification
+    child) resolve to that very directory, not to whatever bears its name."""
+    return "/proc/%d/fd/%d" % (os.getpid(), descriptor)
+
+
+def _check_unchanged(held, staging, base, record):
+    """Refuse a staged export whose files or record changed since they were hashed (while the
+    child verified it), or that is no longer the directory named ``staging``: what is published
+    must be what was verified."""
+    try:
+        checked = checked_record(held, staging)
+    except BertWhiteningError as error:
+        raise ExportError(
+            "%s: the staged export changed while it was verified, nothing was written (%s)" % (base, error)
+        ) from None
+    if checked != json.loads(json.dumps(record)) or not os.path.samestat(os.stat(staging), os.fstat(held)):
+        raise ExportError(
+            "%s: the staged export's record changed, or another directory was renamed over it, while it "
+            "was verified; nothing was written" % base
+        )
 
 
 def _products(module):

@@ -15,9 +15,10 @@ A directory holds:
 
 Search reads nothing outside the directory, so editing, moving or deleting the corpus files later
 changes nothing. Opening an index checks, before FAISS reads a byte: that every file is a regular
-file (a FIFO or a device under one of these names would block or never end), and that its sha256
-is the one ``index.json`` records, so a damaged, truncated or swapped file (an ``index.faiss``
-copied from another index of the same dimension, say) is refused. Then FAISS's dimension and row
+file (a FIFO or a device under one of these names would block or never end; a link could point
+anywhere), and that its sha256 is the one ``index.json`` records, so a damaged, truncated or
+swapped file (an ``index.faiss`` copied from another index of the same dimension, say) is
+refused; what is read afterwards is read from the descriptors that were checked (`IndexDirectory`). Then FAISS's dimension and row
 count, and the row counts of the keys and texts, must be ``index.json``'s. ``index.json`` is the
 root of this trust: its entries are type-checked; whoever can rewrite it can rewrite the rest.
 """
@@ -25,14 +26,13 @@ root of this trust: its entries are type-checked; whoever can rewrite it can rew
 import json
 import logging
 import os
-import stat
 
 import numpy as np
 
 from bert_whitening.atomic import staged_directory
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
-from bert_whitening.files import file_sha256
+from bert_whitening.files import CheckedFile, file_sha256, open_directory, read_limited
 from bert_whitening.retrieval.faiss_indexes import faiss, hnsw_index
 from bert_whitening.whitening import check_vectors
 
@@ -130,30 +130,32 @@ class IndexWriter:
 class IndexDirectory:
     """An index directory, verified (see the module docstring) when opened: ``metadata`` is
     ``index.json`` (with the encoder record, `EncoderConfig.from_config` reads it), ``count``
-    and ``dim`` its rows and their dimension."""
+    and ``dim`` its rows and their dimension.
+
+    The directory is opened once, and every file through it, at opening (`CheckedFile`): what is
+    read later is read from those descriptors, so an index renamed over this one, or a file
+    renamed over one of its files, while a command runs cannot mix two indexes; content written
+    over in place is refused when it is read."""
 
     def __init__(self, directory):
         self.directory = directory
-        self.metadata = self._read_metadata()
+        descriptor = open_directory(directory)
+        try:
+            self.metadata = self._read_metadata(descriptor)
+            self._files = {
+                name: CheckedFile(descriptor, name, sha256, directory, METADATA_FILE, "this index was built with")
+                for name, sha256 in self.metadata["files"].items()
+            }
+        finally:
+            os.close(descriptor)
         self.count, self.dim = self.metadata["count"], self.metadata["dim"]
-        for name in self.metadata["files"]:
-            self._verify(name)
         self._index = None
 
-    def path(self, name):
-        return os.path.join(self.directory, name)
-
     def _refuse(self, problem):
-        raise BertWhiteningError("%s: %s" % (self.directory, problem))
+        raise DataError("%s: %s" % (self.directory, problem))
 
-    def _read_metadata(self):
-        if not os.path.isdir(self.directory):
-            self._refuse("not a directory")
-        stream = self._open(METADATA_FILE)
-        with stream:
-            text = stream.read(METADATA_LIMIT + 1)
-        if len(text) > METADATA_LIMIT:
-            self._refuse("%s is larger than %d bytes: not an index's" % (METADATA_FILE, METADATA_LIMIT))
+    def _read_metadata(self, descriptor):
+        text = read_limited(descriptor, METADATA_FILE, METADATA_LIMIT, self.directory)
         try:
             metadata = json.loads(text.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -189,37 +191,15 @@ class IndexDirectory:
             self._refuse("%s: %s" % (METADATA_FILE, error))
         return metadata
 
-    def _open(self, name):
-        """A binary stream of one of the directory's files, refused unless it is a regular file."""
-        try:  # non-blocking: opening a FIFO for reading would wait for a writer
-            descriptor = os.open(self.path(name), os.O_RDONLY | os.O_NONBLOCK)
-        except FileNotFoundError:
-            self._refuse("not an index directory (no %s)" % name)
-        except OSError as error:
-            self._refuse("cannot read %s (%s)" % (name, error.strerror))
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            os.close(descriptor)
-            self._refuse("%s is not a regular file" % name)
-        os.set_blocking(descriptor, True)
-        return os.fdopen(descriptor, "rb")
-
-    def _verify(self, name):
-        expected = self.metadata["files"][name]
-        self._open(name).close()  # a FIFO or a device is refused before it is read
-        if file_sha256(self.path(name)) != expected:
-            self._refuse(
-                "%s is not the file this index was built with (sha256 differs from "
-                "index.json's %s...): the directory was edited; build it again" % (name, str(expected)[:12])
-            )
-
     @property
     def index(self):
-        """The FAISS index, read once its file is verified, and checked against index.json."""
+        """The FAISS index, read from the checked descriptor once, and checked against index.json."""
         if self._index is None:
-            try:
-                index = faiss().read_index(self.path(INDEX_FILE))
-            except RuntimeError as error:
-                self._refuse("FAISS cannot read %s (%s)" % (INDEX_FILE, str(error).splitlines()[0]))
+            with self._files[INDEX_FILE].reading() as stream:
+                try:
+                    index = faiss().read_index(faiss().PyCallbackIOReader(stream.read))
+                except RuntimeError as error:
+                    self._refuse("FAISS cannot read %s (%s)" % (INDEX_FILE, str(error).splitlines()[0]))
             if (index.d, index.ntotal) != (self.dim, self.count):
                 self._refuse(
                     "%s holds %d vectors of dimension %d; index.json says %d of %d"
@@ -232,7 +212,7 @@ class IndexDirectory:
         """The `Whitening` stored with the index, or None."""
         from bert_whitening.whitening import Whitening
 
-        return Whitening.load(self.path(WHITENING_FILE)) if self.metadata.get("whitening") else None
+        return Whitening.load(self._files[WHITENING_FILE].read()) if self.metadata.get("whitening") else None
 
     def flow(self):
         """The `Flow` stored with the index, or None."""
@@ -240,7 +220,7 @@ class IndexDirectory:
             return None
         from bert_whitening.flow import Flow
 
-        return Flow.load(self.path(FLOW_FILE))
+        return Flow.load(self._files[FLOW_FILE].read())
 
     def vectors(self):
         """The exact vectors stored, float32 ``(count, dim)``."""
@@ -254,7 +234,7 @@ class IndexDirectory:
         """``{row: (file, line, text)}`` for the set of ``wanted`` rows, read in one pass over
         the keys and texts (a search needs a few rows of a large index)."""
         found = {}
-        with self._open(KEYS_FILE) as keys, self._open(TEXTS_FILE) as texts:
+        with self._files[KEYS_FILE].reading() as keys, self._files[TEXTS_FILE].reading() as texts:
             row = -1
             for row, (key, text) in enumerate(zip(keys, texts, strict=False)):
                 if row in wanted:

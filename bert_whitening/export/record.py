@@ -1,0 +1,65 @@
+"""An export's record, ``assets/bert_whitening.json``, and what binds the SavedModel to it: the
+sha256 of every file the export wrote (``files``: ``saved_model.pb``, ``variables/...``, the
+other assets), taken from the staged files after the save and before the verification.
+
+`check_export` checks an export directory against its record; the export itself checks its
+staging directory again once the verification ran (`bert_whitening.export.saved_model`). Files
+added afterwards (TF Serving's ``assets.extra/`` warm-up requests, say) are not listed, and not
+checked. No TensorFlow: checking an export does not load it.
+"""
+
+import json
+import os
+
+from bert_whitening.errors import DataError, ExportError
+from bert_whitening.files import CheckedFile, file_sha256_at, open_directory, read_limited
+
+METADATA_FILE = "bert_whitening.json"
+#: The record's name inside an export directory.
+RECORD = "assets/" + METADATA_FILE
+#: Largest record read: an encoder record, versions and checksums, a few kB.
+RECORD_LIMIT = 1 << 20
+
+
+def file_digests(directory_fd, where):
+    """``{name: sha256}`` of every file under the directory descriptor ``directory_fd`` but the
+    record (which holds them), names relative to it with ``/``; a link or a FIFO in it is an
+    error naming ``where``."""
+    return {
+        name: file_sha256_at(directory_fd, name, where)
+        for top, _, files, _ in os.fwalk(".", dir_fd=directory_fd)
+        for name in (os.path.normpath(os.path.join(top, file)) for file in files)
+        if name != RECORD
+    }
+
+
+def check_export(directory):
+    """The record of the export in ``directory`` (a ``BASE/N``), once every file it lists is
+    there with the sha256 it records. An `ExportError` naming the directory and the file
+    otherwise: a variable file edited, truncated or copied from another export, a file missing,
+    a record written by a version that listed no files."""
+    descriptor = open_directory(directory)
+    try:
+        return checked_record(descriptor, directory)
+    except DataError as error:
+        raise ExportError(str(error)) from None
+    finally:
+        os.close(descriptor)
+
+
+def checked_record(directory_fd, where):
+    """`check_export` of an export directory already open as ``directory_fd``."""
+    text = read_limited(directory_fd, RECORD, RECORD_LIMIT, where)
+    try:
+        record = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ExportError("%s: %s is not valid JSON (%s)" % (where, RECORD, error)) from None
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(sha256, str) for sha256 in files.values()):
+        raise ExportError(
+            "%s: %s lists no sha256 of the SavedModel's files (exported by an earlier version?): "
+            "export it again" % (where, RECORD)
+        )
+    for name, sha256 in files.items():
+        CheckedFile(directory_fd, name, sha256, where, RECORD, "this export was written with")
+    return record

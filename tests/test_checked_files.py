@@ -1,0 +1,60 @@
+"""A checked directory's files are its own regular files, named inside it (numpy only: an export
+record is checked without TensorFlow)."""
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from bert_whitening.errors import ExportError
+from bert_whitening.export.record import RECORD, check_export, file_digests
+from bert_whitening.files import open_directory
+
+
+@pytest.fixture
+def export(tmp_path):
+    """A directory laid out as an export, its record listing the sha256 of its files."""
+    directory = tmp_path / "1"
+    (directory / "variables").mkdir(parents=True)
+    (directory / "assets").mkdir()
+    (directory / "saved_model.pb").write_bytes(b"graph")
+    (directory / "variables" / "variables.index").write_bytes(b"index")
+    (directory / "variables" / "variables.data-00000-of-00001").write_bytes(b"weights")
+    descriptor = open_directory(str(directory))
+    try:
+        files = file_digests(descriptor, str(directory))
+    finally:
+        os.close(descriptor)
+    (directory / RECORD).write_text(json.dumps({"files": files}), encoding="utf-8")
+    return directory
+
+
+def test_the_record_lists_every_file_but_itself(export):
+    assert sorted(check_export(str(export))["files"]) == [
+        "saved_model.pb",
+        "variables/variables.data-00000-of-00001",
+        "variables/variables.index",
+    ]
+
+
+def test_a_name_outside_the_directory_is_refused(export, tmp_path):
+    (tmp_path / "outside").write_bytes(b"elsewhere")
+    files = {"../outside": hashlib.sha256(b"elsewhere").hexdigest()}
+    (export / RECORD).write_text(json.dumps({"files": files}), encoding="utf-8")
+    with pytest.raises(ExportError, match=r"'../outside' is not a file name inside the directory"):
+        check_export(str(export))
+
+
+@pytest.mark.parametrize("linked", ["variables", "saved_model.pb"])
+def test_a_symbolic_link_is_refused_though_its_target_has_the_recorded_bytes(export, tmp_path, linked):
+    os.rename(export / linked, tmp_path / "moved")
+    os.symlink(tmp_path / "moved", export / linked)
+    with pytest.raises(ExportError, match=r"is a symbolic link \(%s\), not a regular file" % linked):
+        check_export(str(export))
+
+
+def test_a_missing_file_is_refused_naming_it(export):
+    os.unlink(export / "variables" / "variables.index")
+    with pytest.raises(ExportError, match=r"1: no variables/variables.index$"):
+        check_export(str(export))
