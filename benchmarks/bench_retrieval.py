@@ -78,17 +78,17 @@ def numpy_search(corpus):
 
 def saved_search(corpus, queries, directory):
     """A serve_search SavedModel over ``corpus`` whose stand-in encoder returns row
-    ``input_ids[:, 0]`` of ``queries``; returns ``(serve_search, rows -> its inputs, variables
-    bytes)``."""
+    ``input_ids[:, 0] - 1`` of ``queries`` (id 0 is padding, which the signature refuses);
+    returns ``(serve_search, rows -> its inputs, variables bytes)``."""
     from bert_whitening.backend import keras, tf
     from bert_whitening.export import ServingModule
 
     input_ids = keras.Input((None,), dtype="int32", name="input_ids")
     segment_ids = keras.Input((None,), dtype="int32", name="segment_ids")
-    lookup = keras.layers.Embedding(len(queries), queries.shape[1], trainable=False)
+    lookup = keras.layers.Embedding(len(queries) + 1, queries.shape[1], trainable=False)
     model = keras.Model([input_ids, segment_ids], lookup(input_ids[:, 0]))
-    lookup.set_weights([queries])
-    module = ServingModule(model, corpus=corpus, top_k=TOP_K)
+    lookup.set_weights([np.vstack([np.zeros_like(queries[:1]), queries])])
+    module = ServingModule(model, maxlen=1, corpus=corpus, top_k=TOP_K)
     tf.saved_model.save(module, directory, signatures=module.signatures())
     del module
     serve = tf.saved_model.load(directory).signatures["serve_search"]
@@ -101,7 +101,7 @@ def saved_search(corpus, queries, directory):
     first_row = lambda rows: (rows.__array_interface__["data"][0] - start) // queries.strides[0]
 
     def prepare(rows):
-        ids = tf.constant(np.arange(first_row(rows), first_row(rows) + len(rows), dtype=np.int32)[:, None])
+        ids = tf.constant(np.arange(first_row(rows) + 1, first_row(rows) + len(rows) + 1, dtype=np.int32)[:, None])
         return {"input_ids": ids, "segment_ids": tf.zeros_like(ids)}
 
     return lambda inputs: serve(**inputs)["ids"], prepare, size

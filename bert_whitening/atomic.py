@@ -26,6 +26,11 @@ next run writing in that directory removes the temporaries whose lock it can tak
 and leaves the others: a process id says nothing across PID namespaces (two containers sharing a
 volume), a lock does. An ``OSError`` while writing (a full disk, say) is raised again naming the
 target, never the temporary name.
+
+What the libraries write to the temporary directory (TensorFlow's AutoGraph modules, which it
+removes only at a normal exit; Beam's staging) goes to a directory of the command's own,
+``TMPDIR/.command.bert-whitening-tmp-PID-XXXXXXXX`` (`private_temporary_directory`), removed
+however the command ends, and by the next command when a SIGKILL left it.
 """
 
 import contextlib
@@ -311,6 +316,37 @@ def staged_directory(target):
             raise
         raise named from None
     finally:
+        os.close(lock)
+
+
+@contextlib.contextmanager
+def private_temporary_directory():
+    """A new directory in the system's temporary directory, made the temporary directory of this
+    process (``tempfile.tempdir``) and of the processes it starts (``TMPDIR``) while the block
+    runs, then removed with everything in it, and the previous ones restored.
+
+    TensorFlow writes a module per function AutoGraph converts (``__autograph_generated_file*.py``)
+    and removes them at exit (``atexit``), which an interrupted command skips (it ends with
+    ``os._exit`` once cleaned up, `bert_whitening.cli.console_main`); so do Beam's temporary
+    files. Here they go where the block's end removes them, on success, error or signal alike.
+    A run killed with SIGKILL leaves its directory, locked as the staged outputs are, and the next
+    run removes it (`remove_stale`)."""
+    target = os.path.join(tempfile.gettempdir(), "command")
+    parent, prefix = _prefix(target)
+    remove_stale(target)
+    directory = tempfile.mkdtemp(dir=parent, prefix=prefix)
+    lock = _lock(directory)
+    previous = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir = os.environ["TMPDIR"] = directory
+    try:
+        yield directory
+    finally:
+        tempfile.tempdir = previous[0]
+        if previous[1] is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = previous[1]
+        shutil.rmtree(directory, ignore_errors=True)
         os.close(lock)
 
 

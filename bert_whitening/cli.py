@@ -10,7 +10,8 @@ precision set (`_start`) and the model loaded. So ``--help`` and refusals answer
 Errors: a refused input (`bert_whitening.errors.BertWhiteningError`) or an ``OSError`` is one
 line on standard error and exit status 1 (the traceback with ``--log-level DEBUG``); a bad
 command line is argparse's message and status 2; SIGINT and SIGTERM stop the command with one
-line, status 130, 143 or 129 (SIGHUP, as SIGTERM), after removing what it had staged. A closed
+line, status 130, 143 or 129 (SIGHUP, as SIGTERM), after removing what it had staged and its own
+temporary directory (`bert_whitening.atomic.private_temporary_directory`). A closed
 standard input that a command would read (``-``), or a closed standard output that it prints its
 results to, is refused before any work; a reader of standard output that goes away (``| head``)
 ends the command quietly with status 141, as SIGPIPE would. Anything else is a bug and keeps its
@@ -29,7 +30,7 @@ import os
 import signal
 import sys
 
-from bert_whitening.atomic import DIRECTORY, FILE, PREFIX, check_outputs
+from bert_whitening.atomic import DIRECTORY, FILE, PREFIX, check_outputs, private_temporary_directory
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import ENGLISH_STS, INPUT_FORMATS, STDIN, TASKS, check_readable, data_dir, read_sentences
 from bert_whitening.errors import BertWhiteningError, Interrupted
@@ -1035,8 +1036,9 @@ def main(argv=None):
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     previous = {number: signal.signal(number, _raise_interrupted) for number in STOP_SIGNALS}
     try:
-        check_paths(args)
-        args.run(args)
+        with private_temporary_directory():
+            check_paths(args)
+            args.run(args)
     except BrokenPipeError:
         # The reader of standard output went away (``| head``): what it did not read is not
         # wanted. No line, and no second error when the interpreter flushes at exit.

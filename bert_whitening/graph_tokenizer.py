@@ -7,7 +7,8 @@ Chinese and English data (counted when the English reader still took a score col
 sentence: 147,380 then, 147,101 distinct sentences now, scripts/count_shared_sentences.py).
 This module spells out bert4keras' own steps instead:
 
-0. text that is not UTF-8 is refused (an InvalidArgument error), as ``encode`` refuses it;
+0. text that is not UTF-8 is refused (an InvalidArgument error naming the rows), as the data files'
+   reader refuses it;
 1. ``\\t\\n\\r`` become spaces; control and format characters (Cc, Cf) and U+FFFD are dropped;
 2. when lower-casing: ``str.lower``, NFD, and combining marks (Mn) dropped;
 3. split on spaces (Zs, U+2028, U+2029), keeping each punctuation character (ASCII 33-47, 58-64,
@@ -99,9 +100,7 @@ class GraphTokenizer(tf.Module):
         )
 
     def __call__(self, text):
-        # Invalid UTF-8 is an error, as `encode` refuses it, not [UNK] (the later ops replace it).
-        valid = tf.strings.unicode_decode(text, "UTF-8", errors="strict").flat_values
-        with tf.control_dependencies([valid]):
+        with tf.control_dependencies([_refuse_invalid_utf8(text)]):
             text = tf.identity(text)
         text = tf.strings.regex_replace(text, r"[\t\n\r]", " ")
         text = tf.strings.regex_replace(text, DROPPED, "")
@@ -116,3 +115,19 @@ class GraphTokenizer(tf.Module):
         edge = lambda token_id: tf.fill([ids.nrows(), 1], tf.constant(token_id, tf.int64))
         ids = tf.concat([edge(self.cls_id), ids, edge(self.sep_id)], axis=1)
         return tf.cast(ids.to_tensor(0), tf.int32)
+
+
+def _refuse_invalid_utf8(text):
+    """An op that fails, naming the rows, when a row of ``text`` is not UTF-8: the data files'
+    reader refuses such text, and the later ops would make it [UNK] instead.
+
+    An Assert, not a strict ``unicode_decode`` whose output nothing reads: Grappler removes an op
+    like that from a traced graph, so the SavedModel took any bytes. ICU's transcoding, with
+    invalid sequences replaced, changes exactly the rows that Python's strict UTF-8 decoding
+    refuses (overlong forms, surrogates and code points above U+10FFFF included), and leaves a
+    valid row, U+FFFD included, as it is."""
+    repaired = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+    rows = tf.where(tf.not_equal(repaired, text))[:, 0]
+    return tf.debugging.Assert(
+        tf.equal(tf.size(rows), 0), ["text that is not UTF-8 in rows (counting from 0):", rows], summarize=10
+    )

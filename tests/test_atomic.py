@@ -7,7 +7,14 @@ import stat
 
 import pytest
 
-from bert_whitening.atomic import MARK, check_output, remove_stale, staged_directory, write_atomically
+from bert_whitening.atomic import (
+    MARK,
+    check_output,
+    private_temporary_directory,
+    remove_stale,
+    staged_directory,
+    write_atomically,
+)
 
 
 def write_text(text):
@@ -131,4 +138,40 @@ def test_a_failed_staging_removes_the_parents_it_created(tmp_path):
     with pytest.raises(RuntimeError):
         with staged_directory(str(tmp_path / "base" / "deeper" / "1")):
             raise RuntimeError("verification failed")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_private_temporary_directory_holds_what_the_run_and_its_children_write(tmp_path, monkeypatch):
+    """Inside, Python's temporary files and a child's TMPDIR go to the run's own directory; after
+    the block (an error here), it is gone and the previous temporary directory is back."""
+    import subprocess
+    import sys
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    other = tmp_path / "someone-else.txt"
+    other.write_text("kept", encoding="utf-8")
+    with pytest.raises(RuntimeError):
+        with private_temporary_directory() as directory:
+            assert os.path.dirname(directory) == str(tmp_path) and MARK in os.path.basename(directory)
+            tempfile.NamedTemporaryFile(delete=False).close()
+            child = "import tempfile; open(tempfile.mkstemp()[1], 'w').close(); print(tempfile.gettempdir())"
+            said = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout
+            assert said.strip() == directory and len(os.listdir(directory)) == 2
+            raise RuntimeError("interrupted")
+    assert os.listdir(tmp_path) == ["someone-else.txt"]
+    assert os.environ["TMPDIR"] == str(tmp_path) and tempfile.gettempdir() == str(tmp_path)
+
+
+def test_a_private_temporary_directory_left_by_a_killed_run_is_removed_by_the_next(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    left = tmp_path / (".command%s4000000-abcdefgh" % MARK)  # no lock: its run is gone
+    (left / "sub").mkdir(parents=True)
+    (left / "__autograph_generated_file1234.py").write_text("", encoding="utf-8")
+    os.utime(left, (1, 1))
+    with private_temporary_directory() as directory:
+        assert os.listdir(tmp_path) == [os.path.basename(directory)]
     assert os.listdir(tmp_path) == []

@@ -274,3 +274,30 @@ def test_a_bfloat16_export_below_the_bound_or_of_another_graph_is_refused(encode
         export_saved_model(normalized, str(tmp_path / "low"), precision="bfloat16")
     with pytest.raises(ValueError, match="float32, bfloat16"):
         export_saved_model(normalized, str(tmp_path / "low"), precision="float16")
+
+
+@on_the_export
+def test_the_saved_serve_text_refuses_text_that_is_not_utf8_and_names_the_rows(exported, whitened):
+    serve = tf.saved_model.load(exported[1]).signatures["serve_text"]
+    rows = [b"good", b"bad \xff\xfe bytes", "\ufffd".encode(), b"overlong \xc0\x80"]
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"not UTF-8 in rows \(counting from 0\):\] \[1 3\]"):
+        serve(text=tf.constant(rows))
+    valid = ["", "good", "\ufffd"]  # an empty sentence is [CLS] [SEP], as in encode
+    vectors = serve(text=tf.constant(valid))["embedding"].numpy()
+    np.testing.assert_allclose(vectors, encode(whitened, valid), atol=1e-5)
+
+
+@on_the_export
+def test_the_saved_serving_default_refuses_rows_without_tokens_and_rows_past_maxlen(exported, whitened):
+    serve = tf.saved_model.load(exported[1]).signatures["serving_default"]
+    ids = pad_ids(tokenize(whitened, SENTENCES[:3])[0])
+    call = lambda input_ids: serve(input_ids=tf.constant(input_ids), segment_ids=tf.zeros_like(input_ids))
+    assert call(np.pad(ids, ((0, 0), (0, whitened.maxlen - ids.shape[1]))))["embedding"].shape[0] == 3
+    ids[1] = 0
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"no token .*counting from 0:\] \[1\]"):
+        call(ids)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"no token .*\[0 1\]"):
+        call(np.zeros((2, 0), np.int32))
+    too_long = np.pad(ids[[0]], ((0, 0), (0, whitened.maxlen + 1 - ids.shape[1])))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="longer than the exported maxlen 64"):
+        call(too_long)

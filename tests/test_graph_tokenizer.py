@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_whitening.backend import Tokenizer, load_vocab, tf
+from bert_whitening.backend import Tokenizer, graph_function, load_vocab, tf
 from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
 from bert_whitening.encoding import token_ids
 from bert_whitening.graph_tokenizer import GraphTokenizer
@@ -111,8 +111,29 @@ def test_code_points_whose_category_is_newer_in_tensorflow_tokenise_as_in_python
     assert mismatches(vocab, ["a%sb c" % chr(code) for code in newer]) == []
 
 
-def test_text_that_is_not_utf8_is_refused_in_the_graph(tiny_model):
+@pytest.mark.parametrize("traced", [False, True])
+def test_text_that_is_not_utf8_is_refused_in_the_graph(tiny_model, traced):
+    """Traced, an op whose output nothing reads is removed by Grappler: the check must still run."""
     graph = GraphTokenizer(load_vocab(os.path.join(tiny_model[0], "vocab.txt")), 16)
+    if traced:
+        graph = graph_function(graph.__call__, [tf.TensorSpec([None], tf.string)])
     assert graph(tf.constant([b"good weather"])).shape[0] == 1
-    with pytest.raises(tf.errors.InvalidArgumentError):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"not UTF-8 in rows \(counting from 0\):\W+1(\D|$)"):
         graph(tf.constant([b"good", b"bad \xff\xfe bytes"]))
+
+
+def test_the_graph_refuses_the_bytes_python_refuses(tiny_model):
+    """Overlong forms, surrogates, code points past U+10FFFF, cut sequences: refused as Python's
+    strict UTF-8 decoding refuses them; U+FFFD, noncharacters, NUL and a BOM pass."""
+    graph = GraphTokenizer(load_vocab(os.path.join(tiny_model[0], "vocab.txt")), 16)
+    rows = [b"\xc0\x80", b"\xe0\x80\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xe4\xbd"]
+    rows += [b"\xf8\x88\x80\x80\x80", b"ok\xc2", "\ufffd".encode(), b"\xef\xbf\xbe", b"a\x00b", "\ufeffx".encode()]
+    rows += ["中文 \U0001f600".encode(), b"\xed\x9f\xbf"]
+    for row in rows:
+        try:
+            row.decode("utf-8")
+        except UnicodeDecodeError:
+            with pytest.raises(tf.errors.InvalidArgumentError, match="not UTF-8"):
+                graph(tf.constant([row]))
+        else:
+            assert graph(tf.constant([row])).shape[0] == 1

@@ -38,9 +38,13 @@ def cli(*argv, stdin=None, input=None, timeout=300):
     )
 
 
-def start(*argv):
-    """The command in a child that takes SIGINT as a terminal's user gets it."""
-    return subprocess.Popen(launched(["-m", "bert_whitening", *argv]), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def start(*argv, tmpdir=None):
+    """The command in a child that takes SIGINT as a terminal's user gets it (with ``TMPDIR`` set to
+    ``tmpdir`` when given)."""
+    environment = None if tmpdir is None else {**os.environ, "TMPDIR": str(tmpdir)}
+    return subprocess.Popen(
+        launched(["-m", "bert_whitening", *argv]), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment
+    )
 
 
 def leftovers(directory):
@@ -327,6 +331,60 @@ def test_sigterm_during_beam_encode_is_one_line_and_143(work, tmp_path):
     assert process.returncode == 143, stderr
     assert stderr.decode().strip().splitlines()[-1] == "ERROR: interrupted by SIGTERM; nothing was written"
     assert b"Traceback" not in stderr and os.listdir(output) == []
+
+
+def autograph_modules(tmpdir):
+    """TensorFlow's AutoGraph modules under ``tmpdir`` (a run writes them to its own directory)."""
+    return list(tmpdir.rglob("__autograph_generated_file*"))
+
+
+def a_temporary_directory(tmp_path):
+    """A TMPDIR for a command, holding another program's file."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    (tmpdir / "someone-else.txt").write_text("kept", encoding="utf-8")
+    return tmpdir
+
+
+@pytest.mark.parametrize(
+    "command, number", [("encode", signal.SIGINT), ("export", signal.SIGHUP), ("beam-fit", signal.SIGTERM)]
+)
+def test_an_interrupted_command_leaves_nothing_in_tmpdir(work, tmp_path, command, number):
+    """AutoGraph's modules (removed at a normal exit only) and Beam's temporary directories go to
+    the run's own directory, which the interrupted run removes."""
+    tmpdir = a_temporary_directory(tmp_path)
+    big = tmp_path / "big.txt"
+    big.write_text("".join(line + "\n" for line in LINES * 100), encoding="utf-8")
+    model = ["--model", work["model"]]
+    argv = {
+        "encode": [*encode_args(work, tmp_path / "v.npy"), "--batch-size", "8", big],
+        "export": ["export", *model, "--whitening", work["whitening"], "--text", "--output", tmp_path / "served"],
+        "beam-fit": ["beam-fit", *model, "--batch-size", "8", "--input", big, "--output", tmp_path / "w.npz"],
+    }[command]
+    process = start(*argv, tmpdir=tmpdir)
+    ready = {"export": lambda: staging_with_child(tmp_path / "served")}.get(command, lambda: True)
+    wait_for(lambda: autograph_modules(tmpdir) and ready(), process)
+    process.send_signal(number)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + number, stderr
+    assert os.listdir(tmpdir) == ["someone-else.txt"]
+
+
+def test_the_temporary_directory_of_a_killed_command_is_removed_by_the_next(work, tmp_path):
+    tmpdir = a_temporary_directory(tmp_path)
+    big = tmp_path / "big.txt"
+    big.write_text("".join(line + "\n" for line in LINES * 100), encoding="utf-8")
+    process = start(*encode_args(work, tmp_path / "v.npy"), "--batch-size", "8", big, tmpdir=tmpdir)
+    wait_for(lambda: autograph_modules(tmpdir), process)
+    process.kill()
+    process.communicate(timeout=60)
+    (left,) = leftovers(tmpdir)
+    a_minute_ago = time.time() - 60  # older than STALE_AFTER_SECONDS, as when a user runs again
+    os.utime(tmpdir / left, (a_minute_ago, a_minute_ago))
+    rerun = start(*encode_args(work, tmp_path / "v.npy"), work["sentences"], tmpdir=tmpdir)
+    _, stderr = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0 and ("removing %s" % (tmpdir / left)).encode() in stderr, stderr
+    assert os.listdir(tmpdir) == ["someone-else.txt"]  # a normal run leaves nothing either
 
 
 LINGERING_THREAD = """

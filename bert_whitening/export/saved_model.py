@@ -44,7 +44,12 @@ logger = logging.getLogger(__name__)
 
 
 class ServingModule(tf.Module):
-    """The object saved: the Keras encoder, and the in-graph tokenizer when there is one."""
+    """The object saved: the Keras encoder, and the in-graph tokenizer when there is one.
+
+    ``serving_default`` refuses what ``encode`` never feeds the model: rows longer than
+    ``maxlen`` (``encode`` cuts sentences there; the limit also bounds a request's memory by its
+    rows, docs/serving.md) and rows with no token (all padding, or length 0), whose pooled
+    vector would be the whitening of an empty average, a valid-looking vector of no sentence."""
 
     IDS = [
         tf.TensorSpec([None, None], tf.int32, name="input_ids"),
@@ -52,8 +57,9 @@ class ServingModule(tf.Module):
     ]
     TEXT = [tf.TensorSpec([None], tf.string, name="text")]
 
-    def __init__(self, model, tokenizer=None, corpus=None, top_k=10, bfloat16=False):
+    def __init__(self, model, maxlen, tokenizer=None, corpus=None, top_k=10, bfloat16=False):
         super().__init__()
+        self.maxlen = maxlen
         # The Keras model is called, not tracked: tracking it makes tf.saved_model.save trace
         # every layer for Keras' own loader (half the export's time); the signatures need only
         # the variables they capture. In bfloat16 the products' weights are stored as bfloat16
@@ -85,6 +91,17 @@ class ServingModule(tf.Module):
         # Without this, segment_ids of another shape would be broadcast, not refused.
         tf.debugging.assert_equal(
             tf.shape(input_ids), tf.shape(segment_ids), message="input_ids and segment_ids must have the same shape"
+        )
+        tf.debugging.assert_less_equal(
+            tf.shape(input_ids)[1],
+            self.maxlen,
+            message="input_ids longer than the exported maxlen %d, where encode cuts sentences" % self.maxlen,
+        )
+        empty = tf.where(tf.reduce_all(tf.equal(input_ids, 0), axis=1))[:, 0]
+        tf.debugging.Assert(
+            tf.equal(tf.size(empty), 0),
+            ["input_ids rows with no token (all 0, the padding id), counting from 0:", empty],
+            summarize=10,
         )
         return {"embedding": self._call_model([input_ids, segment_ids], training=False)}
 
@@ -172,7 +189,7 @@ def export_saved_model(
         from bert_whitening.graph_tokenizer import GraphTokenizer
 
         tokenizer = GraphTokenizer(encoder.vocab, encoder.maxlen, encoder.lowercase)
-    module = ServingModule(encoder.model, tokenizer, corpus, top_k, bfloat16=precision == "bfloat16")
+    module = ServingModule(encoder.model, encoder.maxlen, tokenizer, corpus, top_k, bfloat16=precision == "bfloat16")
     if corpus is not None and module.top_k < top_k:
         logger.warning(
             "top_k %d is more than the %d corpus rows: serve_search returns %d", top_k, len(corpus), module.top_k
