@@ -46,6 +46,12 @@ MODEL_SIZES = {
     "max_position_embeddings": 1 << 16,
     "type_vocab_size": 1024,
 }
+#: The largest shape a BERT-flow configuration may give: far beyond BERT-flow's own (2-3 levels of
+#: 2-3 steps, 16-32 wide).
+FLOW_SIZES = {"n_levels": 16, "depth": 64, "coupling_width": 4096}
+#: The most a flow's weights may take (a flow without ``permutation`` holds a square matrix per
+#: step).
+FLOW_BYTES = 1 << 30
 #: The keys every BERT configuration gives.
 REQUIRED_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
