@@ -40,6 +40,7 @@ METADATA_BYTES = 1 << 20
 MODEL_SIZES = {
     "vocab_size": 1 << 22,
     "hidden_size": 8192,
+    "embedding_size": 8192,
     "num_hidden_layers": 128,
     "num_attention_heads": 256,
     "intermediate_size": 1 << 16,
