@@ -69,40 +69,46 @@ def check_model_sizes(config, path, error):
             raise error("%s: %s is %r, expected a whole number from 1 to %d" % (path, key, value, largest))
 
 
-def open_regular(path, error, what="file"):
-    """A binary stream of the regular file ``path``; a FIFO, a device or a directory is refused
-    before it is read (opened without blocking: opening a FIFO waits for a writer)."""
+def open_regular(path, error, what="file", limit=None):
+    """A binary stream of the regular file ``path``, of at most ``limit`` bytes when given; a
+    FIFO, a device or a directory is refused before it is read (opened without blocking: opening
+    a FIFO waits for a writer)."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise error("%s: no such %s" % (path, what)) from None
     except OSError as error_:
         raise error("%s: cannot read the %s (%s)" % (path, what, error_.strerror)) from None
-    mode = os.fstat(descriptor).st_mode
-    if not stat.S_ISREG(mode):
+    found = os.fstat(descriptor)
+    if not stat.S_ISREG(found.st_mode) or (limit is not None and found.st_size > limit):
         os.close(descriptor)
-        kind = "directory" if stat.S_ISDIR(mode) else file_kind(mode)
+        if stat.S_ISREG(found.st_mode):
+            raise error("%s: larger than %d bytes, too large for a %s" % (path, limit, what))
+        kind = "directory" if stat.S_ISDIR(found.st_mode) else file_kind(found.st_mode)
         raise error("%s: a %s, not a regular file: cannot be read as a %s" % (path, kind, what))
     os.set_blocking(descriptor, True)
     return os.fdopen(descriptor, "rb")
 
 
 def read_limited(path, limit, error, what="file"):
-    """The bytes of the regular file ``path``, refused when it holds more than ``limit``."""
+    """The bytes of the regular file ``path``, refused when it holds more than ``limit``; read a
+    block at a time, as one read of ``limit`` bytes would allocate them all whatever it gets."""
+    chunks, size = [], 0
     try:
-        with open_regular(path, error, what) as stream:
-            data = stream.read(limit + 1)
+        with open_regular(path, error, what, limit) as stream:
+            while size <= limit and (chunk := stream.read(1 << 16)):
+                chunks.append(chunk)
+                size += len(chunk)
     except OSError as error_:
         raise error("%s: cannot read the %s (%s)" % (path, what, error_.strerror)) from None
-    if len(data) > limit:
+    if size > limit:  # it grew since it was opened
         raise error("%s: larger than %d bytes, too large for a %s" % (path, limit, what))
-    return data
+    return b"".join(chunks)
 
 
 #: The `numpy.lib.format` header readers by format version; numpy writes 1.0 unless a header
 #: needs more room.
 _HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-
 
 _KIND_NAMES = {"f": "floats", "U": "text"}
 

@@ -289,10 +289,10 @@ def read_bytes(path, limit):
     return read_limited(path, limit, CheckpointError, "model file")
 
 
-def check_file(path):
-    """Refuse, before anything reads it, a model file that is missing, unreadable, or not a
-    regular file (a FIFO would block its reader, a device never end)."""
-    open_regular(path, CheckpointError, "model file").close()
+def check_file(path, limit=None):
+    """Refuse, before anything reads it, a model file that is missing, unreadable, not a regular
+    file (a FIFO would block its reader, a device never end) or larger than ``limit``."""
+    open_regular(path, CheckpointError, "model file", limit).close()
 
 
 def read_json(path):

@@ -6,7 +6,7 @@ import os
 import shutil
 
 from bert_whitening.bounded import INDEX_BYTES
-from bert_whitening.checkpoints import CheckpointError, check_file, read_bytes, read_json
+from bert_whitening.checkpoints import CheckpointError, check_file, read_json
 
 CONFIG = "bert_config.json"
 CHECKPOINT = "bert_model.ckpt"
@@ -50,7 +50,7 @@ def checkpoint_prefix(directory):
             "%s holds several checkpoints (%s); keep one" % (directory, ", ".join(os.path.basename(i) for i in indexes))
         )
     prefix = indexes[0][: -len(".index")]
-    read_bytes(indexes[0], INDEX_BYTES)  # TensorFlow allocates the blocks its index claims
+    check_file(indexes[0], INDEX_BYTES)  # TensorFlow allocates the blocks its index claims
     for path in glob.glob(prefix + ".data-*") or [prefix + ".data-00000-of-00001"]:
         check_file(path)
     return prefix
