@@ -160,11 +160,6 @@ class NpzMembers:
                 "%s: not a %s, unexpected arrays %s%s" % (self.path, self.what, ", ".join(listed[:3]), more)
             )
 
-    def header(self, name):
-        """``(shape, dtype)`` of the member ``name``, from its header alone."""
-        with self._open(name) as stream:
-            return self._header(name, stream)[:2]
-
     def array(self, name, shape=None, kinds="f", limit=None):
         """The array ``name``, refused before its data is read unless its shape is ``shape``
         (when given), its dtype of one of the numpy ``kinds``, and it holds at most ``limit``
