@@ -122,7 +122,7 @@ def _check_kind(path, target, kind):
     elif not stat.S_ISREG(mode):
         raise BertWhiteningError(
             "cannot write %s: it is a %s, and outputs are written to regular files and "
-            "directories (renamed into place)" % (path, _kind(mode))
+            "directories (renamed into place)" % (path, file_kind(mode))
         )
 
 
@@ -198,7 +198,8 @@ def check_output(path, inputs=()):
     return check_outputs([path], inputs)[0]
 
 
-def _kind(mode):
+def file_kind(mode):
+    """The name of a file type that is neither a regular file nor a directory, for errors."""
     kinds = (
         (stat.S_ISCHR, "character device"),
         (stat.S_ISBLK, "block device"),

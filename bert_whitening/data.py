@@ -3,9 +3,10 @@
 A pair file has one ``sentence1<TAB>sentence2<TAB>label`` per line, the label a finite number
 (0/1, or a 0-5 score). A sentence file has one sentence per line; an empty line is an empty
 sentence. Every input is read once, line by line, never whole, so standard input (``-``), a pipe
-or a FIFO works like a file. Lines end at ``\n`` only (one ``\r`` before it is dropped), so a
-stray ``\r`` inside a line cannot shift the line numbers, and line *i* of a file is row *i* of
-what ``encode`` writes.
+or a FIFO works like a file; a line longer than `bert_whitening.bounded.LINE_BYTES` is refused
+before it is read whole (``/dev/zero``, a compressed file that inflates to one endless line).
+Lines end at ``\n`` only (one ``\r`` before it is dropped), so a stray ``\r`` inside a line
+cannot shift the line numbers, and line *i* of a file is row *i* of what ``encode`` writes.
 """
 
 import gzip
@@ -16,6 +17,7 @@ import os
 import sys
 import zlib
 
+from bert_whitening.bounded import LINE_BYTES
 from bert_whitening.errors import DataError
 from bert_whitening.names import check_choice
 
@@ -79,9 +81,15 @@ def _lines(path, opener=open_local):
     name, number = display_name(path), 0
     try:
         with opener(path) as stream:
-            for number, raw in enumerate(stream, 1):  # binary streams split on b"\n" only
+            # Binary streams split on b"\n" only; a line is read up to its limit, never whole.
+            for number, raw in enumerate(iter(lambda: stream.readline(LINE_BYTES + 2), b""), 1):
                 raw = raw[:-1] if raw.endswith(b"\n") else raw
                 raw = raw[:-1] if raw.endswith(b"\r") else raw
+                if len(raw) > LINE_BYTES:
+                    raise DataError(
+                        "%s:%d: a line longer than %d bytes, the limit of an input line (not text "
+                        "with one sentence a line?)" % (name, number, LINE_BYTES)
+                    )
                 if number == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
                     raw = raw[3:]
                 if b"\0" in raw:  # valid UTF-8, but text never holds it: UTF-16 without a BOM

@@ -57,7 +57,6 @@ import json
 import logging
 import math
 import time
-import zipfile
 
 import numpy as np
 import scipy.linalg
@@ -65,6 +64,7 @@ from tqdm.auto import tqdm
 
 from bert_whitening.atomic import write_atomically
 from bert_whitening.backend import graph_function, keras, tf
+from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, METADATA_BYTES, MODEL_SIZES, NpzMembers
 from bert_whitening.errors import FlowError
 
 logger = logging.getLogger(__name__)
@@ -113,16 +113,43 @@ class FlowConfig:
         config = cls(**values)
         if config.coupling not in ("additive", "affine"):
             raise FlowError("flow coupling must be additive or affine, got %r" % (config.coupling,))
-        if min(config.n_levels, config.depth, config.coupling_width) < 1:
-            raise FlowError("flow n_levels, depth and coupling_width must be positive: %s" % (config,))
+        for key, largest in FLOW_SIZES.items():
+            value = getattr(config, key)
+            if type(value) is not int or not 1 <= value <= largest:
+                raise FlowError("flow %s is %r, expected a whole number from 1 to %d" % (key, value, largest))
         return config
 
     def check(self, dim):
-        """Refuse a dimension the levels cannot halve (the last level's coupling halves it too)."""
+        """Refuse, before a weight is made, a dimension the levels cannot halve (the last level's
+        coupling halves it too), or a flow whose weights would take more than `FLOW_BYTES`."""
+        if type(dim) is not int or not 1 <= dim <= MODEL_SIZES["hidden_size"]:
+            raise FlowError(
+                "a flow's dimension is %r, expected a whole number from 1 to %d" % (dim, MODEL_SIZES["hidden_size"])
+            )
         if dim % 2**self.n_levels:
             raise FlowError(
                 "a flow of %d levels needs a dimension divisible by %d, got %d" % (self.n_levels, 2**self.n_levels, dim)
             )
+        size = 8 * self.weight_count(dim)
+        if size > FLOW_BYTES:
+            raise FlowError(
+                "a flow of %s on dimension %d would hold %d bytes of weights, more than %d"
+                % (self, dim, size, FLOW_BYTES)
+            )
+
+    def weight_count(self, dim):
+        """The number of float64 weights of a flow on ``dim``, counted from the shapes its layers
+        make (`ActNorm`, `InvertibleConv1x1`, `Coupling`), so that a flow is sized before it is
+        built."""
+        width, count = self.coupling_width, 0
+        for level in range(self.n_levels):
+            channels = dim >> level
+            outputs = channels if self.coupling == "affine" else channels // 2
+            actnorm = 2 * channels
+            convolution = 0 if self.permutation else 3 * channels * channels + 2 * channels
+            coupling = channels // 2 * width + width * width + 2 * 2 * width + width * outputs + 2 * outputs
+            count += self.depth * (actnorm + convolution + coupling)
+        return count
 
 
 def _zero_log_det():
@@ -372,26 +399,31 @@ class Flow(keras.Model):
 
     @classmethod
     def load(cls, path):
-        """A flow written by `save`; anything else is a `FlowError` naming the file."""
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                arrays = {name: data[name] for name in data.files}
-            meta = json.loads(str(arrays.pop("meta")))
-            if meta["format_version"] != FORMAT_VERSION:
-                raise FlowError(
-                    "%s: format version %r, this version reads %d" % (path, meta["format_version"], FORMAT_VERSION)
-                )
-            flow = cls(meta["dim"], meta["config"])
-            weights = [arrays.pop("weight_%03d" % i) for i in range(len(flow.weights))]
-            if arrays:
-                raise FlowError("%s: unexpected arrays %s" % (path, ", ".join(sorted(arrays))))
-            if not all(np.isfinite(weight).all() for weight in weights):
-                raise FlowError("%s: weights with NaN or inf" % path)
-            flow.set_weights(weights)
-        except FileNotFoundError:
-            raise FlowError("%s: no such flow file" % path) from None
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, TypeError, AttributeError) as error:
-            raise FlowError("%s: not a readable flow file (%s: %s)" % (path, type(error).__name__, error)) from None
+        """A flow written by `save`; anything else is a `FlowError` naming the file. Its size is
+        checked from the metadata before the flow is built, and each weight's header against the
+        built flow before it is read."""
+        with NpzMembers(path, FlowError, "flow file") as members:
+            try:
+                meta = json.loads(str(members.array("meta", (), kinds="U", limit=METADATA_BYTES)))
+                version, dim, config = meta["format_version"], meta["dim"], meta["config"]
+            except (ValueError, KeyError, TypeError) as error:
+                raise FlowError("%s: not a readable flow file (%s: %s)" % (path, type(error).__name__, error)) from None
+            if version != FORMAT_VERSION:
+                raise FlowError("%s: format version %r, this version reads %d" % (path, version, FORMAT_VERSION))
+            try:
+                flow = cls(dim, config)
+            except FlowError as error:
+                raise FlowError("%s: %s" % (path, error)) from None
+            except (ValueError, TypeError) as error:
+                raise FlowError("%s: not a readable flow file (%s: %s)" % (path, type(error).__name__, error)) from None
+            names = ["weight_%03d" % i for i in range(len(flow.weights))]
+            members.expect(names + ["meta"])
+            weights = [
+                members.array(name, tuple(weight.shape)) for name, weight in zip(names, flow.weights, strict=True)
+            ]
+        if not all(np.isfinite(weight).all() for weight in weights):
+            raise FlowError("%s: weights with NaN or inf" % path)
+        flow.set_weights(weights)
         flow.training_summary = meta.get("training", {})
         flow.pooling, flow.model_identity = meta.get("pooling"), meta.get("model_identity") or {}
         if not isinstance(flow.pooling, (str, type(None))) or not isinstance(flow.model_identity, dict):

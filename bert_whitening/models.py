@@ -146,6 +146,7 @@ def _pooled_encoders(config, poolings, trainable):
     family = MODEL_TYPES[model_type]
     described = "a %s model with %s pooling" % (model_type, " and ".join(poolings))
     with_pooler = "pooler" in poolings
+    files.check_sizes(family.absolute_positions)
     if _runs_fused(family, files.config):
         inputs, first, last, pooler = _fused_bert(files, with_pooler, described, trainable)
     elif trainable:

@@ -22,6 +22,7 @@ import numpy as np
 
 from bert_whitening.arguments import path_list, positive_int, sentence_list, sentence_stream
 from bert_whitening.atomic import DIRECTORY, check_outputs, staged_directory, write_atomically
+from bert_whitening.bounded import JSON_BYTES, read_limited
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import STDIN, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
@@ -101,8 +102,7 @@ class SentenceEncoder:
     def _load_saved(cls, directory):
         path = os.path.join(directory, CONFIG_FILE)
         try:
-            with open(path, encoding="utf-8") as stream:
-                record = json.load(stream)
+            record = json.loads(read_limited(path, JSON_BYTES, BertWhiteningError, "saved encoder record"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise BertWhiteningError("%s: not valid JSON (%s)" % (path, error)) from None
         whitening_path = os.path.join(directory, WHITENING_FILE)

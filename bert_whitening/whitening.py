@@ -20,12 +20,12 @@ negative = all dimensions, ``k > 0`` = keep the first ``k`` columns.
 import dataclasses
 import json
 import logging
-import zipfile
 from typing import Optional
 
 import numpy as np
 
 from bert_whitening.atomic import write_atomically
+from bert_whitening.bounded import METADATA_BYTES, MODEL_SIZES, NpzMembers
 from bert_whitening.errors import BertWhiteningError, DataError, WhiteningError
 
 logger = logging.getLogger(__name__)
@@ -226,79 +226,17 @@ class Whitening:
     def load(cls, path):
         """Read a file written by `save`, checking every array's shape against ``meta.dim``.
 
-        Anything else (a truncated or corrupt file, a pickled payload, crafted metadata) is a
-        `WhiteningError` naming the file; nothing in the file is executed.
+        Anything else (a truncated or corrupt file, a pickled payload, crafted metadata, a header
+        claiming more than the dimension gives, a zip bomb) is a `WhiteningError` naming the
+        file; nothing in the file is executed, and no array is read before its header is checked.
         """
-        try:
-            data = np.load(path, allow_pickle=False)
-            if not isinstance(data, np.lib.npyio.NpzFile):  # a .npy file: one bare array
-                raise WhiteningError("one array, not an .npz archive")
-            with data:
-                arrays = {name: data[name] for name in data.files}
-        except FileNotFoundError:
-            raise WhiteningError("%s: no such whitening file" % path) from None
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
-            raise WhiteningError("%s: not a readable whitening .npz file (%s)" % (path, error)) from None
-        missing = {"kernel", "bias", "mean", "eigenvalues", "meta"} - set(arrays)
-        if missing:
-            raise WhiteningError("%s: not a whitening file, missing %s" % (path, ", ".join(sorted(missing))))
-        try:
-            meta = json.loads(str(arrays["meta"]))
-        except ValueError as error:
-            raise WhiteningError("%s: its metadata is not JSON (%s)" % (path, error)) from None
-        if not isinstance(meta, dict):
-            raise WhiteningError("%s: its metadata is not a JSON object" % path)
-        version = meta.get("format_version")
-        if version == 1 and meta.get("beta") != 1:
-            raise WhiteningError(
-                "%s: format version 1 with beta %s: its kernel decomposes the "
-                "covariance around the mean, not Sigma_beta of "
-                "kexue.fm/archives/9079 as version %d does; fit it again" % (path, meta.get("beta"), FORMAT_VERSION)
-            )
-        if version not in (1, FORMAT_VERSION):
-            raise WhiteningError(
-                "%s: format version %s, this version reads 1 (beta = 1) and %d" % (path, version, FORMAT_VERSION)
-            )
-        kinds = {
-            "dim": int,
-            "rank": int,
-            "count": int,
-            "n_components": int,
-            "beta": (int, float),
-            "gamma": (int, float),
-            "pooling": str,
-            "model": dict,
-        }
-        for key, kind in kinds.items():
-            value = meta.get(key)
-            if not isinstance(value, kind) or isinstance(value, bool):
-                raise WhiteningError(
-                    "%s: metadata %s is %r, expected %s" % (path, key, value, getattr(kind, "__name__", "a number"))
-                )
-        if meta.get("precision", "") not in RECORDED_PRECISIONS:
-            raise WhiteningError(
-                "%s: metadata precision is %r, expected one of %s"
-                % (path, meta.get("precision"), ", ".join(map(repr, RECORDED_PRECISIONS)))
-            )
-        dim = meta["dim"]
-        if not (
-            1 <= dim
-            and 0 <= meta["rank"] <= dim
-            and meta["count"] >= 0
-            and np.isfinite([meta["beta"], meta["gamma"]]).all()
-        ):
-            raise WhiteningError(
-                "%s: inconsistent metadata (dim %r, rank %r, count %r, beta %r, "
-                "gamma %r)" % (path, dim, meta["rank"], meta["count"], meta["beta"], meta["gamma"])
-            )
-        expected = {"kernel": (dim, dim), "bias": (dim,), "mean": (dim,), "eigenvalues": (dim,)}
-        for name, shape in expected.items():
-            if arrays[name].shape != shape:
-                raise WhiteningError(
-                    "%s: %s has shape %s, expected %s for dimension %s" % (path, name, arrays[name].shape, shape, dim)
-                )
-            if arrays[name].dtype.kind != "f":
-                raise WhiteningError("%s: %s holds %s, expected floats" % (path, name, arrays[name].dtype))
+        with NpzMembers(path, WhiteningError, "whitening file") as members:
+            members.expect(("kernel", "bias", "mean", "eigenvalues", "meta"))
+            meta = _metadata(path, members.array("meta", (), kinds="U", limit=METADATA_BYTES))
+            dim = meta["dim"]
+            expected = {"kernel": (dim, dim), "bias": (dim,), "mean": (dim,), "eigenvalues": (dim,)}
+            arrays = {name: members.array(name, shape) for name, shape in expected.items()}
+        for name in expected:
             if not np.isfinite(arrays[name]).all():
                 raise WhiteningError("%s: %s contains NaN or inf" % (path, name))
         _check_claims(path, arrays, meta)
@@ -316,6 +254,61 @@ class Whitening:
             model_identity=meta["model"],
             precision=meta.get("precision", ""),
         )
+
+
+def _metadata(path, stored):
+    """The checked metadata of a whitening file: its ``dim`` is bounded before any array of that
+    size is read."""
+    try:
+        meta = json.loads(str(stored))
+    except ValueError as error:
+        raise WhiteningError("%s: its metadata is not JSON (%s)" % (path, error)) from None
+    if not isinstance(meta, dict):
+        raise WhiteningError("%s: its metadata is not a JSON object" % path)
+    version = meta.get("format_version")
+    if version == 1 and meta.get("beta") != 1:
+        raise WhiteningError(
+            "%s: format version 1 with beta %s: its kernel decomposes the "
+            "covariance around the mean, not Sigma_beta of "
+            "kexue.fm/archives/9079 as version %d does; fit it again" % (path, meta.get("beta"), FORMAT_VERSION)
+        )
+    if version not in (1, FORMAT_VERSION):
+        raise WhiteningError(
+            "%s: format version %s, this version reads 1 (beta = 1) and %d" % (path, version, FORMAT_VERSION)
+        )
+    kinds = {
+        "dim": int,
+        "rank": int,
+        "count": int,
+        "n_components": int,
+        "beta": (int, float),
+        "gamma": (int, float),
+        "pooling": str,
+        "model": dict,
+    }
+    for key, kind in kinds.items():
+        value = meta.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise WhiteningError(
+                "%s: metadata %s is %r, expected %s" % (path, key, value, getattr(kind, "__name__", "a number"))
+            )
+    if meta.get("precision", "") not in RECORDED_PRECISIONS:
+        raise WhiteningError(
+            "%s: metadata precision is %r, expected one of %s"
+            % (path, meta.get("precision"), ", ".join(map(repr, RECORDED_PRECISIONS)))
+        )
+    dim = meta["dim"]
+    if not (
+        1 <= dim <= MODEL_SIZES["hidden_size"]
+        and 0 <= meta["rank"] <= dim
+        and meta["count"] >= 0
+        and np.isfinite([meta["beta"], meta["gamma"]]).all()
+    ):
+        raise WhiteningError(
+            "%s: inconsistent metadata (dim %r, rank %r, count %r, beta %r, "
+            "gamma %r)" % (path, dim, meta["rank"], meta["count"], meta["beta"], meta["gamma"])
+        )
+    return meta
 
 
 #: Tolerance of the checks a loaded whitening must pass (relative to the entries compared): far

@@ -274,7 +274,7 @@ def test_config_reads_bert_flow_files_and_refuses_the_rest():
         ({"activation": "gatu"}, "activation must be 'relu'"),
         ({"levels": 2}, "unknown"),
         ({"coupling": "spline"}, "additive or affine"),
-        ({"depth": 0}, "positive"),
+        ({"depth": 0}, "depth is 0, expected a whole number from 1 to"),
     ):
         with pytest.raises(FlowError, match=message):
             FlowConfig.of(bad)

@@ -232,7 +232,7 @@ def damaged_whitening(work, tmp_path, kind):
 @pytest.mark.parametrize(
     "kind, message",
     [
-        ("truncated", "not a readable whitening .npz file"),
+        ("truncated", "not a readable whitening file"),
         ("crafted", "metadata dim is '24; rm -rf /', expected int"),
         ("pickled", "metadata model is 3, expected dict"),
     ],

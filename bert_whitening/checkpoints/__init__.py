@@ -24,6 +24,7 @@ import os
 import re
 from typing import Callable
 
+from bert_whitening.bounded import JSON_BYTES, VOCAB_BYTES, check_model_sizes, open_regular, read_limited
 from bert_whitening.errors import CheckpointError
 
 BUILTIN_MODEL = "minilm"
@@ -36,6 +37,7 @@ __all__ = [
     "ModelFiles",
     "UNUSED_VARIABLES",
     "builtin_model_dir",
+    "check_file",
     "find_model",
     "read_bytes",
     "read_json",
@@ -137,6 +139,52 @@ class ModelFiles:
         base's vocabulary and sizes, would pass for its base."""
         return weights_sha256(self.weight_files)
 
+    def check_sizes(self, absolute_positions):
+        """Refuse a configuration that gives a larger size than the checkpoint's weights have,
+        from the variables' shapes alone, before a layer is built: no model larger than its
+        checkpoint is allocated. Smaller sizes are left to `check_variables`, which names every
+        variable that then does not fit."""
+        config, held = self.config, self.variable_shapes
+        width = (
+            "embedding_size" if "embedding_size" in config else "hidden_size",
+            config.get("embedding_size", config["hidden_size"]),
+        )
+        tables = [
+            ("bert/embeddings/word_embeddings", ("vocab_size", config["vocab_size"]), width),
+            ("bert/embeddings/token_type_embeddings", ("type_vocab_size", config.get("type_vocab_size", 2)), width),
+            (
+                "bert/encoder/layer_0/intermediate/dense/kernel",
+                ("hidden_size", config["hidden_size"]),
+                ("intermediate_size", config["intermediate_size"]),
+            ),
+        ]
+        if absolute_positions:
+            positions = ("max_position_embeddings", config.get("max_position_embeddings", 512))
+            tables.append(("bert/embeddings/position_embeddings", positions, width))
+        layers = {match.group(1) for match in map(_LAYER.match, held) if match}
+        larger = ["num_hidden_layers %d (it holds %d layers)" % (config["num_hidden_layers"], len(layers))]
+        larger = larger if config["num_hidden_layers"] > len(layers) else []
+        for name, *sizes in tables:
+            shape = held.get(name)
+            if shape is None or len(shape) != 2:
+                larger.append("%s is %s" % (name, "missing" if shape is None else "of shape %s" % (shape,)))
+                continue
+            larger += [
+                "%s %s (%s is %s)" % (key, size, name, shape)
+                for (key, size), held_size in zip(sizes, shape, strict=True)
+                if size > held_size
+            ]
+        if larger:
+            raise CheckpointError(
+                "%s: %s gives larger sizes than %s holds: %s"
+                % (
+                    self.directory,
+                    os.path.basename(self.config_path),
+                    os.path.basename(self.weights_path),
+                    "; ".join(larger),
+                )
+            )
+
     def identity(self, model_type):
         """What a whitening file, a flow, an index or an export records of the model it was
         made with; `bert_whitening.config.check_same_model` compares two."""
@@ -174,6 +222,10 @@ def weights_sha256(paths):
                 raise CheckpointError("cannot read checkpoint file %s: %s" % (path, error.strerror)) from None
         _WEIGHT_DIGESTS[key] = digest.hexdigest()
     return _WEIGHT_DIGESTS[key]
+
+
+#: A variable of a transformer block, its index the group.
+_LAYER = re.compile(r"bert/encoder/layer_(\d+)/")
 
 
 def builtin_model_dir():
@@ -215,8 +267,9 @@ def find_model(model=None):
         )
     config, weights_path, load = reader.read(directory)
     config_path = os.path.join(directory, config_path)
+    check_model_sizes(config, config_path, CheckpointError)
     vocab_path = os.path.join(directory, "vocab.txt")
-    vocab_bytes = read_bytes(vocab_path)
+    vocab_bytes = read_bytes(vocab_path, VOCAB_BYTES)
     try:
         tokens = vocab_tokens(vocab_bytes.decode("utf-8"))
     except UnicodeDecodeError as error:
@@ -273,21 +326,22 @@ def _listed(items, shown=3):
     return ", ".join(items[:shown]) + more
 
 
-def read_bytes(path, probe=False):
-    """The bytes of a model file (or its first byte), with errors that name the file."""
-    try:
-        with open(path, "rb") as stream:
-            return stream.read(1 if probe else -1)
-    except FileNotFoundError:
-        raise CheckpointError("missing checkpoint file %s" % path) from None
-    except OSError as error:
-        raise CheckpointError("cannot read checkpoint file %s: %s" % (path, error.strerror)) from None
+def read_bytes(path, limit):
+    """The bytes of a model file, refused when it holds more than ``limit``
+    (`bert_whitening.bounded`) or is not a regular file, with errors that name it."""
+    return read_limited(path, limit, CheckpointError, "model file")
+
+
+def check_file(path, limit=None):
+    """Refuse, before anything reads it, a model file that is missing, unreadable, not a regular
+    file (a FIFO would block its reader, a device never end) or larger than ``limit``."""
+    open_regular(path, CheckpointError, "model file", limit).close()
 
 
 def read_json(path):
     """A JSON object from a model file, with errors that name it."""
     try:
-        value = json.loads(read_bytes(path).decode("utf-8"))
+        value = json.loads(read_bytes(path, JSON_BYTES).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError("%s is not valid JSON: %s" % (path, error)) from None
     if not isinstance(value, dict):

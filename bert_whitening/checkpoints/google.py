@@ -5,7 +5,8 @@ import json
 import os
 import shutil
 
-from bert_whitening.checkpoints import CheckpointError, read_bytes, read_json
+from bert_whitening.bounded import INDEX_BYTES
+from bert_whitening.checkpoints import CheckpointError, check_file, read_json
 
 CONFIG = "bert_config.json"
 CHECKPOINT = "bert_model.ckpt"
@@ -49,8 +50,9 @@ def checkpoint_prefix(directory):
             "%s holds several checkpoints (%s); keep one" % (directory, ", ".join(os.path.basename(i) for i in indexes))
         )
     prefix = indexes[0][: -len(".index")]
-    for path in [indexes[0]] + (glob.glob(prefix + ".data-*") or [prefix + ".data-00000-of-00001"]):
-        read_bytes(path, probe=True)
+    check_file(indexes[0], INDEX_BYTES)  # TensorFlow allocates the blocks its index claims
+    for path in glob.glob(prefix + ".data-*") or [prefix + ".data-00000-of-00001"]:
+        check_file(path)
     return prefix
 
 

@@ -9,7 +9,8 @@ bert4keras loads. Reading needs numpy and ``safetensors`` only, no PyTorch.
 import os
 import re
 
-from bert_whitening.checkpoints import CheckpointError, read_bytes, read_json
+from bert_whitening.bounded import VOCAB_BYTES
+from bert_whitening.checkpoints import CheckpointError, check_file, read_bytes, read_json
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -80,10 +81,7 @@ def read(directory):
                 " (there is only pytorch_model.bin: save the model with safe_serialization=True)" if only_bin else "",
             )
         )
-    read_bytes(weights_path, probe=True)
-    missing = [key for key in CONFIG_KEYS[:5] if key not in hf_config]
-    if missing:
-        raise CheckpointError("%s lacks %s" % (config_path, ", ".join(missing)))
+    check_file(weights_path)
     config = {key: hf_config[key] for key in CONFIG_KEYS if key in hf_config}
     return config, weights_path, lambda: google_variables(_load_tensors(weights_path))
 
@@ -110,8 +108,7 @@ def convert_hf(hf_directory, output_directory):
     if os.path.lexists(output_directory):
         raise BertWhiteningError("%s already exists; choose a new directory" % output_directory)
     config, _, load = read(hf_directory)
-    with open(os.path.join(hf_directory, "vocab.txt"), encoding="utf-8") as stream:
-        vocab = stream.read().splitlines()
+    vocab = read_bytes(os.path.join(hf_directory, "vocab.txt"), VOCAB_BYTES).decode("utf-8").splitlines()
     with staged_directory(output_directory) as staging:
         write_checkpoint(staging, config, load(), vocab)
         os.rename(staging, output_directory)

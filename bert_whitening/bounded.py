@@ -1,0 +1,209 @@
+"""Sizes checked before they are allocated: the limits on what the package reads, and the readers
+that keep to them. numpy only.
+
+What a file claims about itself (a configuration's sizes, a ``.npy`` header's shape, a zip
+member's inflated size) is checked against these limits and against what the reader expects
+before anything of that size is allocated or inflated, and text is read in bounded pieces. So a
+wrong or crafted file (a configuration saying a million hidden units, a zip bomb, ``/dev/zero``,
+a FIFO nobody writes to) is refused in bounded time and memory, by a one-line error naming it,
+instead of filling the memory or waiting for ever.
+"""
+
+import math
+import os
+import stat
+import zipfile
+
+import numpy as np
+
+from bert_whitening.atomic import file_kind
+
+#: A JSON configuration or record (``bert_config.json``, ``config.json``,
+#: ``sentence_encoder.json``): real ones hold a few kilobytes.
+JSON_BYTES = 1 << 20
+#: A ``vocab.txt``: room for the largest vocabulary `MODEL_SIZES` allows.
+VOCAB_BYTES = 64 << 20
+#: A TensorFlow checkpoint index (``.index``): a few hundred bytes per variable.
+INDEX_BYTES = 64 << 20
+#: One line of an input file (a sentence, or a pair with its label), without its line end: far
+#: longer than anything a model reads (it keeps ``maxlen`` tokens), short enough to hold at once.
+LINE_BYTES = 1 << 20
+#: The JSON metadata stored in a whitening or flow ``.npz``.
+METADATA_BYTES = 1 << 20
+
+#: The largest size each key of a BERT configuration may give: beyond those of any released
+#: BERT, below what would not fit a machine. The weights must match them as well
+#: (`bert_whitening.checkpoints.ModelFiles.check_sizes`), so no model larger than its
+#: checkpoint is built.
+MODEL_SIZES = {
+    "vocab_size": 1 << 22,
+    "hidden_size": 8192,
+    "embedding_size": 8192,
+    "num_hidden_layers": 128,
+    "num_attention_heads": 256,
+    "intermediate_size": 1 << 16,
+    "max_position_embeddings": 1 << 16,
+    "type_vocab_size": 1024,
+}
+#: The largest shape a BERT-flow configuration may give: far beyond BERT-flow's own (2-3 levels of
+#: 2-3 steps, 16-32 wide).
+FLOW_SIZES = {"n_levels": 16, "depth": 64, "coupling_width": 4096}
+#: The most a flow's weights may take (a flow without ``permutation`` holds a square matrix per
+#: step).
+FLOW_BYTES = 1 << 30
+#: The keys every BERT configuration gives.
+REQUIRED_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+
+
+def check_model_sizes(config, path, error):
+    """Refuse a configuration whose sizes are missing, not positive whole numbers, or above
+    `MODEL_SIZES`, before anything is built from them."""
+    missing = [key for key in REQUIRED_SIZES if key not in config]
+    if missing:
+        raise error("%s lacks %s" % (path, ", ".join(missing)))
+    for key, largest in MODEL_SIZES.items():
+        value = config.get(key, 1)
+        if type(value) is not int or not 1 <= value <= largest:
+            raise error("%s: %s is %r, expected a whole number from 1 to %d" % (path, key, value, largest))
+
+
+def open_regular(path, error, what="file", limit=None):
+    """A binary stream of the regular file ``path``, of at most ``limit`` bytes when given; a
+    FIFO, a device or a directory is refused before it is read (opened without blocking: opening
+    a FIFO waits for a writer)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise error("%s: no such %s" % (path, what)) from None
+    except OSError as error_:
+        raise error("%s: cannot read the %s (%s)" % (path, what, error_.strerror)) from None
+    found = os.fstat(descriptor)
+    if not stat.S_ISREG(found.st_mode) or (limit is not None and found.st_size > limit):
+        os.close(descriptor)
+        if stat.S_ISREG(found.st_mode):
+            raise error("%s: larger than %d bytes, too large for a %s" % (path, limit, what))
+        kind = "directory" if stat.S_ISDIR(found.st_mode) else file_kind(found.st_mode)
+        raise error("%s: a %s, not a regular file: cannot be read as a %s" % (path, kind, what))
+    os.set_blocking(descriptor, True)
+    return os.fdopen(descriptor, "rb")
+
+
+def read_limited(path, limit, error, what="file"):
+    """The bytes of the regular file ``path``, refused when it holds more than ``limit``; read a
+    block at a time, as one read of ``limit`` bytes would allocate them all whatever it gets."""
+    chunks, size = [], 0
+    try:
+        with open_regular(path, error, what, limit) as stream:
+            while size <= limit and (chunk := stream.read(1 << 16)):
+                chunks.append(chunk)
+                size += len(chunk)
+    except OSError as error_:
+        raise error("%s: cannot read the %s (%s)" % (path, what, error_.strerror)) from None
+    if size > limit:  # it grew since it was opened
+        raise error("%s: larger than %d bytes, too large for a %s" % (path, limit, what))
+    return b"".join(chunks)
+
+
+#: The `numpy.lib.format` header readers by format version; numpy writes 1.0 unless a header
+#: needs more room.
+_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+_KIND_NAMES = {"f": "floats", "U": "text"}
+
+
+class NpzMembers:
+    """The ``.npy`` members of an ``.npz`` file, each read on its own once its header says the
+    shape and type asked for, and its zip entry says it inflates to exactly that array: a crafted
+    header or a zip bomb is refused before its data is read. Errors are ``error``s naming
+    ``path``, the file being a ``what``."""
+
+    def __init__(self, path, error, what):
+        self.path, self.error, self.what = path, error, what
+        self._stream = open_regular(path, error, what)
+        try:
+            self._zip = zipfile.ZipFile(self._stream)
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error_:
+            self._stream.close()
+            raise error("%s: not a readable %s (not an .npz archive: %s)" % (path, what, error_)) from None
+        self._members = {}
+        for info in self._zip.infolist():
+            if not info.filename.endswith(".npy"):
+                self.close()
+                raise error("%s: not a %s, it holds %r, which is not an array" % (path, what, info.filename))
+            self._members[info.filename[: -len(".npy")]] = info
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self._zip.close()
+        self._stream.close()
+
+    @property
+    def names(self):
+        return set(self._members)
+
+    def expect(self, names):
+        """Refuse a file whose arrays are not exactly ``names``."""
+        missing, unexpected = set(names) - self.names, self.names - set(names)
+        if missing:
+            raise self.error("%s: not a %s, missing %s" % (self.path, self.what, ", ".join(sorted(missing))))
+        if unexpected:
+            listed = sorted(unexpected)
+            more = " and %d more" % (len(listed) - 3) if len(listed) > 3 else ""
+            raise self.error(
+                "%s: not a %s, unexpected arrays %s%s" % (self.path, self.what, ", ".join(listed[:3]), more)
+            )
+
+    def array(self, name, shape=None, kinds="f", limit=None):
+        """The array ``name``, refused before its data is read unless its shape is ``shape``
+        (when given), its dtype of one of the numpy ``kinds``, and it holds at most ``limit``
+        bytes (when given)."""
+        with self._open(name) as stream:
+            found, dtype, fortran = self._header(name, stream)
+            if shape is not None and found != tuple(shape):
+                raise self.error("%s: %s has shape %s, expected %s" % (self.path, name, found, tuple(shape)))
+            if dtype.kind not in kinds:
+                expected = " or ".join(_KIND_NAMES[kind] for kind in kinds)
+                raise self.error("%s: %s holds %s, expected %s" % (self.path, name, dtype, expected))
+            size = math.prod(found) * dtype.itemsize
+            if limit is not None and size > limit:
+                raise self.error(
+                    "%s: %s holds %d bytes, more than the %d a %s holds" % (self.path, name, size, limit, self.what)
+                )
+            buffer = bytearray(size)
+            try:  # the read after the end checks the member's CRC
+                complete = stream.readinto(buffer) == size and not stream.read(1)
+            except (zipfile.BadZipFile, OSError, EOFError) as error_:
+                raise self.error("%s: not a readable %s (%s: %s)" % (self.path, self.what, name, error_)) from None
+            if not complete:
+                raise self.error("%s: %s is not the size its header says" % (self.path, name))
+        return np.frombuffer(buffer, dtype).reshape(found, order="F" if fortran else "C")
+
+    def _open(self, name):
+        try:
+            return self._zip.open(self._members[name])
+        except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError) as error_:
+            raise self.error("%s: not a readable %s (%s: %s)" % (self.path, self.what, name, error_)) from None
+
+    def _header(self, name, stream):
+        """``(shape, dtype, fortran)`` of a member, checked against its zip entry's inflated size."""
+        try:
+            version = np.lib.format.read_magic(stream)
+            if version not in _HEADER_READERS:
+                raise ValueError(".npy format version %d.%d" % version)
+            shape, fortran, dtype = _HEADER_READERS[version](stream)
+        except (ValueError, EOFError, zipfile.BadZipFile, OSError) as error_:
+            raise self.error("%s: not a readable %s (%s: %s)" % (self.path, self.what, name, error_)) from None
+        if dtype.hasobject:
+            raise self.error("%s: %s holds Python objects, which are never read" % (self.path, name))
+        expected = stream.tell() + math.prod(shape) * dtype.itemsize
+        if any(size < 0 for size in shape) or self._members[name].file_size != expected:
+            raise self.error(
+                "%s: %s inflates to %d bytes, its header (shape %s of %s) says %d"
+                % (self.path, name, self._members[name].file_size, shape, dtype, expected)
+            )
+        return shape, dtype, fortran

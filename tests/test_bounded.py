@@ -1,0 +1,472 @@
+"""Sizes are checked before they are allocated (`bert_whitening.bounded`): a model configuration,
+a whitening or flow ``.npz``, a model file and an input line that claim or hold too much are
+refused in bounded time and memory, by a one-line error naming the file, whichever path reads them."""
+
+import gzip
+import io
+import json
+import os
+import shutil
+import threading
+import time
+import tracemalloc
+import zipfile
+
+import numpy as np
+import pytest
+
+from bert_whitening.bounded import FLOW_BYTES, LINE_BYTES, MODEL_SIZES
+from bert_whitening.data import read_pairs, read_sentences
+from bert_whitening.errors import CheckpointError, DataError, FlowError, WhiteningError
+from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening
+
+from helpers import TINY_CONFIG, TINY_VOCAB, here, random_weights, refused
+
+#: What a refusal may take, in seconds and in bytes allocated by Python on the way.
+SECONDS, BYTES = 10, 64 << 20
+
+
+def refused_quickly(call, error, *fragments):
+    """``call()`` raises ``error`` holding every fragment, within `SECONDS` and `BYTES`, in a
+    thread: a reader that blocks (a FIFO) fails the test instead of hanging it."""
+    outcome = {}
+
+    def run():
+        tracemalloc.start()
+        try:
+            call()
+        except Exception as raised:  # noqa: BLE001 -- checked below
+            outcome["error"] = raised
+        outcome["peak"] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+
+    started = time.perf_counter()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(SECONDS)
+    assert not thread.is_alive(), "still reading after %d s" % SECONDS
+    assert time.perf_counter() - started < SECONDS
+    assert isinstance(outcome.get("error"), error), outcome.get("error")
+    message = str(outcome["error"])
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+    assert outcome["peak"] < BYTES, "%d bytes allocated before the refusal" % outcome["peak"]
+    return message
+
+
+# --- model configurations ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def model_copy(tiny_model, tmp_path):
+    directory = str(tmp_path / "copy")
+    shutil.copytree(tiny_model[0], directory)
+    return directory
+
+
+def set_config(directory, name="bert_config.json", **changes):
+    path = os.path.join(directory, name)
+    with open(path, encoding="utf-8") as stream:
+        config = json.load(stream)
+    with open(path, "w", encoding="utf-8") as stream:
+        json.dump({**config, **changes}, stream)
+
+
+@pytest.fixture
+def nothing_built(monkeypatch):
+    """Fail the test if a transformer is built: a refusal must come first."""
+    import bert_whitening.models as models
+
+    def built(*args, **kwargs):
+        raise AssertionError("a transformer was built before the refusal")
+
+    monkeypatch.setattr(models, "FusedBert", built)
+    monkeypatch.setattr(models, "build_transformer_model", built)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("hidden_size", 10**6),
+        ("num_hidden_layers", 10**5),
+        ("intermediate_size", 10**9),
+        ("vocab_size", 10**9),
+        ("max_position_embeddings", 10**8),
+        ("type_vocab_size", 10**7),
+        ("num_attention_heads", "4"),
+        ("hidden_size", 0),
+        ("embedding_size", 10**6),
+    ],
+)
+def test_a_config_beyond_the_bounds_is_refused_before_anything_is_built(model_copy, nothing_built, key, value):
+    from bert_whitening.models import build_encoder
+
+    set_config(model_copy, **{key: value})
+    refused_quickly(
+        lambda: build_encoder(model_copy),
+        CheckpointError,
+        "bert_config.json: %s is %r, expected a whole number from 1 to %d" % (key, value, MODEL_SIZES[key]),
+    )
+
+
+@pytest.mark.parametrize(
+    "changes, said",
+    [
+        ({"hidden_size": 4096, "num_attention_heads": 4}, "hidden_size 4096 (bert/embeddings/word_embeddings is"),
+        ({"num_hidden_layers": 128}, "num_hidden_layers 128 (it holds 3 layers)"),
+        ({"intermediate_size": 60000}, "intermediate_size 60000 (bert/encoder/layer_0/intermediate/dense/kernel"),
+        ({"max_position_embeddings": 60000}, "max_position_embeddings 60000 (bert/embeddings/position_embeddings"),
+        ({"type_vocab_size": 1000}, "type_vocab_size 1000 (bert/embeddings/token_type_embeddings is (2, 24))"),
+    ],
+)
+@pytest.mark.parametrize("model_type", ["bert", "nezha"])
+def test_a_config_larger_than_its_checkpoint_is_refused_before_anything_is_built(
+    model_copy, nothing_built, changes, said, model_type
+):
+    from bert_whitening.models import build_encoder
+
+    if model_type == "nezha" and "max_position_embeddings" in changes:
+        pytest.skip("NEZHA has no position table: its max_position_embeddings allocates nothing")
+    set_config(model_copy, **changes)
+    refused_quickly(
+        lambda: build_encoder(model_copy, model_type, pooling="cls"),
+        CheckpointError,
+        "copy: bert_config.json gives larger sizes than bert_model.ckpt holds: ",
+        said,
+    )
+
+
+def test_a_checkpoint_without_a_table_that_bears_a_size_is_refused_before_the_build(tmp_path, nothing_built):
+    from bert_whitening.checkpoints.google import write_checkpoint
+    from bert_whitening.models import build_encoder
+
+    weights = random_weights(TINY_CONFIG)
+    del weights["bert/embeddings/word_embeddings"]
+    write_checkpoint(str(tmp_path / "model"), TINY_CONFIG, weights, TINY_VOCAB)
+    refused_quickly(
+        lambda: build_encoder(str(tmp_path / "model")), CheckpointError, "bert/embeddings/word_embeddings is missing"
+    )
+
+
+def test_a_hugging_face_config_is_bounded_by_the_same_check(tmp_path, nothing_built):
+    from bert_whitening.models import build_encoder
+
+    directory = tmp_path / "hf"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps({**TINY_CONFIG, "model_type": "bert", "hidden_size": 10**6}))
+    (directory / "vocab.txt").write_text("".join(token + "\n" for token in TINY_VOCAB))
+    (directory / "model.safetensors").write_bytes(b"")
+    refused_quickly(
+        lambda: build_encoder(str(directory)), CheckpointError, "config.json: hidden_size is 1000000, expected"
+    )
+
+
+# --- model files that are not regular files or too large ---------------------------------------
+
+
+def fifo(path):
+    os.remove(path)
+    os.mkfifo(path)
+
+
+def dev_zero(path):
+    os.remove(path)
+    os.symlink("/dev/zero", path)
+
+
+def sparse(size):
+    def make(path):
+        with open(path, "r+b") as stream:
+            stream.truncate(size)
+
+    return make
+
+
+@pytest.mark.parametrize(
+    "name, make, said",
+    [
+        ("vocab.txt", fifo, "a FIFO, not a regular file"),
+        ("vocab.txt", dev_zero, "a character device, not a regular file"),
+        ("vocab.txt", sparse((64 << 20) + 1), "larger than 67108864 bytes"),
+        ("bert_config.json", fifo, "a FIFO, not a regular file"),
+        ("bert_config.json", dev_zero, "a character device, not a regular file"),
+        ("bert_config.json", sparse((1 << 20) + 1), "larger than 1048576 bytes"),
+        ("bert_model.ckpt.index", fifo, "a FIFO, not a regular file"),
+        ("bert_model.ckpt.index", sparse((64 << 20) + 1), "larger than 67108864 bytes"),
+        ("bert_model.ckpt.data-00000-of-00001", fifo, "a FIFO, not a regular file"),
+    ],
+)
+def test_a_model_file_that_is_a_fifo_a_device_or_too_large_is_refused(model_copy, name, make, said):
+    from bert_whitening.checkpoints import find_model
+
+    make(os.path.join(model_copy, name))
+    refused_quickly(lambda: find_model(model_copy), CheckpointError, os.path.join(model_copy, name), said)
+
+
+# --- whitening and flow files ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def whitening_arrays(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    whitening = fit_whitening(WhiteningStats().update(rng.normal(size=(100, 16)) @ rng.normal(size=(16, 16))))
+    path = str(tmp_path_factory.mktemp("whitening") / "w.npz")
+    whitening.save(path)
+    with np.load(path) as data:
+        return dict(data)
+
+
+def npy_header(shape, dtype="<f8"):
+    """A ``.npy`` version 1.0 header for ``shape``, as numpy writes it."""
+    stream = io.BytesIO()
+    header = {"descr": dtype, "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(stream, header)
+    return stream.getvalue()
+
+
+def write_npz(path, members, compression=zipfile.ZIP_STORED):
+    """An ``.npz`` of ``{name: array or raw bytes}``, written member by member."""
+    with zipfile.ZipFile(path, "w", compression) as archive:
+        for name, value in members.items():
+            if isinstance(value, np.ndarray):
+                stream = io.BytesIO()
+                np.lib.format.write_array(stream, value, allow_pickle=True)
+                value = stream.getvalue()
+            archive.writestr(name + ".npy", value)
+
+
+def zip_bomb(path, members, name, header, inflated):
+    """``members`` with ``name`` the ``header`` then ``inflated`` zero bytes, deflated: a few
+    hundred kilobytes on disk."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for other, value in members.items():
+            if other != name:
+                stream = io.BytesIO()
+                np.lib.format.write_array(stream, value)
+                archive.writestr(other + ".npy", stream.getvalue())
+        with archive.open(name + ".npy", "w", force_zip64=True) as member:
+            member.write(header)
+            block = bytes(1 << 20)
+            for _ in range(inflated >> 20):
+                member.write(block)
+
+
+def test_a_whitening_member_whose_header_claims_a_huge_shape_is_refused_before_reading(whitening_arrays, tmp_path):
+    path = str(tmp_path / "huge.npz")
+    write_npz(path, {**whitening_arrays, "kernel": npy_header((10**6, 10**6))})
+    refused_quickly(lambda: Whitening.load(path), WhiteningError, path, "kernel inflates to")
+    shape_and_size = npy_header((10**6, 10**6)) + bytes(64)
+    write_npz(path, {**whitening_arrays, "bias": shape_and_size})
+    refused_quickly(lambda: Whitening.load(path), WhiteningError, path, "bias inflates to")
+
+
+def test_a_whitening_zip_bomb_is_refused_before_it_is_inflated(whitening_arrays, tmp_path):
+    path = str(tmp_path / "bomb.npz")
+    inflated = 256 << 20
+    # the zip entry says what inflating gives; the header says 16 floats
+    zip_bomb(path, whitening_arrays, "bias", npy_header((16,)), inflated)
+    assert os.path.getsize(path) < inflated // 100
+    refused_quickly(lambda: Whitening.load(path), WhiteningError, path, "bias inflates to")
+    # both say the same, and the dimension says otherwise
+    zip_bomb(path, whitening_arrays, "bias", npy_header((inflated // 8,)), inflated)
+    refused_quickly(lambda: Whitening.load(path), WhiteningError, path, "bias has shape (33554432,), expected (16,)")
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda arrays: {**arrays, "junk": np.zeros(3)}, "not a whitening file, unexpected arrays junk"),
+        (
+            lambda arrays: {**arrays, "kernel": np.array([{"a": 1}], dtype=object)},
+            "kernel holds Python objects, which are never read",
+        ),
+        (lambda arrays: {**arrays, "meta": np.array("x" * (2 << 20))}, "meta holds 8388608 bytes, more than"),
+        (lambda arrays: {**arrays, "bias": arrays["bias"].astype(np.int64)}, "bias holds int64, expected floats"),
+        (
+            lambda arrays: {**arrays, "meta": np.array(json.dumps({**json.loads(str(arrays["meta"])), "dim": 10**6}))},
+            "inconsistent metadata (dim 1000000",
+        ),
+    ],
+)
+def test_a_whitening_file_is_read_only_as_its_expected_members(whitening_arrays, tmp_path, change, said):
+    path = str(tmp_path / "changed.npz")
+    write_npz(path, change(whitening_arrays))
+    refused_quickly(lambda: Whitening.load(path), WhiteningError, path, said)
+
+
+@pytest.mark.parametrize("make, said", [(fifo, "a FIFO, not a regular file"), (dev_zero, "a character device")])
+def test_a_whitening_file_that_is_a_fifo_or_a_device_is_refused(whitening_arrays, tmp_path, make, said):
+    path = str(tmp_path / "w.npz")
+    write_npz(path, whitening_arrays)
+    make(path)
+    refused_quickly(lambda: Whitening.load(path), WhiteningError, path, said)
+
+
+@pytest.mark.parametrize(
+    "config, said",
+    [
+        ({"depth": 10**6}, "flow depth is 1000000, expected a whole number from 1 to 64"),
+        ({"coupling_width": 10**7}, "flow coupling_width is 10000000"),
+        ({"n_levels": "3"}, "flow n_levels is '3'"),
+        ({"n_levels": 17}, "flow n_levels is 17"),
+    ],
+)
+def test_a_flow_config_beyond_the_bounds_is_refused(config, said):
+    from bert_whitening.flow import FlowConfig
+
+    refused_quickly(lambda: FlowConfig.of(config), FlowError, said)
+
+
+@pytest.mark.parametrize(
+    "dim, config, said",
+    [
+        (8192, {"permutation": False}, "would hold"),
+        (4096, {"coupling_width": 4096, "depth": 64}, "would hold"),
+        (10**6, None, "a flow's dimension is 1000000"),
+    ],
+)
+def test_a_flow_larger_than_the_bound_is_refused_before_a_weight_is_made(monkeypatch, dim, config, said):
+    import bert_whitening.flow as flow
+
+    def made(*args, **kwargs):
+        raise AssertionError("a flow layer was made before the refusal")
+
+    monkeypatch.setattr(flow, "ActNorm", made)
+    refused_quickly(lambda: flow.Flow(dim, config), FlowError, said)
+
+
+@pytest.mark.parametrize(
+    "dim, config",
+    [
+        (16, {}),
+        (32, {"permutation": False, "n_levels": 2}),
+        (64, {"coupling": "affine", "coupling_width": 8, "depth": 2}),
+        (24, {"permutation": False, "coupling": "affine", "n_levels": 1}),
+    ],
+)
+def test_the_size_of_a_flow_is_counted_as_its_layers_make_it(dim, config):
+    from bert_whitening.flow import Flow, FlowConfig
+
+    flow = Flow(dim, config)
+    assert FlowConfig.of(config).weight_count(dim) == sum(int(np.prod(weight.shape)) for weight in flow.weights)
+    assert 8 * FlowConfig.of(config).weight_count(dim) < FLOW_BYTES
+
+
+@pytest.fixture(scope="module")
+def flow_arrays(tmp_path_factory):
+    from bert_whitening.flow import Flow
+
+    path = str(tmp_path_factory.mktemp("flow") / "f.npz")
+    Flow(16, {"n_levels": 2, "depth": 1}).save(path)
+    with np.load(path) as data:
+        return dict(data)
+
+
+def with_meta(arrays, **changes):
+    return {**arrays, "meta": np.array(json.dumps({**json.loads(str(arrays["meta"])), **changes}))}
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda arrays: with_meta(arrays, dim=10**6), "a flow's dimension is 1000000"),
+        (lambda arrays: with_meta(arrays, config={"depth": 10**6}), "flow depth is 1000000"),
+        (lambda arrays: with_meta(arrays, config={"permutation": False}, dim=8192), "would hold"),
+        (lambda arrays: {**arrays, "weight_000": npy_header((10**6,)) + bytes(8)}, "weight_000 inflates to"),
+        (lambda arrays: {**arrays, "weight_000": np.zeros(10**4)}, "weight_000 has shape (10000,), expected (16,)"),
+        (lambda arrays: {**arrays, "weight_999": np.zeros(2)}, "unexpected arrays weight_999"),
+    ],
+)
+def test_a_flow_file_is_sized_before_it_is_built_and_read(flow_arrays, tmp_path, change, said):
+    from bert_whitening.flow import Flow
+
+    path = str(tmp_path / "changed.npz")
+    write_npz(path, change(flow_arrays))
+    refused_quickly(lambda: Flow.load(path), FlowError, path, said)
+
+
+# --- input lines -------------------------------------------------------------------------------
+
+
+def long_line_file(path, reader_name):
+    """A file whose line 2 is one byte above the limit, in the format ``reader_name`` reads."""
+    line = "好" * (LINE_BYTES // 3) + "ab"  # LINE_BYTES + 1 bytes of UTF-8 text (LINE_BYTES = 3k + 1)
+    assert len(line.encode("utf-8")) == LINE_BYTES + 1
+    if reader_name == "pairs":
+        first, second = "a\tb\t1\n", "a\t%s\t1\n" % line
+    else:
+        first, second = "a sentence\n", line + "\n"
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "wt", encoding="utf-8") as stream:
+        stream.write(first + second + first)
+
+
+READERS = {"sentences": lambda path: list(read_sentences(path, "lines")), "pairs": lambda path: list(read_pairs(path))}
+
+
+@pytest.mark.parametrize("reader_name", list(READERS))
+@pytest.mark.parametrize("suffix", [".txt", ".txt.gz"])
+def test_an_input_line_above_the_limit_is_refused_by_file_and_line(tmp_path, reader_name, suffix):
+    path = str(tmp_path / ("input" + suffix))
+    long_line_file(path, reader_name)
+    refused_quickly(
+        lambda: READERS[reader_name](path), DataError, "%s:2: a line longer than %d bytes" % (path, LINE_BYTES)
+    )
+
+
+def test_a_line_at_the_limit_is_read_with_its_line_end(tmp_path):
+    path = tmp_path / "at.txt"
+    line = "x" * LINE_BYTES
+    path.write_bytes(line.encode() + b"\r\n" + line.encode())
+    assert list(read_sentences(str(path), "lines")) == [line, line]
+
+
+def test_standard_input_is_read_with_the_same_limit(tmp_path, monkeypatch):
+    import sys
+
+    path = str(tmp_path / "stdin.txt")
+    long_line_file(path, "sentences")
+    with open(path, "rb") as stream:
+        monkeypatch.setattr(sys, "stdin", stream)
+        refused_quickly(lambda: list(read_sentences("-", "auto")), DataError, "standard input:2: a line longer than")
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "gzip bomb"])
+def test_an_endless_line_is_refused_in_bounded_time_and_memory(tmp_path, source):
+    path = source
+    if source == "gzip bomb":
+        path = str(tmp_path / "bomb.txt.gz")
+        with gzip.open(path, "wb") as stream:
+            for _ in range(256):
+                stream.write(b"\0" * (1 << 20))
+        assert os.path.getsize(path) < 1 << 20
+    refused_quickly(lambda: list(read_sentences(path, "auto")), DataError, "%s:1: a line longer than" % path)
+
+
+def test_a_long_line_is_one_line_of_the_encode_command(work_model, tmp_path):
+    path = str(tmp_path / "input.txt")
+    long_line_file(path, "sentences")
+    result = here("encode", "--model", work_model, "--output", tmp_path / "v.npy", path)
+
+    refused(result, "%s:2: a line longer than %d bytes" % (path, LINE_BYTES))
+    assert not os.path.exists(tmp_path / "v.npy")
+
+
+@pytest.fixture
+def work_model(tiny_model):
+    return tiny_model[0]
+
+
+def test_a_saved_encoder_record_too_large_or_a_fifo_is_refused(tmp_path):
+    from bert_whitening import SentenceEncoder
+    from bert_whitening.errors import BertWhiteningError
+
+    directory = tmp_path / "encoder"
+    directory.mkdir()
+    record = directory / "sentence_encoder.json"
+    record.write_bytes(b"")
+    sparse((1 << 20) + 1)(record)
+    refused_quickly(lambda: SentenceEncoder.load(str(directory)), BertWhiteningError, "larger than 1048576 bytes")
+    fifo(record)
+    refused_quickly(lambda: SentenceEncoder.load(str(directory)), BertWhiteningError, "not a model directory")
