@@ -9,6 +9,7 @@ a FIFO nobody writes to) is refused in bounded time and memory, by a one-line er
 instead of filling the memory or waiting for ever.
 """
 
+import io
 import math
 import os
 import stat
@@ -118,8 +119,10 @@ class NpzMembers:
     ``path``, the file being a ``what``."""
 
     def __init__(self, path, error, what):
+        """``path``: a file's path, or a binary stream of bytes already read and checked (an
+        index directory's `bert_whitening.files.NamedBytes`)."""
         self.path, self.error, self.what = path, error, what
-        self._stream = open_regular(path, error, what)
+        self._stream = path if isinstance(path, io.IOBase) else open_regular(path, error, what)
         try:
             self._zip = zipfile.ZipFile(self._stream)
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error_:

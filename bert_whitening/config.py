@@ -323,7 +323,7 @@ class EncoderConfig:
                 "digest": flow_digest(self.flow),
                 "config": dataclasses.asdict(self.flow.config),
                 "training": dict(self.flow.training_summary),
-                "fitted_on_model": self.flow.model_identity,
+                "fitted_on_model": dict(self.flow.model_identity),  # plain: Keras wraps what a model holds
                 **_file_record(self.flow_path),
             }
         model = None if self.model in (None, BUILTIN_MODEL) else os.path.abspath(self.model)
