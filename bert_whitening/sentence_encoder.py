@@ -308,6 +308,7 @@ class SentenceEncoder:
         epochs: int = 5,
         seed: int = 0,
         overwrite: bool = False,
+        resume: bool = False,
         report=None,
         progress=None,
     ) -> dict:
@@ -337,6 +338,7 @@ class SentenceEncoder:
             epochs=epochs,
             seed=seed,
             overwrite=overwrite,
+            resume=resume,
             report=report,
             progress=progress,
         )
