@@ -534,6 +534,33 @@ def test_a_signal_during_training_leaves_no_directory(tiny_model, pair_files, tm
 
 
 @pytest.mark.slow
+def test_sigterm_then_resume_in_another_process_gives_the_uninterrupted_weights(tiny_model, pair_files, tmp_path):
+    """The command with --resume in a child, SIGTERM once its first epoch is printed: status
+    143, no model, the state kept; a second child resumes it; the weights are those of three
+    epochs in one run, bit for bit, across processes."""
+    output = tmp_path / "model"
+    argv = ["-m", "bert_whitening", "train", "--train", pair_files[0], "--output", output, "--model", tiny_model[0]]
+    argv += ["--epochs", "3", "--batch-size", "4", "--learning-rate", "1e-3", "--resume"]
+    process = subprocess.Popen(launched(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert process.stdout.readline().startswith(b"epoch 1/3: train loss ")
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 143, stderr
+    assert not output.exists() and state_directory(output).exists()
+    resumed = subprocess.run(launched(argv), capture_output=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    done = json.loads((output / training.TRAINING_FILE).read_text())["resumed_after"]
+    quick(tiny_model, pair_files, tmp_path / "straight", epochs=3, batch_size=4)
+    straight, written = checkpoint(tmp_path / "straight"), checkpoint(output)
+    for name, value in straight.items():
+        assert np.array_equal(written[name], value), name
+    assert done and sorted(os.listdir(tmp_path)) == ["model", "straight"]
+
+
+@pytest.mark.slow
 def test_the_built_in_model_round_trips_through_a_google_directory(tmp_path):
     """all-MiniLM-L6-v2 (Hugging Face format) after no step: the Google directory holds its
     tensors bit for bit under Google names, and gives its vectors exactly."""
