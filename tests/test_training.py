@@ -188,10 +188,12 @@ def test_a_loss_that_is_not_finite_stops_and_writes_nothing(tiny_model, pair_fil
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("resume", [False, True])
 @pytest.mark.parametrize("where", ["step", "write"])
-def test_an_interrupt_leaves_no_directory(tiny_model, pair_files, tmp_path, monkeypatch, where):
+def test_an_interrupt_leaves_no_directory(tiny_model, pair_files, tmp_path, monkeypatch, where, resume):
     """SIGINT (SIGTERM is raised as the same `KeyboardInterrupt` by the command) in a training
-    step, or once half the directory is written: no directory, no staged one beside it."""
+    step, or once half the directory is written: no directory, no staged one beside it; with
+    ``resume``, the state once an epoch is done, and nothing before."""
     from bert_whitening import losses
     from bert_whitening.checkpoints import google
 
@@ -207,8 +209,9 @@ def test_an_interrupt_leaves_no_directory(tiny_model, pair_files, tmp_path, monk
     else:
         monkeypatch.setattr(losses, "cosent_loss", interrupt)
     with pytest.raises(KeyboardInterrupt):
-        quick(tiny_model, pair_files, tmp_path / "model")
-    assert os.listdir(tmp_path) == []
+        quick(tiny_model, pair_files, tmp_path / "model", resume=resume)
+    kept = [state_directory(tmp_path / "model").name] if resume and where == "write" else []
+    assert os.listdir(tmp_path) == kept
 
 
 def stop_in_epoch(monkeypatch, epoch, how=None):
