@@ -7,8 +7,9 @@ which sentence-transformers loads as it is, offline) on the train split of the C
 (../shared/data/senteval_cn; its first --train-limit pairs for a smoke run) with the same recipe:
 mean pooling of the last layer (our ``last-avg``, its ``Pooling("mean")``: the one pooling both
 compute alike), no normalisation before the loss, batches of 32 shuffled pairs, maxlen 64,
-Adam at a constant learning rate of 2e-5 (no warm-up, no weight decay, no gradient clipping),
-no dropout, --epochs passes, --seed. Per loss:
+Adam at a constant learning rate of 2e-5 (no warm-up, no weight decay, no gradient clipping;
+each library's own epsilon, Keras' 1e-7 and torch's 1e-8), no dropout, --epochs passes, --seed
+(which cannot give both sides the same shuffle: each draws its own). Per loss:
 
 - ``cosent``: our CoSENT against its ``CoSENTLoss``, both scale 20, on the 0-5 scores;
 - ``softmax``: our Sentence-BERT softmax against its ``SoftmaxLoss`` on ``[u, v, |u - v|]``,
