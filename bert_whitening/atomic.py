@@ -209,12 +209,29 @@ def file_kind(mode):
     return next((name for test, name in kinds if test(mode)), "special file")
 
 
-def _prefix(target):
-    parent = os.path.dirname(os.path.abspath(target))
+def _short_name(target):
+    """The name of ``target`` as the names beside it carry it, shortened to stay within NAME_MAX."""
     name = os.path.basename(os.path.normpath(target))
     if len(os.fsencode(name)) > NAME_BYTES:
         name = "%s~%s" % (name[: NAME_BYTES // 4], hashlib.sha256(os.fsencode(name)).hexdigest()[:8])
-    return parent, ".%s%s%d-" % (name, MARK, os.getpid())
+    return name
+
+
+def _prefix(target):
+    parent = os.path.dirname(os.path.abspath(target))
+    return parent, ".%s%s%d-" % (_short_name(target), MARK, os.getpid())
+
+
+def kept_directory(target, suffix):
+    """``(path, descriptor)`` of the directory ``.NAME{suffix}`` beside ``target``, created if
+    missing (with the output's missing parents), and this run's exclusive lock on it; the
+    descriptor is None when another run holds the lock. Unlike a temporary it is found again by
+    its name alone (no PID) and `remove_stale` leaves it: a state a run keeps on purpose for a
+    later run to take up (training's resumable state, `bert_whitening.training`)."""
+    parent = os.path.dirname(os.path.abspath(target))
+    path = os.path.join(parent, ".%s%s" % (_short_name(target), suffix))
+    os.makedirs(path, exist_ok=True)
+    return path, _lock(path)
 
 
 def _lock(path):

@@ -562,7 +562,8 @@ def add_train(commands):
         "every other command takes, with training.json (base model, files' sha256, settings, "
         "each epoch's loss and valid Spearman). Prints one line per epoch; with --valid the "
         "epoch of the best valid Spearman is kept. Only a plain BERT (what FusedBert computes) "
-        "is trained. Nothing is written if the run fails or is interrupted (docs/training.md).",
+        "is trained. Nothing is written if the run fails or is interrupted, except with --resume "
+        "its state for a later --resume (docs/training.md).",
     )
     parser.add_argument("--train", required=True, metavar="FILE", help="senteval_cn pair file to train on")
     parser.add_argument(
@@ -596,6 +597,13 @@ def add_train(commands):
     )
     parser.add_argument("--seed", type=seed_int, default=0, help="the order of the pairs and the softmax head's start")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output directory")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="checkpoint every epoch in .DIR.bert-whitening-resume beside --output, kept if the run is "
+        "stopped; when a stopped run with --resume left one, continue after its last completed epoch "
+        "(same model, files and options; --epochs may grow)",
+    )
     return parser
 
 
@@ -960,6 +968,7 @@ def run_train(args):
         epochs=args.epochs,
         seed=args.seed,
         overwrite=args.overwrite,
+        resume=args.resume,
         report=lambda line: print(line, flush=True),
     )
 

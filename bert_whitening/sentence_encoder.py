@@ -312,6 +312,7 @@ class SentenceEncoder:
         epochs: int = 5,
         seed: int = 0,
         overwrite: bool = False,
+        resume: bool = False,
         report=None,
         progress=None,
     ) -> dict:
@@ -341,6 +342,7 @@ class SentenceEncoder:
             epochs=epochs,
             seed=seed,
             overwrite=overwrite,
+            resume=resume,
             report=report,
             progress=progress,
         )

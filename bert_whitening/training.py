@@ -25,19 +25,31 @@ google-research/bert names (the base's pooler kept where the pooling trained non
 ``training.json``, the record of what made it. It is staged beside its target and renamed into
 place at the end (`bert_whitening.atomic.staged_directory`): a refusal, a loss that is not
 finite, an error or SIGINT/SIGTERM leaves no directory.
+
+With ``resume``, each completed epoch is checkpointed in ``.NAME.bert-whitening-resume/`` beside
+the output (`Checkpoints`): the weights, the Adam moments and step count, the shuffle's
+generator, the epochs' records and the kept epoch's weights, so that a run stopped by a signal,
+an error or a crash can be continued by the same call with ``resume`` and ends with the weights
+of a run that was never stopped. The state is taken up only by a run of the same base model,
+files and settings (`resumable_identity`; ``epochs`` may grow), and held locked by the run that
+uses it. It is removed once the output is in place, or when the loss stops being finite (a
+resumed run would meet the same step again).
 """
 
+import contextlib
 import dataclasses
+import json
 import logging
 import math
 import os
 import shutil
 import time
+import zipfile
 from typing import Callable, Optional
 
 import numpy as np
 
-from bert_whitening.atomic import staged_directory
+from bert_whitening.atomic import kept_directory, staged_directory, write_atomically
 from bert_whitening.config import EncoderConfig, check_model, runs_fused, versions
 from bert_whitening.data import check_readable, display_name, read_pairs
 from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
@@ -53,6 +65,12 @@ TRAINING_FILE = "training.json"
 DEFAULT_THRESHOLD = 2.5
 #: Sentences per forward pass when the valid file is encoded.
 VALID_BATCH = 64
+#: What ends the name of a run's resumable state beside its output (``.NAME`` before it).
+RESUME_SUFFIX = ".bert-whitening-resume"
+#: The state's one file in that directory, replaced atomically after each epoch.
+STATE_FILE = "state.npz"
+#: The layout of `STATE_FILE`; a state of another layout is refused, not misread.
+STATE_FORMAT = 1
 
 
 @dataclasses.dataclass
@@ -76,6 +94,45 @@ class TrainingResult:
 
     record: dict
     encoder: object
+
+
+@dataclasses.dataclass
+class Checkpoints:
+    """The resumable state of a run with ``resume``: its directory beside the output, the lock
+    this run holds on it (a second run resuming at once is refused), this run's
+    `resumable_identity`, and the state of `STATE_FILE` found there when the run started (None:
+    a fresh start)."""
+
+    directory: str
+    lock: int
+    identity: dict
+    found: Optional[dict]
+
+    @property
+    def path(self):
+        return os.path.join(self.directory, STATE_FILE)
+
+    def save(self, arrays):
+        """Replace the state by ``arrays`` (`write_atomically`: a kill mid-write keeps the last one)."""
+
+        def write(temporary):
+            with open(temporary, "wb") as stream:
+                np.savez(stream, **arrays)
+
+        write_atomically(self.path, write)
+
+    def arrays(self):
+        """The arrays of the state found, read now (the lock keeps them as they were checked)."""
+        with np.load(self.path, allow_pickle=False) as stored:
+            return {name: stored[name] for name in stored.files}
+
+    def close(self, remove):
+        """Release the lock, removing the directory first when ``remove`` or when it holds no state."""
+        try:
+            if remove or not os.path.exists(self.path):
+                shutil.rmtree(self.directory, ignore_errors=True)
+        finally:
+            os.close(self.lock)
 
 
 def read_pair_file(path, role="train"):
@@ -162,6 +219,7 @@ def train(
     epochs: int = 5,
     seed: int = 0,
     overwrite: bool = False,
+    resume: bool = False,
     report: Optional[Callable[[str], None]] = None,
     progress: Optional[bool] = None,
 ) -> TrainingResult:
@@ -178,12 +236,18 @@ def train(
             draws the softmax head: one seed, one result.
         epochs: passes over the train file; 0 writes the base model unchanged.
         overwrite: replace an existing ``output``.
+        resume: checkpoint every epoch beside ``output`` and, when an interrupted run with
+            ``resume`` left its state there, continue from its last completed epoch (see the
+            module docstring); refused when another run holds that state, or when its base
+            model, files or settings (all but ``epochs``) differ from this call's.
         report: called with one line per epoch (default: the log).
         progress: a tqdm bar per epoch; None shows it on a terminal only.
 
     Raises:
         BertWhiteningError: a refused option, file, model or output (one line, before any
             training); `TrainingError` when the loss stops being finite.
+        KeyboardInterrupt: SIGINT (or SIGTERM through the command); with ``resume`` the state
+            after the last completed epoch is kept.
     """
     report = report or logger.info
     plan = _checked(**{name: value for name, value in locals().items() if name not in ("report", "progress")})
@@ -222,11 +286,122 @@ def _checked(**options):
     o.targets, o.num_labels, o.classes = o.train.labels.astype(np.float32), None, None
     if o.loss == "softmax":
         o.targets, o.num_labels, o.classes = softmax_classes(o.train, o.threshold)
+    o.checkpoints = _checkpoints(o) if o.resume else None
     return o
+
+
+def resumable_identity(o):
+    """What a state must share with a run to be continued by it: the base model (its identity
+    and directory), the train and valid files' sha256 (not their paths), every setting but the
+    number of epochs (a longer run passes through the same epochs first: the shuffle of epoch e
+    and a constant learning rate do not depend on how many follow), and the state's layout."""
+    base = o.files.identity(o.model_type)
+    base["directory"] = os.path.abspath(o.files.directory)
+    settings = {name: value for name, value in _hyperparameters(o).items() if name != "epochs"}
+    identity = {
+        "format": STATE_FORMAT,
+        "base_model": base,
+        "train_sha256": file_sha256(o.train.path),
+        "valid_sha256": file_sha256(o.valid.path) if o.valid is not None else None,
+        **settings,
+    }
+    return json.loads(json.dumps(identity))  # as the state's JSON gives it back
+
+
+def _checkpoints(o):
+    """The `Checkpoints` of ``o.output``, locked, and the state found there checked against this
+    run (one line naming the first setting that differs); after every other refusal, so a
+    refused run leaves no state directory it created."""
+    directory, lock = kept_directory(o.output, RESUME_SUFFIX)
+    if lock is None:
+        raise TrainingError(
+            "%s: another run training into %s holds this state; wait for it or give another --output"
+            % (directory, o.output)
+        )
+    checkpoints = Checkpoints(directory, lock, resumable_identity(o), None)
+    try:
+        if os.path.exists(checkpoints.path):
+            try:
+                with np.load(checkpoints.path, allow_pickle=False) as stored:
+                    checkpoints.found = json.loads(str(stored["state"]))
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+                raise TrainingError(
+                    "%s: cannot resume from an unreadable state (%s); remove %s to start again"
+                    % (checkpoints.path, error, checkpoints.directory)
+                ) from None
+            _check_resumable(checkpoints, o)
+    except BaseException:
+        os.close(lock)
+        raise
+    return checkpoints
+
+
+def _check_resumable(checkpoints, o):
+    state, here = checkpoints.found, checkpoints.identity
+    there = state.get("identity", {})
+    for name in sorted(set(here) | set(there)):
+        if here.get(name) != there.get(name):
+            raise TrainingError(
+                "%s: cannot resume: its %s is %s, this run's is %s; run with the same setting, or "
+                "remove %s to start again"
+                % (checkpoints.path, name, _shown(there.get(name)), _shown(here.get(name)), checkpoints.directory)
+            )
+    done = len(state["epochs"])
+    if done > o.epochs:
+        raise TrainingError(
+            "%s: cannot resume: it has %d epochs done, more than epochs %d; ask for %d or more"
+            % (checkpoints.path, done, o.epochs, done)
+        )
+
+
+def _shown(value):
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 def _run(o, report, progress):
     """Train as ``o`` says (TensorFlow from here on) and write the output."""
+    with _kept_if_stopped(o.checkpoints):
+        return _train_and_write(o, report, progress)
+
+
+@contextlib.contextmanager
+def _kept_if_stopped(checkpoints):
+    """Around a run with ``resume``: its state is removed once the output is in place, and when
+    the loss stops being finite (a resumed run would take the same steps to the same loss); a
+    signal, an error or a crash keeps it, for the same call with ``resume`` to continue."""
+    if checkpoints is None:
+        yield
+        return
+    try:
+        yield
+    except TrainingError:
+        checkpoints.close(remove=True)
+        raise
+    except BaseException:
+        checkpoints.close(remove=False)
+        if os.path.exists(checkpoints.path):
+            logger.warning(
+                "the state after the last completed epoch is kept in %s: the same command with --resume "
+                "continues from it",
+                checkpoints.directory,
+            )
+        raise
+    checkpoints.close(remove=True)
+
+
+@dataclasses.dataclass
+class _Epochs:
+    """The epochs done so far: their records, the epoch kept, its weights (None: the weights as
+    they are) and valid Spearman, and the epochs after which the run was resumed."""
+
+    done: list
+    kept: int
+    kept_weights: Optional[list]
+    best: Optional[float]
+    resumed_after: list
+
+
+def _train_and_write(o, report, progress):
     from bert_whitening.backend import keras
     from bert_whitening.encoding import log_truncated, tokenize
     from bert_whitening.models import build
@@ -235,41 +410,90 @@ def _run(o, report, progress):
     encoder = build(config, trainable=True)
     (firsts, cut_firsts), (seconds, cut_seconds) = (tokenize(encoder, s) for s in (o.train.firsts, o.train.seconds))
     log_truncated(cut_firsts + cut_seconds, 2 * len(firsts), o.maxlen)
-    step, head = _step_function(o, encoder)
+    step, head, variables = _step_function(o, encoder)
     rng = np.random.default_rng(o.seed)
     steps = -(-len(firsts) // o.batch_size)
-    kept, kept_weights, best = 0, _weights(encoder), None  # the epoch kept, its weights, its Spearman
-    if o.valid is not None:
-        best = _valid_spearman(encoder, o.valid)
-        report("epoch 0 (the base model): valid Spearman %.4f" % best)
-    epochs = []
-    for epoch in range(1, o.epochs + 1):
+    if o.checkpoints is not None and o.checkpoints.found is not None:
+        run = _resumed(o, encoder, variables, rng)
+        report("resumed after epoch %d from %s" % (len(run.done), o.checkpoints.directory))
+    else:
+        run = _Epochs([], 0, _weights(encoder), None, [])
+        if o.valid is not None:
+            run.best = _valid_spearman(encoder, o.valid)
+            report("epoch 0 (the base model): valid Spearman %.4f" % run.best)
+    for epoch in range(len(run.done) + 1, o.epochs + 1):
         started = time.perf_counter()
         loss = _epoch(o, step, firsts, seconds, rng.permutation(len(firsts)), epoch, progress)
         entry = {"epoch": epoch, "train_loss": loss, "steps": steps, "seconds": round(time.perf_counter() - started, 3)}
         line = "epoch %d/%d: train loss %.4f" % (epoch, o.epochs, loss)
         if o.valid is None:
-            kept, kept_weights = epoch, None  # the last epoch: the weights as they are
+            run.kept, run.kept_weights = epoch, None  # the last epoch: the weights as they are
         else:
             entry["valid_spearman"] = spearman = _valid_spearman(encoder, o.valid)
             line += ", valid Spearman %.4f" % spearman
-            if epoch == 1 or spearman > best:  # the base is reported, not kept, once an epoch ran
-                kept, kept_weights, best = epoch, _weights(encoder), spearman
-        epochs.append(entry)
+            if epoch == 1 or spearman > run.best:  # the base is reported, not kept, once an epoch ran
+                run.kept, run.kept_weights, run.best = epoch, _weights(encoder), spearman
+        run.done.append(entry)
+        if o.checkpoints is not None:
+            _checkpoint(o.checkpoints, run, variables, rng)
         report(line)
-    if kept_weights is not None:
-        keras.backend.batch_set_value(list(zip(_bert(encoder).weights, kept_weights, strict=True)))
+    if run.kept_weights is not None:
+        keras.backend.batch_set_value(list(zip(_bert(encoder).weights, run.kept_weights, strict=True)))
     if o.valid is not None and o.epochs:
-        report("kept epoch %d (valid Spearman %.4f)" % (kept, best))
-    record = _record(o, head, epochs, kept, steps)
+        report("kept epoch %d (valid Spearman %.4f)" % (run.kept, run.best))
+    record = _record(o, head, run, steps)
     _write(o, encoder, record)
     return TrainingResult(record=record, encoder=encoder)
 
 
+def _checkpoint(checkpoints, run, variables, rng):
+    """Save the state after an epoch: the run's bookkeeping and the shuffle's generator (JSON),
+    every variable the next step reads (the model's, the head's, Adam's moments and step
+    count), and the kept epoch's weights when that epoch is not the last."""
+    state = {
+        "identity": checkpoints.identity,
+        "epochs": run.done,
+        "kept": run.kept,
+        "best": run.best,
+        "resumed_after": run.resumed_after,
+        "rng": rng.bit_generator.state,
+    }
+    arrays = {"state": np.array(json.dumps(state))}
+    arrays.update(("variable_%d" % number, variable.numpy()) for number, variable in enumerate(variables))
+    if run.kept_weights is not None and run.kept != len(run.done):
+        arrays.update(("kept_%d" % number, weight) for number, weight in enumerate(run.kept_weights))
+    checkpoints.save(arrays)
+
+
+def _resumed(o, encoder, variables, rng):
+    """The `_Epochs` of the state found, its variables and generator put back in place."""
+    from bert_whitening.backend import keras
+
+    state, arrays = o.checkpoints.found, o.checkpoints.arrays()
+    values = [arrays.get("variable_%d" % number) for number in range(len(variables))]
+    if "variable_%d" % len(variables) in arrays or any(
+        value is None or value.shape != tuple(variable.shape) for value, variable in zip(values, variables, strict=True)
+    ):
+        raise TrainingError(
+            "%s: cannot resume: its variables are not those of this run's model and optimizer; remove %s "
+            "to start again" % (o.checkpoints.path, o.checkpoints.directory)
+        )
+    keras.backend.batch_set_value(list(zip(variables, values, strict=True)))
+    rng.bit_generator.state = state["rng"]
+    done = len(state["epochs"])
+    kept_weights = None
+    if o.valid is not None:
+        kept_weights = _weights(encoder)  # the kept epoch is the last done, unless saved apart
+        if state["kept"] != done:
+            kept_weights = [arrays["kept_%d" % number] for number in range(len(kept_weights))]
+    return _Epochs(state["epochs"], state["kept"], kept_weights, state["best"], state["resumed_after"] + [done])
+
+
 def _step_function(o, encoder):
-    """``(step, head)``: one Adam step on a batch of pairs (the ids of their first sentences,
-    then of their seconds, padded together) and its labels, returning the batch's loss, traced
-    once; the softmax head, or None."""
+    """``(step, head, variables)``: one Adam step on a batch of pairs (the ids of their first
+    sentences, then of their seconds, padded together) and its labels, returning the batch's
+    loss, traced once; the softmax head, or None; every variable whose value the next step
+    depends on (the model's, the head's and the optimizer's: what a checkpoint holds)."""
     from bert_whitening import losses
     from bert_whitening.backend import keras, tf
 
@@ -290,7 +514,8 @@ def _step_function(o, encoder):
         return value
 
     spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int32 if head else tf.float32)]
-    return tf.function(step, input_signature=spec, autograph=False), head
+    everything = encoder.model.weights + ([head.kernel, head.bias] if head else []) + optimizer.variables
+    return tf.function(step, input_signature=spec, autograph=False), head, everything
 
 
 def _epoch(o, step, firsts, seconds, order, epoch, progress):
@@ -354,7 +579,7 @@ def _valid_spearman(encoder, valid):
     return spearman
 
 
-def _record(o, head, epochs, kept, steps):
+def _record(o, head, run, steps):
     """``training.json``: the base model, the files, every setting, each epoch, versions."""
     base = o.files.identity(o.model_type)
     base["directory"] = os.path.abspath(o.files.directory)
@@ -363,25 +588,31 @@ def _record(o, head, epochs, kept, steps):
         "train": o.train.record(),
         "valid": o.valid.record() if o.valid is not None else None,
         "loss": o.loss,
-        "hyperparameters": {
-            "loss": o.loss,
-            "scale": o.scale if o.loss == "cosent" else None,
-            "threshold": o.threshold,
-            "pooling": o.pooling,
-            "maxlen": o.maxlen,
-            "lowercase": o.lowercase,
-            "batch_size": o.batch_size,
-            "learning_rate": o.learning_rate,
-            "epochs": o.epochs,
-            "seed": o.seed,
-            "optimizer": "Adam (no warm-up, no weight decay)",
-            "dropout": 0.0,
-        },
+        "hyperparameters": _hyperparameters(o),
         "softmax_head": {"shape": head.shape, "classes": o.classes, "kept": False} if head else None,
         "steps_per_epoch": steps,
-        "epochs": epochs,
-        "kept_epoch": kept,
+        "epochs": run.done,
+        "kept_epoch": run.kept,
+        "resumed_after": run.resumed_after,
         "versions": versions(),
+    }
+
+
+def _hyperparameters(o):
+    """Every setting of the run, as ``training.json`` records them."""
+    return {
+        "loss": o.loss,
+        "scale": o.scale if o.loss == "cosent" else None,
+        "threshold": o.threshold,
+        "pooling": o.pooling,
+        "maxlen": o.maxlen,
+        "lowercase": o.lowercase,
+        "batch_size": o.batch_size,
+        "learning_rate": o.learning_rate,
+        "epochs": o.epochs,
+        "seed": o.seed,
+        "optimizer": "Adam (no warm-up, no weight decay)",
+        "dropout": 0.0,
     }
 
 
