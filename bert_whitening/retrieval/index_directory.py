@@ -18,9 +18,10 @@ changes nothing. Opening an index checks, before FAISS reads a byte: that every 
 file (a FIFO or a device under one of these names would block or never end; a link could point
 anywhere), and that its sha256 is the one ``index.json`` records, so a damaged, truncated or
 swapped file (an ``index.faiss`` copied from another index of the same dimension, say) is
-refused; what is read afterwards is read from the descriptors that were checked (`IndexDirectory`). Then FAISS's dimension and row
-count, and the row counts of the keys and texts, must be ``index.json``'s. ``index.json`` is the
-root of this trust: its entries are type-checked; whoever can rewrite it can rewrite the rest.
+refused; what is read afterwards is read from the descriptors that were checked
+(`IndexDirectory`). Then FAISS's dimension and row count, and the row counts of the keys and
+texts, must be ``index.json``'s. ``index.json`` is the root of this trust: its entries are
+type-checked; whoever can rewrite it can rewrite the rest.
 """
 
 import json
