@@ -77,12 +77,11 @@ class ModelFiles:
 
     @functools.cached_property
     def variable_shapes(self):
-        """Variable name -> shape; a Google checkpoint's come from its index, with no values."""
-        if self.format == "google":
-            from bert_whitening.checkpoints.google import variable_shapes
+        """Google variable name -> shape, with no values read: from a Google checkpoint's index,
+        or from the header of ``model.safetensors``."""
+        from bert_whitening.checkpoints import google, huggingface
 
-            return variable_shapes(self.weights_path)
-        return {name: tuple(value.shape) for name, value in self.weights.items()}
+        return (google if self.format == "google" else huggingface).variable_shapes(self.weights_path)
 
     def check_variables(self, needed, model):
         """Refuse weights that are not the ``model`` (e.g. "a nezha model with cls pooling") of
