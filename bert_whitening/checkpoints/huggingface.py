@@ -136,10 +136,10 @@ def _span(path, name, entry, data_bytes):
     """``(begin, end)`` of the tensor ``name``'s bytes, checked against its dtype and shape and
     the ``data_bytes`` after the header."""
     if not isinstance(entry, dict) or entry.get("dtype") not in _DTYPE_BYTES:
-        _not_safetensors(path, "%s has no known dtype (%r)" % (name, entry))
+        _not_safetensors(path, "%s has no known dtype (%.100r)" % (name, entry))
     shape, offsets = entry.get("shape"), entry.get("data_offsets")
     if not _whole_numbers(shape) or not _whole_numbers(offsets) or len(offsets) != 2:
-        _not_safetensors(path, "%s: shape %r, data_offsets %r" % (name, shape, offsets))
+        _not_safetensors(path, "%s: shape %.100r, data_offsets %.100r" % (name, shape, offsets))
     begin, end = offsets
     if not begin <= end <= data_bytes:
         _not_safetensors(path, "%s: data_offsets %s outside the %d bytes of data" % (name, offsets, data_bytes))
