@@ -275,6 +275,25 @@ def test_vocab_size_must_match_the_config(model_copy):
         build_encoder(model_copy)
 
 
+def test_the_tokenizer_uses_the_vocabulary_that_was_checked(tiny_model, model_copy):
+    """A vocab.txt swapped between the check (`find_model`, which hashes it) and the build, as
+    long and as free of repeats, is never read: ids and identity are the checked file's."""
+    from bert_whitening.config import EncoderConfig
+    from bert_whitening.models import build
+
+    config = EncoderConfig(model_copy, pooling="cls")
+    checked = config.files
+    swapped = os.path.join(model_copy, "swapped.txt")
+    with open(swapped, "w", encoding="utf-8") as stream:
+        stream.write("".join(token + "\n" for token in reversed(TINY_VOCAB)))
+    os.replace(swapped, os.path.join(model_copy, "vocab.txt"))
+    encoder = build(config)
+    ids = {token: number for number, token in enumerate(TINY_VOCAB)}
+    assert encoder.vocab == ids
+    assert encoder.tokenizer.encode("今天")[0] == [ids["[CLS]"], ids["今"], ids["天"], ids["[SEP]"]]
+    assert encoder.model_identity["vocab_sha256"] == checked.vocab_sha256 == find_model(tiny_model[0]).vocab_sha256
+
+
 def test_pooler_pooling_needs_pooler_weights(tmp_path):
     directory = str(tmp_path / "no_pooler")
     write_checkpoint(directory, TINY_CONFIG, random_weights(TINY_CONFIG, with_pooler=False), TINY_VOCAB)
