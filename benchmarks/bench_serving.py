@@ -123,8 +123,11 @@ def main():
 
     importlib.import_module("tensorflow_text")  # then the serve_text ops (isort would put it first)
 
+    from bert_whitening.export import check_export
+
     with tempfile.TemporaryDirectory() as workdir:
         path = args.saved_model or export_minilm(workdir)
+        check_export(path)  # the files the export's record binds, before TensorFlow reads them
         loaded = tf.saved_model.load(path)
         text_fn = loaded.signatures["serve_text"]
         ids_fn = loaded.signatures["serving_default"]

@@ -42,7 +42,7 @@ def main():
 
     from bert_whitening.backend import tf
     from bert_whitening.encoding import batches, encode, tokenize
-    from bert_whitening.export import export_saved_model
+    from bert_whitening.export import check_export, export_saved_model
     from bert_whitening.models import build_encoder, with_whitening
     from bert_whitening.token_ids import pad_ids
     from bert_whitening.whitening import WhiteningStats, fit_whitening
@@ -63,6 +63,7 @@ def main():
     def run(path, rewrite, signature):
         """``(vectors, seconds of each repeat)`` of one signature of a fresh load."""
         tf.config.optimizer.set_experimental_options({REWRITE: rewrite})
+        check_export(path)  # the files the export's record binds, before TensorFlow reads them
         function = tf.saved_model.load(path).signatures[signature]
         vectors = np.zeros((len(sentences), encoder.dim), np.float32)
 

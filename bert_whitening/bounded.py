@@ -26,6 +26,9 @@ JSON_BYTES = 1 << 20
 VOCAB_BYTES = 64 << 20
 #: A TensorFlow checkpoint index (``.index``): a few hundred bytes per variable.
 INDEX_BYTES = 64 << 20
+#: The JSON header of a ``model.safetensors`` (what each tensor is and where its bytes lie): a
+#: hundred bytes or so per tensor; safetensors itself refuses a header above 100,000,000 bytes.
+SAFETENSORS_HEADER_BYTES = 64 << 20
 #: One line of an input file (a sentence, or a pair with its label), without its line end: far
 #: longer than anything a model reads (it keeps ``maxlen`` tokens), short enough to hold at once.
 LINE_BYTES = 1 << 20

@@ -18,8 +18,8 @@ This module spells out bert4keras' own steps instead:
 5. keep the first ``maxlen - 2`` tokens and add ``[CLS]`` and ``[SEP]``; pad with id 0.
 
 Step 1 runs before step 2, unlike bert4keras, because TensorFlow's string ops stop at NUL; the
-order changes nothing else. The vocabulary is bert4keras' ``load_vocab`` dictionary, so ids agree
-even for vocabularies with repeated lines. Character categories come from Python's
+order changes nothing else. The vocabulary is the encoder's dictionary (token -> line, as
+bert4keras' ``load_vocab`` reads a ``vocab.txt``), so ids agree. Character categories come from Python's
 ``unicodedata`` (`categories`), so both follow one Unicode version (14.0 on Python 3.11).
 """
 

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from bert_whitening.backend import ARCHITECTURES, Tokenizer, build_transformer_model, keras, load_vocab, tf
+from bert_whitening.backend import ARCHITECTURES, Tokenizer, build_transformer_model, keras, tf
 from bert_whitening.checkpoints import CheckpointError
 from bert_whitening.config import EncoderConfig, check_fitted_on, whitening_components
 from bert_whitening.config import fused_bert_sizes as _fused_bert_sizes
@@ -156,14 +156,13 @@ def _pooled_encoders(config, poolings, trainable):
         )
     else:
         inputs, first, last, pooler = _bert4keras_bert(files, family.architecture, with_pooler, described)
-    vocab = load_vocab(files.vocab_path)
     pre_tokenize = _jieba_words if family.word_level else None
-    tokenizer = Tokenizer(vocab, do_lower_case=config.lowercase, pre_tokenize=pre_tokenize)
+    tokenizer = Tokenizer(files.vocab, do_lower_case=config.lowercase, pre_tokenize=pre_tokenize)
     return {
         pooling: Encoder(
             model=keras.Model(inputs, _pooled(inputs[0], first, last, pooler, pooling), name="encoder"),
             tokenizer=tokenizer,
-            vocab=vocab,
+            vocab=files.vocab,
             model_identity=config.identity,
             config=EncoderConfig(config.model, model_type, pooling, config.maxlen, config.lowercase),
         )

@@ -182,8 +182,10 @@ class SentenceEncoder:
             from bert_whitening.retrieval.search import build_index
 
             config = dataclasses.replace(self.config, normalize=True)
+            from bert_whitening.retrieval.index_directory import IndexDirectory
+
             build_index(config, path, hnsw_m=hnsw_m, batch_size=batch_size, sentences=corpus)
-            return CorpusIndex(directory=path)
+            return CorpusIndex(index=IndexDirectory(path), directory=path)
         from bert_whitening.retrieval.faiss_indexes import flat_index
 
         return CorpusIndex(
@@ -422,7 +424,9 @@ class CorpusIndex:
     """What `SentenceEncoder.index` returns: ``search(queries, top_k)`` gives, for each query,
     ``{"query", "hits": [{"rank", "score" (cosine), "file", "line", "text"}]}``; in memory
     ``file`` is None and ``line`` the corpus row from 1. An index directory is searched as the
-    ``search`` command does: read with its checksums, the queries encoded with its record."""
+    ``search`` command does: read with its checksums, the queries encoded with its record; it is
+    opened (and checked) once, when written, and every search reads what was opened then, so
+    another index renamed over ``directory`` is never searched."""
 
     def __init__(self, encoder=None, index=None, texts=None, directory=None):
         self.encoder, self._index, self._texts, self.directory = encoder, index, texts, directory
@@ -431,7 +435,7 @@ class CorpusIndex:
         from bert_whitening.retrieval import search
 
         if self.directory is not None:
-            return search.search(self.directory, queries, top_k)
+            return search.search(self._index, queries, top_k)
         queries = sentence_list(queries, "queries")
         vectors = self.encoder._unit_vectors(queries, "queries", 128)
         scores, ids = self._index.search(vectors, min(positive_int(top_k, "top_k"), len(self._texts)))

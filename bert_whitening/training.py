@@ -626,7 +626,7 @@ def _write(o, encoder, record):
 
     variables = checkpoint_variables(encoder, o.files)
     with staged_directory(o.output) as staging:
-        write_checkpoint(staging, o.files.config, variables, o.files.vocab_path)
+        write_checkpoint(staging, o.files.config, variables, o.files.vocab_bytes)
         with open(os.path.join(staging, TRAINING_FILE), "w", encoding="utf-8") as stream:
             json.dump(record, stream, indent=2, ensure_ascii=False)
         if os.path.lexists(o.output):  # --overwrite, checked before the training

@@ -95,6 +95,88 @@ def test_hf_tensors_that_do_not_fit_the_config_are_refused(tiny_hf, tmp_path):
         build_encoder(directory, pooling="cls")
 
 
+@pytest.fixture
+def tensors_never_read(monkeypatch):
+    """Fail the test if the tensors of a model.safetensors are loaded: its header must do."""
+    from bert_whitening.checkpoints import huggingface
+
+    def read(path):
+        raise AssertionError("the tensors of %s were read" % path)
+
+    monkeypatch.setattr(huggingface, "_load_tensors", read)
+
+
+def test_hf_shapes_and_sizes_come_from_the_header_alone(tiny_hf, tmp_path, tensors_never_read):
+    """The checks before a build read the shapes, Google-named and the kernels transposed, from
+    the header (transformers' files carry ``__metadata__``); no weight is loaded for them."""
+    from bert_whitening.checkpoints.huggingface import google_variables
+
+    directory = write_hf(str(tmp_path / "hf"), tiny_hf[1], dict(TINY_CONFIG, intermediate_size=60000))
+    path = os.path.join(directory, "model.safetensors")
+    save_file(tiny_hf[1], path, metadata={"format": "pt"})
+    files = find_model(directory)
+    expected = {name: value.shape for name, value in google_variables(load_file(path)).items()}
+    assert files.variable_shapes == expected
+    assert files.variable_shapes["bert/encoder/layer_0/intermediate/dense/kernel"] == (24, 48)
+    with pytest.raises(CheckpointError, match=r"intermediate_size 60000 \(bert/encoder/layer_0/intermediate"):
+        files.check_sizes(absolute_positions=True)
+
+
+def safetensors_file(header, data_bytes):
+    """A safetensors file of ``header`` (a JSON-able value, or raw bytes) and ``data_bytes`` zeros."""
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return len(raw).to_bytes(8, "little") + raw + bytes(data_bytes)
+
+
+def f32(shape, begin, end):
+    return {"dtype": "F32", "shape": shape, "data_offsets": [begin, end]}
+
+
+@pytest.mark.parametrize(
+    "content, said",
+    [
+        (b"\x01", "1 bytes, shorter than a header"),
+        ((1 << 62).to_bytes(8, "little") + b"{}", "a header of 4611686018427387904 bytes in a file of 10"),
+        ((100).to_bytes(8, "little") + b"{}", "a header of 100 bytes in a file of 10"),
+        (safetensors_file(b"{nope", 0), "its header is not JSON"),
+        (safetensors_file([], 0), "its header is not a JSON object"),
+        (safetensors_file({"a": f32([2], 0, 8), "b": f32([2], 4, 12)}, 12), "b overlaps a"),
+        (safetensors_file({"a": f32([2], 0, 8), "b": f32([1], 12, 16)}, 16), "bytes 8 to 12 belong to no tensor"),
+        (safetensors_file({"a": f32([2], 0, 8)}, 12), "bytes 8 to 12 belong to no tensor"),
+        (safetensors_file({"a": f32([4], 0, 16)}, 8), "a: data_offsets [0, 16] outside the 8 bytes of data"),
+        (safetensors_file({"a": f32([3], 0, 8)}, 8), "a: data_offsets [0, 8] span 8 bytes, not those of F32 [3]"),
+        (safetensors_file({"a": {**f32([2], 0, 8), "dtype": "F128"}}, 8), "a has no known dtype"),
+        (safetensors_file({"a": f32([-2], 0, 8)}, 8), "a: shape [-2], data_offsets [0, 8]"),
+        (safetensors_file({"a": f32([2], 0, True)}, 8), "a: shape [2], data_offsets [0, True]"),
+    ],
+    ids=[
+        "short",
+        "huge header",
+        "header past the end",
+        "not JSON",
+        "not an object",
+        "overlap",
+        "hole",
+        "trailing bytes",
+        "past the end",
+        "size not dtype x shape",
+        "unknown dtype",
+        "negative size",
+        "offset not a number",
+    ],
+)
+def test_a_damaged_safetensors_header_is_one_line_naming_the_file(tiny_hf, tmp_path, tensors_never_read, content, said):
+    directory = write_hf(str(tmp_path / "hf"), tiny_hf[1])
+    path = os.path.join(directory, "model.safetensors")
+    with open(path, "wb") as stream:
+        stream.write(content)
+    with pytest.raises(CheckpointError) as raised:
+        find_model(directory).check_sizes(absolute_positions=True)
+    message = str(raised.value)
+    assert message.startswith(path + ": cannot read the tensors (") and "\n" not in message
+    assert said in message and message.endswith("the file is truncated or not safetensors")
+
+
 def test_convert_hf_round_trips(tiny_hf, tmp_path):
     directory, tensors = tiny_hf
     out = tmp_path / "google"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bert_whitening import encoding
-from bert_whitening.backend import Tokenizer, build_transformer_model
+from bert_whitening.backend import Tokenizer, build_transformer_model, load_vocab
 from bert_whitening.checkpoints import CheckpointError, find_model
 from bert_whitening.checkpoints.google import write_checkpoint
 from bert_whitening.encoding import (
@@ -273,6 +273,25 @@ def test_vocab_size_must_match_the_config(model_copy):
         r"says vocab_size %d" % (TINY_CONFIG["vocab_size"] + 1, TINY_CONFIG["vocab_size"]),
     ):
         build_encoder(model_copy)
+
+
+def test_the_tokenizer_uses_the_vocabulary_that_was_checked(tiny_model, model_copy):
+    """A vocab.txt swapped between the check (`find_model`, which hashes it) and the build, as
+    long and as free of repeats, is never read: ids and identity are the checked file's."""
+    from bert_whitening.config import EncoderConfig
+    from bert_whitening.models import build
+
+    config = EncoderConfig(model_copy, pooling="cls")
+    checked = config.files
+    swapped = os.path.join(model_copy, "swapped.txt")
+    with open(swapped, "w", encoding="utf-8") as stream:
+        stream.write("".join(token + "\n" for token in reversed(TINY_VOCAB)))
+    os.replace(swapped, os.path.join(model_copy, "vocab.txt"))
+    encoder = build(config)
+    ids = load_vocab(os.path.join(tiny_model[0], "vocab.txt"))  # bert4keras' reading of the checked file
+    assert encoder.vocab == ids
+    assert encoder.tokenizer.encode("今天")[0] == [ids["[CLS]"], ids["今"], ids["天"], ids["[SEP]"]]
+    assert encoder.model_identity["vocab_sha256"] == checked.vocab_sha256 == find_model(tiny_model[0]).vocab_sha256
 
 
 def test_pooler_pooling_needs_pooler_weights(tmp_path):

@@ -1,6 +1,8 @@
 """The front door: `SentenceEncoder` load, fit, encode, save and load again, against the numpy
 whitening of the same pooled vectors."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -97,3 +99,17 @@ def test_index_search_finds_what_brute_force_finds(fitted, tmp_path, on_disk):
             encoder.index(corpus, path=str(tmp_path / "index"))
     with pytest.raises(BertWhiteningError, match="top_k must be a positive integer"):
         index.search(queries, top_k=0)
+
+
+def test_an_index_on_disk_searches_what_it_wrote_whatever_bears_its_name_since(fitted, tmp_path):
+    """The directory `SentenceEncoder.index` writes is opened once, checked, and searched from
+    then on: another index renamed over its path is not what its searches read."""
+    encoder, _ = fitted
+    path, other = str(tmp_path / "index"), str(tmp_path / "other")
+    index = encoder.index(SENTENCES[:6], path=path)
+    encoder.index(SENTENCES[6:], path=other)
+    os.rename(path, str(tmp_path / "moved"))
+    os.rename(other, path)
+    for result in index.search(SENTENCES[:2], top_k=3):
+        assert [hit["rank"] for hit in result["hits"]] == [1, 2, 3]
+        assert all(hit["text"] in SENTENCES[:6] for hit in result["hits"]), result

@@ -59,7 +59,11 @@ UNUSED_VARIABLES = re.compile(
 class ModelFiles:
     """A checked model directory. ``weights`` is read on first use: a checkpoint prefix (Google
     format) or a dict of Google-named arrays (Hugging Face format); `bert_whitening.models`
-    reads either. ``config_path`` and ``weights_path`` are the files that errors name."""
+    reads either. ``config_path``, ``weights_path`` and ``vocab_path`` are the files that errors
+    name; the configuration and the vocabulary are the ones checked, kept (``vocab``: token ->
+    id, as bert4keras' ``load_vocab`` maps them; ``vocab_bytes``: the file's bytes, which
+    ``vocab_sha256`` digests), so nothing reads those files again: a file swapped after the
+    check is never the one used."""
 
     directory: str
     name: str
@@ -68,8 +72,13 @@ class ModelFiles:
     config_path: str
     weights_path: str
     vocab_path: str
-    vocab_sha256: str
+    vocab: dict = dataclasses.field(repr=False)
+    vocab_bytes: bytes = dataclasses.field(repr=False)
     load_weights: Callable[[], object] = dataclasses.field(repr=False)
+
+    @functools.cached_property
+    def vocab_sha256(self):
+        return hashlib.sha256(self.vocab_bytes).hexdigest()
 
     @functools.cached_property
     def weights(self):
@@ -77,12 +86,11 @@ class ModelFiles:
 
     @functools.cached_property
     def variable_shapes(self):
-        """Variable name -> shape; a Google checkpoint's come from its index, with no values."""
-        if self.format == "google":
-            from bert_whitening.checkpoints.google import variable_shapes
+        """Google variable name -> shape, with no values read: from a Google checkpoint's index,
+        or from the header of ``model.safetensors``."""
+        from bert_whitening.checkpoints import google, huggingface
 
-            return variable_shapes(self.weights_path)
-        return {name: tuple(value.shape) for name, value in self.weights.items()}
+        return (google if self.format == "google" else huggingface).variable_shapes(self.weights_path)
 
     def check_variables(self, needed, model):
         """Refuse weights that are not the ``model`` (e.g. "a nezha model with cls pooling") of
@@ -288,7 +296,8 @@ def find_model(model=None):
         config_path=config_path,
         weights_path=weights_path,
         vocab_path=vocab_path,
-        vocab_sha256=hashlib.sha256(vocab_bytes).hexdigest(),
+        vocab={token: number for number, token in enumerate(tokens)},
+        vocab_bytes=vocab_bytes,
         load_weights=load,
     )
 

@@ -3,7 +3,6 @@
 import glob
 import json
 import os
-import shutil
 
 from bert_whitening.bounded import INDEX_BYTES
 from bert_whitening.checkpoints import CheckpointError, check_file, read_json
@@ -60,20 +59,19 @@ def write_checkpoint(directory, config, variables, vocab):
     """Write a Google-format directory: ``bert_config.json``, ``vocab.txt``, ``bert_model.ckpt.*``.
 
     ``variables`` maps google-research/bert variable names to numpy arrays; ``vocab`` is the
-    token list, or the path of a ``vocab.txt`` to copy byte for byte (a model's identity
-    records its sha256). TensorFlow is imported here only, so reading checkpoints needs none
-    of it.
+    token list, or the bytes of a checked ``vocab.txt`` (`ModelFiles.vocab_bytes`), written as
+    they are (a model's identity records their sha256). TensorFlow is imported here only, so
+    reading checkpoints needs none of it.
     """
     from bert_whitening.backend import tf
 
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as stream:
         json.dump(config, stream, indent=2)
-    if isinstance(vocab, (str, os.PathLike)):
-        shutil.copyfile(vocab, os.path.join(directory, "vocab.txt"))
-    else:
-        with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as stream:
-            stream.write("".join(token + "\n" for token in vocab))
+    if not isinstance(vocab, bytes):
+        vocab = "".join(token + "\n" for token in vocab).encode("utf-8")
+    with open(os.path.join(directory, "vocab.txt"), "wb") as stream:
+        stream.write(vocab)
     names = sorted(variables)
     tf.raw_ops.SaveV2(
         prefix=os.path.join(directory, CHECKPOINT),

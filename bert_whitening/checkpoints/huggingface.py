@@ -2,14 +2,18 @@
 
 `google_variables` renames the safetensors tensors to google-research/bert variable names
 (linear weights are stored ``(out, in)`` by PyTorch and ``(in, out)`` by TensorFlow, so they are
-transposed); `convert_hf` writes the result as a Google-format checkpoint directory that
-bert4keras loads. Reading needs numpy and ``safetensors`` only, no PyTorch.
+transposed); `variable_shapes` gives their shapes from the file's header alone, so the checks
+before a model is built read no weights; `convert_hf` writes the result as a Google-format
+checkpoint directory that bert4keras loads. Reading needs numpy and ``safetensors`` only, no
+PyTorch.
 """
 
+import json
+import math
 import os
 import re
 
-from bert_whitening.bounded import VOCAB_BYTES
+from bert_whitening.bounded import SAFETENSORS_HEADER_BYTES, VOCAB_BYTES, open_regular
 from bert_whitening.checkpoints import CheckpointError, check_file, read_bytes, read_json
 
 CONFIG = "config.json"
@@ -48,16 +52,114 @@ def google_name(name):
     return "bert/" + name.replace(".", "/")
 
 
+def _google_names(names):
+    """``(name, Google name, transposed)`` of each Hugging Face BertModel tensor of ``names`` an
+    encoder uses (heads and buffers dropped); ``transposed`` for the linear weights, which
+    PyTorch stores ``(out, in)``."""
+    for name in names:
+        bare = re.sub(r"^bert\.", "", name)
+        if bare.startswith(("embeddings.", "encoder.", "pooler.")) and "position_ids" not in bare:
+            google = google_name(name)
+            yield name, google, google.endswith("/kernel")
+
+
 def google_variables(tensors):
     """Google-named arrays from Hugging Face BertModel tensors (heads and buffers dropped)."""
-    variables = {}
-    for name, value in tensors.items():
-        bare = re.sub(r"^bert\.", "", name)
-        if not bare.startswith(("embeddings.", "encoder.", "pooler.")) or "position_ids" in bare:
-            continue
-        google = google_name(name)
-        variables[google] = value.T if google.endswith("/kernel") else value
-    return variables
+    return {
+        google: tensors[name].T if transposed else tensors[name] for name, google, transposed in _google_names(tensors)
+    }
+
+
+def variable_shapes(path):
+    """Google name -> shape of the arrays `google_variables` makes of the safetensors file
+    ``path``, from its header alone (`tensor_shapes`): no weight is read."""
+    shapes = tensor_shapes(path)
+    return {
+        google: shapes[name][::-1] if transposed else shapes[name] for name, google, transposed in _google_names(shapes)
+    }
+
+
+#: Bytes per element of the safetensors dtypes.
+_DTYPE_BYTES = {
+    **dict.fromkeys(("BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3"), 1),
+    **dict.fromkeys(("U16", "I16", "F16", "BF16"), 2),
+    **dict.fromkeys(("U32", "I32", "F32"), 4),
+    **dict.fromkeys(("U64", "I64", "F64"), 8),
+}
+
+
+def tensor_shapes(path):
+    """Tensor name -> shape of the safetensors file ``path``, from its header alone: an 8-byte
+    little-endian length, then that many bytes of JSON, ``{name: {dtype, shape, data_offsets}}``
+    (and ``__metadata__``), offsets counted from the header's end.
+
+    The header is what the checks before a build trust, so it must describe the file: its length
+    at most `SAFETENSORS_HEADER_BYTES` and within the file, every entry of a known dtype, its
+    offsets within the file and spanning exactly dtype x shape bytes, no two overlapping and no
+    byte left unindexed (the format forbids holes). Anything else is one line naming ``path``."""
+    with open_regular(path, CheckpointError, "model file") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        length = int.from_bytes(stream.read(8), "little") if size >= 8 else None
+        if length is None or length > min(SAFETENSORS_HEADER_BYTES, size - 8):
+            _not_safetensors(
+                path,
+                "%d bytes, shorter than a header" % size
+                if length is None
+                else "a header of %d bytes in a file of %d, at most %d allowed"
+                % (length, size, SAFETENSORS_HEADER_BYTES),
+            )
+        header = stream.read(length)
+    try:
+        entries = json.loads(header.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        _not_safetensors(path, "its header is not JSON: %s" % error)
+    if not isinstance(entries, dict):
+        _not_safetensors(path, "its header is not a JSON object")
+    entries.pop("__metadata__", None)
+    spans = sorted((_span(path, name, entry, size - 8 - length), name) for name, entry in entries.items())
+    end, before = 0, None
+    for (begin, stop), name in spans:
+        if begin != end:
+            _not_safetensors(
+                path,
+                "%s overlaps %s" % (name, before)
+                if begin < end
+                else "bytes %d to %d belong to no tensor" % (end, begin),
+            )
+        end, before = stop, name
+    if end != size - 8 - length:
+        _not_safetensors(path, "bytes %d to %d belong to no tensor" % (end, size - 8 - length))
+    return {name: tuple(entry["shape"]) for name, entry in entries.items()}
+
+
+def _span(path, name, entry, data_bytes):
+    """``(begin, end)`` of the tensor ``name``'s bytes, checked against its dtype and shape and
+    the ``data_bytes`` after the header."""
+    if not isinstance(entry, dict) or entry.get("dtype") not in _DTYPE_BYTES:
+        _not_safetensors(path, "%s has no known dtype (%.100r)" % (name, entry))
+    shape, offsets = entry.get("shape"), entry.get("data_offsets")
+    if not _whole_numbers(shape) or not _whole_numbers(offsets) or len(offsets) != 2:
+        _not_safetensors(path, "%s: shape %.100r, data_offsets %.100r" % (name, shape, offsets))
+    begin, end = offsets
+    if not begin <= end <= data_bytes:
+        _not_safetensors(path, "%s: data_offsets %s outside the %d bytes of data" % (name, offsets, data_bytes))
+    if end - begin != math.prod(shape) * _DTYPE_BYTES[entry["dtype"]]:
+        _not_safetensors(
+            path,
+            "%s: data_offsets %s span %d bytes, not those of %s %s"
+            % (name, offsets, end - begin, entry["dtype"], shape),
+        )
+    return begin, end
+
+
+def _whole_numbers(value):
+    return isinstance(value, list) and all(type(item) is int and item >= 0 for item in value)
+
+
+def _not_safetensors(path, problem):
+    raise CheckpointError(
+        "%s: cannot read the tensors (%s): the file is truncated or not safetensors" % (path, problem)
+    ) from None
 
 
 def read(directory):
@@ -92,9 +194,7 @@ def _load_tensors(path):
     try:
         return load_file(path)
     except Exception as error:  # safetensors raises its own SafetensorError (not importable here)
-        raise CheckpointError(
-            "%s: cannot read the tensors (%s): the file is truncated or not safetensors" % (path, error)
-        ) from None
+        _not_safetensors(path, error)
 
 
 def convert_hf(hf_directory, output_directory):

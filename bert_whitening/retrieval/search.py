@@ -155,13 +155,15 @@ MEMORY_SOURCE = "(sentences)"
 
 
 def search(
-    directory: str, queries, top_k: int = 10, model=None, pooling=None, whitening_path=None, batch_size: int = 128
+    directory, queries, top_k: int = 10, model=None, pooling=None, whitening_path=None, batch_size: int = 128
 ) -> list:
     """For each query, its ``top_k`` nearest corpus rows: ``[{"query", "hits": [{"rank",
-    "score" (cosine), "file", "line", "text"}]}]``, all read from the index directory."""
+    "score" (cosine), "file", "line", "text"}]}]``, all read from the index directory: a path,
+    or an `IndexDirectory` opened earlier, read from the descriptors checked then (what
+    `SentenceEncoder.index` returns searches the index it wrote, whatever bears its name since)."""
     from bert_whitening.encoding import encode
 
-    index = IndexDirectory(directory)
+    index = directory if isinstance(directory, IndexDirectory) else IndexDirectory(directory)
     from bert_whitening.models import build
 
     encoder = build(query_config(index, model, pooling, whitening_path))
