@@ -11,7 +11,9 @@ first use, and TensorFlow once an encoder's Keras graph is built (`bert_whitenin
 
 import importlib
 
+from bert_whitening.data import ReadOptions
 from bert_whitening.whitening import (
+    FitOptions,
     Whitening,
     WhiteningStats,
     compute_kernel_bias,
@@ -25,6 +27,8 @@ _LAZY = {"SentenceEncoder": "bert_whitening.sentence_encoder", "EncoderConfig": 
 
 __all__ = [
     "EncoderConfig",
+    "FitOptions",
+    "ReadOptions",
     "SentenceEncoder",
     "Whitening",
     "WhiteningStats",

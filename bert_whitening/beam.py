@@ -36,9 +36,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from bert_whitening.atomic import PREFIX, check_outputs
-from bert_whitening.data import read_sentences
+from bert_whitening.data import ReadOptions, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
-from bert_whitening.whitening import WhiteningStats, check_vectors, fit_reported
+from bert_whitening.whitening import FitOptions, WhiteningStats, check_vectors, fit_reported
 
 logger = logging.getLogger(__name__)
 
@@ -139,10 +139,11 @@ class EncodeFn(beam.DoFn):
         yield keys, check_vectors(vectors, "beam", self.spec.normalize, keys=keys)
 
 
-def _read_file(path, format, skip_bad_lines):
-    """``((path, number), sentence)`` for each sentence of one file; ``number`` counts sentences
-    from 1, which for a sentence file is its line number."""
-    sentences = read_sentences(path, format, skip_bad_lines, FileSystems.open)
+def _read_file(path, read):
+    """``((path, number), sentence)`` for each sentence of one file, read as ``read`` (a
+    `ReadOptions`) says; ``number`` counts sentences from 1, which for a sentence file is its line
+    number."""
+    sentences = read_sentences(path, read.format, read.skip_bad_lines, FileSystems.open)
     for number, sentence in enumerate(sentences, 1):
         yield (path, number), sentence
 
@@ -167,21 +168,22 @@ def _canonical(path):
     return os.path.realpath(path) if FileSystems.get_scheme(path) is None else path
 
 
-def _sentences(pipeline, patterns, format, skip_bad_lines):
+def _sentences(pipeline, patterns, read):
     """Lists of up to `SENTENCES_PER_CALL` keyed sentences of similar length (`SortedLists`) of
     every file matching ``patterns``, spread over the workers."""
     return (
         pipeline
         | "Paths" >> beam.Create(matched_files(patterns))
-        | "Read" >> beam.FlatMap(_read_file, format, skip_bad_lines)
+        | "Read" >> beam.FlatMap(_read_file, read)
         | "Batch" >> beam.ParDo(SortedLists())
         | "Spread" >> beam.Reshuffle()
     )
 
 
-def write_whitening(stats, path, options):
-    """Fit on the combined statistics and write the file under a temporary name, then rename."""
-    whitening = fit_reported(stats, "the input", **options)
+def write_whitening(stats, path, options, recorded):
+    """Fit on the combined statistics (`fit_reported` with ``options`` and ``recorded``) and write
+    the file under a temporary name, then rename."""
+    whitening = fit_reported(stats, "the input", options, **recorded)
     buffer = io.BytesIO()
     whitening.write(buffer)
     temporary = "%s.tmp-%s" % (path, uuid.uuid4().hex)
@@ -197,16 +199,17 @@ def write_whitening(stats, path, options):
     return path
 
 
-def fit_pipeline(pipeline, patterns, encode_fn, output, fit_options, format="auto", skip_bad_lines=False):
-    """Add the fit to ``pipeline``: ``encode_fn`` an `EncodeFn` of the unwhitened encoder;
-    ``fit_options`` go to `fit_whitening` (n_components, beta, gamma, pooling, model,
-    allow_rank_deficient)."""
+def fit_pipeline(pipeline, patterns, encode_fn, output, options, recorded, read=ReadOptions()):
+    """Add the fit to ``pipeline``: ``encode_fn`` an `EncodeFn` of the unwhitened encoder (its
+    batch size is its own; ``read`` says how the files are read); ``options`` (a `FitOptions`)
+    and ``recorded`` (`fit_whitening`'s pooling, model_identity, precision and
+    allow_rank_deficient) go to `fit_reported`."""
     return (
-        _sentences(pipeline, patterns, format, skip_bad_lines)
+        _sentences(pipeline, patterns, read)
         | "Encode" >> beam.ParDo(encode_fn)
         | "Vectors" >> beam.Map(lambda encoded: encoded[1])
         | "Combine" >> beam.CombineGlobally(WhiteningStatsFn())
-        | "Write" >> beam.Map(write_whitening, output, fit_options)
+        | "Write" >> beam.Map(write_whitening, output, options, recorded)
     )
 
 
@@ -231,7 +234,7 @@ def encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards=0):
     """Add the encode to ``pipeline``: one TFRecord example per input line, in shards
     ``PREFIX-SSSSS-of-NNNNN.tfrecord`` (``num_shards`` 0 lets the runner choose)."""
     return (
-        _sentences(pipeline, patterns, "lines", False)
+        _sentences(pipeline, patterns, ReadOptions("lines"))
         | "Encode" >> beam.ParDo(encode_fn)
         | "Examples" >> beam.FlatMap(_examples)
         | "Write" >> beam.io.WriteToTFRecord(output_prefix, file_name_suffix=SUFFIX, num_shards=num_shards)
@@ -320,40 +323,32 @@ def run_fit(
     patterns,
     spec,
     output,
-    n_components=-1,
-    beta=1.0,
-    gamma=1.0,
-    format="auto",
-    skip_bad_lines=False,
-    batch_size=128,
+    *,
+    options=FitOptions(),
+    read=ReadOptions(),
     precision="float32",
     flags=(),
     runner="DirectRunner",
 ):
-    """`fit_pipeline` on ``runner``; the file records the model as ``fit``'s does (read from its
-    configuration and vocabulary; the weights are loaded by the workers)."""
+    """`fit_pipeline` on ``runner``: the whitening fitted with ``options`` (a `FitOptions`) on the
+    files ``patterns`` match, read as ``read`` (a `ReadOptions`) says. The file records the model
+    as ``fit``'s does (read from its configuration and vocabulary; the weights are loaded by the
+    workers)."""
     from bert_whitening.checkpoints import find_model
 
     check_outputs([output], _local_inputs(patterns) + spec.read_paths())
-    precision = job_precision(precision, spec, patterns, format, skip_bad_lines, batch_size)
-    options = {
-        "n_components": n_components,
-        "beta": beta,
-        "gamma": gamma,
+    precision = job_precision(precision, spec, patterns, read)
+    recorded = {
         "pooling": spec.pooling,
         "model_identity": find_model(spec.model).identity(spec.model_type.lower()),
         "allow_rank_deficient": spec.allow_rank_deficient,
         "precision": precision,
     }
-    encode_fn = EncodeFn(spec, batch_size, precision)
-    run(
-        lambda pipeline: fit_pipeline(pipeline, patterns, encode_fn, output, options, format, skip_bad_lines),
-        flags,
-        runner,
-    )
+    encode_fn = EncodeFn(spec, read.batch_size, precision)
+    run(lambda pipeline: fit_pipeline(pipeline, patterns, encode_fn, output, options, recorded, read), flags, runner)
 
 
-def job_precision(precision, spec, patterns, format="auto", skip_bad_lines=False, batch_size=128):
+def job_precision(precision, spec, patterns, read=ReadOptions()):
     """The one precision of a job: ``float32`` or ``bfloat16`` as given, and ``auto`` decided here,
     in the driver, once for every worker (each deciding on its own first sentences could mix
     precisions in one output): float32 on a CPU without bfloat16 instructions, else this
@@ -372,9 +367,9 @@ def job_precision(precision, spec, patterns, format="auto", skip_bad_lines=False
     sentences = []
     for path in matched_files(patterns):
         wanted = process.AUTO_CHECK_SENTENCES - len(sentences)
-        sentences += [sentence for _, sentence in itertools.islice(_read_file(path, format, skip_bad_lines), wanted)]
+        sentences += [sentence for _, sentence in itertools.islice(_read_file(path, read), wanted)]
     if sentences:
-        encode(build(spec), sentences, batch_size, progress=False)  # decides, once, on them
+        encode(build(spec), sentences, read.batch_size, progress=False)  # decides, once, on them
     chosen = process.process_precision()
     return chosen if chosen in ("float32", "bfloat16") else "float32"
 
@@ -391,7 +386,7 @@ def shards(output_prefix):
 
 
 def run_encode(
-    patterns, spec, output_prefix, num_shards=0, batch_size=128, precision="float32", flags=(), runner="DirectRunner"
+    patterns, spec, output_prefix, *, num_shards=0, batch_size=128, precision="float32", flags=(), runner="DirectRunner"
 ):
     """`encode_pipeline` on ``runner``. Refuses to start when shards of ``output_prefix``
     exist (a reader of ``PREFIX-*`` would see old and new lines together), and removes the
@@ -404,7 +399,8 @@ def run_encode(
             "another --output" % (output_prefix, len(existing), existing[0].path)
         )
     try:
-        encode_fn = EncodeFn(spec, batch_size, job_precision(precision, spec, patterns, "lines", False, batch_size))
+        read = ReadOptions("lines", batch_size=batch_size)
+        encode_fn = EncodeFn(spec, read.batch_size, job_precision(precision, spec, patterns, read))
         run(lambda pipeline: encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards), flags, runner)
     except BaseException:
         _remove_sink_temporaries(output_prefix)

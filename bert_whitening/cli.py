@@ -32,12 +32,21 @@ import sys
 
 from bert_whitening.atomic import DIRECTORY, FILE, PREFIX, check_outputs, private_temporary_directory
 from bert_whitening.config import EncoderConfig
-from bert_whitening.data import ENGLISH_STS, INPUT_FORMATS, STDIN, TASKS, check_readable, data_dir, read_sentences
+from bert_whitening.data import (
+    ENGLISH_STS,
+    INPUT_FORMATS,
+    STDIN,
+    TASKS,
+    ReadOptions,
+    check_readable,
+    data_dir,
+    read_sentences,
+)
 from bert_whitening.errors import BertWhiteningError, Interrupted
 from bert_whitening.names import LOSSES, METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
 from bert_whitening.sentence_encoder import SentenceEncoder
 from bert_whitening.training import DEFAULT_THRESHOLD
-from bert_whitening.whitening import Whitening
+from bert_whitening.whitening import FitOptions, Whitening
 
 logger = logging.getLogger("bert_whitening")
 
@@ -792,20 +801,27 @@ def _start(args):
         set_precision(args.precision)
 
 
+def _fit_and_read(args):
+    """The `FitOptions` and `ReadOptions` of ``fit`` and ``beam-fit`` (`_fit_options`)."""
+    options = FitOptions(args.n_components, args.beta, args.gamma)
+    return options, ReadOptions(args.format, args.skip_bad_lines, args.batch_size)
+
+
 def run_fit(args):
-    if args.method == "flow" and (args.n_components, args.beta, args.gamma) != (-1, 1.0, 1.0):
+    options, read = _fit_and_read(args)
+    if args.method == "flow" and options != FitOptions():
         raise BertWhiteningError("--n-components, --beta and --gamma are a whitening's; a flow has none of them")
     check_readable(args.inputs)
     encoder = SentenceEncoder(_encoder_config(args))
     _start(args)
     from bert_whitening.encoding import progress_bar
 
-    read = dict(files=args.inputs, format=args.format, skip_bad_lines=args.skip_bad_lines, batch_size=args.batch_size)
+    reading = dict(files=args.inputs, **dataclasses.asdict(read))
     with progress_bar() as bar:
         if args.method == "flow":
-            fitted = encoder.fit_flow(seed=args.seed, progress=bar, **read)
+            fitted = encoder.fit_flow(seed=args.seed, progress=bar, **reading)
         else:
-            fitted = encoder.fit(n_components=args.n_components, beta=args.beta, gamma=args.gamma, progress=bar, **read)
+            fitted = encoder.fit(progress=bar, **dataclasses.asdict(options), **reading)
     fitted.save(args.output)
     logger.info("wrote %s", args.output)
 
@@ -843,13 +859,12 @@ def run_eval(args):
     results = evaluate_tasks(
         config,
         args.task,
-        args.data_dir,
-        args.n_components,
-        args.beta,
-        args.gamma,
-        _fit_on(args),
-        args.batch_size,
-        args.skip_bad_lines,
+        directory=args.data_dir,
+        n_components=args.n_components,
+        betas=args.beta,
+        gammas=args.gamma,
+        fit_on=_fit_on(args),
+        read=_task_read(args),
         methods=args.method,
         flow_seeds=args.flow_seeds,
         poolings=args.poolings,
@@ -884,6 +899,12 @@ def _write_reports(args, reports, draw):
         write_report(reports[0], args.json, args.plot, draw)
 
 
+def _task_read(args):
+    """How ``eval`` and ``eval-retrieval`` read the task files, ``--fit-on`` files and
+    distractors: each file's format detected."""
+    return ReadOptions(skip_bad_lines=args.skip_bad_lines, batch_size=args.batch_size)
+
+
 def _fit_on(args):
     return args.fit_on[0] if args.fit_on in (["all"], ["train"]) else args.fit_on
 
@@ -898,16 +919,15 @@ def run_eval_retrieval(args):
     reports = evaluate_retrieval(
         config,
         args.task,
-        args.data_dir,
-        args.split,
-        args.n_components,
-        args.beta,
-        args.gamma,
-        _fit_on(args),
-        args.distractors,
-        args.hnsw_m,
-        args.batch_size,
-        args.skip_bad_lines,
+        directory=args.data_dir,
+        split=args.split,
+        n_components=args.n_components,
+        betas=args.beta,
+        gammas=args.gamma,
+        fit_on=_fit_on(args),
+        distractor_files=args.distractors,
+        hnsw_m=args.hnsw_m,
+        read=_task_read(args),
         on_task=show,
         poolings=args.poolings,
     )
@@ -990,20 +1010,17 @@ def _beam():
 
 
 def run_beam_fit(args):
+    options, read = _fit_and_read(args)
     config = _encoder_config(args)
     _beam().run_fit(
         args.input,
         config,
         args.output,
-        args.n_components,
-        args.beta,
-        args.gamma,
-        args.format,
-        args.skip_bad_lines,
-        args.batch_size,
-        args.precision,
-        args.pipeline_options,
-        args.runner,
+        options=options,
+        read=read,
+        precision=args.precision,
+        flags=args.pipeline_options,
+        runner=args.runner,
     )
 
 
@@ -1014,11 +1031,11 @@ def run_beam_encode(args):
         args.input,
         config,
         args.output,
-        args.num_shards,
-        args.batch_size,
-        args.precision,
-        args.pipeline_options,
-        args.runner,
+        num_shards=args.num_shards,
+        batch_size=args.batch_size,
+        precision=args.precision,
+        flags=args.pipeline_options,
+        runner=args.runner,
     )
     logger.info("wrote %s", beam.shards(args.output))
 

@@ -9,6 +9,7 @@ Lines end at ``\n`` only (one ``\r`` before it is dropped), so a stray ``\r`` in
 cannot shift the line numbers, and line *i* of a file is row *i* of what ``encode`` writes.
 """
 
+import dataclasses
 import gzip
 import itertools
 import logging
@@ -17,8 +18,9 @@ import os
 import sys
 import zlib
 
+from bert_whitening.arguments import positive_int
 from bert_whitening.bounded import LINE_BYTES
-from bert_whitening.errors import DataError
+from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.names import check_choice
 
 logger = logging.getLogger(__name__)
@@ -38,6 +40,7 @@ __all__ = [
     "DataError",
     "INPUT_FORMATS",
     "STDIN",
+    "ReadOptions",
     "chunked",
     "data_dir",
     "distinct_sentences",
@@ -47,6 +50,28 @@ __all__ = [
     "read_pairs",
     "read_sentences",
 ]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadOptions:
+    """How input files become batches of sentences: ``format`` (`INPUT_FORMATS`),
+    ``skip_bad_lines`` (a malformed pair line skipped with a warning rather than refused) and
+    ``batch_size`` (sentences per forward pass).
+
+    The commands that read files (``fit``, ``beam-fit``, ``eval``, ``eval-retrieval``) and their
+    Python entry points pass one of these down to where the files are read and encoded, rather
+    than the three values one by one; a value none of them can use is refused when it is built.
+    """
+
+    format: str = "auto"
+    skip_bad_lines: bool = False
+    batch_size: int = 128
+
+    def __post_init__(self):
+        check_choice("input format", self.format, INPUT_FORMATS)
+        if not isinstance(self.skip_bad_lines, bool):
+            raise BertWhiteningError("skip_bad_lines must be True or False, got %r" % (self.skip_bad_lines,))
+        object.__setattr__(self, "batch_size", positive_int(self.batch_size, "batch_size"))
 
 
 def open_local(path):

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from bert_whitening import precision
 from bert_whitening.arguments import positive_int, sentence_list, sentence_stream
 from bert_whitening.backend import graph_function, keras, tf
-from bert_whitening.data import chunked, read_sentences
+from bert_whitening.data import ReadOptions, chunked, read_sentences
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.layers.fused_bert import FusedBert, bfloat16_products
 from bert_whitening.token_ids import pad_ids, token_ids
@@ -246,62 +246,55 @@ def encode_stream(
 
 
 def statistics_from_files(
-    encoder: "Encoder",
-    paths: Sequence[str],
-    format: str = "auto",
-    skip_bad_lines: bool = False,
-    batch_size: int = 128,
-    progress=None,
+    encoder: "Encoder", paths: Sequence[str], read: ReadOptions = ReadOptions(), progress=None
 ) -> WhiteningStats:
     """The `WhiteningStats` of every sentence of ``paths`` (sentence or pair files, ``-`` for
-    standard input), each read once and streamed: what ``fit`` and ``eval --fit-on FILE`` fit on.
+    standard input), each read once and streamed as ``read`` says: what ``fit`` and ``eval
+    --fit-on FILE`` fit on.
     """
-    (stats,) = statistics_from_files_together([encoder], paths, format, skip_bad_lines, batch_size, progress)
+    (stats,) = statistics_from_files_together([encoder], paths, read, progress)
     return stats
 
 
 def statistics_from_files_together(
-    encoders: Sequence["Encoder"], paths: Sequence[str], *options
+    encoders: Sequence["Encoder"], paths: Sequence[str], read: ReadOptions = ReadOptions(), progress=None
 ) -> list[WhiteningStats]:
     """`statistics_from_files` of each of ``encoders`` (as `encode_together` takes them), the
-    files read and encoded once for all of them; ``options`` as `statistics_from_files`'."""
+    files read and encoded once for all of them."""
     stats = [WhiteningStats() for _ in encoders]
-    for blocks in _file_blocks(encoders, paths, *options):
+    for blocks in _file_blocks(encoders, paths, read, progress):
         for accumulator, block in zip(stats, blocks, strict=True):
             accumulator.update(block)
     return stats
 
 
 def vectors_from_files(
-    encoder: "Encoder",
-    paths: Sequence[str],
-    format: str = "auto",
-    skip_bad_lines: bool = False,
-    batch_size: int = 128,
-    progress=None,
+    encoder: "Encoder", paths: Sequence[str], read: ReadOptions = ReadOptions(), progress=None
 ) -> np.ndarray:
     """The vectors of every sentence of ``paths``, as one array, as `statistics_from_files` reads
     them: what ``eval --fit-on FILE`` trains a flow on (a flow needs the vectors themselves)."""
-    (vectors,) = vectors_from_files_together([encoder], paths, format, skip_bad_lines, batch_size, progress)
+    (vectors,) = vectors_from_files_together([encoder], paths, read, progress)
     return vectors
 
 
-def vectors_from_files_together(encoders: Sequence["Encoder"], paths: Sequence[str], *options) -> list[np.ndarray]:
+def vectors_from_files_together(
+    encoders: Sequence["Encoder"], paths: Sequence[str], read: ReadOptions = ReadOptions(), progress=None
+) -> list[np.ndarray]:
     """`vectors_from_files` of each of ``encoders`` (as `encode_together` takes them), the files
-    read and encoded once for all of them; ``options`` as `vectors_from_files`'."""
-    blocks = list(_file_blocks(encoders, paths, *options))
+    read and encoded once for all of them."""
+    blocks = list(_file_blocks(encoders, paths, read, progress))
     if not blocks:
         return [np.zeros((0, encoder.dim), np.float32) for encoder in encoders]
     return [np.concatenate(parts) for parts in zip(*blocks, strict=True)]
 
 
-def _file_blocks(encoders, paths, format="auto", skip_bad_lines=False, batch_size=128, progress=None):
+def _file_blocks(encoders, paths, read, progress):
     """Each of ``encoders``' vectors of a chunk of the files' sentences, chunk after chunk, from
     one forward pass for all of them (`encode_stream`)."""
     joint, ends = _side_by_side(encoders)
-    for vectors in encode_stream(joint, _file_sentences(paths, format, skip_bad_lines), batch_size, progress):
+    for vectors in encode_stream(joint, _file_sentences(paths, read), read.batch_size, progress):
         yield np.split(vectors, ends, axis=1)
 
 
-def _file_sentences(paths, format, skip_bad_lines):
-    return itertools.chain.from_iterable(read_sentences(path, format, skip_bad_lines) for path in paths)
+def _file_sentences(paths, read):
+    return itertools.chain.from_iterable(read_sentences(path, read.format, read.skip_bad_lines) for path in paths)

@@ -26,10 +26,16 @@ import numpy as np
 import scipy.stats
 
 from bert_whitening.atomic import check_outputs, write_atomically
-from bert_whitening.data import TASKS, data_dir, distinct_sentences, load_task  # noqa: F401  TASKS: named here too
+from bert_whitening.data import (  # noqa: F401  TASKS: named here too
+    TASKS,
+    ReadOptions,
+    data_dir,
+    distinct_sentences,
+    load_task,
+)
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import METHODS, POOLINGS, check_choice
-from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening, l2_normalize
+from bert_whitening.whitening import FitOptions, Whitening, WhiteningStats, fit_whitening, l2_normalize
 
 if TYPE_CHECKING:
     from bert_whitening.config import EncoderConfig
@@ -66,19 +72,17 @@ def settings(
     methods: Sequence[str] = ("whitening",),
     seeds: Sequence[int] = (0,),
 ) -> list[Setting]:
-    """Every combination; ``n_components`` 0 (no whitening) is evaluated once, whatever beta and
-    gamma, and the others only when ``methods`` has ``"whitening"``; ``"flow"`` adds one flow per
-    seed (its latent keeps every dimension)."""
+    """Every combination, each a `FitOptions` checked before any task is read; ``n_components``
+    0 (no whitening) is evaluated once, whatever beta and gamma, and the others only when
+    ``methods`` has ``"whitening"``; ``"flow"`` adds one flow per seed (its latent keeps every
+    dimension)."""
     unknown = [method for method in methods if method not in METHODS]
     if unknown:
         raise BertWhiteningError("unknown method %r (methods: %s)" % (unknown[0], ", ".join(METHODS)))
-    for name, values in (("beta", betas), ("gamma", gammas)):
-        bad = [value for value in values if not math.isfinite(value)]
-        if bad:
-            raise BertWhiteningError("%s must be finite numbers, got %r" % (name, bad[0]))
     found = []
     for k, beta, gamma in itertools.product(n_components, betas, gammas):
-        setting = Setting(k) if k == 0 else Setting(k, beta, gamma)
+        options = FitOptions(k, beta, gamma)
+        setting = Setting(k) if k == 0 else Setting(*dataclasses.astuple(options))
         if setting not in found and (k == 0 or "whitening" in methods):
             found.append(setting)
     if "flow" in methods:
@@ -260,13 +264,13 @@ def evaluate(
 def evaluate_tasks(
     spec: "EncoderConfig",
     tasks: Sequence[str],
+    *,
     directory: Optional[str] = None,
     n_components: Sequence[int] = (0, -1, 256),
     betas: Sequence[float] = (1.0,),
     gammas: Sequence[float] = (1.0,),
     fit_on: str | Sequence[str] = "all",
-    batch_size: int = 128,
-    skip_bad_lines: bool = False,
+    read: ReadOptions = ReadOptions(),
     methods: Sequence[str] = ("whitening",),
     flow_seeds: Sequence[int] = (0,),
     flow_options: Optional[dict] = None,
@@ -279,8 +283,11 @@ def evaluate_tasks(
             None means each task's default (`task_maxlen`).
         tasks: senteval_cn task names (`TASKS`) or ``STS-B-en``.
         directory: the senteval_cn directory (`bert_whitening.data.data_dir`).
-        n_components, betas, gammas: every combination is evaluated (`settings`).
+        n_components, betas, gammas: every combination is evaluated (`settings`), each a
+            `bert_whitening.whitening.FitOptions`.
         fit_on: ``"all"`` splits of each task, ``"train"``, or a list of sentence/pair files.
+        read: how the task and ``fit_on`` files are read and encoded (skip_bad_lines,
+            batch_size; ``fit_on`` files in its format).
         methods: ``"whitening"`` and/or ``"flow"`` (`METHODS`); raw is evaluated when
             ``n_components`` has 0, whatever the methods.
         flow_seeds: one flow is trained per seed, on the vectors a whitening is fitted on.
@@ -298,7 +305,7 @@ def evaluate_tasks(
 
     started = time.time()
     requested = settings(n_components, betas, gammas, methods, flow_seeds)
-    encoders, loaded = load_tasks(spec, tasks, directory, n_components, batch_size, skip_bad_lines, poolings)
+    encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings)
     first = next(iter(encoders.values()))
     if "flow" in methods:  # refused now rather than after the first task is encoded
         from bert_whitening.flow import FlowConfig
@@ -317,7 +324,7 @@ def evaluate_tasks(
     }
     spectra = {pooling: {} for pooling in encoders}
     for task in loaded:
-        for pooling, encoded in encode_splits_together(task.encoders, task.splits, task.batch_size).items():
+        for pooling, encoded in encode_splits_together(task.encoders, task.splits, task.read.batch_size).items():
             if len(encoders) > 1:  # what follows (the fit's warnings) is this pooling's
                 logger.info("%s: fitting and scoring", task.label(pooling))
             vectors = None
@@ -351,15 +358,14 @@ class Task:
     splits: dict  #: ``{split: [(sentence1, sentence2, label)]}``
     maxlen: int
     encoders: dict  #: ``{pooling: Encoder}``
-    batch_size: int = 128
-    skip_bad_lines: bool = False
+    read: ReadOptions = ReadOptions()  #: how its ``fit_on`` files are read, and its batch size
     _from_files: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def encode(self, sentences, pooling=None):
         """sentences -> vectors."""
         from bert_whitening.encoding import encode
 
-        return encode(self.encoders[self._pooling(pooling)], sentences, batch_size=self.batch_size)
+        return encode(self.encoders[self._pooling(pooling)], sentences, batch_size=self.read.batch_size)
 
     def statistics_from_files(self, paths, pooling=None):
         """paths -> `WhiteningStats`, for ``fit_on`` files."""
@@ -377,7 +383,7 @@ class Task:
         """The files are read and encoded once for every pooling, on the first call."""
         key = (together.__name__, tuple(paths))
         if key not in self._from_files:
-            found = together(list(self.encoders.values()), paths, "auto", self.skip_bad_lines, self.batch_size)
+            found = together(list(self.encoders.values()), paths, self.read)
             self._from_files[key] = dict(zip(self.encoders, found, strict=True))
         return self._from_files[key][self._pooling(pooling)]
 
@@ -395,8 +401,7 @@ def load_tasks(
     tasks: Sequence[str],
     directory: Optional[str] = None,
     n_components: Sequence[int] = (),
-    batch_size: int = 128,
-    skip_bad_lines: bool = False,
+    read: ReadOptions = ReadOptions(),
     poolings: Sequence[str] = (),
 ) -> tuple:
     """``(encoders, [Task])``: the tasks' files read, the options checked against the model's
@@ -406,7 +411,7 @@ def load_tasks(
     from bert_whitening.models import build
 
     directory = data_dir(directory)
-    loaded = {task: load_task(task, directory, skip_bad_lines) for task in tasks}
+    loaded = {task: load_task(task, directory, read.skip_bad_lines) for task in tasks}
     maxlens = {task: task_maxlen(task, spec.maxlen) for task in tasks}
     poolings = list(poolings) or [spec.pooling]
     for pooling in poolings:
@@ -427,8 +432,7 @@ def load_tasks(
             splits,
             maxlens[task],
             {pooling: encoder.with_maxlen(maxlens[task]) for pooling, encoder in encoders.items()},
-            batch_size,
-            skip_bad_lines,
+            read,
         )
         for task, splits in loaded.items()
     ]

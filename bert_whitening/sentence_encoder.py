@@ -24,10 +24,17 @@ from bert_whitening.arguments import path_list, positive_int, sentence_list, sen
 from bert_whitening.atomic import DIRECTORY, check_outputs, staged_directory, write_atomically
 from bert_whitening.bounded import JSON_BYTES, read_limited
 from bert_whitening.config import EncoderConfig
-from bert_whitening.data import STDIN, display_name, read_sentences
+from bert_whitening.data import STDIN, ReadOptions, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.precision import running as running_precision
-from bert_whitening.whitening import Whitening, WhiteningStats, check_vectors, fit_reported, l2_normalize
+from bert_whitening.whitening import (
+    FitOptions,
+    Whitening,
+    WhiteningStats,
+    check_vectors,
+    fit_reported,
+    l2_normalize,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -224,6 +231,7 @@ class SentenceEncoder:
         self,
         sentences: Optional[Iterable[str]] = None,
         files: Sequence[str] = (),
+        *,
         n_components: int = -1,
         beta: float = 1.0,
         gamma: float = 1.0,
@@ -234,25 +242,26 @@ class SentenceEncoder:
     ) -> Whitening:
         """Fit a whitening on the pooled vectors of ``sentences`` and of the sentence or pair
         ``files`` (each read once, streamed); from now on this encoder applies it (normalised).
-        Returns the `Whitening` (``whitening.save(path)`` writes the file ``encode`` reads)."""
+        Returns the `Whitening` (``whitening.save(path)`` writes the file ``encode`` reads).
+        ``n_components``, ``beta`` and ``gamma`` are a `bert_whitening.whitening.FitOptions`,
+        ``format``, ``skip_bad_lines`` and ``batch_size`` a `bert_whitening.data.ReadOptions`,
+        both checked before the model is built."""
         from bert_whitening.encoding import encode_stream, statistics_from_files
 
-        files, sentences = _check_inputs(files), None if sentences is None else sentence_stream(sentences)
-        batch_size = positive_int(batch_size, "batch_size")
+        options = FitOptions(n_components, beta, gamma)
+        files, sentences, read = _fit_inputs(sentences, files, format, skip_bad_lines, batch_size)
         pooled = self._pooled_encoder()
         stats = WhiteningStats()
         if sentences is not None:
-            for vectors in encode_stream(pooled, sentences, batch_size, progress):
+            for vectors in encode_stream(pooled, sentences, read.batch_size, progress):
                 stats.update(vectors)
         if files:
-            stats.merge(statistics_from_files(pooled, files, format, skip_bad_lines, batch_size, progress))
+            stats.merge(statistics_from_files(pooled, files, read, progress))
         source = ", ".join(files) or "the sentences"
         whitening = fit_reported(
             stats,
             source,
-            n_components=n_components,
-            beta=beta,
-            gamma=gamma,
+            options,
             pooling=self.config.pooling,
             model_identity=pooled.model_identity,
             allow_rank_deficient=self.config.allow_rank_deficient,
@@ -280,14 +289,13 @@ class SentenceEncoder:
         from bert_whitening.encoding import encode_stream, vectors_from_files
         from bert_whitening.flow import fit_flow
 
-        files, sentences = _check_inputs(files), None if sentences is None else sentence_stream(sentences)
-        batch_size = positive_int(batch_size, "batch_size")
+        files, sentences, read = _fit_inputs(sentences, files, format, skip_bad_lines, batch_size)
         pooled = self._pooled_encoder()
         blocks = []
         if sentences is not None:
-            blocks.extend(encode_stream(pooled, sentences, batch_size, progress))
+            blocks.extend(encode_stream(pooled, sentences, read.batch_size, progress))
         if files:
-            blocks.append(vectors_from_files(pooled, files, format, skip_bad_lines, batch_size, progress))
+            blocks.append(vectors_from_files(pooled, files, read, progress))
         if not blocks or not sum(len(block) for block in blocks):
             raise DataError("no sentences to train a flow on")
         flow = fit_flow(
@@ -442,9 +450,11 @@ class CorpusIndex:
         return search.hits(queries, scores, ids, lambda row: (None, row + 1, self._texts[row]))
 
 
-def _check_inputs(files):
-    """``files`` as a list of paths, ``-`` at most once."""
+def _fit_inputs(sentences, files, format, skip_bad_lines, batch_size):
+    """What `SentenceEncoder.fit` and `fit_flow` read, checked before the model is built:
+    ``(files, sentences or None, ReadOptions)``, ``files`` a list of paths, ``-`` at most once."""
     files = path_list(files)
     if files.count(STDIN) > 1:
         raise BertWhiteningError("standard input (-) can be read only once")
-    return files
+    sentences = None if sentences is None else sentence_stream(sentences)
+    return files, sentences, ReadOptions(format, skip_bad_lines, batch_size)

@@ -20,6 +20,8 @@ negative = all dimensions, ``k > 0`` = keep the first ``k`` columns.
 import dataclasses
 import json
 import logging
+import math
+import numbers
 from typing import Optional
 
 import numpy as np
@@ -423,6 +425,33 @@ def resolve_components(n_components, dim, rank=None, allow_rank_deficient=False)
 RECORDED_PRECISIONS = ("", "float32", "bfloat16")
 
 
+@dataclasses.dataclass(frozen=True)
+class FitOptions:
+    """What a whitening is fitted with: ``n_components`` (the default ``k`` stored: 0 none,
+    negative all), ``beta`` and ``gamma`` (the module docstring's Sigma_beta and kernel).
+
+    ``fit``, ``beam-fit``, `bert_whitening.SentenceEncoder.fit` and each setting of ``eval`` and
+    ``eval-retrieval`` build one, so a value no fit can use is refused once, in one line naming
+    the option, before any model is built or sentence read, whichever path it came by.
+    """
+
+    n_components: int = -1
+    beta: float = 1.0
+    gamma: float = 1.0
+
+    def __post_init__(self):
+        if isinstance(self.n_components, bool) or not isinstance(self.n_components, numbers.Integral):
+            raise WhiteningError("n_components must be an integer, got %r" % (self.n_components,))
+        for name in ("beta", "gamma"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise WhiteningError("%s must be a finite number, got %r" % (name, value))
+        # plain int and float: numpy scalars would otherwise reach the file's JSON metadata
+        object.__setattr__(self, "n_components", int(self.n_components))
+        object.__setattr__(self, "beta", float(self.beta))
+        object.__setattr__(self, "gamma", float(self.gamma))
+
+
 def fit_whitening(
     stats: WhiteningStats,
     n_components: int = -1,
@@ -448,11 +477,10 @@ def fit_whitening(
         allow_rank_deficient: allow an ``n_components`` above the rank.
 
     Raises:
-        WhiteningError: non-finite ``beta``/``gamma``, identical vectors, or an ``n_components``
+        WhiteningError: options `FitOptions` refuses, identical vectors, or an ``n_components``
             the fit cannot support.
     """
-    if not np.isfinite([beta, gamma]).all():
-        raise WhiteningError("beta and gamma must be finite numbers, got beta=%r, gamma=%r" % (beta, gamma))
+    n_components, beta, gamma = dataclasses.astuple(FitOptions(n_components, beta, gamma))
     eigenvalues, vectors = np.linalg.eigh(stats.second_moment(beta))
     order = np.argsort(eigenvalues)[::-1]
     eigenvalues, vectors = eigenvalues[order], vectors[:, order]
@@ -491,9 +519,9 @@ def fit_whitening(
         eigenvalues=eigenvalues,
         rank=rank,
         count=stats.count,
-        n_components=int(n_components),
-        beta=float(beta),
-        gamma=float(gamma),
+        n_components=n_components,
+        beta=beta,
+        gamma=gamma,
         pooling=pooling,
         model_identity=dict(model_identity or {}),
         precision=precision,
@@ -503,18 +531,20 @@ def fit_whitening(
     return whitening
 
 
-def fit_reported(stats, source, **options):
-    """`fit_whitening` on the statistics of the sentences of ``source`` (what the log names),
-    refusing an empty input, and logging what was fitted. ``fit`` and ``beam-fit`` end here."""
+def fit_reported(stats, source, options, **recorded):
+    """`fit_whitening` with ``options`` (a `FitOptions`) on the statistics of the sentences of
+    ``source`` (what the log names), refusing an empty input, and logging what was fitted;
+    ``recorded`` are `fit_whitening`'s other arguments (``pooling``, ``model_identity``,
+    ``precision``, ``allow_rank_deficient``). ``fit`` and ``beam-fit`` end here."""
     if stats.count == 0:
         raise DataError("no sentences in %s" % source)
-    whitening = fit_whitening(stats, **options)
+    whitening = fit_whitening(stats, **dataclasses.asdict(options), **recorded)
     logger.info(
         "fitted on %d sentences (dimension %d, rank %d), default n_components %d",
         stats.count,
         whitening.dim,
         whitening.rank,
-        whitening.components(allow_rank_deficient=options.get("allow_rank_deficient", False)),
+        whitening.components(allow_rank_deficient=recorded.get("allow_rank_deficient", False)),
     )
     return whitening
 

@@ -26,7 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bert_whitening.data import TASKS  # noqa: E402
+from bert_whitening.data import TASKS, ReadOptions  # noqa: E402
 from bert_whitening.errors import BertWhiteningError  # noqa: E402
 from bert_whitening.evaluation import evaluate_tasks  # noqa: E402
 from bert_whitening.names import POOLINGS  # noqa: E402
@@ -77,9 +77,9 @@ def main(argv=None):
         report, _ = evaluate_tasks(
             spec,
             [args.task_name],
-            args.data_dir,
-            [] if flow else [args.n_components],
-            batch_size=args.batch_size,
+            directory=args.data_dir,
+            n_components=[] if flow else [args.n_components],
+            read=ReadOptions(batch_size=args.batch_size),
             methods=[args.method],
             flow_seeds=[args.seed],
         )

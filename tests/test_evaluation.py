@@ -14,7 +14,7 @@ import pytest
 from bert_whitening import cli, encoding
 from bert_whitening.backend import Tokenizer, build_transformer_model
 from bert_whitening.checkpoints import find_model
-from bert_whitening.data import load_task
+from bert_whitening.data import ReadOptions, load_task
 from bert_whitening.encoding import encode
 from bert_whitening.evaluation import Setting, encode_splits, evaluate, fit_statistics, settings
 from bert_whitening.names import POOLINGS
@@ -388,7 +388,7 @@ def test_files_are_fitted_as_one_stream_in_chunks_with_one_truncation_count(tmp_
     files = [str(tmp_path / "s.txt"), str(tmp_path / "p.data")]
     with caplog.at_level(logging.INFO):
         stats = fit_statistics(
-            {}, files, functools.partial(encoding.statistics_from_files, encoder, skip_bad_lines=True)
+            {}, files, functools.partial(encoding.statistics_from_files, encoder, read=ReadOptions(skip_bad_lines=True))
         )
     assert chunks == [[1, 2], [3, 4], [1, 2], [4]]  # one stream across both files
     lengths = np.array([1, 2, 3, 4, 1, 2, 4], dtype=float)

@@ -344,8 +344,8 @@ def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path, capsys):
     report, spectra = evaluate_tasks(
         spec,
         ["STS-B"],
-        str(tmp_path / "data"),
-        [0, -1],
+        directory=str(tmp_path / "data"),
+        n_components=[0, -1],
         methods=("whitening", "flow"),
         flow_options={"progress": False},
     )
@@ -363,8 +363,8 @@ def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path, capsys):
         evaluate_tasks(
             spec,
             ["STS-B"],
-            str(tmp_path / "data"),
-            [],
+            directory=str(tmp_path / "data"),
+            n_components=[],
             fit_on=fit_on,
             methods=("flow",),
             flow_options={"progress": False, "config": SMALL},

@@ -38,7 +38,8 @@ def task_dir(tmp_path):
     return tmp_path, rows, str(distractors)
 
 
-def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny_model, encoders):
+@pytest.mark.parametrize("beta, gamma", [(1.0, 1.0), (0.0, 0.0)])
+def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny_model, encoders, beta, gamma):
     tmp_path, rows, distractors = task_dir
     output = tmp_path / "r.json"
     assert (
@@ -52,6 +53,10 @@ def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny
             tmp_path,
             "--n-components",
             "0,-1,8",
+            "--beta",
+            beta,
+            "--gamma",
+            gamma,
             "--distractors",
             distractors,
             "--hnsw-m",
@@ -76,11 +81,12 @@ def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny
     encoder = encoders["first-last-avg"]
     valid = [(MANY[40 + i], MANY[60 + i]) for i in range(10)]
     fit_sentences = [s for a, b, _ in rows for s in (a, b)] + [s for pair in valid for s in pair]
-    whitening = fit_whitening(WhiteningStats().update(encode(encoder, fit_sentences)))
+    whitening = fit_whitening(WhiteningStats().update(encode(encoder, fit_sentences)), beta=beta, gamma=gamma)
     query_vectors, corpus_vectors = encode(encoder, queries), encode(encoder, corpus)
     by_k = {result["n_components"]: result for result in entry["results"]}
     assert sorted(by_k) == [0, 8, 24]
     for k, result in by_k.items():
+        assert (result["beta"], result["gamma"]) == ((1.0, 1.0) if k == 0 else (beta, gamma))
         transform = functools.partial(whitening.transform, n_components=k) if k else l2_normalize
         expected = reference_metrics(reference_ranking(transform(query_vectors), transform(corpus_vectors)), relevant)
         assert {m: result[m] for m in expected} == pytest.approx(expected, abs=1e-9)

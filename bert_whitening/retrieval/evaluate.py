@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from bert_whitening.config import EncoderConfig, versions
-from bert_whitening.data import DataError, data_dir
+from bert_whitening.data import DataError, ReadOptions, data_dir
 from bert_whitening.evaluation import (
     Task,
     encode_splits_together,
@@ -59,10 +59,10 @@ def evaluate_task(
     bench = build_benchmark(splits[split], distractors, where="%s.%s" % (task.name, split))
     if not bench.queries:
         raise DataError("%s.%s: no positive pairs, so no queries" % (task.name, split))
-    encoded = encode_splits_together(task.encoders, _splits_to_encode(splits, split, fit_on), task.batch_size)
+    encoded = encode_splits_together(task.encoders, _splits_to_encode(splits, split, fit_on), task.read.batch_size)
     extra = {pooling: np.zeros((0, encoder.dim)) for pooling, encoder in task.encoders.items()}
     if bench.distractors:
-        vectors = encode_together(list(task.encoders.values()), bench.distractors, task.batch_size)
+        vectors = encode_together(list(task.encoders.values()), bench.distractors, task.read.batch_size)
         extra = dict(zip(task.encoders, vectors, strict=True))
     found = {}
     for pooling, pairs in encoded.items():
@@ -93,6 +93,7 @@ def evaluate_task(
 def evaluate_retrieval(
     spec: EncoderConfig,
     tasks: Sequence[str],
+    *,
     directory: str | None = None,
     split: str = "test",
     n_components: Sequence[int] = (0, -1, 256, 128, 64),
@@ -101,21 +102,23 @@ def evaluate_retrieval(
     fit_on: str | Sequence[str] = "all",
     distractor_files: Sequence[str] = (),
     hnsw_m: int = HNSW_M,
-    batch_size: int = 128,
-    skip_bad_lines: bool = False,
+    read: ReadOptions = ReadOptions(),
     on_task: Callable[[str, dict], None] | None = None,
     poolings: Sequence[str] = (),
 ) -> dict | list[dict]:
     """The ``eval-retrieval`` report: ``{"model", "pooling", ..., "tasks": {task: {"counts",
     "results": [per setting]}}}``. ``spec`` is a `bert_whitening.config.EncoderConfig` of the
     unwhitened encoder; its ``maxlen`` None means each task's default (`task_maxlen`).
-    ``on_task(title, entry)`` is called as each task is done (the CLI prints its table).
+    ``n_components``, ``betas``, ``gammas``: every combination is scored (each a
+    `bert_whitening.whitening.FitOptions`); ``read``: how the task files, ``fit_on`` files and
+    distractors are read and encoded. ``on_task(title, entry)`` is called as each task is done
+    (the CLI prints its table).
     ``poolings``: score these poolings (``spec.pooling`` ignored) on one encoding of each task
     and of the distractors, and return a list of reports, one per pooling in its order."""
     started = time.time()
     requested = settings(n_components, betas, gammas)
-    distractors = list(read_distractors(distractor_files, skip_bad_lines))
-    encoders, loaded = load_tasks(spec, tasks, directory, n_components, batch_size, skip_bad_lines, poolings)
+    distractors = list(read_distractors(distractor_files, read.skip_bad_lines))
+    encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings)
     reports = {
         pooling: {
             "model": encoder.model_identity,
