@@ -65,7 +65,7 @@ def open_directory(path):
         raise DataError("%s: cannot read it (%s)" % (path, error.strerror)) from None
 
 
-def open_regular(directory_fd, name, where):
+def open_regular_at(directory_fd, name, where):
     """A descriptor of the regular file ``name`` (``a/b`` for one in a subdirectory) under the
     directory descriptor ``directory_fd``. No component may be a symbolic link, ``..`` or empty,
     so the file is one of the directory's own; a FIFO or a device is refused without being read
@@ -108,15 +108,15 @@ def _is_link(directory_fd, part):
 
 
 def file_sha256_at(directory_fd, name, where):
-    """The sha256 of the regular file ``name`` under ``directory_fd`` (see `open_regular`)."""
-    with os.fdopen(open_regular(directory_fd, name, where), "rb", buffering=0) as stream:
+    """The sha256 of the regular file ``name`` under ``directory_fd`` (see `open_regular_at`)."""
+    with os.fdopen(open_regular_at(directory_fd, name, where), "rb", buffering=0) as stream:
         return _Hashing(stream.fileno()).rest()
 
 
-def read_limited(directory_fd, name, limit, where):
+def read_limited_at(directory_fd, name, limit, where):
     """The bytes of the regular file ``name`` under ``directory_fd``, refused beyond ``limit``
     bytes (a record is small; anything larger is not one)."""
-    with os.fdopen(open_regular(directory_fd, name, where), "rb") as stream:
+    with os.fdopen(open_regular_at(directory_fd, name, where), "rb") as stream:
         data = stream.read(limit + 1)
     if len(data) > limit:
         raise DataError("%s: %s is larger than %d bytes: not the record it should be" % (where, name, limit))
@@ -135,7 +135,7 @@ class CheckedFile:
 
     def __init__(self, directory_fd, name, sha256, where, record, made):
         self.name, self.sha256, self.where, self.record = name, sha256, where, record
-        self._file = os.fdopen(open_regular(directory_fd, name, where), "rb", buffering=0)
+        self._file = os.fdopen(open_regular_at(directory_fd, name, where), "rb", buffering=0)
         if _Hashing(self._file.fileno()).rest() != sha256:
             raise DataError(
                 "%s: %s is not the file %s (sha256 differs from %s's %s...): the directory was edited"

@@ -12,7 +12,7 @@ import json
 import os
 
 from bert_whitening.errors import DataError, ExportError
-from bert_whitening.files import CheckedFile, file_sha256_at, open_directory, read_limited
+from bert_whitening.files import CheckedFile, file_sha256_at, open_directory, read_limited_at
 
 METADATA_FILE = "bert_whitening.json"
 #: The record's name inside an export directory.
@@ -49,7 +49,7 @@ def check_export(directory):
 
 def checked_record(directory_fd, where):
     """`check_export` of an export directory already open as ``directory_fd``."""
-    text = read_limited(directory_fd, RECORD, RECORD_LIMIT, where)
+    text = read_limited_at(directory_fd, RECORD, RECORD_LIMIT, where)
     try:
         record = json.loads(text.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

@@ -33,7 +33,7 @@ import numpy as np
 from bert_whitening.atomic import staged_directory
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
-from bert_whitening.files import CheckedFile, file_sha256, open_directory, read_limited
+from bert_whitening.files import CheckedFile, file_sha256, open_directory, read_limited_at
 from bert_whitening.retrieval.faiss_indexes import faiss, hnsw_index
 from bert_whitening.whitening import check_vectors
 
@@ -156,7 +156,7 @@ class IndexDirectory:
         raise DataError("%s: %s" % (self.directory, problem))
 
     def _read_metadata(self, descriptor):
-        text = read_limited(descriptor, METADATA_FILE, METADATA_LIMIT, self.directory)
+        text = read_limited_at(descriptor, METADATA_FILE, METADATA_LIMIT, self.directory)
         try:
             metadata = json.loads(text.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
