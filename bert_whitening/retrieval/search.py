@@ -14,7 +14,7 @@ import os
 from bert_whitening.arguments import positive_int, sentence_list
 from bert_whitening.atomic import DIRECTORY, check_outputs
 from bert_whitening.config import EncoderConfig, whitening_digest
-from bert_whitening.data import read_sentences
+from bert_whitening.data import check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import npy_blocks
 from bert_whitening.retrieval.index_directory import KEYS_FILE, TEXTS_FILE, IndexDirectory, IndexWriter
@@ -50,6 +50,7 @@ def build_index(
     if not config.normalize:
         raise BertWhiteningError("an index holds L2-normalised vectors: --no-normalize cannot be used")
     read = list(inputs) + [from_vectors] + (glob.glob(from_beam) if from_beam and "://" not in from_beam else [])
+    check_readable(list(inputs))
     check_outputs([(output, DIRECTORY)], read + config.read_paths())
     record = config.to_config()
     source = from_beam or from_vectors or ", ".join(inputs) or "the input"
