@@ -29,7 +29,7 @@ import numpy as np
 from bert_whitening.atomic import write_atomically
 from bert_whitening.bounded import METADATA_BYTES, MODEL_SIZES, NpzMembers
 from bert_whitening.errors import BertWhiteningError, DataError, WhiteningError
-from bert_whitening.names import POOLINGS
+from bert_whitening.names import RECORDED_POOLINGS
 
 logger = logging.getLogger(__name__)
 
@@ -433,8 +433,6 @@ def resolve_components(n_components, dim, rank=None, allow_rank_deficient=False)
 
 #: What a whitening file may say of its vectors' precision ("": not recorded).
 RECORDED_PRECISIONS = ("", "float32", "bfloat16")
-#: What a whitening file may say of its vectors' pooling ("": fitted on vectors of no encoder).
-RECORDED_POOLINGS = ("",) + POOLINGS
 
 
 @dataclasses.dataclass(frozen=True)
