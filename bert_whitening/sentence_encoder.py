@@ -119,7 +119,7 @@ class SentenceEncoder:
             from bert_whitening.flow import Flow
 
             flow = Flow.load(flow_path)
-        config = EncoderConfig.from_config(record, whitening, flow=flow)
+        config = EncoderConfig.from_config(record, whitening, flow=flow, where=path)
         return cls(
             dataclasses.replace(
                 config, whitening_path=whitening_path if whitening else None, flow_path=flow_path if flow else None

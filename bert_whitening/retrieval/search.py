@@ -17,7 +17,7 @@ from bert_whitening.config import EncoderConfig, whitening_digest
 from bert_whitening.data import check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import npy_blocks
-from bert_whitening.retrieval.index_directory import KEYS_FILE, TEXTS_FILE, IndexDirectory, IndexWriter
+from bert_whitening.retrieval.index_directory import KEYS_FILE, METADATA_FILE, TEXTS_FILE, IndexDirectory, IndexWriter
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +148,8 @@ def query_config(index: IndexDirectory, model=None, pooling=None, whitening_path
         raise BertWhiteningError(
             "the index was built with %s pooling, not %s: refused" % (index.metadata["pooling"], pooling)
         )
-    return EncoderConfig.from_config(index.metadata, whitening, model, flow=index.flow())
+    where = os.path.join(index.directory, METADATA_FILE)
+    return EncoderConfig.from_config(index.metadata, whitening, model, flow=index.flow(), where=where)
 
 
 #: The "file" of the rows of an index made from a list of sentences in memory.
