@@ -29,8 +29,18 @@ def _container(value, name, what):
 
 
 def _text(item, name, index):
+    """``item`` when it is a str that is text: a lone surrogate (``"\\ud800"``, what
+    ``surrogateescape`` makes of bytes that are not UTF-8) has no UTF-8 form, so a file holding it
+    is refused when read and a served model refuses it; here too, naming where it is."""
     if not isinstance(item, str):
         raise BertWhiteningError("%s[%d] must be a str, got %s %s" % (name, index, type(item).__name__, _shown(item)))
+    try:
+        item.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise BertWhiteningError(
+            "%s[%d] is not text: a lone surrogate %s at character %d"
+            % (name, index, _shown(item[error.start]), error.start)
+        ) from None
     return item
 
 

@@ -73,10 +73,13 @@ def check_outputs(outputs, inputs=()):
     cannot forget one comparison (an ``eval --json`` once replaced its own data file).
 
     ``outputs`` are paths (files) or ``(path, kind)`` pairs (`FILE`, `DIRECTORY`, `PREFIX`);
-    ``inputs`` are the files and directories the run reads. None, ``-`` and remote paths
-    (``scheme://``, checked by their own file systems) are skipped, and so are inputs that do
-    not exist (yet). An output is refused, in a one-line `BertWhiteningError` naming the path
-    as given, when it:
+    ``inputs`` are the files and directories the run reads. None (an output not asked for) and
+    remote paths (``scheme://``, checked by their own file systems) are skipped, and so are
+    inputs that do not exist (yet) and ``-``. An output is refused, in a one-line
+    `BertWhiteningError` naming the path as given, when it:
+
+    - is ``-`` or empty (``--output -`` would otherwise name a file ``-`` in the current
+      directory: no output is written to standard output);
 
     - is a device, FIFO or socket (a rename would replace ``/dev/null`` itself), or a
       directory where a file is written;
@@ -89,6 +92,12 @@ def check_outputs(outputs, inputs=()):
 
     Returns the file to write for each output (a symlink's final target)."""
     given = [(item, FILE) if isinstance(item, (str, os.PathLike)) or item is None else tuple(item) for item in outputs]
+    for path, _ in given:
+        if path is not None and os.fspath(path) in ("", "-"):
+            raise BertWhiteningError(
+                "cannot write '%s': an output is a file or directory, never standard output or an empty name"
+                % os.fspath(path)
+            )
     given = [(os.fspath(path), kind) for path, kind in given if _local(path)]
     read = [os.fspath(path) for path in inputs if _local(path) and os.path.exists(path)]
     targets, seen = [], {}

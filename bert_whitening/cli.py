@@ -38,6 +38,7 @@ from bert_whitening.data import (
     STDIN,
     TASKS,
     ReadOptions,
+    check_read_once,
     check_readable,
     data_dir,
     read_sentences,
@@ -686,6 +687,7 @@ def check_paths(args):
         inputs.extend(glob.glob(pattern) if "://" not in pattern else [])
     if STDIN in inputs and not _is_open(sys.stdin):
         raise BertWhiteningError("cannot read standard input (-): it is closed")
+    check_read_once(inputs)
     if paths.prints and not _is_open(sys.stdout):
         raise BertWhiteningError(
             "standard output is closed, and %s prints its results there: redirect it to a file" % args.command

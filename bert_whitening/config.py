@@ -341,12 +341,24 @@ class EncoderConfig:
         }
 
     @classmethod
-    def from_config(cls, config, whitening=None, model=None, flow=None):
+    def from_config(cls, config, whitening=None, model=None, flow=None, where=None):
         """The encoder a record describes. ``whitening`` (a `Whitening`) or ``flow`` (a `Flow`)
         must be given when the record has one, and is checked against its digest; ``model``
         replaces the recorded directory (a model that moved) and is checked against the recorded
         identity. A record of an earlier version (no ``normalize``: it was True for indexes; no
-        ``flow``) is read too."""
+        ``flow``) is read too. ``where``, the file the record was read from (a saved encoder's
+        ``sentence_encoder.json``, an index's ``index.json``), begins every refusal: a value
+        edited there is refused by the checks of any encoder, which do not know where it came
+        from."""
+        try:
+            return cls._from_record(config, whitening, model, flow)
+        except BertWhiteningError as error:
+            if where is None:
+                raise
+            raise type(error)("%s: %s" % (where, error)) from None
+
+    @classmethod
+    def _from_record(cls, config, whitening, model, flow):
         config = checked_record(config)
         recorded = config["whitening"]
         _check_recorded("whitening", recorded, whitening, whitening_digest)
@@ -366,6 +378,7 @@ class EncoderConfig:
             flow_path=(config.get("flow") or {}).get("path"),
         )
         check_same_model("the record", config["model"], built.identity)
+        built.check()
         return built
 
     def differences(self, config):

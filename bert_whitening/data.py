@@ -11,10 +11,12 @@ cannot shift the line numbers, and line *i* of a file is row *i* of what ``encod
 
 import dataclasses
 import gzip
+import io
 import itertools
 import logging
 import math
 import os
+import stat
 import sys
 import zlib
 
@@ -84,7 +86,8 @@ def open_local(path):
 
 def check_readable(paths):
     """Refuse, before any work, input files that do not exist or cannot be read (``-``, FIFOs and
-    other streams are read as they come)."""
+    other streams are read as they come), and a stream named twice (`check_read_once`)."""
+    check_read_once(paths)
     for path in paths:
         if path == STDIN:
             continue
@@ -94,6 +97,35 @@ def check_readable(paths):
             raise DataError("%s: is a directory, not a file" % path)
         if not os.access(path, os.R_OK):
             raise DataError("%s: not readable (permission denied)" % path)
+
+
+def check_read_once(paths):
+    """Refuse a stream among the inputs of one run that is named twice (``- -``, ``-`` and
+    ``/dev/stdin``, a FIFO by two names): standard input, a pipe or a FIFO is read once, and its
+    second reading would find it empty, leaving out every line without a word."""
+    seen = {}
+    for path in paths:
+        stream = _stream(path)
+        if stream is None:
+            continue
+        if stream in seen:
+            raise DataError(
+                "cannot read %s twice (as %s and %s): standard input, a pipe or a FIFO can be read only once"
+                % (display_name(path), seen[stream], path)
+            )
+        seen[stream] = path
+
+
+def _stream(path):
+    """``(device, inode)`` of ``path`` when it can be read only once (standard input, a FIFO, a
+    socket, a character device), else None."""
+    try:
+        info = os.fstat(sys.stdin.fileno()) if path == STDIN else os.stat(path)
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return STDIN if path == STDIN else None
+    if path == STDIN or stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode) or stat.S_ISCHR(info.st_mode):
+        return info.st_dev, info.st_ino
+    return None
 
 
 def display_name(path):

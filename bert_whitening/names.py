@@ -25,6 +25,10 @@ MODEL_TYPES = {
 #: The original's pooling names. ``pooler`` is the pooler Dense with a *linear* activation, as
 #: the original get_encoder builds it (bert4keras ``with_pool='linear'``), not BERT's tanh pooler.
 POOLINGS = ("first-last-avg", "last-avg", "cls", "pooler")
+#: What a whitening or flow file may record as the pooling of the vectors it was fitted on: one
+#: of `POOLINGS`, or "" for vectors of no encoder (say `bert_whitening.whitening.fit_whitening` on
+#: an array); anything else is a crafted file, refused when it is loaded.
+RECORDED_POOLINGS = ("",) + POOLINGS
 
 #: The losses of supervised fine-tuning (`bert_whitening.training`, `bert_whitening.losses`).
 LOSSES = ("cosent", "softmax")

@@ -24,7 +24,7 @@ from bert_whitening.arguments import path_list, positive_int, sentence_list, sen
 from bert_whitening.atomic import DIRECTORY, check_outputs, staged_directory, write_atomically
 from bert_whitening.bounded import JSON_BYTES, read_limited
 from bert_whitening.config import EncoderConfig
-from bert_whitening.data import STDIN, ReadOptions, display_name, read_sentences
+from bert_whitening.data import ReadOptions, check_readable, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.precision import running as running_precision
 from bert_whitening.whitening import (
@@ -119,7 +119,7 @@ class SentenceEncoder:
             from bert_whitening.flow import Flow
 
             flow = Flow.load(flow_path)
-        config = EncoderConfig.from_config(record, whitening, flow=flow)
+        config = EncoderConfig.from_config(record, whitening, flow=flow, where=path)
         return cls(
             dataclasses.replace(
                 config, whitening_path=whitening_path if whitening else None, flow_path=flow_path if flow else None
@@ -452,9 +452,10 @@ class CorpusIndex:
 
 def _fit_inputs(sentences, files, format, skip_bad_lines, batch_size):
     """What `SentenceEncoder.fit` and `fit_flow` read, checked before the model is built:
-    ``(files, sentences or None, ReadOptions)``, ``files`` a list of paths, ``-`` at most once."""
+    ``(files, sentences or None, ReadOptions)``, ``files`` a list of readable paths
+    (`bert_whitening.data.check_readable`: a stream named once)."""
     files = path_list(files)
-    if files.count(STDIN) > 1:
-        raise BertWhiteningError("standard input (-) can be read only once")
     sentences = None if sentences is None else sentence_stream(sentences)
-    return files, sentences, ReadOptions(format, skip_bad_lines, batch_size)
+    read = ReadOptions(format, skip_bad_lines, batch_size)
+    check_readable(files)
+    return files, sentences, read

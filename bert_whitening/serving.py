@@ -182,7 +182,7 @@ def grpc_request(model, sentences=None, input_ids=None, segment_ids=None, versio
         request.model_spec.version.value = version
     if sentences is not None:
         request.model_spec.signature_name = TEXT_SIGNATURE
-        request.inputs["text"].CopyFrom(tf.make_tensor_proto([str(s) for s in sentences], tf.string))
+        request.inputs["text"].CopyFrom(tf.make_tensor_proto(request_sentences(sentences), tf.string))
     else:
         request.model_spec.signature_name = IDS_SIGNATURE
         body = ids_request(input_ids, segment_ids, "columnar")["inputs"]

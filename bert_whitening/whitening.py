@@ -29,6 +29,7 @@ import numpy as np
 from bert_whitening.atomic import write_atomically
 from bert_whitening.bounded import METADATA_BYTES, MODEL_SIZES, NpzMembers
 from bert_whitening.errors import BertWhiteningError, DataError, WhiteningError
+from bert_whitening.names import RECORDED_POOLINGS
 
 logger = logging.getLogger(__name__)
 
@@ -299,6 +300,11 @@ def _metadata(path, stored):
             "%s: metadata precision is %r, expected one of %s"
             % (path, meta.get("precision"), ", ".join(map(repr, RECORDED_PRECISIONS)))
         )
+    if meta["pooling"] not in RECORDED_POOLINGS:
+        raise WhiteningError(
+            "%s: metadata pooling is %r, expected one of %s"
+            % (path, meta["pooling"], ", ".join(map(repr, RECORDED_POOLINGS)))
+        )
     dim = meta["dim"]
     if not (
         1 <= dim <= MODEL_SIZES["hidden_size"]
@@ -309,6 +315,10 @@ def _metadata(path, stored):
         raise WhiteningError(
             "%s: inconsistent metadata (dim %r, rank %r, count %r, beta %r, "
             "gamma %r)" % (path, dim, meta["rank"], meta["count"], meta["beta"], meta["gamma"])
+        )
+    if meta["n_components"] > dim:
+        raise WhiteningError(
+            "%s: metadata n_components is %d, larger than its dimension %d" % (path, meta["n_components"], dim)
         )
     return meta
 

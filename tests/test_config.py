@@ -125,3 +125,30 @@ def test_a_damaged_record_is_one_line(tiny_model, edit, fragment):
     edit(record)
     with pytest.raises(ValueError, match=fragment):
         EncoderConfig.from_config(record)
+
+
+def edited_record(directory, name, **changes):
+    path = directory / name
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "changes, said", [(dict(pooling="max"), "unknown pooling 'max'"), (dict(maxlen=10**9), "maxlen 1000000000")]
+)
+def test_a_record_edited_in_a_saved_encoder_or_an_index_is_refused_naming_its_file(tiny_model, tmp_path, changes, said):
+    """Values that pass the record's type checks but no encoder's were refused naming neither
+    ``sentence_encoder.json`` nor ``index.json``."""
+    from bert_whitening import SentenceEncoder
+    from bert_whitening.errors import BertWhiteningError
+    from bert_whitening.retrieval.search import search
+
+    encoder = SentenceEncoder.load(tiny_model[0])
+    encoder.save(str(tmp_path / "saved"))
+    record = edited_record(tmp_path / "saved", "sentence_encoder.json", **changes)
+    with pytest.raises(BertWhiteningError, match="^%s: .*%s" % (record, said)):
+        SentenceEncoder.load(str(tmp_path / "saved"))
+    encoder.index(["a", "b"], str(tmp_path / "index"))
+    record = edited_record(tmp_path / "index", "index.json", **changes)
+    with pytest.raises(BertWhiteningError, match="^%s: .*%s" % (record, said)):
+        search(str(tmp_path / "index"), ["a"])

@@ -1,8 +1,10 @@
 """BERT-flow (bert_whitening.flow) against a numpy flow written here from the formulas of Glow as
 bohanli/BERT-flow's flow/glow_ops_1x1.py states them, and its use in the evaluation."""
 
+import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -252,6 +254,22 @@ def test_load_refuses_what_is_not_a_flow(tmp_path):
     for path, message in ((whitening, "not a readable flow file"), (str(tmp_path / "none.npz"), "no such flow file")):
         with pytest.raises(FlowError, match=message):
             Flow.load(path)
+
+
+@pytest.mark.parametrize("pooling", ["max", 7])
+def test_load_refuses_a_crafted_pooling_naming_the_file(tmp_path, pooling):
+    """Once refused only when an encoder was built, as ``unknown pooling 'max'`` (7: as a file of
+    the wrong type), naming no file."""
+    path = str(tmp_path / "flow.npz")
+    fit_flow(sample(), SMALL, seed=0, progress=False, pooling="cls").save(path)
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    arrays["meta"] = np.array(json.dumps({**json.loads(str(arrays["meta"])), "pooling": pooling}))
+    np.savez(tmp_path / "crafted.npz", **arrays)
+    with pytest.raises(
+        FlowError, match=re.escape("%s: its pooling is %r, expected one of ''" % (tmp_path / "crafted.npz", pooling))
+    ):
+        Flow.load(str(tmp_path / "crafted.npz"))
 
 
 def test_config_reads_bert_flow_files_and_refuses_the_rest():

@@ -117,6 +117,45 @@ def test_fit_from_a_pipe_fits_on_every_sentence(work, tmp_path):
         np.testing.assert_allclose(actual["mean"], expected["mean"], rtol=1e-6)
 
 
+def stdin_twice(work, out):
+    """Each command that reads several files, standard input named in two of them."""
+    sts_task(out.parent / "data")
+    task = ["--model", work["model"], "--task", "STS-B", "--data-dir", out.parent / "data", "--n-components", "8"]
+    return {
+        "fit": ["fit", "--model", work["model"], "--output", out, "-", "-"],
+        "index": ["index", "--model", work["model"], "--output", out, "-", "/dev/stdin"],
+        "eval --fit-on": ["eval", *task, "--fit-on", "-", "-"],
+        "eval-retrieval --distractors": ["eval-retrieval", *task, "--distractors", "-", "-"],
+    }
+
+
+@pytest.mark.parametrize("command", ["fit", "index", "eval --fit-on", "eval-retrieval --distractors"])
+def test_standard_input_named_twice_is_refused_before_any_work(work, tmp_path, command):
+    """A second reading of a pipe finds it empty: ``index - -`` once indexed the lines once and
+    said nothing."""
+    out = tmp_path / "out"
+    with open(work["sentences"], "rb") as stream:
+        feeder = subprocess.Popen(["cat"], stdin=stream, stdout=subprocess.PIPE)
+        result = cli(*stdin_twice(work, out)[command], stdin=feeder.stdout, timeout=120)
+        feeder.kill()
+        feeder.wait()
+    refused(result, "twice", "can be read only once")
+    assert not out.exists()
+
+
+def test_standard_input_named_twice_is_refused_by_the_python_api(work, tmp_path):
+    from bert_whitening import SentenceEncoder
+    from bert_whitening.config import EncoderConfig
+    from bert_whitening.errors import DataError
+    from bert_whitening.retrieval.search import build_index
+
+    with pytest.raises(DataError, match="can be read only once"):
+        SentenceEncoder.load(work["model"]).fit(files=["-", "-"])
+    with pytest.raises(DataError, match="can be read only once"):
+        build_index(EncoderConfig(model=work["model"], normalize=True), str(tmp_path / "index"), ["-", "-"])
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_lone_carriage_return_does_not_split_a_line(work, tmp_path):
     source, output = tmp_path / "cr.txt", tmp_path / "v.npy"
     source.write_bytes(b"one\rtwo\nthree\r\nfour\n")

@@ -193,6 +193,17 @@ def test_an_output_that_is_a_fifo_or_a_device_is_refused(work, tmp_path, command
     assert os.stat(output).st_mode == mode  # not replaced by a regular file
 
 
+@pytest.mark.parametrize("output", ["-", ""])
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_an_output_that_is_standard_output_or_empty_is_refused(work, tmp_path, monkeypatch, command, output):
+    """No output goes to standard output: ``--output -`` once made ``index`` write a directory
+    named ``-`` and ``encode`` fail with a traceback."""
+    monkeypatch.chdir(tmp_path)
+    result = here(*COMMANDS[command](work, output))
+    assert_refused_in_one_line(result, "cannot write '%s': an output is a file or directory" % output)
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("how", ["same name", "symlink"])
 @pytest.mark.parametrize("command", ["eval", "eval-retrieval"])
 def test_two_outputs_of_one_run_at_one_path_are_refused(work, tmp_path, command, how):

@@ -8,6 +8,7 @@ import pytest
 
 from bert_whitening.backend import tf
 from bert_whitening.encoding import encode, tokenize
+from bert_whitening.errors import BertWhiteningError
 from bert_whitening.serving import (
     grpc_request,
     grpc_vectors,
@@ -86,6 +87,28 @@ def test_grpc_requests_carry_the_right_tensors(loaded, whitened):
     response = predict_pb2.PredictResponse()
     response.outputs["embedding"].CopyFrom(tf.make_tensor_proto(out.numpy()))
     np.testing.assert_allclose(grpc_vectors(response), out.numpy())
+
+
+@pytest.mark.parametrize(
+    "sentences, message",
+    [
+        ("hello", "sentences must be a list of sentences"),
+        ([1], r"sentences\[0\] must be a str, got int 1"),
+        ([b"\xff"], r"sentences\[0\] is not UTF-8"),
+        (["a", "x\ud800"], r"sentences\[1\] is not text: a lone surrogate"),
+    ],
+)
+def test_grpc_requests_refuse_what_text_requests_refuse(sentences, message):
+    """One front door for both clients: gRPC once sent a str as one sentence per character, an
+    int as its digits and bytes as their repr."""
+    for request in (text_request, lambda given: grpc_request("m", sentences=given)):
+        with pytest.raises(BertWhiteningError, match=message):
+            request(sentences)
+
+
+def test_grpc_requests_send_bytes_as_the_text_they_are():
+    request = grpc_request("m", sentences=["今天".encode(), "ok"])
+    assert list(request.inputs["text"].string_val) == ["今天".encode(), b"ok"]
 
 
 def test_urls_and_argument_checks():

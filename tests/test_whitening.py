@@ -610,3 +610,24 @@ def test_the_precision_of_the_fitted_vectors_is_recorded_and_a_crafted_one_refus
     del meta["precision"]  # a file of an earlier version
     np.savez(tmp_path / "old.npz", **{**arrays, "meta": np.array(json.dumps(meta))})
     assert Whitening.load(str(tmp_path / "old.npz")).precision == ""
+
+
+@pytest.mark.parametrize(
+    "field, value, fragment",
+    [
+        ("pooling", "max", "metadata pooling is 'max', expected one of '', 'first-last-avg'"),
+        ("n_components", 99, "metadata n_components is 99, larger than its dimension 4"),
+    ],
+)
+def test_a_crafted_pooling_or_n_components_is_refused_naming_the_file(tmp_path, field, value, fragment):
+    """Once refused only when an encoder was built, in a message naming neither the file nor
+    where the value came from (``unknown pooling 'max'``, ``n_components 99 is larger than the
+    vector dimension``)."""
+    rng = np.random.default_rng(0)
+    fit_whitening(WhiteningStats().update(rng.normal(size=(50, 4))), pooling="cls").save(str(tmp_path / "w.npz"))
+    with np.load(tmp_path / "w.npz") as data:
+        arrays = {name: data[name] for name in data.files}
+    meta = {**json.loads(str(arrays["meta"])), field: value}
+    np.savez(tmp_path / "c.npz", **{**arrays, "meta": np.array(json.dumps(meta))})
+    with pytest.raises(WhiteningError, match=re.escape("%s: %s" % (tmp_path / "c.npz", fragment))):
+        Whitening.load(str(tmp_path / "c.npz"))

@@ -14,10 +14,10 @@ import os
 from bert_whitening.arguments import positive_int, sentence_list
 from bert_whitening.atomic import DIRECTORY, check_outputs
 from bert_whitening.config import EncoderConfig, whitening_digest
-from bert_whitening.data import read_sentences
+from bert_whitening.data import check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import npy_blocks
-from bert_whitening.retrieval.index_directory import KEYS_FILE, TEXTS_FILE, IndexDirectory, IndexWriter
+from bert_whitening.retrieval.index_directory import KEYS_FILE, METADATA_FILE, TEXTS_FILE, IndexDirectory, IndexWriter
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ def build_index(
     if not config.normalize:
         raise BertWhiteningError("an index holds L2-normalised vectors: --no-normalize cannot be used")
     read = list(inputs) + [from_vectors] + (glob.glob(from_beam) if from_beam and "://" not in from_beam else [])
+    check_readable(list(inputs))
     check_outputs([(output, DIRECTORY)], read + config.read_paths())
     record = config.to_config()
     source = from_beam or from_vectors or ", ".join(inputs) or "the input"
@@ -147,7 +148,8 @@ def query_config(index: IndexDirectory, model=None, pooling=None, whitening_path
         raise BertWhiteningError(
             "the index was built with %s pooling, not %s: refused" % (index.metadata["pooling"], pooling)
         )
-    return EncoderConfig.from_config(index.metadata, whitening, model, flow=index.flow())
+    where = os.path.join(index.directory, METADATA_FILE)
+    return EncoderConfig.from_config(index.metadata, whitening, model, flow=index.flow(), where=where)
 
 
 #: The "file" of the rows of an index made from a list of sentences in memory.
