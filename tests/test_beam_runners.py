@@ -26,6 +26,7 @@ from test_beam import LINES, covariance, write_corpus
 
 from bert_whitening import beam, beam_portable
 from bert_whitening.beam_portable import local_portable_runner
+from bert_whitening.data import ReadOptions
 from bert_whitening.whitening import Whitening
 
 from helpers import relative_error, run
@@ -232,7 +233,7 @@ def test_workers_get_the_sentences_in_lists_of_sentences_per_call_sorted_by_leng
         return "%d %d %d %d" % (len(batch), len({key for key, _ in batch}), min(lengths), max(lengths))
 
     def build(pipeline):
-        batches = beam._sentences(pipeline, [str(tmp_path / "many.txt")], "lines", False)
+        batches = beam._sentences(pipeline, [str(tmp_path / "many.txt")], ReadOptions(format="lines"))
         return batches | "Describe" >> apache_beam.Map(described) | "Write" >> apache_beam.io.WriteToText(output)
 
     beam.run(build, MULTI_PROCESSING)
