@@ -112,7 +112,7 @@ def read_limited(path, limit, error, what="file"):
 #: needs more room.
 _HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
 
-_KIND_NAMES = {"f": "floats", "U": "text"}
+_KIND_NAMES = {"f": "floats", "i": "integers", "U": "text"}
 
 
 class NpzMembers:

@@ -44,12 +44,12 @@ import math
 import os
 import shutil
 import time
-import zipfile
 from typing import Callable, Optional
 
 import numpy as np
 
 from bert_whitening.atomic import kept_directory, staged_directory, write_atomically
+from bert_whitening.bounded import JSON_BYTES, NpzMembers
 from bert_whitening.config import EncoderConfig, check_model, runs_fused, versions
 from bert_whitening.data import check_readable, display_name, read_pairs
 from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
@@ -96,6 +96,11 @@ class TrainingResult:
     encoder: object
 
 
+class DamagedState(TrainingError):
+    """A resumable state that cannot be taken up as it is (damaged, or edited by hand): refused,
+    and left where it is for the user to look at or remove."""
+
+
 @dataclasses.dataclass
 class Checkpoints:
     """The resumable state of a run with ``resume``: its directory beside the output, the lock
@@ -121,10 +126,28 @@ class Checkpoints:
 
         write_atomically(self.path, write)
 
-    def arrays(self):
-        """The arrays of the state found, read now (the lock keeps them as they were checked)."""
-        with np.load(self.path, allow_pickle=False) as stored:
-            return {name: stored[name] for name in stored.files}
+    def read(self, use):
+        """``use(members)`` on the state file's `NpzMembers` (each array checked by its header
+        before it is read); a damaged or crafted state is one line saying how to start again."""
+        try:
+            with NpzMembers(self.path, DamagedState, "training state") as members:
+                return use(members)
+        except DamagedState as error:
+            raise DamagedState("%s; remove %s to start again" % (error, self.directory)) from None
+
+    def arrays(self, shapes):
+        """The state's arrays ``{name: shape}`` (its whole content besides the record), each
+        refused unless of that shape and finite (the lock keeps them as they were checked)."""
+
+        def read(members):
+            members.expect(set(shapes) | {"state"})
+            arrays = {name: members.array(name, shape, kinds="fi") for name, shape in shapes.items()}
+            for name, array in arrays.items():
+                if not np.isfinite(array).all():
+                    raise DamagedState("%s: not a usable training state, %s holds NaN or inf" % (self.path, name))
+            return arrays
+
+        return self.read(read)
 
     def close(self, remove):
         """Release the lock, removing the directory first when ``remove`` or when it holds no state."""
@@ -321,19 +344,41 @@ def _checkpoints(o):
     checkpoints = Checkpoints(directory, lock, resumable_identity(o), None)
     try:
         if os.path.exists(checkpoints.path):
-            try:
-                with np.load(checkpoints.path, allow_pickle=False) as stored:
-                    checkpoints.found = json.loads(str(stored["state"]))
-            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
-                raise TrainingError(
-                    "%s: cannot resume from an unreadable state (%s); remove %s to start again"
-                    % (checkpoints.path, error, checkpoints.directory)
-                ) from None
+            text = checkpoints.read(lambda members: str(members.array("state", (), kinds="U", limit=JSON_BYTES)))
+            checkpoints.found = _checked_state(text, checkpoints)
             _check_resumable(checkpoints, o)
     except BaseException:
         os.close(lock)
         raise
     return checkpoints
+
+
+def _checked_state(text, checkpoints):
+    """The state's record (JSON ``text``) once every field has the form `_checkpoint` writes: a
+    record edited by hand is refused in one line rather than failing halfway through a resume."""
+    try:
+        state = json.loads(text)
+        epochs, kept, best, after = state["epochs"], state["kept"], state["best"], state["resumed_after"]
+        well_formed = (
+            isinstance(state["identity"], dict)
+            and isinstance(epochs, list)
+            and all(isinstance(epoch, dict) for epoch in epochs)
+            and type(kept) is int
+            and 0 <= kept <= len(epochs)
+            and (best is None or (type(best) in (int, float) and math.isfinite(best)))
+            and isinstance(after, list)
+            and all(type(epoch) is int and 0 <= epoch <= len(epochs) for epoch in after)
+        )
+        if well_formed:
+            np.random.default_rng().bit_generator.state = state["rng"]  # numpy checks the generator's
+    except (ValueError, TypeError, KeyError):
+        well_formed = False
+    if not well_formed:
+        raise DamagedState(
+            "%s: cannot resume: its record is damaged or edited; remove %s to start again"
+            % (checkpoints.path, checkpoints.directory)
+        )
+    return state
 
 
 def _check_resumable(checkpoints, o):
@@ -368,12 +413,16 @@ def _run(o, report, progress):
 def _kept_if_stopped(checkpoints):
     """Around a run with ``resume``: its state is removed once the output is in place, and when
     the loss stops being finite (a resumed run would take the same steps to the same loss); a
-    signal, an error or a crash keeps it, for the same call with ``resume`` to continue."""
+    signal, an error or a crash keeps it, for the same call with ``resume`` to continue; a
+    damaged state is left as it was found."""
     if checkpoints is None:
         yield
         return
     try:
         yield
+    except DamagedState:
+        checkpoints.close(remove=False)
+        raise
     except TrainingError:
         checkpoints.close(remove=True)
         raise
@@ -469,22 +518,20 @@ def _resumed(o, encoder, variables, rng):
     """The `_Epochs` of the state found, its variables and generator put back in place."""
     from bert_whitening.backend import keras
 
-    state, arrays = o.checkpoints.found, o.checkpoints.arrays()
-    values = [arrays.get("variable_%d" % number) for number in range(len(variables))]
-    if "variable_%d" % len(variables) in arrays or any(
-        value is None or value.shape != tuple(variable.shape) for value, variable in zip(values, variables, strict=True)
-    ):
-        raise TrainingError(
-            "%s: cannot resume: its variables are not those of this run's model and optimizer; remove %s "
-            "to start again" % (o.checkpoints.path, o.checkpoints.directory)
-        )
+    state = o.checkpoints.found
+    done = len(state["epochs"])
+    shapes = {"variable_%d" % number: tuple(variable.shape) for number, variable in enumerate(variables)}
+    kept_apart = o.valid is not None and state["kept"] != done  # else the kept epoch is the last done
+    if kept_apart:
+        shapes.update(("kept_%d" % number, tuple(weight.shape)) for number, weight in enumerate(_bert(encoder).weights))
+    arrays = o.checkpoints.arrays(shapes)
+    values = [arrays["variable_%d" % number] for number in range(len(variables))]
     keras.backend.batch_set_value(list(zip(variables, values, strict=True)))
     rng.bit_generator.state = state["rng"]
-    done = len(state["epochs"])
     kept_weights = None
     if o.valid is not None:
-        kept_weights = _weights(encoder)  # the kept epoch is the last done, unless saved apart
-        if state["kept"] != done:
+        kept_weights = _weights(encoder)
+        if kept_apart:
             kept_weights = [arrays["kept_%d" % number] for number in range(len(kept_weights))]
     return _Epochs(state["epochs"], state["kept"], kept_weights, state["best"], state["resumed_after"] + [done])
 

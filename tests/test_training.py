@@ -4,6 +4,7 @@ result, the valid file chooses the epoch, and every refusal is one line before a
 
 import json
 import os
+import re
 import signal
 import subprocess
 
@@ -321,6 +322,53 @@ def test_a_state_is_taken_up_only_by_the_same_run(tiny_model, pair_files, tmp_pa
     assert directory == str(state) and os.listdir(state) == [training.STATE_FILE] and not output.exists()
     result = quick(tiny_model, pair_files, output, epochs=3, resume=True)
     assert result.record["resumed_after"] == [2] and not state.exists()
+
+
+def edit_record(arrays, **changes):
+    record = json.loads(str(arrays["state"]))
+    record.update(changes)
+    arrays["state"] = np.array(json.dumps(record))
+
+
+STATE_EDITS = [
+    (lambda a: edit_record(a, kept=99), "cannot resume: its record is damaged or edited"),
+    (lambda a: edit_record(a, rng={"bit_generator": "PCG64", "state": "x"}), "its record is damaged or edited"),
+    (lambda a: edit_record(a, epochs="two"), "its record is damaged or edited"),
+    (lambda a: a.update(variable_0=np.full_like(a["variable_0"], np.nan)), "variable_0 holds NaN or inf"),
+    (lambda a: a.update(variable_1=np.zeros((3, 3), np.float32)), "variable_1 has shape (3, 3), expected"),
+    (lambda a: a.update(extra=np.zeros(2)), "not a training state, unexpected arrays extra"),
+    (lambda a: a.pop("variable_2"), "not a training state, missing variable_2"),
+    (lambda a: a.update(variable_0=np.array(["text"])), "variable_0 has shape (1,), expected"),
+]
+
+
+@pytest.mark.parametrize("edit, message", STATE_EDITS)
+def test_a_damaged_or_edited_state_is_refused_in_one_line(tiny_model, pair_files, tmp_path, monkeypatch, edit, message):
+    """A state edited by hand (its record, an array's values, shape or type, its members) is
+    refused before anything is set from it, naming the file and how to start again, and left."""
+    output = tmp_path / "model"
+    with monkeypatch.context() as patch:
+        stop_in_epoch(patch, 2)
+        with pytest.raises(KeyboardInterrupt):
+            quick(tiny_model, pair_files, output, epochs=3, resume=True)
+    path = state_directory(output) / training.STATE_FILE
+    with np.load(path) as stored:
+        arrays = {name: stored[name] for name in stored.files}
+    edit(arrays)
+    np.savez(path, **arrays)
+    with pytest.raises(TrainingError, match=re.escape(message)) as error:
+        quick(tiny_model, pair_files, output, epochs=3, resume=True)
+    text = str(error.value)
+    assert text.startswith(str(path)) and "remove %s to start again" % state_directory(output) in text
+    assert "\n" not in text and not output.exists() and path.exists()
+
+
+def test_a_state_that_is_not_an_archive_is_refused_in_one_line(tiny_model, pair_files, tmp_path):
+    output = tmp_path / "model"
+    state_directory(output).mkdir()
+    (state_directory(output) / training.STATE_FILE).write_bytes(b"\x00" * 100)
+    with pytest.raises(TrainingError, match="not a readable training state .*remove .* to start again"):
+        quick(tiny_model, pair_files, output, epochs=3, resume=True)
 
 
 def test_a_loss_that_is_not_finite_removes_the_state(tiny_model, pair_files, tmp_path, monkeypatch):
