@@ -785,12 +785,7 @@ def _check_n_components(args, config):
     configuration is read, before any sentence is: a whitening keeps at most that many
     dimensions, and the fit would otherwise fail only after encoding everything."""
     given = getattr(args, "n_components", None)
-    hidden = config.identity["hidden_size"]
-    for k in given if isinstance(given, list) else [given]:
-        if k is not None and k > hidden:
-            raise BertWhiteningError(
-                "n_components %d is larger than the model's hidden size %d (%s)" % (k, hidden, config.identity["name"])
-            )
+    config.check_n_components([k for k in (given if isinstance(given, list) else [given]) if k is not None])
 
 
 def _start(args):

@@ -278,6 +278,17 @@ class EncoderConfig:
             self.whitening, self.identity, self.pooling, self.n_components, self.allow_rank_deficient
         )
 
+    def check_n_components(self, counts):
+        """Refuse a number of whitened dimensions to keep above the model's hidden size, from its
+        configuration alone: a fit would otherwise fail only after encoding everything."""
+        hidden = self.identity["hidden_size"]
+        for k in counts:
+            if k > hidden:
+                raise BertWhiteningError(
+                    "n_components %d is larger than the model's hidden size %d (%s)"
+                    % (k, hidden, self.identity["name"])
+                )
+
     def __getstate__(self):
         """Pickled without the found `ModelFiles` (it holds a reader; a Beam worker finds the
         model again)."""

@@ -418,12 +418,7 @@ def load_tasks(
         check_choice("pooling", pooling, POOLINGS)
     spec = dataclasses.replace(spec, maxlen=max(maxlens.values()), pooling=poolings[0])
     spec.check()
-    hidden_size = spec.identity["hidden_size"]
-    too_many = [k for k in n_components if k > hidden_size]
-    if too_many:
-        raise BertWhiteningError(
-            "n_components %d is larger than the model's hidden size %d" % (too_many[0], hidden_size)
-        )
+    spec.check_n_components(n_components)
     configs = [dataclasses.replace(spec, pooling=pooling) for pooling in poolings]
     encoders = dict(zip(poolings, build(configs), strict=True))
     found = [

@@ -19,12 +19,13 @@ from bert_whitening.errors import DataError
 BLOCK = 1 << 20
 
 
-def file_sha256(path):
-    """The sha256 of a file's bytes, read 1 MB at a time."""
+def file_sha256(*paths):
+    """The sha256 of a file's bytes (of several files', one after the other), read 1 MB at a time."""
     digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(BLOCK), b""):
-            digest.update(block)
+    for path in paths:
+        with open(path, "rb") as stream:
+            for block in iter(lambda: stream.read(BLOCK), b""):
+                digest.update(block)
     return digest.hexdigest()
 
 

@@ -18,10 +18,10 @@ import numpy as np
 
 from bert_whitening.backend import ARCHITECTURES, Tokenizer, build_transformer_model, keras, tf
 from bert_whitening.checkpoints import CheckpointError
-from bert_whitening.config import EncoderConfig, check_fitted_on, whitening_components
+from bert_whitening.config import EncoderConfig
 from bert_whitening.config import fused_bert_sizes as _fused_bert_sizes
 from bert_whitening.config import runs_fused as _runs_fused
-from bert_whitening.errors import BertWhiteningError, WhiteningError
+from bert_whitening.errors import BertWhiteningError
 from bert_whitening.layers import (
     FirstTokenPooling,
     FlowTransform,
@@ -101,16 +101,24 @@ _SHARED_FIELDS = ("model", "model_type", "maxlen", "lowercase")
 
 def finish(pooled: Encoder, config: EncoderConfig) -> Encoder:
     """``pooled`` (an unwhitened `Encoder` of ``config``'s model and pooling, from `build`)
-    followed by what ``config`` adds: its whitening (k resolved by ``config``) or flow, and the
-    normalisation. Lets a pooled encoder be built once and whitened after a fit."""
+    followed by what ``config`` adds: its whitening (k resolved, and the whitening or flow checked
+    against the model, by ``config.components``) or flow, and the normalisation. Lets a pooled
+    encoder be built once and whitened after a fit."""
     k = config.components
-    encoder = pooled
+    model = pooled.model
     if config.whitening is not None or config.flow is not None or config.normalize:
-        encoder = with_whitening(
-            pooled, config.whitening if k else None, k, config.normalize, allow_rank_deficient=True, flow=config.flow
-        )
+        vectors = model.output
+        if k:
+            vectors = WhiteningDense.from_whitening(config.whitening, k, name="whitening")(vectors)
+        if config.flow is not None:
+            vectors = FlowTransform.from_flow(config.flow, name="flow")(vectors)
+        if config.normalize:
+            vectors = L2Normalize(name="normalize")(vectors)
+        model = keras.Model(model.inputs, vectors, name="whitened_encoder")
     return dataclasses.replace(
-        encoder, config=dataclasses.replace(config, whitening=config.whitening if k else None, n_components=k or None)
+        pooled,
+        model=model,
+        config=dataclasses.replace(config, whitening=config.whitening if k else None, n_components=k or None),
     )
 
 
@@ -319,29 +327,15 @@ def with_whitening(
         allow_rank_deficient: allow a ``k`` above the rank of the covariance.
         flow: a `bert_whitening.flow.Flow` of this encoder's vectors (then no whitening).
     """
-    if flow is not None and whitening is not None:
-        raise WhiteningError("a flow takes the place of the whitening: give one of them, not both")
-    k = 0
-    if whitening is not None:
-        k = whitening_components(whitening, encoder.model_identity, encoder.pooling, n_components, allow_rank_deficient)
-    vectors = encoder.model.output
-    if k:
-        vectors = WhiteningDense.from_whitening(whitening, k, name="whitening")(vectors)
-    if flow is not None:
-        check_fitted_on("flow", flow, encoder.model_identity, encoder.pooling)
-        vectors = FlowTransform.from_flow(flow, name="flow")(vectors)
-    if normalize:
-        vectors = L2Normalize(name="normalize")(vectors)
-    model = keras.Model(encoder.model.inputs, vectors, name="whitened_encoder")
     config = dataclasses.replace(
         encoder.config,
-        whitening=whitening if k else None,
-        n_components=k or None,
+        whitening=whitening,
+        n_components=n_components,
         normalize=normalize,
         allow_rank_deficient=allow_rank_deficient,
         flow=flow,
     )
-    return dataclasses.replace(encoder, model=model, config=config)
+    return finish(encoder, config)
 
 
 @functools.lru_cache(maxsize=None)

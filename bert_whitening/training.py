@@ -38,6 +38,7 @@ resumed run would meet the same step again).
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -82,8 +83,13 @@ class PairFile:
     seconds: list
     labels: np.ndarray
 
+    @functools.cached_property
+    def sha256(self):
+        """The file's sha256, hashed once for the record and the resumable state."""
+        return file_sha256(self.path)
+
     def record(self):
-        return {"path": os.path.abspath(self.path), "sha256": file_sha256(self.path), "pairs": len(self.labels)}
+        return {"path": os.path.abspath(self.path), "sha256": self.sha256, "pairs": len(self.labels)}
 
 
 @dataclasses.dataclass
@@ -318,14 +324,12 @@ def resumable_identity(o):
     and directory), the train and valid files' sha256 (not their paths), every setting but the
     number of epochs (a longer run passes through the same epochs first: the shuffle of epoch e
     and a constant learning rate do not depend on how many follow), and the state's layout."""
-    base = o.files.identity(o.model_type)
-    base["directory"] = os.path.abspath(o.files.directory)
     settings = {name: value for name, value in _hyperparameters(o).items() if name != "epochs"}
     identity = {
         "format": STATE_FORMAT,
-        "base_model": base,
-        "train_sha256": file_sha256(o.train.path),
-        "valid_sha256": file_sha256(o.valid.path) if o.valid is not None else None,
+        "base_model": _base_model(o),
+        "train_sha256": o.train.sha256,
+        "valid_sha256": o.valid.sha256 if o.valid is not None else None,
         **settings,
     }
     return json.loads(json.dumps(identity))  # as the state's JSON gives it back
@@ -628,10 +632,8 @@ def _valid_spearman(encoder, valid):
 
 def _record(o, head, run, steps):
     """``training.json``: the base model, the files, every setting, each epoch, versions."""
-    base = o.files.identity(o.model_type)
-    base["directory"] = os.path.abspath(o.files.directory)
     return {
-        "base_model": base,
+        "base_model": _base_model(o),
         "train": o.train.record(),
         "valid": o.valid.record() if o.valid is not None else None,
         "loss": o.loss,
@@ -643,6 +645,11 @@ def _record(o, head, run, steps):
         "resumed_after": run.resumed_after,
         "versions": versions(),
     }
+
+
+def _base_model(o):
+    """The base model as the record and the resumable state name it: its identity and directory."""
+    return {**o.files.identity(o.model_type), "directory": os.path.abspath(o.files.directory)}
 
 
 def _hyperparameters(o):

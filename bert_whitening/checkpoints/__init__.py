@@ -26,6 +26,7 @@ from typing import Callable
 
 from bert_whitening.bounded import JSON_BYTES, VOCAB_BYTES, check_model_sizes, open_regular, read_limited
 from bert_whitening.errors import CheckpointError
+from bert_whitening.files import file_sha256
 
 BUILTIN_MODEL = "minilm"
 BUILTIN_NAME = "all-MiniLM-L6-v2"
@@ -220,15 +221,10 @@ def weights_sha256(paths):
     except OSError as error:
         raise CheckpointError("cannot read checkpoint file %s: %s" % (error.filename, error.strerror)) from None
     if key not in _WEIGHT_DIGESTS:
-        digest = hashlib.sha256()
-        for path in paths:
-            try:
-                with open(path, "rb") as stream:
-                    for block in iter(lambda: stream.read(1 << 22), b""):
-                        digest.update(block)
-            except OSError as error:
-                raise CheckpointError("cannot read checkpoint file %s: %s" % (path, error.strerror)) from None
-        _WEIGHT_DIGESTS[key] = digest.hexdigest()
+        try:
+            _WEIGHT_DIGESTS[key] = file_sha256(*paths)
+        except OSError as error:
+            raise CheckpointError("cannot read checkpoint file %s: %s" % (error.filename, error.strerror)) from None
     return _WEIGHT_DIGESTS[key]
 
 
