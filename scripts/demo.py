@@ -92,9 +92,8 @@ def main():
 
     rows = [pairs[i] for i in TABLE_ROWS]
     with tempfile.TemporaryDirectory() as scratch:  # serve_text, loaded as a server loads it
-        served = run_in_fresh_process(
-            path, np.zeros((1, 2), np.int32), [s for a, b, _ in rows for s in (a, b)], scratch
-        )["serve_text"]
+        empty = np.array([whitened.tokenizer.encode("")[0]], np.int32)  # [CLS] [SEP]: a row serving_default takes
+        served = run_in_fresh_process(path, empty, [s for a, b, _ in rows for s in (a, b)], scratch)["serve_text"]
     raw_a, raw_b = l2_normalize(first[TABLE_ROWS]), l2_normalize(second[TABLE_ROWS])
     print(
         "\n%-5s %-8s %-9s  %s"
