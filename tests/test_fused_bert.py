@@ -50,6 +50,26 @@ def test_a_padded_key_changes_nothing():
     np.testing.assert_allclose(padded[2], alone[2], atol=1e-5)
 
 
+@pytest.mark.parametrize("onednn", [False, True])
+def test_a_training_call_packs_the_real_tokens_and_gives_the_same_outputs(monkeypatch, onednn):
+    """In training the products run on the real tokens' rows alone: every block output at a real
+    position and the pooler's equal the inference call's, whatever the padding (rows of
+    different lengths, one padded to twice its length); padded positions come out zero."""
+    monkeypatch.setattr(fused_bert, "_onednn_rewrites", lambda: onednn)
+    _, model = small_model(pooler=True)
+    ids = np.array([[2, 5, 3, 7, 0, 0, 0, 0], [2, 3, 0, 0, 0, 0, 0, 0], [2, 9, 4, 6, 5, 3, 1, 3]], np.int32)
+    segments = np.array([[0, 0, 1, 1, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0, 0, 0], [0] * 4 + [1] * 4], np.int32)
+    inference = model([ids, segments], training=False)
+    trained = model([ids, segments], training=True)
+    real = ids != 0
+    for block in range(2):
+        np.testing.assert_allclose(trained[block].numpy()[real], inference[block].numpy()[real], atol=1e-5)
+        assert not trained[block].numpy()[~real].any()
+    np.testing.assert_allclose(trained[2], inference[2], atol=1e-5)
+    alone = model([ids[1:2, :2], segments[1:2, :2]], training=True)
+    np.testing.assert_allclose(alone[2], trained[2][1:2], atol=1e-5)
+
+
 def fused_layers(encoder):
     return [layer for layer in encoder.model.layers if isinstance(layer, FusedBert)]
 

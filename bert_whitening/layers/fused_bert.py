@@ -43,8 +43,10 @@ class FusedBert(keras.layers.Layer):
 
     Its weights are trainable when the layer is (``trainable=False`` for an encoder that only
     encodes, as `bert_whitening.models` builds one; ``True`` for `bert_whitening.training`).
-    Called with ``training=True``, its products are float32 whatever `bfloat16_products` says:
-    gradients of bfloat16 products would train on rounding. There is no dropout."""
+    Called with ``training=True``, its products are float32 whatever `bfloat16_products` says
+    (gradients of bfloat16 products would train on rounding), and they run on the real tokens'
+    rows only, gathered from the batch: the outputs at real positions are the inference call's,
+    padded positions are zero. There is no dropout."""
 
     def __init__(
         self, vocab_size, segment_vocab_size, max_position, hidden, heads, intermediate, blocks, pooler=False, **kwargs
@@ -107,26 +109,43 @@ class FusedBert(keras.layers.Layer):
         size = self.hidden // self.heads
         # float32, or bfloat16 inside `bfloat16_products` except in training
         products = tf.float32 if training is True else _PRODUCTS.get()
+        if training is True:
+            # The products run on the real tokens' rows alone, packed: a training batch is drawn
+            # at random, so most of its rows are padding. Only the attention needs every position.
+            real = tf.cast(tf.where(tf.reshape(ids, [-1]) != 0), tf.int32)  # (tokens, 1)
+
+            def rows(x):  # the real tokens' rows of a (batch * length, ...) tensor
+                return tf.gather_nd(x, real)
+
+            def positions(x):  # the real tokens' rows back in place, padding zero
+                return tf.scatter_nd(real, x, tf.concat([[batch * length], tf.shape(x)[1:]], 0))
+
+        else:  # an encoding batch is sorted by length: little padding, nothing to gain
+
+            def rows(x):
+                return x
+
+            positions = rows
         x = (
-            tf.gather(self.token_embeddings, ids)
-            + tf.gather(self.segment_embeddings, segments)
-            + self.position_embeddings[None, :length]
+            tf.gather(self.token_embeddings, rows(tf.reshape(ids, [-1])))
+            + tf.gather(self.segment_embeddings, rows(tf.reshape(segments, [-1])))
+            + tf.gather(self.position_embeddings, rows(tf.tile(tf.range(length), [batch])))
         )
-        x = _layer_norm(tf.reshape(x, [batch * length, self.hidden]), self.embedding_norm)
+        x = _layer_norm(x, self.embedding_norm)
         key_bias = tf.cast(ids == 0, products)[:, None, None, :] * -1e12  # bert4keras: -inf, same softmax
         taps = []
         for i, block in enumerate(self.block_weights):
-            y = tf.reshape(_dense(x, block["qkv"], products), [batch, length, 3, self.heads, size])
+            y = tf.reshape(positions(_dense(x, block["qkv"], products)), [batch, length, 3, self.heads, size])
             query, key, value = tf.unstack(tf.transpose(y, [2, 0, 3, 1, 4]))
             scores = tf.matmul(query, key, transpose_b=True) * size**-0.5 + key_bias
             scores = tf.cast(tf.nn.softmax(tf.cast(scores, x.dtype)), products)
             context = tf.reshape(tf.transpose(tf.matmul(scores, value), [0, 2, 1, 3]), [batch * length, self.hidden])
-            attended = tf.cast(_dense(context, block["attention_output"], products), x.dtype)
+            attended = tf.cast(_dense(rows(context), block["attention_output"], products), x.dtype)
             x = _layer_norm(x + attended, block["attention_norm"])
             feed_forward = _dense(_gelu(_dense(x, block["intermediate"], products)), block["output"], products)
             x = _layer_norm(x + tf.cast(feed_forward, x.dtype), block["output_norm"])
             if i in (0, self.blocks - 1):
-                taps.append(tf.reshape(x, [batch, length, self.hidden]))
+                taps.append(tf.reshape(positions(x), [batch, length, self.hidden]))
         outputs = [taps[0], taps[-1]]
         if self.pooler:
             outputs.append(tf.cast(_dense(outputs[-1][:, 0], self.pooler_dense, products), x.dtype))
