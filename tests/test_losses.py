@@ -78,10 +78,22 @@ def test_softmax_head_equals_numpy(seed):
 def test_softmax_head_is_seeded_and_shaped():
     head, again, other = SoftmaxHead(6, 2, seed=3), SoftmaxHead(6, 2, seed=3), SoftmaxHead(6, 2, seed=4)
     assert head.shape == [18, 2]
-    np.testing.assert_array_equal(head.kernel.numpy(), again.kernel.numpy())
-    assert not np.array_equal(head.kernel.numpy(), other.kernel.numpy())
+    for weight in ("kernel", "bias"):
+        np.testing.assert_array_equal(getattr(head, weight).numpy(), getattr(again, weight).numpy())
+        assert not np.array_equal(getattr(head, weight).numpy(), getattr(other, weight).numpy())
     rng = np.random.default_rng(0)
     first, second = (rng.normal(size=(4, 6)).astype(np.float32) for _ in range(2))
     labels = np.array([0, 1, 1, 0])
-    expected = numpy_softmax(labels, first, second, head.kernel.numpy().astype(np.float64), np.zeros(2))
+    expected = numpy_softmax(labels, first, second, head.kernel.numpy().astype(np.float64), head.bias.numpy())
     assert float(head(labels, first, second)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_softmax_head_starts_as_sentence_transformers_softmax_loss():
+    """torch's nn.Linear start, kernel and bias uniform in +-1/sqrt(fan_in), fan_in = 3 * dim:
+    spread over that range, not Keras' Glorot range (2.4 times wider at dim 384)."""
+    head = SoftmaxHead(384, 2, seed=0)
+    limit = 1 / np.sqrt(3 * 384)
+    kernel, bias = head.kernel.numpy(), head.bias.numpy()
+    assert np.abs(kernel).max() <= limit and np.abs(bias).max() <= limit
+    assert np.abs(kernel).max() > 0.99 * limit and kernel.std() == pytest.approx(limit / np.sqrt(3), rel=0.05)
+    assert bias.any()

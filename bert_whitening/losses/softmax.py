@@ -25,16 +25,23 @@ def softmax_loss(labels, first, second, kernel, bias):
 
 
 class SoftmaxHead(tf.Module):
-    """The head's kernel ``(3 * dim, num_labels)`` and bias, initialised as Keras' Dense is
-    (Glorot uniform, zeros) from ``seed``, so that one seed gives one training run."""
+    """The head's kernel ``(3 * dim, num_labels)`` and bias, drawn from ``seed`` as
+    sentence-transformers' ``SoftmaxLoss`` starts them (torch's ``nn.Linear``: each uniform in
+    +-1/sqrt(3 * dim)), so that one seed gives one training run.
+
+    Not Keras' Dense start (Glorot uniform, +-sqrt(6 / (3 * dim + num_labels)), 2.4 times wider
+    for a 384-dimensional encoder): at the learning rate of fine-tuning, Adam moves each weight
+    by about that rate a step, so a wide random kernel barely moves in an epoch and the encoder
+    is trained to fit a random projection of ``[u, v, |u - v|]`` (measured against SoftmaxLoss:
+    docs/performance-history.md)."""
 
     def __init__(self, dim, num_labels, seed=0):
         super().__init__(name="softmax_head")
-        limit = np.sqrt(6.0 / (3 * dim + num_labels))
+        limit = 1 / np.sqrt(3 * dim)
         rng = np.random.default_rng(seed)
         kernel = rng.uniform(-limit, limit, (3 * dim, num_labels)).astype(np.float32)
         self.kernel = tf.Variable(kernel, name="kernel")
-        self.bias = tf.Variable(np.zeros(num_labels, np.float32), name="bias")
+        self.bias = tf.Variable(rng.uniform(-limit, limit, num_labels).astype(np.float32), name="bias")
 
     @property
     def shape(self):
