@@ -127,11 +127,11 @@ class FusedBert(keras.layers.Layer):
 
             positions = rows
         x = (
-            tf.gather(self.token_embeddings, rows(tf.reshape(ids, [-1])))
-            + tf.gather(self.segment_embeddings, rows(tf.reshape(segments, [-1])))
-            + tf.gather(self.position_embeddings, rows(tf.tile(tf.range(length), [batch])))
+            tf.gather(self.token_embeddings, ids)
+            + tf.gather(self.segment_embeddings, segments)
+            + self.position_embeddings[None, :length]
         )
-        x = _layer_norm(x, self.embedding_norm)
+        x = _layer_norm(rows(tf.reshape(x, [batch * length, self.hidden])), self.embedding_norm)
         key_bias = tf.cast(ids == 0, products)[:, None, None, :] * -1e12  # bert4keras: -inf, same softmax
         taps = []
         for i, block in enumerate(self.block_weights):
