@@ -66,7 +66,7 @@ from bert_whitening.atomic import write_atomically
 from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, METADATA_BYTES, MODEL_SIZES, NpzMembers
 from bert_whitening.errors import FlowError
-from bert_whitening.names import RECORDED_POOLINGS
+from bert_whitening.names import RECORDED_POOLINGS, check_recorded
 
 logger = logging.getLogger(__name__)
 
@@ -429,11 +429,8 @@ class Flow(keras.Model):
         flow.pooling, flow.model_identity = meta.get("pooling"), meta.get("model_identity") or {}
         if not isinstance(flow.model_identity, dict):
             raise FlowError("%s: not a readable flow file (model_identity of the wrong type)" % path)
-        if flow.pooling is not None and flow.pooling not in RECORDED_POOLINGS:
-            raise FlowError(
-                "%s: its pooling is %r, expected one of %s"
-                % (path, flow.pooling, ", ".join(map(repr, RECORDED_POOLINGS)))
-            )
+        if flow.pooling is not None:
+            check_recorded(flow.pooling, RECORDED_POOLINGS, FlowError, "%s: its pooling" % path)
         return flow
 
     def __reduce__(self):

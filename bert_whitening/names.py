@@ -30,6 +30,14 @@ POOLINGS = ("first-last-avg", "last-avg", "cls", "pooler")
 #: an array); anything else is a crafted file, refused when it is loaded.
 RECORDED_POOLINGS = ("",) + POOLINGS
 
+
+def check_recorded(value, allowed, error, what):
+    """Refuse a value a file records (``what``: the file and field, as the message begins) unless
+    it is one of ``allowed``: one line, ``error`` its class, for a whitening's or a flow's fields."""
+    if value not in allowed:
+        raise error("%s is %r, expected one of %s" % (what, value, ", ".join(map(repr, allowed))))
+
+
 #: The losses of supervised fine-tuning (`bert_whitening.training`, `bert_whitening.losses`).
 LOSSES = ("cosent", "softmax")
 

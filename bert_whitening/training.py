@@ -533,10 +533,10 @@ def _resumed(o, encoder, variables, rng):
     keras.backend.batch_set_value(list(zip(variables, values, strict=True)))
     rng.bit_generator.state = state["rng"]
     kept_weights = None
-    if o.valid is not None:
+    if kept_apart:
+        kept_weights = [arrays["kept_%d" % number] for number in range(len(_bert(encoder).weights))]
+    elif o.valid is not None:
         kept_weights = _weights(encoder)
-        if kept_apart:
-            kept_weights = [arrays["kept_%d" % number] for number in range(len(kept_weights))]
     return _Epochs(state["epochs"], state["kept"], kept_weights, state["best"], state["resumed_after"] + [done])
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from bert_whitening.atomic import write_atomically
 from bert_whitening.bounded import METADATA_BYTES, MODEL_SIZES, NpzMembers
 from bert_whitening.errors import BertWhiteningError, DataError, WhiteningError
-from bert_whitening.names import RECORDED_POOLINGS
+from bert_whitening.names import RECORDED_POOLINGS, check_recorded
 
 logger = logging.getLogger(__name__)
 
@@ -295,16 +295,8 @@ def _metadata(path, stored):
             raise WhiteningError(
                 "%s: metadata %s is %r, expected %s" % (path, key, value, getattr(kind, "__name__", "a number"))
             )
-    if meta.get("precision", "") not in RECORDED_PRECISIONS:
-        raise WhiteningError(
-            "%s: metadata precision is %r, expected one of %s"
-            % (path, meta.get("precision"), ", ".join(map(repr, RECORDED_PRECISIONS)))
-        )
-    if meta["pooling"] not in RECORDED_POOLINGS:
-        raise WhiteningError(
-            "%s: metadata pooling is %r, expected one of %s"
-            % (path, meta["pooling"], ", ".join(map(repr, RECORDED_POOLINGS)))
-        )
+    check_recorded(meta.get("precision", ""), RECORDED_PRECISIONS, WhiteningError, "%s: metadata precision" % path)
+    check_recorded(meta["pooling"], RECORDED_POOLINGS, WhiteningError, "%s: metadata pooling" % path)
     dim = meta["dim"]
     if not (
         1 <= dim <= MODEL_SIZES["hidden_size"]
