@@ -71,7 +71,7 @@ RESUME_SUFFIX = ".bert-whitening-resume"
 #: The state's one file in that directory, replaced atomically after each epoch.
 STATE_FILE = "state.npz"
 #: The layout of `STATE_FILE`; a state of another layout is refused, not misread.
-STATE_FORMAT = 1
+STATE_FORMAT = 2
 
 
 @dataclasses.dataclass
@@ -546,12 +546,12 @@ def _step_function(o, encoder):
     loss, traced once; the softmax head, or None; every variable whose value the next step
     depends on (the model's, the head's and the optimizer's: what a checkpoint holds)."""
     from bert_whitening import losses
-    from bert_whitening.backend import keras, tf
+    from bert_whitening.adam import Adam
+    from bert_whitening.backend import tf
 
     head = losses.SoftmaxHead(encoder.dim, o.num_labels, o.seed) if o.loss == "softmax" else None
     variables = encoder.model.trainable_weights + ([head.kernel, head.bias] if head else [])
-    optimizer = keras.optimizers.Adam(learning_rate=o.learning_rate)
-    optimizer.build(variables)
+    optimizer = Adam(variables, o.learning_rate)
 
     def step(ids, labels):
         with tf.GradientTape() as tape:
@@ -561,11 +561,11 @@ def _step_function(o, encoder):
             else:
                 cosines = tf.reduce_sum(tf.math.l2_normalize(first, -1) * tf.math.l2_normalize(second, -1), -1)
                 value = losses.cosent_loss(labels, cosines, o.scale)
-        optimizer.apply_gradients(zip(tape.gradient(value, variables), variables, strict=True))
+        optimizer.apply(tape.gradient(value, variables))
         return value
 
     spec = [tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None], tf.int32 if head else tf.float32)]
-    everything = encoder.model.weights + ([head.kernel, head.bias] if head else []) + optimizer.variables
+    everything = encoder.model.weights + ([head.kernel, head.bias] if head else []) + optimizer.state
     return tf.function(step, input_signature=spec, autograph=False), head, everything
 
 
@@ -665,7 +665,7 @@ def _hyperparameters(o):
         "learning_rate": o.learning_rate,
         "epochs": o.epochs,
         "seed": o.seed,
-        "optimizer": "Adam (no warm-up, no weight decay)",
+        "optimizer": "Adam (epsilon 1e-8 on the bias-corrected root, no warm-up, no weight decay)",
         "dropout": 0.0,
     }
 

@@ -290,3 +290,16 @@ def su_9079_whitening(x, beta, gamma, k=None):
     shift, kernel, eigenvalues = su_9079_kernel(x, beta, gamma)
     y = (x - shift) @ kernel[:, :k]
     return y / np.linalg.norm(y, axis=1, keepdims=True), kernel[:, :k], eigenvalues
+
+
+def adam_steps(weights, gradients, learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-8):
+    """Kingma and Ba's Algorithm 1 (arXiv:1412.6980), step by step: ``weights`` after one
+    update per gradient of ``gradients``, with the epsilon on the bias-corrected root."""
+    weights = np.asarray(weights, np.float64)
+    m, v = np.zeros_like(weights), np.zeros_like(weights)
+    for t, gradient in enumerate(gradients, 1):
+        m = beta_1 * m + (1 - beta_1) * gradient
+        v = beta_2 * v + (1 - beta_2) * np.square(gradient)
+        m_hat, v_hat = m / (1 - beta_1**t), v / (1 - beta_2**t)
+        weights = weights - learning_rate * m_hat / (np.sqrt(v_hat) + epsilon)
+    return weights
