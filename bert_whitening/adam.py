@@ -48,13 +48,11 @@ class Adam(tf.Module):
     def apply(self, gradients):
         """One step: each variable moved by its gradient (dense; an embedding's sparse gradient
         is made dense, so that every row's moments decay as torch's do)."""
-        gradients = list(gradients)
-        if len(gradients) != len(self.targets):
-            raise ValueError("%d gradients for %d variables" % (len(gradients), len(self.targets)))
         step = tf.cast(self.steps.assign_add(1), tf.float32)
         beta_1_power, beta_2_power = self.beta_1**step, self.beta_2**step
         epsilon = self.epsilon * tf.sqrt(1 - beta_2_power)
-        for variable, m, v, gradient in zip(self.targets, self.first_moments, self.second_moments, gradients):
+        moments = zip(self.targets, self.first_moments, self.second_moments, gradients, strict=True)
+        for variable, m, v, gradient in moments:
             tf.raw_ops.ResourceApplyAdam(
                 var=variable.handle,
                 m=m.handle,

@@ -57,5 +57,5 @@ def test_a_sparse_gradient_decays_every_row():
 
 def test_a_wrong_number_of_gradients_is_refused():
     adam = Adam([tf.Variable([1.0])], learning_rate=0.1)
-    with pytest.raises(ValueError, match="2 gradients for 1 variables"):
+    with pytest.raises(ValueError, match="zip"):
         adam.apply([tf.constant([1.0]), tf.constant([1.0])])
