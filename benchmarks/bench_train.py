@@ -8,8 +8,13 @@ which sentence-transformers loads as it is, offline) on the train split of the C
 mean pooling of the last layer (our ``last-avg``, its ``Pooling("mean")``: the one pooling both
 compute alike), no normalisation before the loss, batches of 32 shuffled pairs, maxlen 64,
 Adam at a constant learning rate of 2e-5 (no warm-up, no weight decay, no gradient clipping;
-each library's own epsilon, Keras' 1e-7 and torch's 1e-8), no dropout, --epochs passes, --seed
-(which cannot give both sides the same shuffle: each draws its own). Per loss:
+epsilon 1e-8 on the bias-corrected root), no dropout, --epochs passes, --seed. Both sides start
+alike and see the same batches: the peer is given the order of the pairs in each epoch that our
+run draws from --seed (numpy's ``default_rng(seed)``, one permutation per epoch, as
+`bert_whitening.training` draws it) and our softmax head's start (`bert_whitening.losses.SoftmaxHead`
+of that seed), so that what differs is the implementation, not the luck of a shuffle. Each
+side's mean train loss per epoch is printed: equal losses show the batches were the same. Per
+loss:
 
 - ``cosent``: our CoSENT against its ``CoSENTLoss``, both scale 20, on the 0-5 scores;
 - ``softmax``: our Sentence-BERT softmax against its ``SoftmaxLoss`` on ``[u, v, |u - v|]``,
@@ -20,10 +25,12 @@ file: the last epoch is kept, as the peer keeps it), the peer in a child in .ven
 (benchmarks/peer_train_sentence_transformers.py, which says how its loop matches this recipe),
 one after the other for each loss. Each child writes the vectors of the STS-B test sentences,
 whose Spearman (cosine against label) is computed here by one formula for both; each reports
-the seconds of its training loop alone (ours: the sum of its epochs' seconds in training.json;
+each epoch's mean train loss and the seconds of its training loop alone (ours: the sum of its
+epochs' seconds in training.json;
 the peer's: its loop, preprocessing of each batch included, as its data collator does it) and
 its process's peak RSS (model, training, test encoding). Printed: per loss, both sides' test
-Spearman, training pairs per second, peak RSS, and our ratio against the peer's.
+Spearman, training pairs per second, peak RSS, and our ratio against the peer's; then each
+epoch's train loss of both.
 """
 
 import argparse
@@ -42,6 +49,8 @@ STS_B = os.path.join(ROOT, "..", "shared", "data", "senteval_cn", "STS-B", "STS-
 #: The recipe both sides train with (the benchmark's, not a default of either).
 RECIPE = {"pooling": "last-avg", "batch_size": 32, "maxlen": 64, "learning_rate": 2e-5}
 THRESHOLD = 2.5
+#: all-MiniLM-L6-v2's hidden size: the softmax head's input is three times it.
+MINILM_DIM = 384
 
 
 def ours(request):
@@ -66,6 +75,7 @@ def ours(request):
     np.savez(request["output"], vectors=encode(result.encoder, request["test"]))
     about = {
         "versions": "bert-whitening %(bert-whitening)s, tensorflow %(tensorflow)s, tf-keras %(tf-keras)s" % versions(),
+        "train_losses": [entry["train_loss"] for entry in result.record["epochs"]],
         "seconds": sum(entry["seconds"] for entry in result.record["epochs"]),
         "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
@@ -106,6 +116,7 @@ def main():
 
     from bert_whitening.checkpoints import builtin_model_dir
     from bert_whitening.evaluation import cosine_spearman
+    from bert_whitening.losses import SoftmaxHead
     from bert_whitening.training import read_pair_file, softmax_classes
 
     with tempfile.TemporaryDirectory(prefix="bench-train-") as workdir:
@@ -119,19 +130,23 @@ def main():
         train, test = read_pair_file(train_file), read_pair_file(STS_B % "test", "test")
         sentences = test.firsts + test.seconds
         common = {"epochs": args.epochs, "seed": args.seed, "workdir": workdir, "test": sentences}
-        peer_data = {"firsts": train.firsts, "seconds": train.seconds, "threads": os.cpu_count()}
+        shuffle = np.random.default_rng(args.seed)
+        orders = [shuffle.permutation(len(train.labels)).tolist() for _ in range(args.epochs)]
+        peer_data = {"firsts": train.firsts, "seconds": train.seconds, "orders": orders, "threads": os.cpu_count()}
         peer_data.update(RECIPE, model=builtin_model_dir())
-        rows, about = [], {}
+        rows, about, losses = [], {}, {}
         for loss in args.loss:
-            labels, num_labels = train.labels.tolist(), None
+            labels, head = train.labels.tolist(), {"num_labels": None}
             if loss == "softmax":
                 classes, num_labels, _ = softmax_classes(train, THRESHOLD)
-                labels = classes.tolist()
+                labels, start = classes.tolist(), SoftmaxHead(MINILM_DIM, num_labels, args.seed)
+                head = {"num_labels": num_labels, "head_kernel": start.kernel.numpy().tolist()}
+                head["head_bias"] = start.bias.numpy().tolist()
             request = dict(common, loss=loss, train_file=train_file)
             ours_about, our_vectors = side(
                 [sys.executable, os.path.abspath(__file__), "--child"], request, workdir, "ours"
             )
-            peer_request = dict(request, **peer_data, labels=labels, num_labels=num_labels)
+            peer_request = dict(request, **peer_data, **head, labels=labels)
             script = os.path.join(ROOT, "benchmarks", "peer_train_sentence_transformers.py")
             theirs_about, their_vectors = side([torch_venv.python(), script], peer_request, workdir, "peer")
             about.update(ours=ours_about["versions"], peer=theirs_about["versions"], threads=theirs_about["threads"])
@@ -140,6 +155,7 @@ def main():
                 half = len(test.firsts)
                 spearman = cosine_spearman(vectors[:half], vectors[half:], test.labels)
                 rows.append((loss, name, spearman, pairs / report["seconds"], report["peak_rss"] / 2**20))
+                losses[loss, name] = report["train_losses"]
 
     print(
         "CPU: %s, %d cores; ours: %s; peer: %s, %d torch threads"
@@ -165,6 +181,10 @@ def main():
     for loss in args.loss:
         (_, _, _, our_rate, our_rss), (_, _, _, peer_rate, peer_rss) = [row for row in rows if row[0] == loss]
         print("%-8s %-32s %13s %13.2fx %12.2fx" % (loss, "ours / peer", "", our_rate / peer_rate, our_rss / peer_rss))
+    print("mean train loss per epoch (equal when both sides saw the same batches):")
+    for loss in args.loss:
+        for name in ("ours", "peer"):
+            print("%-8s %-32s %s" % (loss, labels[name], " ".join("%.4f" % value for value in losses[loss, name])))
 
 
 if __name__ == "__main__":
