@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SAMPLE := data/sample
 
-.PHONY: demo test lint verify-hf mutation clean
+.PHONY: demo test lint verify-hf verify-train mutation clean
 
 # pip installs uv, uv the rest: quicker than pip for the same packages (docs/performance.md; uv is told
 # where pip would look: scripts/uv_options.py, written to a file first so that its failure stops make),
@@ -42,6 +42,10 @@ lint: $(BIN)/.installed
 ## Hidden states of every layer vs Hugging Face transformers (torch in a separate .venv-torch).
 verify-hf: $(BIN)/.installed
 	$(BIN)/python scripts/verify_against_transformers.py
+
+## Fine-tuning vs sentence-transformers: 20 steps of each loss from the same start on the same batches.
+verify-train: $(BIN)/.installed
+	$(BIN)/python benchmarks/bench_train.py --train-limit 640 --tolerance 1e-4
 
 ## Mutation testing of the numpy modules (mutmut, from requirements-dev.txt); not part of `test`.
 mutation: $(BIN)/.installed

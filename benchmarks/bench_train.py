@@ -30,7 +30,9 @@ epochs' seconds in training.json;
 the peer's: its loop, preprocessing of each batch included, as its data collator does it) and
 its process's peak RSS (model, training, test encoding). Printed: per loss, both sides' test
 Spearman, training pairs per second, peak RSS, and our ratio against the peer's; then each
-epoch's train loss of both.
+epoch's train loss of both, and the largest difference of a test vector of ours from the
+peer's (relative to its length). With ``--tolerance`` it is a check (``make verify-train``:
+a few steps on the first pairs, where the two trajectories have not yet drifted apart).
 """
 
 import argparse
@@ -105,6 +107,11 @@ def main():
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--train-limit", type=int, help="train on the first N pairs only (a smoke run)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        help="exit 1 when a test vector of ours differs from the peer's by more than this, relative to its length",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)  # our side: the request's path
     args = parser.parse_args()
     if args.child:
@@ -134,7 +141,7 @@ def main():
         orders = [shuffle.permutation(len(train.labels)).tolist() for _ in range(args.epochs)]
         peer_data = {"firsts": train.firsts, "seconds": train.seconds, "orders": orders, "threads": os.cpu_count()}
         peer_data.update(RECIPE, model=builtin_model_dir())
-        rows, about, losses = [], {}, {}
+        rows, about, losses, differences = [], {}, {}, {}
         for loss in args.loss:
             labels, head = train.labels.tolist(), {"num_labels": None}
             if loss == "softmax":
@@ -156,6 +163,8 @@ def main():
                 spearman = cosine_spearman(vectors[:half], vectors[half:], test.labels)
                 rows.append((loss, name, spearman, pairs / report["seconds"], report["peak_rss"] / 2**20))
                 losses[loss, name] = report["train_losses"]
+            gaps = np.linalg.norm(our_vectors - their_vectors, axis=1) / np.linalg.norm(their_vectors, axis=1)
+            differences[loss] = float(gaps.max())
 
     print(
         "CPU: %s, %d cores; ours: %s; peer: %s, %d torch threads"
@@ -185,6 +194,11 @@ def main():
     for loss in args.loss:
         for name in ("ours", "peer"):
             print("%-8s %-32s %s" % (loss, labels[name], " ".join("%.4f" % value for value in losses[loss, name])))
+    print("largest difference of a test vector of ours from the peer's, relative to its length:")
+    for loss in args.loss:
+        print("%-8s %.2e" % (loss, differences[loss]))
+    if args.tolerance is not None and max(differences.values()) > args.tolerance:
+        raise SystemExit("the test vectors differ from the peer's by more than %g" % args.tolerance)
 
 
 if __name__ == "__main__":
