@@ -339,6 +339,10 @@ STATE_EDITS = [
     (lambda a: a.update(extra=np.zeros(2)), "not a training state, unexpected arrays extra"),
     (lambda a: a.pop("variable_2"), "not a training state, missing variable_2"),
     (lambda a: a.update(variable_0=np.array(["text"])), "variable_0 has shape (1,), expected"),
+    (  # a state of an earlier layout (format 1: tf-keras' Adam), identity and arrays alike
+        lambda a: edit_record(a, identity={**json.loads(str(a["state"]))["identity"], "format": 1}),
+        "cannot resume: its format is 1, this run's is %d" % training.STATE_FORMAT,
+    ),
 ]
 
 
