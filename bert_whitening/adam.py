@@ -4,10 +4,10 @@ The epsilon is added to the bias-corrected root ``sqrt(v / (1 - beta_2 ** t))``,
 ``Adam`` (which sentence-transformers trains with) and bert4keras' ``Adam`` (which bojone/CoSENT
 trains with) add it. tf-keras' ``Adam`` adds it to the uncorrected ``sqrt(v)``: an epsilon
 ``1 / sqrt(1 - beta_2 ** t)`` times larger in the textbook's terms, about 32 times at the first
-step and still 2.6 times after an epoch of STS-B. Fine-tuning gradients are small (a softmax
-head's often below 1e-6), so that placement damps the first hundreds of steps: from the same
-weights and batches, tf-keras' Adam left sentence-transformers' trajectory within two steps,
-this one follows it.
+step and still 2.6 times after an epoch of STS-B. Each weight whose gradient is not far above
+that epsilon takes a shorter step than the textbook's: another optimizer, if not by much. From
+the same weights and batches, tf-keras' Adam left sentence-transformers' trajectory at the second
+step; this one follows it (``make verify-train``).
 
 One fused ``ResourceApplyAdam`` per variable does the update. Its own formula puts the epsilon
 on the uncorrected root too, so it is handed ``epsilon * sqrt(1 - beta_2 ** t)``, which is the
