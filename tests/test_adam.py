@@ -14,9 +14,9 @@ def _gradients(rng, scale, steps, shape):
 
 @pytest.mark.parametrize("scale", [1e-2, 1e-6, 1e-9])
 def test_steps_equal_the_textbook(scale):
-    """Gradients near and below the epsilon are where its place shows: on the uncorrected
-    root (tf-keras' Adam) a 1e-9 gradient moves a weight about a third as far at the first
-    step as on the corrected one."""
+    """Gradients near and below the epsilon are where its place shows: with the same epsilon
+    on the uncorrected root (where tf-keras' Adam puts it), a weight whose gradient is 1e-9
+    moves about a thirtieth as far at the first step as on the corrected one."""
     rng = np.random.default_rng(0)
     start = (rng.standard_normal((3, 4)) * 1e-3).astype(np.float32)  # float32 resolves the steps
     gradients = _gradients(rng, scale, 5, start.shape)
