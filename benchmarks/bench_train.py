@@ -10,8 +10,8 @@ compute alike), no normalisation before the loss, batches of 32 shuffled pairs, 
 Adam at a constant learning rate of 2e-5 (no warm-up, no weight decay, no gradient clipping;
 epsilon 1e-8 on the bias-corrected root), no dropout, --epochs passes, --seed. Both sides start
 alike and see the same batches: the peer is given the order of the pairs in each epoch that our
-run draws from --seed (numpy's ``default_rng(seed)``, one permutation per epoch, as
-`bert_whitening.training` draws it) and our softmax head's start (`bert_whitening.losses.SoftmaxHead`
+run draws from --seed (`bert_whitening.training.order_generator`, one permutation per epoch)
+and our softmax head's start (`bert_whitening.losses.SoftmaxHead`
 of that seed), so that what differs is the implementation, not the luck of a shuffle. Each
 side's mean train loss per epoch is printed: equal losses show the batches were the same. Per
 loss:
@@ -51,8 +51,6 @@ STS_B = os.path.join(ROOT, "..", "shared", "data", "senteval_cn", "STS-B", "STS-
 #: The recipe both sides train with (the benchmark's, not a default of either).
 RECIPE = {"pooling": "last-avg", "batch_size": 32, "maxlen": 64, "learning_rate": 2e-5}
 THRESHOLD = 2.5
-#: all-MiniLM-L6-v2's hidden size: the softmax head's input is three times it.
-MINILM_DIM = 384
 
 
 def ours(request):
@@ -122,9 +120,10 @@ def main():
     from bench_encode import cpu_name
 
     from bert_whitening.checkpoints import builtin_model_dir
+    from bert_whitening.config import EncoderConfig
     from bert_whitening.evaluation import cosine_spearman
     from bert_whitening.losses import SoftmaxHead
-    from bert_whitening.training import read_pair_file, softmax_classes
+    from bert_whitening.training import order_generator, read_pair_file, softmax_classes
 
     with tempfile.TemporaryDirectory(prefix="bench-train-") as workdir:
         train_file = STS_B % "train"
@@ -137,16 +136,17 @@ def main():
         train, test = read_pair_file(train_file), read_pair_file(STS_B % "test", "test")
         sentences = test.firsts + test.seconds
         common = {"epochs": args.epochs, "seed": args.seed, "workdir": workdir, "test": sentences}
-        shuffle = np.random.default_rng(args.seed)
+        shuffle = order_generator(args.seed)
         orders = [shuffle.permutation(len(train.labels)).tolist() for _ in range(args.epochs)]
         peer_data = {"firsts": train.firsts, "seconds": train.seconds, "orders": orders, "threads": os.cpu_count()}
         peer_data.update(RECIPE, model=builtin_model_dir())
+        dim = EncoderConfig("minilm", pooling=RECIPE["pooling"]).dim  # the model's hidden size
         rows, about, losses, differences = [], {}, {}, {}
         for loss in args.loss:
             labels, head = train.labels.tolist(), {"num_labels": None}
             if loss == "softmax":
                 classes, num_labels, _ = softmax_classes(train, THRESHOLD)
-                labels, start = classes.tolist(), SoftmaxHead(MINILM_DIM, num_labels, args.seed)
+                labels, start = classes.tolist(), SoftmaxHead(dim, num_labels, args.seed)
                 head = {"num_labels": num_labels, "head_kernel": start.kernel.numpy().tolist()}
                 head["head_bias"] = start.bias.numpy().tolist()
             request = dict(common, loss=loss, train_file=train_file)

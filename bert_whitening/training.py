@@ -374,7 +374,7 @@ def _checked_state(text, checkpoints):
             and all(type(epoch) is int and 0 <= epoch <= len(epochs) for epoch in after)
         )
         if well_formed:
-            np.random.default_rng().bit_generator.state = state["rng"]  # numpy checks the generator's
+            order_generator(0).bit_generator.state = state["rng"]  # numpy checks the generator's
     except (ValueError, TypeError, KeyError):
         well_formed = False
     if not well_formed:
@@ -454,6 +454,13 @@ class _Epochs:
     resumed_after: list
 
 
+def order_generator(seed):
+    """The generator a run shuffles its pairs with: one ``permutation`` of them per epoch, drawn
+    in turn (and checkpointed with the run). Called by the training benchmark too, so that the
+    peer it compares with is given the same order."""
+    return np.random.default_rng(seed)
+
+
 def _train_and_write(o, report, progress):
     from bert_whitening.backend import keras
     from bert_whitening.encoding import log_truncated, tokenize
@@ -464,7 +471,7 @@ def _train_and_write(o, report, progress):
     (firsts, cut_firsts), (seconds, cut_seconds) = (tokenize(encoder, s) for s in (o.train.firsts, o.train.seconds))
     log_truncated(cut_firsts + cut_seconds, 2 * len(firsts), o.maxlen)
     step, head, variables = _step_function(o, encoder)
-    rng = np.random.default_rng(o.seed)
+    rng = order_generator(o.seed)
     steps = -(-len(firsts) // o.batch_size)
     if o.checkpoints is not None and o.checkpoints.found is not None:
         run = _resumed(o, encoder, variables, rng)
