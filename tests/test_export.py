@@ -117,6 +117,26 @@ def test_failed_verification_leaves_nothing(whitened, tmp_path):
     assert os.listdir(tmp_path) == []  # not even an empty BASE
 
 
+@pytest.mark.parametrize("wrong_when_packed", [True, False])
+def test_a_served_graph_wrong_on_packed_or_on_unpacked_batches_is_refused(
+    whitened, tmp_path, monkeypatch, wrong_when_packed
+):
+    """A server's graph runs a batch that is mostly padding packed, any other on every row: the
+    verification runs both kinds of batch, so an export wrong on either leaves nothing."""
+    from bert_whitening.layers import fused_bert
+
+    forward = fused_bert.FusedBert._forward
+
+    def wrong_when_served(self, ids, segments, products, packed):
+        outputs = forward(self, ids, segments, products, packed)
+        return [x + 1.0 for x in outputs] if fused_bert._SERVING.get() and packed == wrong_when_packed else outputs
+
+    monkeypatch.setattr(fused_bert.FusedBert, "_forward", wrong_when_served)
+    with pytest.raises(ExportError, match="differs from the Keras model by"):
+        export_saved_model(whitened, str(tmp_path / "m"))
+    assert os.listdir(tmp_path) == []
+
+
 def test_text_signature_is_refused_for_jieba_models(tiny_model):
     encoder = build_encoder(tiny_model[0], model_type="wobert", pooling="cls")
     with pytest.raises(ExportError, match="wobert: it splits words with jieba"):

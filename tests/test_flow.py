@@ -456,7 +456,7 @@ def test_encode_and_an_export_with_the_flow_give_its_latents(flow_file, tmp_path
     assert run("export", "--model", model, "--flow", path, "--text", "--output", base) == 0
     loaded = tf.saved_model.load(str(base / "1"))
     served = loaded.signatures["serve_text"](text=tf.constant(SENTENCES))["embedding"].numpy()
-    # The SavedModel runs plain layer norms (`portable_graph`), whose rounding the flow amplifies
+    # The SavedModel runs plain layer norms (`serving_graph`), whose rounding the flow amplifies
     # past 1e-5 of the numpy flow on some CPUs; the export's own verification holds it to 1e-5
     # of the Keras model.
     np.testing.assert_allclose(served, expected, atol=3e-5)

@@ -70,6 +70,33 @@ def test_a_training_call_packs_the_real_tokens_and_gives_the_same_outputs(monkey
     np.testing.assert_allclose(alone[2], trained[2][1:2], atol=1e-5)
 
 
+@pytest.mark.parametrize("onednn", [False, True])
+def test_a_served_batch_packs_when_mostly_padding_and_gives_the_same_outputs(monkeypatch, onednn):
+    """In a graph traced for a server, a batch with more than `PACK_ABOVE_PADDING` of padding
+    runs packed (zero at padded positions), any other batch runs every row (whatever is at
+    padded positions); at real positions and in the pooler, both give the encoding call's outputs."""
+    monkeypatch.setattr(fused_bert, "_onednn_rewrites", lambda: onednn)
+    _, model = small_model(pooler=True)
+    ids = np.array([[2, 5, 3, 7, 0, 0, 0, 0], [2, 3, 0, 0, 0, 0, 0, 0], [2, 9, 4, 6, 5, 3, 1, 3]], np.int32)
+    segments = np.array([[0, 0, 1, 1, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0, 0, 0], [0] * 4 + [1] * 4], np.int32)
+    spec = tf.TensorSpec([None, None], tf.int32)
+    with fused_bert.serving_graph():
+        served = tf.function(lambda i, s: model([i, s], training=False)).get_concrete_function(spec, spec)
+    branches = set()
+    for rows in ([0, 1, 2], [0, 2], [2], [1]):  # padding 14/24, 4/16, none, 6/8
+        batch = [ids[rows], segments[rows]]
+        outputs, expected = served(*batch), model(batch, training=False)
+        real = batch[0] != 0
+        packed = 1 - real.mean() > fused_bert.PACK_ABOVE_PADDING
+        for block in range(2):
+            np.testing.assert_allclose(outputs[block].numpy()[real], expected[block].numpy()[real], atol=1e-5)
+            if (~real).any():
+                assert (not outputs[block].numpy()[~real].any()) == packed, rows
+        np.testing.assert_allclose(outputs[2], expected[2], atol=1e-5)
+        branches.add(packed)
+    assert branches == {False, True}
+
+
 def fused_layers(encoder):
     return [layer for layer in encoder.model.layers if isinstance(layer, FusedBert)]
 
@@ -179,10 +206,10 @@ def test_either_layer_norm_equals_the_numpy_bert(tiny_model, monkeypatch, onednn
         assert_equals_numpy_bert(encoder, encode(encoder, SENTENCES, batch_size=5), weights, pooling)
 
 
-def test_a_portable_graph_has_plain_layer_norms_within_its_block(tiny_model, monkeypatch):
+def test_a_serving_graph_has_plain_layer_norms_within_its_block(tiny_model, monkeypatch):
     monkeypatch.setattr(fused_bert, "_onednn_rewrites", lambda: True)
     encoder = build_encoder(tiny_model[0], pooling="cls")
-    with fused_bert.portable_graph():
+    with fused_bert.serving_graph():
         assert "FusedBatchNormV3" not in traced_ops(encoder)
     assert "FusedBatchNormV3" in traced_ops(encoder)
 

@@ -34,7 +34,7 @@ from bert_whitening.export.layout import publish, target_version
 from bert_whitening.export.record import RECORD, checked_record, file_digests
 from bert_whitening.export.verify import TOLERANCE, FreshProcess, verify
 from bert_whitening.files import open_directory
-from bert_whitening.layers.fused_bert import bfloat16_copies, bfloat16_products, portable_graph
+from bert_whitening.layers.fused_bert import bfloat16_copies, bfloat16_products, serving_graph
 from bert_whitening.names import MODEL_TYPES, check_choice
 
 #: What an export's matrix products may run in.
@@ -197,7 +197,7 @@ def export_saved_model(
 
     with FreshProcess(text) as checker, staged_directory(os.path.join(base, str(number))) as staging:
         try:
-            with portable_graph(), _products(module):  # traced here, run by TF Serving
+            with serving_graph(), _products(module):  # traced here, run by TF Serving
                 tf.saved_model.save(module, staging, signatures=module.signatures())
         except tf.errors.OpError as error:  # "STAGING/FILE; No space left on device" and the like
             reason = error.message.splitlines()[0].split("; ")[-1].replace(staging, "")

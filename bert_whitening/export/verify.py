@@ -8,6 +8,8 @@ compares the outputs with the in-memory Keras encoder:
 
 - ``serving_default`` and ``serve_text`` must equal the encoder's vectors within the tolerance
   (``serve_text`` against bert4keras' tokenisation, so it checks the in-graph tokenizer too);
+  ``serving_default`` runs the sentences as one batch, mostly padding, and each alone, with none:
+  a server's graph runs the first packed and the second on every row (`unpadded_rows`);
 - ``serve_search`` must agree with a FAISS ``IndexFlatIP`` of the same corpus searched with the
   served embeddings, rank by rank: each returned id's own cosine must equal FAISS's score at that
   rank (so different ids pass only where cosines tie) and the returned score must be that cosine.
@@ -55,24 +57,25 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE, 
     from bert_whitening.token_ids import pad_ids
 
     sequences, _ = tokenize(encoder, VERIFY_SENTENCES)
-    ids = pad_ids(sequences)
-    expected = compiled(encoder.model)(ids, np.zeros_like(ids)).numpy()  # float32, whatever the process runs
-    check_vectors(expected, "the Keras encoder's vectors of the verification sentences", encoder.normalize)
+    ids = pad_ids(sequences)  # mostly padding: the last sentence fills maxlen
+    expected = _vectors(compiled(encoder.model), ids)  # float32, whatever the process runs
+    check_vectors(expected["serving_default"], "the Keras encoder's verification vectors", encoder.normalize)
     if precision == "bfloat16":
-        exact, expected = expected, _bfloat16_export_graph(encoder, ids)
-        lowest = float((l2_normalize(exact) * l2_normalize(expected)).sum(axis=1).min())
+        exact, expected = expected, _vectors(_bfloat16_export_graph(encoder), ids)
+        lowest = min(
+            float((l2_normalize(exact[name]) * l2_normalize(expected[name])).sum(axis=1).min()) for name in expected
+        )
         if not lowest >= AUTO_MIN_COSINE:
             raise ExportError(
                 "in bfloat16 a verification vector falls to cosine %.6f of float32 (below %g); "
                 "nothing was written: export in float32" % (lowest, AUTO_MIN_COSINE)
             )
+    expected["serve_text"] = expected["serving_default"]
     outputs = process.run(directory, ids, VERIFY_SENTENCES if text else [])
-    for name in ("serving_default", "serve_text"):
-        if name in outputs:
-            check_vectors(outputs[name], "the exported %s of the verification sentences" % name, encoder.normalize)
-    difference = max(
-        float(np.abs(outputs[name] - expected).max()) for name in ("serving_default", "serve_text") if name in outputs
-    )
+    compared = [name for name in expected if name in outputs]
+    for name in compared:
+        check_vectors(outputs[name], "the exported %s of the verification sentences" % name, encoder.normalize)
+    difference = max(float(np.abs(outputs[name] - expected[name]).max()) for name in compared)
     if not difference <= tolerance:
         raise ExportError(
             "the reloaded SavedModel differs from the Keras model by %.3g "
@@ -83,17 +86,31 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE, 
     return difference
 
 
-def _bfloat16_export_graph(encoder, ids):
-    """``encoder``'s vectors of the padded ``ids`` from the graph a bfloat16 export saves, run as
+def unpadded_rows(ids):
+    """Each row of the padded ``ids`` alone, cut after its last token: batches with no padding,
+    which a server's graph runs on every row (`bert_whitening.layers.fused_bert.PACK_ABOVE_PADDING`)."""
+    return [row[None, : np.count_nonzero(row)] for row in ids]
+
+
+def _vectors(graph, ids):
+    """``{"serving_default": graph's vectors of the padded ids as one batch,
+    "serving_default_rows": of each row alone}``, as the child's outputs are named."""
+    return {
+        "serving_default": graph(ids, np.zeros_like(ids)).numpy(),
+        "serving_default_rows": np.concatenate([graph(row, np.zeros_like(row)).numpy() for row in unpadded_rows(ids)]),
+    }
+
+
+def _bfloat16_export_graph(encoder):
+    """The graph a bfloat16 export of ``encoder`` saves, ``(ids, segments) -> vectors``, run as
     a graph (Grappler fuses each product with its bias and activation, as the server's does)."""
     from bert_whitening.backend import graph_function, tf
-    from bert_whitening.layers.fused_bert import bfloat16_products, portable_graph
+    from bert_whitening.layers.fused_bert import bfloat16_products, serving_graph
 
     spec = tf.TensorSpec([None, None], tf.int32)
     function = graph_function(lambda ids, segments: encoder.model([ids, segments], training=False), [spec, spec])
-    with portable_graph(), bfloat16_products():
-        traced = function.get_concrete_function()
-    return traced(tf.constant(ids), tf.zeros_like(ids)).numpy()
+    with serving_graph(), bfloat16_products():
+        return function.get_concrete_function()
 
 
 def _check_search(outputs, corpus, tolerance):
@@ -146,7 +163,8 @@ class FreshProcess:
 
     def run(self, directory, input_ids, sentences=(), scratch=None):
         """Outputs of the SavedModel in ``directory``: ``serving_default`` (vectors of
-        ``input_ids``), ``serve_text`` (of ``sentences``, when given), and
+        ``input_ids``), ``serving_default_rows`` (of each row alone, `unpadded_rows`),
+        ``serve_text`` (of ``sentences``, when given), and
         ``search_ids``/``search_scores`` when it has ``serve_search`` (fed the sentences when it
         takes text, else the ids). The request and response files live in ``scratch`` (default
         ``directory/.verify``, which goes with a staging directory when that is removed) and are
@@ -216,7 +234,12 @@ def _run_signatures(directory, request_path, response_path):
     loaded = tf.saved_model.load(directory)
     ids_input = {"input_ids": tf.constant(input_ids), "segment_ids": tf.zeros_like(input_ids)}
     text_input = {"text": tf.constant(text)}
-    outputs = {"serving_default": loaded.signatures["serving_default"](**ids_input)["embedding"].numpy()}
+    serve_ids = loaded.signatures["serving_default"]
+    alone = [serve_ids(input_ids=row, segment_ids=tf.zeros_like(row))["embedding"] for row in unpadded_rows(input_ids)]
+    outputs = {
+        "serving_default": serve_ids(**ids_input)["embedding"].numpy(),
+        "serving_default_rows": np.concatenate(alone),
+    }
     if "serve_text" in loaded.signatures:
         outputs["serve_text"] = loaded.signatures["serve_text"](**text_input)["embedding"].numpy()
     if "serve_search" in loaded.signatures:

@@ -19,7 +19,14 @@ one (a batch norm over a ``1 x rows x hidden x 1`` tensor), which oneDNN turns i
 ``_MklLayerNorm`` in place of six elementwise ops and two reductions; the attention scores' scale
 is a product, so that oneDNN folds it and the padding mask into the score product. Without
 oneDNN that batch norm is slower than the plain ops, so they are kept there, and in every
-SavedModel (`portable_graph`): TF Serving's standard build runs no oneDNN rewrites.
+SavedModel (`serving_graph`): TF Serving's standard build runs no oneDNN rewrites.
+
+Packed, the products run on the real tokens' rows alone, gathered from the batch; only the
+attention sees every position. A training batch is drawn at random and an encoding batch is sorted
+by length, so one is mostly padding and the other has little: the first always runs packed, the
+second never. A server's batch joins requests of any length, so its graph decides on each batch
+by its share of padding (`PACK_ABOVE_PADDING`): gathering and scattering the rows costs more than
+a little padding's products.
 """
 
 import contextlib
@@ -32,6 +39,9 @@ from bert_whitening.backend import keras, tf
 
 #: bert4keras' LayerNormalization epsilon for BERT.
 LAYER_NORM_EPSILON = 1e-12
+#: In a graph traced for a server (`serving_graph`), a batch with more than this share of padding
+#: runs packed (``benchmarks/bench_serving.py``).
+PACK_ABOVE_PADDING = 0.25
 
 
 class FusedBert(keras.layers.Layer):
@@ -44,9 +54,10 @@ class FusedBert(keras.layers.Layer):
     Its weights are trainable when the layer is (``trainable=False`` for an encoder that only
     encodes, as `bert_whitening.models` builds one; ``True`` for `bert_whitening.training`).
     Called with ``training=True``, its products are float32 whatever `bfloat16_products` says
-    (gradients of bfloat16 products would train on rounding), and they run on the real tokens'
-    rows only, gathered from the batch: the outputs at real positions are the inference call's,
-    padded positions are zero. There is no dropout."""
+    (gradients of bfloat16 products would train on rounding), and they run packed: on the real
+    tokens' rows only, gathered from the batch. The outputs at real positions are the inference
+    call's, padded positions are zero. There is no dropout. A graph traced for a server
+    (`serving_graph`) runs packed the batches that are mostly padding."""
 
     def __init__(
         self, vocab_size, segment_vocab_size, max_position, hidden, heads, intermediate, blocks, pooler=False, **kwargs
@@ -99,19 +110,33 @@ class FusedBert(keras.layers.Layer):
             self.pooler_dense = (weight("pooler_kernel", (hidden, hidden)), weight("pooler_bias", (hidden,)))
         super().build(input_shape)
 
-    # No branch on a tensor: AutoGraph's conversion would only add to each build's time. The
-    # wrapper hides the signature, so Keras passes ``training`` (a Python value when the
-    # training loop calls the model; only True changes anything).
+    # The one branch on a tensor is a tf.cond: AutoGraph's conversion would only add to each
+    # build's time. The wrapper hides the
+    # signature, so Keras passes ``training`` (a Python value when the training loop calls the
+    # model; only True changes anything).
     @tf.autograph.experimental.do_not_convert
     def call(self, inputs, training=None):
         ids, segments = inputs
+        if training is True:
+            return self._forward(ids, segments, tf.float32, packed=True)
+        products = _PRODUCTS.get()  # float32, or bfloat16 inside `bfloat16_products`
+        if not _SERVING.get():
+            return self._forward(ids, segments, products, packed=False)
+        padding = 1.0 - tf.math.divide_no_nan(
+            tf.cast(tf.math.count_nonzero(ids), tf.float32), tf.cast(tf.size(ids), tf.float32)
+        )
+        return tf.cond(
+            padding > PACK_ABOVE_PADDING,
+            lambda: self._forward(ids, segments, products, packed=True),
+            lambda: self._forward(ids, segments, products, packed=False),
+        )
+
+    def _forward(self, ids, segments, products, packed):
+        """The forward pass, its products on every row of the batch or, ``packed``, on the real
+        tokens' rows alone, gathered from the batch (only the attention needs every position)."""
         batch, length = tf.shape(ids)[0], tf.shape(ids)[1]
         size = self.hidden // self.heads
-        # float32, or bfloat16 inside `bfloat16_products` except in training
-        products = tf.float32 if training is True else _PRODUCTS.get()
-        if training is True:
-            # The products run on the real tokens' rows alone, packed: a training batch is drawn
-            # at random, so most of its rows are padding. Only the attention needs every position.
+        if packed:
             real = tf.cast(tf.where(tf.reshape(ids, [-1]) != 0), tf.int32)  # (tokens, 1)
 
             def rows(x):  # the real tokens' rows of a (batch * length, ...) tensor
@@ -120,7 +145,7 @@ class FusedBert(keras.layers.Layer):
             def positions(x):  # the real tokens' rows back in place, padding zero
                 return tf.scatter_nd(real, x, tf.concat([[batch * length], tf.shape(x)[1:]], 0))
 
-        else:  # an encoding batch is sorted by length: little padding, nothing to gain
+        else:
 
             def rows(x):
                 return x
@@ -203,18 +228,20 @@ def bfloat16_copies(model):
     return copies
 
 
-#: True while a graph is traced for another process to run (`portable_graph`).
-_PORTABLE = contextvars.ContextVar("portable_graph", default=False)
+#: True while a graph is traced for a server to run (`serving_graph`).
+_SERVING = contextvars.ContextVar("serving_graph", default=False)
 
 
 @contextlib.contextmanager
-def portable_graph():
-    """Trace the layer's graph with plain ops only, for a TensorFlow that may run no oneDNN rewrites."""
-    token = _PORTABLE.set(True)
+def serving_graph():
+    """Trace the layer's graph for a server: plain ops only, for a TensorFlow that may run no
+    oneDNN rewrites, and a batch that is mostly padding packed, as requests of mixed lengths
+    batched together are."""
+    token = _SERVING.set(True)
     try:
         yield
     finally:
-        _PORTABLE.reset(token)
+        _SERVING.reset(token)
 
 
 @functools.lru_cache(maxsize=None)
@@ -228,7 +255,7 @@ def _onednn_rewrites():
 
 def _layer_norm(x, gamma_beta):
     gamma, beta = gamma_beta
-    if _onednn_rewrites() and not _PORTABLE.get():
+    if _onednn_rewrites() and not _SERVING.get():
         # Each row a channel of an NCHW batch norm in training mode (its own mean and variance).
         shape = tf.shape(x)
         ones, zeros = tf.fill(shape[:1], 1.0), tf.fill(shape[:1], 0.0)
