@@ -111,9 +111,8 @@ class FusedBert(keras.layers.Layer):
         super().build(input_shape)
 
     # The one branch on a tensor is a tf.cond: AutoGraph's conversion would only add to each
-    # build's time. The wrapper hides the
-    # signature, so Keras passes ``training`` (a Python value when the training loop calls the
-    # model; only True changes anything).
+    # build's time. The wrapper hides the signature, so Keras passes ``training`` (a Python
+    # value when the training loop calls the model; only True changes anything).
     @tf.autograph.experimental.do_not_convert
     def call(self, inputs, training=None):
         ids, segments = inputs
