@@ -59,7 +59,8 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE, 
     sequences, _ = tokenize(encoder, VERIFY_SENTENCES)
     ids = pad_ids(sequences)  # mostly padding: the last sentence fills maxlen
     expected = _vectors(compiled(encoder.model), ids)  # float32, whatever the process runs
-    check_vectors(expected["serving_default"], "the Keras encoder's verification vectors", encoder.normalize)
+    source = "the Keras encoder's vectors of the verification sentences"
+    check_vectors(expected["serving_default"], source, encoder.normalize)
     if precision == "bfloat16":
         exact, expected = expected, _vectors(_bfloat16_export_graph(encoder), ids)
         lowest = min(
