@@ -11,14 +11,15 @@ import pytest
 
 from bert_whitening import cli
 from bert_whitening.backend import tf
-from bert_whitening.encoding import encode, tokenize
+from bert_whitening.checkpoints.google import write_checkpoint
+from bert_whitening.encoding import encode, runs_fused_bert, tokenize
 from bert_whitening.export import ExportError, export_saved_model, run_in_fresh_process, target_version
 from bert_whitening.layers import fused_bert
 from bert_whitening.models import build_encoder
 from bert_whitening.serving import pad_ids
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
-from helpers import SENTENCES, TINY_CONFIG
+from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_weights
 
 pytestmark = pytest.mark.slow
 
@@ -123,8 +124,6 @@ def test_a_served_graph_wrong_on_packed_or_on_unpacked_batches_is_refused(
 ):
     """A server's graph runs a batch that is mostly padding packed, any other on every row: the
     verification runs both kinds of batch, so an export wrong on either leaves nothing."""
-    from bert_whitening.layers import fused_bert
-
     forward = fused_bert.FusedBert._forward
 
     def wrong_when_served(self, ids, segments, products, packed):
@@ -135,6 +134,21 @@ def test_a_served_graph_wrong_on_packed_or_on_unpacked_batches_is_refused(
     with pytest.raises(ExportError, match="differs from the Keras model by"):
         export_saved_model(whitened, str(tmp_path / "m"))
     assert os.listdir(tmp_path) == []
+
+
+def test_a_bert_on_bert4keras_graph_exports_and_serves_encodes_vectors(tmp_path):
+    """A BERT that `FusedBert` does not mirror (here a ReLU feed-forward) keeps bert4keras' graph:
+    its export is verified as any other and serves the vectors ``encode`` gives."""
+    directory = str(tmp_path / "relu_bert")
+    write_checkpoint(directory, {**TINY_CONFIG, "hidden_act": "relu"}, random_weights(TINY_CONFIG), TINY_VOCAB)
+    encoder = build_encoder(directory, pooling="first-last-avg")
+    assert not runs_fused_bert(encoder.model)
+    path, difference = export_saved_model(encoder, str(tmp_path / "m"))
+    assert difference <= 1e-5
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    ids = pad_ids(tokenize(encoder, SENTENCES)[0])
+    served = serve(input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids))["embedding"].numpy()
+    np.testing.assert_allclose(served, encode(encoder, SENTENCES), atol=1e-5)
 
 
 def test_text_signature_is_refused_for_jieba_models(tiny_model):
