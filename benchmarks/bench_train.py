@@ -184,16 +184,16 @@ def main():
         )
     )
     print("%-8s %-32s %13s %14s %13s" % ("loss", "side", "test Spearman", "train pairs/s", "peak RSS MiB"))
-    labels = {"ours": "bert-whitening train", "peer": "sentence-transformers (torch)"}
+    titles = {"ours": "bert-whitening train", "peer": "sentence-transformers (torch)"}
     for loss, name, spearman, rate, rss in rows:
-        print("%-8s %-32s %13.4f %14.1f %13.0f" % (loss, labels[name], spearman, rate, rss))
+        print("%-8s %-32s %13.4f %14.1f %13.0f" % (loss, titles[name], spearman, rate, rss))
     for loss in args.loss:
         (_, _, _, our_rate, our_rss), (_, _, _, peer_rate, peer_rss) = [row for row in rows if row[0] == loss]
         print("%-8s %-32s %13s %13.2fx %12.2fx" % (loss, "ours / peer", "", our_rate / peer_rate, our_rss / peer_rss))
     print("mean train loss per epoch (equal when both sides saw the same batches):")
     for loss in args.loss:
         for name in ("ours", "peer"):
-            print("%-8s %-32s %s" % (loss, labels[name], " ".join("%.4f" % value for value in losses[loss, name])))
+            print("%-8s %-32s %s" % (loss, titles[name], " ".join("%.4f" % value for value in losses[loss, name])))
     print("largest difference of a test vector of ours from the peer's, relative to its length:")
     for loss in args.loss:
         print("%-8s %.2e" % (loss, differences[loss]))

@@ -95,7 +95,8 @@ def unpadded_rows(ids):
 
 def _vectors(graph, ids):
     """``{"serving_default": graph's vectors of the padded ids as one batch,
-    "serving_default_rows": of each row alone}``, as the child's outputs are named."""
+    "serving_default_rows": of each row alone}``: what the child runs on the export's
+    ``serving_default`` and the parent on the encoder it compares with."""
     return {
         "serving_default": graph(ids, np.zeros_like(ids)).numpy(),
         "serving_default_rows": np.concatenate([graph(row, np.zeros_like(row)).numpy() for row in unpadded_rows(ids)]),
@@ -236,11 +237,8 @@ def _run_signatures(directory, request_path, response_path):
     ids_input = {"input_ids": tf.constant(input_ids), "segment_ids": tf.zeros_like(input_ids)}
     text_input = {"text": tf.constant(text)}
     serve_ids = loaded.signatures["serving_default"]
-    alone = [serve_ids(input_ids=row, segment_ids=tf.zeros_like(row))["embedding"] for row in unpadded_rows(input_ids)]
-    outputs = {
-        "serving_default": serve_ids(**ids_input)["embedding"].numpy(),
-        "serving_default_rows": np.concatenate(alone),
-    }
+    graph = lambda ids, segments: serve_ids(input_ids=tf.constant(ids), segment_ids=tf.constant(segments))["embedding"]
+    outputs = _vectors(graph, input_ids)
     if "serve_text" in loaded.signatures:
         outputs["serve_text"] = loaded.signatures["serve_text"](**text_input)["embedding"].numpy()
     if "serve_search" in loaded.signatures:
