@@ -34,6 +34,8 @@ however the command ends, and by the next command when a SIGKILL left it.
 """
 
 import contextlib
+import ctypes
+import errno
 import fcntl
 import glob
 import hashlib
@@ -316,9 +318,72 @@ def write_atomically(path, write, inputs=()):
         os.close(lock)
 
 
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2  # renameat2(2) flags
+_AT_FDCWD = -100
+
+
+def _renameat2(source, target, flags):
+    """Linux's ``renameat2(source, target, flags)``: False where the C library or the file
+    system does not have it (the caller falls back), an OSError naming ``target`` if it fails."""
+    rename = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if rename is None:
+        return False
+    if rename(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), flags) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), target)
+
+
+class OutputAppeared(BertWhiteningError):
+    """The output exists by the time the run would put its own in place, though it did not when
+    the run started (another run, or the user, made it meanwhile): it is left as it is."""
+
+
+def publish_directory(staging, target, overwrite=False):
+    """Rename the filled ``staging`` (`staged_directory`) to ``target``, in one step.
+
+    The check at a command's start does not hold for its whole run: another run, or the user,
+    may make ``target`` meanwhile, and a plain rename would replace an empty directory without a
+    word. So without ``overwrite`` the rename is refused (`OutputAppeared`) if ``target`` exists
+    by then, whatever it is. With ``overwrite`` the two are exchanged, so that ``target`` names
+    the old output or the new one at every moment, even under a signal; the old one, now under
+    the staging name, is removed next (or by `remove_stale`, if the run is killed first)."""
+    if overwrite:
+        try:
+            exchanged = _renameat2(staging, target, _RENAME_EXCHANGE)
+        except FileNotFoundError:  # nothing at ``target`` to exchange with
+            exchanged = False
+        if not exchanged and os.path.lexists(target):  # no exchange here: the old one steps aside first
+            os.rename(target, staging + ".retired")
+            os.rename(staging, target)
+            staging += ".retired"
+            exchanged = True
+        if exchanged:
+            if os.path.isdir(staging) and not os.path.islink(staging):
+                shutil.rmtree(staging)
+            else:
+                os.unlink(staging)
+            return
+    try:
+        if not _renameat2(staging, target, _RENAME_NOREPLACE):
+            if os.path.lexists(target):  # no such rename here: checked, then renamed
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), target)
+            os.rename(staging, target)
+    except OSError as error:
+        if error.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR) and os.path.lexists(target):
+            raise OutputAppeared(
+                "%s was made while this run worked (by another run, or by hand): left as it is, and "
+                "nothing written; remove it or choose another output" % target
+            ) from None
+        raise
+
+
 @contextlib.contextmanager
 def staged_directory(target):
-    """A new empty directory beside ``target`` for the caller to fill and rename into place.
+    """A new empty directory beside ``target`` for the caller to fill and put in place
+    (`publish_directory`).
 
     It gets the permissions ``mkdir`` would give (``mkdtemp``'s 0700 would hide a served model
     from the server's user). If the block raises, it is removed, and so are the parent

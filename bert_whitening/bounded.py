@@ -114,12 +114,19 @@ _HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.f
 
 _KIND_NAMES = {"f": "floats", "i": "integers", "U": "text"}
 
+#: How much larger than its stored bytes a compressed member may inflate (a file's arrays take
+#: about the room they take on disk): numbers as we write them compress little, a crafted array
+#: (an identity of the largest dimension) thousands of times. Small members are exempt.
+INFLATION_LIMIT, INFLATION_EXEMPT_BYTES = 4, 1 << 20
+
 
 class NpzMembers:
     """The ``.npy`` members of an ``.npz`` file, each read on its own once its header says the
     shape and type asked for, and its zip entry says it inflates to exactly that array: a crafted
-    header or a zip bomb is refused before its data is read. Errors are ``error``s naming
-    ``path``, the file being a ``what``."""
+    header or a zip bomb is refused before its data is read. What is read is bounded by the
+    file's own size (`INFLATION_LIMIT`), so a small file cannot make a large allocation before
+    the caller compares its sizes with a model's. Errors are ``error``s naming ``path``, the file
+    being a ``what``."""
 
     def __init__(self, path, error, what):
         """``path``: a file's path, or a binary stream of bytes already read and checked (an
@@ -136,6 +143,12 @@ class NpzMembers:
             if not info.filename.endswith(".npy"):
                 self.close()
                 raise error("%s: not a %s, it holds %r, which is not an array" % (path, what, info.filename))
+            if info.file_size > max(INFLATION_LIMIT * info.compress_size, INFLATION_EXEMPT_BYTES):
+                self.close()
+                raise error(
+                    "%s: not a %s, %s inflates from %d to %d bytes, more than %d times: crafted, not written by "
+                    "bert-whitening" % (path, what, info.filename, info.compress_size, info.file_size, INFLATION_LIMIT)
+                )
             self._members[info.filename[: -len(".npy")]] = info
 
     def __enter__(self):

@@ -21,7 +21,7 @@ from typing import Iterable, Optional, Sequence, Union
 import numpy as np
 
 from bert_whitening.arguments import path_list, positive_int, sentence_list, sentence_stream
-from bert_whitening.atomic import DIRECTORY, check_outputs, staged_directory, write_atomically
+from bert_whitening.atomic import DIRECTORY, check_outputs, publish_directory, staged_directory, write_atomically
 from bert_whitening.bounded import JSON_BYTES, read_limited
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import ReadOptions, check_readable, display_name, read_sentences
@@ -388,7 +388,7 @@ class SentenceEncoder:
                 self.config.flow.save(os.path.join(staging, FLOW_FILE))
             with open(os.path.join(staging, CONFIG_FILE), "w", encoding="utf-8") as stream:
                 json.dump(record, stream, indent=2, ensure_ascii=False)
-            os.rename(staging, directory)
+            publish_directory(staging, directory)
 
     def export(
         self,

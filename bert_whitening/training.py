@@ -49,7 +49,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from bert_whitening.atomic import kept_directory, staged_directory, write_atomically
+from bert_whitening.atomic import kept_directory, publish_directory, staged_directory, write_atomically
 from bert_whitening.bounded import JSON_BYTES, NpzMembers
 from bert_whitening.config import EncoderConfig, check_model, runs_fused, versions
 from bert_whitening.data import check_readable, display_name, read_pairs
@@ -690,11 +690,5 @@ def _write(o, encoder, record):
         write_checkpoint(staging, o.files.config, variables, o.files.vocab_bytes)
         with open(os.path.join(staging, TRAINING_FILE), "w", encoding="utf-8") as stream:
             json.dump(record, stream, indent=2, ensure_ascii=False)
-        if os.path.lexists(o.output):  # --overwrite, checked before the training
-            retired = staging + ".retired"
-            os.rename(o.output, retired)
-            os.rename(staging, o.output)
-            shutil.rmtree(retired)
-        else:
-            os.rename(staging, o.output)
+        publish_directory(staging, o.output, overwrite=o.overwrite)
     logger.info("wrote %s (bert_config.json, bert_model.ckpt.*, vocab.txt, %s)", o.output, TRAINING_FILE)

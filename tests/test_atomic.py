@@ -7,10 +7,13 @@ import stat
 
 import pytest
 
+from bert_whitening import atomic
 from bert_whitening.atomic import (
     MARK,
+    OutputAppeared,
     check_output,
     private_temporary_directory,
+    publish_directory,
     remove_stale,
     staged_directory,
     write_atomically,
@@ -139,6 +142,83 @@ def test_a_failed_staging_removes_the_parents_it_created(tmp_path):
         with staged_directory(str(tmp_path / "base" / "deeper" / "1")):
             raise RuntimeError("verification failed")
     assert os.listdir(tmp_path) == []
+
+
+def fill(staging):
+    with open(os.path.join(staging, "new"), "w", encoding="utf-8") as stream:
+        stream.write("new")
+    return staging
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "no renameat2"])
+@pytest.mark.parametrize("made", ["empty directory", "directory", "file", "dangling link"])
+def test_an_output_made_while_a_run_worked_is_left_and_the_run_refused(tmp_path, monkeypatch, exchange, made):
+    """Without overwrite, whatever appeared at the target since the run's start is kept as it was
+    (a plain rename would replace an empty directory), the staging is removed, and the refusal
+    says so in one line."""
+    if not exchange:
+        monkeypatch.setattr(atomic, "_renameat2", lambda *arguments: False)
+    target = tmp_path / "out"
+    make = {
+        "empty directory": lambda: target.mkdir(),
+        "directory": lambda: (target.mkdir(), (target / "mine").write_text("kept")),
+        "file": lambda: target.write_text("kept"),
+        "dangling link": lambda: target.symlink_to(tmp_path / "nowhere"),
+    }[made]
+    with pytest.raises(OutputAppeared, match="out was made while this run worked"):
+        with staged_directory(str(target)) as staging:
+            fill(staging)
+            make()
+            before = sorted(os.listdir(target)) if target.is_dir() else None
+            publish_directory(staging, str(target))
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+    if made == "dangling link":
+        assert target.is_symlink()
+    elif made == "file":
+        assert target.read_text() == "kept"
+    else:
+        assert sorted(os.listdir(target)) == before
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "no renameat2"])
+def test_overwrite_puts_the_new_output_in_place_and_removes_the_old_one(tmp_path, monkeypatch, exchange):
+    if not exchange:
+        monkeypatch.setattr(atomic, "_renameat2", lambda *arguments: False)
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old").write_text("old")
+    with staged_directory(str(target)) as staging:
+        publish_directory(fill(staging), str(target), overwrite=True)
+    assert os.listdir(target) == ["new"] and os.listdir(tmp_path) == ["out"]
+    with staged_directory(str(tmp_path / "fresh")) as staging:  # overwrite with nothing there: a rename
+        publish_directory(fill(staging), str(tmp_path / "fresh"), overwrite=True)
+    assert os.listdir(tmp_path / "fresh") == ["new"]
+
+
+def test_overwrite_never_leaves_the_target_missing_under_a_signal(tmp_path):
+    """The old and the new output are exchanged in one step: a signal right after it finds the
+    new one in place, and the old one where the staged directory's clean-up removes it."""
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old").write_text("old")
+    real_rmtree = atomic.shutil.rmtree
+    staged = []
+
+    def interrupted(path, *arguments, **options):
+        if path == staged[0]:
+            assert os.listdir(target) == ["new"] and os.listdir(path) == ["old"]
+            raise KeyboardInterrupt
+        return real_rmtree(path, *arguments, **options)
+
+    with pytest.raises(KeyboardInterrupt):
+        with staged_directory(str(target)) as staging:
+            staged.append(fill(staging))
+            atomic.shutil.rmtree = interrupted
+            try:
+                publish_directory(staging, str(target), overwrite=True)
+            finally:
+                atomic.shutil.rmtree = real_rmtree
+    assert os.listdir(target) == ["new"] and os.listdir(tmp_path) == ["out"]
 
 
 def test_a_private_temporary_directory_holds_what_the_run_and_its_children_write(tmp_path, monkeypatch):

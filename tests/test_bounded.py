@@ -267,10 +267,34 @@ def test_a_whitening_zip_bomb_is_refused_before_it_is_inflated(whitening_arrays,
     # the zip entry says what inflating gives; the header says 16 floats
     zip_bomb(path, whitening_arrays, "bias", npy_header((16,)), inflated)
     assert os.path.getsize(path) < inflated // 100
-    refused_quickly(lambda: Whitening.load(path), WhiteningError, path, "bias inflates to")
+    refused_quickly(lambda: Whitening.load(path), WhiteningError, path, "bias.npy inflates from")
     # both say the same, and the dimension says otherwise
     zip_bomb(path, whitening_arrays, "bias", npy_header((inflated // 8,)), inflated)
-    refused_quickly(lambda: Whitening.load(path), WhiteningError, path, "bias has shape (33554432,), expected (16,)")
+    refused_quickly(lambda: Whitening.load(path), WhiteningError, path, "bias.npy inflates from")
+
+
+def test_a_small_whitening_of_a_large_dimension_is_refused_before_its_arrays_are_read(whitening_arrays, tmp_path):
+    """A whitening consistent in itself (an identity kernel of dimension 2048, every size
+    honest) deflated to a few kilobytes: reading it would allocate hundreds of times the file
+    before its dimension could be compared with a model's. Compressed floats as a fit gives them
+    still load."""
+    dim = 2048
+    meta = {**json.loads(str(whitening_arrays["meta"])), "dim": dim, "rank": dim, "n_components": dim}
+    crafted = {
+        "kernel": np.eye(dim),
+        "bias": np.zeros(dim),
+        "mean": np.zeros(dim),
+        "eigenvalues": np.ones(dim),
+        "meta": np.array(json.dumps(meta)),
+    }
+    path = str(tmp_path / "identity.npz")
+    write_npz(path, crafted, zipfile.ZIP_DEFLATED)
+    assert os.path.getsize(path) < dim * dim * 8 // 100
+    refused_quickly(lambda: Whitening.load(path), WhiteningError, path, "kernel.npy inflates from")
+    write_npz(path, crafted)  # stored as numpy writes it: the same arrays load
+    assert Whitening.load(path).dim == dim
+    write_npz(path, whitening_arrays, zipfile.ZIP_DEFLATED)
+    assert np.array_equal(Whitening.load(path).kernel, whitening_arrays["kernel"])
 
 
 @pytest.mark.parametrize(

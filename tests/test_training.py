@@ -472,6 +472,35 @@ def test_overwrite_replaces_a_directory(tiny_model, pair_files, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["model"]
 
 
+@pytest.mark.parametrize("overwrite", [False, True], ids=["new output", "--overwrite"])
+def test_an_output_another_run_made_meanwhile_is_kept_or_replaced_as_asked(tiny_model, pair_files, tmp_path, overwrite):
+    """The output is checked at the start and taken by one rename at the end: a directory made
+    at its name meanwhile (by a second run into the same output, say) is left as it is, and the
+    run refused, unless it was asked to overwrite."""
+    from bert_whitening.checkpoints import google
+
+    output = tmp_path / "model"
+    real_write = google.write_checkpoint
+
+    def another_run_first(directory, *arguments):
+        output.mkdir(exist_ok=True)
+        (output / "theirs").write_text("x")
+        return real_write(directory, *arguments)
+
+    google.write_checkpoint = another_run_first
+    try:
+        if overwrite:
+            quick(tiny_model, pair_files, output, epochs=0, overwrite=True)
+            assert "theirs" not in os.listdir(output) and "training.json" in os.listdir(output)
+        else:
+            with pytest.raises(BertWhiteningError, match="model was made while this run worked"):
+                quick(tiny_model, pair_files, output, epochs=0)
+            assert os.listdir(output) == ["theirs"]
+    finally:
+        google.write_checkpoint = real_write
+    assert os.listdir(tmp_path) == ["model"]
+
+
 def test_only_a_plain_bert_is_trained(tmp_path, pair_files):
     from bert_whitening.checkpoints.google import write_checkpoint
 

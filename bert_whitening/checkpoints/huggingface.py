@@ -200,7 +200,7 @@ def _load_tensors(path):
 def convert_hf(hf_directory, output_directory):
     """Write the Hugging Face BERT in ``hf_directory`` as a new Google-format checkpoint
     directory, all at once: staged beside it and renamed into place, so a failure leaves none."""
-    from bert_whitening.atomic import DIRECTORY, check_outputs, staged_directory
+    from bert_whitening.atomic import DIRECTORY, check_outputs, publish_directory, staged_directory
     from bert_whitening.checkpoints.google import write_checkpoint
     from bert_whitening.errors import BertWhiteningError
 
@@ -211,5 +211,5 @@ def convert_hf(hf_directory, output_directory):
     vocab = read_bytes(os.path.join(hf_directory, "vocab.txt"), VOCAB_BYTES).decode("utf-8").splitlines()
     with staged_directory(output_directory) as staging:
         write_checkpoint(staging, config, load(), vocab)
-        os.rename(staging, output_directory)
+        publish_directory(staging, output_directory)
     return output_directory

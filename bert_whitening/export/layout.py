@@ -3,15 +3,14 @@ and taking it. It imports no TensorFlow, so an export is refused (an existing ve
 without ``--overwrite``, a base that is a file) before TensorFlow is imported.
 
 Concurrent exports to one ``BASE`` cannot collide: the version is taken by the final rename of
-the staged export (`publish`), which never replaces a version that exists (a non-empty
-directory). When the next free number was taken meanwhile, an export without ``--version`` takes
-the one after; with ``--version`` it fails.
+the staged export (`publish`), which never replaces a version that exists by then, of any kind
+(`bert_whitening.atomic.publish_directory`). When the next free number was taken meanwhile, an
+export without ``--version`` takes the one after; with ``--version`` it fails.
 """
 
-import errno
 import os
-import shutil
 
+from bert_whitening.atomic import OutputAppeared, publish_directory
 from bert_whitening.errors import ExportError
 
 
@@ -39,18 +38,9 @@ def publish(staging, base, number, automatic, overwrite):
     while True:
         target = os.path.join(base, str(number))
         try:
-            os.rename(staging, target)
+            publish_directory(staging, target, overwrite=overwrite and not automatic)
             return target
-        except OSError as error:
-            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-        if automatic:
-            number += 1
-        elif overwrite:
-            retired = staging + ".retired"
-            os.rename(target, retired)
-            os.rename(staging, target)
-            shutil.rmtree(retired)
-            return target
-        else:
-            raise ExportError("%s already exists; pass overwrite (--overwrite) to replace it" % target)
+        except OutputAppeared:
+            if not automatic:
+                raise ExportError("%s already exists; pass overwrite (--overwrite) to replace it" % target) from None
+        number += 1

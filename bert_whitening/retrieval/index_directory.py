@@ -30,7 +30,7 @@ import os
 
 import numpy as np
 
-from bert_whitening.atomic import staged_directory
+from bert_whitening.atomic import publish_directory, staged_directory
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import CheckedFile, file_sha256, open_directory, read_limited_at
@@ -125,7 +125,7 @@ class IndexWriter:
         }
         with open(os.path.join(self.staging, METADATA_FILE), "w", encoding="utf-8") as stream:
             json.dump(metadata, stream, indent=2, ensure_ascii=False)
-        os.rename(self.staging, self.output)
+        publish_directory(self.staging, self.output)
 
 
 class IndexDirectory:
