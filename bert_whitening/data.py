@@ -76,12 +76,49 @@ class ReadOptions:
         object.__setattr__(self, "batch_size", positive_int(self.batch_size, "batch_size"))
 
 
-def open_local(path):
+def open_local(path, digest=None):
     """A binary stream of a local file (``-``: standard input), decompressed when its name ends
-    in ``.gz``."""
-    if path == STDIN:
-        return os.fdopen(os.dup(sys.stdin.fileno()), "rb")
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    in ``.gz``. With ``digest`` (a hashlib object), the file's bytes are added to it as they are
+    read: a stream (standard input, a FIFO) is read once, so its hash is taken on that reading,
+    and a file's hash is of the bytes the lines came from, whatever happens to it afterwards."""
+    stream = os.fdopen(os.dup(sys.stdin.fileno()), "rb") if path == STDIN else open(path, "rb")
+    if digest is not None:
+        stream = io.BufferedReader(_Hashed(stream, digest))
+    return _Gzip(stream) if path.endswith(".gz") and path != STDIN else stream
+
+
+class _Hashed(io.RawIOBase):
+    """A binary stream adding what is read from it to a digest."""
+
+    def __init__(self, stream, digest):
+        super().__init__()
+        self.stream, self.digest = stream, digest
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        count = self.stream.readinto(buffer)
+        self.digest.update(memoryview(buffer)[:count])
+        return count
+
+    def close(self):
+        self.stream.close()
+        super().close()
+
+
+class _Gzip(gzip.GzipFile):
+    """The decompressed stream of a binary stream, closing that stream when closed."""
+
+    def __init__(self, stream):
+        super().__init__(fileobj=stream, mode="rb")
+        self.compressed = stream
+
+    def close(self):
+        try:
+            super().close()
+        finally:
+            self.compressed.close()
 
 
 def check_readable(paths):

@@ -38,7 +38,7 @@ resumed run would meet the same step again).
 
 import contextlib
 import dataclasses
-import functools
+import hashlib
 import json
 import logging
 import math
@@ -52,9 +52,8 @@ import numpy as np
 from bert_whitening.atomic import kept_directory, publish_directory, staged_directory, write_atomically
 from bert_whitening.bounded import JSON_BYTES, NpzMembers
 from bert_whitening.config import EncoderConfig, check_model, runs_fused, versions
-from bert_whitening.data import check_readable, display_name, read_pairs
+from bert_whitening.data import check_readable, display_name, open_local, read_pairs
 from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
-from bert_whitening.files import file_sha256
 from bert_whitening.names import LOSSES, MODEL_TYPES, check_choice
 
 logger = logging.getLogger(__name__)
@@ -82,11 +81,7 @@ class PairFile:
     firsts: list
     seconds: list
     labels: np.ndarray
-
-    @functools.cached_property
-    def sha256(self):
-        """The file's sha256, hashed once for the record and the resumable state."""
-        return file_sha256(self.path)
+    sha256: str  # of the bytes the pairs were read from, hashed as they were read
 
     def record(self):
         return {"path": os.path.abspath(self.path), "sha256": self.sha256, "pairs": len(self.labels)}
@@ -168,7 +163,8 @@ def read_pair_file(path, role="train"):
     """The pairs of a senteval_cn file, every line checked (`bert_whitening.data.read_pairs`:
     a line that is not a pair, or a label that is not a finite number, names file and line).
     An empty file, or one whose labels are all equal (nothing to rank, no Spearman), is refused."""
-    pairs = list(read_pairs(path))
+    digest = hashlib.sha256()
+    pairs = list(read_pairs(path, opener=lambda path: open_local(path, digest)))
     name = display_name(path)
     if not pairs:
         raise DataError("%s: the %s file holds no pairs" % (name, role))
@@ -178,7 +174,8 @@ def read_pair_file(path, role="train"):
             "%s:1-%d: every label is %g, one distinct label: the %s file has nothing to %s"
             % (name, len(pairs), labels[0], role, "rank" if role == "train" else "correlate with")
         )
-    return PairFile(path, [first for first, _, _ in pairs], [second for _, second, _ in pairs], labels)
+    firsts, seconds = [first for first, _, _ in pairs], [second for _, second, _ in pairs]
+    return PairFile(path, firsts, seconds, labels, digest.hexdigest())
 
 
 def softmax_classes(pairs, threshold=None):

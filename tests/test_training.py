@@ -501,6 +501,51 @@ def test_an_output_another_run_made_meanwhile_is_kept_or_replaced_as_asked(tiny_
     assert os.listdir(tmp_path) == ["model"]
 
 
+@pytest.mark.parametrize("source", ["FIFO", "standard input", "gzip file"])
+def test_a_pair_file_is_read_once_and_hashed_as_read(pair_files, tmp_path, monkeypatch, source):
+    """A FIFO or standard input can be read once: the sha256 the record and the resumable state
+    keep is taken on that reading (it was taken by opening the path again, which blocked on a
+    FIFO and failed on ``-``). A gzip file's is of its own bytes, as ``sha256sum`` gives."""
+    import contextlib
+    import gzip
+    import hashlib
+    import pathlib
+    import sys
+    import threading
+
+    open_file = None
+    data = pathlib.Path(pair_files[0]).read_bytes()
+    if source == "gzip file":
+        path = str(tmp_path / "train.data.gz")
+        with gzip.open(path, "wb") as stream:
+            stream.write(data)
+        expected = hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+    else:
+        expected = hashlib.sha256(data).hexdigest()
+        if source == "FIFO":
+            path = str(tmp_path / "fifo")
+            os.mkfifo(path)
+        else:
+            path, (read_end, write_end) = "-", os.pipe()
+            open_file = os.fdopen(read_end, "r")
+            monkeypatch.setattr(sys, "stdin", open_file)
+
+        def writer(data=data):
+            with contextlib.suppress(BrokenPipeError):  # the second writer's reader may close first
+                with open(path, "wb") if source == "FIFO" else os.fdopen(write_end, "wb") as stream:
+                    stream.write(data)
+
+        threading.Thread(target=writer, daemon=True).start()
+    pairs = training.read_pair_file(path)
+    if source == "FIFO":  # what a second opening would read
+        threading.Thread(target=writer, args=(b"other\tpairs\t1\n",), daemon=True).start()
+    assert pairs.sha256 == expected and len(pairs.labels) == 24
+    if source == "FIFO":  # the second writer, if still waiting for a reader, finds one and ends
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+    if open_file is not None:
+        open_file.close()
+
+
 def test_only_a_plain_bert_is_trained(tmp_path, pair_files):
     from bert_whitening.checkpoints.google import write_checkpoint
 
