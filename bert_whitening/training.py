@@ -360,19 +360,21 @@ def _checked_state(text, checkpoints):
     try:
         state = json.loads(text)
         epochs, kept, best, after = state["epochs"], state["kept"], state["best"], state["resumed_after"]
+        validated = state["identity"]["valid_sha256"] is not None
         well_formed = (
-            isinstance(state["identity"], dict)
-            and isinstance(epochs, list)
-            and all(isinstance(epoch, dict) for epoch in epochs)
+            isinstance(epochs, list)
+            and len(epochs) >= 1  # a state is saved after an epoch
+            and all(_epoch_entry(entry, number, validated) for number, entry in enumerate(epochs, 1))
             and type(kept) is int
-            and 0 <= kept <= len(epochs)
-            and (best is None or (type(best) in (int, float) and math.isfinite(best)))
+            and (1 <= kept <= len(epochs) if validated else kept == len(epochs))
+            and (_finite(best) if validated else best is None)
             and isinstance(after, list)
             and all(type(epoch) is int and 0 <= epoch <= len(epochs) for epoch in after)
+            and after == sorted(after)
         )
         if well_formed:
             order_generator(0).bit_generator.state = state["rng"]  # numpy checks the generator's
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, AttributeError):
         well_formed = False
     if not well_formed:
         raise DamagedState(
@@ -380,6 +382,23 @@ def _checked_state(text, checkpoints):
             % (checkpoints.path, checkpoints.directory)
         )
     return state
+
+
+def _finite(value):
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _epoch_entry(entry, number, validated):
+    """Whether ``entry`` is the record `_train_and_write` keeps of epoch ``number``."""
+    keys = {"epoch", "train_loss", "steps", "seconds"} | ({"valid_spearman"} if validated else set())
+    return (
+        isinstance(entry, dict)
+        and set(entry) == keys
+        and entry["epoch"] == number
+        and type(entry["steps"]) is int
+        and entry["steps"] > 0
+        and all(_finite(entry[key]) for key in keys - {"epoch", "steps"})
+    )
 
 
 def _check_resumable(checkpoints, o):

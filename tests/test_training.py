@@ -334,6 +334,10 @@ STATE_EDITS = [
     (lambda a: edit_record(a, kept=99), "cannot resume: its record is damaged or edited"),
     (lambda a: edit_record(a, rng={"bit_generator": "PCG64", "state": "x"}), "its record is damaged or edited"),
     (lambda a: edit_record(a, epochs="two"), "its record is damaged or edited"),
+    (lambda a: edit_record(a, epochs=[{"evil": "x"}, {"evil": "y"}]), "its record is damaged or edited"),
+    (lambda a: edit_record(a, epochs=[], kept=0), "its record is damaged or edited"),  # no state has none
+    (lambda a: edit_record(a, best=0.5), "its record is damaged or edited"),  # a valid Spearman, no valid file
+    (lambda a: edit_record(a, resumed_after=[1, 0]), "its record is damaged or edited"),
     (lambda a: a.update(variable_0=np.full_like(a["variable_0"], np.nan)), "variable_0 holds NaN or inf"),
     (lambda a: a.update(variable_1=np.zeros((3, 3), np.float32)), "variable_1 has shape (3, 3), expected"),
     (lambda a: a.update(extra=np.zeros(2)), "not a training state, unexpected arrays extra"),
