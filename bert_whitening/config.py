@@ -120,10 +120,11 @@ def check_fitted_on(what, fitted, identity, pooling):
 #: may edit (whitening and flow files, index and export records, saved encoders).
 _IDENTITY_TYPES = {"name": str, "type": str, "hidden_size": int, "vocab_sha256": str}
 #: Identity fields that records of earlier versions lack, checked when present.
-_OPTIONAL_IDENTITY_TYPES = {"format": str, "num_hidden_layers": int, "weights_sha256": str}
+_OPTIONAL_IDENTITY_TYPES = {"format": str, "num_hidden_layers": int, "config_sha256": str, "weights_sha256": str}
 #: The fields that say which model made the vectors; the name (a directory's) and the format
-#: (a converted copy) do not change them.
-_SAME_MODEL_FIELDS = ("type", "hidden_size", "num_hidden_layers", "vocab_sha256", "weights_sha256")
+#: (a converted copy) do not change them. The configuration's digest covers what the weights'
+#: do not: the same weights under another activation or number of heads compute other vectors.
+_SAME_MODEL_FIELDS = ("type", "hidden_size", "num_hidden_layers", "config_sha256", "vocab_sha256", "weights_sha256")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -177,7 +178,12 @@ def _model_fields_differing(recorded, identity):
     return [key for key in _SAME_MODEL_FIELDS if key in recorded and recorded[key] != identity.get(key)]
 
 
-_FIELD_NAMES = {"vocab_sha256": "vocabularies", "weights_sha256": "weights", "hidden_size": "hidden sizes"}
+_FIELD_NAMES = {
+    "config_sha256": "configurations",
+    "vocab_sha256": "vocabularies",
+    "weights_sha256": "weights",
+    "hidden_size": "hidden sizes",
+}
 
 
 def whitening_components(whitening, identity, pooling, n_components=None, allow_rank_deficient=False):

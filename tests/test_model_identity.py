@@ -58,6 +58,29 @@ def test_the_identity_is_the_content_not_the_directory(tiny_model, copies):
     assert [key for key in base if key != "name" and base[key] != other[key]] == ["weights_sha256"]
 
 
+@pytest.mark.parametrize("edit", [{"hidden_act": "relu"}, {"num_attention_heads": 2}])
+def test_a_file_fitted_with_the_base_model_is_refused_once_its_configuration_was_edited(
+    tiny_model, fitted_files, tmp_path, edit
+):
+    """Same weights and vocabulary under another activation or number of heads: other vectors,
+    so another model."""
+    import json
+
+    edited = str(tmp_path / "edited_bert")
+    shutil.copytree(tiny_model[0], edited)
+    config_path = tmp_path / "edited_bert" / "bert_config.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), **edit}))
+    base, other = (find_model(directory).identity("bert") for directory in (tiny_model[0], edited))
+    assert [key for key in base if key != "name" and base[key] != other[key]] == ["config_sha256"]
+    from bert_whitening.whitening import Whitening
+
+    path, flow = fitted_files
+    with pytest.raises(BertWhiteningError, match="its configurations differ from edited_bert's"):
+        EncoderConfig(edited, whitening=Whitening.load(path)).check()
+    with pytest.raises(BertWhiteningError, match="its configurations differ"):
+        EncoderConfig(edited, flow=flow).check()
+
+
 def whitening_paths(tuned, path, flow, tmp_path):
     """Each way a whitening or a flow meets a model, as a callable that raises on refusal."""
     from bert_whitening import SentenceEncoder

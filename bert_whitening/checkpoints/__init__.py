@@ -203,6 +203,7 @@ class ModelFiles:
             "type": model_type,
             "hidden_size": self.config["hidden_size"],
             "num_hidden_layers": self.config["num_hidden_layers"],
+            "config_sha256": hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest(),
             "vocab_sha256": self.vocab_sha256,
             "weights_sha256": self.weights_sha256,
         }
