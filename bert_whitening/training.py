@@ -553,6 +553,7 @@ def _resumed(o, encoder, variables, rng):
         shapes.update(("kept_%d" % number, tuple(weight.shape)) for number, weight in enumerate(_bert(encoder).weights))
     arrays = o.checkpoints.arrays(shapes)
     values = [arrays["variable_%d" % number] for number in range(len(variables))]
+    _check_state_arrays(o.checkpoints, variables, values, sum(entry["steps"] for entry in state["epochs"]))
     keras.backend.batch_set_value(list(zip(variables, values, strict=True)))
     rng.bit_generator.state = state["rng"]
     kept_weights = None
@@ -561,6 +562,23 @@ def _resumed(o, encoder, variables, rng):
     elif o.valid is not None:
         kept_weights = _weights(encoder)
     return _Epochs(state["epochs"], state["kept"], kept_weights, state["best"], state["resumed_after"] + [done])
+
+
+def _check_state_arrays(checkpoints, variables, values, steps):
+    """Refuse a state whose arrays are not of their variables' types (an int32 array of float
+    weights would be cut to integers without a word), or whose optimizer step count (the one
+    integer scalar) is not the steps its epochs took: an edited record or step count."""
+    for number, (variable, value) in enumerate(zip(variables, values, strict=True)):
+        if value.dtype != variable.dtype.as_numpy_dtype:
+            problem = "variable_%d holds %s, the variable is %s" % (number, value.dtype, variable.dtype.name)
+        elif value.shape == () and value.dtype.kind == "i" and value != steps:
+            problem = "its step count is %d, its epochs took %d steps" % (value, steps)
+        else:
+            continue
+        raise DamagedState(
+            "%s: cannot resume: %s: damaged or edited; remove %s to start again"
+            % (checkpoints.path, problem, checkpoints.directory)
+        )
 
 
 def _step_function(o, encoder):

@@ -338,6 +338,12 @@ STATE_EDITS = [
     (lambda a: edit_record(a, epochs=[], kept=0), "its record is damaged or edited"),  # no state has none
     (lambda a: edit_record(a, best=0.5), "its record is damaged or edited"),  # a valid Spearman, no valid file
     (lambda a: edit_record(a, resumed_after=[1, 0]), "its record is damaged or edited"),
+    (lambda a: a.update(variable_0=a["variable_0"].astype(np.int32)), "variable_0 holds int32, the variable is"),
+    (lambda a: a.update(variable_0=a["variable_0"].astype(np.float16)), "variable_0 holds float16"),
+    (  # the step count: the optimizer's one integer scalar
+        lambda a: a.update({n: v - 1 for n, v in a.items() if n != "state" and v.shape == () and v.dtype.kind == "i"}),
+        "its step count is 2, its epochs took 3 steps",
+    ),
     (lambda a: a.update(variable_0=np.full_like(a["variable_0"], np.nan)), "variable_0 holds NaN or inf"),
     (lambda a: a.update(variable_1=np.zeros((3, 3), np.float32)), "variable_1 has shape (3, 3), expected"),
     (lambda a: a.update(extra=np.zeros(2)), "not a training state, unexpected arrays extra"),
