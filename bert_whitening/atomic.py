@@ -123,10 +123,24 @@ def _local(path):
     return path is not None and os.fspath(path) not in ("", "-") and "://" not in os.fspath(path)
 
 
+#: The longest file name (bytes) the file systems here take: a longer output name would fail
+#: only at the final rename, after all the work.
+NAME_MAX = 255
+
+
 def _check_kind(path, target, kind):
-    if not os.path.exists(target):
-        return
-    mode = os.stat(target).st_mode
+    if kind != PREFIX and len(os.fsencode(os.path.basename(os.path.abspath(target)))) > NAME_MAX:
+        raise BertWhiteningError(
+            "cannot write %s: its name is longer than %d bytes, the most a file system takes" % (path, NAME_MAX)
+        )
+    try:
+        mode = os.stat(path).st_mode  # what the name reaches through its links (/proc/self/fd/N too)
+    except FileNotFoundError:
+        return  # a new name, or a dangling link: the file it names is written
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise BertWhiteningError("cannot write %s: its symbolic links make a loop" % path) from None
+        raise
     if stat.S_ISDIR(mode):
         if kind == FILE:
             raise BertWhiteningError("cannot write %s: it is a directory" % path)

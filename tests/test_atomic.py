@@ -18,6 +18,7 @@ from bert_whitening.atomic import (
     staged_directory,
     write_atomically,
 )
+from bert_whitening.errors import BertWhiteningError
 
 
 def write_text(text):
@@ -255,3 +256,25 @@ def test_a_private_temporary_directory_left_by_a_killed_run_is_removed_by_the_ne
     with private_temporary_directory() as directory:
         assert os.listdir(tmp_path) == [os.path.basename(directory)]
     assert os.listdir(tmp_path) == []
+
+
+def test_outputs_that_could_only_fail_at_the_end_are_refused_up_front(tmp_path):
+    """A name longer than a file system takes (the final rename would fail after the work), a
+    loop of symbolic links (no file to write; a rename would replace the link), and a link to
+    a pipe through /proc/self/fd (whose target name resolves to no path) are refused by the one
+    output check."""
+    with pytest.raises(BertWhiteningError, match="its name is longer than 255 bytes"):
+        check_output(str(tmp_path / ("v" * 252 + ".npy")))
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    with pytest.raises(BertWhiteningError, match="its symbolic links make a loop"):
+        check_output(str(tmp_path / "loop1"))
+    read_end, write_end = os.pipe()
+    try:
+        (tmp_path / "pipe.npy").symlink_to("/proc/self/fd/%d" % write_end)
+        with pytest.raises(BertWhiteningError, match="pipe.npy: it is a FIFO"):
+            check_output(str(tmp_path / "pipe.npy"))
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert check_output(str(tmp_path / ("v" * 251 + ".npy"))) == str(tmp_path / ("v" * 251 + ".npy"))
