@@ -371,6 +371,20 @@ def _sts_benchmark(directory, skip_bad_lines=False):
     }
 
 
+def check_labels(pairs, name, role):
+    """Refuse ``pairs`` (of the file ``name``, a ``role`` file: train, valid or an evaluation
+    split) that hold no pair, or whose labels are all equal: nothing to rank, no Spearman (scipy
+    would give NaN with a warning)."""
+    if not pairs:
+        raise DataError("%s: the %s file holds no pairs" % (name, role))
+    labels = [label for _, _, label in pairs]
+    if all(label == labels[0] for label in labels):
+        raise DataError(
+            "%s:1-%d: every label is %g, one distinct label: the %s file has nothing to %s"
+            % (name, len(pairs), labels[0], role, "rank" if role == "train" else "correlate with")
+        )
+
+
 def load_task(task, directory=None, skip_bad_lines=False):
     """``{split: [(sentence1, sentence2, label)]}`` for the splits present, with a log line
     naming the missing ones. senteval_cn tasks live in ``DIR/TASK/TASK.SPLIT.data``;

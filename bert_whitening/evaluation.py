@@ -19,6 +19,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import time
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
@@ -27,8 +28,10 @@ import scipy.stats
 
 from bert_whitening.atomic import check_outputs, write_atomically
 from bert_whitening.data import (  # noqa: F401  TASKS: named here too
+    ENGLISH_STS,
     TASKS,
     ReadOptions,
+    check_labels,
     data_dir,
     distinct_sentences,
     load_task,
@@ -412,6 +415,15 @@ def load_tasks(
 
     directory = data_dir(directory)
     loaded = {task: load_task(task, directory, read.skip_bad_lines) for task in tasks}
+    for task, splits in loaded.items():  # before any model is built: a Spearman for each split
+        for split, pairs in splits.items():
+            english = task == ENGLISH_STS
+            name = (
+                "%s %s split" % (task, split)
+                if english
+                else os.path.join(directory, task, "%s.%s.data" % (task, split))
+            )
+            check_labels(pairs, name, "evaluation")
     maxlens = {task: task_maxlen(task, spec.maxlen) for task in tasks}
     poolings = list(poolings) or [spec.pooling]
     for pooling in poolings:

@@ -52,7 +52,7 @@ import numpy as np
 from bert_whitening.atomic import kept_directory, publish_directory, staged_directory, write_atomically
 from bert_whitening.bounded import JSON_BYTES, NpzMembers
 from bert_whitening.config import EncoderConfig, check_model, runs_fused, versions
-from bert_whitening.data import check_readable, display_name, open_local, read_pairs
+from bert_whitening.data import check_labels, check_readable, display_name, open_local, read_pairs
 from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
 from bert_whitening.names import LOSSES, MODEL_TYPES, check_choice
 
@@ -165,15 +165,8 @@ def read_pair_file(path, role="train"):
     An empty file, or one whose labels are all equal (nothing to rank, no Spearman), is refused."""
     digest = hashlib.sha256()
     pairs = list(read_pairs(path, opener=lambda path: open_local(path, digest)))
-    name = display_name(path)
-    if not pairs:
-        raise DataError("%s: the %s file holds no pairs" % (name, role))
+    check_labels(pairs, display_name(path), role)
     labels = np.array([label for _, _, label in pairs], np.float64)
-    if np.all(labels == labels[0]):
-        raise DataError(
-            "%s:1-%d: every label is %g, one distinct label: the %s file has nothing to %s"
-            % (name, len(pairs), labels[0], role, "rank" if role == "train" else "correlate with")
-        )
     firsts, seconds = [first for first, _, _ in pairs], [second for _, second, _ in pairs]
     return PairFile(path, firsts, seconds, labels, digest.hexdigest())
 

@@ -125,10 +125,10 @@ def test_senteval_tasks_load_present_splits_and_name_missing_ones(tmp_path, capl
     task = tmp_path / "ATEC"
     task.mkdir()
     (task / "ATEC.valid.data").write_text("a\tb\t1\nc\td\t0\n", encoding="utf-8")
-    (task / "ATEC.test.data").write_text("e\tf\t1\n", encoding="utf-8")
+    (task / "ATEC.test.data").write_text("e\tf\t1\ng\th\t0.5\n", encoding="utf-8")
     with caplog.at_level(logging.INFO):
         splits = load_task("ATEC", str(tmp_path))
-    assert list(splits) == ["valid", "test"] and splits["test"] == [("e", "f", 1.0)]
+    assert list(splits) == ["valid", "test"] and splits["test"] == [("e", "f", 1.0), ("g", "h", 0.5)]
     assert "ATEC: no train split; evaluating valid/test" in caplog.text
     with pytest.raises(DataError, match="BQ: no BQ.{train,valid,test}.data under"):
         load_task("BQ", str(tmp_path))

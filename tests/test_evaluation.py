@@ -192,6 +192,22 @@ def test_fit_on_train_without_a_train_split_is_an_error(tiny_model, sample_task,
     assert "n_components 25 is larger than the model's hidden size 24" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "content, said", [("e\tf\t1\ng\th\t1\n", ":1-2: every label is 1"), ("", ": the evaluation file holds no pairs")]
+)
+def test_a_split_with_nothing_to_correlate_is_refused_naming_its_file(
+    tiny_model, sample_task, tmp_path, caplog, content, said
+):
+    """All labels equal, or no pair: no Spearman (scipy gave NaN with a warning and eval exited
+    0). Refused before the model is built, naming the file."""
+    shutil.copytree(os.path.join(sample_task, "SAMPLE"), tmp_path / "SAMPLE")
+    path = tmp_path / "SAMPLE" / "SAMPLE.test.data"
+    path.write_text(content, encoding="utf-8")
+    argv = ["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir", str(tmp_path), "--n-components", "8"]
+    assert cli.main(argv) == 1
+    assert str(path) + said in caplog.text
+
+
 def test_original_command_line_prints_the_original_lines(tiny_model, sample_task, tmp_path):
     root = tmp_path / "models"
     root.mkdir()
