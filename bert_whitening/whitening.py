@@ -325,6 +325,14 @@ def _check_claims(path, arrays, meta):
     (-gamma / 2))`` with ``U`` orthonormal, so ``kernel.T @ kernel`` is diagonal, ``s ** -gamma``
     on its first ``rank`` entries (the floored rest are equal), and ``bias = -beta * mean``."""
     kernel, eigenvalues, rank = arrays["kernel"].astype(np.float64), arrays["eigenvalues"], meta["rank"]
+    rising = np.flatnonzero(np.diff(eigenvalues) > 0)
+    if rising.size:  # a fit sorts them: the first k columns are the k of most variance
+        i = rising[0]
+        raise WhiteningError(
+            "%s: eigenvalue %d (%.6g) is smaller than eigenvalue %d (%.6g): a fit stores them largest "
+            "first, so that n_components keeps the directions of most variance"
+            % (path, i, eigenvalues[i], i + 1, eigenvalues[i + 1])
+        )
     gram = kernel.T @ kernel
     diagonal = np.diag(gram).copy()
     if not (diagonal > 0).all():

@@ -581,7 +581,14 @@ def test_every_whitening_the_package_fits_passes_its_own_load_checks(tmp_path, o
         (lambda w: dataclasses.replace(w, kernel=np.zeros_like(w.kernel)), "kernel column 0 is zero"),
         (lambda w: dataclasses.replace(w, kernel=np.ascontiguousarray(w.kernel.T)), "are not orthogonal"),
         (lambda w: dataclasses.replace(w, kernel=w.kernel * 2), "has squared norm"),
-        (lambda w: dataclasses.replace(w, eigenvalues=w.eigenvalues[::-1].copy()), "has squared norm"),
+        (lambda w: dataclasses.replace(w, eigenvalues=w.eigenvalues[::-1].copy()), "is smaller than eigenvalue 1"),
+        (lambda w: dataclasses.replace(w, eigenvalues=w.eigenvalues * [1, 1, 1, 1, 1, 0.5]), "has squared norm"),
+        (  # columns and eigenvalues reversed together, consistent: n_components would keep the least variance
+            lambda w: dataclasses.replace(
+                w, kernel=np.ascontiguousarray(w.kernel[:, ::-1]), eigenvalues=w.eigenvalues[::-1].copy()
+            ),
+            "eigenvalue 0 (",
+        ),
         (lambda w: dataclasses.replace(w, bias=w.bias + 1), "bias is not -beta * mean"),
     ],
 )
