@@ -112,8 +112,16 @@ def check_fitted_on(what, fitted, identity, pooling):
         )
     if fitted.pooling and fitted.pooling != pooling:
         raise WhiteningError("the %s was fitted on %s pooling, the encoder uses %s" % (what, fitted.pooling, pooling))
-    if fitted.model_identity:  # fitted on vectors given as numbers, no model is recorded
+    if fitted.model_identity:
         check_same_model("the %s" % what, fitted.model_identity, identity, WhiteningError)
+    else:  # fitted on vectors given as numbers (or its record blanked): nothing to compare
+        logger.warning(
+            "the %s records no model%s: it was fitted on vectors given as numbers, and nothing "
+            "checks that they came from %s",
+            what,
+            "" if fitted.pooling else " and no pooling",
+            identity["name"],
+        )
 
 
 #: What a model's identity must hold, and of which type: an identity is read from files a user

@@ -166,3 +166,13 @@ def test_a_record_without_a_weights_digest_is_compared_without_it_and_said(tiny_
     identity["vocab_sha256"] = "0" * 64
     with pytest.raises(BertWhiteningError, match="its vocabularies differ"):
         EncoderConfig(tiny_model[0], whitening=dataclasses.replace(legacy, model_identity=identity)).check()
+
+
+def test_a_whitening_that_records_no_model_is_applied_with_a_warning(tiny_model, whitened, caplog):
+    """Fitted on vectors given as numbers (or its record blanked by hand): nothing can be
+    compared, and the user is told so rather than nothing."""
+    unrecorded = dataclasses.replace(whitened.whitening, model_identity={}, pooling="")
+    with caplog.at_level(logging.WARNING):
+        assert EncoderConfig(tiny_model[0], whitening=unrecorded).components == unrecorded.components(None)
+    assert "the whitening records no model and no pooling: it was fitted on vectors given as numbers" in caplog.text
+    assert "came from tiny_bert" in caplog.text
