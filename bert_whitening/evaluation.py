@@ -308,7 +308,7 @@ def evaluate_tasks(
 
     started = time.time()
     requested = settings(n_components, betas, gammas, methods, flow_seeds)
-    encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings)
+    encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings, correlated=True)
     first = next(iter(encoders.values()))
     if "flow" in methods:  # refused now rather than after the first task is encoded
         from bert_whitening.flow import FlowConfig
@@ -406,8 +406,10 @@ def load_tasks(
     n_components: Sequence[int] = (),
     read: ReadOptions = ReadOptions(),
     poolings: Sequence[str] = (),
+    correlated: bool = False,
 ) -> tuple:
-    """``(encoders, [Task])``: the tasks' files read, the options checked against the model's
+    """``(encoders, [Task])``: the tasks' files read (for ``correlated``, a Spearman with the labels,
+    each split refused unless its labels differ), the options checked against the model's
     configuration (``n_components`` against its hidden size), and then ``{pooling: Encoder}``
     of ``poolings`` (else ``spec.pooling``) built together once, with the longest ``maxlen``
     any task needs (each task encodes with its own)."""
@@ -415,7 +417,7 @@ def load_tasks(
 
     directory = data_dir(directory)
     loaded = {task: load_task(task, directory, read.skip_bad_lines) for task in tasks}
-    for task, splits in loaded.items():  # before any model is built: a Spearman for each split
+    for task, splits in loaded.items() if correlated else ():  # before any model is built
         for split, pairs in splits.items():
             english = task == ENGLISH_STS
             name = (

@@ -38,10 +38,12 @@ def npy_blocks(path, rows):
     """
     try:
         whole = np.load(path, mmap_mode="r")
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, OverflowError) as error:  # OverflowError: a negative size in the header
         raise DataError("%s: not a readable .npy array (%s)" % (path, error)) from None
     shape, dtype, offset, fortran = whole.shape, whole.dtype, whole.offset, whole.flags.f_contiguous
     del whole
+    if dtype.kind != "f":  # complex parts would be dropped, integers are not vectors we write
+        raise DataError("%s: holds %s, expected floating-point vectors" % (path, dtype))
     if len(shape) != 2 or (fortran and shape[0] > 1 and shape[1] > 1):
         raise DataError(
             "%s: expected a 2-D C-ordered array of vectors, got shape %s%s"

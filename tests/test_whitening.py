@@ -137,6 +137,14 @@ def test_npy_file_errors_name_the_file(tmp_path):
     np.save(path, vectors)
     with pytest.raises(ValueError, match="bad.npy: vector 8 "):
         WhiteningStats().update_from_npy(path, rows=3)
+    for kind in (np.complex64, np.int64):
+        np.save(path, correlated(6).astype(kind))
+        with pytest.raises(ValueError, match="bad.npy: holds %s, expected floating-point" % np.dtype(kind)):
+            WhiteningStats().update_from_npy(path)
+    with open(path, "wb") as stream:  # a header of negative size
+        np.lib.format.write_array_header_1_0(stream, {"descr": "<f4", "fortran_order": False, "shape": (-5, 4)})
+    with pytest.raises(ValueError, match="bad.npy: not a readable .npy array"):
+        WhiteningStats().update_from_npy(path)
 
 
 @pytest.mark.parametrize("k", [0, -1, 16, 5])
