@@ -255,6 +255,12 @@ def kept_directory(target, suffix):
     later run to take up (training's resumable state, `bert_whitening.training`)."""
     parent = os.path.dirname(os.path.abspath(target))
     path = os.path.join(parent, ".%s%s" % (_short_name(target), suffix))
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+        mode = os.lstat(path).st_mode
+        kind = "symbolic link" if stat.S_ISLNK(mode) else "file" if stat.S_ISREG(mode) else file_kind(mode)
+        raise BertWhiteningError(
+            "%s is a %s, where this run keeps its state in a directory of its own; remove it" % (path, kind)
+        )
     os.makedirs(path, exist_ok=True)
     return path, _lock(path)
 

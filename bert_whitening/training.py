@@ -120,6 +120,7 @@ class Checkpoints:
 
     def save(self, arrays):
         """Replace the state by ``arrays`` (`write_atomically`: a kill mid-write keeps the last one)."""
+        self._refuse_link()
 
         def write(temporary):
             with open(temporary, "wb") as stream:
@@ -130,11 +131,20 @@ class Checkpoints:
     def read(self, use):
         """``use(members)`` on the state file's `NpzMembers` (each array checked by its header
         before it is read); a damaged or crafted state is one line saying how to start again."""
+        self._refuse_link()
         try:
             with NpzMembers(self.path, DamagedState, "training state") as members:
                 return use(members)
         except DamagedState as error:
             raise DamagedState("%s; remove %s to start again" % (error, self.directory)) from None
+
+    def _refuse_link(self):
+        """A symbolic link in the state's place is neither read nor written through: the state
+        is the directory's own file."""
+        if os.path.islink(self.path):
+            raise DamagedState(
+                "%s: a symbolic link, not a run's state; remove %s to start again" % (self.path, self.directory)
+            )
 
     def arrays(self, shapes):
         """The state's arrays ``{name: shape}`` (its whole content besides the record), each
@@ -337,7 +347,7 @@ def _checkpoints(o):
         )
     checkpoints = Checkpoints(directory, lock, resumable_identity(o), None)
     try:
-        if os.path.exists(checkpoints.path):
+        if os.path.lexists(checkpoints.path):
             text = checkpoints.read(lambda members: str(members.array("state", (), kinds="U", limit=JSON_BYTES)))
             checkpoints.found = _checked_state(text, checkpoints)
             _check_resumable(checkpoints, o)

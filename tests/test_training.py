@@ -377,6 +377,40 @@ def test_a_damaged_or_edited_state_is_refused_in_one_line(tiny_model, pair_files
     assert "\n" not in text and not output.exists() and path.exists()
 
 
+@pytest.mark.parametrize("made", ["file", "link to a directory", "dangling link"])
+def test_a_state_directory_that_is_not_a_directory_is_refused_in_one_line(tiny_model, pair_files, tmp_path, made):
+    output = tmp_path / "model"
+    state = state_directory(output)
+    (tmp_path / "elsewhere").mkdir()
+    {
+        "file": lambda: state.write_text("mine"),
+        "link to a directory": lambda: state.symlink_to(tmp_path / "elsewhere"),
+        "dangling link": lambda: state.symlink_to(tmp_path / "nowhere"),
+    }[made]()
+    kind = "file" if made == "file" else "symbolic link"
+    with pytest.raises(
+        BertWhiteningError, match=re.escape("%s is a %s, where this run keeps its state" % (state, kind))
+    ):
+        quick(tiny_model, pair_files, output, epochs=1, resume=True)
+    assert os.path.lexists(state) and not output.exists() and os.listdir(tmp_path / "elsewhere") == []
+
+
+def test_a_state_file_that_is_a_link_is_neither_read_nor_written_through(tiny_model, pair_files, tmp_path, monkeypatch):
+    output = tmp_path / "model"
+    with monkeypatch.context() as patch:
+        stop_in_epoch(patch, 2)
+        with pytest.raises(KeyboardInterrupt):
+            quick(tiny_model, pair_files, output, epochs=3, resume=True)
+    path = state_directory(output) / training.STATE_FILE
+    kept = tmp_path / "kept.npz"
+    os.rename(path, kept)
+    before = kept.read_bytes()
+    path.symlink_to(kept)
+    with pytest.raises(TrainingError, match=re.escape("%s: a symbolic link, not a run's state" % path)):
+        quick(tiny_model, pair_files, output, epochs=3, resume=True)
+    assert kept.read_bytes() == before and path.is_symlink() and not output.exists()
+
+
 def test_a_state_that_is_not_an_archive_is_refused_in_one_line(tiny_model, pair_files, tmp_path):
     output = tmp_path / "model"
     state_directory(output).mkdir()
