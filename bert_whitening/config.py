@@ -303,6 +303,23 @@ class EncoderConfig:
                     % (k, hidden, self.identity["name"])
                 )
 
+    def check_batch_size(self, sentences, calls_at_once):
+        """Refuse a model call of ``sentences`` sentences (``calls_at_once`` under way) whose
+        activations at this ``maxlen`` could not fit in this machine's memory, before any is
+        allocated: the largest tensors a call holds at once are the feed-forward's inner layer
+        (with the residual stream) and the attention scores, float32."""
+        config = self.files.config
+        hidden = config["hidden_size"]
+        inner, heads = config.get("intermediate_size", 4 * hidden), config.get("num_attention_heads", 1)
+        per_call = 4 * sentences * self.maxlen * (inner + 3 * hidden + heads * self.maxlen)
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if per_call * calls_at_once > memory:
+            raise BertWhiteningError(
+                "a model call of %d sentences at maxlen %d needs about %.1f GB for %s's activations (%d calls "
+                "at once), more than this machine's %.1f GB of memory; give a smaller batch size"
+                % (sentences, self.maxlen, per_call / 1e9, self.identity["name"], calls_at_once, memory / 1e9)
+            )
+
     def __getstate__(self):
         """Pickled without the found `ModelFiles` (it holds a reader; a Beam worker finds the
         model again)."""

@@ -119,6 +119,7 @@ def encode_ids(
             on a terminal only.
     """
     batch_size = positive_int(batch_size, "batch_size")
+    encoder.config.check_batch_size(min(batch_size, len(sequences)), BATCHES_IN_FLIGHT)
     if len(sequences):
         precision.resolve_auto(lambda: _run_batches(encoder, sequences[: precision.AUTO_CHECK_SENTENCES], batch_size))
     return _run_batches(encoder, sequences, batch_size, progress)

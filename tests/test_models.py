@@ -80,6 +80,31 @@ def test_batches_run_concurrently_with_the_vectors_of_one_at_a_time(encoders, mo
     assert max(most) == 2
 
 
+def test_a_batch_larger_than_memory_is_refused_before_the_model_runs(encoders, monkeypatch):
+    """The activations of a call grow with sentences x maxlen (and maxlen^2 for the scores): a
+    batch size that cannot fit is refused in one line, not left to the allocator; a batch
+    larger than the input counts as the input (what is allocated)."""
+    from bert_whitening import config
+
+    encoder = encoders["first-last-avg"]
+    encoder.config.check_batch_size(10**4, 2)  # about 2 GB for a tiny model: fits
+    with pytest.raises(BertWhiteningError, match="a model call of 1000000000 sentences at maxlen"):
+        encoder.config.check_batch_size(10**9, 2)
+    calls = []
+    monkeypatch.setattr(encoding, "_run_batches", lambda *arguments, **options: calls.append(1))
+    ids = [encoder.tokenizer.encode(s)[0] for s in SENTENCES]
+    sizes = TINY_CONFIG["intermediate_size"] + 3 * TINY_CONFIG["hidden_size"]
+    call = 4 * len(ids) * encoder.maxlen * (sizes + TINY_CONFIG["num_attention_heads"] * encoder.maxlen)
+    memory = {"SC_PAGE_SIZE": 1, "SC_PHYS_PAGES": encoding.BATCHES_IN_FLIGHT * call}  # calls of len(ids) just fit
+    real_sysconf = os.sysconf
+    monkeypatch.setattr(config.os, "sysconf", lambda name: memory.get(name) or real_sysconf(name))
+    with pytest.raises(BertWhiteningError, match="more than this machine's"):
+        encoding.encode_ids(encoder, ids * 3, batch_size=len(ids) + 1)
+    encoding.encode_ids(encoder, ids * 3, batch_size=len(ids))
+    encoding.encode_ids(encoder, ids, batch_size=10**9)  # as many sentences as given: fits
+    assert calls
+
+
 def test_in_flight_keeps_the_order_and_stops_at_an_error():
     started = []
 
