@@ -88,21 +88,27 @@ class ServingModule(tf.Module):
             )
 
     def _embed(self, input_ids, segment_ids):
-        # Without this, segment_ids of another shape would be broadcast, not refused.
-        tf.debugging.assert_equal(
-            tf.shape(input_ids), tf.shape(segment_ids), message="input_ids and segment_ids must have the same shape"
-        )
-        tf.debugging.assert_less_equal(
-            tf.shape(input_ids)[1],
-            self.maxlen,
-            message="input_ids longer than the exported maxlen %d, where encode cuts sentences" % self.maxlen,
-        )
         empty = tf.where(tf.reduce_all(tf.equal(input_ids, 0), axis=1))[:, 0]
-        tf.debugging.Assert(
-            tf.equal(tf.size(empty), 0),
-            ["input_ids rows with no token (all 0, the padding id), counting from 0:", empty],
-            summarize=10,
-        )
+        checks = [
+            # Without this, segment_ids of another shape would be broadcast, not refused.
+            tf.debugging.assert_equal(
+                tf.shape(input_ids), tf.shape(segment_ids), message="input_ids and segment_ids must have the same shape"
+            ),
+            tf.debugging.assert_less_equal(
+                tf.shape(input_ids)[1],
+                self.maxlen,
+                message="input_ids longer than the exported maxlen %d, where encode cuts sentences" % self.maxlen,
+            ),
+            tf.debugging.Assert(
+                tf.equal(tf.size(empty), 0),
+                ["input_ids rows with no token (all 0, the padding id), counting from 0:", empty],
+                summarize=10,
+            ),
+        ]
+        # The model reads its inputs only after the checks: nothing else orders a stateless op
+        # (the position table's sum, which fails on too long a row) after an assertion.
+        with tf.control_dependencies(checks):
+            input_ids, segment_ids = tf.identity(input_ids), tf.identity(segment_ids)
         return {"embedding": self._call_model([input_ids, segment_ids], training=False)}
 
     def _embed_text(self, text):
