@@ -356,16 +356,21 @@ STATE_EDITS = [
 ]
 
 
+def stopped_in_epoch_2(tiny_model, pair_files, output, monkeypatch):
+    """The state file a 3-epoch run into ``output`` with ``resume`` leaves when stopped in epoch 2."""
+    with monkeypatch.context() as patch:
+        stop_in_epoch(patch, 2)
+        with pytest.raises(KeyboardInterrupt):
+            quick(tiny_model, pair_files, output, epochs=3, resume=True)
+    return state_directory(output) / training.STATE_FILE
+
+
 @pytest.mark.parametrize("edit, message", STATE_EDITS)
 def test_a_damaged_or_edited_state_is_refused_in_one_line(tiny_model, pair_files, tmp_path, monkeypatch, edit, message):
     """A state edited by hand (its record, an array's values, shape or type, its members) is
     refused before anything is set from it, naming the file and how to start again, and left."""
     output = tmp_path / "model"
-    with monkeypatch.context() as patch:
-        stop_in_epoch(patch, 2)
-        with pytest.raises(KeyboardInterrupt):
-            quick(tiny_model, pair_files, output, epochs=3, resume=True)
-    path = state_directory(output) / training.STATE_FILE
+    path = stopped_in_epoch_2(tiny_model, pair_files, output, monkeypatch)
     with np.load(path) as stored:
         arrays = {name: stored[name] for name in stored.files}
     edit(arrays)
@@ -397,11 +402,7 @@ def test_a_state_directory_that_is_not_a_directory_is_refused_in_one_line(tiny_m
 
 def test_a_state_file_that_is_a_link_is_neither_read_nor_written_through(tiny_model, pair_files, tmp_path, monkeypatch):
     output = tmp_path / "model"
-    with monkeypatch.context() as patch:
-        stop_in_epoch(patch, 2)
-        with pytest.raises(KeyboardInterrupt):
-            quick(tiny_model, pair_files, output, epochs=3, resume=True)
-    path = state_directory(output) / training.STATE_FILE
+    path = stopped_in_epoch_2(tiny_model, pair_files, output, monkeypatch)
     kept = tmp_path / "kept.npz"
     os.rename(path, kept)
     before = kept.read_bytes()
