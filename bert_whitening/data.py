@@ -16,6 +16,7 @@ import itertools
 import logging
 import math
 import os
+import re
 import stat
 import sys
 import zlib
@@ -208,12 +209,16 @@ def _lines(path, opener=open_local):
         raise DataError("%s: cannot read after line %d (%s)" % (name, number, error.strerror or error)) from None
 
 
+#: A label as data files write one: ASCII decimal digits, a point, an exponent. ``float`` alone
+#: also takes ``1_0`` (10), full-width and Arabic-Indic digits, ``nan`` and ``inf``.
+_DECIMAL = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*", re.ASCII)
+
+
 def _number(text):
-    """``float(text)`` when it is a finite number, else None."""
-    try:
-        value = float(text)
-    except ValueError:
+    """``float(text)`` when it is a finite decimal number, else None."""
+    if not _DECIMAL.fullmatch(text):
         return None
+    value = float(text)
     return value if math.isfinite(value) else None
 
 

@@ -15,12 +15,25 @@ def write(tmp_path, name, text, encoding="utf-8"):
 
 
 def test_pairs_are_read_with_float_labels_and_crlf_stripped(tmp_path):
-    path = write(tmp_path, "p.data", "今天\t明天\t1\r\nhello\tworld\t3.5\n")
-    assert list(read_pairs(path)) == [("今天", "明天", 1.0), ("hello", "world", 3.5)]
-    assert list(read_sentences(path)) == ["今天", "明天", "hello", "world"]
+    path = write(tmp_path, "p.data", "今天\t明天\t1\r\nhello\tworld\t3.5\nx\ty\t-.5e1\nz\tw\t 2. \n")
+    assert list(read_pairs(path)) == [("今天", "明天", 1.0), ("hello", "world", 3.5), ("x", "y", -5.0), ("z", "w", 2.0)]
+    assert list(read_sentences(path)) == ["今天", "明天", "hello", "world", "x", "y", "z", "w"]
 
 
-@pytest.mark.parametrize("line", ["only\ttwo", "a\tb\tc\td", "a\tb\tlabel", "a\tb\tnan", "a\tb\t-inf"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "only\ttwo",
+        "a\tb\tc\td",
+        "a\tb\tlabel",
+        "a\tb\tnan",
+        "a\tb\t-inf",
+        "a\tb\t1_0",
+        "a\tb\t\uff13",
+        "a\tb\t\u0663",
+        "a\tb\t1e400",
+    ],
+)
 def test_a_malformed_pair_line_names_file_line_and_content(tmp_path, line):
     path = write(tmp_path, "bad.data", "a\tb\t0\n%s\nc\td\t1\n" % line)
     with pytest.raises(DataError, match=r"bad\.data:2: expected .*" + re.escape(repr(line))):
