@@ -308,9 +308,8 @@ class EncoderConfig:
         activations at this ``maxlen`` could not fit in this machine's memory, before any is
         allocated: the largest tensors a call holds at once are the feed-forward's inner layer
         (with the residual stream) and the attention scores, float32."""
-        config = self.files.config
-        hidden = config["hidden_size"]
-        inner, heads = config.get("intermediate_size", 4 * hidden), config.get("num_attention_heads", 1)
+        sizes = fused_bert_sizes(self.files.config)
+        hidden, inner, heads = sizes["hidden"], sizes["intermediate"] or 4 * sizes["hidden"], sizes["heads"] or 1
         per_call = 4 * sentences * self.maxlen * (inner + 3 * hidden + heads * self.maxlen)
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         if per_call * calls_at_once > memory:

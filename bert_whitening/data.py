@@ -390,6 +390,14 @@ def check_labels(pairs, name, role):
         )
 
 
+def split_file(directory, task, split):
+    """Where a senteval_cn task keeps a split: ``DIR/TASK/TASK.SPLIT.data``; for the English STS
+    benchmark (several files or one), a name for messages."""
+    if task == ENGLISH_STS:
+        return "%s %s split" % (task, split)
+    return os.path.join(directory, task, "%s.%s.data" % (task, split))
+
+
 def load_task(task, directory=None, skip_bad_lines=False):
     """``{split: [(sentence1, sentence2, label)]}`` for the splits present, with a log line
     naming the missing ones. senteval_cn tasks live in ``DIR/TASK/TASK.SPLIT.data``;
@@ -408,7 +416,7 @@ def load_task(task, directory=None, skip_bad_lines=False):
     else:
         splits = {}
         for split in SPLITS:
-            path = os.path.join(directory, task, "%s.%s.data" % (task, split))
+            path = split_file(directory, task, split)
             if os.path.exists(path):
                 splits[split] = list(read_pairs(path, skip_bad_lines))
         if not splits:

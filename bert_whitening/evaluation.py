@@ -19,7 +19,6 @@ import itertools
 import json
 import logging
 import math
-import os
 import time
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
@@ -28,13 +27,13 @@ import scipy.stats
 
 from bert_whitening.atomic import check_outputs, write_atomically
 from bert_whitening.data import (  # noqa: F401  TASKS: named here too
-    ENGLISH_STS,
     TASKS,
     ReadOptions,
     check_labels,
     data_dir,
     distinct_sentences,
     load_task,
+    split_file,
 )
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import METHODS, POOLINGS, check_choice
@@ -419,13 +418,7 @@ def load_tasks(
     loaded = {task: load_task(task, directory, read.skip_bad_lines) for task in tasks}
     for task, splits in loaded.items() if correlated else ():  # before any model is built
         for split, pairs in splits.items():
-            english = task == ENGLISH_STS
-            name = (
-                "%s %s split" % (task, split)
-                if english
-                else os.path.join(directory, task, "%s.%s.data" % (task, split))
-            )
-            check_labels(pairs, name, "evaluation")
+            check_labels(pairs, split_file(directory, task, split), "evaluation")
     maxlens = {task: task_maxlen(task, spec.maxlen) for task in tasks}
     poolings = list(poolings) or [spec.pooling]
     for pooling in poolings:
