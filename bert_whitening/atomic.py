@@ -50,6 +50,9 @@ from bert_whitening.errors import BertWhiteningError
 
 logger = logging.getLogger(__name__)
 
+#: The lists `placed_outputs` blocks are filling, innermost last.
+_PLACED = []
+
 MARK = ".bert-whitening-tmp-"
 #: Bytes of the output's name kept in a temporary's name: with the mark, a PID and mkstemp's
 #: suffix, the name stays under NAME_MAX (255).
@@ -311,11 +314,34 @@ def _named(error, target, temporary):
     return error
 
 
-def write_atomically(path, write, inputs=()):
+@contextlib.contextmanager
+def placed_outputs():
+    """A list that fills, while the block runs, with each output put in place in full
+    (`write_atomically`, `publish_directory`, `mark_placed`), in order: what a command stopped by
+    a signal can say it wrote, where it would otherwise say it wrote nothing."""
+    placed = []
+    _PLACED.append(placed)
+    try:
+        yield placed
+    finally:
+        _PLACED.pop()  # blocks nest: this one is innermost
+
+
+def mark_placed(path):
+    """Add ``path`` to every `placed_outputs` list being filled: for outputs put in place by
+    others (Beam's sinks)."""
+    for placed in _PLACED:
+        if path not in placed:
+            placed.append(path)
+
+
+def write_atomically(path, write, inputs=(), output=True):
     """Call ``write(temporary_path)`` for a file beside ``path`` (or beside a symlink's target),
     then rename it into place; ``path`` is checked first (`check_output`, against ``inputs``).
 
     A failure or an interruption leaves ``path`` as it was and removes the temporary file.
+    ``output=False`` is for a file the run replaces as it goes (a training state), which is not
+    an output it wrote (`placed_outputs`).
     """
     target = check_output(path, inputs)
     directory, prefix = _prefix(target)
@@ -327,6 +353,8 @@ def write_atomically(path, write, inputs=()):
         os.chmod(temporary, 0o666 & ~_umask())  # what open() would give, not mkstemp's 0600
         write(temporary)
         os.replace(temporary, target)
+        if output:
+            mark_placed(path)
     except BaseException as error:
         if os.path.exists(temporary):
             os.unlink(temporary)
@@ -381,6 +409,7 @@ def publish_directory(staging, target, overwrite=False):
             staging += ".retired"
             exchanged = True
         if exchanged:
+            mark_placed(target)
             if os.path.isdir(staging) and not os.path.islink(staging):
                 shutil.rmtree(staging)
             else:
@@ -391,6 +420,7 @@ def publish_directory(staging, target, overwrite=False):
             if os.path.lexists(target):  # no such rename here: checked, then renamed
                 raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), target)
             os.rename(staging, target)
+        mark_placed(target)
     except OSError as error:
         if error.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR) and os.path.lexists(target):
             raise OutputAppeared(

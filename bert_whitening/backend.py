@@ -26,7 +26,8 @@ _QUIET = os.environ["TF_CPP_MIN_LOG_LEVEL"] == "3"
 
 @contextlib.contextmanager
 def _stderr_swallowed(enabled):
-    """Send file descriptor 2 to a temporary file; replay it if the block raises."""
+    """Send file descriptor 2 to a temporary file; replay it if the block fails (an exception,
+    not a signal's KeyboardInterrupt: the lines would not explain a stop the user asked for)."""
     if not enabled:
         yield
         return
@@ -36,7 +37,7 @@ def _stderr_swallowed(enabled):
         os.dup2(sink.fileno(), 2)
         try:
             yield
-        except BaseException:
+        except Exception:
             os.dup2(saved, 2)
             sink.seek(0)
             sys.stderr.write(sink.read().decode("utf-8", "replace"))

@@ -35,7 +35,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
-from bert_whitening.atomic import PREFIX, check_outputs
+from bert_whitening.atomic import PREFIX, check_outputs, mark_placed
 from bert_whitening.data import ReadOptions, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
 from bert_whitening.whitening import FitOptions, WhiteningStats, check_vectors, fit_reported
@@ -346,6 +346,7 @@ def run_fit(
     }
     encode_fn = EncodeFn(spec, read.batch_size, precision)
     run(lambda pipeline: fit_pipeline(pipeline, patterns, encode_fn, output, options, recorded, read), flags, runner)
+    mark_placed(output)
 
 
 def job_precision(precision, spec, patterns, read=ReadOptions()):
@@ -405,6 +406,7 @@ def run_encode(
     except BaseException:
         _remove_sink_temporaries(output_prefix)
         raise
+    mark_placed(shards(output_prefix))
 
 
 def _remove_sink_temporaries(output_prefix):

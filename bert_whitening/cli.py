@@ -11,7 +11,8 @@ Errors: a refused input (`bert_whitening.errors.BertWhiteningError`) or an ``OSE
 line on standard error and exit status 1 (the traceback with ``--log-level DEBUG``); a bad
 command line is argparse's message and status 2; SIGINT and SIGTERM stop the command with one
 line, status 130, 143 or 129 (SIGHUP, as SIGTERM), after removing what it had staged and its own
-temporary directory (`bert_whitening.atomic.private_temporary_directory`). A closed
+temporary directory (`bert_whitening.atomic.private_temporary_directory`); the line names the
+outputs already put in place in full, if any (`bert_whitening.atomic.placed_outputs`). A closed
 standard input that a command would read (``-``), or a closed standard output that it prints its
 results to, is refused before any work; a reader of standard output that goes away (``| head``)
 ends the command quietly with status 141, as SIGPIPE would. Anything else is a bug and keeps its
@@ -30,7 +31,7 @@ import os
 import signal
 import sys
 
-from bert_whitening.atomic import DIRECTORY, FILE, PREFIX, check_outputs, private_temporary_directory
+from bert_whitening.atomic import DIRECTORY, FILE, PREFIX, check_outputs, placed_outputs, private_temporary_directory
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import (
     ENGLISH_STS,
@@ -1044,6 +1045,16 @@ def _raise_interrupted(number, frame):
 #: Signals that stop a command as SIGINT does: cleaned up, one line, status 128 + the number.
 #: SIGHUP is a closed terminal or a stopped session: the same as being told to stop.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+STOPPING = (signal.SIGINT, *STOP_SIGNALS)
+
+
+def interrupted(number, placed):
+    """The line for a command stopped by signal ``number`` once ``placed`` (`placed_outputs`)
+    were put in place: a signal after an output is published must not say nothing was written."""
+    name = signal.Signals(number).name
+    if not placed:
+        return "interrupted by %s; nothing was written" % name
+    return "interrupted by %s; %s written in full, nothing else" % (name, " and ".join(map(str, placed)))
 
 
 def main(argv=None):
@@ -1057,26 +1068,27 @@ def main(argv=None):
     logging.basicConfig(level=args.log_level, format="%(levelname)s: %(message)s")
     if args.log_level != "DEBUG":  # Beam logs a failing step's traceback; main reports the error
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
-    previous = {number: signal.signal(number, _raise_interrupted) for number in STOP_SIGNALS}
-    try:
-        with private_temporary_directory():
-            check_paths(args)
-            args.run(args)
-    except BrokenPipeError:
-        # The reader of standard output went away (``| head``): what it did not read is not
-        # wanted. No line, and no second error when the interpreter flushes at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE
-    except (BertWhiteningError, OSError) as error:
-        logger.error("%s", error, exc_info=args.log_level == "DEBUG")
-        return 1
-    except KeyboardInterrupt as interrupt:
-        number = interrupt.args[0] if isinstance(interrupt, Interrupted) else signal.SIGINT
-        logger.error("interrupted by %s; nothing was written", signal.Signals(number).name)
-        return 128 + number
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+    with placed_outputs() as placed:
+        previous = {number: signal.signal(number, _raise_interrupted) for number in STOPPING}
+        try:
+            with private_temporary_directory():
+                check_paths(args)
+                args.run(args)
+        except BrokenPipeError:
+            # The reader of standard output went away (``| head``): what it did not read is not
+            # wanted. No line, and no second error when the interpreter flushes at exit.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 128 + signal.SIGPIPE
+        except (BertWhiteningError, OSError) as error:
+            logger.error("%s", error, exc_info=args.log_level == "DEBUG")
+            return 1
+        except KeyboardInterrupt as interrupt:
+            number = interrupt.args[0] if isinstance(interrupt, Interrupted) else signal.SIGINT
+            logger.error("%s", interrupted(number, placed))
+            return 128 + number
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
     return 0
 
 
@@ -1084,18 +1096,32 @@ def console_main():
     """The ``bert-whitening`` program: `main`, then exit with its status. After SIGINT or
     SIGTERM, once `main` has cleaned up, the process exits at once: a thread a library left
     running (Beam's workers finishing their bundle) must not keep an interrupted command alive.
+    A signal that comes before `main` has set its handlers, or after it has returned, stops the
+    process at once with the same line and status (it has nothing staged then).
 
     Otherwise it exits without the interpreter's last garbage collection (`gc.freeze`): after
     TensorFlow was imported, that pass over its objects takes about a second, and every file
     the command wrote is closed by then (`bert_whitening.atomic`)."""
-    status = main()
-    if status in [128 + number for number in (signal.SIGINT, *STOP_SIGNALS)]:
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
+    with placed_outputs() as placed:
+
+        def stop(number, frame):
+            sys.stderr.write("ERROR: %s\n" % interrupted(number, placed))
+            _exit(128 + number)
+
+        for number in STOPPING:
+            signal.signal(number, stop)
+        status = main()
+    if status in [128 + number for number in STOPPING]:
+        _exit(status)
     gc.freeze()
     return status
+
+
+def _exit(status):
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":

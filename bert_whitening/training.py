@@ -126,7 +126,7 @@ class Checkpoints:
             with open(temporary, "wb") as stream:
                 np.savez(stream, **arrays)
 
-        write_atomically(self.path, write)
+        write_atomically(self.path, write, output=False)
 
     def read(self, use):
         """``use(members)`` on the state file's `NpzMembers` (each array checked by its header

@@ -12,6 +12,7 @@ from bert_whitening.atomic import (
     MARK,
     OutputAppeared,
     check_output,
+    placed_outputs,
     private_temporary_directory,
     publish_directory,
     remove_stale,
@@ -220,6 +221,37 @@ def test_overwrite_never_leaves_the_target_missing_under_a_signal(tmp_path):
             finally:
                 atomic.shutil.rmtree = real_rmtree
     assert os.listdir(target) == ["new"] and os.listdir(tmp_path) == ["out"]
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "no renameat2"])
+def test_placed_outputs_lists_each_output_put_in_place_in_full_and_nothing_else(tmp_path, monkeypatch, exchange):
+    """What an interrupted command says it wrote: files and directories once renamed into place,
+    not a failed or refused one, nor a file the run replaces as it goes (``output=False``)."""
+    if not exchange:
+        monkeypatch.setattr(atomic, "_renameat2", lambda *arguments: False)
+
+    def failing(path):
+        raise OSError(28, "No space left on device", path)
+
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "replaced").mkdir()
+    with placed_outputs() as outer:
+        with placed_outputs() as placed:
+            write_atomically(str(tmp_path / "a.txt"), write_text("a"))
+            write_atomically(str(tmp_path / "state.npz"), write_text("s"), output=False)
+            with pytest.raises(OSError, match="No space"):
+                write_atomically(str(tmp_path / "full.txt"), failing)
+            with staged_directory(str(tmp_path / "index")) as staging:
+                publish_directory(fill(staging), str(tmp_path / "index"))
+            with pytest.raises(OutputAppeared), staged_directory(str(tmp_path / "taken")) as staging:
+                publish_directory(fill(staging), str(tmp_path / "taken"))
+            with staged_directory(str(tmp_path / "replaced")) as staging:
+                publish_directory(fill(staging), str(tmp_path / "replaced"), overwrite=True)
+            write_atomically(str(tmp_path / "a.txt"), write_text("again"))
+        write_atomically(str(tmp_path / "later.txt"), write_text("b"))
+    write_atomically(str(tmp_path / "unwatched.txt"), write_text("c"))
+    expected = [str(tmp_path / name) for name in ("a.txt", "index", "replaced")]
+    assert placed == expected and outer == expected + [str(tmp_path / "later.txt")]
 
 
 def test_a_private_temporary_directory_holds_what_the_run_and_its_children_write(tmp_path, monkeypatch):

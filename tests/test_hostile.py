@@ -450,6 +450,41 @@ def test_an_interrupted_command_exits_though_a_thread_is_still_busy():
     assert result.stderr.decode().strip().splitlines()[-1] == "ERROR: interrupted by SIGTERM; nothing was written"
 
 
+SIGNAL_AFTER_WRITING = """
+import signal, sys
+from bert_whitening import atomic, cli
+
+when = sys.argv.pop(1)
+
+def write(path):
+    with open(path, "w") as stream:
+        stream.write("complete")
+
+def run(args):
+    atomic.write_atomically(sys.argv[-1], write)
+    if when == "while running":
+        signal.raise_signal(signal.SIGTERM)
+
+if when == "after returning":  # the command has returned; the process is about to exit
+    cli.gc.freeze = lambda: signal.raise_signal(signal.SIGTERM)
+cli.run_search = run
+sys.exit(cli.console_main())
+"""
+
+
+@pytest.mark.parametrize("when", ["while running", "after returning"])
+def test_a_signal_after_an_output_is_in_place_names_it_as_written(tmp_path, when):
+    """A SIGTERM once an output is renamed into place must not say that nothing was written; one
+    that comes after the command returned still gets its line, not a silent 143."""
+    output = tmp_path / "out.txt"
+    argv = [sys.executable, "-c", SIGNAL_AFTER_WRITING, when, "search", "--index", "x", "q", output]
+    result = subprocess.run(argv, capture_output=True, timeout=120)
+    assert result.returncode == 143, result.stderr
+    line = "ERROR: interrupted by SIGTERM; %s written in full, nothing else" % output
+    assert result.stderr.decode().strip().splitlines() == [line]
+    assert output.read_text() == "complete"
+
+
 def verification_children(parent):
     """PIDs of the export verification children of process ``parent``."""
     found = []
