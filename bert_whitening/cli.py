@@ -1038,6 +1038,18 @@ def run_beam_encode(args):
     logger.info("wrote %s", beam.shards(args.output))
 
 
+#: Control characters but the line break and the tab, as ``\\xNN``.
+_ESCAPED = {code: "\\x%02x" % code for code in (*range(0x20), *range(0x7F, 0xA0)) if chr(code) not in "\n\t"}
+
+
+class PrintableFormatter(logging.Formatter):
+    """Messages with their control characters escaped: a file name is the user's to choose, and
+    one holding ESC would otherwise drive the terminal that shows the error (or hide it: ``\\r``)."""
+
+    def format(self, record):
+        return super().format(record).translate(_ESCAPED)
+
+
 def _raise_interrupted(number, frame):
     raise Interrupted(number)
 
@@ -1065,7 +1077,9 @@ def main(argv=None):
     args.pipeline_options = unknown
     if getattr(args, "precision", None) not in (None,) + PRECISIONS:  # a default from the environment
         parser.error("%s=%s: choose one of %s" % (PRECISION_VARIABLE, args.precision, ", ".join(PRECISIONS)))
-    logging.basicConfig(level=args.log_level, format="%(levelname)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(PrintableFormatter("%(levelname)s: %(message)s"))
+    logging.basicConfig(level=args.log_level, handlers=[handler])
     if args.log_level != "DEBUG":  # Beam logs a failing step's traceback; main reports the error
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     with placed_outputs() as placed:
@@ -1105,7 +1119,7 @@ def console_main():
     with placed_outputs() as placed:
 
         def stop(number, frame):
-            sys.stderr.write("ERROR: %s\n" % interrupted(number, placed))
+            sys.stderr.write("ERROR: %s\n" % interrupted(number, placed).translate(_ESCAPED))
             _exit(128 + number)
 
         for number in STOPPING:

@@ -187,6 +187,11 @@ def _lines(path, opener=open_local):
                     )
                 if number == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
                     raw = raw[3:]
+                if number == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff"):  # UTF-16's (and UTF-32's)
+                    raise DataError(
+                        "%s:1: UTF-16 or UTF-32 text (it starts with their byte-order mark), not UTF-8: "
+                        "convert it first, e.g. iconv -f UTF-16 -t UTF-8" % name
+                    )
                 if b"\0" in raw:  # valid UTF-8, but text never holds it: UTF-16 without a BOM
                     raise DataError(
                         "%s:%d: a NUL byte at byte %d of the line: not UTF-8 text "

@@ -315,6 +315,17 @@ def test_senteval_task_skips_bad_lines_and_names_what_is_missing(tmp_path, caplo
     ) == "BQ: no BQ.{train,valid,test}.data under %s" % (tmp_path / "BQ")
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+def test_text_with_a_utf16_or_utf32_byte_order_mark_is_named_as_such(tmp_path, encoding):
+    path = tmp_path / "bom.txt"
+    text = "good weather\nhello\n"  # "utf-16" and "utf-32" write their mark, the -be codec does not
+    path.write_bytes(("\ufeff" + text if encoding.endswith("-be") else text).encode(encoding))
+    with pytest.raises(
+        DataError, match=r"^.*bom.txt:1: UTF-16 or UTF-32 text \(it starts with their byte-order mark\)"
+    ):
+        list(read_sentences(str(path), "lines"))
+
+
 def test_utf16_without_a_byte_order_mark_is_refused_not_read_as_extra_rows(tmp_path):
     path = tmp_path / "utf16.txt"
     path.write_bytes("good weather\nhello\n".encode("utf-16-le"))  # no BOM: NUL after each ASCII byte

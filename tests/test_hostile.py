@@ -320,6 +320,14 @@ def test_truncated_gzip_and_bad_utf8_inputs_name_file_and_line(work, tmp_path):
     assert leftovers(tmp_path) == []
 
 
+def test_control_characters_in_a_file_name_are_shown_escaped(tmp_path):
+    """An ESC in a name the user gave must not reach the terminal raw, nor a carriage return hide
+    the start of the line."""
+    result = cli("search", "--index", str(tmp_path / "idx\x1b[2J\rgone"), "query")
+    assert result.returncode == 1 and b"\x1b" not in result.stderr and b"\r" not in result.stderr
+    assert result.stderr.decode() == "ERROR: %s: not a directory\n" % (tmp_path / "idx\\x1b[2J\\x0dgone")
+
+
 def test_a_traceback_only_with_debug_logging(work, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"\xff\n")
@@ -476,11 +484,11 @@ sys.exit(cli.console_main())
 def test_a_signal_after_an_output_is_in_place_names_it_as_written(tmp_path, when):
     """A SIGTERM once an output is renamed into place must not say that nothing was written; one
     that comes after the command returned still gets its line, not a silent 143."""
-    output = tmp_path / "out.txt"
+    output = tmp_path / "out\x1b.txt"  # shown escaped, as every message is
     argv = [sys.executable, "-c", SIGNAL_AFTER_WRITING, when, "search", "--index", "x", "q", output]
     result = subprocess.run(argv, capture_output=True, timeout=120)
     assert result.returncode == 143, result.stderr
-    line = "ERROR: interrupted by SIGTERM; %s written in full, nothing else" % output
+    line = "ERROR: interrupted by SIGTERM; %s written in full, nothing else" % (tmp_path / "out\\x1b.txt")
     assert result.stderr.decode().strip().splitlines() == [line]
     assert output.read_text() == "complete"
 
