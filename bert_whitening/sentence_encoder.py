@@ -13,6 +13,7 @@ graph is built from it on first use (TensorFlow is imported then, not before).
 """
 
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -207,6 +208,10 @@ class SentenceEncoder:
 
         inputs = [path] + self.config.read_paths()
         check_outputs([output], inputs)  # before the model is built
+        sentences = read_sentences(path, "lines")
+        first = next(sentences, None)  # and so is an empty input refused
+        if first is None:
+            raise DataError("%s: empty input" % display_name(path))
         encoder, lines = self.keras_encoder, 0
 
         def counted(sentences):
@@ -217,10 +222,10 @@ class SentenceEncoder:
 
         def write(temporary):
             with NpyRowWriter(temporary, encoder.dim) as rows:
-                for vectors in encode_stream(encoder, counted(read_sentences(path, "lines")), batch_size, progress):
+                for vectors in encode_stream(
+                    encoder, counted(itertools.chain([first], sentences)), batch_size, progress
+                ):
                     rows.append(check_vectors(vectors, display_name(path), self.config.normalize, rows.rows))
-            if lines == 0:
-                raise DataError("%s: empty input" % display_name(path))
             if rows.rows != lines:  # each line is one row, or the output is wrong
                 raise BertWhiteningError("wrote %d rows for %d input lines" % (rows.rows, lines))
 

@@ -132,8 +132,15 @@ class WhiteningStats:
         from the centred scatter without a second pass: ``(scatter + n (1-beta)^2 mu^T mu) / (n - 1)``."""
         if self.count < 2:
             raise WhiteningError("a covariance needs at least 2 vectors, got %d" % self.count)
-        shift = (1.0 - beta) * self.mean
-        return (self.scatter + self.count * np.outer(shift, shift)) / (self.count - 1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            shift = (1.0 - beta) * self.mean
+            moment = (self.scatter + self.count * np.outer(shift, shift)) / (self.count - 1)
+        if not np.isfinite(moment).all():
+            raise WhiteningError(
+                "beta %g: Sigma_beta overflows float64 (the shift (1 - beta) * mean reaches %.3g); "
+                "choose a beta nearer 1" % (beta, np.abs(shift).max())
+            )
+        return moment
 
 
 @dataclasses.dataclass
@@ -548,7 +555,10 @@ def fit_reported(stats, source, options, **recorded):
     ``precision``, ``allow_rank_deficient``). ``fit`` and ``beam-fit`` end here."""
     if stats.count == 0:
         raise DataError("no sentences in %s" % source)
-    whitening = fit_whitening(stats, **dataclasses.asdict(options), **recorded)
+    try:
+        whitening = fit_whitening(stats, **dataclasses.asdict(options), **recorded)
+    except WhiteningError as error:  # what the data cannot give: say which data
+        raise WhiteningError("%s: %s" % (source, error)) from None
     logger.info(
         "fitted on %d sentences (dimension %d, rank %d), default n_components %d",
         stats.count,

@@ -117,6 +117,23 @@ def test_rank_deficient_fit_keeps_the_supported_dimensions_and_refuses_more(file
     assert np.load(vectors).shape == (12, 24) and np.isfinite(np.load(vectors)).all()
 
 
+def test_an_empty_encode_input_is_refused_before_the_model_is_built(tiny_model, tmp_path, caplog, monkeypatch):
+    from bert_whitening import SentenceEncoder
+
+    monkeypatch.setattr(SentenceEncoder, "keras_encoder", property(lambda self: pytest.fail("the model was built")))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert run("encode", "--model", tiny_model[0], "--output", tmp_path / "out.npy", empty) == 1
+    assert caplog.messages[-1] == "%s: empty input" % empty and not (tmp_path / "out.npy").exists()
+
+
+def test_a_fit_the_data_cannot_give_names_the_data(tiny_model, tmp_path, caplog):
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n\n")  # three empty sentences: one vector three times
+    assert run("fit", "--model", tiny_model[0], "--output", tmp_path / "w.npz", blank) == 1
+    assert caplog.messages[-1] == "%s: all 3 vectors are identical: nothing to whiten" % blank
+
+
 def test_bad_inputs_fail_cleanly_without_output(files, tiny_model, tmp_path, caplog):
     _, sentences, pairs = files
     model = tiny_model[0]

@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -455,6 +456,14 @@ def test_error_messages_in_full(tmp_path):
     assert raised(lambda: sixteen.merge(stats_of(np.zeros((2, 8))))) == "cannot merge statistics of dimension 16 and 8"
     assert raised(lambda: stats_of(correlated(1)).second_moment(0.0)) == "a covariance needs at least 2 vectors, got 1"
     assert raised(lambda: fit_whitening(stats_of(np.ones((5, 16))))) == "all 5 vectors are identical: nothing to whiten"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow warning is not the message
+        overflow = raised(lambda: fit_whitening(sixteen, beta=1e300))
+    assert re.fullmatch(
+        r"beta 1e\+300: Sigma_beta overflows float64 \(the shift \(1 - beta\) \* mean reaches "
+        r"\S+\); choose a beta nearer 1",
+        overflow,
+    ), overflow
     assert (
         raised(lambda: fit_whitening(sixteen).transform(correlated(2), 17))
         == "n_components 17 is larger than the vector dimension 16"
