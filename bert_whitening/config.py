@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
+import json
 import logging
 import os
 import re
@@ -220,6 +221,28 @@ def flow_digest(flow):
     return digest.hexdigest()
 
 
+def whitening_summary(whitening):
+    """What a record says of a whitening: its `whitening_digest` and its fit's summary."""
+    return {
+        "digest": whitening_digest(whitening),
+        "beta": whitening.beta,
+        "gamma": whitening.gamma,
+        "count": whitening.count,
+        "rank": whitening.rank,
+        "fitted_on_model": whitening.model_identity,
+    }
+
+
+def flow_summary(flow):
+    """What a record says of a flow: its `flow_digest`, its shape, its training and its model."""
+    return {
+        "digest": flow_digest(flow),
+        "config": dataclasses.asdict(flow.config),
+        "training": dict(flow.training_summary),
+        "fitted_on_model": dict(flow.model_identity),  # plain: Keras wraps what a model holds
+    }
+
+
 @dataclasses.dataclass
 class EncoderConfig:
     """How to build an encoder, whitened or not, and what its vectors are: small and picklable
@@ -348,25 +371,10 @@ class EncoderConfig:
         k = self.components
         whitening = None
         if k:
-            w = self.whitening
-            whitening = {
-                "digest": whitening_digest(w),
-                "beta": w.beta,
-                "gamma": w.gamma,
-                "count": w.count,
-                "rank": w.rank,
-                "fitted_on_model": w.model_identity,
-            }
-            whitening.update(_file_record(self.whitening_path))
+            whitening = {**whitening_summary(self.whitening), **_file_record(self.whitening_path)}
         flow = None
         if self.flow is not None:
-            flow = {
-                "digest": flow_digest(self.flow),
-                "config": dataclasses.asdict(self.flow.config),
-                "training": dict(self.flow.training_summary),
-                "fitted_on_model": dict(self.flow.model_identity),  # plain: Keras wraps what a model holds
-                **_file_record(self.flow_path),
-            }
+            flow = {**flow_summary(self.flow), **_file_record(self.flow_path)}
         model = None if self.model in (None, BUILTIN_MODEL) else os.path.abspath(self.model)
         return {
             "model": self.identity,
@@ -402,8 +410,8 @@ class EncoderConfig:
     def _from_record(cls, config, whitening, model, flow):
         config = checked_record(config)
         recorded = config["whitening"]
-        _check_recorded("whitening", recorded, whitening, whitening_digest)
-        _check_recorded("flow", config.get("flow"), flow, flow_digest)
+        _check_recorded("whitening", recorded, whitening, whitening_summary)
+        _check_recorded("flow", config.get("flow"), flow, flow_summary)
         built = cls(
             model=model or config["model_dir"],
             model_type=config["model"]["type"],
@@ -452,16 +460,27 @@ def _file_record(path):
     return {"path": os.path.abspath(path), "sha256": file_sha256(path)}
 
 
-def _check_recorded(what, recorded, given, digest):
-    """``given`` (a whitening or flow, or None) is the one the record has, by content digest."""
+def _check_recorded(what, recorded, given, summary):
+    """``given`` (a whitening or flow, or None) is the one the record has, by content digest,
+    and the record's summary of it (``summary(given)``: beta, count, training, ...) is its own:
+    a record edited by hand would describe vectors other than those it gives."""
     if (recorded is None) != (given is None):
         raise WhiteningError(
-            "the record %s a %s; %s given"
-            % ("has" if recorded else "has no", what, "one was" if given is not None else "none was")
+            "the record has %s %s, but %s was given"
+            % ("a" if recorded else "no", what, "none" if given is None else "one")
         )
-    if recorded and "digest" in recorded and digest(given) != recorded["digest"]:
+    if not recorded:
+        return
+    expected = json.loads(json.dumps(summary(given)))  # as a record holds it: lists, not tuples
+    if "digest" in recorded and expected["digest"] != recorded["digest"]:
         raise WhiteningError(
-            "this %s is not the one recorded (digest %s...): refused" % (what, recorded["digest"][:12])
+            "this %s is not the one recorded (digest %s...): refused" % (what, str(recorded["digest"])[:12])
+        )
+    edited = sorted(key for key in expected if key in recorded and recorded[key] != expected[key])
+    if edited:
+        raise WhiteningError(
+            "its %s record disagrees with the %s it names on %s (%s): edited by hand? refused"
+            % (what, what, ", ".join(edited), "; ".join("%r vs %r" % (recorded[key], expected[key]) for key in edited))
         )
 
 

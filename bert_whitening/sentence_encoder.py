@@ -387,7 +387,7 @@ class SentenceEncoder:
             raise BertWhiteningError("%s already exists; choose a new directory" % directory)
         record = self.config.to_config()
         with staged_directory(directory) as staging:
-            if self.config.whitening is not None:
+            if record["whitening"] is not None:  # not when k = 0: the vectors are not whitened
                 self.config.whitening.save(os.path.join(staging, WHITENING_FILE))
             if self.config.flow is not None:
                 self.config.flow.save(os.path.join(staging, FLOW_FILE))

@@ -152,3 +152,27 @@ def test_a_record_edited_in_a_saved_encoder_or_an_index_is_refused_naming_its_fi
     record = edited_record(tmp_path / "index", "index.json", **changes)
     with pytest.raises(BertWhiteningError, match="^%s: .*%s" % (record, said)):
         search(str(tmp_path / "index"), ["a"])
+
+
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        (lambda r: r["whitening"].update(beta=7), r"disagrees with the whitening it names on beta \(7 vs 1\.0\)"),
+        (lambda r: r["whitening"].update(count=3, rank=24), r"on count \(3 vs 80\)"),
+        (lambda r: r["whitening"].update(fitted_on_model={"name": "x"}), r"on fitted_on_model"),
+        (lambda r: r.update(whitening=None), r"the record has no whitening, but one was given"),
+        (lambda r: r.update(whitening="w.npz"), r"'whitening' is 'w.npz', of the wrong type"),
+    ],
+)
+def test_a_saved_encoders_whitening_record_must_describe_its_whitening(tiny_model, whitening, tmp_path, edit, said):
+    """The digest decides what the vectors are, but a record that says another beta or count than
+    its file was edited by hand: refused, naming the record, rather than trusted or ignored."""
+    from bert_whitening import SentenceEncoder
+
+    SentenceEncoder.load(tiny_model[0], whitening=whitening, n_components=8).save(str(tmp_path / "saved"))
+    path = tmp_path / "saved" / "sentence_encoder.json"
+    record = json.loads(path.read_text())
+    edit(record)
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match="^%s: .*%s" % (path, said)):
+        SentenceEncoder.load(str(tmp_path / "saved"))

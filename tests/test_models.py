@@ -272,6 +272,8 @@ def test_missing_checkpoint_files_are_named(model_copy, missing):
 def test_unreadable_file_and_missing_directory_are_named(model_copy, tmp_path):
     with pytest.raises(CheckpointError, match="nowhere does not exist"):
         build_encoder(str(tmp_path / "nowhere"))
+    with pytest.raises(CheckpointError, match="^model directory /dev/zero is not a directory$"):
+        build_encoder("/dev/zero")
     with open(os.path.join(model_copy, "bert_config.json"), "w") as stream:
         stream.write("{not json")
     with pytest.raises(CheckpointError, match="bert_config.json is not valid JSON"):

@@ -44,6 +44,17 @@ def test_save_and_load_give_the_same_encoder(fitted, tmp_path):
         encoder.save(str(tmp_path / "saved"))
 
 
+def test_an_encoder_keeping_no_whitened_dimension_saves_and_loads(fitted, tiny_model, tmp_path):
+    """With k = 0 the vectors are not whitened: the record names no whitening, and the saved
+    directory holds none (it held one the record did not name, and could not be loaded)."""
+    _, whitening = fitted
+    unwhitened = SentenceEncoder.load(tiny_model[0], whitening=whitening, n_components=0)
+    unwhitened.save(str(tmp_path / "saved"))
+    again = SentenceEncoder.load(str(tmp_path / "saved"))
+    assert os.listdir(tmp_path / "saved") == ["sentence_encoder.json"] and again.dim == 24
+    np.testing.assert_allclose(again.encode(SENTENCES[:5]), unwhitened.encode(SENTENCES[:5]), atol=1e-6)
+
+
 def test_encode_file_writes_one_row_per_line(fitted, tmp_path):
     encoder, _ = fitted
     lines = tmp_path / "lines.txt"

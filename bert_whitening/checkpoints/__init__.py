@@ -259,7 +259,8 @@ def find_model(model=None):
     else:
         directory, name = model, os.path.basename(os.path.normpath(model))
     if not os.path.isdir(directory):
-        raise CheckpointError("model directory %s does not exist" % directory)
+        found = "does not exist" if not os.path.lexists(directory) else "is not a directory"
+        raise CheckpointError("model directory %s %s" % (directory, found))
     if os.path.exists(os.path.join(directory, google.CONFIG)):
         config_path, format, reader = google.CONFIG, "google", google
     elif os.path.exists(os.path.join(directory, huggingface.CONFIG)):
