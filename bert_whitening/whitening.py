@@ -307,8 +307,8 @@ def _metadata(path, stored):
     dim = meta["dim"]
     if not (
         1 <= dim <= MODEL_SIZES["hidden_size"]
-        and 0 <= meta["rank"] <= dim
-        and meta["count"] >= 0
+        and meta["count"] >= 2  # a fit takes at least 2 vectors, and N vectors span at most N directions
+        and 1 <= meta["rank"] <= min(dim, meta["count"])
         and np.isfinite([meta["beta"], meta["gamma"]]).all()
     ):
         raise WhiteningError(

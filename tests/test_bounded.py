@@ -217,6 +217,11 @@ def whitening_arrays(tmp_path_factory):
         return dict(data)
 
 
+def edited_meta(arrays, **changes):
+    """Whitening ``arrays`` with their JSON metadata changed."""
+    return {**arrays, "meta": np.array(json.dumps({**json.loads(str(arrays["meta"])), **changes}))}
+
+
 def npy_header(shape, dtype="<f8"):
     """A ``.npy`` version 1.0 header for ``shape``, as numpy writes it."""
     stream = io.BytesIO()
@@ -279,7 +284,7 @@ def test_a_small_whitening_of_a_large_dimension_is_refused_before_its_arrays_are
     before its dimension could be compared with a model's. Compressed floats as a fit gives them
     still load."""
     dim = 2048
-    meta = {**json.loads(str(whitening_arrays["meta"])), "dim": dim, "rank": dim, "n_components": dim}
+    meta = {**json.loads(str(whitening_arrays["meta"])), "dim": dim, "rank": dim, "n_components": dim, "count": dim + 1}
     crafted = {
         "kernel": np.eye(dim),
         "bias": np.zeros(dim),
@@ -307,10 +312,10 @@ def test_a_small_whitening_of_a_large_dimension_is_refused_before_its_arrays_are
         ),
         (lambda arrays: {**arrays, "meta": np.array("x" * (2 << 20))}, "meta holds 8388608 bytes, more than"),
         (lambda arrays: {**arrays, "bias": arrays["bias"].astype(np.int64)}, "bias holds int64, expected floats"),
-        (
-            lambda arrays: {**arrays, "meta": np.array(json.dumps({**json.loads(str(arrays["meta"])), "dim": 10**6}))},
-            "inconsistent metadata (dim 1000000",
-        ),
+        (lambda arrays: edited_meta(arrays, dim=10**6), "inconsistent metadata (dim 1000000"),
+        (lambda arrays: edited_meta(arrays, count=1), "inconsistent metadata (dim 16, rank 16, count 1,"),
+        (lambda arrays: edited_meta(arrays, count=10), "inconsistent metadata (dim 16, rank 16, count 10,"),
+        (lambda arrays: edited_meta(arrays, rank=0), "inconsistent metadata (dim 16, rank 0, count 100,"),
     ],
 )
 def test_a_whitening_file_is_read_only_as_its_expected_members(whitening_arrays, tmp_path, change, said):
