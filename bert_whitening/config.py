@@ -75,17 +75,41 @@ PLAIN_BERT_KEYS = frozenset(
 
 
 def runs_fused(family, config):
-    """Whether bert4keras would build ``config`` as the plain BERT `FusedBert` computes: the BERT
-    architecture, only the keys of a BERT configuration (any other, such as ``embedding_size`` or
-    ``hierarchical_position``, changes what bert4keras builds), erf-GELU, whole sizes."""
+    """Whether bert4keras would build ``config`` as the plain BERT `FusedBert` computes
+    (`not_fused_because` says why not)."""
+    return not_fused_because(family, config) is None
+
+
+def not_fused_because(family, config):
+    """Why bert4keras would not build ``config`` as the plain BERT `FusedBert` computes, or None
+    when it would: the BERT architecture, only the keys of a BERT configuration (any other, such
+    as ``embedding_size`` or ``hierarchical_position``, changes what bert4keras builds), erf-GELU,
+    whole sizes."""
     sizes = fused_bert_sizes(config)
-    return (
-        family.architecture == "bert"
-        and set(config) <= PLAIN_BERT_KEYS
-        and config.get("hidden_act") in ("gelu", "gelu_erf")
-        and all(type(size) is int and size > 0 for size in sizes.values())
-        and sizes["hidden"] % sizes["heads"] == 0
-    )
+    other_keys = sorted(set(config) - PLAIN_BERT_KEYS)
+    not_whole = [name for name, size in sizes.items() if type(size) is not int or size <= 0]
+    if family.architecture != "bert":
+        return "the %s architecture" % family.architecture
+    if other_keys:
+        return "key %s, which a BERT configuration does not have" % ", ".join(map(repr, other_keys))
+    if config.get("hidden_act") not in ("gelu", "gelu_erf"):
+        return "hidden_act %r, not gelu" % (config.get("hidden_act"),)
+    if not_whole:
+        return "%s not a positive whole number" % ", ".join("%s %r" % (name, sizes[name]) for name in not_whole)
+    if sizes["hidden"] % sizes["heads"]:
+        return "hidden size %d not a multiple of the %d heads" % (sizes["hidden"], sizes["heads"])
+    return None
+
+
+def check_trainable(files, model_type, error=BertWhiteningError):
+    """Refuse, as ``error``, to train a model `FusedBert` does not compute (only it has a training
+    step), saying what in its configuration (`ModelFiles`) makes it so."""
+    unplain = not_fused_because(MODEL_TYPES[model_type.lower()], files.config)
+    if unplain:
+        raise error(
+            "%s: only a plain BERT can be trained, and this %s configuration has %s (it runs on "
+            "bert4keras' graph, not FusedBert)" % (files.config_path, model_type, unplain)
+        )
 
 
 def fused_bert_sizes(config):

@@ -18,7 +18,7 @@ import numpy as np
 
 from bert_whitening.backend import ARCHITECTURES, Tokenizer, build_transformer_model, keras, tf
 from bert_whitening.checkpoints import CheckpointError
-from bert_whitening.config import EncoderConfig
+from bert_whitening.config import EncoderConfig, check_trainable
 from bert_whitening.config import fused_bert_sizes as _fused_bert_sizes
 from bert_whitening.config import runs_fused as _runs_fused
 from bert_whitening.errors import BertWhiteningError
@@ -158,10 +158,7 @@ def _pooled_encoders(config, poolings, trainable):
     if _runs_fused(family, files.config):
         inputs, first, last, pooler = _fused_bert(files, with_pooler, described, trainable)
     elif trainable:
-        raise BertWhiteningError(
-            "%s: only a plain BERT can be trained (a %s model of this configuration runs on "
-            "bert4keras' graph)" % (files.config_path, model_type)
-        )
+        check_trainable(files, model_type)
     else:
         inputs, first, last, pooler = _bert4keras_bert(files, family.architecture, with_pooler, described)
     pre_tokenize = _jieba_words if family.word_level else None

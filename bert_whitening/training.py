@@ -51,10 +51,10 @@ import numpy as np
 
 from bert_whitening.atomic import kept_directory, publish_directory, staged_directory, write_atomically
 from bert_whitening.bounded import JSON_BYTES, NpzMembers
-from bert_whitening.config import EncoderConfig, check_model, runs_fused, versions
+from bert_whitening.config import EncoderConfig, check_model, check_trainable, versions
 from bert_whitening.data import check_labels, check_readable, display_name, open_local, read_pairs
 from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
-from bert_whitening.names import LOSSES, MODEL_TYPES, check_choice
+from bert_whitening.names import LOSSES, check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -302,11 +302,7 @@ def _checked(**options):
         )
     o.model_type = o.model_type.lower()
     files = check_model(o.model, o.model_type, o.pooling, o.maxlen)
-    if not runs_fused(MODEL_TYPES[o.model_type], files.config):
-        raise TrainingError(
-            "%s: only a plain BERT can be trained (this %s configuration runs on bert4keras' graph, "
-            "not FusedBert)" % (files.config_path, o.model_type)
-        )
+    check_trainable(files, o.model_type, TrainingError)
     check_readable([o.train_file] + ([o.valid_file] if o.valid_file else []))
     check_output_directory(o.output, files.directory, [o.train_file, o.valid_file], o.overwrite)
     o.files = files

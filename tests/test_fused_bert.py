@@ -227,8 +227,26 @@ def test_inference_encoders_have_no_trainable_weights(encoders, tiny_model):
 def test_only_a_plain_bert_is_trainable(tmp_path):
     directory = str(tmp_path / "relu_bert")
     write_checkpoint(directory, {**TINY_CONFIG, "hidden_act": "relu"}, random_weights(TINY_CONFIG), TINY_VOCAB)
-    with pytest.raises(models.BertWhiteningError, match="only a plain BERT can be trained"):
+    with pytest.raises(models.BertWhiteningError, match="only a plain BERT can be trained, .* has hidden_act 'relu'"):
         build(EncoderConfig(directory, pooling="cls"), trainable=True)
+
+
+@pytest.mark.parametrize(
+    "family, change, said",
+    [
+        ("nezha", {}, "the nezha architecture"),
+        ("bert", {"embedding_size": 16}, "key 'embedding_size', which a BERT configuration does not have"),
+        ("bert", {"hidden_act": "relu"}, "hidden_act 'relu', not gelu"),
+        ("bert", {"intermediate_size": 37.0}, "intermediate 37.0 not a positive whole number"),
+        ("bert", {"num_attention_heads": 5}, "hidden size 24 not a multiple of the 5 heads"),
+        ("bert", {"hidden_act": "gelu_erf"}, None),
+    ],
+)
+def test_what_keeps_a_configuration_off_fused_bert_is_named(family, change, said):
+    from bert_whitening.config import not_fused_because
+    from bert_whitening.names import MODEL_TYPES
+
+    assert not_fused_because(MODEL_TYPES[family], {**TINY_CONFIG, **change}) == said
 
 
 def tiny_batch(encoder):
