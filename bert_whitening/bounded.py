@@ -12,6 +12,7 @@ instead of filling the memory or waiting for ever.
 import io
 import math
 import os
+import re
 import stat
 import zipfile
 
@@ -120,6 +121,14 @@ _KIND_NAMES = {"f": "floats", "i": "integers", "U": "text"}
 INFLATION_LIMIT, INFLATION_EXEMPT_BYTES = 4, 1 << 20
 
 
+def _first_three(names):
+    """``names`` in order, the first three of them and how many more: one line, however many."""
+    listed = sorted(
+        names, key=lambda name: [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+    )
+    return ", ".join(listed[:3]) + (" and %d more" % (len(listed) - 3) if len(listed) > 3 else "")
+
+
 class NpzMembers:
     """The ``.npy`` members of an ``.npz`` file, each read on its own once its header says the
     shape and type asked for, and its zip entry says it inflates to exactly that array: a crafted
@@ -169,13 +178,9 @@ class NpzMembers:
         """Refuse a file whose arrays are not exactly ``names``."""
         missing, unexpected = set(names) - self.names, self.names - set(names)
         if missing:
-            raise self.error("%s: not a %s, missing %s" % (self.path, self.what, ", ".join(sorted(missing))))
+            raise self.error("%s: not a %s, missing %s" % (self.path, self.what, _first_three(missing)))
         if unexpected:
-            listed = sorted(unexpected)
-            more = " and %d more" % (len(listed) - 3) if len(listed) > 3 else ""
-            raise self.error(
-                "%s: not a %s, unexpected arrays %s%s" % (self.path, self.what, ", ".join(listed[:3]), more)
-            )
+            raise self.error("%s: not a %s, unexpected arrays %s" % (self.path, self.what, _first_three(unexpected)))
 
     def array(self, name, shape=None, kinds="f", limit=None):
         """The array ``name``, refused before its data is read unless its shape is ``shape``

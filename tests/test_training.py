@@ -348,6 +348,10 @@ STATE_EDITS = [
     (lambda a: a.update(variable_1=np.zeros((3, 3), np.float32)), "variable_1 has shape (3, 3), expected"),
     (lambda a: a.update(extra=np.zeros(2)), "not a training state, unexpected arrays extra"),
     (lambda a: a.pop("variable_2"), "not a training state, missing variable_2"),
+    (  # one line, however many are missing, in their numbers' order
+        lambda a: [a.pop("variable_%d" % number) for number in (12, 2, 10, 3, 11)],
+        "not a training state, missing variable_2, variable_3, variable_10 and 2 more",
+    ),
     (lambda a: a.update(variable_0=np.array(["text"])), "variable_0 has shape (1,), expected"),
     (  # a state of an earlier layout (format 1: tf-keras' Adam), identity and arrays alike
         lambda a: edit_record(a, identity={**json.loads(str(a["state"]))["identity"], "format": 1}),
