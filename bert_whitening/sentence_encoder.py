@@ -463,4 +463,6 @@ def _fit_inputs(sentences, files, format, skip_bad_lines, batch_size):
     sentences = None if sentences is None else sentence_stream(sentences)
     read = ReadOptions(format, skip_bad_lines, batch_size)
     check_readable(files)
+    if sentences is None and files and all(os.path.isfile(path) and not os.path.getsize(path) for path in files):
+        raise DataError("no sentences in %s" % ", ".join(files))  # as the fit would say, once the model is built
     return files, sentences, read

@@ -117,14 +117,23 @@ def test_rank_deficient_fit_keeps_the_supported_dimensions_and_refuses_more(file
     assert np.load(vectors).shape == (12, 24) and np.isfinite(np.load(vectors)).all()
 
 
-def test_an_empty_encode_input_is_refused_before_the_model_is_built(tiny_model, tmp_path, caplog, monkeypatch):
-    from bert_whitening import SentenceEncoder
+@pytest.mark.parametrize(
+    "command, said",
+    [
+        (["encode", "--output", "out.npy"], "{0}: empty input"),
+        (["fit", "--output", "out.npz"], "no sentences in {0}"),
+        (["fit", "--method", "flow", "--output", "out.npz"], "no sentences in {0}"),
+    ],
+)
+def test_an_empty_input_is_refused_before_the_model_is_built(tiny_model, tmp_path, caplog, monkeypatch, command, said):
+    from bert_whitening import models
 
-    monkeypatch.setattr(SentenceEncoder, "keras_encoder", property(lambda self: pytest.fail("the model was built")))
+    monkeypatch.setattr(models, "build", lambda *arguments, **options: pytest.fail("the model was built"))
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    assert run("encode", "--model", tiny_model[0], "--output", tmp_path / "out.npy", empty) == 1
-    assert caplog.messages[-1] == "%s: empty input" % empty and not (tmp_path / "out.npy").exists()
+    output = tmp_path / command[-1]
+    assert run(*command[:-1], output, "--model", tiny_model[0], empty) == 1
+    assert caplog.messages[-1] == said.format(empty) and not output.exists()
 
 
 def test_a_fit_the_data_cannot_give_names_the_data(tiny_model, tmp_path, caplog):
