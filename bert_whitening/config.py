@@ -91,7 +91,8 @@ def not_fused_because(family, config):
     if family.architecture != "bert":
         return "the %s architecture" % family.architecture
     if other_keys:
-        return "key %s, which a BERT configuration does not have" % ", ".join(map(repr, other_keys))
+        keys = "keys" if len(other_keys) > 1 else "key"
+        return "%s %s, which a BERT configuration does not have" % (keys, ", ".join(map(repr, other_keys)))
     if config.get("hidden_act") not in ("gelu", "gelu_erf"):
         return "hidden_act %r, not gelu" % (config.get("hidden_act"),)
     if not_whole:
