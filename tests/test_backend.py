@@ -10,6 +10,7 @@ import pytest
 from bert_whitening import backend
 
 
+@pytest.mark.slow
 def test_importing_the_backend_prints_nothing():
     environment = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
     result = subprocess.run(
