@@ -36,6 +36,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from bert_whitening.atomic import PREFIX, check_outputs, mark_placed
+from bert_whitening.bounded import open_regular
 from bert_whitening.data import ReadOptions, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
 from bert_whitening.whitening import FitOptions, WhiteningStats, check_vectors, fit_reported
@@ -150,17 +151,27 @@ def _read_file(path, read):
 
 def matched_files(patterns):
     """The files matching ``patterns`` (Beam file systems), each once however many patterns match
-    it, in order; a pattern that matches nothing, or only empty files in all, is refused."""
+    it, in order; a pattern that matches nothing, or only empty files in all, is refused, and so
+    is a local match that is not a regular file (`_check_regular`)."""
     found = {}
     for pattern in patterns:
         matched = FileSystems.match([pattern])[0].metadata_list
         if not matched:
             raise BertWhiteningError("%s: no files match" % pattern)
         for metadata in matched:
+            _check_regular(metadata.path, "Beam input")
             found.setdefault(_canonical(metadata.path), metadata)
     if all(metadata.size_in_bytes == 0 for metadata in found.values()):
         raise DataError("%s: empty input (no lines)" % ", ".join(patterns))
     return [metadata.path for metadata in found.values()]
+
+
+def _check_regular(path, what):
+    """Refuse a local ``path`` that is not a regular file: Beam reads its files by name and splits
+    them by their size, which a FIFO or a device does not have (one was taken as empty), and a
+    read from a FIFO in TensorFlow's C++ waits where no signal reaches."""
+    if FileSystems.get_scheme(path) is None:
+        open_regular(path, DataError, what).close()
 
 
 def _canonical(path):
@@ -184,17 +195,20 @@ def write_whitening(stats, path, options, recorded):
     """Fit on the combined statistics (`fit_reported` with ``options`` and ``recorded``) and write
     the file under a temporary name, then rename."""
     whitening = fit_reported(stats, "the input", options, **recorded)
-    buffer = io.BytesIO()
-    whitening.write(buffer)
-    temporary = "%s.tmp-%s" % (path, uuid.uuid4().hex)
-    try:
-        with FileSystems.create(temporary) as stream:
-            stream.write(buffer.getvalue())
-        FileSystems.rename([temporary], [path])
-    except BaseException:
-        if FileSystems.exists(temporary):
-            FileSystems.delete([temporary])
-        raise
+    if FileSystems.get_scheme(path) is None:  # as every local output is written (links, long names)
+        whitening.save(path)
+    else:
+        buffer = io.BytesIO()
+        whitening.write(buffer)
+        temporary = "%s.tmp-%s" % (path, uuid.uuid4().hex)
+        try:
+            with FileSystems.create(temporary) as stream:
+                stream.write(buffer.getvalue())
+            FileSystems.rename([temporary], [path])
+        except BaseException:
+            if FileSystems.exists(temporary):
+                FileSystems.delete([temporary])
+            raise
     logger.info("wrote %s", path)
     return path
 
@@ -421,20 +435,76 @@ def _remove_sink_temporaries(output_prefix):
         FileSystems.delete(leftovers)
 
 
+#: A shard's name as `encode_pipeline` writes it (`shards`): ``PREFIX-SSSSS-of-NNNNN.tfrecord``.
+_SHARD_NAME = re.compile(r"(?P<prefix>.*)-(?P<number>\d{5,})-of-(?P<shards>\d{5,})%s\Z" % re.escape(SUFFIX))
+
+
 def read_encoded(pattern):
-    """``(keys, vectors)`` of the TFRecord shards matching ``pattern``: keys as
-    ``(path, line)`` tuples, vectors as a float32 array, sorted by key."""
+    """``(keys, vectors)`` of the TFRecord shards matching ``pattern``: keys as ``(path, line)``
+    tuples, vectors as a float32 array, sorted by key; empty when nothing matches.
+
+    What `encode_pipeline` writes is every input line once, so anything else is refused in one
+    line before it is indexed: a file not named as a shard, a set of shards with one missing, a
+    record that is damaged or not an encoded line, a key twice (shards of two runs, or a copy of
+    a shard), vectors of two sizes."""
     from bert_whitening.backend import tf
 
-    records = []
-    for match in FileSystems.match([pattern])[0].metadata_list:
-        for serialized in tf.data.TFRecordDataset(match.path).as_numpy_iterator():
-            feature = tf.train.Example.FromString(serialized).features.feature
-            records.append(
-                (
-                    (feature["path"].bytes_list.value[0].decode("utf-8"), feature["line"].int64_list.value[0]),
-                    np.array(feature["embedding"].float_list.value, dtype=np.float32),
-                )
-            )
+    paths = sorted(match.path for match in FileSystems.match([pattern])[0].metadata_list)
+    _check_whole_sets(paths)
+    records, where = [], {}
+    for path in paths:
+        _check_regular(path, "beam-encode shard")
+        try:
+            for number, serialized in enumerate(tf.data.TFRecordDataset(path).as_numpy_iterator(), 1):
+                key, vector = _encoded_line(serialized, path, number)
+                if key in where:
+                    raise DataError(
+                        "%s: record %d is %s line %d again (first in %s): shards of two runs, or a copy?"
+                        % (path, number, key[0], key[1], where[key])
+                    )
+                if records and len(vector) != len(records[0][1]):
+                    raise DataError(
+                        "%s: record %d holds a vector of %d numbers, %s's first %d"
+                        % (path, number, len(vector), paths[0], len(records[0][1]))
+                    )
+                where[key] = path
+                records.append((key, vector))
+        except tf.errors.OpError as error:  # a truncated or corrupted file
+            raise DataError("%s: damaged TFRecord file (%s)" % (path, error.message.splitlines()[0])) from None
     records.sort(key=lambda record: record[0])
     return [key for key, _ in records], np.array([vector for _, vector in records], dtype=np.float32)
+
+
+def _check_whole_sets(paths):
+    """Each of ``paths`` is named as a shard, and every set of them (one prefix and count) is whole."""
+    sets = {}
+    for path in paths:
+        name = _SHARD_NAME.match(path)
+        if name is None:
+            raise DataError("%s: not a shard beam-encode writes (PREFIX-SSSSS-of-NNNNN%s)" % (path, SUFFIX))
+        sets.setdefault((name["prefix"], int(name["shards"])), set()).add(int(name["number"]))
+    for (prefix, count), numbers in sets.items():
+        missing = sorted(set(range(count)) - numbers)
+        if missing or max(numbers) >= count:
+            shown = missing[0] if missing else max(numbers)
+            raise DataError(
+                "%s-*-of-%05d%s: shard %05d of %d is %s: a set of shards is read whole or not at all"
+                % (prefix, count, SUFFIX, shown, count, "missing" if missing else "beyond the count")
+            )
+
+
+def _encoded_line(serialized, path, number):
+    """``((path, line), vector)`` of one record, or a DataError naming it."""
+    from google.protobuf.message import DecodeError
+
+    from bert_whitening.backend import tf
+
+    try:
+        feature = tf.train.Example.FromString(serialized).features.feature
+        key = (feature["path"].bytes_list.value[0].decode("utf-8"), feature["line"].int64_list.value[0])
+        vector = np.array(feature["embedding"].float_list.value, dtype=np.float32)
+    except (DecodeError, IndexError, KeyError, UnicodeDecodeError, ValueError) as error:
+        raise DataError("%s: record %d is not an encoded line (%s)" % (path, number, error)) from None
+    if not len(vector):
+        raise DataError("%s: record %d is not an encoded line (no embedding)" % (path, number))
+    return key, vector

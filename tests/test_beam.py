@@ -3,12 +3,14 @@ results against the single-process commands, on every runner, are in test_beam_r
 
 import logging
 import os
+import re
 
 import numpy as np
 import pytest
 
 from bert_whitening import beam, cli
 from bert_whitening.beam import WhiteningStatsFn
+from bert_whitening.errors import DataError
 from bert_whitening.whitening import Whitening, WhiteningStats
 
 from helpers import SENTENCES, commands_in_a_fresh_process, relative_error, run
@@ -181,3 +183,89 @@ def test_a_job_precision_given_or_on_a_cpu_without_bfloat16_needs_no_check(tiny_
     assert beam.job_precision("bfloat16", spec, [str(corpus / "*.txt")]) == "bfloat16"
     monkeypatch.setattr(precision, "cpu_has_bfloat16", lambda: False)
     assert beam.job_precision("auto", spec, [str(corpus / "*.txt")]) == "float32"
+
+
+def write_shards(prefix, shards):
+    """``beam-encode``'s shards ``PREFIX-SSSSS-of-NNNNN.tfrecord``, one per list of ``(path, line)``
+    keys in ``shards``, each line's vector ``[line, 1]`` (as `beam._examples` writes them)."""
+    from bert_whitening.backend import tf
+
+    for number, keys in enumerate(shards):
+        vectors = [np.array([line, 1.0], np.float32) for _, line in keys]
+        with tf.io.TFRecordWriter("%s-%05d-of-%05d%s" % (prefix, number, len(shards), beam.SUFFIX)) as writer:
+            for example in beam._examples((keys, vectors)):
+                writer.write(example)
+
+
+def test_read_encoded_reads_a_whole_set_of_shards_in_key_order(tmp_path):
+    write_shards(tmp_path / "v", [[("b.txt", 1), ("a.txt", 2)], [("a.txt", 1)]])
+    keys, vectors = beam.read_encoded(str(tmp_path / "v-*"))
+    assert keys == [("a.txt", 1), ("a.txt", 2), ("b.txt", 1)]
+    assert np.array_equal(vectors, [[1, 1], [2, 1], [1, 1]])
+
+
+def shard(tmp_path, number=0, of=2):
+    return tmp_path / ("v-%05d-of-%05d%s" % (number, of, beam.SUFFIX))
+
+
+@pytest.mark.parametrize(
+    "damage, said",
+    [
+        (lambda t: shard(t, 1).unlink(), r"v-\*-of-00002.tfrecord: shard 00001 of 2 is missing: a set of shards"),
+        (
+            lambda t: os.link(shard(t, 1), str(shard(t, 0)) + ".orig"),
+            r"v-00000-of-00002.tfrecord.orig: not a shard beam-encode writes \(PREFIX-SSSSS-of-NNNNN.tfrecord\)",
+        ),
+        (
+            lambda t: write_shards(t / "v2", [[("a.txt", 1)]]),
+            r"v2-00000-of-00001.tfrecord: record 1 is a.txt line 1 again \(first in .*v-00000-of-00002.tfrecord\)",
+        ),
+        (
+            lambda t: shard(t, 1).write_bytes(shard(t, 1).read_bytes()[:-7]),
+            r"v-00001-of-00002.tfrecord: damaged TFRecord file \(.*truncated",
+        ),
+        (
+            lambda t: (shard(t, 1).unlink(), os.mkfifo(shard(t, 1))),
+            r"v-00001-of-00002.tfrecord: a FIFO, not a regular file: cannot be read as a beam-encode shard",
+        ),
+    ],
+    ids=["missing", "not a shard", "a key twice", "truncated", "a FIFO"],
+)
+def test_read_encoded_refuses_what_beam_encode_does_not_write(tmp_path, damage, said):
+    """Index what is not every input line once, and a search finds one line twice or misses some;
+    a FIFO would be read by TensorFlow where no signal stops the wait."""
+    write_shards(tmp_path / "v", [[("a.txt", 1), ("a.txt", 2)], [("b.txt", 1)]])
+    damage(tmp_path)
+    with pytest.raises(DataError, match="^%s/%s" % (re.escape(str(tmp_path)), said)):
+        beam.read_encoded(str(tmp_path / "v*"))
+
+
+def test_a_record_that_is_not_an_encoded_line_is_refused(tmp_path):
+    from bert_whitening.backend import tf
+
+    with tf.io.TFRecordWriter(str(shard(tmp_path, 0, 1))) as writer:
+        writer.write(b"\x00not a protocol buffer")
+    with pytest.raises(DataError, match=r"v-00000-of-00001.tfrecord: record 1 is not an encoded line"):
+        beam.read_encoded(str(tmp_path / "v-*"))
+
+
+@pytest.mark.parametrize("command", ["beam-encode", "beam-fit"])
+def test_a_beam_input_that_is_not_a_regular_file_is_refused_as_such(tiny_model, tmp_path, caplog, command):
+    """Beam sizes its inputs: a FIFO was called empty, and /dev/zero too."""
+    os.mkfifo(tmp_path / "in.fifo")
+    output = tmp_path / ("vectors" if command == "beam-encode" else "w.npz")
+    assert run(command, "--model", tiny_model[0], "--input", tmp_path / "in.fifo", "--output", output) == 1
+    assert caplog.messages[-1] == "%s: a FIFO, not a regular file: cannot be read as a Beam input" % (tmp_path / "in.fifo")
+
+
+def test_beam_fit_writes_its_output_as_every_local_output_is_written(tiny_model, corpus, tmp_path):
+    """Through `write_atomically`: a link's target is written and the link kept, and a long name
+    (within the file system's limit) gets a temporary name that fits beside it."""
+    (tmp_path / "target.npz").write_text("old")
+    (tmp_path / "link.npz").symlink_to("target.npz")
+    long_name = tmp_path / ("w" * 220 + ".npz")
+    for output in (tmp_path / "link.npz", long_name):
+        assert run("beam-fit", "--model", tiny_model[0], "--input", corpus / "a.txt", "--output", output) == 0
+    assert (tmp_path / "link.npz").is_symlink()
+    assert Whitening.load(str(tmp_path / "target.npz")).count == Whitening.load(str(long_name)).count == 17
+    assert sorted(os.listdir(tmp_path)) == sorted(["corpus", "link.npz", "target.npz", long_name.name])
