@@ -151,17 +151,9 @@ def build_encoders(
 def _pooled_encoders(config, poolings, trainable):
     """``{pooling: Encoder}``, unwhitened, of ``config``'s model (checked) on one transformer."""
     model_type, files = config.model_type.lower(), config.files
-    family = MODEL_TYPES[model_type]
     described = "a %s model with %s pooling" % (model_type, " and ".join(poolings))
-    with_pooler = "pooler" in poolings
-    files.check_sizes(family.absolute_positions)
-    if _runs_fused(family, files.config):
-        inputs, first, last, pooler = _fused_bert(files, with_pooler, described, trainable)
-    elif trainable:
-        check_trainable(files, model_type)
-    else:
-        inputs, first, last, pooler = _bert4keras_bert(files, family.architecture, with_pooler, described)
-    pre_tokenize = _jieba_words if family.word_level else None
+    inputs, first, last, pooler = load_transformer(files, model_type, "pooler" in poolings, described, trainable)
+    pre_tokenize = _jieba_words if MODEL_TYPES[model_type].word_level else None
     tokenizer = Tokenizer(files.vocab, do_lower_case=config.lowercase, pre_tokenize=pre_tokenize)
     return {
         pooling: Encoder(
@@ -173,6 +165,24 @@ def _pooled_encoders(config, poolings, trainable):
         )
         for pooling in poolings
     }
+
+
+def load_transformer(files, model_type, with_pooler, described, trainable=False):
+    """``(inputs, first block, last block, pooler or None)`` of the transformer of the model
+    ``files`` as ``model_type``, its weights loaded once they are known to fit its configuration:
+    no size larger than the weights hold (`ModelFiles.check_sizes`, before a layer is built),
+    then exactly the variables the transformer loads, of their shapes
+    (`ModelFiles.check_variables`); refusals call the model ``described`` ("a bert model with
+    cls pooling"). A plain BERT is a `FusedBert`, its weights ``trainable`` or not; any other
+    model is bert4keras' graph, which cannot be trained. Every encoder is built on it, and
+    ``convert-hf`` checks what it converts with it (`bert_whitening.checkpoints.huggingface`)."""
+    family = MODEL_TYPES[model_type]
+    files.check_sizes(family.absolute_positions)
+    if _runs_fused(family, files.config):
+        return _fused_bert(files, with_pooler, described, trainable)
+    if trainable:
+        check_trainable(files, model_type)
+    return _bert4keras_bert(files, family.architecture, with_pooler, described)
 
 
 def _pooled(input_ids, first, last, pooler, pooling):
