@@ -16,7 +16,7 @@ from bert_whitening.encoding import encode, encode_together
 from bert_whitening.models import build_encoder, build_encoders
 from bert_whitening.names import POOLINGS
 
-from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, assert_equals_numpy_bert
+from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, assert_equals_numpy_bert, here, refused
 from reference import HuggingFaceNames, bert_hidden_states
 
 
@@ -195,7 +195,8 @@ def test_convert_hf_round_trips(tiny_hf, tmp_path):
     np.testing.assert_array_equal(
         tf.train.load_variable(prefix, "bert/embeddings/LayerNorm/gamma"), tensors["embeddings.LayerNorm.weight"]
     )
-    assert find_model(str(out)).format == "google"
+    converted_files = find_model(str(out))
+    assert converted_files.format == "google" and converted_files.vocab_bytes == find_model(directory).vocab_bytes
     poolings = ("first-last-avg", "pooler")
     converted, loaded = (list(build_encoders(path, poolings=poolings).values()) for path in (str(out), directory))
     for pooling, got, expected in zip(
@@ -204,6 +205,74 @@ def test_convert_hf_round_trips(tiny_hf, tmp_path):
         np.testing.assert_allclose(got, expected, atol=1e-6, err_msg=pooling)
     assert cli.main(["convert-hf", directory, str(out)]) == 1  # never over an existing directory
     assert sorted(os.listdir(tmp_path)) == ["google"]
+
+
+def without(key):
+    return {name: value for name, value in TINY_CONFIG.items() if name != key}
+
+
+def vocab_lines(lines):
+    def write(directory):
+        with open(os.path.join(directory, "vocab.txt"), "wb") as stream:
+            stream.write(b"".join(line + b"\n" for line in lines))
+
+    return write
+
+
+TINY_VOCAB_LINES = [token.encode("utf-8") for token in TINY_VOCAB]
+
+
+@pytest.mark.parametrize(
+    "config, damage, said",
+    [
+        ({**TINY_CONFIG, "num_hidden_layers": 10**9}, None, "num_hidden_layers is 1000000000, expected a whole number"),
+        ({**TINY_CONFIG, "hidden_size": "24"}, None, "config.json: hidden_size is '24', expected a whole number"),
+        ({**TINY_CONFIG, "hidden_size": 24.0}, None, "config.json: hidden_size is 24.0, expected a whole number"),
+        (without("hidden_size"), None, "config.json lacks hidden_size"),
+        ({**TINY_CONFIG, "hidden_size": 48}, None, "config.json gives larger sizes than model.safetensors holds"),
+        ({**TINY_CONFIG, "num_attention_heads": 5}, None, "variables have another shape than the config gives"),
+        ({**TINY_CONFIG, "vocab_size": 10}, None, "vocab.txt has %d tokens but" % len(TINY_VOCAB)),
+        ({**TINY_CONFIG, "vocab_size": 1000}, None, "config.json says vocab_size 1000"),
+        (TINY_CONFIG, vocab_lines(TINY_VOCAB_LINES[:10]), "vocab.txt has 10 tokens but"),
+        (TINY_CONFIG, vocab_lines(TINY_VOCAB_LINES[:-1] + [b"[CLS]"]), "repeats 1 token"),
+        (TINY_CONFIG, vocab_lines(TINY_VOCAB_LINES[:-1] + [b"\xff"]), "vocab.txt is not UTF-8 text"),
+        (
+            {**TINY_CONFIG, "vocab_size": 10},
+            vocab_lines(TINY_VOCAB_LINES[:10]),
+            "bert/embeddings/word_embeddings (%d, 24) instead of (10, 24)" % len(TINY_VOCAB),
+        ),
+    ],
+    ids=[
+        "a billion layers",
+        "hidden size a string",
+        "hidden size a float",
+        "no hidden size",
+        "hidden size larger than the weights",
+        "heads the weights do not have",
+        "vocab_size below vocab.txt",
+        "vocab_size above vocab.txt",
+        "vocab.txt short",
+        "repeated token",
+        "vocab.txt not UTF-8",
+        "vocabulary smaller than the embedding table",
+    ],
+)
+def test_convert_hf_refuses_what_encode_refuses_before_writing(tiny_hf, tmp_path, config, damage, said):
+    """convert-hf reads its input as the loaders read it: what ``encode --model`` refuses, it
+    refuses in the same line, and writes nothing."""
+    directory = write_hf(str(tmp_path / "hf"), tiny_hf[1], config)
+    if damage:
+        damage(directory)
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("hello world\n", encoding="utf-8")
+    refused(here("encode", "--model", directory, "--output", tmp_path / "v.npy", sentences), said)
+    refused(here("convert-hf", directory, tmp_path / "google"), said)
+    assert sorted(os.listdir(tmp_path)) == ["hf", "sentences.txt"]
+
+
+def test_convert_hf_refuses_a_google_format_directory(tiny_model, tmp_path):
+    refused(here("convert-hf", tiny_model[0], tmp_path / "google"), "is a Google-format directory already")
+    assert os.listdir(tmp_path) == []
 
 
 def test_unsupported_directories_say_what_is_supported(tiny_hf, tmp_path):
