@@ -59,7 +59,7 @@ def hf_tensors(config, seed=1, prefix=""):
 def write_hf(directory, tensors, config=TINY_CONFIG, model_type="bert"):
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w") as stream:
-        json.dump({**config, "model_type": model_type, "architectures": ["BertModel"], "layer_norm_eps": 1e-12}, stream)
+        json.dump({"architectures": ["BertModel"], "layer_norm_eps": 1e-12, **config, "model_type": model_type}, stream)
     with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as stream:
         stream.write("".join(token + "\n" for token in TINY_VOCAB))
     save_file(tensors, os.path.join(directory, "model.safetensors"))
@@ -231,6 +231,9 @@ TINY_VOCAB_LINES = [token.encode("utf-8") for token in TINY_VOCAB]
         (without("hidden_size"), None, "config.json lacks hidden_size"),
         ({**TINY_CONFIG, "hidden_size": 48}, None, "config.json gives larger sizes than model.safetensors holds"),
         ({**TINY_CONFIG, "num_attention_heads": 5}, None, "variables have another shape than the config gives"),
+        ({**TINY_CONFIG, "hidden_act": "bogus"}, None, "config.json: hidden_act is 'bogus', not one of"),
+        ({**TINY_CONFIG, "hidden_act": "leaky_relu"}, None, "config.json: hidden_act is 'leaky_relu', not one of"),
+        (without("hidden_act"), None, "config.json: hidden_act is None, not one of"),
         ({**TINY_CONFIG, "vocab_size": 10}, None, "vocab.txt has %d tokens but" % len(TINY_VOCAB)),
         ({**TINY_CONFIG, "vocab_size": 1000}, None, "config.json says vocab_size 1000"),
         (TINY_CONFIG, vocab_lines(TINY_VOCAB_LINES[:10]), "vocab.txt has 10 tokens but"),
@@ -241,6 +244,13 @@ TINY_VOCAB_LINES = [token.encode("utf-8") for token in TINY_VOCAB]
             vocab_lines(TINY_VOCAB_LINES[:10]),
             "bert/embeddings/word_embeddings (%d, 24) instead of (10, 24)" % len(TINY_VOCAB),
         ),
+        (
+            {**TINY_CONFIG, "position_embedding_type": "relative_key"},
+            None,
+            "config.json: position_embedding_type is 'relative_key', which neither the Google format",
+        ),
+        ({**TINY_CONFIG, "layer_norm_eps": 1e-3}, None, "config.json: layer_norm_eps is 0.001, which neither"),
+        ({**TINY_CONFIG, "is_decoder": True}, None, "config.json: is_decoder is True, which neither"),
     ],
     ids=[
         "a billion layers",
@@ -249,12 +259,18 @@ TINY_VOCAB_LINES = [token.encode("utf-8") for token in TINY_VOCAB]
         "no hidden size",
         "hidden size larger than the weights",
         "heads the weights do not have",
+        "unknown activation",
+        "activation of another slope",
+        "no activation",
         "vocab_size below vocab.txt",
         "vocab_size above vocab.txt",
         "vocab.txt short",
         "repeated token",
         "vocab.txt not UTF-8",
         "vocabulary smaller than the embedding table",
+        "relative positions",
+        "another LayerNorm epsilon",
+        "a decoder",
     ],
 )
 def test_convert_hf_refuses_what_encode_refuses_before_writing(tiny_hf, tmp_path, config, damage, said):

@@ -3,7 +3,8 @@
 `google_variables` renames the safetensors tensors to google-research/bert variable names
 (linear weights are stored ``(out, in)`` by PyTorch and ``(in, out)`` by TensorFlow, so they are
 transposed); `variable_shapes` gives their shapes from the file's header alone, so the checks
-before a model is built read no weights; `convert_hf` writes the model, read and checked as the
+before a model is built read no weights; `read` refuses a configuration that transformers would
+compute otherwise than bert4keras; `convert_hf` writes the model, read and checked as the
 loaders read it, as a Google-format checkpoint directory that bert4keras loads. Reading needs
 numpy and ``safetensors`` only, no PyTorch.
 """
@@ -31,6 +32,18 @@ CONFIG_KEYS = (
     "attention_probs_dropout_prob",
     "initializer_range",
 )
+
+#: Keys of transformers' ``BertConfig`` that change what ``BertModel`` computes from the same
+#: weights and that neither the Google format nor bert4keras' BERT can say, with the one value
+#: they compute (transformers' default, also when the key is absent): read with another value
+#: (``relative_key`` positions, another LayerNorm epsilon, a decoder's causal mask), the model
+#: would silently be another one, encoded or converted.
+FIXED_KEYS = {"layer_norm_eps": 1e-12, "position_embedding_type": "absolute", "is_decoder": False}
+#: The ``hidden_act`` values that name the same function in transformers (``ACT2FN``) and in
+#: bert4keras (Keras' activations; its ``gelu`` is the erf one, as transformers'). transformers'
+#: others are unknown to Keras (``gelu_new``) or another function there (``leaky_relu``, of
+#: another slope).
+ACTIVATIONS = ("gelu", "linear", "mish", "relu", "relu6", "sigmoid", "silu", "swish", "tanh")
 
 _RENAMES = [
     (r"embeddings\.(word|position|token_type)_embeddings\.weight", r"embeddings/\1_embeddings"),
@@ -173,6 +186,7 @@ def read(directory):
             "%s: model_type %r is not supported; only BERT checkpoints "
             '(model_type "bert") are' % (config_path, hf_config.get("model_type"))
         )
+    _refuse_what_bert4keras_computes_otherwise(config_path, hf_config)
     if not os.path.isfile(weights_path):
         only_bin = os.path.isfile(os.path.join(directory, "pytorch_model.bin"))
         raise CheckpointError(
@@ -186,6 +200,23 @@ def read(directory):
     check_file(weights_path)
     config = {key: hf_config[key] for key in CONFIG_KEYS if key in hf_config}
     return config, weights_path, lambda: google_variables(_load_tensors(weights_path))
+
+
+def _refuse_what_bert4keras_computes_otherwise(config_path, hf_config):
+    """Refuse a configuration that transformers reads as another model than the Google
+    configuration made of it (`CONFIG_KEYS`) would be: a `FIXED_KEYS` key of another value, or a
+    ``hidden_act`` not in `ACTIVATIONS`."""
+    for key, computed in FIXED_KEYS.items():
+        if hf_config.get(key, computed) != computed:
+            raise CheckpointError(
+                "%s: %s is %r, which neither the Google format nor bert4keras' BERT has (they compute %r): "
+                "the model would not be this one" % (config_path, key, hf_config[key], computed)
+            )
+    if hf_config.get("hidden_act") not in ACTIVATIONS:
+        raise CheckpointError(
+            "%s: hidden_act is %r, not one of the activations bert4keras computes as transformers does (%s)"
+            % (config_path, hf_config.get("hidden_act"), ", ".join(ACTIVATIONS))
+        )
 
 
 def _load_tensors(path):
