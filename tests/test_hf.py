@@ -219,6 +219,14 @@ def vocab_lines(lines):
     return write
 
 
+def weights_replaced_by(make):
+    def replace(directory):
+        os.remove(os.path.join(directory, "model.safetensors"))
+        make(os.path.join(directory, "model.safetensors"))
+
+    return replace
+
+
 TINY_VOCAB_LINES = [token.encode("utf-8") for token in TINY_VOCAB]
 
 
@@ -251,6 +259,8 @@ TINY_VOCAB_LINES = [token.encode("utf-8") for token in TINY_VOCAB]
         ),
         ({**TINY_CONFIG, "layer_norm_eps": 1e-3}, None, "config.json: layer_norm_eps is 0.001, which neither"),
         ({**TINY_CONFIG, "is_decoder": True}, None, "config.json: is_decoder is True, which neither"),
+        (TINY_CONFIG, weights_replaced_by(os.mkfifo), "model.safetensors: a FIFO, not a regular file"),
+        (TINY_CONFIG, weights_replaced_by(os.mkdir), "model.safetensors: a directory, not a regular file"),
     ],
     ids=[
         "a billion layers",
@@ -271,6 +281,8 @@ TINY_VOCAB_LINES = [token.encode("utf-8") for token in TINY_VOCAB]
         "relative positions",
         "another LayerNorm epsilon",
         "a decoder",
+        "weights a FIFO",
+        "weights a directory",
     ],
 )
 def test_convert_hf_refuses_what_encode_refuses_before_writing(tiny_hf, tmp_path, config, damage, said):

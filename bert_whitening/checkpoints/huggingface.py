@@ -187,7 +187,7 @@ def read(directory):
             '(model_type "bert") are' % (config_path, hf_config.get("model_type"))
         )
     _refuse_what_bert4keras_computes_otherwise(config_path, hf_config)
-    if not os.path.isfile(weights_path):
+    if not os.path.exists(weights_path):  # anything else there is check_file's: "a FIFO, not a regular file"
         only_bin = os.path.isfile(os.path.join(directory, "pytorch_model.bin"))
         raise CheckpointError(
             "missing %s%s; a Hugging Face BERT directory needs config.json, model.safetensors "
