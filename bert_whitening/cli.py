@@ -551,8 +551,8 @@ def add_convert_hf(commands):
         "convert-hf",
         formatter_class=HelpWithDefaults,
         help="write a Hugging Face BERT as a Google-format checkpoint",
-        description="Read config.json, model.safetensors and vocab.txt (no PyTorch needed) and "
-        "write bert_config.json, bert_model.ckpt.* with google-research/bert variable "
+        description="Read config.json, model.safetensors and vocab.txt with every check --model makes (no "
+        "PyTorch needed) and write bert_config.json, bert_model.ckpt.* with google-research/bert variable "
         "names, and vocab.txt, which bert4keras and the original scripts load. Other "
         "commands read Hugging Face directories directly; this is for tools that "
         "do not.",
