@@ -121,12 +121,15 @@ _KIND_NAMES = {"f": "floats", "i": "integers", "U": "text"}
 INFLATION_LIMIT, INFLATION_EXEMPT_BYTES = 4, 1 << 20
 
 
-def _first_three(names):
-    """``names`` in order, the first three of them and how many more: one line, however many."""
-    listed = sorted(
-        names, key=lambda name: [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
-    )
-    return ", ".join(listed[:3]) + (" and %d more" % (len(listed) - 3) if len(listed) > 3 else "")
+def first_few(items, shown=3):
+    """The first ``shown`` of ``items`` and how many more there are: one line, however many."""
+    more = " and %d more" % (len(items) - shown) if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
+def _in_number_order(names):
+    """``names`` sorted with their numbers compared as numbers (``kept_2`` before ``kept_10``)."""
+    return sorted(names, key=lambda name: [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)])
 
 
 class NpzMembers:
@@ -178,9 +181,11 @@ class NpzMembers:
         """Refuse a file whose arrays are not exactly ``names``."""
         missing, unexpected = set(names) - self.names, self.names - set(names)
         if missing:
-            raise self.error("%s: not a %s, missing %s" % (self.path, self.what, _first_three(missing)))
+            raise self.error("%s: not a %s, missing %s" % (self.path, self.what, first_few(_in_number_order(missing))))
         if unexpected:
-            raise self.error("%s: not a %s, unexpected arrays %s" % (self.path, self.what, _first_three(unexpected)))
+            raise self.error(
+                "%s: not a %s, unexpected arrays %s" % (self.path, self.what, first_few(_in_number_order(unexpected)))
+            )
 
     def array(self, name, shape=None, kinds="f", limit=None):
         """The array ``name``, refused before its data is read unless its shape is ``shape``

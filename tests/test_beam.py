@@ -255,7 +255,9 @@ def test_a_beam_input_that_is_not_a_regular_file_is_refused_as_such(tiny_model, 
     os.mkfifo(tmp_path / "in.fifo")
     output = tmp_path / ("vectors" if command == "beam-encode" else "w.npz")
     assert run(command, "--model", tiny_model[0], "--input", tmp_path / "in.fifo", "--output", output) == 1
-    assert caplog.messages[-1] == "%s: a FIFO, not a regular file: cannot be read as a Beam input" % (tmp_path / "in.fifo")
+    assert caplog.messages[-1] == "%s: a FIFO, not a regular file: cannot be read as a Beam input" % (
+        tmp_path / "in.fifo"
+    )
 
 
 def test_beam_fit_writes_its_output_as_every_local_output_is_written(tiny_model, corpus, tmp_path):

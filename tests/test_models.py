@@ -1,7 +1,9 @@
 """Encoders from a real Google-format checkpoint against the numpy BERT of tests/reference.py."""
 
+import json
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -267,6 +269,22 @@ def test_missing_checkpoint_files_are_named(model_copy, missing):
     os.remove(os.path.join(model_copy, missing))
     with pytest.raises(CheckpointError, match=missing.replace(".", r"\.")):
         build_encoder(model_copy)
+
+
+@pytest.mark.parametrize("hidden_act", ["bogus", None, ["gelu"]])
+def test_an_activation_bert4keras_cannot_build_is_refused_naming_the_file(model_copy, hidden_act):
+    """It failed deep in bert4keras' build: an unknown name, and a missing one, with a traceback."""
+    path = os.path.join(model_copy, "bert_config.json")
+    with open(path) as stream:
+        config = json.load(stream)
+    config["hidden_act"] = hidden_act
+    if hidden_act is None:
+        del config["hidden_act"]
+    with open(path, "w") as stream:
+        json.dump(config, stream)
+    said = r"bert_config.json: hidden_act is %s, not an activation bert4keras builds" % re.escape(repr(hidden_act))
+    with pytest.raises(CheckpointError, match=said):
+        build_encoder(str(model_copy), model_type="nezha")  # bert4keras' graph, whatever the activation
 
 
 def test_unreadable_file_and_missing_directory_are_named(model_copy, tmp_path):

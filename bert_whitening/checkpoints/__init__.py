@@ -24,7 +24,7 @@ import os
 import re
 from typing import Callable
 
-from bert_whitening.bounded import JSON_BYTES, VOCAB_BYTES, check_model_sizes, open_regular, read_limited
+from bert_whitening.bounded import JSON_BYTES, VOCAB_BYTES, check_model_sizes, first_few, open_regular, read_limited
 from bert_whitening.errors import CheckpointError
 from bert_whitening.files import file_sha256
 
@@ -108,18 +108,20 @@ class ModelFiles:
         ]
         problems = []
         if unused:
-            problems.append("the model does not use %s (%s)" % (_count(unused, "variable"), _listed(unused)))
+            problems.append("the model does not use %s (%s)" % (_count(unused, "variable"), first_few(unused)))
         if missing:
             hint = (
                 ": pooler pooling needs the pooler weights"
                 if any(name.startswith("bert/pooler/") for name in missing)
                 else ""
             )
-            problems.append("missing %s the model needs (%s%s)" % (_count(missing, "variable"), _listed(missing), hint))
+            problems.append(
+                "missing %s the model needs (%s%s)" % (_count(missing, "variable"), first_few(missing), hint)
+            )
         if reshaped:
             problems.append(
                 "%s another shape than the config gives (%s)"
-                % (_count(reshaped, "variable has", "variables have"), _listed(reshaped))
+                % (_count(reshaped, "variable has", "variables have"), first_few(reshaped))
             )
         if problems:
             raise CheckpointError(
@@ -318,19 +320,13 @@ def _refuse_repeated_tokens(vocab_path, tokens):
     if repeated:
         raise CheckpointError(
             "%s repeats %s, which bert4keras would map to one id: %s"
-            % (vocab_path, _count(repeated, "token"), _listed(repeated))
+            % (vocab_path, _count(repeated, "token"), first_few(repeated))
         )
 
 
 def _count(items, singular, plural=None):
     """``1 variable``, ``3 variables``."""
     return "%d %s" % (len(items), singular if len(items) == 1 else plural or singular + "s")
-
-
-def _listed(items, shown=3):
-    """The first ``shown`` items, and how many more there are."""
-    more = " and %d more" % (len(items) - shown) if len(items) > shown else ""
-    return ", ".join(items[:shown]) + more
 
 
 def read_bytes(path, limit):

@@ -11,11 +11,25 @@ CONFIG = "bert_config.json"
 CHECKPOINT = "bert_model.ckpt"
 
 
+#: The ``hidden_act`` values bert4keras builds: Keras' element-wise activations and its own GELUs
+#: (``gelu`` is the erf one). Any other failed deep in the model's build, with a traceback.
+ACTIVATIONS = (
+    ("gelu", "gelu_erf", "gelu_tanh", "relu", "relu6", "leaky_relu", "elu", "selu", "linear", "tanh")
+    + ("sigmoid", "hard_sigmoid", "swish", "silu", "mish", "softplus", "softsign", "exponential")
+)
+
+
 def read(directory):
     """``(config, prefix, load)``: the configuration, the checkpoint prefix, and a function giving
     that prefix (the files are checked to exist now; bert4keras reads the variables when the
     model is built)."""
-    config = read_json(os.path.join(directory, CONFIG))
+    config_path = os.path.join(directory, CONFIG)
+    config = read_json(config_path)
+    if config.get("hidden_act") not in ACTIVATIONS:
+        raise CheckpointError(
+            "%s: hidden_act is %r, not an activation bert4keras builds (%s)"
+            % (config_path, config.get("hidden_act"), ", ".join(ACTIVATIONS))
+        )
     prefix = checkpoint_prefix(directory)
     return config, prefix, lambda: prefix
 
