@@ -307,7 +307,7 @@ def evaluate_tasks(
 
     started = time.time()
     requested = settings(n_components, betas, gammas, methods, flow_seeds)
-    encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings, correlated=True)
+    encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings, _correlatable)
     first = next(iter(encoders.values()))
     if "flow" in methods:  # refused now rather than after the first task is encoded
         from bert_whitening.flow import FlowConfig
@@ -398,6 +398,11 @@ class Task:
         return "%s, %s pooling" % (self.name, pooling) if len(self.encoders) > 1 else self.name
 
 
+def _correlatable(split, pairs, file):
+    """Refuse a split ``eval`` cannot score: a Spearman with its labels needs pairs of two labels."""
+    check_labels(pairs, file, "evaluation")
+
+
 def load_tasks(
     spec: "EncoderConfig",
     tasks: Sequence[str],
@@ -405,20 +410,20 @@ def load_tasks(
     n_components: Sequence[int] = (),
     read: ReadOptions = ReadOptions(),
     poolings: Sequence[str] = (),
-    correlated: bool = False,
+    check_split: Optional[Callable[[str, list, str], None]] = None,
 ) -> tuple:
-    """``(encoders, [Task])``: the tasks' files read (for ``correlated``, a Spearman with the labels,
-    each split refused unless its labels differ), the options checked against the model's
-    configuration (``n_components`` against its hidden size), and then ``{pooling: Encoder}``
-    of ``poolings`` (else ``spec.pooling``) built together once, with the longest ``maxlen``
-    any task needs (each task encodes with its own)."""
+    """``(encoders, [Task])``: the tasks' files read (each split passed to ``check_split(split,
+    pairs, file)``, which refuses what the evaluation cannot score, naming the file), the options
+    checked against the model's configuration (``n_components`` against its hidden size), and
+    then ``{pooling: Encoder}`` of ``poolings`` (else ``spec.pooling``) built together once, with
+    the longest ``maxlen`` any task needs (each task encodes with its own)."""
     from bert_whitening.models import build
 
     directory = data_dir(directory)
     loaded = {task: load_task(task, directory, read.skip_bad_lines) for task in tasks}
-    for task, splits in loaded.items() if correlated else ():  # before any model is built
+    for task, splits in loaded.items() if check_split else ():  # before any model is built
         for split, pairs in splits.items():
-            check_labels(pairs, split_file(directory, task, split), "evaluation")
+            check_split(split, pairs, split_file(directory, task, split))
     maxlens = {task: task_maxlen(task, spec.maxlen) for task in tasks}
     poolings = list(poolings) or [spec.pooling]
     for pooling in poolings:

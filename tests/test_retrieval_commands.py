@@ -127,7 +127,7 @@ def test_eval_retrieval_scores_several_poolings_on_one_pass_as_each_alone(task_d
     assert figures["cls"] != figures["last-avg"]  # a pooling's figures in another's place would show
 
 
-def test_eval_retrieval_refuses_a_missing_split_and_odd_labels(task_dir, tiny_model, caplog):
+def test_eval_retrieval_refuses_a_missing_split_and_odd_labels(task_dir, tiny_model, caplog, monkeypatch):
     tmp_path, _, _ = task_dir
     argv = [
         "eval-retrieval",
@@ -142,9 +142,16 @@ def test_eval_retrieval_refuses_a_missing_split_and_odd_labels(task_dir, tiny_mo
     ]  # the default 256 is refused on a 24-dim model
     assert run(*argv, "--split", "train") == 1
     assert "TINY has no train split" in caplog.text
-    (tmp_path / "TINY" / "TINY.test.data").write_text("a\tb\t1\nc\td\t9\n", encoding="utf-8")
+    from bert_whitening import models
+
+    monkeypatch.setattr(models, "build", lambda *arguments: pytest.fail("built before the labels were checked"))
+    test_file = tmp_path / "TINY" / "TINY.test.data"
+    test_file.write_text("a\tb\t1\nc\td\t9\n", encoding="utf-8")
     assert run(*argv) == 1
-    assert "TINY.test: labels are neither all 0/1 nor 0-5 scores (found 9)" in caplog.text
+    assert caplog.messages[-1] == "%s: labels are neither all 0/1 nor 0-5 scores (found 9)" % test_file
+    test_file.write_text("a\tb\t0\nc\td\t1.5\n", encoding="utf-8")  # 0-5 scores, none from 4 up
+    assert run(*argv) == 1
+    assert caplog.messages[-1] == "%s: no positive pairs, so no queries" % test_file
 
 
 @pytest.fixture(scope="module")

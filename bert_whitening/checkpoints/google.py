@@ -13,9 +13,15 @@ CHECKPOINT = "bert_model.ckpt"
 
 #: The ``hidden_act`` values bert4keras builds: Keras' element-wise activations and its own GELUs
 #: (``gelu`` is the erf one). Any other failed deep in the model's build, with a traceback.
-ACTIVATIONS = (
-    ("gelu", "gelu_erf", "gelu_tanh", "relu", "relu6", "leaky_relu", "elu", "selu", "linear", "tanh")
-    + ("sigmoid", "hard_sigmoid", "swish", "silu", "mish", "softplus", "softsign", "exponential")
+ACTIVATIONS = ("gelu", "gelu_erf", "gelu_tanh", "relu", "relu6", "leaky_relu", "elu", "selu", "linear", "tanh") + (
+    "sigmoid",
+    "hard_sigmoid",
+    "swish",
+    "silu",
+    "mish",
+    "softplus",
+    "softsign",
+    "exponential",
 )
 
 

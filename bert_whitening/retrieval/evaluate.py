@@ -19,7 +19,7 @@ from bert_whitening.evaluation import (
     settings,
     whitened_settings,
 )
-from bert_whitening.retrieval.benchmark import CUTOFF, build_benchmark, read_distractors
+from bert_whitening.retrieval.benchmark import CUTOFF, build_benchmark, positive_labels, read_distractors
 from bert_whitening.retrieval.faiss_indexes import (
     HNSW_EF_CONSTRUCTION,
     HNSW_EF_SEARCH,
@@ -90,6 +90,17 @@ def evaluate_task(
     return found
 
 
+def _scorable(scored):
+    """A check of each split (`load_tasks`) refusing a ``scored`` split that cannot be scored:
+    labels on neither retrieval scale, or no positive pair to make a query of."""
+
+    def check(split, pairs, file):
+        if split == scored and not positive_labels([label for _, _, label in pairs], file).any():
+            raise DataError("%s: no positive pairs, so no queries" % file)
+
+    return check
+
+
 def evaluate_retrieval(
     spec: EncoderConfig,
     tasks: Sequence[str],
@@ -118,7 +129,7 @@ def evaluate_retrieval(
     started = time.time()
     requested = settings(n_components, betas, gammas)
     distractors = list(read_distractors(distractor_files, read.skip_bad_lines))
-    encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings)
+    encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings, _scorable(split))
     reports = {
         pooling: {
             "model": encoder.model_identity,
