@@ -216,6 +216,16 @@ def test_index_from_vectors_equals_index_from_text(indexed, tmp_path):
     assert IndexDirectory(str(again)).metadata == IndexDirectory(str(index)).metadata
 
 
+def test_index_from_vectors_alone_keys_each_row_by_its_number(indexed, tmp_path, monkeypatch):
+    model, corpus, whitening, vectors, index = indexed
+    monkeypatch.setattr(search_module, "NPY_BLOCK_ROWS", 7)  # 60 rows in blocks of 7: the numbers run on
+    alone = tmp_path / "alone"
+    argv = ["--model", model, "--whitening", whitening, "--n-components", 12, "--from-vectors", vectors]
+    assert run("index", *argv, "--output", alone) == 0
+    assert rows_of(alone) == [(str(vectors), row, None) for row in range(1, 61)]
+    np.testing.assert_array_equal(IndexDirectory(str(alone)).vectors(), np.load(vectors))
+
+
 def test_search_finds_each_sentence_first_with_cosine_1(indexed, capsys):
     model, corpus, whitening, vectors, index = indexed
     capsys.readouterr()

@@ -71,14 +71,12 @@ def build_index(
             if not keys:
                 raise DataError("%s: no beam-encode shards match" % from_beam)
             writer.add(vectors, keys)
-        elif from_vectors:
-            blocks = (block for _, block in npy_blocks(from_vectors, NPY_BLOCK_ROWS))
-            keyed = (
-                numbered_lines(inputs)
-                if inputs
-                else (((os.path.abspath(from_vectors), row), None) for row in itertools.count(1))
-            )
-            _add_keyed(writer, blocks, keyed)
+        elif from_vectors and inputs:
+            _add_keyed(writer, (block for _, block in npy_blocks(from_vectors, NPY_BLOCK_ROWS)), numbered_lines(inputs))
+        elif from_vectors:  # each row keyed by its own number: as many keys as rows, whatever their count
+            name = os.path.abspath(from_vectors)
+            for first, block in npy_blocks(from_vectors, NPY_BLOCK_ROWS):
+                writer.add(block, [(name, first + row) for row in range(1, len(block) + 1)])
         else:
             from bert_whitening.encoding import encode_stream, progress_bar
 
