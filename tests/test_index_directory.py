@@ -88,6 +88,12 @@ def test_a_file_that_is_not_a_regular_file_is_refused_without_reading_it(index, 
         (lambda m: json.dumps(dict(m, pooling=3)), "'pooling' is 3"),
         (lambda m: json.dumps({k: v for k, v in m.items() if k != "format_version"}), "earlier version"),
         (lambda m: json.dumps(dict(m, files={})), "lists files"),
+        (lambda m: json.dumps(dict(m, index="bogus")), "'index' is 'bogus', expected one of flat, hnsw"),
+        (lambda m: json.dumps(dict(m, hnsw_m=8)), "'hnsw_m' is 8, expected null for a flat index"),
+        (lambda m: json.dumps(dict(m, index="hnsw")), "'hnsw_m' is None, expected a positive integer"),
+        (lambda m: json.dumps(dict(m, normalize=False)), "'normalize' is False, expected true"),
+        (lambda m: json.dumps(dict(m, n_components=3)), "'n_components' is 3 without a whitening"),
+        (lambda m: json.dumps(dict(m, dim=5)), "'dim' is 5, but its encoder gives vectors of dimension 6"),
     ],
 )
 def test_a_malformed_index_json_is_one_line(index, edit, fragment):
@@ -105,7 +111,9 @@ def test_a_malformed_index_json_is_one_line(index, edit, fragment):
 )
 def test_index_json_disagreeing_with_the_index_is_refused(index, key, value, fragment):
     path = index / METADATA_FILE
-    path.write_text(json.dumps(dict(json.loads(path.read_text(encoding="utf-8")), **{key: value})))
+    metadata = dict(json.loads(path.read_text(encoding="utf-8")), **{key: value})
+    metadata["model"]["hidden_size"] = metadata["dim"]  # a record consistent in itself
+    path.write_text(json.dumps(metadata))
     with pytest.raises(ValueError, match=fragment):
         IndexDirectory(str(index)).index  # noqa: B018  reading it is the check
 
@@ -119,7 +127,7 @@ def test_an_empty_index_is_refused_naming_its_input(tmp_path):
 
 def test_a_file_name_that_is_not_utf8_is_recorded_as_text(tmp_path):
     name = os.fsdecode(b"/corpus/caf\xe9.txt")  # as Python gives an undecodable name
-    with IndexWriter(str(tmp_path / "index"), RECORD, 2) as writer:
+    with IndexWriter(str(tmp_path / "index"), dict(RECORD, model=dict(RECORD["model"], hidden_size=2)), 2) as writer:
         writer.add(unit([[1, 0], [0, 1]]), [(name, 1), (name, 2)], ["a", "b"])
     assert IndexDirectory(str(tmp_path / "index")).rows({1}) == {1: ("/corpus/caf\\xe9.txt", 2, "b")}
 

@@ -174,6 +174,13 @@ def indexed(tmp_path_factory, tiny_model):
     return model, corpus, whitening, vectors, index
 
 
+def one_error(caplog):
+    """The one line a refused command logged."""
+    errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+    assert len(errors) == 1 and "\n" not in errors[0], errors
+    return errors[0]
+
+
 def rows_of(index):
     """``[(file, line, text)]`` of every row of an index directory, in order."""
     opened = IndexDirectory(str(index))
@@ -249,6 +256,31 @@ def test_search_refuses_another_encoder(indexed, tmp_path, caplog):
     assert "other.npz is not the whitening %s was built with" % index in caplog.text
     assert run("search", "--index", index, "--pooling", "cls", "query") == 1
     assert "built with first-last-avg pooling, not cls: refused" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        ({"n_components": 6}, "'dim' is 12, but its encoder gives vectors of dimension 6 (n_components)"),
+        ({"normalize": False}, "'normalize' is False, expected true"),
+        ({"index": "bogus"}, "'index' is 'bogus'"),
+    ],
+)
+def test_search_and_export_refuse_an_index_json_no_index_has(indexed, tmp_path, caplog, edit, fragment):
+    """Once a traceback from FAISS (a query of another dimension) or TensorFlow (a corpus of another
+    dimension in serve_search), or scores that were not cosines."""
+    model, corpus, whitening, vectors, index = indexed
+    edited = tmp_path / "edited"
+    shutil.copytree(index, edited)
+    metadata = json.loads((edited / "index.json").read_text(encoding="utf-8"))
+    (edited / "index.json").write_text(json.dumps(dict(metadata, **edit)), encoding="utf-8")
+    k = edit.get("n_components", 12)
+    argv = ["--model", model, "--whitening", whitening, "--n-components", k, "--corpus", edited]
+    for command in (["search", "--index", edited, "query"], ["export", *argv, "--output", tmp_path / "served"]):
+        caplog.clear()
+        assert run(*command) == 1
+        assert one_error(caplog).startswith("%s: index.json: %s" % (edited, fragment))
+    assert not (tmp_path / "served").exists()
 
 
 def test_failed_index_leaves_no_directory(indexed, tmp_path, caplog):

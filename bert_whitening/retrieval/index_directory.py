@@ -21,7 +21,8 @@ swapped file (an ``index.faiss`` copied from another index of the same dimension
 refused; what is read afterwards is read from the descriptors that were checked
 (`IndexDirectory`). Then FAISS's dimension and row count, and the row counts of the keys and
 texts, must be ``index.json``'s. ``index.json`` is the root of this trust: its entries are
-type-checked; whoever can rewrite it can rewrite the rest.
+type-checked, and must describe an index `IndexWriter` writes (its kind, normalised vectors, the
+dimension its encoder gives); whoever can rewrite it can rewrite the rest.
 """
 
 import json
@@ -44,6 +45,9 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 2
 INDEX_FILE, KEYS_FILE, TEXTS_FILE = "index.faiss", "keys.tsv", "texts.jsonl"
 WHITENING_FILE, FLOW_FILE, METADATA_FILE = "whitening.npz", "flow.npz", "index.json"
+
+#: The kinds of FAISS index (``index.json``'s ``index``): exact ``IndexFlatIP``, or HNSW.
+INDEX_KINDS = ("flat", "hnsw")
 
 #: Largest ``index.json`` read: it holds a record and checksums, a few kB.
 METADATA_LIMIT = 1 << 20
@@ -190,7 +194,39 @@ class IndexDirectory:
             checked_record(metadata)
         except BertWhiteningError as error:
             self._refuse("%s: %s" % (METADATA_FILE, error))
+        self._check_written_by_us(metadata)
         return metadata
+
+    def _check_written_by_us(self, metadata):
+        """Refuse a record no index `IndexWriter` writes has, before anything relies on it: an
+        unknown kind of index, an M where it means nothing or none where it does, vectors not
+        L2-normalised (their inner products, printed as cosines, would not be), or a dimension
+        other than the one its encoder gives (a query of that encoder would then stop FAISS or
+        TensorFlow with a traceback)."""
+        kind, m = metadata["index"], metadata.get("hnsw_m")
+        if kind not in INDEX_KINDS:
+            self._refuse("%s: 'index' is %r, expected one of %s" % (METADATA_FILE, kind, ", ".join(INDEX_KINDS)))
+        if kind == "hnsw" and not (type(m) is int and m >= 1):
+            self._refuse("%s: 'hnsw_m' is %r, expected a positive integer for an HNSW index" % (METADATA_FILE, m))
+        if kind == "flat" and m is not None:
+            self._refuse("%s: 'hnsw_m' is %r, expected null for a flat index" % (METADATA_FILE, m))
+        if metadata.get("normalize") is not True:
+            self._refuse(
+                "%s: 'normalize' is %r, expected true: an index holds L2-normalised vectors"
+                % (METADATA_FILE, metadata.get("normalize"))
+            )
+        k = metadata["n_components"]
+        if bool(metadata["whitening"]) != (k > 0):
+            self._refuse(
+                "%s: 'n_components' is %d %s a whitening: a whitened index keeps k > 0 dimensions, another 0"
+                % (METADATA_FILE, k, "with" if metadata["whitening"] else "without")
+            )
+        encoded = k or metadata["model"]["hidden_size"]
+        if metadata["dim"] != encoded:
+            self._refuse(
+                "%s: 'dim' is %d, but its encoder gives vectors of dimension %d (%s)"
+                % (METADATA_FILE, metadata["dim"], encoded, "n_components" if k else "the model's hidden size")
+            )
 
     @property
     def index(self):
