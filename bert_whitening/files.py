@@ -145,6 +145,16 @@ class CheckedFile:
                 % (where, name, made, record, str(sha256)[:12])
             )
 
+    @property
+    def size(self):
+        """The file's size in bytes."""
+        return os.fstat(self._file.fileno()).st_size
+
+    def read_at(self, offset, length):
+        """Up to ``length`` bytes from ``offset``, not hashed: for a header whose claims are
+        checked before a reader trusts them (the reader then reads through `reading`)."""
+        return os.pread(self._file.fileno(), length, offset)
+
     @contextlib.contextmanager
     def reading(self):
         """A buffered binary stream of the file from its first byte; leaving the block reads what

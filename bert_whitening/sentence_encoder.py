@@ -413,13 +413,13 @@ class SentenceEncoder:
 
         check_outputs([(base, DIRECTORY)], self.config.read_paths() + [corpus])
         target_version(base, version, overwrite)  # refuse before TensorFlow and the model
-        from bert_whitening.export import export_saved_model
-
         vectors, metadata = None, {}
-        if corpus:
+        if corpus:  # the index is opened and checked before TensorFlow too
             from bert_whitening.retrieval.search import corpus_for_export
 
             vectors, metadata["corpus"] = corpus_for_export(corpus, self.config)
+        from bert_whitening.export import export_saved_model
+
         return export_saved_model(
             self.keras_encoder,
             base,

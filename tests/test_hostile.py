@@ -600,12 +600,18 @@ def test_refusals_are_decided_before_tensorflow_is_imported(work, tmp_path):
     (tmp_path / "a_file").write_text("", encoding="utf-8")
     other = tmp_path / "w8.npz"  # fitted on 8-dimensional vectors: not the tiny model's 24
     fit_whitening(WhiteningStats().update(np.random.default_rng(0).normal(size=(40, 8)))).save(str(other))
+    index = tmp_path / "index"  # its index.json then says one row fewer than it has
+    assert here("index", "--model", work["model"], "--output", index, work["sentences"]).returncode == 0
+    record = json.loads((index / "index.json").read_text(encoding="utf-8"))
+    (index / "index.json").write_text(json.dumps(dict(record, count=record["count"] - 1)), encoding="utf-8")
     export = ["export", "--model", work["model"], "--whitening", work["whitening"], "--output"]
     cases = [
         export + [tmp_path / "served", "--version", "1"],  # an existing version
         export + [tmp_path / "a_file"],  # a base that is a file
         ["fit", "--model", work["model"], "--output", tmp_path / "w.npz", tmp_path / "missing.txt"],
         ["encode", "--model", work["model"], "--whitening", other, "--output", tmp_path / "v.npy", work["sentences"]],
+        ["search", "--index", index, "query"],
+        ["export", "--model", work["model"], "--corpus", index, "--output", tmp_path / "served-corpus"],
     ]
     statuses, imported, stderr = commands_in_a_fresh_process(cases)
     assert statuses == [1] * len(cases), stderr

@@ -1,9 +1,11 @@
 """An index directory is trusted only as far as it checks out: every file verified before FAISS
 reads it, nothing outside it read at search time, one-line refusals for what was edited."""
 
+import hashlib
 import json
 import os
 import shutil
+import struct
 
 import numpy as np
 import pytest
@@ -19,9 +21,10 @@ from bert_whitening.retrieval.index_directory import (
 )
 
 
-def write_index(directory, seed=0, rows=12, dim=6, texts=True):
+def write_index(directory, seed=0, rows=12, dim=6, texts=True, hnsw_m=0):
     vectors = unit(np.random.default_rng(seed).normal(size=(rows, dim))).astype(np.float32)
-    with IndexWriter(str(directory), dict(RECORD, model=dict(RECORD["model"], hidden_size=dim)), dim) as writer:
+    record = dict(RECORD, model=dict(RECORD["model"], hidden_size=dim))
+    with IndexWriter(str(directory), record, dim, hnsw_m) as writer:
         writer.add(
             vectors,
             [("/corpus/%d.txt" % seed, i + 1) for i in range(rows)],
@@ -116,6 +119,85 @@ def test_index_json_disagreeing_with_the_index_is_refused(index, key, value, fra
     path.write_text(json.dumps(metadata))
     with pytest.raises(ValueError, match=fragment):
         IndexDirectory(str(index)).index  # noqa: B018  reading it is the check
+
+
+@pytest.mark.parametrize("rows, hnsw_m", [(1, 2), (300, 2), (40, 32)])
+def test_an_hnsw_index_opens_with_its_vectors(tmp_path, rows, hnsw_m):
+    """Its graph (several levels with M = 2 on 300 rows) passes the layout check as written."""
+    vectors = write_index(tmp_path / "index", rows=rows, hnsw_m=hnsw_m)
+    opened = IndexDirectory(str(tmp_path / "index"))
+    assert (opened.metadata["index"], opened.metadata["hnsw_m"]) == ("hnsw", hnsw_m)
+    np.testing.assert_array_equal(opened.vectors(), vectors)
+    assert opened.search(vectors[:1], 1)[1].tolist() == [[0]]
+
+
+def forged(directory, edit, **entries):
+    """``index.faiss`` rewritten by ``edit`` (of its bytes), with its checksum and ``entries`` in
+    index.json to match: what someone who can write index.json can do."""
+    path = directory / INDEX_FILE
+    path.write_bytes(edit(path.read_bytes()))
+    metadata = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8"))
+    metadata.update(entries)
+    metadata["files"][INDEX_FILE] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (directory / METADATA_FILE).write_text(json.dumps(metadata), encoding="utf-8")
+
+
+def at(offset, fields, *values):
+    """An edit writing ``values`` packed as ``fields`` at ``offset``."""
+    packed = struct.pack(fields, *values)
+    return lambda data: data[:offset] + packed + data[offset + len(packed) :]
+
+
+#: Where FAISS writes an index's row count and its metric, and where its header ends (a flat
+#: index's vectors' length, an HNSW one's arrays).
+NTOTAL, METRIC, HEADER_END = 8, 33, 37
+
+
+def at_hnsw_array(number, length):
+    """An edit of an HNSW index's array ``number`` (0: level probabilities, 1: neighbours per
+    level, 2: levels, 3: offsets, 4: neighbours) to claim ``length`` entries."""
+
+    def edit(data):
+        offset = HEADER_END
+        for itemsize in (8, 4, 4, 8, 4)[:number]:
+            offset += 8 + itemsize * struct.unpack_from("<Q", data, offset)[0]
+        return at(offset, "<Q", length)(data)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "hnsw_m, edit, entries, fragment",
+    [
+        (  # 2^28 vectors claimed in a 333-byte file, and by index.json
+            0,
+            lambda data: at(NTOTAL, "<q", 1 << 28)(at(HEADER_END, "<Q", 6 << 28)(data)),
+            {"count": 1 << 28},
+            "claims 1610612736 vector components (6442450944 bytes) with 288 bytes left in the file",
+        ),
+        (0, lambda data: data[:40], {}, "ends at byte 40, before the index it should hold"),
+        (0, lambda data: data + b"more", {}, "has 4 bytes after the index it holds"),
+        (0, at(METRIC, "<i", 1), {}, "holds an index of FAISS metric 1, not inner product"),
+        (0, lambda data: data, {"index": "hnsw", "hnsw_m": 4}, "of kind b'IxFI' where b'IHNf' is expected"),
+        (4, lambda data: data, {"index": "flat", "hnsw_m": None}, "of kind b'IHNf' where b'IxFI' is expected"),
+        (4, at_hnsw_array(2, 1 << 40), {}, "holds 1099511627776 levels where 12 are expected"),
+        (4, at_hnsw_array(4, 1 << 36), {}, "claims 68719476736 neighbours (274877906944 bytes) with"),
+    ],
+)
+def test_a_forged_index_faiss_is_refused_at_opening_before_faiss_reads_it(
+    tmp_path, monkeypatch, hnsw_m, edit, entries, fragment
+):
+    """FAISS allocates what a length in the file claims before reading it: a small forged file
+    once made it allocate gigabytes before it found the file short."""
+    import faiss
+
+    write_index(tmp_path / "index", hnsw_m=hnsw_m)
+    forged(tmp_path / "index", edit, **entries)
+    monkeypatch.setattr(faiss, "read_index", lambda *_: pytest.fail("FAISS read a forged index.faiss"))
+    with pytest.raises(ValueError) as raised:
+        IndexDirectory(str(tmp_path / "index")).vectors()
+    assert str(raised.value).startswith("%s: index.faiss " % (tmp_path / "index"))
+    assert fragment in str(raised.value) and "\n" not in str(raised.value)
 
 
 def test_an_empty_index_is_refused_naming_its_input(tmp_path):

@@ -258,6 +258,15 @@ def test_search_refuses_another_encoder(indexed, tmp_path, caplog):
     assert "built with first-last-avg pooling, not cls: refused" in caplog.text
 
 
+def edited_copy(directory, tmp_path, **entries):
+    """A copy of the index ``directory`` whose index.json has ``entries`` in place of its own."""
+    edited = tmp_path / "edited"
+    shutil.copytree(directory, edited)
+    metadata = json.loads((edited / "index.json").read_text(encoding="utf-8"))
+    (edited / "index.json").write_text(json.dumps(dict(metadata, **entries)), encoding="utf-8")
+    return edited
+
+
 @pytest.mark.parametrize(
     "edit, fragment",
     [
@@ -270,10 +279,7 @@ def test_search_and_export_refuse_an_index_json_no_index_has(indexed, tmp_path, 
     """Once a traceback from FAISS (a query of another dimension) or TensorFlow (a corpus of another
     dimension in serve_search), or scores that were not cosines."""
     model, corpus, whitening, vectors, index = indexed
-    edited = tmp_path / "edited"
-    shutil.copytree(index, edited)
-    metadata = json.loads((edited / "index.json").read_text(encoding="utf-8"))
-    (edited / "index.json").write_text(json.dumps(dict(metadata, **edit)), encoding="utf-8")
+    edited = edited_copy(index, tmp_path, **edit)
     k = edit.get("n_components", 12)
     argv = ["--model", model, "--whitening", whitening, "--n-components", k, "--corpus", edited]
     for command in (["search", "--index", edited, "query"], ["export", *argv, "--output", tmp_path / "served"]):
@@ -281,6 +287,16 @@ def test_search_and_export_refuse_an_index_json_no_index_has(indexed, tmp_path, 
         assert run(*command) == 1
         assert one_error(caplog).startswith("%s: index.json: %s" % (edited, fragment))
     assert not (tmp_path / "served").exists()
+
+
+def test_search_refuses_an_index_at_odds_with_itself_before_the_model_is_built(indexed, tmp_path, caplog, monkeypatch):
+    """Once refused only after the model was built and every query encoded."""
+    from bert_whitening import models
+
+    edited = edited_copy(indexed[-1], tmp_path, count=59)
+    monkeypatch.setattr(models, "build", lambda *_: pytest.fail("the model was built"))
+    assert run("search", "--index", edited, "query") == 1
+    assert one_error(caplog) == "%s: index.faiss holds 60 vectors of dimension 12; index.json says 59 of 12" % edited
 
 
 def test_failed_index_leaves_no_directory(indexed, tmp_path, caplog):

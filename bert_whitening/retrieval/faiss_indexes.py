@@ -7,12 +7,13 @@ need it.
 
 import contextlib
 import logging
+import struct
 import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bert_whitening.errors import BertWhiteningError
+from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.retrieval.benchmark import CUTOFF, exact_search, overlap_at_k, retrieval_metrics
 
 #: HNSW build and search parameters (FAISS defaults are M 32, efConstruction 40, efSearch 16).
@@ -41,6 +42,87 @@ def hnsw_index(dim: int, m: int = HNSW_M):
     index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
     index.hnsw.efSearch = HNSW_EF_SEARCH
     return index
+
+
+#: What ``faiss.write_index`` writes before every index (``write_index_header``): four characters
+#: naming its kind, the dimension, the row count, two unused words, whether it is trained, the
+#: metric; then the arrays of its kind, each after its length (``_LENGTH``).
+_HEADER, _LENGTH = struct.Struct("<4siqqq?i"), struct.Struct("<Q")
+#: The four characters of the kinds an index directory holds: ``IndexFlatIP``, ``IndexHNSWFlat``
+#: (whose vectors follow its graph as an ``IndexFlatIP``).
+FOURCC = {"flat": b"IxFI", "hnsw": b"IHNf"}
+#: The arrays of an HNSW graph, in file order: name, bytes per entry, and the entries it must
+#: hold for ``count`` vectors (None: any that the file holds).
+_HNSW_ARRAYS = (
+    ("level probabilities", 8, None),
+    ("neighbours per level", 4, None),
+    ("levels", 4, lambda count: count),
+    ("offsets", 8, lambda count: count + 1),
+    ("neighbours", 4, None),
+)
+#: The graph's numbers after its arrays: entry point, top level, efConstruction, efSearch, unused.
+_HNSW_SCALARS = struct.Struct("<iiiii")
+#: ``faiss.METRIC_INNER_PRODUCT`` (FAISS need not be imported to check a file).
+_METRIC_INNER_PRODUCT = 0
+
+
+def check_index_layout(read_at, size: int, kind: str, count: int, dim: int):
+    """Refuse a FAISS file of ``size`` bytes (``read_at(offset, length)`` reads it) unless it is
+    laid out as the ``kind`` index (``"flat"`` or ``"hnsw"``) of ``count`` float32 vectors of
+    ``dim`` (all three as an index directory's ``index.json`` records them) that
+    ``faiss.write_index`` writes of `flat_index` and `hnsw_index`, reading its headers and array
+    lengths alone. FAISS allocates what each length in the file claims before it reads the bytes,
+    so a small crafted file could make it allocate gigabytes: after this check, every array lies
+    within the file and the vectors are exactly ``count`` x ``dim`` x 4 bytes, so what FAISS
+    allocates is bounded by the file's size. A `DataError` says what is wrong, for the caller to
+    name the file."""
+    layout = _Layout(read_at, size)
+    if kind == "hnsw":
+        layout.header(FOURCC["hnsw"], count, dim)
+        for name, itemsize, entries in _HNSW_ARRAYS:
+            layout.array(name, itemsize, entries and entries(count))
+        layout.take(_HNSW_SCALARS)
+    layout.header(FOURCC["flat"], count, dim)
+    layout.array("vector components", 4, count * dim)
+    if layout.offset != size:
+        raise DataError("has %d bytes after the index it holds" % (size - layout.offset))
+
+
+class _Layout:
+    """A walk through a FAISS file's headers and array lengths from its first byte, checking each
+    against what the file must be and the bytes it has left."""
+
+    def __init__(self, read_at, size):
+        self.read_at, self.size, self.offset = read_at, size, 0
+
+    def take(self, fields):
+        data = self.read_at(self.offset, fields.size)
+        if len(data) != fields.size:
+            raise DataError("ends at byte %d, before the index it should hold" % (self.offset + len(data)))
+        self.offset += fields.size
+        return fields.unpack(data)
+
+    def header(self, fourcc, count, dim):
+        found, found_dim, found_count, _, _, _, metric = self.take(_HEADER)
+        if found != fourcc:
+            raise DataError("holds a FAISS index of kind %r where %r is expected" % (found, fourcc))
+        if (found_count, found_dim) != (count, dim):
+            raise DataError(
+                "holds %d vectors of dimension %d; index.json says %d of %d" % (found_count, found_dim, count, dim)
+            )
+        if metric != _METRIC_INNER_PRODUCT:
+            raise DataError("holds an index of FAISS metric %d, not inner product" % metric)
+
+    def array(self, name, itemsize, entries=None):
+        (length,) = self.take(_LENGTH)
+        if entries is not None and length != entries:
+            raise DataError("holds %d %s where %d are expected" % (length, name, entries))
+        if length * itemsize > self.size - self.offset:
+            raise DataError(
+                "claims %d %s (%d bytes) with %d bytes left in the file: damaged or crafted"
+                % (length, name, length * itemsize, self.size - self.offset)
+            )
+        self.offset += length * itemsize
 
 
 def index_bytes(index) -> int:

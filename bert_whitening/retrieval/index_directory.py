@@ -19,10 +19,13 @@ file (a FIFO or a device under one of these names would block or never end; a li
 anywhere), and that its sha256 is the one ``index.json`` records, so a damaged, truncated or
 swapped file (an ``index.faiss`` copied from another index of the same dimension, say) is
 refused; what is read afterwards is read from the descriptors that were checked
-(`IndexDirectory`). Then FAISS's dimension and row count, and the row counts of the keys and
-texts, must be ``index.json``'s. ``index.json`` is the root of this trust: its entries are
-type-checked, and must describe an index `IndexWriter` writes (its kind, normalised vectors, the
-dimension its encoder gives); whoever can rewrite it can rewrite the rest.
+(`IndexDirectory`). Then ``index.faiss`` must be laid out as the index ``index.json`` describes
+(`bert_whitening.retrieval.faiss_indexes.check_index_layout`: kind, count, dimension, every array
+within the file), still before FAISS reads it, and the keys and texts must have ``index.json``'s
+row count. ``index.json`` is the root of this trust: its entries are type-checked, and must
+describe an index `IndexWriter` writes (its kind, normalised vectors, the dimension its encoder
+gives); whoever can rewrite it can rewrite the rest, but not make a reader allocate more than the
+files hold.
 """
 
 import json
@@ -35,7 +38,7 @@ from bert_whitening.atomic import publish_directory, staged_directory
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import CheckedFile, file_sha256, open_directory, read_limited_at
-from bert_whitening.retrieval.faiss_indexes import faiss, hnsw_index
+from bert_whitening.retrieval.faiss_indexes import check_index_layout, faiss, hnsw_index
 from bert_whitening.whitening import check_vectors
 
 logger = logging.getLogger(__name__)
@@ -154,6 +157,11 @@ class IndexDirectory:
         finally:
             os.close(descriptor)
         self.count, self.dim = self.metadata["count"], self.metadata["dim"]
+        index_file = self._files[INDEX_FILE]
+        try:
+            check_index_layout(index_file.read_at, index_file.size, self.metadata["index"], self.count, self.dim)
+        except DataError as error:
+            self._refuse("%s %s" % (INDEX_FILE, error))
         self._index = None
 
     def _refuse(self, problem):
@@ -230,18 +238,15 @@ class IndexDirectory:
 
     @property
     def index(self):
-        """The FAISS index, read from the checked descriptor once, and checked against index.json."""
+        """The FAISS index, read from the checked descriptor once: the layout of the bytes it reads
+        was checked at opening (`check_index_layout`: index.json's kind, count and dimension), and
+        `CheckedFile.reading` refuses them if they changed since."""
         if self._index is None:
             with self._files[INDEX_FILE].reading() as stream:
                 try:
                     index = faiss().read_index(faiss().PyCallbackIOReader(stream.read))
                 except RuntimeError as error:
                     self._refuse("FAISS cannot read %s (%s)" % (INDEX_FILE, str(error).splitlines()[0]))
-            if (index.d, index.ntotal) != (self.dim, self.count):
-                self._refuse(
-                    "%s holds %d vectors of dimension %d; index.json says %d of %d"
-                    % (INDEX_FILE, index.ntotal, index.d, self.count, self.dim)
-                )
             self._index = index
         return self._index
 

@@ -161,15 +161,15 @@ def search(
     "score" (cosine), "file", "line", "text"}]}]``, all read from the index directory: a path,
     or an `IndexDirectory` opened earlier, read from the descriptors checked then (what
     `SentenceEncoder.index` returns searches the index it wrote, whatever bears its name since)."""
-    from bert_whitening.encoding import encode
-
     index = directory if isinstance(directory, IndexDirectory) else IndexDirectory(directory)
+    config = query_config(index, model, pooling, whitening_path)
+    queries, top_k = sentence_list(queries, "queries"), positive_int(top_k, "top_k")
+    index.index  # noqa: B018  read by FAISS now: whatever is refused is refused before TensorFlow and the model
+    from bert_whitening.encoding import encode
     from bert_whitening.models import build
 
-    encoder = build(query_config(index, model, pooling, whitening_path))
-    queries = sentence_list(queries, "queries")
-    vectors = encode(encoder, queries, batch_size, progress=False)
-    scores, ids = index.search(vectors, positive_int(top_k, "top_k"))
+    vectors = encode(build(config), queries, batch_size, progress=False)
+    scores, ids = index.search(vectors, top_k)
     rows = index.rows(set(ids.ravel().tolist()) - {-1})
     return hits(queries, scores, ids, lambda row: rows[row])
 
