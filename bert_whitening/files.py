@@ -168,6 +168,14 @@ class CheckedFile:
             raise
         self._refuse_changed(raw)
 
+    def count_lines(self):
+        """How many lines the file holds (a last one without its line end counted)."""
+        lines, last = 0, b"\n"
+        with self.reading() as stream:
+            for block in iter(lambda: stream.read(BLOCK), b""):
+                lines, last = lines + block.count(b"\n"), block[-1:]
+        return lines + (last != b"\n")
+
     def read(self):
         """The whole file as `NamedBytes`, its sha256 checked again on these very bytes."""
         with self.reading() as stream:

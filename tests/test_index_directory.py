@@ -131,14 +131,14 @@ def test_an_hnsw_index_opens_with_its_vectors(tmp_path, rows, hnsw_m):
     assert opened.search(vectors[:1], 1)[1].tolist() == [[0]]
 
 
-def forged(directory, edit, **entries):
-    """``index.faiss`` rewritten by ``edit`` (of its bytes), with its checksum and ``entries`` in
-    index.json to match: what someone who can write index.json can do."""
-    path = directory / INDEX_FILE
+def forged(directory, edit, name=INDEX_FILE, **entries):
+    """The file ``name`` rewritten by ``edit`` (of its bytes), with its checksum and ``entries``
+    in index.json to match: what someone who can write index.json can do."""
+    path = directory / name
     path.write_bytes(edit(path.read_bytes()))
     metadata = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8"))
     metadata.update(entries)
-    metadata["files"][INDEX_FILE] = hashlib.sha256(path.read_bytes()).hexdigest()
+    metadata["files"][name] = hashlib.sha256(path.read_bytes()).hexdigest()
     (directory / METADATA_FILE).write_text(json.dumps(metadata), encoding="utf-8")
 
 
@@ -198,6 +198,34 @@ def test_a_forged_index_faiss_is_refused_at_opening_before_faiss_reads_it(
         IndexDirectory(str(tmp_path / "index")).vectors()
     assert str(raised.value).startswith("%s: index.faiss " % (tmp_path / "index"))
     assert fragment in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("name", [KEYS_FILE, TEXTS_FILE])
+@pytest.mark.parametrize(
+    "edit, rows",
+    [
+        (lambda data: data[: data.rindex(b"\n", 0, -1) + 1], 11),  # the last row dropped
+        (lambda data: data + data.split(b"\n", 1)[0] + b"\n", 13),  # the first row again at the end
+    ],
+)
+def test_keys_or_texts_of_another_row_count_are_refused_at_opening_naming_the_file(index, name, edit, rows):
+    forged(index, edit, name)
+    with pytest.raises(ValueError, match="^%s: %s holds %d rows; index.json says 12$" % (index, name, rows)):
+        IndexDirectory(str(index))
+
+
+@pytest.mark.parametrize(
+    "name, line, fragment",
+    [
+        (KEYS_FILE, b"/corpus/0.txt 1\n", "keys.tsv line 1: expected file<TAB>line"),
+        (TEXTS_FILE, b"{not json\n", "texts.jsonl line 1: expected a JSON string or null"),
+        (TEXTS_FILE, b"[1]\n", "texts.jsonl line 1: expected a JSON string or null"),
+    ],
+)
+def test_a_malformed_row_names_its_file_and_line(index, name, line, fragment):
+    forged(index, lambda data: line + data.split(b"\n", 1)[1], name)
+    message = refused(index, fragment)
+    assert message == "%s: %s" % (index, fragment)
 
 
 def test_an_empty_index_is_refused_naming_its_input(tmp_path):

@@ -162,6 +162,10 @@ class IndexDirectory:
             check_index_layout(index_file.read_at, index_file.size, self.metadata["index"], self.count, self.dim)
         except DataError as error:
             self._refuse("%s %s" % (INDEX_FILE, error))
+        for name in (KEYS_FILE, TEXTS_FILE):
+            rows = self._files[name].count_lines()
+            if rows != self.count:
+                self._refuse("%s holds %d rows; index.json says %d" % (name, rows, self.count))
         self._index = None
 
     def _refuse(self, problem):
@@ -277,20 +281,21 @@ class IndexDirectory:
         the keys and texts (a search needs a few rows of a large index)."""
         found = {}
         with self._files[KEYS_FILE].reading() as keys, self._files[TEXTS_FILE].reading() as texts:
-            row = -1
-            for row, (key, text) in enumerate(zip(keys, texts, strict=False)):
+            for row, (key, text) in enumerate(zip(keys, texts, strict=False)):  # as many rows: checked at opening
                 if row in wanted:
                     found[row] = self._row(row, key, text)
-        self._check_rows(row + 1)
         return found
 
     def _row(self, row, key, text):
         fields = key.decode("utf-8", "replace").rstrip("\n").rsplit("\t", 1)
         try:
-            return fields[0], int(fields[1]), json.loads(text)
+            file, line = fields[0], int(fields[1])
         except (IndexError, ValueError):
-            self._refuse("%s/%s line %d: expected file<TAB>line and a JSON text" % (KEYS_FILE, TEXTS_FILE, row + 1))
-
-    def _check_rows(self, rows_read):
-        if rows_read < self.count:
-            self._refuse("%s and %s hold %d rows; index.json says %d" % (KEYS_FILE, TEXTS_FILE, rows_read, self.count))
+            self._refuse("%s line %d: expected file<TAB>line" % (KEYS_FILE, row + 1))
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = text  # the line's bytes: refused below, as a number or a list would be
+        if parsed is not None and not isinstance(parsed, str):
+            self._refuse("%s line %d: expected a JSON string or null" % (TEXTS_FILE, row + 1))
+        return file, line, parsed
