@@ -205,7 +205,7 @@ def test_a_failed_index_leaves_no_directory(tmp_path, problem):
         "nan": r"corpus.txt:2: the vector holds nan \(column 0\)",
         "more-lines": r"corpus.txt:5: more lines",
         "fewer-lines": "fewer lines",
-        "dimension": "dimension 5",
+        "dimension": r"corpus.txt: vectors of dimension 3, but the encoder options give 5 \(m, not whitened\)",
     }[problem]
     with pytest.raises(ValueError, match=message):
         with IndexWriter(str(output), RECORD, 5 if problem == "dimension" else 3, source=str(corpus)) as writer:

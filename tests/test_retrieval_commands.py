@@ -322,11 +322,24 @@ def test_failed_index_leaves_no_directory(indexed, tmp_path, caplog):
         == 1
     )
     assert "fewer lines than vectors" in caplog.text
-    assert (
-        run("index", "--model", model, "--whitening", whitening, "--from-vectors", vectors, "--output", target) == 1
-    )  # 24 dimensions by default, the vectors have 12
-    assert "dimension 24" in caplog.text
     assert not target.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".")]
+
+
+@pytest.mark.parametrize(
+    "whitened, said",
+    [
+        (False, "24 (tiny_bert, not whitened): whitened vectors? give the --whitening FILE.npz and --n-components 12"),
+        (True, "24 (tiny_bert, n_components 24): give the --n-components 12"),  # a whitening keeps all 24 by default
+    ],
+)
+def test_index_from_vectors_of_another_dimension_blames_the_vectors(indexed, tmp_path, caplog, whitened, said):
+    """Not the first line of the corpus they were indexed with, as it once did."""
+    model, corpus, whitening, vectors, index = indexed
+    options = ["--whitening", whitening] if whitened else []
+    assert run("index", "--model", model, *options, "--from-vectors", vectors, "--output", tmp_path / "i", corpus) == 1
+    expected = "%s: vectors of dimension 12, but the encoder options give %s they were made with" % (vectors, said)
+    assert one_error(caplog) == expected
+    assert not (tmp_path / "i").exists()
 
 
 @pytest.mark.slow

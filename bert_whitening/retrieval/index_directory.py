@@ -87,10 +87,10 @@ class IndexWriter:
     def add(self, vectors, keys, texts=None):
         """Add ``vectors`` (unit rows) with their ``[(file, line)]`` keys and texts (None: none)."""
         vectors = np.asarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2 or vectors.shape[1] != self.dim:
-            raise BertWhiteningError(
-                "%s:%s: vectors of shape %s for an index of dimension %d" % (*keys[0], vectors.shape, self.dim)
-            )
+        if vectors.ndim != 2:
+            raise BertWhiteningError("%s: vectors of shape %s, not one vector a row" % (self.source, vectors.shape))
+        if vectors.shape[1] != self.dim:
+            self._refuse_dimension(vectors.shape[1])
         if len(keys) != len(vectors):
             raise BertWhiteningError("%d keys for %d vectors" % (len(keys), len(vectors)))
         check_vectors(vectors, self.source, normalized=True, keys=keys)
@@ -98,6 +98,26 @@ class IndexWriter:
             self.keys.write("%s\t%d\n" % (shown_name(path).replace("\t", "\\t").replace("\n", "\\n"), line))
             self.texts.write(json.dumps(text, ensure_ascii=False) + "\n")
         self.index.add(np.ascontiguousarray(vectors))
+
+    def _refuse_dimension(self, found):
+        """Refuse vectors of dimension ``found``, not this index's, naming their input, what the
+        encoder options give and, where a whitening gives ``found``, the options that would:
+        vectors indexed with the options of others (whitened ones without ``--whitening``,
+        another k) are the likely mistake, and the input is at fault, not a corpus line."""
+        model, k = self.record["model"], self.record["n_components"]
+        given = "n_components %d" % k if k else "with a flow" if self.flow is not None else "not whitened"
+        hint = ""
+        if found < model["hidden_size"] and self.flow is None:
+            hint = (
+                ": give the --n-components %d they were made with" % found
+                if k
+                else ": whitened vectors? give the --whitening FILE.npz and --n-components %d they were made with"
+                % found
+            )
+        raise DataError(
+            "%s: vectors of dimension %d, but the encoder options give %d (%s, %s)%s"
+            % (self.source, found, self.dim, model["name"], given, hint)
+        )
 
     def __exit__(self, kind, error, traceback):
         self.keys.close()
