@@ -11,6 +11,7 @@ No TensorFlow here: the checks a command runs before it loads a model (`check_mo
 describes.
 """
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -421,23 +422,27 @@ class EncoderConfig:
         replaces the recorded directory (a model that moved) and is checked against the recorded
         identity. A record of an earlier version (no ``normalize``: it was True for indexes; no
         ``flow``) is read too. ``where``, the file the record was read from (a saved encoder's
-        ``sentence_encoder.json``, an index's ``index.json``), begins every refusal: a value
-        edited there is refused by the checks of any encoder, which do not know where it came
-        from."""
-        try:
-            return cls._from_record(config, whitening, model, flow)
-        except BertWhiteningError as error:
-            if where is None:
-                raise
-            raise type(error)("%s: %s" % (where, error)) from None
+        ``sentence_encoder.json``, an index's ``index.json``), begins every refusal of what the
+        record says: a value edited there is refused by the checks of any encoder, which do not
+        know where it came from. A ``model`` the caller gave is not the record's: its own
+        refusals (a directory that does not exist) name it alone."""
+        with _blamed_on(where):
+            built = cls._from_record(config, whitening, model, flow)
+        if model is not None:
+            built.files  # noqa: B018  found (and checked) now, outside the record's refusals
+        with _blamed_on(where):
+            check_same_model("the record", config["model"], built.identity)
+            built.check()
+        return built
 
     @classmethod
     def _from_record(cls, config, whitening, model, flow):
+        """The encoder ``config`` describes, not yet checked against its model."""
         config = checked_record(config)
         recorded = config["whitening"]
         _check_recorded("whitening", recorded, whitening, whitening_summary)
         _check_recorded("flow", config.get("flow"), flow, flow_summary)
-        built = cls(
+        return cls(
             model=model or config["model_dir"],
             model_type=config["model"]["type"],
             pooling=config["pooling"],
@@ -451,9 +456,6 @@ class EncoderConfig:
             flow=flow,
             flow_path=(config.get("flow") or {}).get("path"),
         )
-        check_same_model("the record", config["model"], built.identity)
-        built.check()
-        return built
 
     def differences(self, config):
         """``["field: ours vs theirs", ...]`` over `VECTOR_FIELDS` against a record ``config``;
@@ -474,6 +476,18 @@ class EncoderConfig:
             if not same:
                 found.append("%s: %s vs %s" % (field, mine, other))
         return found
+
+
+@contextlib.contextmanager
+def _blamed_on(where):
+    """Refusals inside the block begin with ``where``, the file a record was read from (none:
+    unchanged)."""
+    try:
+        yield
+    except BertWhiteningError as error:
+        if where is None:
+            raise
+        raise type(error)("%s: %s" % (where, error)) from None
 
 
 def _file_record(path):

@@ -299,6 +299,17 @@ def test_search_refuses_an_index_at_odds_with_itself_before_the_model_is_built(i
     assert one_error(caplog) == "%s: index.faiss holds 60 vectors of dimension 12; index.json says 59 of 12" % edited
 
 
+def test_a_missing_model_is_blamed_on_whoever_named_it(indexed, tmp_path, caplog):
+    """A --model is the command line's, a recorded directory the index's."""
+    gone = tmp_path / "gone"
+    assert run("search", "--index", indexed[-1], "--model", gone, "query") == 1
+    assert one_error(caplog) == "model directory %s does not exist" % gone
+    caplog.clear()
+    edited = edited_copy(indexed[-1], tmp_path, model_dir=str(gone))
+    assert run("search", "--index", edited, "query") == 1
+    assert one_error(caplog) == "%s: model directory %s does not exist" % (edited / "index.json", gone)
+
+
 def test_failed_index_leaves_no_directory(indexed, tmp_path, caplog):
     model, corpus, whitening, vectors, index = indexed
     short = tmp_path / "short.txt"
