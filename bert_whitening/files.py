@@ -62,7 +62,9 @@ def open_directory(path):
     through it. A `DataError` naming ``path`` when it is not a readable directory."""
     try:
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError):
+    except FileNotFoundError:
+        raise DataError("%s: the directory does not exist" % path) from None
+    except NotADirectoryError:
         raise DataError("%s: not a directory" % path) from None
     except OSError as error:
         raise DataError("%s: cannot read it (%s)" % (path, error.strerror)) from None

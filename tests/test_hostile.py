@@ -325,7 +325,7 @@ def test_control_characters_in_a_file_name_are_shown_escaped(tmp_path):
     the start of the line."""
     result = cli("search", "--index", str(tmp_path / "idx\x1b[2J\rgone"), "query")
     assert result.returncode == 1 and b"\x1b" not in result.stderr and b"\r" not in result.stderr
-    assert result.stderr.decode() == "ERROR: %s: not a directory\n" % (tmp_path / "idx\\x1b[2J\\x0dgone")
+    assert result.stderr.decode() == "ERROR: %s: the directory does not exist\n" % (tmp_path / "idx\\x1b[2J\\x0dgone")
 
 
 def test_a_traceback_only_with_debug_logging(work, tmp_path):

@@ -310,6 +310,17 @@ def test_a_missing_model_is_blamed_on_whoever_named_it(indexed, tmp_path, caplog
     assert one_error(caplog) == "%s: model directory %s does not exist" % (edited / "index.json", gone)
 
 
+@pytest.mark.parametrize("missing", [True, False])
+def test_an_index_that_is_no_directory_is_refused_for_what_it_is(indexed, tmp_path, caplog, missing):
+    model, corpus, whitening, vectors, index = indexed
+    given, problem = (tmp_path / "missing", "the directory does not exist") if missing else (corpus, "not a directory")
+    export = ["export", "--model", model, "--corpus", given, "--output", tmp_path / "served"]
+    for command in (["search", "--index", given, "query"], export):
+        caplog.clear()
+        assert run(*command) == 1
+        assert one_error(caplog) == "%s: %s" % (given, problem)
+
+
 def test_failed_index_leaves_no_directory(indexed, tmp_path, caplog):
     model, corpus, whitening, vectors, index = indexed
     short = tmp_path / "short.txt"
