@@ -42,6 +42,7 @@ from bert_whitening.data import (
     check_read_once,
     check_readable,
     data_dir,
+    display_name,
     read_sentences,
 )
 from bert_whitening.errors import BertWhiteningError, Interrupted
@@ -952,7 +953,11 @@ def run_search(args):
     if args.queries:
         queries += list(read_sentences(args.queries, "lines"))
     if not queries:
-        raise BertWhiteningError("no queries: give QUERY arguments or --queries FILE")
+        raise BertWhiteningError(
+            "%s: no queries in it" % display_name(args.queries)
+            if args.queries
+            else "no queries: give QUERY arguments or --queries FILE"
+        )
     results = search(args.index, queries, args.top_k, args.model, args.pooling, args.whitening, args.batch_size)
     print(json.dumps(results, indent=2, ensure_ascii=False) if args.json else format_hits(results))
 

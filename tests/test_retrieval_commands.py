@@ -321,6 +321,16 @@ def test_an_index_that_is_no_directory_is_refused_for_what_it_is(indexed, tmp_pa
         assert one_error(caplog) == "%s: %s" % (given, problem)
 
 
+def test_search_with_an_empty_queries_file_says_so(indexed, tmp_path, caplog):
+    empty = tmp_path / "queries.txt"
+    empty.write_text("", encoding="utf-8")
+    assert run("search", "--index", indexed[-1], "--queries", empty) == 1
+    assert one_error(caplog) == "%s: no queries in it" % empty
+    caplog.clear()
+    assert run("search", "--index", indexed[-1]) == 1
+    assert one_error(caplog) == "no queries: give QUERY arguments or --queries FILE"
+
+
 def test_failed_index_leaves_no_directory(indexed, tmp_path, caplog):
     model, corpus, whitening, vectors, index = indexed
     short = tmp_path / "short.txt"
