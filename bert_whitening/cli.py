@@ -515,7 +515,9 @@ def add_index(commands):
         "sentence file they came from (for the keys)",
     )
     parser.add_argument(
-        "--from-beam", metavar="PATTERN", help="index `beam-encode` TFRecord shards, e.g. 'out/vectors-*'"
+        "--from-beam",
+        metavar="PATTERN",
+        help="index `beam-encode` TFRecord shards, e.g. 'out/vectors-*' (their keys: no INPUT or --from-vectors)",
     )
     parser.add_argument("--output", required=True, metavar="DIR", help="index directory to write")
     parser.add_argument("inputs", nargs="*", metavar="INPUT", help="sentence files, one per line")
@@ -936,8 +938,9 @@ def run_eval_retrieval(args):
 
 
 def run_index(args):
-    from bert_whitening.retrieval.search import build_index
+    from bert_whitening.retrieval.search import build_index, check_index_sources
 
+    check_index_sources(args.inputs, args.from_vectors, args.from_beam)
     check_readable(args.inputs + [path for path in (args.from_vectors,) if path])
     config = _encoder_config(args, whitened=True)
     _start(args)

@@ -331,6 +331,22 @@ def test_search_with_an_empty_queries_file_says_so(indexed, tmp_path, caplog):
     assert one_error(caplog) == "no queries: give QUERY arguments or --queries FILE"
 
 
+@pytest.mark.parametrize("other, named", [("corpus", "INPUT files"), ("vectors", "--from-vectors")])
+def test_index_from_beam_with_another_source_is_refused_not_ignored(indexed, tmp_path, caplog, other, named):
+    from bert_whitening.config import EncoderConfig
+
+    model, corpus, whitening, vectors, index = indexed
+    shards, output = str(tmp_path / "vectors-*"), tmp_path / "index"
+    sources = {"inputs": [str(corpus)]} if other == "corpus" else {"from_vectors": str(vectors)}
+    argv = [corpus] if other == "corpus" else ["--from-vectors", vectors]
+    expected = "--from-beam takes its keys from the shards and indexes no texts: give it without %s" % named
+    assert run("index", "--model", model, "--from-beam", shards, "--output", output, *argv) == 1
+    assert one_error(caplog) == expected
+    with pytest.raises(ValueError, match="^%s$" % expected):  # from Python too
+        search_module.build_index(EncoderConfig(model=model, normalize=True), str(output), from_beam=shards, **sources)
+    assert not output.exists()
+
+
 def test_failed_index_leaves_no_directory(indexed, tmp_path, caplog):
     model, corpus, whitening, vectors, index = indexed
     short = tmp_path / "short.txt"

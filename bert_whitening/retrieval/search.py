@@ -47,6 +47,7 @@ def build_index(
     encoded: ``from_vectors`` (a ``.npy``; keys and texts from ``inputs`` when given, else its
     rows) or ``from_beam`` (a ``beam-encode`` shard pattern; no texts). Every input is read once.
     Returns the number of vectors."""
+    check_index_sources(inputs, from_vectors, from_beam)
     if not config.normalize:
         raise BertWhiteningError("an index holds L2-normalised vectors: --no-normalize cannot be used")
     read = list(inputs) + [from_vectors] + (glob.glob(from_beam) if from_beam and "://" not in from_beam else [])
@@ -110,6 +111,16 @@ def build_index(
         "HNSW, M=%d" % hnsw_m if hnsw_m else "exact IndexFlatIP",
     )
     return count
+
+
+def check_index_sources(inputs, from_vectors=None, from_beam=None):
+    """Refuse sources of an index that would be ignored: ``beam-encode`` shards hold their own
+    keys and no texts, so neither sentence files nor a ``.npy`` go with them."""
+    if from_beam and (inputs or from_vectors):
+        raise BertWhiteningError(
+            "--from-beam takes its keys from the shards and indexes no texts: give it without %s"
+            % ("--from-vectors" if from_vectors else "INPUT files")
+        )
 
 
 def _add_keyed(writer, blocks, keyed):
