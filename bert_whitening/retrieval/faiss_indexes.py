@@ -48,8 +48,9 @@ def hnsw_index(dim: int, m: int = HNSW_M):
 #: naming its kind, the dimension, the row count, two unused words, whether it is trained, the
 #: metric; then the arrays of its kind, each after its length (``_LENGTH``).
 _HEADER, _LENGTH = struct.Struct("<4siqqq?i"), struct.Struct("<Q")
-#: The four characters of the kinds an index directory holds: ``IndexFlatIP``, ``IndexHNSWFlat``
-#: (whose vectors follow its graph as an ``IndexFlatIP``).
+#: The kinds of index an index directory holds (its ``index.json``'s ``index``), and the four
+#: characters FAISS writes them with: ``IndexFlatIP``, ``IndexHNSWFlat`` (whose vectors follow
+#: its graph as an ``IndexFlatIP``).
 FOURCC = {"flat": b"IxFI", "hnsw": b"IHNf"}
 #: The arrays of an HNSW graph, in file order: name, bytes per entry, and the entries it must
 #: hold for ``count`` vectors (None: any that the file holds).

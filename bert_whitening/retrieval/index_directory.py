@@ -38,7 +38,7 @@ from bert_whitening.atomic import publish_directory, staged_directory
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import CheckedFile, file_sha256, open_directory, read_limited_at
-from bert_whitening.retrieval.faiss_indexes import check_index_layout, faiss, hnsw_index
+from bert_whitening.retrieval.faiss_indexes import FOURCC, check_index_layout, faiss, hnsw_index
 from bert_whitening.whitening import check_vectors
 
 logger = logging.getLogger(__name__)
@@ -48,9 +48,6 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 2
 INDEX_FILE, KEYS_FILE, TEXTS_FILE = "index.faiss", "keys.tsv", "texts.jsonl"
 WHITENING_FILE, FLOW_FILE, METADATA_FILE = "whitening.npz", "flow.npz", "index.json"
-
-#: The kinds of FAISS index (``index.json``'s ``index``): exact ``IndexFlatIP``, or HNSW.
-INDEX_KINDS = ("flat", "hnsw")
 
 #: Largest ``index.json`` read: it holds a record and checksums, a few kB.
 METADATA_LIMIT = 1 << 20
@@ -236,8 +233,8 @@ class IndexDirectory:
         other than the one its encoder gives (a query of that encoder would then stop FAISS or
         TensorFlow with a traceback)."""
         kind, m = metadata["index"], metadata.get("hnsw_m")
-        if kind not in INDEX_KINDS:
-            self._refuse("%s: 'index' is %r, expected one of %s" % (METADATA_FILE, kind, ", ".join(INDEX_KINDS)))
+        if kind not in FOURCC:
+            self._refuse("%s: 'index' is %r, expected one of %s" % (METADATA_FILE, kind, ", ".join(FOURCC)))
         if kind == "hnsw" and not (type(m) is int and m >= 1):
             self._refuse("%s: 'hnsw_m' is %r, expected a positive integer for an HNSW index" % (METADATA_FILE, m))
         if kind == "flat" and m is not None:
