@@ -966,7 +966,7 @@ def run_search(args):
 
 
 def run_convert_hf(args):
-    from bert_whitening.checkpoints.huggingface import convert_hf
+    from bert_whitening.checkpoints.convert import convert_hf
 
     convert_hf(args.hf_dir, args.out_dir)
     logger.info("wrote %s (bert_config.json, bert_model.ckpt.*, vocab.txt)", args.out_dir)

@@ -286,7 +286,7 @@ def api_writers():
         build_index(EncoderConfig(model=str(w["model"]), normalize=True), str(w["model"] / "index"), [w["sentences"]])
 
     def convert_hf(w, tmp):
-        from bert_whitening.checkpoints.huggingface import convert_hf
+        from bert_whitening.checkpoints.convert import convert_hf
 
         convert_hf(str(w["hf"]), str(w["hf"] / "google"))
 

@@ -4,9 +4,9 @@
 (linear weights are stored ``(out, in)`` by PyTorch and ``(in, out)`` by TensorFlow, so they are
 transposed); `variable_shapes` gives their shapes from the file's header alone, so the checks
 before a model is built read no weights; `read` refuses a configuration that transformers would
-compute otherwise than bert4keras; `convert_hf` writes the model, read and checked as the
-loaders read it, as a Google-format checkpoint directory that bert4keras loads. Reading needs
-numpy and ``safetensors`` only, no PyTorch.
+compute otherwise than bert4keras (``convert-hf`` writes what it reads as a Google-format
+checkpoint: `bert_whitening.checkpoints.convert`). Reading needs numpy and ``safetensors`` only,
+no PyTorch.
 """
 
 import json
@@ -15,7 +15,7 @@ import os
 import re
 
 from bert_whitening.bounded import SAFETENSORS_HEADER_BYTES, open_regular
-from bert_whitening.checkpoints import CheckpointError, check_file, find_model, read_json
+from bert_whitening.checkpoints import CheckpointError, check_file, read_json
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -226,35 +226,3 @@ def _load_tensors(path):
         return load_file(path)
     except Exception as error:  # safetensors raises its own SafetensorError (not importable here)
         _not_safetensors(path, error)
-
-
-def convert_hf(hf_directory, output_directory):
-    """Write the Hugging Face BERT in ``hf_directory`` as a new Google-format checkpoint
-    directory, all at once: staged beside it and renamed into place, so a failure leaves none.
-
-    The model is read as ``encode --model`` reads it: `find_model` (configuration, vocabulary,
-    safetensors header) and the transformer loaded from it (`bert_whitening.models.load_transformer`:
-    sizes and every tensor's shape against the configuration), so whatever the loaders refuse is
-    refused here before anything is written, and what is written holds the configuration, the
-    vocabulary bytes and the arrays that were checked."""
-    from bert_whitening.atomic import DIRECTORY, check_outputs, publish_directory, staged_directory
-    from bert_whitening.checkpoints.google import write_checkpoint
-    from bert_whitening.errors import BertWhiteningError
-
-    check_outputs([(output_directory, DIRECTORY)], [hf_directory])
-    if os.path.lexists(output_directory):
-        raise BertWhiteningError("%s already exists; choose a new directory" % output_directory)
-    files = find_model(hf_directory)
-    if files.format != "huggingface":
-        raise CheckpointError(
-            "%s is a Google-format directory already (%s): convert-hf reads Hugging Face BERT directories"
-            % (files.directory, os.path.basename(files.config_path))
-        )
-    from bert_whitening.models import load_transformer  # TensorFlow, once the files read are known good
-
-    pooler = any(name.startswith("bert/pooler/") for name in files.variable_shapes)
-    load_transformer(files, "bert", pooler, "a bert model" + (" with its pooler" if pooler else ""))
-    with staged_directory(output_directory) as staging:
-        write_checkpoint(staging, files.config, files.weights, files.vocab_bytes)
-        publish_directory(staging, output_directory)
-    return output_directory
