@@ -45,7 +45,7 @@ from bert_whitening.data import (
     display_name,
     read_sentences,
 )
-from bert_whitening.errors import BertWhiteningError, Interrupted
+from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
 from bert_whitening.names import LOSSES, METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
 from bert_whitening.sentence_encoder import SentenceEncoder
 from bert_whitening.training import DEFAULT_THRESHOLD
@@ -953,8 +953,14 @@ def run_search(args):
     from bert_whitening.retrieval.search import format_hits, search
 
     queries = list(args.query)
+    for number, query in enumerate(queries, 1):
+        if not query.strip():
+            raise BertWhiteningError("QUERY %d is empty: nothing to search for" % number)
     if args.queries:
-        queries += list(read_sentences(args.queries, "lines"))
+        for number, query in enumerate(read_sentences(args.queries, "lines"), 1):
+            if not query.strip():  # a blank line would be searched as the empty sentence
+                raise DataError("%s:%d: an empty query: nothing to search for" % (display_name(args.queries), number))
+            queries.append(query)
     if not queries:
         raise BertWhiteningError(
             "%s: no queries in it" % display_name(args.queries)

@@ -321,7 +321,7 @@ def test_an_index_that_is_no_directory_is_refused_for_what_it_is(indexed, tmp_pa
         assert one_error(caplog) == "%s: %s" % (given, problem)
 
 
-def test_search_with_an_empty_queries_file_says_so(indexed, tmp_path, caplog):
+def test_search_refuses_no_queries_or_an_empty_one_naming_where(indexed, tmp_path, caplog):
     empty = tmp_path / "queries.txt"
     empty.write_text("", encoding="utf-8")
     assert run("search", "--index", indexed[-1], "--queries", empty) == 1
@@ -329,6 +329,13 @@ def test_search_with_an_empty_queries_file_says_so(indexed, tmp_path, caplog):
     caplog.clear()
     assert run("search", "--index", indexed[-1]) == 1
     assert one_error(caplog) == "no queries: give QUERY arguments or --queries FILE"
+    empty.write_text("one\n \nthree\n", encoding="utf-8")  # a blank line was searched as the empty sentence
+    caplog.clear()
+    assert run("search", "--index", indexed[-1], "--queries", empty) == 1
+    assert one_error(caplog) == "%s:2: an empty query: nothing to search for" % empty
+    caplog.clear()
+    assert run("search", "--index", indexed[-1], "fine", "") == 1
+    assert one_error(caplog) == "QUERY 2 is empty: nothing to search for"
 
 
 @pytest.mark.parametrize("other, named", [("corpus", "INPUT files"), ("vectors", "--from-vectors")])
@@ -345,6 +352,20 @@ def test_index_from_beam_with_another_source_is_refused_not_ignored(indexed, tmp
     with pytest.raises(ValueError, match="^%s$" % expected):  # from Python too
         search_module.build_index(EncoderConfig(model=model, normalize=True), str(output), from_beam=shards, **sources)
     assert not output.exists()
+
+
+@pytest.mark.parametrize("other", ["inputs", "from_vectors"])
+def test_sentences_given_to_build_index_are_indexed_alone(indexed, tmp_path, other):
+    """Given with files or vectors, the files or vectors were ignored without a word."""
+    from bert_whitening.config import EncoderConfig
+
+    model, corpus, _, vectors, _ = indexed
+    sources = {"inputs": [str(corpus)]} if other == "inputs" else {"from_vectors": str(vectors)}
+    with pytest.raises(ValueError, match="^sentences are indexed alone: give them without inputs, from_vectors"):
+        search_module.build_index(
+            EncoderConfig(model=model, normalize=True), str(tmp_path / "index"), sentences=["a", "b"], **sources
+        )
+    assert not (tmp_path / "index").exists()
 
 
 def test_failed_index_leaves_no_directory(indexed, tmp_path, caplog):

@@ -47,7 +47,7 @@ def build_index(
     encoded: ``from_vectors`` (a ``.npy``; keys and texts from ``inputs`` when given, else its
     rows) or ``from_beam`` (a ``beam-encode`` shard pattern; no texts). Every input is read once.
     Returns the number of vectors."""
-    check_index_sources(inputs, from_vectors, from_beam)
+    check_index_sources(inputs, from_vectors, from_beam, sentences)
     if not config.normalize:
         raise BertWhiteningError("an index holds L2-normalised vectors: --no-normalize cannot be used")
     read = list(inputs) + [from_vectors] + (glob.glob(from_beam) if from_beam and "://" not in from_beam else [])
@@ -113,9 +113,12 @@ def build_index(
     return count
 
 
-def check_index_sources(inputs, from_vectors=None, from_beam=None):
+def check_index_sources(inputs, from_vectors=None, from_beam=None, sentences=None):
     """Refuse sources of an index that would be ignored: ``beam-encode`` shards hold their own
-    keys and no texts, so neither sentence files nor a ``.npy`` go with them."""
+    keys and no texts, so neither sentence files nor a ``.npy`` go with them; a list of
+    ``sentences`` is indexed alone."""
+    if sentences is not None and (inputs or from_vectors or from_beam):
+        raise BertWhiteningError("sentences are indexed alone: give them without inputs, from_vectors or from_beam")
     if from_beam and (inputs or from_vectors):
         raise BertWhiteningError(
             "--from-beam takes its keys from the shards and indexes no texts: give it without %s"
