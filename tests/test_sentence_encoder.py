@@ -1,6 +1,7 @@
 """The front door: `SentenceEncoder` load, fit, encode, save and load again, against the numpy
 whitening of the same pooled vectors."""
 
+import json
 import os
 
 import numpy as np
@@ -103,6 +104,7 @@ def test_index_search_finds_what_brute_force_finds(fitted, tmp_path, on_disk):
         for hit in result["hits"]:  # each hit's text is its row's, and its score that row's cosine
             assert hit["text"] == corpus[hit["line"] - 1]
             assert abs(encoder.similarity([query], [hit["text"]])[0, 0] - hit["score"]) < 1e-5
+    assert json.loads(json.dumps(results)) == results  # plain numbers: the hits serialise as they are
     if on_disk:
         assert results[0]["hits"][0]["file"] == "(sentences)"
         assert (tmp_path / "index" / "index.json").exists()

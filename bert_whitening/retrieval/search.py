@@ -190,19 +190,19 @@ def search(
 
 def hits(queries, scores, ids, row_of):
     """``[{"query", "hits": [{"rank", "score", "file", "line", "text"}]}]`` of FAISS's ``scores``
-    and ``ids`` for ``queries``; ``row_of(id)`` gives a row's ``(file, line, text)``."""
+    and ``ids`` for ``queries``; ``row_of(id)`` gives a row's ``(file, line, text)``. Plain Python
+    numbers throughout (numpy's would stop ``json.dumps`` of the hits)."""
+
+    def hit(rank, row, score):
+        file, line, text = row_of(row)
+        return {"rank": rank, "score": float(score), "file": file, "line": int(line), "text": text}
+
     return [
         {
             "query": query,
             "hits": [
-                {
-                    "rank": rank + 1,
-                    "score": float(score),
-                    "file": row_of(row)[0],
-                    "line": row_of(row)[1],
-                    "text": row_of(row)[2],
-                }
-                for rank, (row, score) in enumerate(zip(found, found_scores, strict=True))
+                hit(rank, row, score)
+                for rank, (row, score) in enumerate(zip(found.tolist(), found_scores, strict=True), 1)
                 if row >= 0
             ],
         }
