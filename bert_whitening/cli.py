@@ -47,6 +47,7 @@ from bert_whitening.data import (
 )
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
 from bert_whitening.names import LOSSES, METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
+from bert_whitening.retrieval.faiss_indexes import HNSW_M_RANGE
 from bert_whitening.sentence_encoder import SentenceEncoder
 from bert_whitening.training import DEFAULT_THRESHOLD
 from bert_whitening.whitening import FitOptions, Whitening
@@ -86,9 +87,10 @@ seed_list = _checked(
 #: HNSW neighbours per node: FAISS allocates M links per node per level whatever M is, so a
 #: mistyped M (a count meant for another option) would take the memory of that many copies of
 #: the corpus before failing or finishing; published settings stay far below this bound.
-HNSW_M_LIMIT = 512
-hnsw_m_int = _checked(int, lambda v: 1 <= v <= HNSW_M_LIMIT, "an integer 1..%d" % HNSW_M_LIMIT)
-hnsw_int = _checked(int, lambda v: 0 <= v <= HNSW_M_LIMIT, "0 (exact) or an integer 1..%d" % HNSW_M_LIMIT)
+hnsw_m_int = _checked(int, lambda v: v in HNSW_M_RANGE, "an integer %d..%d" % (HNSW_M_RANGE[0], HNSW_M_RANGE[-1]))
+hnsw_int = _checked(
+    int, lambda v: v == 0 or v in HNSW_M_RANGE, "0 (exact) or an integer %d..%d" % (HNSW_M_RANGE[0], HNSW_M_RANGE[-1])
+)
 #: TF Serving reads a version directory's name as an int64.
 INT64_MAX = 2**63 - 1
 version_int = _checked(int, lambda v: 0 <= v <= INT64_MAX, "an integer 0..2**63-1 (TF Serving's int64 versions)")

@@ -48,6 +48,8 @@ METHODS = ("whitening", "flow")
 #: matrix products in bfloat16, accumulations and everything else in float32; ``auto`` picks
 #: one of the two on the first sentences encoded (see encoding.py).
 PRECISIONS = ("auto", "float32", "bfloat16")
+#: What an export's products may be traced in (`bert_whitening.export.export_saved_model`).
+EXPORT_PRECISIONS = ("float32", "bfloat16")
 
 #: The environment variable that, when set, is ``--precision``'s default (one setting for every
 #: command of a job, its Beam workers included).

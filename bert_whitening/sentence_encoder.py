@@ -27,6 +27,7 @@ from bert_whitening.bounded import JSON_BYTES, read_limited
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import ReadOptions, check_readable, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.names import EXPORT_PRECISIONS, check_choice
 from bert_whitening.precision import running as running_precision
 from bert_whitening.whitening import (
     FitOptions,
@@ -186,6 +187,10 @@ class SentenceEncoder:
         index), or written to the index directory ``path`` (as the ``index`` command writes one,
         with this encoder's record; ``hnsw_m`` > 0 for HNSW). Returns a `CorpusIndex`."""
         corpus = sentence_list(corpus, "corpus")
+        if hnsw_m and path is None:
+            raise BertWhiteningError("hnsw_m is for an index written to a path; an index in memory is exact")
+        if not corpus:
+            raise DataError("no sentences to index: the corpus is empty")
         if path is not None:
             from bert_whitening.retrieval.search import build_index
 
@@ -197,7 +202,7 @@ class SentenceEncoder:
         from bert_whitening.retrieval.faiss_indexes import flat_index
 
         return CorpusIndex(
-            encoder=self, index=flat_index(self._unit_vectors(corpus, "corpus", batch_size)), texts=corpus
+            encoder=self._snapshot(), index=flat_index(self._unit_vectors(corpus, "corpus", batch_size)), texts=corpus
         )
 
     def encode_file(self, path: str, output: str, batch_size: int = 128, progress=None) -> int:
@@ -254,6 +259,7 @@ class SentenceEncoder:
         from bert_whitening.encoding import encode_stream, statistics_from_files
 
         options = FitOptions(n_components, beta, gamma)
+        self.config.check_n_components([options.n_components])
         files, sentences, read = _fit_inputs(sentences, files, format, skip_bad_lines, batch_size)
         pooled = self._pooled_encoder()
         stats = WhiteningStats()
@@ -365,6 +371,15 @@ class SentenceEncoder:
         self._pooled = self._encoder = None
         return result.record
 
+    def _snapshot(self):
+        """This encoder as it is now, sharing its built models: what an in-memory index encodes
+        its queries with, however this one changes later (`fit`, `train`), since the corpus
+        vectors it holds were encoded so. (`_apply` and `train` replace, never alter, what they
+        change.)"""
+        snapshot = SentenceEncoder(self.config)
+        snapshot._pooled, snapshot._encoder = self._pooled, self._encoder
+        return snapshot
+
     def _apply(self, whitening=None, flow=None):
         """From now on, encode with this newly fitted whitening or flow (normalised)."""
         self.config = dataclasses.replace(
@@ -413,6 +428,8 @@ class SentenceEncoder:
 
         check_outputs([(base, DIRECTORY)], self.config.read_paths() + [corpus])
         target_version(base, version, overwrite)  # refuse before TensorFlow and the model
+        check_choice("precision", precision, EXPORT_PRECISIONS)
+        top_k = positive_int(top_k, "top_k")
         vectors, metadata = None, {}
         if corpus:  # the index is opened and checked before TensorFlow too
             from bert_whitening.retrieval.search import corpus_for_export

@@ -135,6 +135,11 @@ class WhiteningStats:
         with np.errstate(over="ignore", invalid="ignore"):
             shift = (1.0 - beta) * self.mean
             moment = (self.scatter + self.count * np.outer(shift, shift)) / (self.count - 1)
+        if not np.isfinite(self.scatter).all():
+            raise WhiteningError(
+                "the vectors are too large: their scatter around the mean overflows float64 (largest "
+                "mean entry %.3g); scale them down" % np.abs(self.mean).max()
+            )
         if not np.isfinite(moment).all():
             raise WhiteningError(
                 "beta %g: Sigma_beta overflows float64 (the shift (1 - beta) * mean reaches %.3g); "

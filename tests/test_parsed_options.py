@@ -12,10 +12,11 @@ from helpers import here, refused
     [
         (["fit", "--method", "flow", "--seed", "-1"], "--seed", "-1", "an integer >= 0"),
         (["eval", "--task", "T", "--method", "flow", "--flow-seeds", "0,-3"], "--flow-seeds", "0,-3", ">= 0"),
-        (["index", "--hnsw", "513"], "--hnsw", "513", "0 (exact) or an integer 1..512"),
-        (["index", "--hnsw", "-1"], "--hnsw", "-1", "0 (exact) or an integer 1..512"),
-        (["eval-retrieval", "--task", "T", "--hnsw-m", "100000"], "--hnsw-m", "100000", "an integer 1..512"),
-        (["eval-retrieval", "--task", "T", "--hnsw-m", "0"], "--hnsw-m", "0", "an integer 1..512"),
+        (["index", "--hnsw", "513"], "--hnsw", "513", "0 (exact) or an integer 2..512"),
+        (["index", "--hnsw", "-1"], "--hnsw", "-1", "0 (exact) or an integer 2..512"),
+        (["index", "--hnsw", "1"], "--hnsw", "1", "0 (exact) or an integer 2..512"),  # FAISS crashes on M 1
+        (["eval-retrieval", "--task", "T", "--hnsw-m", "100000"], "--hnsw-m", "100000", "an integer 2..512"),
+        (["eval-retrieval", "--task", "T", "--hnsw-m", "0"], "--hnsw-m", "0", "an integer 2..512"),
         (["export", "--version", str(2**63)], "--version", str(2**63), "an integer 0..2**63-1"),
         (["export", "--version", "-1"], "--version", "-1", "an integer 0..2**63-1"),
     ],

@@ -3,6 +3,7 @@ whitening of the same pooled vectors."""
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -71,6 +72,14 @@ def test_load_refuses_what_does_not_fit_before_building(tiny_model, tmp_path):
         SentenceEncoder.load(tiny_model[0], n_components=5)
 
 
+def test_fit_refuses_more_components_than_the_model_has_before_encoding(tiny_model, monkeypatch):
+    from bert_whitening import models
+
+    monkeypatch.setattr(models, "build", lambda *arguments, **options: pytest.fail("the model was built"))
+    with pytest.raises(ValueError, match=r"^n_components 1000 is larger than the model's hidden size 24"):
+        SentenceEncoder.load(tiny_model[0]).fit(SENTENCES, n_components=1000)
+
+
 def test_similarity_is_the_cosine_matrix_of_sentences_or_vectors(fitted):
     encoder, _ = fitted
     a, b = SENTENCES[:3], SENTENCES[2:7]
@@ -126,3 +135,57 @@ def test_an_index_on_disk_searches_what_it_wrote_whatever_bears_its_name_since(f
     for result in index.search(SENTENCES[:2], top_k=3):
         assert [hit["rank"] for hit in result["hits"]] == [1, 2, 3]
         assert all(hit["text"] in SENTENCES[:6] for hit in result["hits"]), result
+
+
+def test_an_index_in_memory_searches_as_it_was_built_whatever_its_encoder_becomes(tiny_model):
+    """Its corpus vectors were encoded by the encoder as it was: a later fit must not whiten the
+    queries alone (wrong hits without an error) or change their dimension (FAISS's assertion)."""
+    encoder = SentenceEncoder.load(tiny_model[0])
+    index = encoder.index(SENTENCES)
+    before = index.search(SENTENCES[:3], top_k=4)
+    encoder.fit(SENTENCES * 3, n_components=12)
+    assert encoder.dim == 12 and index.search(SENTENCES[:3], top_k=4) == before
+
+
+@pytest.mark.parametrize(
+    "arguments, said",
+    [
+        (dict(path="index", hnsw_m=1), "hnsw_m must be 0 (exact) or an integer 2..512, got 1"),
+        (dict(path="index", hnsw_m=-1), "hnsw_m must be 0 (exact) or an integer 2..512, got -1"),
+        (dict(path="index", hnsw_m=True), "hnsw_m must be 0 (exact) or an integer 2..512, got True"),
+        (dict(path="index", hnsw_m=1.5), "hnsw_m must be 0 (exact) or an integer 2..512, got 1.5"),
+        (dict(hnsw_m=16), "hnsw_m is for an index written to a path; an index in memory is exact"),
+    ],
+)
+def test_an_hnsw_m_faiss_cannot_take_is_refused_before_anything_is_built(fitted, tmp_path, arguments, said):
+    """M 1 crashed the process in FAISS, a negative M allocated without bound."""
+    encoder, _ = fitted
+    if "path" in arguments:
+        arguments["path"] = str(tmp_path / arguments["path"])
+    with pytest.raises(BertWhiteningError, match="^%s$" % re.escape(said)):
+        encoder.index(SENTENCES, **arguments)
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_empty_corpus_is_refused_in_memory_as_on_disk(fitted):
+    encoder, _ = fitted
+    with pytest.raises(BertWhiteningError, match="no sentences to index"):
+        encoder.index([])
+
+
+@pytest.mark.parametrize(
+    "arguments, said",
+    [
+        (dict(top_k=0), "top_k must be a positive integer, got 0"),
+        (dict(top_k=True), "top_k must be a positive integer"),
+        (dict(precision="x"), "unknown precision 'x'"),
+    ],
+)
+def test_export_refuses_its_options_before_the_model_is_built(tiny_model, tmp_path, monkeypatch, arguments, said):
+    """top_k 0 failed FAISS's assertion after the whole SavedModel was built."""
+    from bert_whitening import models
+
+    monkeypatch.setattr(models, "build", lambda *arguments, **options: pytest.fail("the model was built"))
+    with pytest.raises(BertWhiteningError, match=re.escape(said)):
+        SentenceEncoder.load(tiny_model[0]).export(str(tmp_path / "served"), **arguments)
+    assert os.listdir(tmp_path) == []

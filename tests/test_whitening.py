@@ -459,6 +459,10 @@ def test_error_messages_in_full(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy's overflow warning is not the message
         overflow = raised(lambda: fit_whitening(sixteen, beta=1e300))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numpy's overflow in the accumulation itself
+        huge = stats_of(correlated(5) * 1e160)
+    assert raised(lambda: fit_whitening(huge)).startswith("the vectors are too large: their scatter around the mean")
     assert re.fullmatch(
         r"beta 1e\+300: Sigma_beta overflows float64 \(the shift \(1 - beta\) \* mean reaches "
         r"\S+\); choose a beta nearer 1",

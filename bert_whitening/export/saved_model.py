@@ -35,10 +35,9 @@ from bert_whitening.export.record import RECORD, checked_record, file_digests
 from bert_whitening.export.verify import TOLERANCE, FreshProcess, verify
 from bert_whitening.files import open_directory
 from bert_whitening.layers.fused_bert import bfloat16_copies, bfloat16_products, serving_graph
-from bert_whitening.names import MODEL_TYPES, check_choice
+from bert_whitening.names import EXPORT_PRECISIONS, MODEL_TYPES, check_choice
 
 #: What an export's matrix products may run in.
-EXPORT_PRECISIONS = ("float32", "bfloat16")
 
 logger = logging.getLogger(__name__)
 

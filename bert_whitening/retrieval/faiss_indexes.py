@@ -36,8 +36,25 @@ def flat_index(vectors: np.ndarray):
     return index
 
 
+#: The neighbours per node an HNSW index may have: FAISS crashes the process adding to a graph of
+#: M 1, and allocates without bound for a negative M.
+HNSW_M_RANGE = range(2, 513)
+
+
+def check_hnsw_m(m, allow_flat=False):
+    """Refuse an HNSW ``m`` outside `HNSW_M_RANGE` (0 too, when ``allow_flat``: an exact index)."""
+    if allow_flat and type(m) is int and m == 0:
+        return
+    if type(m) is not int or m not in HNSW_M_RANGE:
+        raise BertWhiteningError(
+            "hnsw_m must be %san integer %d..%d, got %r"
+            % ("0 (exact) or " if allow_flat else "", HNSW_M_RANGE[0], HNSW_M_RANGE[-1], m)
+        )
+
+
 def hnsw_index(dim: int, m: int = HNSW_M):
     """An empty FAISS HNSW index on inner product, with this module's build/search parameters."""
+    check_hnsw_m(m)
     index = faiss().IndexHNSWFlat(dim, m, faiss().METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
     index.hnsw.efSearch = HNSW_EF_SEARCH

@@ -17,6 +17,7 @@ from bert_whitening.config import EncoderConfig, whitening_digest
 from bert_whitening.data import check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import npy_blocks
+from bert_whitening.retrieval.faiss_indexes import check_hnsw_m
 from bert_whitening.retrieval.index_directory import KEYS_FILE, METADATA_FILE, TEXTS_FILE, IndexDirectory, IndexWriter
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ def build_index(
     rows) or ``from_beam`` (a ``beam-encode`` shard pattern; no texts). Every input is read once.
     Returns the number of vectors."""
     check_index_sources(inputs, from_vectors, from_beam, sentences)
+    check_hnsw_m(hnsw_m, allow_flat=True)
     if not config.normalize:
         raise BertWhiteningError("an index holds L2-normalised vectors: --no-normalize cannot be used")
     read = list(inputs) + [from_vectors] + (glob.glob(from_beam) if from_beam and "://" not in from_beam else [])
