@@ -174,12 +174,19 @@ class SentenceEncoder:
         return (a @ b.T).astype(np.float32)
 
     def _unit_vectors(self, value, name, batch_size):
-        if isinstance(value, np.ndarray):
+        """``value`` normalised: an array of real numbers as vectors of this encoder, sentences
+        (a list, or an array of strings) encoded."""
+        if isinstance(value, np.ndarray) and value.dtype.kind not in "USO":
+            if value.dtype.kind not in "fiu":
+                raise BertWhiteningError("%s: vectors of %s, not real numbers" % (name, value.dtype))
             if value.ndim != 2 or value.shape[1] != self.dim:
                 raise BertWhiteningError(
                     "%s: vectors of shape %s, not (n, %d) of this encoder" % (name, value.shape, self.dim)
                 )
-            return l2_normalize(check_vectors(value.astype(np.float32), name, normalized=False))
+            unusable = np.flatnonzero(~np.isfinite(value).all(axis=1))
+            if unusable.size:  # the caller's numbers, not the model's
+                raise BertWhiteningError("%s: row %d (0-based) holds NaN or inf" % (name, unusable[0]))
+            return l2_normalize(value.astype(np.float32))
         return l2_normalize(self.encode(sentence_list(value, name), batch_size))
 
     def index(self, corpus: Sequence[str], path: Optional[str] = None, hnsw_m: int = 0, batch_size: int = 128):

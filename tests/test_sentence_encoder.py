@@ -92,6 +92,13 @@ def test_similarity_is_the_cosine_matrix_of_sentences_or_vectors(fitted):
         encoder.similarity(va, np.ones((2, 5)))
     with pytest.raises(BertWhiteningError, match="a must be a list of sentences"):
         encoder.similarity("今天天气很好", b)
+    np.testing.assert_allclose(encoder.similarity(np.array(a), np.array(b)), expected, atol=1e-6)  # strings
+    broken = va.copy()
+    broken[1, 3] = np.nan
+    with pytest.raises(BertWhiteningError, match=r"^a: row 1 \(0-based\) holds NaN or inf$"):  # the caller's
+        encoder.similarity(broken, vb)
+    with pytest.raises(BertWhiteningError, match="^b: vectors of complex128, not real numbers$"):
+        encoder.similarity(va, vb + 1j)
 
 
 def brute_force(encoder, corpus, queries, top_k):
