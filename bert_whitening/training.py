@@ -212,10 +212,10 @@ def check_output_directory(output, base, inputs=(), overwrite=False):
     ``overwrite``, one that holds the base model or one of ``inputs`` (it would be removed)."""
     real = os.path.realpath(output)
     if os.path.lexists(output):
-        if not overwrite:
-            raise BertWhiteningError("%s already exists; pass --overwrite to replace it" % output)
-        if not os.path.isdir(output) or os.path.islink(output):
+        if not os.path.isdir(output) or os.path.islink(output):  # no overwrite would make it one
             raise BertWhiteningError("cannot write %s: it is not a directory" % output)
+        if not overwrite:
+            raise BertWhiteningError("%s already exists; pass overwrite (--overwrite) to replace it" % output)
     if _inside(real, os.path.realpath(base)):
         raise BertWhiteningError(
             "%s is inside the base model's directory %s; choose a directory outside it" % (output, base)

@@ -492,7 +492,8 @@ def test_outputs_refused_before_any_work(tiny_model, pair_files, tmp_path):
     (existing / "keep").write_text("x")
     cases = [
         (str(tmp_path / "new"), {"threshold": 2.0}, "--threshold binarises the softmax loss's labels"),
-        (str(existing), {}, "already exists; pass --overwrite to replace it"),
+        (str(existing), {}, r"already exists; pass overwrite \(--overwrite\) to replace it"),
+        (pair_files[0], {}, "cannot write .*: it is not a directory"),  # the train file itself: no overwrite helps
         (os.path.join(directory, "fine-tuned"), {}, "is inside the base model's directory"),
         (directory, {"overwrite": True}, "is inside the base model's directory"),
         (os.path.dirname(directory), {"overwrite": True}, "--overwrite would remove"),
