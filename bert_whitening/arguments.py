@@ -71,3 +71,54 @@ def positive_int(value, name):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise BertWhiteningError("%s must be a positive integer, got %s" % (name, _shown(value)))
     return int(value)
+
+
+def integer(value, name):
+    """``value`` as an int of any sign (a bool, a float or a ``"64"`` is not one)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise BertWhiteningError("%s must be an integer, got %s %s" % (name, type(value).__name__, _shown(value)))
+    return int(value)
+
+
+def optional_integer(value, name):
+    """``value`` as an int, or None."""
+    return None if value is None else integer(value, name)
+
+
+def boolean(value, name):
+    """``value`` as a bool: True or False (numpy's too), not a ``"no"`` that would be taken as
+    true, nor a 0 or 1."""
+    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
+    if not (isinstance(value, bool) or numpy_bool):
+        raise BertWhiteningError("%s must be True or False, got %s %s" % (name, type(value).__name__, _shown(value)))
+    return bool(value)
+
+
+def text(value, name):
+    """``value`` when it is a str."""
+    if not isinstance(value, str):
+        raise BertWhiteningError("%s must be a str, got %s %s" % (name, type(value).__name__, _shown(value)))
+    return value
+
+
+def path(value, name):
+    """``value`` as a path string (a ``pathlib`` path is taken as its string); not None, not a list."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value:
+        raise BertWhiteningError(
+            "%s must be a path (str or pathlib.Path), got %s %s" % (name, type(value).__name__, _shown(value))
+        )
+    return value
+
+
+def optional_path(value, name):
+    """``value`` as a path string, or None."""
+    return None if value is None else path(value, name)
+
+
+def str_list(value, name, what):
+    """``value`` as a list of str (``what``: what each names), refusing a single str, which
+    would be iterated character by character."""
+    _container(value, name, what)
+    return [_text(item, name, index) for index, item in enumerate(value)]

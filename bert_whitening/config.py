@@ -20,8 +20,10 @@ import json
 import logging
 import os
 import re
+import sys
 from typing import Optional
 
+from bert_whitening.arguments import boolean, integer, optional_integer, optional_path, positive_int, text
 from bert_whitening.checkpoints import BUILTIN_MODEL, find_model
 from bert_whitening.errors import BertWhiteningError, WhiteningError
 from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
@@ -54,7 +56,7 @@ def check_options(files, model_type, pooling, maxlen):
     """Refuse a model type, pooling or maxlen that the model ``files`` rule out."""
     check_choice("model type", model_type.lower(), list(MODEL_TYPES))
     check_choice("pooling", pooling, POOLINGS)
-    if maxlen < 2:
+    if integer(maxlen, "maxlen") < 2:
         raise BertWhiteningError("maxlen must leave room for [CLS] and [SEP]; got %d" % maxlen)
     positions = files.config.get("max_position_embeddings")
     if MODEL_TYPES[model_type.lower()].absolute_positions and positions and maxlen > positions:
@@ -305,6 +307,34 @@ class EncoderConfig:
     flow: object = None
     flow_path: Optional[str] = None
 
+    def __post_init__(self):
+        """Refuse a field of the wrong type, in one line naming it, whoever builds the
+        configuration (`SentenceEncoder.load`, the command line, a record, ``dataclasses.replace``):
+        a ``"no"`` for a bool would be taken as true, a ``1.5`` for a count cut to 1, a ``"64"``
+        fail deep inside. Paths (``pathlib`` too) are kept as str; nothing is read here."""
+        from bert_whitening.whitening import Whitening
+
+        self.model = optional_path(self.model, "model")
+        self.model_type = text(self.model_type, "model_type")
+        self.pooling = text(self.pooling, "pooling")
+        if self.maxlen is not None:  # None: filled in per task (evaluation); `check` refuses it
+            self.maxlen = positive_int(self.maxlen, "maxlen")
+        for name in ("lowercase", "normalize", "allow_rank_deficient"):
+            setattr(self, name, boolean(getattr(self, name), name))
+        self.n_components = optional_integer(self.n_components, "n_components")
+        if self.whitening is not None and not isinstance(self.whitening, Whitening):
+            raise BertWhiteningError(
+                "whitening must be a Whitening (to SentenceEncoder.load, or its file) or None, got %s"
+                % _described(self.whitening)
+            )
+        flow_module = sys.modules.get("bert_whitening.flow")  # no Flow exists before it is imported
+        if self.flow is not None and not (flow_module and isinstance(self.flow, flow_module.Flow)):
+            raise BertWhiteningError(
+                "flow must be a Flow (to SentenceEncoder.load, or its file) or None, got %s" % _described(self.flow)
+            )
+        self.whitening_path = optional_path(self.whitening_path, "whitening_path")
+        self.flow_path = optional_path(self.flow_path, "flow_path")
+
     def check(self):
         """Refuse what the options and the model's configuration rule out, before any weights
         are read (see `components`)."""
@@ -476,6 +506,11 @@ class EncoderConfig:
             if not same:
                 found.append("%s: %s vs %s" % (field, mine, other))
         return found
+
+
+def _described(value):
+    shown = repr(value)
+    return "%s %s" % (type(value).__name__, shown if len(shown) <= 40 else shown[:37] + "...")
 
 
 @contextlib.contextmanager

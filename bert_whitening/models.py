@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from bert_whitening.arguments import str_list
 from bert_whitening.backend import ARCHITECTURES, Tokenizer, build_transformer_model, keras, tf
 from bert_whitening.checkpoints import CheckpointError
 from bert_whitening.config import EncoderConfig, check_trainable
@@ -142,6 +143,7 @@ def build_encoders(
     lowercase: bool = True,
 ) -> dict[str, Encoder]:
     """``{pooling: Encoder}`` of one model loaded once: `build` of one `EncoderConfig` a pooling."""
+    poolings = str_list(poolings, "poolings", "pooling names (str)")
     if not poolings:
         raise BertWhiteningError("poolings is empty: give at least one of %s" % ", ".join(POOLINGS))
     configs = [EncoderConfig(model, model_type, pooling, maxlen, lowercase) for pooling in poolings]

@@ -21,7 +21,14 @@ from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
 
-from bert_whitening.arguments import path_list, positive_int, sentence_list, sentence_stream
+from bert_whitening.arguments import (
+    optional_path,
+    path_list,
+    positive_int,
+    sentence_list,
+    sentence_stream,
+)
+from bert_whitening.arguments import path as path_argument
 from bert_whitening.atomic import DIRECTORY, check_outputs, publish_directory, staged_directory, write_atomically
 from bert_whitening.bounded import JSON_BYTES, read_limited
 from bert_whitening.config import EncoderConfig
@@ -78,8 +85,28 @@ class SentenceEncoder:
             normalize: end with the L2 normalisation (cosine = dot product).
             flow: a flow file from ``fit --method flow`` (or a `bert_whitening.flow.Flow`), in
                 place of the whitening.
+
+        A directory written by `save` is loaded as saved: any other argument given with it
+        (one not at its default) is refused, not ignored.
         """
+        model = optional_path(model, "model")
         if model and os.path.isfile(os.path.join(model, CONFIG_FILE)):
+            given = {
+                "whitening": whitening is not None,
+                "n_components": n_components is not None,
+                "model_type": model_type != "bert",
+                "pooling": pooling is not None,
+                "maxlen": maxlen != 64,
+                "lowercase": lowercase is not True,
+                "normalize": normalize is not True,
+                "allow_rank_deficient": allow_rank_deficient is not False,
+                "flow": flow is not None,
+            }
+            if any(given.values()):
+                raise BertWhiteningError(
+                    "%s: a saved encoder is loaded as saved: %s given (load it alone, or load its model "
+                    "with them)" % (model, ", ".join(name for name, differs in given.items() if differs))
+                )
             return cls._load_saved(model)
         path = flow_path = None
         if isinstance(whitening, (str, os.PathLike)):
@@ -89,7 +116,7 @@ class SentenceEncoder:
 
             flow_path, flow = os.fspath(flow), Flow.load(flow)
         fitted = whitening if whitening is not None else flow
-        pooling = pooling or (fitted.pooling if fitted is not None else None) or "first-last-avg"
+        pooling = pooling or getattr(fitted, "pooling", None) or "first-last-avg"  # a non-Whitening: refused below
         return cls(
             EncoderConfig(
                 model=model,
@@ -218,6 +245,7 @@ class SentenceEncoder:
         from bert_whitening.encoding import encode_stream
         from bert_whitening.npy_rows import NpyRowWriter
 
+        path, output = path_argument(path, "path"), path_argument(output, "output")
         inputs = [path] + self.config.read_paths()
         check_outputs([output], inputs)  # before the model is built
         sentences = read_sentences(path, "lines")
@@ -404,6 +432,7 @@ class SentenceEncoder:
         """Write ``directory`` (new) with the encoder's record (``sentence_encoder.json``: model
         reference, pooling, maxlen, case, k) and its whitening; `load` reads it back. The model
         itself is referenced, not copied."""
+        directory = path_argument(directory, "directory")
         check_outputs([(directory, DIRECTORY)], self.config.read_paths())
         if os.path.lexists(directory):
             raise BertWhiteningError("%s already exists; choose a new directory" % directory)
@@ -433,6 +462,7 @@ class SentenceEncoder:
         `bert_whitening.export.export_saved_model`)."""
         from bert_whitening.export.layout import target_version
 
+        base, corpus = path_argument(base, "base"), optional_path(corpus, "corpus")
         check_outputs([(base, DIRECTORY)], self.config.read_paths() + [corpus])
         target_version(base, version, overwrite)  # refuse before TensorFlow and the model
         check_choice("precision", precision, EXPORT_PRECISIONS)

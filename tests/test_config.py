@@ -3,11 +3,13 @@ written and compared by `EncoderConfig`, and readable by the previous version.""
 
 import dataclasses
 import json
+import pathlib
 
 import numpy as np
 import pytest
 
 from bert_whitening.config import EncoderConfig, whitening_digest
+from bert_whitening.errors import BertWhiteningError
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
 
@@ -176,3 +178,23 @@ def test_a_saved_encoders_whitening_record_must_describe_its_whitening(tiny_mode
     path.write_text(json.dumps(record))
     with pytest.raises(ValueError, match="^%s: .*%s" % (path, said)):
         SentenceEncoder.load(str(tmp_path / "saved"))
+
+
+def test_every_way_of_building_a_configuration_checks_its_fields(tiny_model, whitening):
+    """The checks are the configuration's own: a ``replace`` and a record are checked as a
+    direct construction is."""
+    with pytest.raises(BertWhiteningError, match="^normalize must be True or False, got str 'no'$"):
+        EncoderConfig(tiny_model[0], normalize="no")
+    config = EncoderConfig(pathlib.Path(tiny_model[0]))
+    assert config.model == tiny_model[0]
+    with pytest.raises(BertWhiteningError, match="maxlen must be a positive integer, got 3.5"):
+        dataclasses.replace(config, maxlen=3.5)
+    with pytest.raises(BertWhiteningError, match="n_components must be an integer"):
+        EncoderConfig(tiny_model[0], whitening=whitening, n_components=2.0)
+
+
+def test_build_encoders_refuses_a_str_for_its_poolings(tiny_model):
+    from bert_whitening.models import build_encoders
+
+    with pytest.raises(BertWhiteningError, match="poolings must be a list of pooling names .str., got str 'cls'"):
+        build_encoders(tiny_model[0], poolings="cls")

@@ -3,6 +3,7 @@ whitening of the same pooled vectors."""
 
 import json
 import os
+import pathlib
 import re
 
 import numpy as np
@@ -196,3 +197,65 @@ def test_export_refuses_its_options_before_the_model_is_built(tiny_model, tmp_pa
     with pytest.raises(BertWhiteningError, match=re.escape(said)):
         SentenceEncoder.load(tiny_model[0]).export(str(tmp_path / "served"), **arguments)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_saved_encoder_is_loaded_as_saved_and_refuses_other_arguments(fitted, tmp_path):
+    """Arguments given with a saved encoder's directory were ignored (its dim, pooling, maxlen
+    and normalisation kept): they are refused, naming each."""
+    encoder, _ = fitted
+    saved = str(tmp_path / "saved")
+    encoder.save(saved)
+    with pytest.raises(BertWhiteningError, match="loaded as saved: n_components, pooling, maxlen, normalize given"):
+        SentenceEncoder.load(saved, n_components=16, pooling="cls", maxlen=8, normalize=False)
+    assert SentenceEncoder.load(pathlib.Path(saved)).config.differences(encoder.config.to_config()) == []
+
+
+@pytest.mark.parametrize(
+    "options, said",
+    [
+        ({"n_components": 1.5}, "n_components must be an integer, got float 1.5"),
+        ({"n_components": True}, "n_components must be an integer, got bool True"),
+        ({"n_components": "64"}, "n_components must be an integer, got str '64'"),
+        ({"n_components": float("nan")}, "n_components must be an integer, got float nan"),
+        ({"n_components": "0"}, "n_components must be an integer, got str '0'"),
+        ({"maxlen": "64"}, "maxlen must be a positive integer, got '64'"),
+        ({"maxlen": None}, "maxlen must be an integer, got NoneType None"),
+        ({"maxlen": 3.5}, "maxlen must be a positive integer, got 3.5"),
+        ({"maxlen": True}, "maxlen must be a positive integer, got True"),
+        ({"model": 123}, "model must be a path .str or pathlib.Path., got int 123"),
+        ({"model_type": None}, "model_type must be a str, got NoneType None"),
+        ({"pooling": 1}, "pooling must be a str, got int 1"),
+        ({"whitening": 123}, "whitening must be a Whitening .* got int 123"),
+        ({"flow": 123}, "flow must be a Flow .* got int 123"),
+        ({"lowercase": "no"}, "lowercase must be True or False, got str 'no'"),
+        ({"normalize": "False"}, "normalize must be True or False, got str 'False'"),
+        ({"allow_rank_deficient": 1}, "allow_rank_deficient must be True or False, got int 1"),
+    ],
+)
+def test_load_refuses_an_argument_of_the_wrong_type_in_one_line(tiny_model, options, said):
+    with pytest.raises(BertWhiteningError, match=said) as error:
+        SentenceEncoder.load(**{"model": tiny_model[0], **options})
+    assert "\n" not in str(error.value)
+
+
+def test_a_numpy_bool_is_a_bool(tiny_model):
+    encoder = SentenceEncoder.load(tiny_model[0], lowercase=np.bool_(False))
+    assert encoder.config.lowercase is False
+
+
+def test_paths_may_be_pathlib_and_must_be_paths(fitted, tmp_path):
+    encoder, _ = fitted
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(s + "\n" for s in SENTENCES[:3]), encoding="utf-8")
+    assert encoder.encode_file(lines, tmp_path / "v.npy") == 3
+    refused = [
+        (lambda: encoder.encode_file(str(lines), None), "output must be a path"),
+        (lambda: encoder.encode_file([str(lines)], str(tmp_path / "w.npy")), "path must be a path .* got list"),
+        (lambda: encoder.encode_file(None, str(tmp_path / "w.npy")), "path must be a path .* got NoneType"),
+        (lambda: encoder.save(None), "directory must be a path .* got NoneType"),
+        (lambda: encoder.export(None), "base must be a path .* got NoneType"),
+    ]
+    for call, said in refused:
+        with pytest.raises(BertWhiteningError, match=said):
+            call()
+    assert not (tmp_path / "w.npy").exists()
