@@ -307,12 +307,19 @@ def evaluate_tasks(
 
     started = time.time()
     requested = settings(n_components, betas, gammas, methods, flow_seeds)
+    if "flow" in methods:  # refused before a model is built, not after the first task is encoded
+        from bert_whitening.errors import FlowError
+        from bert_whitening.flow import check_flow_options
+
+        if "seed" in (flow_options or {}):
+            raise FlowError("flow_options cannot hold seed: flow_seeds gives each flow's")
+        flow_config = check_flow_options(flow_options or {})["config"]
+        for seed in flow_seeds:
+            check_flow_options({"seed": seed})
     encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings, _correlatable)
     first = next(iter(encoders.values()))
-    if "flow" in methods:  # refused now rather than after the first task is encoded
-        from bert_whitening.flow import FlowConfig
-
-        FlowConfig.of((flow_options or {}).get("config")).check(first.dim)
+    if "flow" in methods:
+        flow_config.check(first.dim)
     reports = {
         pooling: {
             "model": first.model_identity,

@@ -53,15 +53,19 @@ undone. The tests check that two fits with one seed give identical vectors.
 """
 
 import dataclasses
+import difflib
 import json
 import logging
 import math
+import numbers
 import time
+from collections.abc import Mapping
 
 import numpy as np
 import scipy.linalg
 from tqdm.auto import tqdm
 
+from bert_whitening.arguments import _shown
 from bert_whitening.atomic import write_atomically
 from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, METADATA_BYTES, MODEL_SIZES, NpzMembers
@@ -104,7 +108,14 @@ class FlowConfig:
         ``flow/config/*.json`` (whose other keys must hold the values implemented here)."""
         if isinstance(values, cls):
             return values
+        if values is not None and not isinstance(values, Mapping):
+            raise FlowError(
+                "config must be a FlowConfig, a dict or None, got %s %s" % (type(values).__name__, _shown(values))
+            )
         values = dict(values or {})
+        strange = [key for key in values if not isinstance(key, str)]
+        if strange:
+            raise FlowError("flow config keys must be str, got %s" % _shown(strange[0]))
         for key, value in FIXED_KEYS.items():
             if values.pop(key, value) != value:
                 raise FlowError("flow config %s must be %r here" % (key, value))
@@ -396,6 +407,8 @@ class Flow(keras.Model):
             "model_identity": dict(self.model_identity),
         }
         arrays = {"weight_%03d" % i: weight.numpy() for i, weight in enumerate(self.weights)}
+        if not all(np.isfinite(array).all() for array in arrays.values()):
+            raise FlowError("the flow's weights hold NaN or inf (its training diverged): not written")
         np.savez(stream, meta=np.array(json.dumps(meta)), **arrays)
 
     @classmethod
@@ -482,6 +495,66 @@ def _train_step(flow, learning_rate):
     return graph_function(step, [tf.TensorSpec([None, flow.dim], tf.float64)])
 
 
+#: Most passes over the vectors a flow trains for (BERT-flow makes one).
+MAX_EPOCHS = 10_000
+#: The defaults of `fit_flow`'s options, BERT-flow's.
+FLOW_DEFAULTS = {"config": None, "seed": 0, "epochs": 1.0, "batch_size": 64, "learning_rate": 1e-3, "progress": None}
+
+
+def _number(value, name, integral=False):
+    kinds = numbers.Integral if integral else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        what = "a whole number" if integral else "a number"
+        raise FlowError("%s must be %s, got %s %s" % (name, what, type(value).__name__, _shown(value)))
+    return value
+
+
+def check_flow_options(options, batch_name="batch_size"):
+    """`fit_flow`'s options (all of `FLOW_DEFAULTS`, the missing ones filled in) checked before
+    a model is built or a vector encoded: an unknown name or a refused value is one `FlowError`
+    naming it. ``batch_name`` is what the caller calls the flow's batch size."""
+    unknown = sorted(set(options) - set(FLOW_DEFAULTS))
+    if unknown:
+        names = [batch_name if name == "batch_size" else name for name in FLOW_DEFAULTS]
+        close = difflib.get_close_matches(str(unknown[0]), names, 1)
+        raise FlowError(
+            "unknown flow option %s%s" % (_shown(unknown[0]), " (did you mean %s?)" % close[0] if close else "")
+        )
+    checked = dict(FLOW_DEFAULTS, **options)
+    checked["config"] = FlowConfig.of(checked["config"])
+    seed = _number(checked["seed"], "seed", integral=True)
+    if seed < 0:
+        raise FlowError("seed must be a whole number >= 0, got %s" % _shown(seed))
+    checked["seed"] = int(seed)
+    epochs = _number(checked["epochs"], "epochs")
+    if not (math.isfinite(epochs) and 0 < epochs <= MAX_EPOCHS):
+        raise FlowError("epochs must be a number above 0 and at most %d, got %s" % (MAX_EPOCHS, _shown(epochs)))
+    checked["epochs"] = float(epochs) if not isinstance(epochs, numbers.Integral) else int(epochs)
+    batch_size = _number(checked["batch_size"], batch_name, integral=True)
+    if batch_size < 1:
+        raise FlowError("%s must be a positive integer, got %s" % (batch_name, _shown(batch_size)))
+    checked["batch_size"] = int(batch_size)
+    learning_rate = _number(checked["learning_rate"], "learning_rate")
+    if not (math.isfinite(learning_rate) and learning_rate > 0):
+        raise FlowError("learning_rate must be a finite number above 0, got %s" % _shown(learning_rate))
+    checked["learning_rate"] = float(learning_rate)
+    return checked
+
+
+def training_steps(count, epochs, batch_size, batch_name="batch_size"):
+    """The steps of a flow trained on ``count`` vectors; a `FlowError` naming what would give one
+    when there are none."""
+    steps = int(count * epochs / batch_size)
+    if steps < 1:
+        raise FlowError(
+            "%d vectors, %g epochs and batches of %d vectors make no training step: set %s to at most %d "
+            "(or raise epochs, or give more sentences)" % (count, epochs, batch_size, batch_name, int(count * epochs))
+            if count * epochs >= 1
+            else "%d vectors and %g epochs make no training step: raise epochs or give more sentences" % (count, epochs)
+        )
+    return steps
+
+
 def fit_flow(
     vectors,
     config=None,
@@ -508,13 +581,17 @@ def fit_flow(
             on a terminal only.
         pooling, model_identity: what made the vectors, recorded in the flow (as a whitening
             records them) so that it is refused on vectors of another encoder.
+
+    The options are checked first (`check_flow_options`); a training whose weights end NaN or
+    inf (diverged) is a `FlowError`, and no flow is returned.
     """
+    options = check_flow_options(
+        dict(config=config, seed=seed, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate)
+    )
+    config, seed, epochs = options["config"], options["seed"], options["epochs"]
+    batch_size, learning_rate = options["batch_size"], options["learning_rate"]
     vectors = _checked(vectors)
-    steps = int(len(vectors) * epochs / batch_size) if batch_size >= 1 else 0
-    if steps < 1:
-        raise FlowError(
-            "%d vectors, %g epochs and batches of %d vectors make no training step" % (len(vectors), epochs, batch_size)
-        )
+    steps = training_steps(len(vectors), epochs, batch_size)
     rng = np.random.default_rng(seed)
     flow = Flow(vectors.shape[1], config, rng)
     flow.pooling, flow.model_identity = pooling, dict(model_identity or {})
@@ -539,6 +616,11 @@ def fit_flow(
     finally:
         if bar is not progress:
             bar.close()
+    if not all(np.isfinite(weight.numpy()).all() for weight in flow.weights):
+        raise FlowError(
+            "the flow's training diverged: its weights hold NaN or inf after %d steps at learning_rate %g"
+            % (steps, learning_rate)
+        )
     flow.training_summary = {
         "seed": seed,
         "vectors": len(vectors),

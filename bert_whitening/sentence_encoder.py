@@ -325,16 +325,23 @@ class SentenceEncoder:
         skip_bad_lines: bool = False,
         batch_size: int = 128,
         progress=None,
+        flow_batch_size: int = 64,
         **flow_options,
     ):
-        """Train a BERT-flow (`bert_whitening.flow.fit_flow`, with ``flow_options``) on the
-        pooled vectors of ``sentences`` and ``files``, as `fit` reads them; from now on this
-        encoder applies it, in place of a whitening (normalised). Returns the
-        `bert_whitening.flow.Flow` (``flow.save(path)`` writes the file ``--flow`` reads). A flow
-        trains on every vector at once: they are held in memory, unlike `fit`'s statistics."""
+        """Train a BERT-flow (`bert_whitening.flow.fit_flow`, with ``flow_options``: ``config``,
+        ``epochs``, ``learning_rate``) on the pooled vectors of ``sentences`` and ``files``, as
+        `fit` reads them (``batch_size`` sentences per forward pass); ``flow_batch_size`` is the
+        flow's batch, its ``batch_size`` (BERT-flow's 64 vectors). Every option is checked before
+        the model is built. From now on this encoder applies the flow, in place of a whitening
+        (normalised). Returns the `bert_whitening.flow.Flow` (``flow.save(path)`` writes the file
+        ``--flow`` reads). A flow trains on every vector at once: they are held in memory, unlike
+        `fit`'s statistics."""
         from bert_whitening.encoding import encode_stream, vectors_from_files
-        from bert_whitening.flow import fit_flow
+        from bert_whitening.flow import check_flow_options, fit_flow, training_steps
 
+        options = check_flow_options(
+            dict(flow_options, seed=seed, batch_size=flow_batch_size, progress=progress), "flow_batch_size"
+        )
         files, sentences, read = _fit_inputs(sentences, files, format, skip_bad_lines, batch_size)
         pooled = self._pooled_encoder()
         blocks = []
@@ -344,13 +351,9 @@ class SentenceEncoder:
             blocks.append(vectors_from_files(pooled, files, read, progress))
         if not blocks or not sum(len(block) for block in blocks):
             raise DataError("no sentences to train a flow on")
-        flow = fit_flow(
-            np.concatenate(blocks),
-            seed=seed,
-            pooling=self.config.pooling,
-            model_identity=pooled.model_identity,
-            **flow_options,
-        )
+        vectors = np.concatenate(blocks)
+        training_steps(len(vectors), options["epochs"], options["batch_size"], "flow_batch_size")
+        flow = fit_flow(vectors, pooling=self.config.pooling, model_identity=pooled.model_identity, **options)
         self._apply(flow=flow)
         return flow
 

@@ -504,3 +504,46 @@ def test_an_index_keeps_its_flow_and_refuses_one_edited_afterwards(flow_file, tm
     caplog.clear()
     assert run("search", "--index", index, query) == 1
     assert "flow.npz is not the file this index was built with" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"learning_rate": float("nan")}, "^learning_rate must be a finite number above 0, got nan$"),
+        ({"learning_rate": float("inf")}, "^learning_rate must be a finite number above 0, got inf$"),
+        ({"learning_rate": -1}, "^learning_rate must be a finite number above 0, got -1$"),
+        ({"epochs": float("inf")}, "^epochs must be a number above 0"),
+        ({"seed": "x"}, "^seed must be a whole number, got str 'x'$"),
+        ({"config": "x"}, "^config must be a FlowConfig, a dict or None, got str 'x'$"),
+        ({"batch_size": 0}, "^batch_size must be a positive integer, got 0$"),
+        (
+            {"epochs": 1, "batch_size": 512},
+            r"^256 vectors, 1 epochs and batches of 512 vectors make no training step: "
+            r"set batch_size to at most 256 \(or raise epochs, or give more sentences\)$",
+        ),
+    ],
+)
+def test_fit_flow_refuses_its_options_in_one_line_naming_them(options, message):
+    with pytest.raises(FlowError, match=message):
+        fit_flow(sample(), **{"config": SMALL, "progress": False, **options})
+
+
+def test_a_diverged_training_is_refused_and_such_a_flow_is_never_written(tmp_path):
+    with pytest.raises(FlowError, match="^the flow's training diverged: its weights hold NaN or inf after 16 steps"):
+        fit_flow(sample(rows=1024), SMALL, learning_rate=1e300, progress=False)
+    flow = fit_flow(sample(), SMALL, progress=False)
+    flow.trainable_weights[0].assign(np.full(flow.trainable_weights[0].shape, np.nan))
+    with pytest.raises(FlowError, match="NaN or inf .*not written"):
+        flow.save(str(tmp_path / "flow.npz"))
+    assert os.listdir(tmp_path) == []
+
+
+def test_evaluate_tasks_refuses_flow_options_before_a_model_is_built(monkeypatch):
+    import bert_whitening.evaluation as evaluation
+
+    monkeypatch.setattr(evaluation, "load_tasks", lambda *args: pytest.fail("a model was loaded"))
+    for options, message in (({"epoch": 2}, "unknown flow option 'epoch'"), ({"learning_rate": 0}, "learning_rate")):
+        with pytest.raises(FlowError, match=message):
+            evaluate_tasks(EncoderConfig("unused"), ["STS-B"], methods=("flow",), flow_options=options)
+    with pytest.raises(FlowError, match="^seed must be a whole number >= 0, got -2$"):
+        evaluate_tasks(EncoderConfig("unused"), ["STS-B"], methods=("flow",), flow_seeds=(0, -2))

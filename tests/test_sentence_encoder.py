@@ -259,3 +259,45 @@ def test_paths_may_be_pathlib_and_must_be_paths(fitted, tmp_path):
         with pytest.raises(BertWhiteningError, match=said):
             call()
     assert not (tmp_path / "w.npy").exists()
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"epoch": 3}, r"^unknown flow option 'epoch' \(did you mean epochs\?\)$"),
+        ({"flow_batch_sizes": 8}, r"^unknown flow option 'flow_batch_sizes' \(did you mean flow_batch_size\?\)$"),
+        ({"epochs": float("nan")}, r"^epochs must be a number above 0 and at most 10000, got nan$"),
+        ({"epochs": float("inf")}, r"^epochs must be a number above 0 and at most 10000, got inf$"),
+        ({"epochs": 0}, r"^epochs must be"),
+        ({"config": "x"}, r"^config must be a FlowConfig, a dict or None, got str 'x'$"),
+        ({"config": {"depth": 0}}, r"^flow depth is 0"),
+        ({"seed": "x"}, r"^seed must be a whole number, got str 'x'$"),
+        ({"seed": -1}, r"^seed must be a whole number >= 0, got -1$"),
+        ({"flow_batch_size": 0}, r"^flow_batch_size must be a positive integer, got 0$"),
+        ({"flow_batch_size": 2.5}, r"^flow_batch_size must be a whole number, got float 2.5$"),
+        ({"learning_rate": float("nan")}, r"^learning_rate must be a finite number above 0, got nan$"),
+        ({"learning_rate": -1}, r"^learning_rate must be a finite number above 0, got -1$"),
+        ({"learning_rate": "1e-3"}, r"^learning_rate must be a number, got str '1e-3'$"),
+    ],
+)
+def test_fit_flow_refuses_its_options_before_the_model_is_built(tiny_model, monkeypatch, options, message):
+    from bert_whitening.errors import FlowError
+
+    encoder = SentenceEncoder.load(tiny_model[0])
+    monkeypatch.setattr(SentenceEncoder, "_pooled_encoder", lambda self: pytest.fail("the model was built"))
+    with pytest.raises(FlowError, match=message):
+        encoder.fit_flow(SENTENCES, **options)
+
+
+def test_fit_flow_takes_the_flow_batch_size_apart_from_the_encoding_one(tiny_model):
+    from bert_whitening.errors import FlowError
+
+    encoder = SentenceEncoder.load(tiny_model[0])
+    sentences = SENTENCES * 3
+    with pytest.raises(FlowError, match="make no training step: set flow_batch_size to at most %d " % len(sentences)):
+        encoder.fit_flow(sentences, batch_size=8, config={"n_levels": 2, "depth": 1}, progress=False)
+    flow = encoder.fit_flow(
+        sentences, batch_size=8, flow_batch_size=8, config={"n_levels": 2, "depth": 1}, progress=False
+    )
+    assert flow.training_summary["batch_size"] == 8
+    assert flow.training_summary["steps"] == len(sentences) // 8
