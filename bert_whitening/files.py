@@ -13,8 +13,11 @@ import stat
 
 import numpy as np
 
+from bert_whitening.arguments import positive_int
 from bert_whitening.errors import DataError
 
+#: The first bytes of every ``.npy`` file.
+NPY_MAGIC = b"\x93NUMPY"
 #: Bytes read at a time when hashing or streaming a file.
 BLOCK = 1 << 20
 
@@ -34,8 +37,17 @@ def npy_blocks(path, rows):
 
     Each block is mapped alone and unmapped after use: one ``np.load(mmap_mode="r")`` over the
     whole file would keep every page it touched resident, so a file as large as the machine's
-    memory would fill it. A file that is not such a matrix is a `DataError` naming it.
+    memory would fill it. A file that is not such a matrix is a `DataError` naming it; ``rows``
+    that is not a positive integer is refused before the file is opened.
     """
+    rows = positive_int(rows, "rows")
+    try:
+        with open(path, "rb") as stream:
+            magic = stream.read(len(NPY_MAGIC))
+    except OSError as error:
+        raise DataError("%s: not a readable .npy array (%s)" % (path, error.strerror or error)) from None
+    if magic != NPY_MAGIC:  # np.load would take it for a pickle and talk of allow_pickle
+        raise DataError("%s: not a .npy file (it does not start with the .npy magic string)" % path)
     try:
         whole = np.load(path, mmap_mode="r")
     except (OSError, ValueError, OverflowError) as error:  # OverflowError: a negative size in the header

@@ -659,3 +659,20 @@ def test_a_crafted_pooling_or_n_components_is_refused_naming_the_file(tmp_path, 
     np.savez(tmp_path / "c.npz", **{**arrays, "meta": np.array(json.dumps(meta))})
     with pytest.raises(WhiteningError, match=re.escape("%s: %s" % (tmp_path / "c.npz", fragment))):
         Whitening.load(str(tmp_path / "c.npz"))
+
+
+def test_update_from_npy_refuses_a_count_of_rows_that_is_not_positive_and_a_file_that_is_not_npy(tmp_path):
+    from bert_whitening.errors import BertWhiteningError, DataError
+
+    path = str(tmp_path / "v.npy")
+    np.save(path, correlated(40))
+    for rows in (-1, 0, 2.5, True):
+        expected = "^rows must be a positive integer, got %s$" % re.escape(repr(rows))
+        with pytest.raises(BertWhiteningError, match=expected):
+            WhiteningStats().update_from_npy(path, rows=rows)
+    assert WhiteningStats().update_from_npy(path, rows=7).count == 40
+    text = tmp_path / "v.txt"
+    text.write_text("0.1 0.2\n0.3 0.4\n")
+    with pytest.raises(DataError, match=r"^%s: not a \.npy file" % re.escape(str(text))) as raised:
+        WhiteningStats().update_from_npy(str(text))
+    assert "pickle" not in str(raised.value)
