@@ -14,7 +14,7 @@ from bert_whitening.errors import BertWhiteningError
 SHOWN = 40
 
 
-def _shown(value):
+def shown(value):
     text = repr(value)
     return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
 
@@ -24,7 +24,7 @@ def _container(value, name, what):
     if value is None or isinstance(value, (str, bytes, bytearray)) or not hasattr(value, "__iter__"):
         hint = " (one sentence: put it in a list)" if isinstance(value, (str, bytes, bytearray)) else ""
         raise BertWhiteningError(
-            "%s must be a list of %s, got %s %s%s" % (name, what, type(value).__name__, _shown(value), hint)
+            "%s must be a list of %s, got %s %s%s" % (name, what, type(value).__name__, shown(value), hint)
         )
 
 
@@ -33,13 +33,13 @@ def _text(item, name, index):
     ``surrogateescape`` makes of bytes that are not UTF-8) has no UTF-8 form, so a file holding it
     is refused when read and a served model refuses it; here too, naming where it is."""
     if not isinstance(item, str):
-        raise BertWhiteningError("%s[%d] must be a str, got %s %s" % (name, index, type(item).__name__, _shown(item)))
+        raise BertWhiteningError("%s[%d] must be a str, got %s %s" % (name, index, type(item).__name__, shown(item)))
     try:
         item.encode("utf-8")
     except UnicodeEncodeError as error:
         raise BertWhiteningError(
             "%s[%d] is not text: a lone surrogate %s at character %d"
-            % (name, index, _shown(item[error.start]), error.start)
+            % (name, index, shown(item[error.start]), error.start)
         ) from None
     return item
 
@@ -69,14 +69,14 @@ def path_list(value, name="files"):
 def positive_int(value, name):
     """``value`` as an int of at least 1 (a bool is not a count)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise BertWhiteningError("%s must be a positive integer, got %s" % (name, _shown(value)))
+        raise BertWhiteningError("%s must be a positive integer, got %s" % (name, shown(value)))
     return int(value)
 
 
 def integer(value, name):
     """``value`` as an int of any sign (a bool, a float or a ``"64"`` is not one)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise BertWhiteningError("%s must be an integer, got %s %s" % (name, type(value).__name__, _shown(value)))
+        raise BertWhiteningError("%s must be an integer, got %s %s" % (name, type(value).__name__, shown(value)))
     return int(value)
 
 
@@ -90,14 +90,14 @@ def boolean(value, name):
     true, nor a 0 or 1."""
     numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
     if not (isinstance(value, bool) or numpy_bool):
-        raise BertWhiteningError("%s must be True or False, got %s %s" % (name, type(value).__name__, _shown(value)))
+        raise BertWhiteningError("%s must be True or False, got %s %s" % (name, type(value).__name__, shown(value)))
     return bool(value)
 
 
 def text(value, name):
     """``value`` when it is a str."""
     if not isinstance(value, str):
-        raise BertWhiteningError("%s must be a str, got %s %s" % (name, type(value).__name__, _shown(value)))
+        raise BertWhiteningError("%s must be a str, got %s %s" % (name, type(value).__name__, shown(value)))
     return value
 
 
@@ -107,7 +107,7 @@ def path(value, name):
         value = os.fspath(value)
     if not isinstance(value, str) or not value:
         raise BertWhiteningError(
-            "%s must be a path (str or pathlib.Path), got %s %s" % (name, type(value).__name__, _shown(value))
+            "%s must be a path (str or pathlib.Path), got %s %s" % (name, type(value).__name__, shown(value))
         )
     return value
 

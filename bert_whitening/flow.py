@@ -65,7 +65,7 @@ import numpy as np
 import scipy.linalg
 from tqdm.auto import tqdm
 
-from bert_whitening.arguments import _shown
+from bert_whitening.arguments import shown
 from bert_whitening.atomic import write_atomically
 from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, METADATA_BYTES, MODEL_SIZES, NpzMembers
@@ -110,12 +110,12 @@ class FlowConfig:
             return values
         if values is not None and not isinstance(values, Mapping):
             raise FlowError(
-                "config must be a FlowConfig, a dict or None, got %s %s" % (type(values).__name__, _shown(values))
+                "config must be a FlowConfig, a dict or None, got %s %s" % (type(values).__name__, shown(values))
             )
         values = dict(values or {})
         strange = [key for key in values if not isinstance(key, str)]
         if strange:
-            raise FlowError("flow config keys must be str, got %s" % _shown(strange[0]))
+            raise FlowError("flow config keys must be str, got %s" % shown(strange[0]))
         for key, value in FIXED_KEYS.items():
             if values.pop(key, value) != value:
                 raise FlowError("flow config %s must be %r here" % (key, value))
@@ -505,7 +505,7 @@ def _number(value, name, integral=False):
     kinds = numbers.Integral if integral else numbers.Real
     if isinstance(value, bool) or not isinstance(value, kinds):
         what = "a whole number" if integral else "a number"
-        raise FlowError("%s must be %s, got %s %s" % (name, what, type(value).__name__, _shown(value)))
+        raise FlowError("%s must be %s, got %s %s" % (name, what, type(value).__name__, shown(value)))
     return value
 
 
@@ -518,25 +518,25 @@ def check_flow_options(options, batch_name="batch_size"):
         names = [batch_name if name == "batch_size" else name for name in FLOW_DEFAULTS]
         close = difflib.get_close_matches(str(unknown[0]), names, 1)
         raise FlowError(
-            "unknown flow option %s%s" % (_shown(unknown[0]), " (did you mean %s?)" % close[0] if close else "")
+            "unknown flow option %s%s" % (shown(unknown[0]), " (did you mean %s?)" % close[0] if close else "")
         )
     checked = dict(FLOW_DEFAULTS, **options)
     checked["config"] = FlowConfig.of(checked["config"])
     seed = _number(checked["seed"], "seed", integral=True)
     if seed < 0:
-        raise FlowError("seed must be a whole number >= 0, got %s" % _shown(seed))
+        raise FlowError("seed must be a whole number >= 0, got %s" % shown(seed))
     checked["seed"] = int(seed)
     epochs = _number(checked["epochs"], "epochs")
     if not (math.isfinite(epochs) and 0 < epochs <= MAX_EPOCHS):
-        raise FlowError("epochs must be a number above 0 and at most %d, got %s" % (MAX_EPOCHS, _shown(epochs)))
+        raise FlowError("epochs must be a number above 0 and at most %d, got %s" % (MAX_EPOCHS, shown(epochs)))
     checked["epochs"] = float(epochs) if not isinstance(epochs, numbers.Integral) else int(epochs)
     batch_size = _number(checked["batch_size"], batch_name, integral=True)
     if batch_size < 1:
-        raise FlowError("%s must be a positive integer, got %s" % (batch_name, _shown(batch_size)))
+        raise FlowError("%s must be a positive integer, got %s" % (batch_name, shown(batch_size)))
     checked["batch_size"] = int(batch_size)
     learning_rate = _number(checked["learning_rate"], "learning_rate")
     if not (math.isfinite(learning_rate) and learning_rate > 0):
-        raise FlowError("learning_rate must be a finite number above 0, got %s" % _shown(learning_rate))
+        raise FlowError("learning_rate must be a finite number above 0, got %s" % shown(learning_rate))
     checked["learning_rate"] = float(learning_rate)
     return checked
 
