@@ -15,6 +15,7 @@ SHOWN = 40
 
 
 def shown(value):
+    """``value`` as a refusal shows it: its repr, cut to `SHOWN` characters."""
     text = repr(value)
     return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
 
