@@ -90,7 +90,7 @@ class SentenceEncoder:
         (one not at its default) is refused, not ignored.
         """
         model = optional_path(model, "model")
-        if model and os.path.isfile(os.path.join(model, CONFIG_FILE)):
+        if model and os.path.lexists(os.path.join(model, CONFIG_FILE)):  # a FIFO there is named as such
             given = {
                 "whitening": whitening is not None,
                 "n_components": n_components is not None,
@@ -246,6 +246,7 @@ class SentenceEncoder:
         from bert_whitening.npy_rows import NpyRowWriter
 
         path, output = path_argument(path, "path"), path_argument(output, "output")
+        batch_size = positive_int(batch_size, "batch_size")  # before the model is built
         inputs = [path] + self.config.read_paths()
         check_outputs([output], inputs)  # before the model is built
         sentences = read_sentences(path, "lines")

@@ -42,6 +42,7 @@ import hashlib
 import json
 import logging
 import math
+import numbers
 import os
 import shutil
 import time
@@ -288,11 +289,11 @@ def _checked(**options):
     o = dataclasses.make_dataclass("Options", options.keys())(**options)
     check_choice("loss", o.loss, LOSSES)
     for name, value, ok in (
-        ("batch_size", o.batch_size, isinstance(o.batch_size, int) and o.batch_size > 0),
-        ("epochs", o.epochs, isinstance(o.epochs, int) and o.epochs >= 0),
-        ("learning_rate", o.learning_rate, math.isfinite(o.learning_rate) and o.learning_rate > 0),
-        ("scale", o.scale, math.isfinite(o.scale) and o.scale > 0),
-        ("threshold", o.threshold, o.threshold is None or math.isfinite(o.threshold)),
+        ("batch_size", o.batch_size, _whole(o.batch_size) and o.batch_size > 0),
+        ("epochs", o.epochs, _whole(o.epochs) and o.epochs >= 0),
+        ("learning_rate", o.learning_rate, _real(o.learning_rate) and o.learning_rate > 0),
+        ("scale", o.scale, _real(o.scale) and o.scale > 0),
+        ("threshold", o.threshold, o.threshold is None or _real(o.threshold)),
     ):
         if not ok:
             raise BertWhiteningError("%s %r is out of range" % (name, value))
@@ -385,6 +386,16 @@ def _checked_state(text, checkpoints):
 
 def _finite(value):
     return type(value) in (int, float) and math.isfinite(value)
+
+
+def _real(value):
+    """A finite real number (numpy's too): not a bool, not a ``"2e-5"``."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _whole(value):
+    """An integer (numpy's too): not a bool (``True`` is no batch size), not a float."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _epoch_entry(entry, number, validated):

@@ -301,3 +301,22 @@ def test_fit_flow_takes_the_flow_batch_size_apart_from_the_encoding_one(tiny_mod
     )
     assert flow.training_summary["batch_size"] == 8
     assert flow.training_summary["steps"] == len(sentences) // 8
+
+
+def test_a_saved_encoder_record_that_is_not_a_file_is_named_as_such(fitted, tmp_path):
+    encoder, _ = fitted
+    encoder.save(str(tmp_path / "saved"))
+    record = tmp_path / "saved" / "sentence_encoder.json"
+    record.unlink()
+    os.mkfifo(record)
+    with pytest.raises(BertWhiteningError, match="sentence_encoder.json: a FIFO, not a regular file"):
+        SentenceEncoder.load(str(tmp_path / "saved"))
+
+
+def test_encode_file_refuses_its_batch_size_before_the_model_is_built(tiny_model, tmp_path, monkeypatch):
+    from bert_whitening import models
+
+    monkeypatch.setattr(models, "build", lambda *arguments, **options: pytest.fail("the model was built"))
+    (tmp_path / "in.txt").write_text("a\n", encoding="utf-8")
+    with pytest.raises(BertWhiteningError, match="^batch_size must be a positive integer, got 0$"):
+        SentenceEncoder.load(tiny_model[0]).encode_file(str(tmp_path / "in.txt"), str(tmp_path / "o.npy"), batch_size=0)

@@ -485,6 +485,17 @@ def test_graded_softmax_labels_are_binarised(tiny_model, tmp_path):
     assert training.softmax_classes(integers, threshold=1.0)[0].tolist() == [0, 1]
 
 
+@pytest.mark.parametrize(
+    "option, value",
+    [("batch_size", True), ("epochs", True), ("batch_size", 2.0), ("learning_rate", "2e-5"), ("scale", None)],
+)
+def test_an_option_of_the_wrong_type_is_refused_in_one_line(tiny_model, pair_files, tmp_path, option, value):
+    """True was taken as a batch of 1 and one epoch; a str learning rate was a bare TypeError."""
+    with pytest.raises(BertWhiteningError, match="^%s %s is out of range$" % (option, re.escape(repr(value)))):
+        training.train(pair_files[0], str(tmp_path / "out"), model=tiny_model[0], **{option: value})
+    assert os.listdir(tmp_path) == []
+
+
 def test_outputs_refused_before_any_work(tiny_model, pair_files, tmp_path):
     directory = tiny_model[0]
     existing = tmp_path / "existing"
