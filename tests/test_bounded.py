@@ -498,4 +498,4 @@ def test_a_saved_encoder_record_too_large_or_a_fifo_is_refused(tmp_path):
     sparse((1 << 20) + 1)(record)
     refused_quickly(lambda: SentenceEncoder.load(str(directory)), BertWhiteningError, "larger than 1048576 bytes")
     fifo(record)
-    refused_quickly(lambda: SentenceEncoder.load(str(directory)), BertWhiteningError, "not a model directory")
+    refused_quickly(lambda: SentenceEncoder.load(str(directory)), BertWhiteningError, "a FIFO, not a regular file")

@@ -303,16 +303,6 @@ def test_fit_flow_takes_the_flow_batch_size_apart_from_the_encoding_one(tiny_mod
     assert flow.training_summary["steps"] == len(sentences) // 8
 
 
-def test_a_saved_encoder_record_that_is_not_a_file_is_named_as_such(fitted, tmp_path):
-    encoder, _ = fitted
-    encoder.save(str(tmp_path / "saved"))
-    record = tmp_path / "saved" / "sentence_encoder.json"
-    record.unlink()
-    os.mkfifo(record)
-    with pytest.raises(BertWhiteningError, match="sentence_encoder.json: a FIFO, not a regular file"):
-        SentenceEncoder.load(str(tmp_path / "saved"))
-
-
 def test_encode_file_refuses_its_batch_size_before_the_model_is_built(tiny_model, tmp_path, monkeypatch):
     from bert_whitening import models
 
