@@ -153,11 +153,15 @@ class CheckedFile:
     def __init__(self, directory_fd, name, sha256, where, record, made):
         self.name, self.sha256, self.where, self.record = name, sha256, where, record
         self._file = os.fdopen(open_regular_at(directory_fd, name, where), "rb", buffering=0)
-        if _Hashing(self._file.fileno()).rest() != sha256:
+        opening = _Hashing(self._file.fileno())
+        if opening.rest() != sha256:
             raise DataError(
                 "%s: %s is not the file %s (sha256 differs from %s's %s...): the directory was edited"
                 % (where, name, made, record, str(sha256)[:12])
             )
+        #: How many lines the file holds (a last one without its line end counted), counted on
+        #: the reading that checked it: a reader of rows needs no second pass to count them.
+        self.lines = opening.line_ends + (opening.last not in (b"", b"\n"))
 
     @property
     def size(self):
@@ -182,14 +186,6 @@ class CheckedFile:
             raise
         self._refuse_changed(raw)
 
-    def count_lines(self):
-        """How many lines the file holds (a last one without its line end counted)."""
-        lines, last = 0, b"\n"
-        with self.reading() as stream:
-            for block in iter(lambda: stream.read(BLOCK), b""):
-                lines, last = lines + block.count(b"\n"), block[-1:]
-        return lines + (last != b"\n")
-
     def read(self):
         """The whole file as `NamedBytes`, its sha256 checked again on these very bytes."""
         with self.reading() as stream:
@@ -210,6 +206,14 @@ class _Hashing(io.RawIOBase):
     def __init__(self, descriptor):
         super().__init__()
         self.descriptor, self.offset, self.digest = descriptor, 0, hashlib.sha256()
+        self.line_ends, self.last = 0, b""  # line ends seen, and the last byte read
+
+    def _seen(self, data):
+        self.offset += len(data)
+        self.digest.update(data)
+        if data:
+            self.line_ends += data.count(b"\n")
+            self.last = data[-1:]
 
     def readable(self):
         return True
@@ -217,15 +221,13 @@ class _Hashing(io.RawIOBase):
     def readinto(self, buffer):
         data = os.pread(self.descriptor, len(buffer), self.offset)
         buffer[: len(data)] = data
-        self.offset += len(data)
-        self.digest.update(data)
+        self._seen(data)
         return len(data)
 
     def rest(self):
         """The sha256 of the whole file, once the part not read yet is read."""
         for block in iter(lambda: os.pread(self.descriptor, BLOCK, self.offset), b""):
-            self.offset += len(block)
-            self.digest.update(block)
+            self._seen(block)
         return self.digest.hexdigest()
 
 

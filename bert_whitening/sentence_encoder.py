@@ -13,6 +13,7 @@ graph is built from it on first use (TensorFlow is imported then, not before).
 """
 
 import dataclasses
+import inspect
 import itertools
 import json
 import logging
@@ -91,21 +92,16 @@ class SentenceEncoder:
         """
         model = optional_path(model, "model")
         if model and os.path.lexists(os.path.join(model, CONFIG_FILE)):  # a FIFO there is named as such
-            given = {
-                "whitening": whitening is not None,
-                "n_components": n_components is not None,
-                "model_type": model_type != "bert",
-                "pooling": pooling is not None,
-                "maxlen": maxlen != 64,
-                "lowercase": lowercase is not True,
-                "normalize": normalize is not True,
-                "allow_rank_deficient": allow_rank_deficient is not False,
-                "flow": flow is not None,
-            }
-            if any(given.values()):
+            arguments = locals()
+            given = [
+                name
+                for name, parameter in inspect.signature(cls.load).parameters.items()
+                if name != "model" and not _is_default(arguments[name], parameter.default)
+            ]
+            if given:
                 raise BertWhiteningError(
                     "%s: a saved encoder is loaded as saved: %s given (load it alone, or load its model "
-                    "with them)" % (model, ", ".join(name for name, differs in given.items() if differs))
+                    "with them)" % (model, ", ".join(given))
                 )
             return cls._load_saved(model)
         path = flow_path = None
@@ -511,6 +507,11 @@ class CorpusIndex:
         vectors = self.encoder._unit_vectors(queries, "queries", 128)
         scores, ids = self._index.search(vectors, min(positive_int(top_k, "top_k"), len(self._texts)))
         return search.hits(queries, scores, ids, lambda row: (None, row + 1, self._texts[row]))
+
+
+def _is_default(value, default):
+    """Whether an argument was left at ``default`` (a ``1`` for ``True`` was given)."""
+    return value is default or (type(value) is type(default) and value == default)
 
 
 def _fit_inputs(sentences, files, format, skip_bad_lines, batch_size):

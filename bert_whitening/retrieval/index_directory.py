@@ -180,7 +180,7 @@ class IndexDirectory:
         except DataError as error:
             self._refuse("%s %s" % (INDEX_FILE, error))
         for name in (KEYS_FILE, TEXTS_FILE):
-            rows = self._files[name].count_lines()
+            rows = self._files[name].lines
             if rows != self.count:
                 self._refuse("%s holds %d rows; index.json says %d" % (name, rows, self.count))
         self._index = None
