@@ -486,7 +486,9 @@ def test_a_signal_after_an_output_is_in_place_names_it_as_written(tmp_path, when
     that comes after the command returned still gets its line, not a silent 143."""
     output = tmp_path / "out\x1b.txt"  # shown escaped, as every message is
     argv = [sys.executable, "-c", SIGNAL_AFTER_WRITING, when, "search", "--index", "x", "q", output]
-    result = subprocess.run(argv, capture_output=True, timeout=120)
+    (tmp_path / "tmp").mkdir()  # its own TMPDIR: a stale one of another test's killed run is not removed here
+    environment = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+    result = subprocess.run(argv, capture_output=True, timeout=120, env=environment)
     assert result.returncode == 143, result.stderr
     line = "ERROR: interrupted by SIGTERM; %s written in full, nothing else" % (tmp_path / "out\\x1b.txt")
     assert result.stderr.decode().strip().splitlines() == [line]
