@@ -293,3 +293,78 @@ def test_a_row_broken_in_place_after_the_check_is_refused_as_changed_not_as_malf
         stream.write(data)
     with pytest.raises(ValueError, match="keys.tsv changed after it was checked"):
         opened.rows({0})
+
+
+def hnsw_entry(number, entry, itemsize, fields, value):
+    """An edit writing ``value`` packed as ``fields`` over entry ``entry`` of an HNSW index's
+    array ``number`` (as `at_hnsw_array` counts them; 5: the scalars after the arrays)."""
+
+    def edit(data):
+        offset = HEADER_END
+        for size in (8, 4, 4, 8, 4)[:number]:
+            offset += 8 + size * struct.unpack_from("<Q", data, offset)[0]
+        start = offset + (8 if number < 5 else 0)
+        return at(start + entry * itemsize, fields, value)(data)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, entries, fragment",
+    [
+        (hnsw_entry(4, 0, 4, "<i", 10**6), {}, "FAISS cannot read index.faiss (HNSW neighbors[0] = 1000000 out of"),
+        (hnsw_entry(4, 3, 4, "<i", -2), {}, "FAISS cannot read index.faiss (HNSW neighbors[3] = -2 out of range"),
+        (hnsw_entry(3, 1, 8, "<Q", 9), {}, "FAISS cannot read index.faiss (HNSW offsets not increasing"),
+        (hnsw_entry(5, 0, 4, "<i", 12), {}, "FAISS cannot read index.faiss (HNSW entry_point 12 out of range"),
+        (lambda data: data, {"hnsw_m": 8}, "index.faiss holds an HNSW graph of 8/4/4 neighbours on its levels, not"),
+        (lambda data: data, {"hnsw_m": 2}, "index.faiss holds an HNSW graph of 8/4/4 neighbours on its levels, not"),
+    ],
+)
+def test_a_forged_hnsw_graph_is_refused_before_it_is_searched(tmp_path, edit, entries, fragment):
+    """FAISS trusts a graph's offsets and neighbour ids when it searches (an id out of range would
+    read outside the index); it refuses them as it reads them, in one line here, and what
+    index.json records must be what the file holds, its M too."""
+    write_index(tmp_path / "index", hnsw_m=4)
+    forged(tmp_path / "index", edit, **entries)
+    with pytest.raises(ValueError) as raised:
+        IndexDirectory(str(tmp_path / "index")).search(np.ones((1, 6), np.float32), 3)
+    assert str(raised.value).startswith("%s: %s" % (tmp_path / "index", fragment))
+    assert "\n" not in str(raised.value) and "cpp" not in str(raised.value)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 40, 1 << 20])
+def test_headers_changed_after_the_layout_check_are_refused_before_faiss_sees_them(tmp_path, chunk):
+    """The layout is checked at opening; a file written over in place before FAISS reads it must
+    not have FAISS allocate what its new lengths claim: every checked byte is compared as FAISS
+    is handed it, however its reads are cut."""
+    import io
+
+    from bert_whitening.retrieval.faiss_indexes import check_index_layout, read_as_checked
+
+    write_index(tmp_path / "index", hnsw_m=4)
+    data = (tmp_path / "index" / INDEX_FILE).read_bytes()
+    checked = check_index_layout(lambda offset, length: data[offset : offset + length], len(data), "hnsw", 12, 6)
+
+    def handed(content):
+        read = read_as_checked(io.BytesIO(content).read, checked)
+        return b"".join(iter(lambda: read(chunk), b""))
+
+    assert handed(data) == data
+    for forgery in (at_hnsw_array(4, 1 << 36), at(NTOTAL, "<q", 13), hnsw_entry(5, 0, 4, "<i", 3)):
+        changed = forgery(data)
+        first = next(i for i in range(len(data)) if data[i] != changed[i])
+        with pytest.raises(ValueError, match="^changed at byte %d after it was checked" % first):
+            handed(changed)
+    assert handed(hnsw_entry(4, 0, 4, "<i", 7)(data))  # a neighbour id is content, not layout
+
+
+def test_an_index_faiss_written_over_after_opening_is_refused_before_faiss_reads_the_new_length(index):
+    """Its sha256 refuses it once read in full (the message the user sees); before that, the new
+    length never reached FAISS (the refusal it interrupted)."""
+    opened = IndexDirectory(str(index))
+    with open(index / INDEX_FILE, "r+b") as stream:
+        stream.seek(HEADER_END)
+        stream.write(struct.pack("<Q", 1 << 36))
+    with pytest.raises(ValueError, match="index.faiss changed after it was checked") as raised:
+        opened.vectors()
+    assert "index.faiss changed at byte %d after it was checked" % HEADER_END in str(raised.value.__context__)

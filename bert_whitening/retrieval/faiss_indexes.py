@@ -7,6 +7,7 @@ need it.
 
 import contextlib
 import logging
+import re
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -84,7 +85,7 @@ _HNSW_SCALARS = struct.Struct("<iiiii")
 _METRIC_INNER_PRODUCT = 0
 
 
-def check_index_layout(read_at, size: int, kind: str, count: int, dim: int):
+def check_index_layout(read_at, size: int, kind: str, count: int, dim: int) -> list:
     """Refuse a FAISS file of ``size`` bytes (``read_at(offset, length)`` reads it) unless it is
     laid out as the ``kind`` index (``"flat"`` or ``"hnsw"``) of ``count`` float32 vectors of
     ``dim`` (all three as an index directory's ``index.json`` records them) that
@@ -93,7 +94,8 @@ def check_index_layout(read_at, size: int, kind: str, count: int, dim: int):
     so a small crafted file could make it allocate gigabytes: after this check, every array lies
     within the file and the vectors are exactly ``count`` x ``dim`` x 4 bytes, so what FAISS
     allocates is bounded by the file's size. A `DataError` says what is wrong, for the caller to
-    name the file."""
+    name the file. Returns the ``(offset, bytes)`` of every header and length it checked, for
+    `read_as_checked`."""
     layout = _Layout(read_at, size)
     if kind == "hnsw":
         layout.header(FOURCC["hnsw"], count, dim)
@@ -104,6 +106,31 @@ def check_index_layout(read_at, size: int, kind: str, count: int, dim: int):
     layout.array("vector components", 4, count * dim)
     if layout.offset != size:
         raise DataError("has %d bytes after the index it holds" % (size - layout.offset))
+    return layout.checked
+
+
+def read_as_checked(read, checked):
+    """``read`` (of a stream from the file's first byte, for FAISS's reader) refusing, before
+    FAISS sees them, headers and lengths that are not the bytes `check_index_layout` checked
+    (its ``checked``): a file written over in place between that check and FAISS's read would
+    otherwise have FAISS allocate what the new lengths claim. The rest of the file is refused
+    once read if it changed (its sha256)."""
+    position = 0
+
+    def guarded(size):
+        nonlocal position
+        data = read(size)
+        start, position = position, position + len(data)
+        for offset, expected in checked:
+            for byte in range(max(offset, start), min(offset + len(expected), position)):
+                if data[byte - start] != expected[byte - offset]:
+                    raise DataError(
+                        "changed at byte %d after it was checked: the directory is being written over; "
+                        "use it once that is done" % byte
+                    )
+        return data
+
+    return guarded
 
 
 class _Layout:
@@ -112,11 +139,13 @@ class _Layout:
 
     def __init__(self, read_at, size):
         self.read_at, self.size, self.offset = read_at, size, 0
+        self.checked = []  # (offset, bytes) of each header and length read
 
     def take(self, fields):
         data = self.read_at(self.offset, fields.size)
         if len(data) != fields.size:
             raise DataError("ends at byte %d, before the index it should hold" % (self.offset + len(data)))
+        self.checked.append((self.offset, data))
         self.offset += fields.size
         return fields.unpack(data)
 
@@ -141,6 +170,27 @@ class _Layout:
                 % (length, name, length * itemsize, self.size - self.offset)
             )
         self.offset += length * itemsize
+
+
+def faiss_reason(error: RuntimeError) -> str:
+    """What a FAISS error says is wrong, without the C++ function and source line it names
+    (``Error in <signature> at <file>:<line>: [Error: '<condition>' failed: ]<reason>``)."""
+    text = str(error).splitlines()[0]
+    return re.split(r"' failed: |\.cpp:\d+: ", text)[-1]
+
+
+def check_graph_m(index, m: int):
+    """Refuse an HNSW ``index`` FAISS has read whose graph has another M than ``m``, the index
+    directory's ``hnsw_m`` (FAISS itself refuses, as it reads a graph, neighbour ids, offsets,
+    levels and an entry point out of range). A `DataError` says what is wrong, for the caller to
+    name the file."""
+    per_level = faiss().vector_to_array(index.hnsw.cum_nneighbor_per_level)
+    built = [0] + [2 * m + m * level for level in range(len(per_level) - 1)]
+    if per_level.tolist() != built:
+        raise DataError(
+            "holds an HNSW graph of %s neighbours on its levels, not those of M %d (index.json's hnsw_m)"
+            % ("/".join(map(str, np.diff(per_level)[:3])), m)
+        )
 
 
 def index_bytes(index) -> int:

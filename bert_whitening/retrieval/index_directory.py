@@ -38,7 +38,15 @@ from bert_whitening.atomic import publish_directory, staged_directory
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import CheckedFile, file_sha256, open_directory, read_limited_at
-from bert_whitening.retrieval.faiss_indexes import FOURCC, check_index_layout, faiss, hnsw_index
+from bert_whitening.retrieval.faiss_indexes import (
+    FOURCC,
+    check_graph_m,
+    check_index_layout,
+    faiss,
+    faiss_reason,
+    hnsw_index,
+    read_as_checked,
+)
 from bert_whitening.whitening import check_vectors
 
 logger = logging.getLogger(__name__)
@@ -176,7 +184,9 @@ class IndexDirectory:
         self.count, self.dim = self.metadata["count"], self.metadata["dim"]
         index_file = self._files[INDEX_FILE]
         try:
-            check_index_layout(index_file.read_at, index_file.size, self.metadata["index"], self.count, self.dim)
+            self._checked_layout = check_index_layout(
+                index_file.read_at, index_file.size, self.metadata["index"], self.count, self.dim
+            )
         except DataError as error:
             self._refuse("%s %s" % (INDEX_FILE, error))
         for name in (KEYS_FILE, TEXTS_FILE):
@@ -260,14 +270,25 @@ class IndexDirectory:
     @property
     def index(self):
         """The FAISS index, read from the checked descriptor once: the layout of the bytes it reads
-        was checked at opening (`check_index_layout`: index.json's kind, count and dimension), and
-        `CheckedFile.reading` refuses them if they changed since."""
+        was checked at opening (`check_index_layout`: index.json's kind, count and dimension) and
+        must still be the one checked as FAISS reads it (`read_as_checked`), `CheckedFile.reading`
+        refuses the rest if it changed since, and an HNSW graph must have index.json's M
+        (`check_graph_m`)."""
         if self._index is None:
             with self._files[INDEX_FILE].reading() as stream:
                 try:
-                    index = faiss().read_index(faiss().PyCallbackIOReader(stream.read))
+                    index = faiss().read_index(
+                        faiss().PyCallbackIOReader(read_as_checked(stream.read, self._checked_layout))
+                    )
                 except RuntimeError as error:
-                    self._refuse("FAISS cannot read %s (%s)" % (INDEX_FILE, str(error).splitlines()[0]))
+                    self._refuse("FAISS cannot read %s (%s)" % (INDEX_FILE, faiss_reason(error)))
+                except DataError as error:
+                    self._refuse("%s %s" % (INDEX_FILE, error))
+            if self.metadata["index"] == "hnsw":
+                try:
+                    check_graph_m(index, self.metadata["hnsw_m"])
+                except DataError as error:
+                    self._refuse("%s %s" % (INDEX_FILE, error))
             self._index = index
         return self._index
 
