@@ -5,6 +5,7 @@ A ``str`` where a list of sentences is expected would be encoded character by ch
 call into one `BertWhiteningError` naming the argument and what it got. numpy only.
 """
 
+import collections.abc
 import numbers
 import os
 
@@ -20,7 +21,7 @@ def shown(value):
     return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
 
 
-def _container(value, name, what):
+def container(value, name, what):
     """Refuse what cannot be a list of ``what``: None, a single str or bytes, a non-iterable."""
     if value is None or isinstance(value, (str, bytes, bytearray)) or not hasattr(value, "__iter__"):
         hint = " (one sentence: put it in a list)" if isinstance(value, (str, bytes, bytearray)) else ""
@@ -47,20 +48,23 @@ def _text(item, name, index):
 
 def sentence_list(value, name="sentences"):
     """``value`` as a list of str, each item checked."""
-    _container(value, name, "sentences (str)")
+    container(value, name, "sentences (str)")
     return [_text(item, name, index) for index, item in enumerate(value)]
 
 
 def sentence_stream(value, name="sentences"):
-    """``value`` as an iterator of str, checked item by item as it is read (for streams too
-    long to hold); the container is checked at once."""
-    _container(value, name, "sentences (str)")
+    """``value`` as an iterator of str. A sequence (a list, a tuple: held already) is checked
+    whole at once, so that a bad item is refused before any work; any other iterable (a
+    generator, a file: perhaps too long to hold) item by item as it is read."""
+    container(value, name, "sentences (str)")
+    if isinstance(value, collections.abc.Sequence):
+        return iter(sentence_list(value, name))
     return (_text(item, name, index) for index, item in enumerate(value))
 
 
 def path_list(value, name="files"):
     """``value`` as a list of path strings (``pathlib`` paths are taken as their strings)."""
-    _container(value, name, "file paths")
+    container(value, name, "file paths")
     return [
         _text(os.fspath(item) if isinstance(item, os.PathLike) else item, name, index)
         for index, item in enumerate(value)
@@ -121,5 +125,5 @@ def optional_path(value, name):
 def str_list(value, name, what):
     """``value`` as a list of str (``what``: what each names), refusing a single str, which
     would be iterated character by character."""
-    _container(value, name, what)
+    container(value, name, what)
     return [_text(item, name, index) for index, item in enumerate(value)]

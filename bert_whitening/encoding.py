@@ -13,6 +13,7 @@ How the matrix products run (float32 or bfloat16) is the process's precision,
 """
 
 import collections
+import collections.abc
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -25,7 +26,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from bert_whitening import precision
-from bert_whitening.arguments import positive_int, sentence_list, sentence_stream
+from bert_whitening.arguments import container, positive_int, sentence_list, sentence_stream, shown
 from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.data import ReadOptions, chunked, read_sentences
 from bert_whitening.errors import BertWhiteningError
@@ -91,6 +92,21 @@ def _graph_for(model):
     return compiled(model, bfloat16 and fused)
 
 
+def checked_encoder(value, name="encoder"):
+    """``value`` when it is an `bert_whitening.models.Encoder`; else one `BertWhiteningError`
+    naming what it got (the dict `build_encoders` returns, say, where one of its encoders or the
+    list of them is asked for)."""
+    from bert_whitening.models import Encoder
+
+    if not isinstance(value, Encoder):
+        hint = ": pass one of its values" if isinstance(value, collections.abc.Mapping) else ""
+        raise BertWhiteningError(
+            "%s must be an Encoder (of bert_whitening.models.build_encoders), got %s %s%s"
+            % (name, type(value).__name__, shown(value), hint)
+        )
+    return value
+
+
 def tokenize(encoder, texts):
     """Token ids of each text and how many of them were cut to ``encoder.maxlen``."""
     encoded = [token_ids(encoder.tokenizer, text, encoder.maxlen) for text in texts]
@@ -119,7 +135,7 @@ def encode_ids(
             on a terminal only.
     """
     batch_size = positive_int(batch_size, "batch_size")
-    encoder.config.check_batch_size(min(batch_size, len(sequences)), BATCHES_IN_FLIGHT)
+    checked_encoder(encoder).config.check_batch_size(min(batch_size, len(sequences)), BATCHES_IN_FLIGHT)
     if len(sequences):
         precision.resolve_auto(lambda: _run_batches(encoder, sequences[: precision.AUTO_CHECK_SENTENCES], batch_size))
     return _run_batches(encoder, sequences, batch_size, progress)
@@ -178,7 +194,7 @@ def encode(encoder: "Encoder", texts: Sequence[str], batch_size: int = 128, prog
         progress: as in `encode_ids`.
     """
     texts = sentence_list(texts, "texts")
-    sequences, truncated = tokenize(encoder, texts)
+    sequences, truncated = tokenize(checked_encoder(encoder), texts)
     log_truncated(truncated, len(texts), encoder.maxlen)
     return encode_ids(encoder, sequences, batch_size, progress)
 
@@ -199,6 +215,12 @@ def _side_by_side(encoders):
     all), and the columns where each but the last ends. One encoder is itself, whitened or not;
     several must be the unwhitened encoders of one `build_encoders` call. Private: the joint
     encoder's config is the first one's."""
+    if isinstance(encoders, collections.abc.Mapping):
+        raise BertWhiteningError(
+            "encoders must be a list of encoders, got a %s: pass list(encoders.values())" % type(encoders).__name__
+        )
+    container(encoders, "encoders", "encoders")
+    encoders = [checked_encoder(encoder, "encoders[%d]" % number) for number, encoder in enumerate(encoders)]
     if not encoders:
         raise BertWhiteningError("encoding together needs at least one encoder")
     first = encoders[0]
@@ -238,6 +260,7 @@ def encode_stream(
     """Vectors of an iterable of sentences of any length, `CHUNK_SENTENCES` at a time, in
     order; the sentences cut to ``encoder.maxlen`` are counted over the whole stream and logged
     once at its end."""
+    checked_encoder(encoder)
     total = truncated = 0
     for chunk in chunked(sentence_stream(sentences), CHUNK_SENTENCES):
         sequences, cut = tokenize(encoder, chunk)

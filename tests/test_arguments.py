@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from bert_whitening import SentenceEncoder
-from bert_whitening.arguments import path_list, positive_int, sentence_list
-from bert_whitening.encoding import encode, encode_stream, encode_together
+from bert_whitening.arguments import path_list, positive_int, sentence_list, sentence_stream
+from bert_whitening.encoding import encode, encode_ids, encode_stream, encode_together
 from bert_whitening.errors import BertWhiteningError
 
 from helpers import SENTENCES
@@ -69,6 +69,8 @@ class Unbuildable(SentenceEncoder):
         (lambda e: e.fit(files="corpus.txt"), "files must be a list of file paths, got str"),
         (lambda e: e.fit(files=["a", "a"], batch_size=0), "batch_size must be a positive integer"),
         (lambda e: e.fit_flow(sentences=None, files=None), "files must be a list of file paths, got NoneType"),
+        (lambda e: e.fit(["a", None]), r"^sentences\[1\] must be a str, got NoneType None$"),  # a list: at once
+        (lambda e: e.fit_flow(("a", 3)), r"^sentences\[1\] must be a str, got int 3$"),
     ],
 )
 def test_sentence_encoder_refuses_before_building_the_model(tiny_model, call, message):
@@ -87,3 +89,30 @@ def test_the_module_functions_refuse_a_string(encoders):
         with pytest.raises(BertWhiteningError, match="must be a list of sentences"):
             call()
     assert encode(encoder, SENTENCES[:2]).shape == (2, encoder.dim)
+
+
+def test_a_stream_of_sentences_is_checked_as_read_and_a_list_at_once():
+    stream = sentence_stream(iter(["a", 3]))
+    assert next(stream) == "a"  # a stream may be too long to hold: its items are checked as read
+    with pytest.raises(BertWhiteningError, match=r"^sentences\[1\] must be a str, got int 3$"):
+        next(stream)
+    with pytest.raises(BertWhiteningError, match=r"^sentences\[1\] must be a str, got int 3$"):
+        sentence_stream(["a", 3])
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda built: encode_together(built, ["a"]), "^encoders must be a list of encoders, got a dict: pass list"),
+        (lambda built: encode_together([built["cls"], "x"], ["a"]), r"^encoders\[1\] must be an Encoder \(of bert_"),
+        (lambda built: encode_together(built["cls"], ["a"]), r"^encoders must be a list of encoders, got Encoder"),
+        (lambda built: encode(built, ["a"]), r"^encoder must be an Encoder .*, got dict \{.*: pass one of its values$"),
+        (lambda built: next(encode_stream(None, ["a"])), r"^encoder must be an Encoder .*, got NoneType None$"),
+        (lambda built: encode_ids("cls", [[1, 2]]), r"^encoder must be an Encoder .*, got str 'cls'$"),
+    ],
+)
+def test_the_module_functions_name_what_they_got_for_an_encoder(encoders, call, message):
+    """``build_encoders`` returns a dict: handing it over whole was a bare KeyError or
+    AttributeError."""
+    with pytest.raises(BertWhiteningError, match=message):
+        call(encoders)
