@@ -13,6 +13,7 @@ graph is built from it on first use (TensorFlow is imported then, not before).
 """
 
 import dataclasses
+import functools
 import inspect
 import itertools
 import json
@@ -52,6 +53,29 @@ logger = logging.getLogger(__name__)
 CONFIG_FILE, WHITENING_FILE, FLOW_FILE = "sentence_encoder.json", "whitening.npz", "flow.npz"
 
 
+def _saved_loaded_alone(load):
+    """`SentenceEncoder.load` taking a directory written by `save` as saved, and refusing any
+    other argument its caller gave with it, a default value given too (ignored, it would have
+    been taken for applied): which arguments were given is known here, from the call."""
+    signature = inspect.signature(load)
+
+    @functools.wraps(load)
+    def loaded(cls, *arguments, **options):
+        given = signature.bind(cls, *arguments, **options).arguments
+        model = optional_path(given.get("model"), "model")
+        if not (model and os.path.lexists(os.path.join(model, CONFIG_FILE))):  # a FIFO there is named as such
+            return load(cls, *arguments, **options)
+        others = [name for name in given if name not in ("cls", "model")]
+        if others:
+            raise BertWhiteningError(
+                "%s: a saved encoder is loaded as saved: %s given (load it alone, or load its model with them)"
+                % (model, ", ".join(others))
+            )
+        return cls._load_saved(model)
+
+    return loaded
+
+
 class SentenceEncoder:
     """A BERT checkpoint, a pooling and optionally a whitening, as one sentence encoder."""
 
@@ -62,6 +86,7 @@ class SentenceEncoder:
         self._encoder = None
 
     @classmethod
+    @_saved_loaded_alone
     def load(
         cls,
         model: Optional[str] = None,
@@ -91,19 +116,6 @@ class SentenceEncoder:
         (one not at its default) is refused, not ignored.
         """
         model = optional_path(model, "model")
-        if model and os.path.lexists(os.path.join(model, CONFIG_FILE)):  # a FIFO there is named as such
-            arguments = locals()
-            given = [
-                name
-                for name, parameter in inspect.signature(cls.load).parameters.items()
-                if name != "model" and not _is_default(arguments[name], parameter.default)
-            ]
-            if given:
-                raise BertWhiteningError(
-                    "%s: a saved encoder is loaded as saved: %s given (load it alone, or load its model "
-                    "with them)" % (model, ", ".join(given))
-                )
-            return cls._load_saved(model)
         path = flow_path = None
         if isinstance(whitening, (str, os.PathLike)):
             path, whitening = os.fspath(whitening), Whitening.load(whitening)
@@ -507,11 +519,6 @@ class CorpusIndex:
         vectors = self.encoder._unit_vectors(queries, "queries", 128)
         scores, ids = self._index.search(vectors, min(positive_int(top_k, "top_k"), len(self._texts)))
         return search.hits(queries, scores, ids, lambda row: (None, row + 1, self._texts[row]))
-
-
-def _is_default(value, default):
-    """Whether an argument was left at ``default`` (a ``1`` for ``True`` was given)."""
-    return value is default or (type(value) is type(default) and value == default)
 
 
 def _fit_inputs(sentences, files, format, skip_bad_lines, batch_size):

@@ -1,6 +1,7 @@
 """The front door: `SentenceEncoder` load, fit, encode, save and load again, against the numpy
 whitening of the same pooled vectors."""
 
+import inspect
 import json
 import os
 import pathlib
@@ -207,6 +208,13 @@ def test_a_saved_encoder_is_loaded_as_saved_and_refuses_other_arguments(fitted, 
     encoder.save(saved)
     with pytest.raises(BertWhiteningError, match="loaded as saved: n_components, pooling, maxlen, normalize given"):
         SentenceEncoder.load(saved, n_components=16, pooling="cls", maxlen=8, normalize=False)
+    for default in ({"maxlen": 64}, {"normalize": True}, {"whitening": None}):  # a default, given, is given
+        with pytest.raises(BertWhiteningError, match="loaded as saved: %s given" % next(iter(default))):
+            SentenceEncoder.load(saved, **default)
+    with pytest.raises(BertWhiteningError, match="loaded as saved: whitening, n_components given"):
+        SentenceEncoder.load(saved, None, 8)
+    assert inspect.signature(SentenceEncoder.load).parameters["maxlen"].default == 64  # help() shows the defaults
+    assert SentenceEncoder.load(model=pathlib.Path(saved)).config.differences(encoder.config.to_config()) == []
     assert SentenceEncoder.load(pathlib.Path(saved)).config.differences(encoder.config.to_config()) == []
 
 
