@@ -179,6 +179,21 @@ def fit_key(setting: Setting) -> tuple:
     return ("whitening", setting.beta, setting.gamma)
 
 
+def check_flow_settings(flow_options, seeds):
+    """``flow_options`` (further arguments of `bert_whitening.flow.fit_flow`) checked with each
+    of the flow settings' ``seeds``, before anything is encoded or fitted: an unknown name, a
+    value ``fit_flow`` refuses or a ``seed`` (each setting has its own) is one `FlowError`.
+    Returns the flow's `bert_whitening.flow.FlowConfig`."""
+    from bert_whitening.errors import FlowError
+    from bert_whitening.flow import check_flow_options
+
+    if "seed" in (flow_options or {}):
+        raise FlowError("flow_options cannot hold seed: flow_seeds gives each flow's")
+    for seed in seeds:
+        check_flow_options({"seed": seed})
+    return check_flow_options(flow_options or {})["config"]
+
+
 def _fit(setting, stats, vectors, flow_options):
     if setting.method == "whitening":
         return fit_whitening(stats, beta=setting.beta, gamma=setting.gamma)
@@ -201,6 +216,9 @@ def whitened_settings(
     when ``k`` is 0. Each `fit_key` is fitted once, and ``fitted`` maps it to ``(model, seconds)``:
     a `Whitening` of ``stats``, or a `bert_whitening.flow.Flow` trained on ``vectors`` by
     ``fit_flow(vectors, seed=setting.seed, **flow_options)``."""
+    flow_seeds = [setting.seed for setting in requested if setting.method == "flow" and setting.n_components]
+    if flow_seeds:
+        check_flow_settings(flow_options, flow_seeds)
     fitted, prepared = {}, []
     for setting in requested:
         k, transform = 0, l2_normalize
@@ -308,14 +326,7 @@ def evaluate_tasks(
     started = time.time()
     requested = settings(n_components, betas, gammas, methods, flow_seeds)
     if "flow" in methods:  # refused before a model is built, not after the first task is encoded
-        from bert_whitening.errors import FlowError
-        from bert_whitening.flow import check_flow_options
-
-        if "seed" in (flow_options or {}):
-            raise FlowError("flow_options cannot hold seed: flow_seeds gives each flow's")
-        flow_config = check_flow_options(flow_options or {})["config"]
-        for seed in flow_seeds:
-            check_flow_options({"seed": seed})
+        flow_config = check_flow_settings(flow_options, flow_seeds)
     encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings, _correlatable)
     first = next(iter(encoders.values()))
     if "flow" in methods:

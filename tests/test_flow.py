@@ -547,3 +547,24 @@ def test_evaluate_tasks_refuses_flow_options_before_a_model_is_built(monkeypatch
             evaluate_tasks(EncoderConfig("unused"), ["STS-B"], methods=("flow",), flow_options=options)
     with pytest.raises(FlowError, match="^seed must be a whole number >= 0, got -2$"):
         evaluate_tasks(EncoderConfig("unused"), ["STS-B"], methods=("flow",), flow_seeds=(0, -2))
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"epoch": 2}, r"^unknown flow option 'epoch' \(did you mean epochs\?\)$"),
+        ({"seed": 3}, "^flow_options cannot hold seed: flow_seeds gives each flow's$"),
+        ({"batch_size": 0}, "^batch_size must be a positive integer, got 0$"),
+    ],
+)
+def test_evaluate_refuses_flow_options_before_anything_is_fitted(monkeypatch, options, message):
+    """Through `evaluate` (not `evaluate_tasks`) a misspelt option was Python's TypeError, once
+    the whitenings before it were fitted."""
+    import bert_whitening.evaluation as evaluation
+
+    monkeypatch.setattr(evaluation, "fit_whitening", lambda *args, **kwargs: pytest.fail("a whitening was fitted"))
+    vectors = sample(rows=64)
+    encoded = {"test": (vectors[:32], vectors[32:], np.arange(32.0))}
+    requested = settings([0, -1], methods=("whitening", "flow"), seeds=(0,))
+    with pytest.raises(FlowError, match=message):
+        evaluate(encoded, WhiteningStats().update(vectors), requested, vectors=vectors, flow_options=options)
