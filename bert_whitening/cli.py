@@ -562,7 +562,9 @@ def add_convert_hf(commands):
         "commands read Hugging Face directories directly; this is for tools that "
         "do not.",
     )
-    parser.add_argument("hf_dir", metavar="HF_DIR", help="Hugging Face BERT directory")
+    parser.add_argument(
+        "hf_dir", metavar="HF_DIR", help="Hugging Face BERT directory, or minilm (the built-in all-MiniLM-L6-v2)"
+    )
     parser.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (must not exist)")
     return parser
 

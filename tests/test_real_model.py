@@ -90,3 +90,16 @@ def test_beta_0_gamma_0_k_256_is_kexue_9079_on_chinese_sts_b(ours):
     print(
         "\nbeta 0, gamma 0, k 256: test Spearman ours %.4f, 9079 in numpy %.4f" % (result["splits"]["test"], expected)
     )
+
+
+def test_convert_hf_of_the_built_in_model_gives_its_vectors(ours, sts_b, tmp_path):
+    """``convert-hf minilm OUT`` writes the built-in model as a Google checkpoint: the same
+    vectors through it (read by bert4keras' loader, not safetensors)."""
+    from bert_whitening.checkpoints.convert import convert_hf
+    from bert_whitening.encoding import encode
+
+    convert_hf("minilm", str(tmp_path / "google"))
+    assert find_model(str(tmp_path / "google")).format == "google"
+    first = [pair[0] for pair in sts_b["test"][:64]]
+    converted = encode(build_encoders(str(tmp_path / "google"), poolings=["cls"])["cls"], first)
+    np.testing.assert_allclose(converted, ours["cls"]["test"][0][:64], rtol=0, atol=1e-5)
