@@ -351,7 +351,7 @@ def run_fit(
     from bert_whitening.checkpoints import find_model
 
     check_outputs([output], _local_inputs(patterns) + spec.read_paths())
-    precision = job_precision(precision, spec, patterns, read)
+    precision = job_precision(precision, spec, patterns, read, fits=True)
     recorded = {
         "pooling": spec.pooling,
         "model_identity": find_model(spec.model).identity(spec.model_type.lower()),
@@ -363,28 +363,33 @@ def run_fit(
     mark_placed(output)
 
 
-def job_precision(precision, spec, patterns, read=ReadOptions()):
+def job_precision(precision, spec, patterns, read=ReadOptions(), fits=False):
     """The one precision of a job: ``float32`` or ``bfloat16`` as given, and ``auto`` decided here,
     in the driver, once for every worker (each deciding on its own first sentences could mix
-    precisions in one output): float32 on a CPU without bfloat16 instructions, else this
-    process's `bert_whitening.precision.resolve_auto` check on the first sentences of the inputs
-    with the job's own encoder. The workers then run what it returns."""
+    precisions in one output): float32 for a job that ``fits`` a whitening on its vectors or on a
+    CPU without bfloat16 instructions, else this process's
+    `bert_whitening.precision.resolve_auto` check with the job's own encoder on the distinct
+    sentences among the inputs' first `bert_whitening.encoding.CHUNK_SENTENCES` (what
+    ``encode``'s first call holds). The workers then run what it returns."""
     from bert_whitening import precision as process
 
     if precision != "auto":
         return precision
-    if not process.cpu_has_bfloat16():
-        return "float32"
-    from bert_whitening.encoding import encode
-    from bert_whitening.models import build
-
     process.set_precision("auto")
-    sentences = []
-    for path in matched_files(patterns):
-        wanted = process.AUTO_CHECK_SENTENCES - len(sentences)
-        sentences += [sentence for _, sentence in itertools.islice(_read_file(path, read), wanted)]
-    if sentences:
-        encode(build(spec), sentences, read.batch_size, progress=False)  # decides, once, on them
+    if fits:
+        process.resolve_before_fitting()
+    elif not process.cpu_has_bfloat16():
+        return "float32"
+    else:
+        from bert_whitening.encoding import CHUNK_SENTENCES, encode
+        from bert_whitening.models import build
+
+        lines = itertools.islice(
+            (sentence for path in matched_files(patterns) for _, sentence in _read_file(path, read)), CHUNK_SENTENCES
+        )
+        sentences = list(dict.fromkeys(lines))[: process.AUTO_CHECK_SENTENCES]
+        if sentences:
+            encode(build(spec), sentences, read.batch_size, progress=False)  # decides, once, on them
     chosen = process.process_precision()
     return chosen if chosen in ("float32", "bfloat16") else "float32"
 

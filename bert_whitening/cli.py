@@ -179,8 +179,10 @@ def _model_options(parser, pooling_default, batches=True, maxlen_default=64, poo
             help="bfloat16: the transformer's matrix products in bfloat16, its residual sums, layer "
             "norms, softmax and the whitening in float32; worth it only on CPUs with bfloat16 "
             "instructions (AVX512_BF16 or AMX; figures: docs/performance.md). auto: float32 on a CPU "
-            "without them, else bfloat16 if the first 256 sentences' vectors are all within cosine "
-            "0.999 of float32's; the choice is logged. $%s, when set, is the default" % PRECISION_VARIABLE,
+            "without them or in a command that fits on its vectors (fit, eval with k other than 0), "
+            "else bfloat16 if the vectors of the first 256 distinct sentences (at least 64) are all "
+            "within cosine 0.999 of float32's; the choice is logged. $%s, when set, is the default"
+            % PRECISION_VARIABLE,
         )
     parser.add_argument(
         "--cased",

@@ -136,9 +136,25 @@ def encode_ids(
     """
     batch_size = positive_int(batch_size, "batch_size")
     checked_encoder(encoder).config.check_batch_size(min(batch_size, len(sequences)), BATCHES_IN_FLIGHT)
-    if len(sequences):
-        precision.resolve_auto(lambda: _run_batches(encoder, sequences[: precision.AUTO_CHECK_SENTENCES], batch_size))
+    if len(sequences) and precision.process_precision() == "auto":
+        precision.resolve_auto(
+            _distinct(sequences, precision.AUTO_CHECK_SENTENCES),
+            lambda sample: _run_batches(encoder, sample, batch_size),
+        )
     return _run_batches(encoder, sequences, batch_size, progress)
+
+
+def _distinct(sequences, most):
+    """The first ``most`` distinct ``sequences``, in order."""
+    seen, distinct = set(), []
+    for sequence in sequences:
+        key = tuple(sequence)
+        if key not in seen:
+            seen.add(key)
+            distinct.append(sequence)
+            if len(distinct) == most:
+                break
+    return distinct
 
 
 def _run_batches(encoder, sequences, batch_size, progress=False):

@@ -434,8 +434,11 @@ def load_tasks(
     pairs, file)``, which refuses what the evaluation cannot score, naming the file), the options
     checked against the model's configuration (``n_components`` against its hidden size), and
     then ``{pooling: Encoder}`` of ``poolings`` (else ``spec.pooling``) built together once, with
-    the longest ``maxlen`` any task needs (each task encodes with its own)."""
+    the longest ``maxlen`` any task needs (each task encodes with its own). Settings that fit
+    (``n_components`` not all 0) decide a pending ``--precision auto`` as float32
+    (`bert_whitening.precision.resolve_before_fitting`)."""
     from bert_whitening.models import build
+    from bert_whitening.precision import resolve_before_fitting
 
     directory = data_dir(directory)
     loaded = {task: load_task(task, directory, read.skip_bad_lines) for task in tasks}
@@ -450,6 +453,8 @@ def load_tasks(
     spec.check()
     spec.check_n_components(n_components)
     configs = [dataclasses.replace(spec, pooling=pooling) for pooling in poolings]
+    if any(n_components):
+        resolve_before_fitting()
     encoders = dict(zip(poolings, build(configs), strict=True))
     found = [
         Task(

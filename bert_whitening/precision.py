@@ -14,11 +14,16 @@ refused, since another thread may be encoding. `precision_scope` switches it for
 restores it, for single-threaded comparisons in tests and benchmarks only.
 
 ``auto`` (the commands' default) decides on the first call that encodes (`resolve_auto`):
-float32 on a CPU without bfloat16 instructions; otherwise the first `AUTO_CHECK_SENTENCES`
-sentences are encoded in both precisions by the caller's encoder (whitening included: a
-whitening fitted on few sentences amplifies bfloat16's rounding) and bfloat16 is kept only if
-every vector is within cosine `AUTO_MIN_COSINE` of its float32 vector. The choice is logged once
-and then holds for the process. A Python program that never calls `set_precision` encodes in
+float32 on a CPU without bfloat16 instructions; otherwise up to `AUTO_CHECK_SENTENCES` distinct
+sentences of that call are encoded in both precisions by the caller's encoder (whitening
+included: a whitening fitted on few sentences amplifies bfloat16's rounding) and bfloat16 is kept
+only if there are at least `AUTO_MIN_DISTINCT` of them and every vector is within cosine
+`AUTO_MIN_COSINE` of its float32 vector (a check on a few sentences, or on one sentence
+repeated, bounds nothing). A process that fits a whitening or a flow on the vectors it encodes
+(``fit``, ``eval``, ``eval-retrieval``, ``beam-fit``) decides float32 before it encodes
+(`resolve_before_fitting`): its check would run before the fit that then scales bfloat16's
+rounding up, by as much as the smallest eigenvalue it keeps allows. The choice is logged once and
+then holds for the process. A Python program that never calls `set_precision` encodes in
 float32.
 
 numpy only: the commands set the precision before TensorFlow is imported.
@@ -37,8 +42,10 @@ logger = logging.getLogger(__name__)
 
 #: ``auto`` keeps bfloat16 only if every vector of its check is within this cosine of float32.
 AUTO_MIN_COSINE = 0.999
-#: Sentences ``auto`` encodes in both precisions before choosing.
+#: Distinct sentences ``auto`` encodes in both precisions before choosing, at most ...
 AUTO_CHECK_SENTENCES = 256
+#: ... and at least: with fewer, it keeps float32.
+AUTO_MIN_DISTINCT = 64
 
 _process_precision = None
 #: The precision models run in now: the process's, or a `precision_scope`'s.
@@ -112,25 +119,50 @@ def auto_precision(has_bfloat16, float32_vectors, bfloat16_vectors=None):
     return "float32", "bfloat16 moved a check vector to cosine %.6f of float32 (below %g)" % (lowest, AUTO_MIN_COSINE)
 
 
-def resolve_auto(check_vectors):
-    """Replace a pending ``auto`` by its choice: ``check_vectors()`` gives the check sample's
-    vectors in the running precision, called once in each (on a CPU with bfloat16)."""
-    global _process_precision
+def resolve_auto(sample, check_vectors):
+    """Replace a pending ``auto`` by its choice: ``sample`` are the check's distinct sentences
+    (their token ids), and ``check_vectors(sample)`` gives their vectors in the running
+    precision, called once in each (on a CPU with bfloat16, on enough sentences)."""
     if _process_precision != "auto":
         return
     with _auto_lock:
         if _process_precision != "auto":
             return
         has_bfloat16 = bool(cpu_has_bfloat16())
+        if has_bfloat16 and len(sample) < AUTO_MIN_DISTINCT:
+            _decide(
+                "float32",
+                "only %d distinct sentences to check bfloat16 on, fewer than %d" % (len(sample), AUTO_MIN_DISTINCT),
+            )
+            return
         float32_vectors = bfloat16_vectors = None
         if has_bfloat16:
-            float32_vectors = check_vectors()
+            float32_vectors = check_vectors(sample)
             with precision_scope("bfloat16"):
-                bfloat16_vectors = check_vectors()
-        chosen, why = auto_precision(has_bfloat16, float32_vectors, bfloat16_vectors)
-        _apply(chosen)
-        _process_precision = chosen
-        logger.info("--precision auto chose %s: %s", chosen, why)
+                bfloat16_vectors = check_vectors(sample)
+        _decide(*auto_precision(has_bfloat16, float32_vectors, bfloat16_vectors))
+
+
+def resolve_before_fitting():
+    """Replace a pending ``auto`` by float32 in a process about to fit a whitening or a flow on
+    the vectors it encodes (module docstring: no check before the fit bounds what it does to
+    bfloat16's rounding). ``--precision bfloat16`` still runs bfloat16."""
+    if _process_precision != "auto":
+        return
+    with _auto_lock:
+        if _process_precision == "auto":
+            _decide(
+                "float32",
+                "the vectors it encodes are fitted on, and no check before the fit bounds how far the fit "
+                "scales bfloat16's rounding up (--precision bfloat16 runs it anyway)",
+            )
+
+
+def _decide(chosen, why):
+    global _process_precision
+    _apply(chosen)
+    _process_precision = chosen
+    logger.info("--precision auto chose %s: %s", chosen, why)
 
 
 @contextlib.contextmanager

@@ -37,6 +37,7 @@ from bert_whitening.config import EncoderConfig
 from bert_whitening.data import ReadOptions, check_readable, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.names import EXPORT_PRECISIONS, check_choice
+from bert_whitening.precision import resolve_before_fitting
 from bert_whitening.precision import running as running_precision
 from bert_whitening.whitening import (
     FitOptions,
@@ -524,11 +525,13 @@ class CorpusIndex:
 def _fit_inputs(sentences, files, format, skip_bad_lines, batch_size):
     """What `SentenceEncoder.fit` and `fit_flow` read, checked before the model is built:
     ``(files, sentences or None, ReadOptions)``, ``files`` a list of readable paths
-    (`bert_whitening.data.check_readable`: a stream named once)."""
+    (`bert_whitening.data.check_readable`: a stream named once); a pending ``--precision auto``
+    decided as float32, for vectors that are fitted on (`resolve_before_fitting`)."""
     files = path_list(files)
     sentences = None if sentences is None else sentence_stream(sentences)
     read = ReadOptions(format, skip_bad_lines, batch_size)
     check_readable(files)
     if sentences is None and files and all(os.path.isfile(path) and not os.path.getsize(path) for path in files):
         raise DataError("no sentences in %s" % ", ".join(files))  # as the fit would say, once the model is built
+    resolve_before_fitting()
     return files, sentences, read

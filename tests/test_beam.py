@@ -156,11 +156,14 @@ def test_a_beam_job_decides_auto_once_in_the_driver_and_records_it(
     tiny_model, corpus, tmp_path, fresh_precision, bound, chosen
 ):
     """Every worker runs the driver's choice (never auto, which each worker would decide on its
-    own first sentences), and the whitening file says which precision its vectors had."""
+    own first sentences). beam-fit fits a whitening on its vectors: float32, with no check (one
+    before the fit cannot bound what the fit does to bfloat16's rounding), and the whitening file
+    says which precision its vectors had; beam-encode checks its first distinct sentences."""
     from bert_whitening import precision
     from bert_whitening.config import EncoderConfig
 
     fresh_precision.setattr(precision, "AUTO_MIN_COSINE", bound)
+    fresh_precision.setattr(precision, "AUTO_MIN_DISTINCT", 5)
     workers = []
     fresh_precision.setattr(
         beam, "EncodeFn", lambda spec, size, given: workers.append(given) or WorkerFn(spec, size, given)
@@ -168,8 +171,11 @@ def test_a_beam_job_decides_auto_once_in_the_driver_and_records_it(
     spec = EncoderConfig(model=tiny_model[0])
     output = tmp_path / "w.npz"
     beam.run_fit([str(corpus / "*.txt")], spec, str(output), precision="auto")
-    assert workers == [chosen]
-    assert Whitening.load(str(output)).precision == chosen
+    assert workers == ["float32"] and precision.process_precision() == "float32"
+    assert Whitening.load(str(output)).precision == "float32"
+    fresh_precision.setattr(precision, "_process_precision", None)
+    beam.run_encode([str(corpus / "*.txt")], spec, str(tmp_path / "v"), precision="auto")
+    assert workers == ["float32", chosen]
 
 
 WorkerFn = beam.EncodeFn

@@ -399,6 +399,7 @@ def test_files_are_fitted_as_one_stream_in_chunks_with_one_truncation_count(tmp_
         return np.array([[len(ids) - 2, (len(ids) - 2) ** 2] for ids in sequences], dtype=float)
 
     monkeypatch.setattr(encoding, "encode_ids", encode_lengths)
+    monkeypatch.setattr(encoding, "checked_encoder", lambda value, name="encoder": value)  # a stand-in encoder
     tokenizer = SimpleNamespace(encode=lambda text: ([2] + [5] * len(text) + [3], None))
     encoder = SimpleNamespace(tokenizer=tokenizer, maxlen=6)  # "ggggg" is cut to 4 tokens
     files = [str(tmp_path / "s.txt"), str(tmp_path / "p.data")]

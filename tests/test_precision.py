@@ -99,6 +99,7 @@ def test_on_a_bfloat16_cpu_the_check_encodes_the_first_sentences_twice(
         lambda encoder, sequences, *rest: calls.append(len(sequences)) or run_batches(encoder, sequences, *rest),
     )
     fresh_process.setattr(precision, "AUTO_CHECK_SENTENCES", 10)
+    fresh_process.setattr(precision, "AUTO_MIN_DISTINCT", 5)
     _, log = encode_log(tmp_path, tiny_model[0], caplog)
     assert calls == [10, 10, len(SENTENCES)]  # float32 and bfloat16 on the first 10, then all
     assert process_precision() == chosen
@@ -118,3 +119,76 @@ def test_the_environment_sets_the_default_and_a_wrong_value_is_named(monkeypatch
     )
     monkeypatch.delenv(PRECISION_VARIABLE)
     assert cli.build_parser().parse_args(["encode", "--model", "m", "--output", "o.npy", "in.txt"]).precision == "auto"
+
+
+def counted_batches(monkeypatch):
+    """The sentences of each `encoding._run_batches` call, recorded as it runs."""
+    calls, run_batches = [], encoding._run_batches
+
+    def counted(encoder, sequences, *rest):
+        calls.append([tuple(sequence) for sequence in sequences])
+        return run_batches(encoder, sequences, *rest)
+
+    monkeypatch.setattr(encoding, "_run_batches", counted)
+    return calls
+
+
+def test_the_check_takes_distinct_sentences_and_enough_of_them(fresh_process, tiny_model, tmp_path, caplog):
+    """300 copies of one line before the real ones made a check of one sentence, which bfloat16
+    passed while the real vectors moved to cosine -0.36 (a whitening fitted on few sentences)."""
+    fresh_process.setattr(precision, "cpu_has_bfloat16", lambda: True)
+    fresh_process.setattr(precision, "AUTO_CHECK_SENTENCES", 10)
+    fresh_process.setattr(precision, "AUTO_MIN_DISTINCT", 5)
+    calls = counted_batches(fresh_process)
+    lines = ["same"] * 30 + SENTENCES
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with caplog.at_level(logging.INFO):
+        assert run("encode", "--model", tiny_model[0], "--output", tmp_path / "o.npy", tmp_path / "in.txt") == 0
+    assert [len(call) for call in calls] == [10, 10, len(lines)]
+    assert len(set(calls[0])) == 10 and calls[0] == calls[1]  # the first 10 distinct, in both precisions
+
+
+def test_too_few_distinct_sentences_keep_float32_without_a_check(fresh_process, tiny_model, tmp_path, caplog):
+    fresh_process.setattr(precision, "cpu_has_bfloat16", lambda: True)
+    calls = counted_batches(fresh_process)
+    lines = ["same"] * 300 + SENTENCES[:3]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with caplog.at_level(logging.INFO):
+        assert run("encode", "--model", tiny_model[0], "--output", tmp_path / "o.npy", tmp_path / "in.txt") == 0
+    assert [len(call) for call in calls] == [len(lines)]  # no check: nothing it could bound
+    assert process_precision() == "float32"
+    assert (
+        "--precision auto chose float32: only 4 distinct sentences to check bfloat16 on, fewer than 64" in caplog.text
+    )
+
+
+@pytest.mark.parametrize(
+    "command, checked",
+    [
+        (lambda data, out: ["fit", "--output", out / "w.npz", data / "in.txt"], False),
+        (lambda data, out: ["fit", "--method", "flow", "--output", out / "f.npz", data / "in.txt"], False),
+        (lambda data, out: ["eval", "--task", "STS-B", "--data-dir", data, "--n-components", "0,4"], False),
+        (lambda data, out: ["eval", "--task", "STS-B", "--data-dir", data, "--n-components", "0"], True),
+    ],
+)
+def test_a_command_that_fits_on_its_vectors_decides_float32_before_it_encodes(
+    fresh_process, tiny_model, tmp_path, caplog, command, checked
+):
+    """The check would compare vectors before the fit that then whitens them: eval chose bfloat16
+    on raw vectors that passed, and the whitened ones moved Spearman by 0.03. Raw vectors alone
+    (k = 0) are what the check compares, so it runs."""
+    fresh_process.setattr(precision, "cpu_has_bfloat16", lambda: True)
+    fresh_process.setattr(precision, "AUTO_MIN_DISTINCT", 2)
+    calls = counted_batches(fresh_process)
+    (tmp_path / "STS-B").mkdir()
+    pairs = [
+        "%s\t%s\t%d" % (a, b, i % 6)
+        for i, (a, b) in enumerate(zip(SENTENCES, SENTENCES[1:] + SENTENCES[:1], strict=True))
+    ]
+    (tmp_path / "STS-B" / "STS-B.test.data").write_text("\n".join(pairs) + "\n", encoding="utf-8")
+    (tmp_path / "in.txt").write_text("\n".join(SENTENCES * 20) + "\n", encoding="utf-8")
+    with caplog.at_level(logging.INFO):
+        assert run(*command(tmp_path, tmp_path), "--model", tiny_model[0]) == 0
+    said = "--precision auto chose float32: the vectors it encodes are fitted on"
+    assert (said in caplog.text) != checked
+    assert (len(calls) > 1 and calls[0] == calls[1]) == checked  # the check's two encodings of one sample
