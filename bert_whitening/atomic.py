@@ -89,7 +89,8 @@ def check_outputs(outputs, inputs=()):
     - is a device, FIFO or socket (a rename would replace ``/dev/null`` itself), or a
       directory where a file is written;
     - is one of the inputs by any name (same device and inode: a symlink, ``./x``, a hard
-      link), or a file of an input directory;
+      link; for an input ``-``, the file standard input is redirected from), or a file of an
+      input directory;
     - is a directory inside an input directory, or containing one (a model directory, an
       index), when it names a directory;
     - is the same path as another output of the run;
@@ -104,7 +105,9 @@ def check_outputs(outputs, inputs=()):
                 % os.fspath(path)
             )
     given = [(os.fspath(path), kind) for path, kind in given if _local(path)]
-    read = [os.fspath(path) for path in inputs if _local(path) and os.path.exists(path)]
+    read = [(os.fspath(path),) * 2 for path in inputs if _local(path) and os.path.exists(path)]
+    if any(path is not None and os.fspath(path) == "-" for path in inputs) and os.path.exists(STANDARD_INPUT):
+        read.append(("- (standard input)", STANDARD_INPUT))  # redirected from a file: that file
     targets, seen = [], {}
     for path, kind in given:
         target = os.path.realpath(path) if os.path.islink(path) else path
@@ -168,11 +171,16 @@ def _check_parent(path, target, kind):
         raise BertWhiteningError("cannot write %s: directory %s is not writable" % (path, directory))
 
 
+#: What standard input is, by a name that stats as it does (a file it is redirected from, say).
+STANDARD_INPUT = "/proc/self/fd/0"
+
+
 def _check_inputs(path, target, kind, inputs):
+    """``inputs``: ``(name, path)`` of each input, ``name`` as a refusal shows it."""
     exists = os.path.exists(target)
-    for source in inputs:
+    for shown, source in inputs:
         if exists and os.path.samefile(source, target):
-            raise BertWhiteningError("cannot write %s: it is the input %s; choose another output" % (path, source))
+            raise BertWhiteningError("cannot write %s: it is the input %s; choose another output" % (path, shown))
         if not os.path.isdir(source):
             continue
         if exists and kind == FILE:

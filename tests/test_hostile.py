@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
 import threading
@@ -154,6 +155,25 @@ def test_standard_input_named_twice_is_refused_by_the_python_api(work, tmp_path)
     with pytest.raises(DataError, match="can be read only once"):
         build_index(EncoderConfig(model=work["model"], normalize=True), str(tmp_path / "index"), ["-", "-"])
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        lambda work, victim: ["encode", "--model", work["model"], "--output", victim, "-"],
+        lambda work, victim: ["encode", "--model", work["model"], "--output", "/dev/stdin", "-"],
+        lambda work, victim: ["fit", "--model", work["model"], "--output", victim, "-"],
+    ],
+)
+def test_an_output_that_is_the_file_standard_input_comes_from_is_refused(work, tmp_path, argv):
+    """``encode --output victim.txt - < victim.txt`` replaced the text it read by its vectors."""
+    victim = tmp_path / "victim.txt"
+    shutil.copy(work["sentences"], victim)
+    before = victim.read_bytes()
+    with open(victim, "rb") as stream:
+        result = cli(*argv(work, victim), stdin=stream, timeout=120)
+    refused(result, "it is the input - (standard input); choose another output")
+    assert victim.read_bytes() == before and os.listdir(tmp_path) == ["victim.txt"]
 
 
 def test_a_lone_carriage_return_does_not_split_a_line(work, tmp_path):
