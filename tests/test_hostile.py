@@ -8,8 +8,8 @@ import dataclasses
 import gzip
 import json
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import threading
