@@ -91,8 +91,8 @@ def check_outputs(outputs, inputs=()):
     - is one of the inputs by any name (same device and inode: a symlink, ``./x``, a hard
       link; for an input ``-``, the file standard input is redirected from), or a file of an
       input directory;
-    - is a directory inside an input directory, or containing one (a model directory, an
-      index), when it names a directory;
+    - is a directory inside an input directory, or holding an input (a model directory, an
+      index, a file: replacing the directory would remove it), when it names a directory;
     - is the same path as another output of the run;
     - lies in a directory that does not exist (a file output) or cannot be written.
 
@@ -182,6 +182,10 @@ def _check_inputs(path, target, kind, inputs):
         if exists and os.path.samefile(source, target):
             raise BertWhiteningError("cannot write %s: it is the input %s; choose another output" % (path, shown))
         if not os.path.isdir(source):
+            if exists and kind == DIRECTORY and _within(os.path.realpath(source), os.path.realpath(target)):
+                raise BertWhiteningError(  # replacing the directory would remove it
+                    "cannot write %s: it holds the input %s; choose another output" % (path, shown)
+                )
             continue
         if exists and kind == FILE:
             found = _file_of(source, os.stat(target))

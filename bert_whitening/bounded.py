@@ -129,7 +129,11 @@ def first_few(items, shown=3):
 
 def _in_number_order(names):
     """``names`` sorted with their numbers compared as numbers (``kept_2`` before ``kept_10``)."""
-    return sorted(names, key=lambda name: [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)])
+    # Runs of ASCII digits (the odd parts) as numbers: "²" is a digit to str.isdigit, not to int.
+    return sorted(
+        names,
+        key=lambda name: [int(part) if index % 2 else part for index, part in enumerate(re.split("([0-9]+)", name))],
+    )
 
 
 class NpzMembers:

@@ -46,6 +46,7 @@ from bert_whitening.data import (
     read_sentences,
 )
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
+from bert_whitening.export.layout import MAX_VERSION
 from bert_whitening.names import LOSSES, METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
 from bert_whitening.retrieval.faiss_indexes import HNSW_M_RANGE
 from bert_whitening.sentence_encoder import SentenceEncoder
@@ -92,8 +93,7 @@ hnsw_int = _checked(
     int, lambda v: v == 0 or v in HNSW_M_RANGE, "0 (exact) or an integer %d..%d" % (HNSW_M_RANGE[0], HNSW_M_RANGE[-1])
 )
 #: TF Serving reads a version directory's name as an int64.
-INT64_MAX = 2**63 - 1
-version_int = _checked(int, lambda v: 0 <= v <= INT64_MAX, "an integer 0..2**63-1 (TF Serving's int64 versions)")
+version_int = _checked(int, lambda v: 0 <= v <= MAX_VERSION, "an integer 0..2**63-1 (TF Serving's int64 versions)")
 
 
 def _choice_list(choices):

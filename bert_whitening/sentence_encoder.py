@@ -476,8 +476,7 @@ class SentenceEncoder:
         from bert_whitening.export.layout import target_version
 
         base, corpus = path_argument(base, "base"), optional_path(corpus, "corpus")
-        check_outputs([(base, DIRECTORY)], self.config.read_paths() + [corpus])
-        target_version(base, version, overwrite)  # refuse before TensorFlow and the model
+        target_version(base, version, overwrite, self.config.read_paths() + [corpus])  # before TensorFlow
         check_choice("precision", precision, EXPORT_PRECISIONS)
         top_k = positive_int(top_k, "top_k")
         vectors, metadata = None, {}

@@ -306,6 +306,10 @@ def test_a_small_whitening_of_a_large_dimension_is_refused_before_its_arrays_are
     "change, said",
     [
         (lambda arrays: {**arrays, "junk": np.zeros(3)}, "not a whitening file, unexpected arrays junk"),
+        (  # a superscript two is a digit to str.isdigit, not to int: named, not a traceback
+            lambda arrays: {**arrays, "²": np.zeros(3), "a10": np.zeros(3), "a9": np.zeros(3)},
+            "unexpected arrays a9, a10, ²",
+        ),
         (
             lambda arrays: {**arrays, "kernel": np.array([{"a": 1}], dtype=object)},
             "kernel holds Python objects, which are never read",

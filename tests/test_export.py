@@ -102,9 +102,17 @@ def test_versions_count_up_and_existing_ones_need_overwrite(over_version_7, tmp_
     with pytest.raises(ExportError, match="7 already exists; pass overwrite"):
         target_version(base, 7)
     assert target_version(base, 7, overwrite=True) == 7
-    for bad in ("2", -1, 1.5):
-        with pytest.raises(ExportError, match="non-negative integer"):
+    for bad in ("2", -1, 1.5, 2**63, 2**70):
+        with pytest.raises(ExportError, match=r"version must be an integer 0..2\*\*63-1 \(TF Serving's int64"):
             target_version(base, bad)
+    for name in ("²", "١", "9" * 30):  # not TF Serving's versions: neither counted nor a traceback
+        os.makedirs(os.path.join(base, name))
+    assert target_version(base) == 8 and target_version(base, 1) == 1
+    os.makedirs(os.path.join(base, str(2**63 - 1)))
+    with pytest.raises(ExportError, match="holds version 9223372036854775807, TF Serving's last: give --version"):
+        target_version(base)
+    for name in ("²", "١", "9" * 30, str(2**63 - 1)):
+        os.rmdir(os.path.join(base, name))
     parent, base, path = over_version_7
     assert path == os.path.join(base, "7") and os.path.isfile(os.path.join(path, "saved_model.pb"))
     assert not os.path.exists(os.path.join(path, "old"))  # replaced, not merged into

@@ -311,8 +311,8 @@ def api_writers():
     return [
         (encode_file, "whitening", "it is the input"),
         (save, "model", "it is inside the input directory"),
-        (export, "model", "it is the input"),
-        (export_saved_model, "model", "it is the input"),
+        (export, "model", "it is inside the input directory"),  # BASE/1, in the model directory
+        (export_saved_model, "model", "it is inside the input directory"),
         (write_report, "dir", "it is also the output"),
         (build_index, "model", "it is inside the input directory"),
         (convert_hf, "hf", "it is inside the input directory"),
@@ -329,3 +329,23 @@ def test_every_public_writer_goes_through_the_guard(work, tmp_path, write, role,
         write(work, tmp_path)
     assert "\n" not in str(raised.value)
     assert tree_digest(work[role]) == before
+
+
+def test_a_directory_output_that_holds_an_input_file_is_refused(tmp_path):
+    """Replacing it would remove the input: ``export --overwrite`` of BASE/3 deleted the
+    whitening it exported, read from BASE/3/w.npz (train --overwrite alike). A base is kept, so
+    an input in it is no output's."""
+    from bert_whitening.atomic import DIRECTORY, check_outputs
+    from bert_whitening.export import target_version
+
+    (tmp_path / "base" / "3").mkdir(parents=True)
+    inside = tmp_path / "base" / "3" / "w.npz"
+    inside.write_bytes(b"whitening")
+    with pytest.raises(BertWhiteningError, match=r"^cannot write .*base/3: it holds the input .*base/3/w.npz; choose"):
+        target_version(str(tmp_path / "base"), 3, overwrite=True, inputs=[str(inside)])
+    with pytest.raises(BertWhiteningError, match="it holds the input"):
+        check_outputs([(str(tmp_path / "base"), DIRECTORY)], [str(inside)])  # train --overwrite's check
+    assert target_version(str(tmp_path / "base"), inputs=[str(inside)]) == 4  # the base is kept: no refusal
+    (tmp_path / "base" / "kept.npz").write_bytes(b"whitening")
+    assert target_version(str(tmp_path / "base"), 3, True, [str(tmp_path / "base" / "kept.npz")]) == 3
+    assert inside.read_bytes() == b"whitening"

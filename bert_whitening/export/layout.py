@@ -9,24 +9,38 @@ export without ``--version`` takes the one after; with ``--version`` it fails.
 """
 
 import os
+import re
 
-from bert_whitening.atomic import OutputAppeared, publish_directory
+from bert_whitening.atomic import DIRECTORY, OutputAppeared, check_outputs, publish_directory
 from bert_whitening.errors import ExportError
 
+#: TF Serving's versions are int64: a larger one cannot be served.
+MAX_VERSION = 2**63 - 1
+#: A version's name: ASCII digits only, as TF Serving reads them (``str.isdigit`` takes "²" and
+#: "١", which ``int`` refuses or reads as another number).
+_VERSION_NAME = re.compile("[0-9]+")
 
-def target_version(base, version=None, overwrite=False):
-    """The version to write: ``version``, or one more than the highest integer one in ``base``."""
+
+def target_version(base, version=None, overwrite=False, inputs=()):
+    """The version to write: ``version``, or one more than the highest in ``base``; ``BASE/N``
+    checked as the run's output against its ``inputs`` (`bert_whitening.atomic.check_outputs`),
+    so that an input inside a version ``overwrite`` replaces is refused, not removed with it.
+    ``base`` itself is kept: files in it may be inputs."""
     if os.path.exists(base) and not os.path.isdir(base):
         raise ExportError("export base %s is a file, not a directory" % base)
-    existing = [int(name) for name in os.listdir(base) if name.isdigit()] if os.path.isdir(base) else []
+    names = os.listdir(base) if os.path.isdir(base) else []
+    existing = [int(name) for name in names if _VERSION_NAME.fullmatch(name) and int(name) <= MAX_VERSION]
     if version is None:
-        return max(existing, default=0) + 1
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise ExportError("version must be a non-negative integer (TF Serving's layout), got %r" % (version,))
-    if version in existing and not overwrite:
+        version = max(existing, default=0) + 1
+        if version > MAX_VERSION:
+            raise ExportError("%s holds version %d, TF Serving's last: give --version" % (base, MAX_VERSION))
+    elif not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= MAX_VERSION:
+        raise ExportError("version must be an integer 0..2**63-1 (TF Serving's int64 versions), got %r" % (version,))
+    elif version in existing and not overwrite:
         raise ExportError(
             "%s already exists; pass overwrite (--overwrite) to replace it" % os.path.join(base, str(version))
         )
+    check_outputs([(os.path.join(base, str(version)), DIRECTORY)], inputs)
     return version
 
 

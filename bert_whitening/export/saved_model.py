@@ -25,7 +25,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from bert_whitening.atomic import DIRECTORY, check_outputs, staged_directory
+from bert_whitening.atomic import staged_directory
 from bert_whitening.backend import graph_function, tf
 from bert_whitening.config import versions
 from bert_whitening.encoding import runs_fused_bert
@@ -187,8 +187,7 @@ def export_saved_model(
             "cannot run inside a TensorFlow graph; export the token-id signature "
             "and tokenise on the client" % encoder.model_identity["type"]
         )
-    check_outputs([(base, DIRECTORY)], encoder.config.read_paths())
-    number = target_version(base, version, overwrite)
+    number = target_version(base, version, overwrite, encoder.config.read_paths())
     tokenizer = None
     if text:
         from bert_whitening.graph_tokenizer import GraphTokenizer
