@@ -63,9 +63,11 @@ STALE_AFTER_SECONDS = 2.0
 
 
 #: What an output path names (`check_outputs`): a file written in place (by rename), a directory
-#: created or filled (an index, a converted model, a saved encoder, an export's BASE), or the
-#: prefix of files written beside it (``beam-encode``'s shards, ``PREFIX-*-of-*``).
-FILE, DIRECTORY, PREFIX = "file", "directory", "prefix"
+#: put in place whole, or replaced (an index, a converted model, a saved encoder, a trained
+#: model, an export's ``BASE/N``), a directory kept, whose new entries are the outputs (an
+#: export's ``BASE``: files in it may be inputs), or the prefix of files written beside it
+#: (``beam-encode``'s shards, ``PREFIX-*-of-*``).
+FILE, DIRECTORY, BASE, PREFIX = "file", "directory", "base", "prefix"
 
 #: How deep `check_outputs` looks into an input directory for a file an existing output may be:
 #: a model directory is flat, an evaluation data directory holds one directory per task.
@@ -92,7 +94,8 @@ def check_outputs(outputs, inputs=()):
       link; for an input ``-``, the file standard input is redirected from), or a file of an
       input directory;
     - is a directory inside an input directory, or holding an input (a model directory, an
-      index, a file: replacing the directory would remove it), when it names a directory;
+      index, a file: replacing the directory would remove it), when it names a directory (a
+      `BASE` only inside one: it is kept);
     - is the same path as another output of the run;
     - lies in a directory that does not exist (a file output) or cannot be written.
 
@@ -194,13 +197,13 @@ def _check_inputs(path, target, kind, inputs):
                     "cannot write %s: it is %s, read from the input directory %s; choose another output"
                     % (path, found, source)
                 )
-        if kind == DIRECTORY:
+        if kind in (DIRECTORY, BASE):
             inside, outside = os.path.realpath(target), os.path.realpath(source)
             if _within(inside, outside):
                 raise BertWhiteningError(
                     "cannot write %s: it is inside the input directory %s; choose another output" % (path, source)
                 )
-            if _within(outside, inside):
+            if kind == DIRECTORY and _within(outside, inside):
                 raise BertWhiteningError(
                     "cannot write %s: it contains the input directory %s; choose another output" % (path, source)
                 )

@@ -31,7 +31,15 @@ import os
 import signal
 import sys
 
-from bert_whitening.atomic import DIRECTORY, FILE, PREFIX, check_outputs, placed_outputs, private_temporary_directory
+from bert_whitening.atomic import (
+    BASE,
+    DIRECTORY,
+    FILE,
+    PREFIX,
+    check_outputs,
+    placed_outputs,
+    private_temporary_directory,
+)
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import (
     ENGLISH_STS,
@@ -667,7 +675,7 @@ PATHS = {
     "encode": Paths({"output": FILE}, ("input",) + _ENCODER_INPUTS),
     "beam-fit": Paths({"output": FILE}, ("model",), globs=("input",)),
     "beam-encode": Paths({"output": PREFIX}, _ENCODER_INPUTS, globs=("input",)),
-    "export": Paths({"output": DIRECTORY}, _ENCODER_INPUTS + ("corpus",)),
+    "export": Paths({"output": BASE}, _ENCODER_INPUTS + ("corpus",)),  # BASE/N: `target_version`
     "eval": Paths({"json": FILE, "plot": FILE}, _TASK_INPUTS, derived=(_task_files,), prints=True),
     "eval-retrieval": Paths(
         {"json": FILE, "plot": FILE}, _TASK_INPUTS + ("distractors",), derived=(_task_files,), prints=True

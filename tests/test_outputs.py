@@ -167,12 +167,23 @@ def test_an_output_directory_inside_an_input_directory_is_refused(work, command,
 
 
 def test_an_output_directory_around_an_input_directory_is_refused(work, tmp_path):
-    """An export base holding the model directory would take version numbers beside it."""
+    """``train --overwrite`` would remove the model directory it trains with."""
+    output = tmp_path / "trained"
+    shutil.copytree(work["model"], output / "model")
+    result = here(*COMMANDS["train"](dict(work, model=output / "model"), output), "--overwrite")
+    assert_refused_in_one_line(result, "cannot write %s: it contains the input directory" % output)
+    assert sorted(os.listdir(output)) == ["model"]
+
+
+def test_an_export_base_is_kept_and_may_hold_inputs_but_not_in_the_version_it_writes(tmp_path):
+    from bert_whitening.atomic import BASE, check_outputs
+
     base = tmp_path / "base"
-    shutil.copytree(work["model"], base / "model")
-    result = here(*COMMANDS["export"](dict(work, model=base / "model"), base))
-    assert_refused_in_one_line(result, "cannot write %s: it contains the input directory" % base)
-    assert sorted(os.listdir(base)) == ["model"]
+    (base / "model").mkdir(parents=True)
+    (base / "w.npz").write_bytes(b"whitening")
+    assert check_outputs([(str(base), BASE)], [str(base / "model"), str(base / "w.npz")]) == [str(base)]
+    with pytest.raises(BertWhiteningError, match="it is inside the input directory"):
+        check_outputs([(str(base / "model" / "exports"), BASE)], [str(base / "model")])
 
 
 def special(tmp_path, kind):
