@@ -685,7 +685,25 @@ def test_index_and_beam_encode_onto_a_full_disk_are_one_line(work, small_disk, t
         output.mkdir()
     message = refused(cli(command, *argv), "No space left on device")
     assert ".bert-whitening-tmp-" not in message
+    assert str(output) in message or command == "beam-encode", message  # Beam's sink names no file
     assert [name for _, _, names in os.walk(small_disk) for name in names] == []
+
+
+def test_an_index_that_fails_on_a_full_disk_leaves_nothing_at_once_in_python(work, small_disk):
+    """Its staging was removed only when the garbage collector reached the failed writer (a
+    failure closing its files skipped the staging's exit)."""
+    import gc
+
+    from bert_whitening import SentenceEncoder
+
+    gc.disable()
+    try:
+        with pytest.raises(OSError, match="No space left on device") as raised:
+            SentenceEncoder.load(work["model"]).index(LINES * 10, path=str(small_disk / "index"))
+        assert str(small_disk / "index") in str(raised.value)
+        assert os.listdir(small_disk) == []
+    finally:
+        gc.enable()
 
 
 def sts_task(directory):

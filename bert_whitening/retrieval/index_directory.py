@@ -28,6 +28,7 @@ gives); whoever can rewrite it can rewrite the rest, but not make a reader alloc
 files hold.
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -83,10 +84,12 @@ class IndexWriter:
         self.index = hnsw_index(dim, hnsw_m) if hnsw_m else faiss().IndexFlatIP(dim)
 
     def __enter__(self):
-        self._staging_context = staged_directory(self.output)
-        self.staging = self._staging_context.__enter__()
-        self.keys = open(os.path.join(self.staging, KEYS_FILE), "w", encoding="utf-8", newline="\n")
-        self.texts = open(os.path.join(self.staging, TEXTS_FILE), "w", encoding="utf-8", newline="\n")
+        self._open = contextlib.ExitStack()  # what __exit__ closes, the staging last
+        self.staging = self._open.enter_context(staged_directory(self.output))
+        self.keys, self.texts = (
+            self._open.enter_context(open(os.path.join(self.staging, name), "w", encoding="utf-8", newline="\n"))
+            for name in (KEYS_FILE, TEXTS_FILE)
+        )
         return self
 
     def add(self, vectors, keys, texts=None):
@@ -125,20 +128,24 @@ class IndexWriter:
         )
 
     def __exit__(self, kind, error, traceback):
-        self.keys.close()
-        self.texts.close()
+        """Close the files and, without an error, write the rest and put the directory in place;
+        any failure here (a full disk at the last flush, say) goes through the staging too, which
+        removes it and names the output."""
         try:
             if kind is None:
+                self.keys.close()
+                self.texts.close()
                 if self.index.ntotal == 0:
                     raise DataError("%s: no vectors to index" % self.source)
                 self._write()
         except BaseException as failure:
-            self._staging_context.__exit__(type(failure), failure, failure.__traceback__)
+            self._open.__exit__(type(failure), failure, failure.__traceback__)  # raises it, named
             raise
-        return self._staging_context.__exit__(kind, error, traceback)
+        return self._open.__exit__(kind, error, traceback)
 
     def _write(self):
-        faiss().write_index(self.index, os.path.join(self.staging, INDEX_FILE))
+        with open(os.path.join(self.staging, INDEX_FILE), "wb") as stream:  # Python's errors, not FAISS's
+            faiss().write_index(self.index, faiss().PyCallbackIOWriter(stream.write))
         names = [INDEX_FILE, KEYS_FILE, TEXTS_FILE]
         for name, fitted in ((WHITENING_FILE, self.whitening), (FLOW_FILE, self.flow)):
             if fitted is not None:
