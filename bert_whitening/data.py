@@ -362,7 +362,7 @@ def _sts_benchmark(directory, skip_bad_lines=False):
     ``sts-{train,dev,test}.csv`` (``genre file year id score s1 s2``, sometimes two more fields).
     Fields are split on tabs with no quoting: the sentences contain bare double quotes."""
     packed = os.path.join(directory, "stsbenchmark.tsv.gz")
-    if os.path.exists(packed):
+    if os.path.lexists(packed):
         names = {"train": "train", "dev": "valid", "test": "test"}
         splits = {split: [] for split in SPLITS}
         parse = lambda line: _fields(line, (0, 6, 7), 5) if line.split("\t")[0] in names else None
@@ -377,7 +377,7 @@ def _sts_benchmark(directory, skip_bad_lines=False):
     return {
         split: list(_records(_lines(path), path, lambda line: _fields(line, (5, 6), 4), expected, skip_bad_lines))
         for split, path in paths.items()
-        if os.path.exists(path)
+        if os.path.lexists(path)
     }
 
 
@@ -422,7 +422,7 @@ def load_task(task, directory=None, skip_bad_lines=False):
         splits = {}
         for split in SPLITS:
             path = split_file(directory, task, split)
-            if os.path.exists(path):
+            if os.path.lexists(path):  # a dangling link is read, and refused: not a missing split
                 splits[split] = list(read_pairs(path, skip_bad_lines))
         if not splits:
             raise DataError("%s: no %s.{train,valid,test}.data under %s" % (task, task, os.path.join(directory, task)))

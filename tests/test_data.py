@@ -145,6 +145,9 @@ def test_senteval_tasks_load_present_splits_and_name_missing_ones(tmp_path, capl
     assert "ATEC: no train split; evaluating valid/test" in caplog.text
     with pytest.raises(DataError, match="BQ: no BQ.{train,valid,test}.data under"):
         load_task("BQ", str(tmp_path))
+    (task / "ATEC.train.data").symlink_to(tmp_path / "moved")  # a dangling link is no missing split
+    with pytest.raises(DataError, match="^%s: no such file$" % (task / "ATEC.train.data")):
+        load_task("ATEC", str(tmp_path))
 
 
 def test_data_dir_comes_from_the_flag_then_the_environment(monkeypatch):
