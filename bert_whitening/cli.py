@@ -871,6 +871,12 @@ def run_eval(args):
     from bert_whitening.precision import process_precision
 
     config = _task_config(args)
+
+    def show(title, task, report):
+        if title != task:  # several poolings
+            print(title)
+        print(format_table(task, report), flush=True)
+
     results = evaluate_tasks(
         config,
         args.task,
@@ -883,13 +889,10 @@ def run_eval(args):
         methods=args.method,
         flow_seeds=args.flow_seeds,
         poolings=args.poolings,
+        on_task=show,
     )
     for report, _ in results:
         report["precision"] = process_precision()
-        if len(results) > 1:
-            print("%s pooling" % report["pooling"])
-        for task in report["tasks"]:
-            print(format_table(task, report))
     _write_reports(args, [report for report, _ in results], functools.partial(plot_report, *results[0]))
 
 

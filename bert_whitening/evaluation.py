@@ -13,12 +13,14 @@ imports no TensorFlow; `evaluate_tasks` builds the encoder when it is called, an
 it when one is fitted.
 """
 
+import contextlib
 import dataclasses
 import functools
 import itertools
 import json
 import logging
 import math
+import os
 import time
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
@@ -30,6 +32,7 @@ from bert_whitening.data import (  # noqa: F401  TASKS: named here too
     TASKS,
     ReadOptions,
     check_labels,
+    check_readable,
     data_dir,
     distinct_sentences,
     load_task,
@@ -135,6 +138,22 @@ def _pairs(vectors, sentences, splits):
         )
         for split, pairs in splits.items()
     }
+
+
+def _check_fit_on(fit_on, loaded):
+    """Refuse, before a model is built, a ``fit_on`` the fit could not read: ``train`` for a task
+    without a train split, ``all`` or ``train`` among files, a file that cannot be read."""
+    if fit_on == "train":
+        for task, splits in loaded.items():
+            if "train" not in splits:
+                raise BertWhiteningError(
+                    "--fit-on train: %s has no train split (splits: %s)" % (task, ", ".join(splits))
+                )
+    elif fit_on != "all":
+        named = [path for path in fit_on if path in ("all", "train") and not os.path.exists(path)]
+        if named:
+            raise BertWhiteningError("--fit-on %s is given alone, not among files" % named[0])
+        check_readable(list(fit_on))
 
 
 def _fit_blocks(encoded, fit_on):
@@ -295,6 +314,7 @@ def evaluate_tasks(
     flow_seeds: Sequence[int] = (0,),
     flow_options: Optional[dict] = None,
     poolings: Sequence[str] = (),
+    on_task: Optional[Callable[[str, str, dict], None]] = None,
 ) -> tuple | list[tuple]:
     """What ``bert-whitening eval`` does: ``(report, spectra)``.
 
@@ -316,6 +336,10 @@ def evaluate_tasks(
             BERT-flow's.
         poolings: score these poolings (``spec.pooling`` ignored) on one encoding of each
             task and of the ``fit_on`` files: one forward pass for all of them.
+        on_task: called as each task is done, ``on_task(title, task, report)`` (``title`` the
+            task's name, with the pooling's when there are several; ``report`` that pooling's
+            so far): the command line prints the task's table then, so that a later task's
+            failure does not take the earlier ones' results with it. A refusal names its task.
 
     Returns the report (JSON-ready: settings, counts, per-split Spearman, ranks, versions,
     seconds) and ``{task: eigenvalues}`` of each task's whitening, for `write_report`; with
@@ -327,7 +351,7 @@ def evaluate_tasks(
     requested = settings(n_components, betas, gammas, methods, flow_seeds)
     if "flow" in methods:  # refused before a model is built, not after the first task is encoded
         flow_config = check_flow_settings(flow_options, flow_seeds)
-    encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings, _correlatable)
+    encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings, _correlatable, fit_on)
     first = next(iter(encoders.values()))
     if "flow" in methods:
         flow_config.check(first.dim)
@@ -344,29 +368,47 @@ def evaluate_tasks(
     }
     spectra = {pooling: {} for pooling in encoders}
     for task in loaded:
-        for pooling, encoded in encode_splits_together(task.encoders, task.splits, task.read.batch_size).items():
-            if len(encoders) > 1:  # what follows (the fit's warnings) is this pooling's
-                logger.info("%s: fitting and scoring", task.label(pooling))
-            vectors = None
-            if "flow" in methods:  # the statistics from the same vectors: files are encoded once
-                vectors = fit_vectors(encoded, fit_on, functools.partial(task.vectors_from_files, pooling=pooling))
-                stats = WhiteningStats().update(vectors)
-            else:
-                stats = fit_statistics(encoded, fit_on, functools.partial(task.statistics_from_files, pooling=pooling))
-            results, whitening = evaluate(encoded, stats, requested, spec.allow_rank_deficient, vectors, flow_options)
-            entry = reports[pooling]["tasks"][task.name] = {
-                "maxlen": task.maxlen,
-                "counts": {split: len(pairs) for split, pairs in task.splits.items()},
-                "fitted_on_vectors": stats.count,
-                "results": results,
-            }
-            if whitening is not None:
-                entry["rank"] = whitening.rank
-                spectra[pooling][task.name] = whitening.eigenvalues
+        with named_task(task.name):
+            for pooling, encoded in encode_splits_together(task.encoders, task.splits, task.read.batch_size).items():
+                if len(task.encoders) > 1:  # what follows (the fit's warnings) is this pooling's
+                    logger.info("%s: fitting and scoring", task.label(pooling))
+                vectors = None
+                if "flow" in methods:  # the statistics from the same vectors: files are encoded once
+                    vectors = fit_vectors(encoded, fit_on, functools.partial(task.vectors_from_files, pooling=pooling))
+                    stats = WhiteningStats().update(vectors)
+                else:
+                    stats = fit_statistics(
+                        encoded, fit_on, functools.partial(task.statistics_from_files, pooling=pooling)
+                    )
+                results, whitening = evaluate(
+                    encoded, stats, requested, spec.allow_rank_deficient, vectors, flow_options
+                )
+                entry = reports[pooling]["tasks"][task.name] = {
+                    "maxlen": task.maxlen,
+                    "counts": {split: len(pairs) for split, pairs in task.splits.items()},
+                    "fitted_on_vectors": stats.count,
+                    "results": results,
+                }
+                if whitening is not None:
+                    entry["rank"] = whitening.rank
+                    spectra[pooling][task.name] = whitening.eigenvalues
+                if on_task:
+                    on_task(task.label(pooling), task.name, reports[pooling])
     for report in reports.values():
         report["seconds"] = round(time.time() - started, 1)
     pairs = [(reports[pooling], spectra[pooling]) for pooling in encoders]
     return pairs if poolings else pairs[0]
+
+
+@contextlib.contextmanager
+def named_task(name):
+    """A refusal while one task of several is evaluated names that task (a rank below a k, say,
+    is a property of its data)."""
+    try:
+        yield
+    except BertWhiteningError as error:
+        error.args = ("%s: %s" % (name, error),) + error.args[1:]
+        raise
 
 
 @dataclasses.dataclass
@@ -429,12 +471,14 @@ def load_tasks(
     read: ReadOptions = ReadOptions(),
     poolings: Sequence[str] = (),
     check_split: Optional[Callable[[str, list, str], None]] = None,
+    fit_on: str | Sequence[str] = "all",
 ) -> tuple:
     """``(encoders, [Task])``: the tasks' files read (each split passed to ``check_split(split,
     pairs, file)``, which refuses what the evaluation cannot score, naming the file), the options
     checked against the model's configuration (``n_components`` against its hidden size), and
     then ``{pooling: Encoder}`` of ``poolings`` (else ``spec.pooling``) built together once, with
-    the longest ``maxlen`` any task needs (each task encodes with its own). Settings that fit
+    the longest ``maxlen`` any task needs (each task encodes with its own). ``fit_on`` is
+    checked too (`_check_fit_on`). Settings that fit
     (``n_components`` not all 0) decide a pending ``--precision auto`` as float32
     (`bert_whitening.precision.resolve_before_fitting`)."""
     from bert_whitening.models import build
@@ -445,6 +489,8 @@ def load_tasks(
     for task, splits in loaded.items() if check_split else ():  # before any model is built
         for split, pairs in splits.items():
             check_split(split, pairs, split_file(directory, task, split))
+    if any(n_components):
+        _check_fit_on(fit_on, loaded)
     maxlens = {task: task_maxlen(task, spec.maxlen) for task in tasks}
     poolings = list(poolings) or [spec.pooling]
     for pooling in poolings:

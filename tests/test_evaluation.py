@@ -182,12 +182,23 @@ def test_eval_scores_several_poolings_on_one_pass_as_each_alone(tiny_model, samp
     assert not plot.exists()
 
 
-def test_fit_on_train_without_a_train_split_is_an_error(tiny_model, sample_task, tmp_path, caplog):
+def test_fit_on_train_without_a_train_split_is_an_error(tiny_model, sample_task, tmp_path, caplog, monkeypatch):
+    """Refused before the model is built: after it, the refusal came once every split was encoded."""
+    from bert_whitening import models
+
     shutil.copytree(os.path.join(sample_task, "SAMPLE"), tmp_path / "SAMPLE")
     os.remove(tmp_path / "SAMPLE" / "SAMPLE.train.data")
     argv = ["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir", str(tmp_path)]
+    monkeypatch.setattr(models, "build", lambda *arguments, **options: pytest.fail("the model was built"))
     assert cli.main(argv + ["--fit-on", "train", "--n-components", "0,-1,8"]) == 1
-    assert "this task has no train split (splits: valid, test)" in caplog.text
+    assert "--fit-on train: SAMPLE has no train split (splits: valid, test)" in caplog.text
+    for fit_on, said in (
+        (["all", "train"], "--fit-on all is given alone, not among files"),
+        (["nosuch"], "nosuch: no such"),
+    ):
+        assert cli.main(argv + ["--fit-on", *fit_on, "--n-components", "0,8"]) == 1
+        assert said in caplog.text
+    monkeypatch.undo()
     assert cli.main(argv + ["--n-components", "0,25"]) == 1  # refused before anything is encoded
     assert "n_components 25 is larger than the model's hidden size 24" in caplog.text
 
@@ -505,3 +516,20 @@ def test_eval_scores_flows_beside_whitenings_on_one_encoding(tiny_model, sample_
     assert flows[0] != flows[1] and all(-1 <= value <= 1 for value in flows)
     with pytest.raises(SystemExit):
         cli.main([str(a) for a in argv[:-2]] + ["--method", "whitening,umap"])
+
+
+def test_a_later_task_that_fails_keeps_the_earlier_tables_and_is_named(
+    tiny_model, sample_task, tmp_path, capsys, caplog
+):
+    """A rank below k on the second task's data was one line naming no task, and the first
+    task's scores were lost: each task's table is printed as it is done."""
+    shutil.copytree(os.path.join(sample_task, "SAMPLE"), tmp_path / "SAMPLE")
+    (tmp_path / "SMALL").mkdir()
+    lines = "".join("%s\t%s\t%d\n" % pair for pair in synthetic_pairs(3))
+    (tmp_path / "SMALL" / "SMALL.test.data").write_text(lines, encoding="utf-8")
+    argv = ["eval", "--model", tiny_model[0], "--data-dir", str(tmp_path), "--n-components", "0,8"]
+    assert cli.main(argv + ["--task", "SAMPLE", "--task", "SMALL"]) == 1
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0].split()[:3] == ["task", "split", "pairs"] and "SAMPLE     test" in printed
+    assert "ERROR    bert_whitening:cli.py" in caplog.text
+    assert "SMALL: n_components 8 is larger than the rank" in caplog.text

@@ -16,6 +16,7 @@ from bert_whitening.evaluation import (
     encode_splits_together,
     fit_statistics,
     load_tasks,
+    named_task,
     settings,
     whitened_settings,
 )
@@ -129,7 +130,7 @@ def evaluate_retrieval(
     started = time.time()
     requested = settings(n_components, betas, gammas)
     distractors = list(read_distractors(distractor_files, read.skip_bad_lines))
-    encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings, _scorable(split))
+    encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings, _scorable(split), fit_on)
     reports = {
         pooling: {
             "model": encoder.model_identity,
@@ -147,7 +148,8 @@ def evaluate_retrieval(
         for pooling, encoder in encoders.items()
     }
     for task in loaded:
-        found = evaluate_task(task, split, requested, fit_on, distractors, hnsw_m, spec.allow_rank_deficient)
+        with named_task(task.name):
+            found = evaluate_task(task, split, requested, fit_on, distractors, hnsw_m, spec.allow_rank_deficient)
         for pooling, (results, counts) in found.items():
             entry = reports[pooling]["tasks"][task.name] = {"maxlen": task.maxlen, "counts": counts, "results": results}
             if on_task:
