@@ -109,21 +109,33 @@ def parse_response(body, rows=None, dim=None):
     if isinstance(vectors, list) and not vectors:  # an empty batch: no dimension to read
         vectors = np.zeros((0, dim or 0), dtype=np.float32)
     try:
-        vectors = np.asarray(vectors, dtype=np.float32)
+        vectors = np.asarray(vectors, dtype=np.float64)  # float32's range checked, not overflowed
     except (TypeError, ValueError):
         raise ValueError("the reply's vectors are not a matrix of numbers (rows of different lengths?)") from None
     if "predictions" in body and vectors.ndim == 1:  # row format of a k = 1 model: one number a row
         vectors = vectors.reshape(-1, 1)
+    return reply_vectors(vectors, rows, dim)
+
+
+def reply_vectors(vectors, rows=None, dim=None):
+    """``vectors`` (numbers, ``[batch, k]``) as float32 if they are what a request asked for; the
+    one check of a reply's vectors, REST's and gRPC's: a ``[batch, k]`` matrix with ``rows`` rows
+    (the request's) and ``dim`` columns when given, since a reply that lost or added a row would
+    pair every later vector with the wrong sentence, and finite in float32 (a float64 1e300 would
+    become inf), since a NaN vector has no cosine with anything."""
     if vectors.ndim != 2:
-        raise ValueError("the reply's vectors have shape %s, not [batch, k]" % (vectors.shape,))
+        raise BertWhiteningError("the reply's vectors have shape %s, not [batch, k]" % (vectors.shape,))
     if rows is not None and len(vectors) != rows:
-        raise ValueError("the reply has %d vectors for %d sentences" % (len(vectors), rows))
+        raise BertWhiteningError("the reply has %d vectors for %d sentences" % (len(vectors), rows))
     if dim is not None and vectors.shape[1] != dim:
-        raise ValueError("the reply's vectors have %d dimensions, not %d" % (vectors.shape[1], dim))
-    bad = np.flatnonzero(~np.isfinite(vectors).all(axis=1))
+        raise BertWhiteningError("the reply's vectors have %d dimensions, not %d" % (vectors.shape[1], dim))
+    with np.errstate(over="ignore"):
+        single = vectors.astype(np.float32)
+    bad = np.flatnonzero(~np.isfinite(single).all(axis=1))
     if bad.size:
-        raise ValueError("the reply's vector %d is not finite" % bad[0])
-    return vectors
+        value = vectors[bad[0]][~np.isfinite(single[bad[0]])][0]
+        raise BertWhiteningError("the reply's vector %d is not finite in float32: %s" % (bad[0], value))
+    return single
 
 
 def predict(url, body, timeout=TIMEOUT_SECONDS, max_bytes=MAX_REPLY_BYTES):
@@ -191,8 +203,20 @@ def grpc_request(model, sentences=None, input_ids=None, segment_ids=None, versio
     return request
 
 
-def grpc_vectors(response):
-    """Vectors from a ``PredictResponse``."""
+def grpc_vectors(response, rows=None, dim=None):
+    """Vectors (float32 ``[batch, k]``) from a ``PredictResponse``, checked as `parse_response`
+    checks a REST reply's (`reply_vectors`: ``rows`` rows and ``dim`` columns when given, all
+    finite in float32)."""
     from bert_whitening.backend import tf
 
-    return tf.make_ndarray(response.outputs["embedding"]).astype(np.float32)
+    if "embedding" not in response.outputs:  # reading a missing key of a proto map would add it
+        raise BertWhiteningError(
+            "the reply has no embedding output (it has %s)" % (", ".join(sorted(response.outputs)) or "none")
+        )
+    try:
+        vectors = tf.make_ndarray(response.outputs["embedding"])
+    except (TypeError, ValueError) as error:
+        raise BertWhiteningError("the reply's embedding is not a readable tensor: %s" % error) from None
+    if vectors.dtype.kind != "f":
+        raise BertWhiteningError("the reply's embedding holds %s, not floats" % vectors.dtype)
+    return reply_vectors(vectors, rows, dim)

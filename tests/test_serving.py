@@ -89,6 +89,46 @@ def test_grpc_requests_carry_the_right_tensors(loaded, whitened):
     np.testing.assert_allclose(grpc_vectors(response), out.numpy())
 
 
+def predict_response(**outputs):
+    from tensorflow_serving.apis import predict_pb2
+
+    response = predict_pb2.PredictResponse()
+    for name, value in outputs.items():
+        response.outputs[name].CopyFrom(tf.make_tensor_proto(value))
+    return response
+
+
+@pytest.mark.parametrize(
+    "outputs, message",
+    [
+        ({"embedding": np.array([[np.nan, 1.0]], np.float32)}, r"vector 0 is not finite in float32: nan"),
+        ({"embedding": np.array([[0.5, 1e300]])}, r"vector 0 is not finite in float32: 1e\+300"),
+        ({"embedding": np.array([0.6, 0.8], np.float32)}, r"shape \(2,\), not \[batch, k\]"),
+        ({"embedding": np.ones((3, 2), np.float32)}, "the reply has 3 vectors for 1 sentences"),
+        ({"embedding": np.ones((1, 3), np.float32)}, "3 dimensions, not 2"),
+        ({"embedding": np.ones((1, 2), np.int32)}, "the reply's embedding holds int32, not floats"),
+        (
+            {"ids": np.ones((1, 2), np.int64), "scores": np.ones((1, 2), np.float32)},
+            r"no embedding output \(it has ids, scores\)",
+        ),
+        ({}, r"no embedding output \(it has none\)"),
+    ],
+)
+def test_grpc_replies_are_checked_as_rest_replies_are(outputs, message):
+    """One check of a reply's vectors (`reply_vectors`): gRPC's once returned NaN rows, a 1-D
+    embedding and a float64 1e300 as inf, and a reply without embedding was a TypeError."""
+    with pytest.raises(BertWhiteningError, match=message):
+        grpc_vectors(predict_response(**outputs), rows=1, dim=2)
+    if "embedding" in outputs and outputs["embedding"].dtype.kind == "f":
+        with pytest.raises(BertWhiteningError, match=message):
+            parse_response({"outputs": outputs["embedding"].tolist()}, rows=1, dim=2)
+
+
+def test_grpc_vectors_are_float32():
+    vectors = grpc_vectors(predict_response(embedding=np.array([[0.6, 0.8]])), rows=1, dim=2)
+    assert vectors.dtype == np.float32 and vectors.tolist() == [[np.float32(0.6), np.float32(0.8)]]
+
+
 @pytest.mark.parametrize(
     "sentences, message",
     [
