@@ -12,13 +12,14 @@ sentence) and *columnar* (``inputs``, one entry per named input). The gRPC reque
 
 import http.client
 import json
+import numbers
 import socket
 import time
 import urllib.parse
 
 import numpy as np
 
-from bert_whitening.arguments import sentence_list
+from bert_whitening.arguments import sentence_list, shown
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import check_choice
 from bert_whitening.token_ids import pad_ids
@@ -31,6 +32,16 @@ MAX_REPLY_BYTES = 256 << 20
 REQUEST_FORMATS = ("row", "columnar")
 TEXT_SIGNATURE = "serve_text"
 IDS_SIGNATURE = "serving_default"
+SEARCH_SIGNATURE = "serve_search"
+
+#: The outputs of each signature's reply, sorted, and what reads them: a reply read as another's
+#: is refused naming what it is.
+EMBEDDING_OUTPUTS = ("embedding",)
+SEARCH_OUTPUTS = ("ids", "scores")
+REPLY_READERS = {
+    EMBEDDING_OUTPUTS: "%s or %s, read by parse_response or grpc_vectors" % (TEXT_SIGNATURE, IDS_SIGNATURE),
+    SEARCH_OUTPUTS: "%s, read by parse_search_response" % SEARCH_SIGNATURE,
+}
 
 
 def rest_url(host, model, version=None, port=8501):
@@ -85,56 +96,168 @@ def ids_request(input_ids, segment_ids=None, format="row"):
 
 
 def parse_response(body, rows=None, dim=None):
-    """Vectors (float32 ``[batch, k]``) from a REST reply, a dict or its JSON text.
+    """Vectors (float32 ``[batch, k]``) from a REST reply of ``serve_text`` or ``serving_default``,
+    a dict or its JSON text.
 
     Row replies carry ``predictions`` (a list of vectors, or of ``{"embedding": ...}`` objects),
-    columnar ones ``outputs`` (the array, or ``{"embedding": ...}``); an ``error`` is raised.
-    The vectors must be a finite ``[batch, k]`` matrix, with ``rows`` rows (the request's) and
-    ``dim`` columns when given: a reply that lost or added a row would pair every later vector
-    with the wrong sentence.
+    columnar ones ``outputs`` (the array, or ``{"embedding": ...}``); an ``error`` is raised as
+    RuntimeError. Anything else is refused in one line (`BertWhiteningError`): a reply of
+    another signature (``serve_search``: `parse_search_response`), a value that is not a JSON
+    number, and vectors that `reply_vectors` refuses (``rows`` and ``dim`` as it takes them).
     """
-    if isinstance(body, (str, bytes)):
-        body = json.loads(body)
-    if not isinstance(body, dict):
-        raise ValueError("not a TF Serving predict reply: a JSON %s, not an object" % type(body).__name__)
-    if "error" in body:
-        raise RuntimeError("TF Serving answered with an error: %s" % body["error"])
-    if "predictions" in body:
-        vectors = [row["embedding"] if isinstance(row, dict) else row for row in body["predictions"]]
-    elif "outputs" in body:
-        outputs = body["outputs"]
-        vectors = outputs["embedding"] if isinstance(outputs, dict) else outputs
-    else:
-        raise ValueError("not a TF Serving predict reply: no predictions, outputs or error")
-    if isinstance(vectors, list) and not vectors:  # an empty batch: no dimension to read
-        vectors = np.zeros((0, dim or 0), dtype=np.float32)
-    try:
-        vectors = np.asarray(vectors, dtype=np.float64)  # float32's range checked, not overflowed
-    except (TypeError, ValueError):
-        raise ValueError("the reply's vectors are not a matrix of numbers (rows of different lengths?)") from None
-    if "predictions" in body and vectors.ndim == 1:  # row format of a k = 1 model: one number a row
-        vectors = vectors.reshape(-1, 1)
+    outputs, row_format = _reply_outputs(body, EMBEDDING_OUTPUTS)
+    # Row format of a k = 1 model may give one number a row.
+    vectors = _matrix(outputs["embedding"], "embedding", one_column=row_format, width=dim)
     return reply_vectors(vectors, rows, dim)
 
 
-def reply_vectors(vectors, rows=None, dim=None):
+def parse_search_response(body, rows=None, top_k=None):
+    """``(ids, scores)``, int64 and float32 ``[batch, top_k]``, from a REST reply of
+    ``serve_search`` (row format: ``predictions``, one ``{"ids": ..., "scores": ...}`` object a
+    sentence; columnar: ``outputs``, one object of both), checked as `parse_response` checks
+    vectors: ``rows`` rows and ``top_k`` columns when given, finite scores, and ids that are row
+    numbers (integers from 0), as many as the scores."""
+    outputs, _ = _reply_outputs(body, SEARCH_OUTPUTS)
+    scores = reply_vectors(_matrix(outputs["scores"], "scores", width=top_k), rows, top_k, "scores")
+    ids = _matrix(outputs["ids"], "ids", integers=True, width=top_k)
+    if ids.shape != scores.shape:
+        raise BertWhiteningError("the reply's ids: shape %s, its scores' %s" % (ids.shape, scores.shape))
+    negative = np.argwhere(ids < 0)
+    if negative.size:
+        row, column = negative[0]
+        raise BertWhiteningError("the reply's ids: row %d holds %d, not a row number" % (row, ids[row, column]))
+    return ids, scores
+
+
+def reply_json(text, where="the reply"):
+    """``text`` parsed as JSON, or one line saying why not: not JSON, or nested too deeply for
+    Python's parser (a predict reply is nested three levels at most)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise BertWhiteningError("%s is nested too deeply to be a predict reply" % where) from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
+        raise BertWhiteningError("%s is not JSON: %s" % (where, error)) from None
+
+
+def _reply_outputs(body, names):
+    """``({name: rows}, row format?)``: the outputs ``names`` of a REST reply (a dict or its JSON
+    text), each a list with one entry per sentence (not checked further). TF Serving writes a
+    signature of one output as its bare value, and of several as objects keyed by name."""
+    if isinstance(body, (str, bytes, bytearray)):
+        body = reply_json(body)
+    if not isinstance(body, dict):
+        raise BertWhiteningError("not a TF Serving predict reply: %s, not an object" % _json_kind(body))
+    if "error" in body:
+        raise RuntimeError("TF Serving answered with an error: %s" % body["error"])
+    if "predictions" in body:
+        predictions = body["predictions"]
+        if not isinstance(predictions, list):
+            raise BertWhiteningError("the reply's predictions are %s, not a list" % _json_kind(predictions))
+        outputs = {name: [] for name in names}
+        for index, prediction in enumerate(predictions):
+            prediction = _named_outputs(prediction, names, "prediction %d" % index)
+            for name in names:
+                outputs[name].append(prediction[name])
+        return outputs, True
+    if "outputs" in body:
+        outputs = _named_outputs(body["outputs"], names, "outputs")
+        for name in names:
+            if not isinstance(outputs[name], list):
+                raise BertWhiteningError("the reply's %s: %s, not a list" % (name, _json_kind(outputs[name])))
+        return outputs, False
+    raise BertWhiteningError("not a TF Serving predict reply: no predictions, outputs or error")
+
+
+def _named_outputs(value, names, where):
+    """``value`` as ``{name: value}``: a bare value is the one output of a signature of one."""
+    if not isinstance(value, dict):
+        if len(names) > 1:
+            raise BertWhiteningError(
+                "the reply's %s is %s, not an object of %s (a reply of one output, as of %s)"
+                % (where, _json_kind(value), ", ".join(names), REPLY_READERS[EMBEDDING_OUTPUTS])
+            )
+        return {names[0]: value}
+    check_outputs(value, names)
+    return value
+
+
+def check_outputs(outputs, names):
+    """Refuse a reply (a REST object or a gRPC ``outputs`` map) without one of ``names``, naming
+    the outputs it has and, when they are another signature's, what reads them."""
+    missing = [name for name in names if name not in outputs]
+    if missing:
+        present = tuple(sorted(outputs))
+        reader = ": a reply of %s" % REPLY_READERS[present] if present in REPLY_READERS else ""
+        raise BertWhiteningError(
+            "the reply has no %s output (it has %s%s)" % (missing[0], ", ".join(present) or "none", reader)
+        )
+
+
+def _matrix(rows, name, integers=False, one_column=False, width=None):
+    """``rows`` (one entry per sentence: a list of numbers, or one number when ``one_column``) as
+    a float64 (or, ``integers``, int64) ``[batch, k]`` array; an empty batch is ``[0, width]``.
+    JSON numbers only: numpy would read a ``"0.5"`` or a ``true`` as a number, and a list
+    nested in a row as another dimension."""
+    number = numbers.Integral if integers else numbers.Real
+    plain = {int} if integers else {int, float}
+    if one_column:
+        rows = [row if isinstance(row, list) else [row] for row in rows]
+    for index, row in enumerate(rows):
+        if not isinstance(row, list):
+            raise BertWhiteningError(
+                "the reply's %s: row %d is %s, not a list of numbers" % (name, index, _json_kind(row))
+            )
+        if not set(map(type, row)) <= plain:  # slower: numbers of other types (a dict built by hand)
+            for item in row:
+                if isinstance(item, bool) or not isinstance(item, number):
+                    raise BertWhiteningError(
+                        "the reply's %s: row %d holds %s, not %s"
+                        % (name, index, _json_kind(item), "an integer" if integers else "a number")
+                    )
+    if not rows:
+        return np.zeros((0, width or 0), np.int64 if integers else np.float64)
+    try:
+        return np.array(rows, dtype=np.int64 if integers else np.float64)  # float32's range is checked later
+    except OverflowError:
+        raise BertWhiteningError(
+            "the reply's %s: a number beyond %s" % (name, "int64" if integers else "float64")
+        ) from None
+    except ValueError:
+        raise BertWhiteningError("the reply's %s: rows of different lengths" % name) from None
+
+
+def _json_kind(value):
+    """A JSON value as a refusal names it: its type, and its text when it is not a container
+    (whose text may be nested too deeply to print)."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    kinds = {str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "%s %s" % (kinds.get(type(value), type(value).__name__), shown(value))
+
+
+def reply_vectors(vectors, rows=None, dim=None, name="embedding"):
     """``vectors`` (numbers, ``[batch, k]``) as float32 if they are what a request asked for; the
-    one check of a reply's vectors, REST's and gRPC's: a ``[batch, k]`` matrix with ``rows`` rows
-    (the request's) and ``dim`` columns when given, since a reply that lost or added a row would
-    pair every later vector with the wrong sentence, and finite in float32 (a float64 1e300 would
-    become inf), since a NaN vector has no cosine with anything."""
+    one check of a reply's vectors (output ``name``), REST's and gRPC's: a ``[batch, k]`` matrix
+    with ``rows`` rows (the request's) and ``dim`` columns when given, since a reply that lost or
+    added a row would pair every later vector with the wrong sentence, and finite in float32 (a
+    float64 1e300 would become inf), since a NaN vector has no cosine with anything."""
     if vectors.ndim != 2:
-        raise BertWhiteningError("the reply's vectors have shape %s, not [batch, k]" % (vectors.shape,))
+        raise BertWhiteningError("the reply's %s: shape %s, not [batch, k]" % (name, vectors.shape))
     if rows is not None and len(vectors) != rows:
-        raise BertWhiteningError("the reply has %d vectors for %d sentences" % (len(vectors), rows))
+        raise BertWhiteningError("the reply's %s: %d rows for %d sentences" % (name, len(vectors), rows))
     if dim is not None and vectors.shape[1] != dim:
-        raise BertWhiteningError("the reply's vectors have %d dimensions, not %d" % (vectors.shape[1], dim))
+        raise BertWhiteningError("the reply's %s: %d columns, not %d" % (name, vectors.shape[1], dim))
     with np.errstate(over="ignore"):
         single = vectors.astype(np.float32)
     bad = np.flatnonzero(~np.isfinite(single).all(axis=1))
     if bad.size:
         value = vectors[bad[0]][~np.isfinite(single[bad[0]])][0]
-        raise BertWhiteningError("the reply's vector %d is not finite in float32: %s" % (bad[0], value))
+        raise BertWhiteningError("the reply's %s: row %d is not finite in float32 (%s)" % (name, bad[0], value))
     return single
 
 
@@ -171,10 +294,7 @@ def predict(url, body, timeout=TIMEOUT_SECONDS, max_bytes=MAX_REPLY_BYTES):
         raise TimeoutError("%s: no whole reply within %g s" % (url, timeout)) from None
     finally:
         connection.close()
-    try:
-        return json.loads(b"".join(chunks))
-    except ValueError:
-        raise ValueError("%s: the reply (HTTP %d) is not JSON" % (url, reply.status)) from None
+    return reply_json(b"".join(chunks), "%s: the reply (HTTP %d)" % (url, reply.status))
 
 
 def grpc_request(model, sentences=None, input_ids=None, segment_ids=None, version=None):
@@ -209,14 +329,11 @@ def grpc_vectors(response, rows=None, dim=None):
     finite in float32)."""
     from bert_whitening.backend import tf
 
-    if "embedding" not in response.outputs:  # reading a missing key of a proto map would add it
-        raise BertWhiteningError(
-            "the reply has no embedding output (it has %s)" % (", ".join(sorted(response.outputs)) or "none")
-        )
+    check_outputs(response.outputs, EMBEDDING_OUTPUTS)  # before reading it: a proto map adds a missing key
     try:
         vectors = tf.make_ndarray(response.outputs["embedding"])
     except (TypeError, ValueError) as error:
-        raise BertWhiteningError("the reply's embedding is not a readable tensor: %s" % error) from None
+        raise BertWhiteningError("the reply's embedding: not a tensor TensorFlow reads (%s)" % error) from None
     if vectors.dtype.kind != "f":
-        raise BertWhiteningError("the reply's embedding holds %s, not floats" % vectors.dtype)
+        raise BertWhiteningError("the reply's embedding: %s, not floats" % vectors.dtype)
     return reply_vectors(vectors, rows, dim)

@@ -101,15 +101,15 @@ def predict_response(**outputs):
 @pytest.mark.parametrize(
     "outputs, message",
     [
-        ({"embedding": np.array([[np.nan, 1.0]], np.float32)}, r"vector 0 is not finite in float32: nan"),
-        ({"embedding": np.array([[0.5, 1e300]])}, r"vector 0 is not finite in float32: 1e\+300"),
-        ({"embedding": np.array([0.6, 0.8], np.float32)}, r"shape \(2,\), not \[batch, k\]"),
-        ({"embedding": np.ones((3, 2), np.float32)}, "the reply has 3 vectors for 1 sentences"),
-        ({"embedding": np.ones((1, 3), np.float32)}, "3 dimensions, not 2"),
-        ({"embedding": np.ones((1, 2), np.int32)}, "the reply's embedding holds int32, not floats"),
+        ({"embedding": np.array([[np.nan, 1.0]], np.float32)}, r"embedding: row 0 is not finite in float32 \(nan\)"),
+        ({"embedding": np.array([[0.5, 1e300]])}, r"embedding: row 0 is not finite in float32 \(1e\+300\)"),
+        ({"embedding": np.array([0.6, 0.8], np.float32)}, r"embedding: shape \(2,\), not \[batch, k\]"),
+        ({"embedding": np.ones((3, 2), np.float32)}, "the reply's embedding: 3 rows for 1 sentences"),
+        ({"embedding": np.ones((1, 3), np.float32)}, "embedding: 3 columns, not 2"),
+        ({"embedding": np.ones((1, 2), np.int32)}, "the reply's embedding: int32, not floats"),
         (
             {"ids": np.ones((1, 2), np.int64), "scores": np.ones((1, 2), np.float32)},
-            r"no embedding output \(it has ids, scores\)",
+            r"no embedding output \(it has ids, scores: a reply of serve_search",
         ),
         ({}, r"no embedding output \(it has none\)"),
     ],
@@ -119,7 +119,7 @@ def test_grpc_replies_are_checked_as_rest_replies_are(outputs, message):
     embedding and a float64 1e300 as inf, and a reply without embedding was a TypeError."""
     with pytest.raises(BertWhiteningError, match=message):
         grpc_vectors(predict_response(**outputs), rows=1, dim=2)
-    if "embedding" in outputs and outputs["embedding"].dtype.kind == "f":
+    if "embedding" in outputs and outputs["embedding"].dtype.kind == "f" and outputs["embedding"].ndim == 2:
         with pytest.raises(BertWhiteningError, match=message):
             parse_response({"outputs": outputs["embedding"].tolist()}, rows=1, dim=2)
 

@@ -11,7 +11,15 @@ import numpy as np
 import pytest
 
 from bert_whitening.errors import BertWhiteningError
-from bert_whitening.serving import ids_request, pad_ids, parse_response, predict, rest_url, text_request
+from bert_whitening.serving import (
+    ids_request,
+    pad_ids,
+    parse_response,
+    parse_search_response,
+    predict,
+    rest_url,
+    text_request,
+)
 
 
 def test_rest_url_names_model_version_and_port():
@@ -97,18 +105,104 @@ def test_text_requests_refuse_what_is_not_a_list_of_sentences():
 @pytest.mark.parametrize(
     "reply, message",
     [
-        ({"predictions": [[0.6, 0.8]]}, "the reply has 1 vectors for 2 sentences"),
-        ({"predictions": [[0.6, 0.8], [1.0, 0.0], [0.0, 1.0]]}, "the reply has 3 vectors for 2 sentences"),
-        ({"predictions": [[0.6, 0.8, 0.0], [1.0, 0.0, 0.0]]}, "3 dimensions, not 2"),
-        ({"predictions": [[0.6, 0.8], [float("nan"), 0.0]]}, "the reply's vector 1 is not finite"),
-        ({"outputs": [[0.6, 0.8], [1.0]]}, "not a matrix of numbers"),
-        ({"outputs": [0.6, 0.8]}, r"shape \(2,\), not \[batch, k\]"),
-        ([1, 2], "a JSON list, not an object"),
+        ({"predictions": [[0.6, 0.8]]}, "the reply's embedding: 1 rows for 2 sentences"),
+        ({"predictions": [[0.6, 0.8], [1.0, 0.0], [0.0, 1.0]]}, "the reply's embedding: 3 rows for 2 sentences"),
+        ({"predictions": [[0.6, 0.8, 0.0], [1.0, 0.0, 0.0]]}, "embedding: 3 columns, not 2"),
+        ({"predictions": [[0.6, 0.8], [float("nan"), 0.0]]}, r"embedding: row 1 is not finite in float32 \(nan\)"),
+        ({"outputs": [[0.6, 0.8], [1e300, 0.0]]}, r"embedding: row 1 is not finite in float32 \(1e\+300\)"),
+        ({"outputs": [[0.6, 0.8], [1.0]]}, "embedding: rows of different lengths"),
+        ({"outputs": [0.6, 0.8]}, "embedding: row 0 is a number 0.6, not a list of numbers"),
+        ([1, 2], "not a TF Serving predict reply: a list, not an object"),
     ],
 )
 def test_a_reply_must_have_one_finite_row_per_sentence_of_the_width(reply, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(BertWhiteningError, match=message):
         parse_response(reply, rows=2, dim=2)
+
+
+SEARCH_REPLIES = [
+    {"predictions": [{"ids": [3, 0], "scores": [0.9, 0.5]}, {"ids": [1, 2], "scores": [0.8, 0.7]}]},
+    {"outputs": {"ids": [[3, 0], [1, 2]], "scores": [[0.9, 0.5], [0.8, 0.7]]}},
+]
+
+
+@pytest.mark.parametrize(
+    "reply, message",
+    [
+        (
+            SEARCH_REPLIES[0],
+            r"no embedding output \(it has ids, scores: a reply of serve_search, read by parse_search_response\)",
+        ),
+        (SEARCH_REPLIES[1], r"no embedding output \(it has ids, scores: a reply of serve_search"),
+        ({"outputs": {"vectors": [[0.6, 0.8]]}}, r"no embedding output \(it has vectors\)$"),
+        ({"predictions": [["0.5", 0.5]]}, "embedding: row 0 holds a string '0.5', not a number"),
+        ({"outputs": [[0.5, True]]}, "embedding: row 0 holds a boolean True, not a number"),
+        ('{"outputs": [[0.5, 1%s]]}' % ("0" * 400), "embedding: a number beyond float64"),
+        ('{"outputs": [[0.5, %s]]}' % ("9" * 5000), "the reply is not JSON: Exceeds the limit"),
+        (
+            '{"outputs": %s0.5%s}' % ("[" * 100_000, "]" * 100_000),
+            "the reply is nested too deeply to be a predict reply",
+        ),
+        ({"outputs": [[[[0.5]]]]}, "embedding: row 0 holds a list, not a number"),
+        ({"predictions": None}, "the reply's predictions are null, not a list"),
+        ({"outputs": None}, "the reply's embedding: null, not a list"),
+        ({"outputs": {"embedding": "0.5"}}, "the reply's embedding: a string '0.5', not a list"),
+        ("{'predictions': []}", "the reply is not JSON: Expecting property name"),
+    ],
+)
+def test_what_is_not_a_reply_of_vectors_is_refused_in_one_line(reply, message):
+    """A serve_search reply was a KeyError, strings and booleans were read as numbers, a huge
+    integer was an OverflowError, deep nesting a RecursionError and null predictions a TypeError."""
+    with pytest.raises(BertWhiteningError, match=message) as info:
+        parse_response(reply)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("reply", SEARCH_REPLIES + [json.dumps(SEARCH_REPLIES[0])])
+def test_search_replies_parse_to_ids_and_scores(reply):
+    ids, scores = parse_search_response(reply, rows=2, top_k=2)
+    assert ids.dtype == np.int64 and ids.tolist() == [[3, 0], [1, 2]]
+    assert scores.dtype == np.float32
+    np.testing.assert_array_equal(scores, np.float32([[0.9, 0.5], [0.8, 0.7]]))
+    assert [a.shape for a in parse_search_response({"predictions": []}, top_k=2)] == [(0, 2), (0, 2)]
+
+
+@pytest.mark.parametrize(
+    "reply, message",
+    [
+        (
+            {"predictions": [[0.6, 0.8]]},
+            r"prediction 0 is a list, not an object of ids, scores \(a reply of one output, as of serve_text or",
+        ),
+        ({"outputs": [[3, 0]]}, r"the reply's outputs is a list, not an object of ids, scores"),
+        (
+            {"outputs": {"embedding": [[0.6, 0.8]]}},
+            r"no ids output \(it has embedding: a reply of serve_text or serving_default",
+        ),
+        ({"outputs": {"ids": [[3, 0]], "scores": [[0.9, 0.5]]}}, "the reply's scores: 1 rows for 2 sentences"),
+        ({"outputs": {"ids": [[3, 0], [1, 2]], "scores": [[0.9], [0.8]]}}, "the reply's scores: 1 columns, not 2"),
+        (
+            {"outputs": {"ids": [[3], [1]], "scores": [[0.9, 0.5], [0.8, 0.7]]}},
+            r"ids: shape \(2, 1\), its scores' \(2, 2\)",
+        ),
+        (
+            {"outputs": {"ids": [[3, 0.5], [1, 2]], "scores": [[0.9, 0.5], [0.8, 0.7]]}},
+            "ids: row 0 holds a number 0.5, not an integer",
+        ),
+        (
+            {"outputs": {"ids": [[3, 0], [1, -2]], "scores": [[0.9, 0.5], [0.8, 0.7]]}},
+            "ids: row 1 holds -2, not a row number",
+        ),
+        ({"outputs": {"ids": [[3, 0], [1, 2**70]], "scores": [[0.9, 0.5], [0.8, 0.7]]}}, "ids: a number beyond int64"),
+        (
+            {"outputs": {"ids": [[3, 0], [1, 2]], "scores": [[0.9, 0.5], [0.8, float("inf")]]}},
+            r"scores: row 1 is not finite",
+        ),
+    ],
+)
+def test_search_replies_are_checked(reply, message):
+    with pytest.raises(BertWhiteningError, match=message):
+        parse_search_response(reply, rows=2, top_k=2)
 
 
 class Server:
