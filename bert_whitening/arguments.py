@@ -62,6 +62,31 @@ def sentence_stream(value, name="sentences"):
     return (_text(item, name, index) for index, item in enumerate(value))
 
 
+def id_lists(value, name, limit, bounds):
+    """``value`` as a list of lists of int in ``[0, limit)`` (``bounds`` says which and why, in a
+    refusal): token or segment ids. A row is a sequence or a 1-D array, an id an integer (not a
+    bool): converting with ``int`` would take 1.7 as 1, ``"7"`` as 7 and True as 1, and read a
+    str of digits as one row per character."""
+    container(value, name, "id lists")
+    rows = []
+    for index, row in enumerate(value):
+        array = hasattr(row, "tolist") and getattr(row, "ndim", None) == 1  # numpy's, read as Python ints
+        if not array and (isinstance(row, (str, bytes, bytearray)) or not isinstance(row, collections.abc.Sequence)):
+            raise BertWhiteningError(
+                "%s[%d] must be a list of ids, got %s %s" % (name, index, type(row).__name__, shown(row))
+            )
+        row = row.tolist() if array else list(row)
+        if not set(map(type, row)) <= {int} or (row and not 0 <= min(row) <= max(row) < limit):
+            for column, item in enumerate(row):
+                where = "%s[%d][%d]" % (name, index, column)
+                if isinstance(item, bool) or not isinstance(item, numbers.Integral):
+                    raise BertWhiteningError("%s must be an int, got %s %s" % (where, type(item).__name__, shown(item)))
+                if not 0 <= item < limit:
+                    raise BertWhiteningError("%s is %d: %s" % (where, item, bounds))
+        rows.append([int(item) for item in row])
+    return rows
+
+
 def path_list(value, name="files"):
     """``value`` as a list of path strings (``pathlib`` paths are taken as their strings)."""
     container(value, name, "file paths")

@@ -19,7 +19,7 @@ import urllib.parse
 
 import numpy as np
 
-from bert_whitening.arguments import sentence_list, shown
+from bert_whitening.arguments import id_lists, sentence_list, shown
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import check_choice
 from bert_whitening.token_ids import pad_ids
@@ -33,6 +33,11 @@ REQUEST_FORMATS = ("row", "columnar")
 TEXT_SIGNATURE = "serve_text"
 IDS_SIGNATURE = "serving_default"
 SEARCH_SIGNATURE = "serve_search"
+
+#: What ``serving_default`` takes: int32 token ids, and segment 0 alone (what ``encode`` feeds).
+INT32_END = 1 << 31
+TOKEN_ID_BOUNDS = "token ids are from 0 to %d (int32)" % (INT32_END - 1)
+SEGMENT_ID_BOUNDS = "the exported model takes segment id 0 alone, as encode feeds"
 
 #: The outputs of each signature's reply, sorted, and what reads them: a reply read as another's
 #: is refused naming what it is.
@@ -77,12 +82,20 @@ def text_request(sentences, format="row"):
 
 def ids_request(input_ids, segment_ids=None, format="row"):
     """A REST body for ``serving_default``; ragged id lists are padded with 0 (padding does not
-    change a sentence's vector), segment ids default to zeros."""
+    change a sentence's vector), segment ids default to zeros.
+
+    The ids are refused as `text_request` refuses sentences, in one line naming the first bad one:
+    rows that are not lists of ints, token ids outside int32's ``[0, 2**31)`` (the exported model
+    refuses ids outside its vocabulary, which the client does not know), and segment ids other
+    than 0, which the model refuses too (``encode`` feeds 0 alone)."""
     check_choice("request format", format, REQUEST_FORMATS)
-    input_ids = pad_ids(input_ids)
-    segment_ids = np.zeros_like(input_ids) if segment_ids is None else pad_ids(segment_ids)
+    input_ids = pad_ids(id_lists(input_ids, "input_ids", INT32_END, TOKEN_ID_BOUNDS))
+    if segment_ids is None:
+        segment_ids = np.zeros_like(input_ids)
+    else:
+        segment_ids = pad_ids(id_lists(segment_ids, "segment_ids", 1, SEGMENT_ID_BOUNDS))
     if segment_ids.shape != input_ids.shape:
-        raise ValueError("segment_ids have shape %s, input_ids %s" % (segment_ids.shape, input_ids.shape))
+        raise BertWhiteningError("segment_ids have shape %s, input_ids %s" % (segment_ids.shape, input_ids.shape))
     if format == "row":
         instances = [
             {"input_ids": ids.tolist(), "segment_ids": segs.tolist()}
@@ -307,7 +320,7 @@ def grpc_request(model, sentences=None, input_ids=None, segment_ids=None, versio
     from bert_whitening.backend import tf
 
     if (sentences is None) == (input_ids is None):
-        raise ValueError("give either sentences or input_ids")
+        raise BertWhiteningError("give either sentences or input_ids")
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model
     if version is not None:

@@ -43,16 +43,50 @@ def test_ragged_ids_are_padded_with_zeros_and_segments_default_to_zeros():
             {"input_ids": [2, 3, 0], "segment_ids": [0, 0, 0]},
         ],
     }
-    assert ids_request([[2, 3], [2, 9, 9, 3]], [[0, 1], [1, 1, 1, 1]], "columnar") == {
+    assert ids_request([[2, 3], (2, 9, 9, 3)], [[0, 0], np.zeros(4, np.int8)], "columnar") == {
         "signature_name": "serving_default",
-        "inputs": {"input_ids": [[2, 3, 0, 0], [2, 9, 9, 3]], "segment_ids": [[0, 1, 0, 0], [1, 1, 1, 1]]},
+        "inputs": {"input_ids": [[2, 3, 0, 0], [2, 9, 9, 3]], "segment_ids": [[0, 0, 0, 0], [0, 0, 0, 0]]},
     }
     json.dumps(ids_request(np.array([[2, 3]], dtype=np.int64)))  # plain ints, JSON-serialisable
+    assert ids_request([[np.int64(2), 2**31 - 1]])["instances"][0]["input_ids"] == [2, 2**31 - 1]
     with pytest.raises(ValueError) as info:
         ids_request([[2, 3]], [[0, 0, 0]])
     assert str(info.value) == "segment_ids have shape (1, 3), input_ids (1, 2)"
     with pytest.raises(ValueError, match="unknown request format"):
         ids_request([[2, 3]], format="column")
+
+
+@pytest.mark.parametrize(
+    "input_ids, segment_ids, message",
+    [
+        ([[2, 1.7]], None, r"input_ids\[0\]\[1\] must be an int, got float 1.7"),
+        ([[2, "7"]], None, r"input_ids\[0\]\[1\] must be an int, got str '7'"),
+        ([[True, 3]], None, r"input_ids\[0\]\[0\] must be an int, got bool True"),
+        ([[2, float("nan")]], None, r"input_ids\[0\]\[1\] must be an int, got float nan"),
+        ([[2, float("inf")]], None, r"input_ids\[0\]\[1\] must be an int, got float inf"),
+        ([[2, 3], [2, 2**31]], None, r"input_ids\[1\]\[1\] is 2147483648: token ids are from 0 to 2147483647"),
+        ([[2, -1]], None, r"input_ids\[0\]\[1\] is -1: token ids are from 0 to 2147483647 \(int32\)"),
+        ([[2, 10**30]], None, r"input_ids\[0\]\[1\] is 1000000000000000000000000000000: token ids"),
+        (np.array([[2.0, 3.0]]), None, r"input_ids\[0\]\[0\] must be an int, got float 2.0"),
+        (np.array([[True, True]]), None, r"input_ids\[0\]\[0\] must be an int, got bool True"),
+        ("101", None, "input_ids must be a list of id lists, got str '101'"),
+        (["101"], None, r"input_ids\[0\] must be a list of ids, got str '101'"),
+        ([101, 102], None, r"input_ids\[0\] must be a list of ids, got int 101"),
+        (np.array([101, 102]), None, r"input_ids\[0\] must be a list of ids, got int64 .*101"),
+        ([{2: 3}], None, r"input_ids\[0\] must be a list of ids, got dict"),
+        (None, None, "input_ids must be a list of id lists, got NoneType None"),
+        ([[2, 3]], [[0, 1]], r"segment_ids\[0\]\[1\] is 1: the exported model takes segment id 0 alone"),
+        ([[2, 3]], [[0, 0.0]], r"segment_ids\[0\]\[1\] must be an int, got float 0.0"),
+        ([[2, 3]], "00", "segment_ids must be a list of id lists, got str '00'"),
+    ],
+)
+def test_id_requests_refuse_what_is_not_rows_of_int_ids(input_ids, segment_ids, message):
+    """As text_request refuses what is not a list of sentences: ids were converted with int, so
+    1.7 was 1, "7" 7 and True 1, a str of digits one row per character, and NaN, inf or an id
+    beyond int32 a raw ValueError or OverflowError."""
+    for format in ("row", "columnar"):
+        with pytest.raises(BertWhiteningError, match=message):
+            ids_request(input_ids, segment_ids, format)
 
 
 def test_pad_ids():
