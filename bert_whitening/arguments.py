@@ -110,6 +110,19 @@ def integer(value, name):
     return int(value)
 
 
+#: TF Serving's versions are int64: a larger one cannot be served.
+MAX_VERSION = 2**63 - 1
+
+
+def serving_version(value, error=BertWhiteningError):
+    """``value`` as a TF Serving model version: an int from 0 to `MAX_VERSION`, the integer
+    directory names under a model's base and what the REST and gRPC APIs address (a ``"1"`` or
+    a 1.0 would be a TypeError there, or another path). Raised as ``error``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= MAX_VERSION:
+        raise error("version must be an integer 0..2**63-1 (TF Serving's int64 versions), got %s" % shown(value))
+    return int(value)
+
+
 def optional_integer(value, name):
     """``value`` as an int, or None."""
     return None if value is None else integer(value, name)

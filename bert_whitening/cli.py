@@ -31,6 +31,7 @@ import os
 import signal
 import sys
 
+from bert_whitening.arguments import MAX_VERSION
 from bert_whitening.atomic import (
     BASE,
     DIRECTORY,
@@ -54,7 +55,6 @@ from bert_whitening.data import (
     read_sentences,
 )
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
-from bert_whitening.export.layout import MAX_VERSION
 from bert_whitening.names import LOSSES, METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
 from bert_whitening.retrieval.faiss_indexes import HNSW_M_RANGE
 from bert_whitening.sentence_encoder import SentenceEncoder

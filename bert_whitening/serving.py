@@ -19,7 +19,7 @@ import urllib.parse
 
 import numpy as np
 
-from bert_whitening.arguments import id_lists, sentence_list, shown
+from bert_whitening.arguments import id_lists, positive_int, sentence_list, serving_version, shown, text
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import check_choice
 from bert_whitening.token_ids import pad_ids
@@ -50,9 +50,21 @@ REPLY_READERS = {
 
 
 def rest_url(host, model, version=None, port=8501):
-    """``http://HOST:PORT/v1/models/MODEL[/versions/N]:predict``."""
-    path = "/v1/models/%s" % model + ("/versions/%d" % version if version is not None else "")
-    return "http://%s:%d%s:predict" % (host, port, path)
+    """``http://HOST:PORT/v1/models/MODEL[/versions/N]:predict``. The model name is
+    percent-encoded, all of it (TF Serving decodes it): as it is, a ``/``, ``?`` or ``#`` in it
+    would address another path. ``version`` is refused unless it is a version TF Serving can
+    have (`arguments.serving_version`)."""
+    path = "/v1/models/%s" % urllib.parse.quote(model_name(model), safe="")
+    if version is not None:
+        path += "/versions/%d" % serving_version(version)
+    return "http://%s:%d%s:predict" % (host, positive_int(port, "port"), path)
+
+
+def model_name(model):
+    """``model`` when it is a name a request can carry: a str, not empty."""
+    if not text(model, "model"):
+        raise BertWhiteningError("model must be a model name, got ''")
+    return model
 
 
 def request_sentences(sentences):
@@ -322,9 +334,9 @@ def grpc_request(model, sentences=None, input_ids=None, segment_ids=None, versio
     if (sentences is None) == (input_ids is None):
         raise BertWhiteningError("give either sentences or input_ids")
     request = predict_pb2.PredictRequest()
-    request.model_spec.name = model
+    request.model_spec.name = model_name(model)
     if version is not None:
-        request.model_spec.version.value = version
+        request.model_spec.version.value = serving_version(version)
     if sentences is not None:
         request.model_spec.signature_name = TEXT_SIGNATURE
         request.inputs["text"].CopyFrom(tf.make_tensor_proto(request_sentences(sentences), tf.string))

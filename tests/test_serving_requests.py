@@ -6,6 +6,7 @@ import http.server
 import json
 import threading
 import time
+import urllib.parse
 
 import numpy as np
 import pytest
@@ -26,6 +27,31 @@ def test_rest_url_names_model_version_and_port():
     assert rest_url("serving.local", "encoder") == "http://serving.local:8501/v1/models/encoder:predict"
     assert rest_url("h", "m", version=0) == "http://h:8501/v1/models/m/versions/0:predict"
     assert rest_url("h", "m", 12, port=9000) == "http://h:9000/v1/models/m/versions/12:predict"
+
+
+def test_rest_url_quotes_the_model_name_and_refuses_what_is_not_a_version():
+    """TF Serving percent-decodes the name it matches (``[^/:]+``); as it was, ``enc/../../x?y#``
+    addressed another path, and a version "1" was a TypeError."""
+    url = rest_url("h", "enc/../../x?y#", 3)
+    assert url == "http://h:8501/v1/models/enc%2F..%2F..%2Fx%3Fy%23/versions/3:predict"
+    parts = urllib.parse.urlsplit(url)
+    assert not parts.query and not parts.fragment
+    assert urllib.parse.unquote(parts.path.split("/")[3]) == "enc/../../x?y#"
+    assert rest_url("h", "编码 器:1%") == "http://h:8501/v1/models/%E7%BC%96%E7%A0%81%20%E5%99%A8%3A1%25:predict"
+    assert rest_url("h", "m", np.int64(2)) == "http://h:8501/v1/models/m/versions/2:predict"
+    for version in ("1", 1.0, True, -1, 2**63, "../2"):
+        with pytest.raises(
+            BertWhiteningError, match=r"^version must be a non-negative integer \(TF Serving's layout\), got "
+        ):
+            rest_url("h", "m", version)
+    for model, message in [
+        ("", "model must be a model name, got ''"),
+        (None, "model must be a str, got NoneType None"),
+    ]:
+        with pytest.raises(BertWhiteningError, match=message):
+            rest_url("h", model)
+    with pytest.raises(BertWhiteningError, match="port must be a positive integer, got '8501'"):
+        rest_url("h", "m", port="8501")
 
 
 def test_text_bodies_in_both_formats():

@@ -11,11 +11,10 @@ export without ``--version`` takes the one after; with ``--version`` it fails.
 import os
 import re
 
+from bert_whitening.arguments import MAX_VERSION, serving_version
 from bert_whitening.atomic import DIRECTORY, OutputAppeared, check_outputs, publish_directory
 from bert_whitening.errors import ExportError
 
-#: TF Serving's versions are int64: a larger one cannot be served.
-MAX_VERSION = 2**63 - 1
 #: A version's name: ASCII digits only, as TF Serving reads them (``str.isdigit`` takes "²" and
 #: "١", which ``int`` refuses or reads as another number).
 _VERSION_NAME = re.compile("[0-9]+")
@@ -34,12 +33,12 @@ def target_version(base, version=None, overwrite=False, inputs=()):
         version = max(existing, default=0) + 1
         if version > MAX_VERSION:
             raise ExportError("%s holds version %d, TF Serving's last: give --version" % (base, MAX_VERSION))
-    elif not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= MAX_VERSION:
-        raise ExportError("version must be an integer 0..2**63-1 (TF Serving's int64 versions), got %r" % (version,))
-    elif version in existing and not overwrite:
-        raise ExportError(
-            "%s already exists; pass overwrite (--overwrite) to replace it" % os.path.join(base, str(version))
-        )
+    else:
+        version = serving_version(version, ExportError)
+        if version in existing and not overwrite:
+            raise ExportError(
+                "%s already exists; pass overwrite (--overwrite) to replace it" % os.path.join(base, str(version))
+            )
     check_outputs([(os.path.join(base, str(version)), DIRECTORY)], inputs)
     return version
 
