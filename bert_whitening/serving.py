@@ -288,38 +288,105 @@ def reply_vectors(vectors, rows=None, dim=None, name="embedding"):
 
 def predict(url, body, timeout=TIMEOUT_SECONDS, max_bytes=MAX_REPLY_BYTES):
     """POST ``body`` (a dict) as JSON to TF Serving's REST ``url`` (``http://``) and return the
-    reply's JSON object, within ``timeout`` seconds for the whole exchange (a server that answers
-    a byte at a time is cut off too) and ``max_bytes`` of reply. An error reply (HTTP 4xx/5xx)
-    carries TF Serving's ``{"error": ...}``, which `parse_response` raises."""
+    reply's JSON object, within ``timeout`` seconds for the whole exchange (connecting, sending,
+    the status line, the headers and the body: a server that answers a byte at a time is cut off
+    anywhere) and ``max_bytes`` of reply. An error reply (HTTP 4xx/5xx) carries TF Serving's
+    ``{"error": ...}``, which `parse_response` raises. A timeout, a connection refused or reset,
+    and a reply that is not HTTP or is cut short are one `BertWhiteningError` line naming ``url``."""
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
+        raise BertWhiteningError("timeout must be a positive number of seconds, got %s" % shown(timeout))
+    max_bytes = positive_int(max_bytes, "max_bytes")
     deadline = time.monotonic() + timeout
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise ValueError("%s: not an http:// URL of TF Serving's REST API" % url)
-    connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or 80
+    except (TypeError, ValueError):  # a port that is no number, or out of range; a url that is no str
+        parts = port = None
+    if parts is None or parts.scheme != "http" or not parts.hostname:
+        raise BertWhiteningError("%s: not an http:// URL of TF Serving's REST API" % shown(url))
+    payload = json.dumps(body).encode("utf-8")
+    connection = _DeadlineConnection(parts.hostname, port, deadline)
     try:
         path = parts.path + ("?" + parts.query if parts.query else "")
-        payload = json.dumps(body).encode("utf-8")
         connection.request("POST", path, body=payload, headers={"Content-Type": "application/json"})
-        sock = connection.sock  # the reply reads from it; http.client may drop its own reference
         reply = connection.getresponse()
         chunks, size = [], 0
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError("%s: no whole reply within %g s" % (url, timeout))
-            sock.settimeout(remaining)
-            chunk = reply.read1(1 << 16)
-            if not chunk:
-                break
+        while chunk := reply.read1(1 << 16):
             size += len(chunk)
             if size > max_bytes:
-                raise ValueError("%s: the reply is larger than %d bytes" % (url, max_bytes))
+                raise BertWhiteningError("%s: the reply is larger than %d bytes" % (url, max_bytes))
             chunks.append(chunk)
-    except (socket.timeout, TimeoutError):
-        raise TimeoutError("%s: no whole reply within %g s" % (url, timeout)) from None
+        if reply.length:  # http.client's read1 returns what came when the connection closes early
+            raise BertWhiteningError("%s: the connection closed %d bytes before the reply's end" % (url, reply.length))
+    except TimeoutError:  # socket.timeout, and _DeadlineSocket's own
+        raise BertWhiteningError("%s: no whole reply within %g s" % (url, timeout)) from None
+    except (OSError, http.client.HTTPException, UnicodeError) as error:  # reset, refused, not HTTP
+        reason = " ".join(str(error).split()) or "no reason given"
+        raise BertWhiteningError("%s: the exchange failed: %s: %s" % (url, type(error).__name__, reason)) from None
     finally:
         connection.close()
     return reply_json(b"".join(chunks), "%s: the reply (HTTP %d)" % (url, reply.status))
+
+
+class _DeadlineSocket(socket.socket):
+    """A socket each of whose waits (connect, send, receive) ends by ``deadline``: http.client
+    reads the status line and headers line by line, each line with as many receives as the
+    server sends pieces, so a timeout per receive would let a server that trickles them hold
+    the caller for as long as it likes."""
+
+    def __init__(self, family, kind, proto, deadline):
+        super().__init__(family, kind, proto)
+        self.deadline = deadline
+
+    def _until_deadline(self):
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("past the deadline")
+        self.settimeout(remaining)
+
+    def connect(self, address):
+        self._until_deadline()
+        return super().connect(address)
+
+    def sendall(self, data, *flags):  # a timeout bounds a whole sendall (Python 3.5 on)
+        self._until_deadline()
+        return super().sendall(data, *flags)
+
+    def send(self, data, *flags):
+        self._until_deadline()
+        return super().send(data, *flags)
+
+    def recv_into(self, buffer, *args):  # what the reply's file object reads with
+        self._until_deadline()
+        return super().recv_into(buffer, *args)
+
+    def recv(self, size, *flags):
+        self._until_deadline()
+        return super().recv(size, *flags)
+
+
+class _DeadlineConnection(http.client.HTTPConnection):
+    """http.client's connection on a `_DeadlineSocket`: each address the host name resolves to
+    is tried until the deadline (the name lookup itself is the system resolver's)."""
+
+    def __init__(self, host, port, deadline):
+        super().__init__(host, port)
+        self.deadline = deadline
+
+    def connect(self):
+        failure = None
+        for family, kind, proto, _, address in socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM):
+            sock = _DeadlineSocket(family, kind, proto, self.deadline)
+            try:
+                sock.connect(address)
+            except OSError as error:
+                sock.close()
+                failure = error
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as http.client sets it
+            self.sock = sock
+            return
+        raise failure or OSError("%s resolves to no address" % self.host)
 
 
 def grpc_request(model, sentences=None, input_ids=None, segment_ids=None, version=None):

@@ -4,6 +4,8 @@ tests/test_serving.py feeds the same bodies to an exported model."""
 
 import http.server
 import json
+import socket
+import struct
 import threading
 import time
 import urllib.parse
@@ -307,21 +309,87 @@ def test_predict_returns_the_reply_and_an_error_reply_raises_in_parse():
             parse_response(predict(server.url, text_request(["a"])))
 
 
-def test_predict_bounds_the_whole_exchange_and_the_reply_size():
-    def drip(handler):  # a byte every 0.2 s: each read is quick, the whole is not
-        handler.send_response(200)
-        handler.send_header("Content-Length", "1000")
-        handler.end_headers()
-        for _ in range(1000):
-            handler.wfile.write(b" ")
-            handler.wfile.flush()
-            time.sleep(0.2)
+def trickle(data, pause=0.25):
+    """An answer that writes ``data`` a byte at a time, ``pause`` seconds apart, raw (each
+    piece is quick, the whole is not); it stops when the client has gone."""
 
-    with Server(drip) as server:
+    def answer(handler):
+        try:
+            for byte in data:
+                handler.wfile.write(bytes([byte]))
+                handler.wfile.flush()
+                time.sleep(pause)
+        except OSError:
+            pass
+
+    return answer
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        trickle(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"),  # the status line
+        trickle(b"HTTP/1.1 200 OK\r\n" + b"X" * 40, pause=0.1),  # a header that never ends
+        trickle(b"HTTP/1.1 200 OK\r\n" + b"X-Header: x\r\n" * 20, pause=0.05),  # headers, each quick
+        trickle(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b" " * 1000, pause=0.01),  # the body
+    ],
+)
+def test_predict_bounds_the_whole_exchange(answer):
+    """The deadline covers the status line and headers too: http.client reads them with one
+    receive per piece the server sends, and a timeout per receive let a server that trickled
+    its status line hold predict(timeout=2.0) until it had sent all of it."""
+    with Server(answer) as server:
         start = time.monotonic()
-        with pytest.raises(TimeoutError, match="no whole reply within 1 s"):
+        with pytest.raises(
+            BertWhiteningError, match=r"^http://127.0.0.1:\d+/v1/models/encoder:predict: no whole reply within 1 s$"
+        ):
             predict(server.url, text_request(["a"]), timeout=1.0)
-        assert time.monotonic() - start < 3
+        assert time.monotonic() - start < 2
+
+
+def test_predict_bounds_sending_to_a_server_that_does_not_read():
+    listener = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel does), never reads
+    with listener:
+        url = rest_url("127.0.0.1", "encoder", port=listener.getsockname()[1])
+        start = time.monotonic()
+        with pytest.raises(BertWhiteningError, match="no whole reply within 1 s"):
+            predict(url, text_request(["a" * 1000] * 50_000), timeout=1.0)  # 50 MB: more than buffers hold
+        assert time.monotonic() - start < 2
+
+
+def reset(handler):
+    """Close the connection with a TCP reset (linger 0) instead of a reply."""
+    handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    handler.connection.close()
+
+
+def test_a_reset_a_refusal_or_a_reply_cut_short_is_one_line():
+    with Server(reset) as server:
+        with pytest.raises(BertWhiteningError, match=r"predict: the exchange failed: ConnectionResetError: .*reset"):
+            predict(server.url, text_request(["a"]))
+    with Server(trickle(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n[0.5]", pause=0)) as server:
+        with pytest.raises(
+            BertWhiteningError, match=r"predict: the connection closed 95 bytes before the reply's end$"
+        ):
+            predict(server.url, text_request(["a"]))
+    with Server(trickle(b"SSH-2.0-OpenSSH\r\n\r\n", pause=0)) as server:
+        with pytest.raises(BertWhiteningError, match=r"predict: the exchange failed: BadStatusLine: SSH-2.0-OpenSSH"):
+            predict(server.url, text_request(["a"]))
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+    with pytest.raises(BertWhiteningError, match=r"predict: the exchange failed: ConnectionRefusedError: .*refused"):
+        predict(rest_url("127.0.0.1", "encoder", port=port), text_request(["a"]))
+    for url, timeout in [
+        ("https://h/v1/models/m:predict", 1),
+        ("http://h:99999/x", 1),
+        ("http://h/x", 0),
+        ("http://h/x", "1"),
+    ]:
+        with pytest.raises(BertWhiteningError, match="not an http:// URL|timeout must be a positive number"):
+            predict(url, {}, timeout=timeout)
+
+
+def test_predict_bounds_the_reply_size():
     huge = b"[" + b"0," * 600_000 + b"0]"
     with Server(lambda handler: reply(handler, 200, huge)) as server:
         with pytest.raises(ValueError, match="the reply is larger than 1000000 bytes"):
