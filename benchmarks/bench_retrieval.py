@@ -88,7 +88,7 @@ def saved_search(corpus, queries, directory):
     lookup = keras.layers.Embedding(len(queries) + 1, queries.shape[1], trainable=False)
     model = keras.Model([input_ids, segment_ids], lookup(input_ids[:, 0]))
     lookup.set_weights([np.vstack([np.zeros_like(queries[:1]), queries])])
-    module = ServingModule(model, maxlen=1, corpus=corpus, top_k=TOP_K)
+    module = ServingModule(model, maxlen=1, vocab_size=len(queries) + 1, corpus=corpus, top_k=TOP_K)
     tf.saved_model.save(module, directory, signatures=module.signatures())
     del module
     serve = tf.saved_model.load(directory).signatures["serve_search"]

@@ -343,3 +343,27 @@ def test_the_saved_serving_default_refuses_rows_without_tokens_and_rows_past_max
     too_long = np.pad(ids[[0]], ((0, 0), (0, whitened.maxlen + 1 - ids.shape[1])))
     with pytest.raises(tf.errors.InvalidArgumentError, match="longer than the exported maxlen 64"):
         call(too_long)
+
+
+@on_the_export
+def test_the_saved_serving_default_refuses_ids_outside_the_vocabulary_and_segments_other_than_0(exported, whitened):
+    """Ids the model's embedding tables would read wrongly: on a CPU the lookup fails with its
+    own message, but on a GPU TensorFlow's gather gives zeros for an id outside the table, and a
+    segment id of 1 reads a row that exists; the graph refuses both before the model runs."""
+    serve = tf.saved_model.load(exported[1]).signatures["serving_default"]
+    ids = pad_ids(tokenize(whitened, SENTENCES[:3])[0])
+    vocab_size = len(whitened.vocab)
+    call = lambda input_ids, segment_ids: serve(input_ids=tf.constant(input_ids), segment_ids=tf.constant(segment_ids))
+    highest = ids.copy()
+    highest[0, 1] = vocab_size - 1
+    assert call(highest, np.zeros_like(ids))["embedding"].shape[0] == 3
+    for bad in (vocab_size, -1, 2**31 - 1):
+        wrong = ids.copy()
+        wrong[2, 1] = bad
+        message = r"id outside the vocabulary \[0, %d\), counting from 0:\] \[2\]" % vocab_size
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            call(wrong, np.zeros_like(ids))
+    segments = np.zeros_like(ids)
+    segments[1, 0] = segments[2, 3] = 1
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"segment id other than 0 .*counting from 0:\] \[1 2\]"):
+        call(ids, segments)

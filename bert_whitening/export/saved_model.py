@@ -47,8 +47,12 @@ class ServingModule(tf.Module):
 
     ``serving_default`` refuses what ``encode`` never feeds the model: rows longer than
     ``maxlen`` (``encode`` cuts sentences there; the limit also bounds a request's memory by its
-    rows, docs/serving.md) and rows with no token (all padding, or length 0), whose pooled
-    vector would be the whitening of an empty average, a valid-looking vector of no sentence."""
+    rows, docs/serving.md), rows with no token (all padding, or length 0), whose pooled vector
+    would be the whitening of an empty average, a valid-looking vector of no sentence, ids
+    outside ``[0, vocab_size)`` and segment ids other than 0 (``encode`` feeds 0 alone). On a
+    CPU the embedding lookup itself fails on an id outside its table, but on a GPU TensorFlow's
+    gather returns zeros for it, and a segment id of 1 reads a row that exists: either would
+    be answered with a normal-looking vector."""
 
     IDS = [
         tf.TensorSpec([None, None], tf.int32, name="input_ids"),
@@ -56,9 +60,10 @@ class ServingModule(tf.Module):
     ]
     TEXT = [tf.TensorSpec([None], tf.string, name="text")]
 
-    def __init__(self, model, maxlen, tokenizer=None, corpus=None, top_k=10, bfloat16=False):
+    def __init__(self, model, maxlen, vocab_size, tokenizer=None, corpus=None, top_k=10, bfloat16=False):
         super().__init__()
         self.maxlen = maxlen
+        self.vocab_size = vocab_size
         # The Keras model is called, not tracked: tracking it makes tf.saved_model.save trace
         # every layer for Keras' own loader (half the export's time); the signatures need only
         # the variables they capture. In bfloat16 the products' weights are stored as bfloat16
@@ -87,7 +92,6 @@ class ServingModule(tf.Module):
             )
 
     def _embed(self, input_ids, segment_ids):
-        empty = tf.where(tf.reduce_all(tf.equal(input_ids, 0), axis=1))[:, 0]
         checks = [
             # Without this, segment_ids of another shape would be broadcast, not refused.
             tf.debugging.assert_equal(
@@ -98,10 +102,16 @@ class ServingModule(tf.Module):
                 self.maxlen,
                 message="input_ids longer than the exported maxlen %d, where encode cuts sentences" % self.maxlen,
             ),
-            tf.debugging.Assert(
-                tf.equal(tf.size(empty), 0),
-                ["input_ids rows with no token (all 0, the padding id), counting from 0:", empty],
-                summarize=10,
+            _refuse_rows(
+                tf.reduce_all(tf.equal(input_ids, 0), axis=1), "input_ids rows with no token (all 0, the padding id)"
+            ),
+            _refuse_rows(
+                tf.reduce_any((input_ids < 0) | (input_ids >= self.vocab_size), axis=1),
+                "input_ids rows with an id outside the vocabulary [0, %d)" % self.vocab_size,
+            ),
+            _refuse_rows(
+                tf.reduce_any(tf.not_equal(segment_ids, 0), axis=1),
+                "segment_ids rows with a segment id other than 0 (encode feeds 0)",
             ),
         ]
         # The model reads its inputs only after the checks: nothing else orders a stateless op
@@ -135,6 +145,13 @@ class ServingModule(tf.Module):
         if hasattr(self, "serve_search"):
             signatures["serve_search"] = self.serve_search
         return signatures
+
+
+def _refuse_rows(bad, message):
+    """An assertion (an op of the graph, so TF Serving runs it) that no row is ``bad`` (bool
+    ``[batch]``), naming the rows that are after ``message``."""
+    rows = tf.where(bad)[:, 0]
+    return tf.debugging.Assert(tf.equal(tf.size(rows), 0), [message + ", counting from 0:", rows], summarize=10)
 
 
 def export_saved_model(
@@ -193,7 +210,9 @@ def export_saved_model(
         from bert_whitening.graph_tokenizer import GraphTokenizer
 
         tokenizer = GraphTokenizer(encoder.vocab, encoder.maxlen, encoder.lowercase)
-    module = ServingModule(encoder.model, encoder.maxlen, tokenizer, corpus, top_k, bfloat16=precision == "bfloat16")
+    module = ServingModule(
+        encoder.model, encoder.maxlen, len(encoder.vocab), tokenizer, corpus, top_k, bfloat16=precision == "bfloat16"
+    )
     if corpus is not None and module.top_k < top_k:
         logger.warning(
             "top_k %d is more than the %d corpus rows: serve_search returns %d", top_k, len(corpus), module.top_k
