@@ -43,7 +43,7 @@ def test_rest_url_quotes_the_model_name_and_refuses_what_is_not_a_version():
     assert rest_url("h", "m", np.int64(2)) == "http://h:8501/v1/models/m/versions/2:predict"
     for version in ("1", 1.0, True, -1, 2**63, "../2"):
         with pytest.raises(
-            BertWhiteningError, match=r"^version must be a non-negative integer \(TF Serving's layout\), got "
+            BertWhiteningError, match=r"^version must be an integer 0..2\*\*63-1 \(TF Serving's int64 versions\), got "
         ):
             rest_url("h", "m", version)
     for model, message in [
