@@ -203,11 +203,11 @@ def _named_outputs(value, names, where):
                 % (where, _json_kind(value), ", ".join(names), REPLY_READERS[EMBEDDING_OUTPUTS])
             )
         return {names[0]: value}
-    check_outputs(value, names)
+    check_reply_outputs(value, names)
     return value
 
 
-def check_outputs(outputs, names):
+def check_reply_outputs(outputs, names):
     """Refuse a reply (a REST object or a gRPC ``outputs`` map) without one of ``names``, naming
     the outputs it has and, when they are another signature's, what reads them."""
     missing = [name for name in names if name not in outputs]
@@ -421,7 +421,7 @@ def grpc_vectors(response, rows=None, dim=None):
     finite in float32)."""
     from bert_whitening.backend import tf
 
-    check_outputs(response.outputs, EMBEDDING_OUTPUTS)  # before reading it: a proto map adds a missing key
+    check_reply_outputs(response.outputs, EMBEDDING_OUTPUTS)  # before reading it: a proto map adds a missing key
     try:
         vectors = tf.make_ndarray(response.outputs["embedding"])
     except (TypeError, ValueError) as error:
