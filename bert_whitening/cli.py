@@ -43,16 +43,15 @@ from bert_whitening.atomic import (
 )
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import (
-    ENGLISH_STS,
     INPUT_FORMATS,
     STDIN,
     TASKS,
     ReadOptions,
     check_read_once,
     check_readable,
-    data_dir,
     display_name,
     read_sentences,
+    task_files,
 )
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
 from bert_whitening.names import LOSSES, METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
@@ -658,14 +657,7 @@ class Paths:
 
 
 def _task_files(args):
-    """The files ``eval`` and ``eval-retrieval`` may read for their tasks
-    (`bert_whitening.data.load_task`), not the whole data directory: a report written beside
-    the tasks, and written again by the next run, is no input."""
-    directory = data_dir(args.data_dir)
-    folders = [os.path.join(directory, task) for task in args.task]
-    if ENGLISH_STS in args.task:
-        folders.append(os.path.join(directory, os.pardir, "stsbenchmark"))
-    return [path for folder in folders for path in glob.glob(os.path.join(glob.escape(folder), "*"))]
+    return task_files(args.data_dir, args.task)
 
 
 _ENCODER_INPUTS = ("model", "whitening", "flow")

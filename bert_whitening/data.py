@@ -10,6 +10,7 @@ cannot shift the line numbers, and line *i* of a file is row *i* of what ``encod
 """
 
 import dataclasses
+import glob
 import gzip
 import io
 import itertools
@@ -393,6 +394,17 @@ def check_labels(pairs, name, role):
             "%s:1-%d: every label is %g, one distinct label: the %s file has nothing to %s"
             % (name, len(pairs), labels[0], role, "rank" if role == "train" else "correlate with")
         )
+
+
+def task_files(directory, tasks):
+    """The files ``load_task`` may read for ``tasks`` under ``directory`` (None: `data_dir`'s
+    default), not the whole data directory: a report written beside the tasks, and written
+    again by the next run, is no input."""
+    directory = data_dir(directory)
+    folders = [os.path.join(directory, task) for task in tasks]
+    if ENGLISH_STS in tasks:
+        folders.append(os.path.join(directory, os.pardir, "stsbenchmark"))
+    return [path for folder in folders for path in glob.glob(os.path.join(glob.escape(folder), "*"))]
 
 
 def split_file(directory, task, split):

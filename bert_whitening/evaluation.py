@@ -37,6 +37,7 @@ from bert_whitening.data import (  # noqa: F401  TASKS: named here too
     distinct_sentences,
     load_task,
     split_file,
+    task_files,
 )
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import METHODS, POOLINGS, check_choice
@@ -540,8 +541,9 @@ def write_report(
 ) -> None:
     """Write a report (``eval``'s or ``eval-retrieval``'s) as JSON and/or its plot, each
     atomically; ``draw(path)`` draws the plot. Both are checked before either is written
-    (`check_outputs`: one path for both would keep only the plot)."""
-    check_outputs([json_path, plot_path])
+    (`check_outputs`: one path for both would keep only the plot), against what the report was
+    made from (`report_inputs`)."""
+    check_outputs([json_path, plot_path], report_inputs(report))
     if json_path:
         undefined = []
         text = json.dumps(_finite(report, "", undefined), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
@@ -555,6 +557,18 @@ def write_report(
     if plot_path:
         write_atomically(plot_path, draw)
         logger.info("wrote %s", plot_path)
+
+
+def report_inputs(report):
+    """The files a report (one pooling's, or ``{"poolings": [...]}``) was made from: its tasks'
+    files under its data directory, and its ``fit_on`` and distractor files."""
+    inputs = []
+    for one in report.get("poolings", [report]):
+        inputs += task_files(one.get("data_dir"), list(one.get("tasks", {})))
+        fit_on = one.get("fit_on", "all")
+        inputs += [] if fit_on in ("all", "train") else list(fit_on)
+        inputs += list(one.get("distractor_files", []))
+    return inputs
 
 
 def _write_text(path, text):

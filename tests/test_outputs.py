@@ -314,6 +314,12 @@ def api_writers():
 
         beam.run_fit([str(w["sentences"])], EncoderConfig(model=str(w["model"])), link_to(tmp, w["sentences"]))
 
+    def report_over_its_data(w, tmp):
+        """A report names what it was made from: a Python caller's ``--json`` cannot replace it."""
+        from bert_whitening.evaluation import write_report
+
+        write_report({"data_dir": str(w["data_dir"]), "tasks": {"T": {}}, "fit_on": "all"}, str(w["task_file"]))
+
     def whitening_save(w, tmp):
         from bert_whitening.whitening import Whitening
 
@@ -325,6 +331,7 @@ def api_writers():
         (export, "model", "it is inside the input directory"),  # BASE/1, in the model directory
         (export_saved_model, "model", "it is inside the input directory"),
         (write_report, "dir", "it is also the output"),
+        (report_over_its_data, "task_file", "it is the input"),
         (build_index, "model", "it is inside the input directory"),
         (convert_hf, "hf", "it is inside the input directory"),
         (beam_encode, "sentences", "it is the input"),
