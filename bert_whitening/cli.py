@@ -20,6 +20,7 @@ traceback.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import gc
@@ -41,6 +42,7 @@ from bert_whitening.atomic import (
     placed_outputs,
     private_temporary_directory,
 )
+from bert_whitening.checkpoints import CheckpointError, model_directory
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import (
     INPUT_FORMATS,
@@ -683,6 +685,9 @@ def _values(args, names):
     found = []
     for name in names:
         value = getattr(args, name, None)
+        if name == "model" and hasattr(args, "model"):  # the built-in model is read from its package
+            with contextlib.suppress(CheckpointError):  # not installed: nothing of it to write over
+                value = model_directory(value)
         found.extend(value if isinstance(value, list) else [value])
     return [value for value in found if value is not None]
 

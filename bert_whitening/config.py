@@ -24,7 +24,7 @@ import sys
 from typing import Optional
 
 from bert_whitening.arguments import boolean, integer, optional_integer, optional_path, positive_int, text
-from bert_whitening.checkpoints import BUILTIN_MODEL, find_model
+from bert_whitening.checkpoints import BUILTIN_MODEL, find_model, model_directory
 from bert_whitening.errors import BertWhiteningError, WhiteningError
 from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
 
@@ -408,9 +408,8 @@ class EncoderConfig:
     def read_paths(self):
         """The directory and files these vectors are made from (the model directory, the
         whitening and flow files), which no output of a run may be or lie in
-        (`bert_whitening.atomic.check_outputs`); the built-in model is the package's."""
-        model = None if self.model in (None, BUILTIN_MODEL) else self.model
-        return [path for path in (model, self.whitening_path, self.flow_path) if path]
+        (`bert_whitening.atomic.check_outputs`); the built-in model's is the installed package's."""
+        return [path for path in (model_directory(self.model), self.whitening_path, self.flow_path) if path]
 
     @property
     def dim(self):

@@ -367,3 +367,17 @@ def test_a_directory_output_that_holds_an_input_file_is_refused(tmp_path):
     (tmp_path / "base" / "kept.npz").write_bytes(b"whitening")
     assert target_version(str(tmp_path / "base"), 3, True, [str(tmp_path / "base" / "kept.npz")]) == 3
     assert inside.read_bytes() == b"whitening"
+
+
+def test_the_built_in_model_is_an_input_too(tmp_path):
+    """A link to a file of the installed model package was a writable output."""
+    from bert_whitening import cli
+    from bert_whitening.checkpoints import builtin_model_dir
+    from bert_whitening.config import EncoderConfig
+
+    link = tmp_path / "vocab-link.json"
+    link.symlink_to(os.path.join(builtin_model_dir(), "vocab.txt"))
+    args = cli.build_parser().parse_args(["eval", "--task", "STS-B", "--json", str(link)])
+    with pytest.raises(BertWhiteningError, match="it is .*vocab.txt, read from the input directory .*model"):
+        cli.check_paths(args)
+    assert builtin_model_dir() in EncoderConfig().read_paths()

