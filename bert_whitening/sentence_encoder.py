@@ -222,7 +222,8 @@ class SentenceEncoder:
             unusable = np.flatnonzero(~np.isfinite(value).all(axis=1))
             if unusable.size:  # the caller's numbers, not the model's
                 raise BertWhiteningError("%s: row %d (0-based) holds NaN or inf" % (name, unusable[0]))
-            return l2_normalize(value.astype(np.float32))
+            # normalised in float64, then cast: a row beyond float32's range would become inf first
+            return l2_normalize(value.astype(np.float64)).astype(np.float32)
         return l2_normalize(self.encode(sentence_list(value, name), batch_size))
 
     def index(self, corpus: Sequence[str], path: Optional[str] = None, hnsw_m: int = 0, batch_size: int = 128):

@@ -99,6 +99,8 @@ def test_similarity_is_the_cosine_matrix_of_sentences_or_vectors(fitted):
     broken[1, 3] = np.nan
     with pytest.raises(BertWhiteningError, match=r"^a: row 1 \(0-based\) holds NaN or inf$"):  # the caller's
         encoder.similarity(broken, vb)
+    np.testing.assert_allclose(encoder.similarity(va * 1e300, vb), expected, atol=1e-6)  # beyond float32's range
+
     with pytest.raises(BertWhiteningError, match="^b: vectors of complex128, not real numbers$"):
         encoder.similarity(va, vb + 1j)
 
