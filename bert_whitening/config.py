@@ -25,7 +25,7 @@ from typing import Optional
 
 from bert_whitening.arguments import boolean, integer, optional_integer, optional_path, positive_int, text
 from bert_whitening.checkpoints import BUILTIN_MODEL, find_model, model_directory
-from bert_whitening.errors import BertWhiteningError, WhiteningError
+from bert_whitening.errors import BertWhiteningError, ExportError, WhiteningError
 from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
 
 logger = logging.getLogger(__name__)
@@ -339,6 +339,24 @@ class EncoderConfig:
         """Refuse what the options and the model's configuration rule out, before any weights
         are read (see `components`)."""
         self.components  # noqa: B018  computed once, it runs every check
+
+    def check_export(self, text, precision):
+        """Refuse, before the model is built, an export these vectors' model cannot have:
+        ``serve_text`` (``text``) for a model that splits words with jieba, which no TensorFlow
+        op does, and ``precision`` bfloat16 for one `FusedBert` does not compute (the bfloat16
+        products are FusedBert's)."""
+        family = MODEL_TYPES[self.model_type.lower()]
+        if text and family.word_level:
+            raise ExportError(
+                "--text is not available for %s: it splits words with jieba, which cannot run inside a "
+                "TensorFlow graph; export the token-id signature and tokenise on the client" % self.model_type
+            )
+        why = not_fused_because(family, self.files.config) if precision == "bfloat16" else None
+        if why:
+            raise ExportError(
+                "--precision bfloat16 exports a plain BERT's products in bfloat16, and this %s model has %s: "
+                "export it in float32" % (self.model_type, why)
+            )
 
     @functools.cached_property
     def files(self):

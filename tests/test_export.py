@@ -302,7 +302,7 @@ def test_a_bfloat16_export_runs_the_products_in_bfloat16_and_records_it(encoders
 
 
 def test_a_bfloat16_export_below_the_bound_or_of_another_graph_is_refused(encoders, tmp_path, monkeypatch):
-    from bert_whitening import encoding, precision
+    from bert_whitening import precision
     from bert_whitening.models import with_whitening
 
     normalized = with_whitening(encoders["cls"])
@@ -310,9 +310,8 @@ def test_a_bfloat16_export_below_the_bound_or_of_another_graph_is_refused(encode
     with pytest.raises(ExportError, match="in bfloat16 a verification vector falls to cosine 0.9"):
         export_saved_model(normalized, str(tmp_path / "low"), precision="bfloat16")
     assert not os.path.exists(tmp_path / "low" / "1")
-    monkeypatch.setattr(encoding, "runs_fused_bert", lambda model: False)
-    monkeypatch.setattr("bert_whitening.export.saved_model.runs_fused_bert", lambda model: False)
-    with pytest.raises(ExportError, match="export it in float32"):
+    monkeypatch.setattr("bert_whitening.config.not_fused_because", lambda family, config: "another graph")
+    with pytest.raises(ExportError, match="this bert model has another graph: export it in float32"):
         export_saved_model(normalized, str(tmp_path / "low"), precision="bfloat16")
     with pytest.raises(ValueError, match="float32, bfloat16"):
         export_saved_model(normalized, str(tmp_path / "low"), precision="float16")

@@ -190,15 +190,23 @@ def test_an_empty_corpus_is_refused_in_memory_as_on_disk(fitted):
         (dict(top_k=0), "top_k must be a positive integer, got 0"),
         (dict(top_k=True), "top_k must be a positive integer"),
         (dict(precision="x"), "unknown precision 'x'"),
+        (dict(text="no"), "text must be True or False, got str 'no'"),
+        (dict(text=True, model_type="wobert"), "--text is not available for wobert: it splits words with jieba"),
+        (
+            dict(precision="bfloat16", model_type="nezha"),
+            "--precision bfloat16 exports a plain BERT's products in bfloat16, and this nezha model has the nezha",
+        ),
     ],
 )
 def test_export_refuses_its_options_before_the_model_is_built(tiny_model, tmp_path, monkeypatch, arguments, said):
-    """top_k 0 failed FAISS's assertion after the whole SavedModel was built."""
+    """top_k 0 failed FAISS's assertion after the whole SavedModel was built; a word-level
+    model's --text and a bfloat16 export of a model FusedBert does not compute, once it was built."""
     from bert_whitening import models
 
     monkeypatch.setattr(models, "build", lambda *arguments, **options: pytest.fail("the model was built"))
+    model_type = arguments.pop("model_type", "bert")
     with pytest.raises(BertWhiteningError, match=re.escape(said)):
-        SentenceEncoder.load(tiny_model[0]).export(str(tmp_path / "served"), **arguments)
+        SentenceEncoder.load(tiny_model[0], model_type=model_type).export(str(tmp_path / "served"), **arguments)
     assert os.listdir(tmp_path) == []
 
 

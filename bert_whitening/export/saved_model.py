@@ -28,14 +28,13 @@ import numpy as np
 from bert_whitening.atomic import staged_directory
 from bert_whitening.backend import graph_function, tf
 from bert_whitening.config import versions
-from bert_whitening.encoding import runs_fused_bert
 from bert_whitening.errors import BertWhiteningError, ExportError
 from bert_whitening.export.layout import publish, target_version
 from bert_whitening.export.record import RECORD, checked_record, file_digests
 from bert_whitening.export.verify import TOLERANCE, FreshProcess, verify
 from bert_whitening.files import open_directory
 from bert_whitening.layers.fused_bert import bfloat16_copies, bfloat16_products, serving_graph
-from bert_whitening.names import EXPORT_PRECISIONS, MODEL_TYPES, check_choice
+from bert_whitening.names import EXPORT_PRECISIONS, check_choice
 
 #: What an export's matrix products may run in.
 
@@ -193,17 +192,7 @@ def export_saved_model(
         ExportError: refused, or failed; nothing is left at ``BASE/N``.
     """
     check_choice("precision", precision, EXPORT_PRECISIONS)
-    if precision == "bfloat16" and not runs_fused_bert(encoder.model):
-        raise ExportError(
-            "--precision bfloat16 exports a plain BERT's products in bfloat16; %s is not one: "
-            "export it in float32" % encoder.model_identity["type"]
-        )
-    if text and MODEL_TYPES[encoder.model_identity["type"]].word_level:
-        raise ExportError(
-            "--text is not available for %s: it splits words with jieba, which "
-            "cannot run inside a TensorFlow graph; export the token-id signature "
-            "and tokenise on the client" % encoder.model_identity["type"]
-        )
+    encoder.config.check_export(text, precision)
     number = target_version(base, version, overwrite, encoder.config.read_paths())
     tokenizer = None
     if text:
