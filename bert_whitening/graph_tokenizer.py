@@ -9,21 +9,26 @@ This module spells out bert4keras' own steps instead:
 
 0. text that is not UTF-8 is refused (an InvalidArgument error naming the rows), as the data files'
    reader refuses it;
-1. ``\\t\\n\\r`` become spaces; control and format characters (Cc, Cf) and U+FFFD are dropped;
-2. when lower-casing: ``str.lower``, NFD, and combining marks (Mn) dropped;
+1. when lower-casing: ``str.lower``, NFD, as the exporting Python computes them (`lowercasing`);
+2. ``\\t\\n\\r`` become spaces; control and format characters (Cc, Cf), U+FFFD and, when
+   lower-casing, combining marks (Mn) are dropped: after step 1, as in bert4keras, since the
+   controls are context there (of a final sigma, and of NFD's ordering of marks);
 3. split on spaces (Zs, U+2028, U+2029), keeping each punctuation character (ASCII 33-47, 58-64,
    91-96, 123-126, or category P) and each CJK ideograph as a token of its own;
 4. greedy longest-match wordpiece with ``##``; a word that cannot be covered, or longer than
    200 characters, becomes ``[UNK]``;
 5. keep the first ``maxlen - 2`` tokens and add ``[CLS]`` and ``[SEP]``; pad with id 0.
 
-Step 1 runs before step 2, unlike bert4keras, because TensorFlow's string ops stop at NUL; the
-order changes nothing else. The vocabulary is the encoder's dictionary (token -> line, as
-bert4keras' ``load_vocab`` reads a ``vocab.txt``), so ids agree. Character categories come from Python's
-``unicodedata`` (`categories`), so both follow one Unicode version (14.0 on Python 3.11).
+The vocabulary is the encoder's dictionary (token -> line, as bert4keras' ``load_vocab`` reads a
+``vocab.txt``), so ids agree. Everything these steps decide per character comes from the
+exporting Python's tables (`categories`, `lowercasing`), so the graph follows one Unicode
+version, the one bert4keras reads (14.0 on Python 3.11), not those of the ICU libraries in
+TensorFlow and tensorflow-text: ``tf.strings.lower`` and ``normalize_utf8`` follow two other
+versions, and lower-case or decompose some code points otherwise than Python, with no error.
 """
 
 import functools
+import itertools
 import sys
 import unicodedata
 
@@ -55,15 +60,68 @@ def categories(*names):
     unassigned in Python 3.11's Unicode 14.0 are punctuation or combining marks there, and were
     split or dropped in the graph while bert4keras kept them. Spelling the classes out from
     Python's tables makes both follow the Unicode version of the Python that exports."""
+    return _character_class((first, last) for first, last, category in _category_runs() if category.startswith(names))
+
+
+def _character_class(runs):
+    """``(first, last)`` runs of code points, in order, as the ranges of a character class."""
     ranges = []
-    for first, last, category in _category_runs():
-        if not category.startswith(names):
-            continue
+    for first, last in runs:
         if ranges and ranges[-1][1] == first - 1:
             ranges[-1][1] = last
         else:
             ranges.append([first, last])
     return "".join(r"\x{%X}-\x{%X}" % (first, last) for first, last in ranges)
+
+
+def _code_points():
+    """Every code point a ``str`` decoded from UTF-8 can hold (surrogates are refused)."""
+    return (code for code in range(sys.maxunicode + 1) if not 0xD800 <= code <= 0xDFFF)
+
+
+SIGMA, FINAL_SIGMA = "\u03a3", "\u03c2"
+
+
+@functools.lru_cache(maxsize=None)
+def lowercasing():
+    """Python's ``str.lower`` then NFD, as tables for `GraphTokenizer.normalize`: ``changed``,
+    the code points that ``unicodedata.normalize("NFD", character.lower())`` changes;
+    ``values`` and ``splits``, what each becomes (row ``i + 1`` for ``changed[i]``; row 0 is
+    ``[-1]``, the code point itself); ``marks`` and ``classes``, the code points whose canonical
+    combining class is not 0 and that class, for NFD's ordering of marks across characters; and
+    ``final_sigma``, a regular expression matching each capital sigma ``str.lower`` makes final
+    (groups 1 and 2 its context).
+
+    ``tf.strings.lower`` and tensorflow-text's NFD follow ICU's Unicode versions (they lower-case
+    or decompose some code points unlike the exporting Python), so the graph takes every answer
+    from Python instead. ``lower`` is per code point except for the capital sigma, final (ς)
+    after a cased character and not before one, case-ignorable characters skipped. Python does
+    not expose which characters are cased or case-ignorable; its ``lower`` of ``Σ`` after each
+    one says it: final after ``X`` alone when ``X`` is cased and not case-ignorable, final after
+    ``AX`` when ``X`` is that or case-ignorable."""
+    changed, rows, marks, classes, cased, ignorable = [], [[-1]], [], [], [], []
+    for code in _code_points():
+        character = chr(code)
+        result = unicodedata.normalize("NFD", character.lower())
+        if result != character:
+            changed.append(code)
+            rows.append([ord(piece) for piece in result])
+        if unicodedata.combining(character):
+            marks.append(code)
+            classes.append(unicodedata.combining(character))
+        if (character + SIGMA).lower()[-1] == FINAL_SIGMA:
+            cased.append((code, code))
+        elif ("A" + character + SIGMA).lower()[-1] == FINAL_SIGMA:
+            ignorable.append((code, code))
+    cased, ignorable = _character_class(cased), _character_class(ignorable)
+    return {
+        "changed": changed,
+        "values": [code for row in rows for code in row],
+        "splits": [0] + list(itertools.accumulate(map(len, rows))),
+        "marks": marks,
+        "classes": classes,
+        "final_sigma": "([%s][%s]*)%s([%s]*(?:[^%s%s]|$))" % (cased, ignorable, SIGMA, ignorable, cased, ignorable),
+    }
 
 
 CJK = (
@@ -72,8 +130,8 @@ CJK = (
 )
 OWN_TOKEN = r"[!-/:-@\[-`{-~" + categories("P") + CJK + "]"
 SEPARATOR = r"[ \x{2028}\x{2029}" + categories("Zs") + "]|" + OWN_TOKEN
-DROPPED = r"[\x{FFFD}" + categories("Cc", "Cf") + "]"
-MARKS = "[" + categories("Mn") + "]"
+DROPPED = r"\x{FFFD}" + categories("Cc", "Cf")
+MARKS = categories("Mn")
 WORD_MAX_CHARS = 200
 
 
@@ -84,6 +142,11 @@ class GraphTokenizer(tf.Module):
         super().__init__(name=name)
         self.maxlen = maxlen
         self.lowercase = lowercase
+        self.dropped = "[" + DROPPED + (MARKS if lowercase else "") + "]"
+        if lowercase:
+            tables = lowercasing()
+            self._replaced = _code_table(tables["changed"], range(1, len(tables["changed"]) + 1))
+            self._combining = _code_table(tables["marks"], tables["classes"])
         self.cls_id, self.sep_id = token_dict["[CLS]"], token_dict["[SEP]"]
         tokens = list(token_dict)
         self.table = tf.lookup.StaticHashTable(
@@ -102,19 +165,51 @@ class GraphTokenizer(tf.Module):
     def __call__(self, text):
         with tf.control_dependencies([_refuse_invalid_utf8(text)]):
             text = tf.identity(text)
-        text = tf.strings.regex_replace(text, r"[\t\n\r]", " ")
-        text = tf.strings.regex_replace(text, DROPPED, "")
-        if self.lowercase:
-            text = tf.strings.lower(text, encoding="utf-8")
-            text = tf_text.normalize_utf8(text, "NFD")
-            text = tf.strings.regex_replace(text, MARKS, "")
-        words = tf_text.regex_split(text, SEPARATOR, OWN_TOKEN)
+        words = tf_text.regex_split(self.normalize(text), SEPARATOR, OWN_TOKEN)
         too_long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > WORD_MAX_CHARS
         words = words.with_flat_values(tf.where(too_long, "[UNK]", words.flat_values))
         ids = self._wordpiece.tokenize(words).merge_dims(-2, -1)[:, : self.maxlen - 2]
         edge = lambda token_id: tf.fill([ids.nrows(), 1], tf.constant(token_id, tf.int64))
         ids = tf.concat([edge(self.cls_id), ids, edge(self.sep_id)], axis=1)
         return tf.cast(ids.to_tensor(0), tf.int32)
+
+    def normalize(self, text):
+        """Steps 1 and 2: ``text`` as bert4keras splits it into words."""
+        if self.lowercase:
+            text = self._lower_and_decompose(text)
+        text = tf.strings.regex_replace(text, r"[\t\n\r]", " ")
+        return tf.strings.regex_replace(text, self.dropped, "")
+
+    def _lower_and_decompose(self, text):
+        """``unicodedata.normalize("NFD", text.lower())`` from Python's tables (`lowercasing`):
+        each final capital sigma made ``ς`` in its context; each code point replaced by what
+        Python makes of it alone; then, where a mark follows one of a higher combining class,
+        the marks between two starters (class 0) sorted by class, stably, as NFD orders the
+        marks of different characters (rare enough in text that the sort is skipped otherwise)."""
+        tables = lowercasing()
+        text = tf.strings.regex_replace(text, tables["final_sigma"], r"\1%s\2" % FINAL_SIGMA)
+        codes = tf.strings.unicode_decode(text, "UTF-8")
+        replacements = tf.RaggedTensor.from_row_splits(tables["values"], tf.constant(tables["splits"], tf.int64))
+        replaced = tf.gather(replacements, self._replaced.lookup(tf.cast(codes.flat_values, tf.int64)))
+        own = tf.repeat(codes.flat_values, replaced.row_lengths())
+        replaced = replaced.with_flat_values(tf.where(replaced.flat_values < 0, own, replaced.flat_values))
+        codes = codes.with_flat_values(replaced).merge_dims(1, 2)
+        classes = self._combining.lookup(tf.cast(codes.flat_values, tf.int64))
+
+        def ordered():
+            runs = tf.cumsum(tf.cast(classes == 0, tf.int64)) + codes.value_rowids()  # a number per run, per row
+            return tf.gather(codes.flat_values, tf.argsort(runs * 256 + classes, stable=True))
+
+        unordered = tf.reduce_any((classes[1:] > 0) & (classes[1:] < classes[:-1]))
+        codes = codes.with_flat_values(tf.cond(unordered, ordered, lambda: codes.flat_values))
+        return tf.strings.unicode_encode(codes, "UTF-8")
+
+
+def _code_table(codes, values):
+    """A hash table from code points (int64) to ``values``, 0 for any other code point."""
+    return tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.constant(codes, tf.int64), tf.constant(values, tf.int64)), 0
+    )
 
 
 def _refuse_invalid_utf8(text):

@@ -1,9 +1,11 @@
 """The in-graph tokenizer against bert4keras' Tokenizer, id for id."""
 
+import functools
 import importlib.util
 import os
 import subprocess
 import sys
+import unicodedata
 
 import numpy as np
 import pytest
@@ -13,7 +15,7 @@ from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
 from bert_whitening.encoding import token_ids
 from bert_whitening.graph_tokenizer import GraphTokenizer
 
-from helpers import SENTENCES, shared_data
+from helpers import SENTENCES, TINY_VOCAB, shared_data
 
 COUNTER = os.path.join(os.path.dirname(__file__), "..", "scripts", "count_shared_sentences.py")
 
@@ -109,6 +111,85 @@ def test_code_points_whose_category_is_newer_in_tensorflow_tokenise_as_in_python
     assert len(newer) >= 1  # else the versions agree and this test checks nothing
     vocab = os.path.join(tiny_model[0], "vocab.txt")
     assert mismatches(vocab, ["a%sb c" % chr(code) for code in newer]) == []
+
+
+def every_character():
+    """Every code point a ``str`` read from UTF-8 can hold (no surrogates), as a character."""
+    return [chr(code) for code in range(sys.maxunicode + 1) if not 0xD800 <= code <= 0xDFFF]
+
+
+def vocabulary_with_the_words_of(sentences, directory, lowercase):
+    """The tiny vocabulary and every word bert4keras makes of ``sentences`` (a word the tiny
+    vocabulary cannot cover comes back whole), as a ``vocab.txt`` in ``directory``."""
+    path = os.path.join(directory, "vocab.txt")
+    with open(path, "w", encoding="utf-8") as stream:
+        stream.write("\n".join(TINY_VOCAB))
+    reference = Tokenizer(path, do_lower_case=lowercase)
+    words = {word for sentence in sentences for word in reference.tokenize(sentence)} - set(TINY_VOCAB)
+    with open(path, "a", encoding="utf-8") as stream:
+        stream.write("".join("\n" + word for word in sorted(words)))
+    return path
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_code_points_the_icu_ops_lowercase_or_decompose_otherwise_tokenise_as_in_python(tmp_path, lowercase):
+    """``tf.strings.lower`` and tensorflow-text's NFD follow ICU's Unicode versions, not the
+    exporting Python's: on every code point where they differ from ``str.lower`` or
+    ``unicodedata``'s NFD, the graph must give bert4keras' ids on a vocabulary that holds
+    bert4keras' words."""
+    import tensorflow_text as tf_text
+
+    characters = every_character()
+    text = tf.constant(characters)
+    lowered = tf.strings.lower(text, encoding="utf-8").numpy()
+    decomposed = tf_text.normalize_utf8(text, "NFD").numpy()
+    both = tf_text.normalize_utf8(tf.strings.lower(text, encoding="utf-8"), "NFD").numpy()
+    differing = [
+        character
+        for character, lower, nfd, lower_nfd in zip(characters, lowered, decomposed, both, strict=True)
+        if lower.decode() != character.lower()
+        or nfd.decode() != unicodedata.normalize("NFD", character)
+        or lower_nfd.decode() != unicodedata.normalize("NFD", character.lower())
+    ]
+    assert len(differing) >= 1  # else the versions agree and this test checks nothing
+    sentences = [form % character for character in differing for form in ("%s", "THE%sCAT dog")]
+    vocab = vocabulary_with_the_words_of(sentences, str(tmp_path), lowercase)
+    assert mismatches(vocab, sentences, lowercase=lowercase) == []
+
+
+@functools.lru_cache(maxsize=None)
+def seen_as():
+    """``str.translate``'s table of bert4keras' ``_tokenize``: ``\\t\\n\\r`` are spaces, NUL,
+    U+FFFD and the control and format characters (Cc, Cf) are dropped."""
+    dropped = [c for c in every_character() if c == "\ufffd" or unicodedata.category(c) in ("Cc", "Cf")]
+    return {**{ord(c): None for c in dropped}, **{ord(c): " " for c in "\t\n\r"}}
+
+
+def as_bert4keras_sees_it(text):
+    """``text`` as bert4keras' ``Tokenizer._tokenize`` looks at it for spaces and punctuation."""
+    from bert4keras.snippets import lowercase_and_normalize  # imported by the backend's Tokenizer above
+
+    return lowercase_and_normalize(text).translate(seen_as())
+
+
+IN_CONTEXT = [
+    "ΟΔΟΣ ΟΔΟΣ. ΑΣΣ ΑΣ'Β Σ",
+    "ΑΣ\x01Β ΑΣ\ufffdΒ ΑΣ\u200bΒ a\x00BΣ\x00",  # what is dropped is context for a final sigma
+    "\U0001d16d\x01\U0001d165 \U0001d16d\u0301\U0001d165",  # and for NFD's ordering of marks
+    "İSTANBUL ẞ ǅ Ⱟ \U00010570",
+]
+
+
+def test_every_code_point_is_lowercased_and_normalised_as_in_python():
+    """Every code point between an ``Α`` and a ``Σ`` (final if it is cased or case-ignorable),
+    after ``ΑΣ`` (not final if it is cased and not case-ignorable), and between two marks that
+    NFD orders when it is not a starter; and contexts that the code points alone do not have."""
+    graph = GraphTokenizer({"[CLS]": 0, "[SEP]": 1}, 16)
+    texts = ["Α{0}Σ ΑΣ{0} \U0001d16d{0}\U0001d165".format(character) for character in every_character()]
+    texts += IN_CONTEXT
+    got = [text.decode() for text in graph.normalize(tf.constant(texts)).numpy()]
+    differing = [(text, got) for text, got in zip(texts, got, strict=True) if got != as_bert4keras_sees_it(text)]
+    assert differing == [], (len(differing), differing[:5])
 
 
 @pytest.mark.parametrize("traced", [False, True])
