@@ -1,9 +1,9 @@
 """TensorFlow's ``saved_model_cli`` with the tensorflow-text ops registered.
 
-An export with the ``serve_text`` signature holds tensorflow-text ops (``NormalizeUTF8``,
-``RegexSplitWithOffsets``, ``WordpieceTokenizeWithOffsets``) that the plain ``saved_model_cli``
-binary does not know, so its ``run`` fails with "Op type not registered". Use
-``python -m bert_whitening.saved_model_cli run ...`` with the same arguments instead.
+An export with the ``serve_text`` signature holds tensorflow-text ops (``RegexSplitWithOffsets``,
+``WordpieceTokenizeWithOffsets``) that the plain ``saved_model_cli`` binary does not know, so
+its ``run`` fails with "Op type not registered". Use ``python -m bert_whitening.saved_model_cli
+run ...`` with the same arguments instead.
 """
 
 import sys
