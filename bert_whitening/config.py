@@ -340,7 +340,7 @@ class EncoderConfig:
         are read (see `components`)."""
         self.components  # noqa: B018  computed once, it runs every check
 
-    def check_export(self, text, precision):
+    def check_exportable(self, text, precision):
         """Refuse, before the model is built, an export these vectors' model cannot have:
         ``serve_text`` (``text``) for a model that splits words with jieba, which no TensorFlow
         op does, and ``precision`` bfloat16 for one `FusedBert` does not compute (the bfloat16

@@ -480,7 +480,7 @@ class SentenceEncoder:
         base, corpus = path_argument(base, "base"), optional_path(corpus, "corpus")
         target_version(base, version, overwrite, self.config.read_paths() + [corpus])  # before TensorFlow
         check_choice("precision", precision, EXPORT_PRECISIONS)
-        self.config.check_export(boolean(text, "text"), precision)
+        self.config.check_exportable(boolean(text, "text"), precision)
         top_k = positive_int(top_k, "top_k")
         vectors, metadata = None, {}
         if corpus:  # the index is opened and checked before TensorFlow too

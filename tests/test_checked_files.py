@@ -40,7 +40,8 @@ def test_the_record_lists_every_file_but_itself(export):
 
 def test_a_name_outside_the_directory_is_refused(export, tmp_path):
     (tmp_path / "outside").write_bytes(b"elsewhere")
-    files = {"../outside": hashlib.sha256(b"elsewhere").hexdigest()}
+    files = json.loads((export / RECORD).read_text(encoding="utf-8"))["files"]
+    files["../outside"] = hashlib.sha256(b"elsewhere").hexdigest()
     (export / RECORD).write_text(json.dumps({"files": files}), encoding="utf-8")
     with pytest.raises(ExportError, match=r"'../outside' is not a file name inside the directory"):
         check_export(str(export))
@@ -58,3 +59,19 @@ def test_a_missing_file_is_refused_naming_it(export):
     os.unlink(export / "variables" / "variables.index")
     with pytest.raises(ExportError, match=r"1: no variables/variables.index$"):
         check_export(str(export))
+
+
+def test_a_record_that_binds_nothing_or_a_file_it_does_not_list_is_refused(export, tmp_path):
+    record = json.loads((export / RECORD).read_text(encoding="utf-8"))
+    (export / "saved_model.pbtxt").write_text("node {}", encoding="utf-8")  # TensorFlow would read either
+    with pytest.raises(ExportError, match=r"1: saved_model.pbtxt is not a file this export wrote"):
+        check_export(str(export))
+    os.unlink(export / "saved_model.pbtxt")
+    (export / "assets.extra").mkdir()
+    (export / "assets.extra" / "tf_serving_warmup_requests").write_bytes(b"warm-up")  # TF Serving's: not ours
+    assert check_export(str(export))["files"] == record["files"]
+    (export / RECORD).write_text(json.dumps({"files": {}}), encoding="utf-8")
+    with pytest.raises(ExportError, match=r"lists no saved_model.pb, which every SavedModel has$"):
+        check_export(str(export))
+    with pytest.raises(ExportError, match="not a directory"):
+        check_export(str(export / "saved_model.pb"))

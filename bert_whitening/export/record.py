@@ -5,7 +5,8 @@ other assets), taken from the staged files after the save and before the verific
 `check_export` checks an export directory against its record; the export itself checks its
 staging directory again once the verification ran (`bert_whitening.export.saved_model`). Files
 added afterwards (TF Serving's ``assets.extra/`` warm-up requests, say) are not listed, and not
-checked. No TensorFlow: checking an export does not load it.
+checked; any other file is refused, as an edit. No TensorFlow: checking an export does not
+load it.
 """
 
 import json
@@ -21,16 +22,27 @@ RECORD = "assets/" + METADATA_FILE
 RECORD_LIMIT = 1 << 20
 
 
+#: Files every SavedModel has: a record that lists neither binds nothing.
+REQUIRED = ("saved_model.pb", "variables/variables.index")
+#: Where TF Serving's warm-up requests go, added after the export: not listed, not checked.
+EXTRA = "assets.extra/"
+
+
 def file_digests(directory_fd, where):
     """``{name: sha256}`` of every file under the directory descriptor ``directory_fd`` but the
     record (which holds them), names relative to it with ``/``; a link or a FIFO in it is an
     error naming ``where``."""
-    return {
-        name: file_sha256_at(directory_fd, name, where)
+    return {name: file_sha256_at(directory_fd, name, where) for name in _file_names(directory_fd)}
+
+
+def _file_names(directory_fd):
+    """The names of the files under ``directory_fd`` but the record, relative to it with ``/``."""
+    return [
+        name
         for top, _, files, _ in os.fwalk(".", dir_fd=directory_fd)
         for name in (os.path.normpath(os.path.join(top, file)) for file in files)
         if name != RECORD
-    }
+    ]
 
 
 def check_export(directory):
@@ -38,7 +50,10 @@ def check_export(directory):
     there with the sha256 it records. An `ExportError` naming the directory and the file
     otherwise: a variable file edited, truncated or copied from another export, a file missing,
     a record written by a version that listed no files."""
-    descriptor = open_directory(directory)
+    try:
+        descriptor = open_directory(directory)
+    except DataError as error:
+        raise ExportError(str(error)) from None
     try:
         return checked_record(descriptor, directory)
     except DataError as error:
@@ -60,6 +75,15 @@ def checked_record(directory_fd, where):
             "%s: %s lists no sha256 of the SavedModel's files (exported by an earlier version?): "
             "export it again" % (where, RECORD)
         )
+    missing = [name for name in REQUIRED if name not in files]
+    if missing:
+        raise ExportError("%s: %s lists no %s, which every SavedModel has" % (where, RECORD, missing[0]))
     for name, sha256 in files.items():
         CheckedFile(directory_fd, name, sha256, where, RECORD, "this export was written with")
+    unlisted = sorted(name for name in _file_names(directory_fd) if name not in files and not name.startswith(EXTRA))
+    if unlisted:
+        raise ExportError(
+            "%s: %s is not a file this export wrote (%s lists it not): the directory was edited"
+            % (where, unlisted[0], RECORD)
+        )
     return record

@@ -192,7 +192,7 @@ def export_saved_model(
         ExportError: refused, or failed; nothing is left at ``BASE/N``.
     """
     check_choice("precision", precision, EXPORT_PRECISIONS)
-    encoder.config.check_export(text, precision)
+    encoder.config.check_exportable(text, precision)
     number = target_version(base, version, overwrite, encoder.config.read_paths())
     tokenizer = None
     if text:
