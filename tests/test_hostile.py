@@ -4,7 +4,9 @@ FIFOs, signals, concurrency, a full disk) runs ``bert-whitening`` in a subproces
 and the runs that only set a case up run in this process (`here`). Each checks the exit status,
 the message, the output and what is left in the directory."""
 
+import contextlib
 import dataclasses
+import errno
 import gzip
 import json
 import os
@@ -662,6 +664,24 @@ def test_encode_onto_a_full_disk_is_one_line_and_leaves_nothing(work, small_disk
     message = refused(cli(*encode_args(work, output), big), "cannot write %s" % output, "No space left on device")
     assert ".bert-whitening-tmp-" not in message
     assert os.listdir(small_disk) == []
+
+
+@pytest.mark.xdist_group("exported")
+def test_a_verification_that_cannot_write_its_response_is_one_oserror(exported, small_disk):
+    """The child's traceback (30 lines ending in [Errno 28]) was the export's refusal, headed
+    "failed to load or run"."""
+    from bert_whitening.export import run_in_fresh_process
+
+    number = 0
+    with contextlib.suppress(OSError):  # the disk filled, one 4 kB block at a time
+        while True:
+            (small_disk / ("fill%d" % number)).write_bytes(b"x" * 4096)
+            number += 1
+    os.unlink(small_disk / "fill0")  # one block left: the request takes it, and none is left for the response
+    with pytest.raises(OSError) as raised:
+        run_in_fresh_process(exported[1], np.array([[2, 5, 3]], np.int32), ["a"], scratch=str(small_disk / "scratch"))
+    assert raised.value.errno == errno.ENOSPC and str(raised.value) == "[Errno 28] No space left on device"
+    assert not (small_disk / "scratch").exists()
 
 
 def test_export_onto_a_full_disk_is_one_line_and_leaves_nothing(work, small_disk):

@@ -29,6 +29,9 @@ from bert_whitening.errors import ExportError
 from bert_whitening.whitening import check_vectors, l2_normalize
 
 TOLERANCE = 1e-5
+#: The child's exit status when it could not write its response, after a last line of standard
+#: error ``errno N``: the parent raises that OSError (a full disk is one line, not a traceback).
+RESPONSE_NOT_WRITTEN = 3
 
 #: Sentences the verification runs through every signature: Chinese, English, mixed, accents,
 #: empty, and one longer than any maxlen.
@@ -183,9 +186,13 @@ class FreshProcess:
             # after it, in TensorFlow's teardown, still answered.
             if not os.path.exists(response):
                 self._stderr.seek(0)
+                said = self._stderr.read().decode("utf-8", "replace")
+                if self._child.returncode == RESPONSE_NOT_WRITTEN:  # its one line: "errno N"
+                    number = int(said.split()[-1])
+                    raise OSError(number, os.strerror(number))  # about no file: the caller names its own
                 raise ExportError(
                     "the exported SavedModel failed to load or run in a fresh process (exit status %s):\n%s"
-                    % (self._child.returncode, self._stderr.read().decode("utf-8", "replace")[-3000:])
+                    % (self._child.returncode, said[-3000:])
                 )
             with np.load(response) as outputs:
                 return {name: outputs[name] for name in outputs.files}
@@ -245,9 +252,14 @@ def _run_signatures(directory, request_path, response_path):
         searched = loaded.signatures["serve_search"](**(text_input if text else ids_input))
         outputs.update(search_ids=searched["ids"].numpy(), search_scores=searched["scores"].numpy())
     partial = response_path + ".partial"
-    with open(partial, "wb") as stream:
-        np.savez(stream, **outputs)
-    os.replace(partial, response_path)
+    try:
+        with open(partial, "wb") as stream:
+            np.savez(stream, **outputs)
+        os.replace(partial, response_path)
+    except OSError as error:  # on the output's file system: full, say
+        sys.stderr.write("errno %d\n" % error.errno)
+        sys.stderr.flush()
+        os._exit(RESPONSE_NOT_WRITTEN)
     return loaded
 
 
