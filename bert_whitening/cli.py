@@ -800,6 +800,8 @@ def _check_n_components(args, config):
     configuration is read, before any sentence is: a whitening keeps at most that many
     dimensions, and the fit would otherwise fail only after encoding everything."""
     given = getattr(args, "n_components", None)
+    if "whitening" not in getattr(args, "method", ["whitening"]):  # eval --method flow: its k is the flow's
+        return
     config.check_n_components([k for k in (given if isinstance(given, list) else [given]) if k is not None])
 
 

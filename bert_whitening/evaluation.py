@@ -79,7 +79,8 @@ def settings(
     seeds: Sequence[int] = (0,),
 ) -> list[Setting]:
     """Every combination, each a `FitOptions` checked before any task is read; ``n_components``
-    0 (no whitening) is evaluated once, whatever beta and gamma, and the others only when
+    0 (no whitening) is evaluated once, whatever beta and gamma, every negative one as -1 (all),
+    and the others only when
     ``methods`` has ``"whitening"``; ``"flow"`` adds one flow per seed (its latent keeps every
     dimension)."""
     unknown = [method for method in methods if method not in METHODS]
@@ -88,6 +89,8 @@ def settings(
     found = []
     for k, beta, gamma in itertools.product(n_components, betas, gammas):
         options = FitOptions(k, beta, gamma)
+        if options.n_components < 0:  # every negative k is "all": one setting
+            options = dataclasses.replace(options, n_components=-1)
         setting = Setting(k) if k == 0 else Setting(*dataclasses.astuple(options))
         if setting not in found and (k == 0 or "whitening" in methods):
             found.append(setting)
@@ -352,7 +355,8 @@ def evaluate_tasks(
     requested = settings(n_components, betas, gammas, methods, flow_seeds)
     if "flow" in methods:  # refused before a model is built, not after the first task is encoded
         flow_config = check_flow_settings(flow_options, flow_seeds)
-    encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings, _correlatable, fit_on)
+    ks = [setting.n_components for setting in requested]  # a flow's -1; no whitening's k without one
+    encoders, loaded = load_tasks(spec, tasks, directory, ks, read, poolings, _correlatable, fit_on)
     first = next(iter(encoders.values()))
     if "flow" in methods:
         flow_config.check(first.dim)

@@ -327,6 +327,7 @@ def test_setting_labels_and_their_combinations():
     ]
     assert [s.label for s in settings([0, 0, -1], [1.0], [1.0, 0.0])] == ["raw", "k=all", "k=all b=1 g=0"]
     assert settings([4]) == [Setting(4, 1.0, 1.0)]
+    assert [s.label for s in settings([0, -1, -2, -384])] == ["raw", "k=all"]  # two "k=all" columns were printed
 
 
 def test_cosine_spearman_is_scipy_on_the_rowwise_cosine():

@@ -538,6 +538,24 @@ def test_a_diverged_training_is_refused_and_such_a_flow_is_never_written(tmp_pat
     assert os.listdir(tmp_path) == []
 
 
+def test_eval_of_flows_alone_takes_no_whitening_k(tiny_model, tmp_path):
+    """Its default k (0,-1,256) were checked against the tiny model's 24 dimensions and refused,
+    though a flow keeps every dimension and no whitening was asked for."""
+    from bert_whitening import cli
+
+    (tmp_path / "T").mkdir()
+    pairs = "".join(
+        "%s\t%s\t%d\n" % (SENTENCES[i % 16], SENTENCES[(i * 7 + 3) % 16] + "的" * (i % 5), i % 6) for i in range(48)
+    )
+    (tmp_path / "T" / "T.test.data").write_text(pairs, encoding="utf-8")
+    argv = ["eval", "--model", tiny_model[0], "--task", "T", "--data-dir", str(tmp_path), "--method", "flow"]
+    assert cli.main(argv + ["--json", str(tmp_path / "r.json")]) == 0
+    assert [r["setting"] for r in json.loads((tmp_path / "r.json").read_text())["tasks"]["T"]["results"]] == [
+        "raw",
+        "flow s=0",
+    ]
+
+
 def test_evaluate_tasks_refuses_flow_options_before_a_model_is_built(monkeypatch):
     import bert_whitening.evaluation as evaluation
 

@@ -130,7 +130,8 @@ def evaluate_retrieval(
     started = time.time()
     requested = settings(n_components, betas, gammas)
     distractors = list(read_distractors(distractor_files, read.skip_bad_lines))
-    encoders, loaded = load_tasks(spec, tasks, directory, n_components, read, poolings, _scorable(split), fit_on)
+    ks = [setting.n_components for setting in requested]
+    encoders, loaded = load_tasks(spec, tasks, directory, ks, read, poolings, _scorable(split), fit_on)
     reports = {
         pooling: {
             "model": encoder.model_identity,
