@@ -325,7 +325,7 @@ def _named(error, target, temporary):
     if isinstance(error, OSError) and isinstance(error.filename, str):
         about_temporary = error.filename.startswith(temporary)
     if about_temporary and error.errno:
-        return OSError(error.errno, "cannot write %s: %s" % (target, error.strerror), target)
+        return OSError(error.errno, "cannot write %s: %s" % (target, os.strerror(error.errno)))  # the path once
     return error
 
 

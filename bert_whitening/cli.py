@@ -1124,7 +1124,8 @@ def main(argv=None):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 128 + signal.SIGPIPE
         except (BertWhiteningError, OSError) as error:
-            logger.error("%s", error, exc_info=args.log_level == "DEBUG")
+            written = " (%s written in full before it)" % " and ".join(map(str, placed)) if placed else ""
+            logger.error("%s%s", error, written, exc_info=args.log_level == "DEBUG")
             return 1
         except KeyboardInterrupt as interrupt:
             number = interrupt.args[0] if isinstance(interrupt, Interrupted) else signal.SIGINT

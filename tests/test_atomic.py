@@ -310,3 +310,23 @@ def test_outputs_that_could_only_fail_at_the_end_are_refused_up_front(tmp_path):
         os.close(read_end)
         os.close(write_end)
     assert check_output(str(tmp_path / ("v" * 251 + ".npy"))) == str(tmp_path / ("v" * 251 + ".npy"))
+
+
+def test_a_full_disk_names_the_output_once_and_no_temporary(tmp_path):
+    """Inside a staged directory (a saved encoder's whitening file), a full disk was named twice
+    over, the staging's temporary name among them, and the path repeated after the reason."""
+    import errno
+
+    from bert_whitening.atomic import staged_directory, write_atomically
+
+    def full(path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    with pytest.raises(OSError) as raised:
+        write_atomically(str(tmp_path / "w.npz"), full)
+    assert str(raised.value) == "[Errno 28] cannot write %s: No space left on device" % (tmp_path / "w.npz")
+    with pytest.raises(OSError) as raised:
+        with staged_directory(str(tmp_path / "saved")) as staging:
+            write_atomically(os.path.join(staging, "w.npz"), full)
+    assert str(raised.value) == "[Errno 28] cannot write %s: No space left on device" % (tmp_path / "saved")
+    assert os.listdir(tmp_path) == []

@@ -534,3 +534,19 @@ def test_a_later_task_that_fails_keeps_the_earlier_tables_and_is_named(
     assert printed.splitlines()[0].split()[:3] == ["task", "split", "pairs"] and "SAMPLE     test" in printed
     assert "ERROR    bert_whitening:cli.py" in caplog.text
     assert "SMALL: n_components 8 is larger than the rank" in caplog.text
+
+
+def test_a_failure_after_an_output_was_written_says_so(tiny_model, sample_task, tmp_path, caplog, monkeypatch):
+    """--json written, then --plot failed: the error line said nothing of the JSON in place."""
+    import errno
+
+    from bert_whitening import plots
+
+    def full(*arguments):
+        raise OSError(errno.ENOSPC, "cannot write %s: No space left on device" % (tmp_path / "r.png"))
+
+    monkeypatch.setattr(plots, "plot_report", full)
+    argv = ["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir", sample_task, "--n-components", "0,8"]
+    assert cli.main(argv + ["--json", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")]) == 1
+    assert "r.png: No space left on device (%s written in full before it)" % (tmp_path / "r.json") in caplog.text
+    assert (tmp_path / "r.json").exists() and not (tmp_path / "r.png").exists()
