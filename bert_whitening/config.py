@@ -139,6 +139,11 @@ def check_fitted_on(what, fitted, identity, pooling):
             "the %s has dimension %d but the model's hidden size is %d: it was fitted on another model (%s)"
             % (what, fitted.dim, identity["hidden_size"], (fitted.model_identity or {}).get("name", "?"))
         )
+    if fitted.model_identity and not fitted.pooling:  # a fit from a model records both
+        raise WhiteningError(
+            "the %s records the model %s but no pooling: it was edited (a fit records both)"
+            % (what, fitted.model_identity.get("name", "?"))
+        )
     if fitted.pooling and fitted.pooling != pooling:
         raise WhiteningError("the %s was fitted on %s pooling, the encoder uses %s" % (what, fitted.pooling, pooling))
     if fitted.model_identity:

@@ -176,3 +176,14 @@ def test_a_whitening_that_records_no_model_is_applied_with_a_warning(tiny_model,
         assert EncoderConfig(tiny_model[0], whitening=unrecorded).components == unrecorded.components(None)
     assert "the whitening records no model and no pooling: it was fitted on vectors given as numbers" in caplog.text
     assert "came from tiny_bert" in caplog.text
+
+
+def test_a_whitening_that_records_a_model_but_no_pooling_is_refused(tiny_model, whitened):
+    """Blanking the recorded pooling skipped the pooling check in silence: a fit from a model
+    records both, so a file with one and not the other was edited."""
+    identity = find_model(tiny_model[0]).identity("bert")
+    blanked = dataclasses.replace(whitened.whitening, model_identity=identity, pooling="")
+    with pytest.raises(
+        BertWhiteningError, match="the whitening records the model tiny_bert but no pooling: it was edited"
+    ):
+        EncoderConfig(tiny_model[0], whitening=blanked, pooling="cls").check()
