@@ -42,8 +42,10 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import stat
 import tempfile
+import threading
 import time
 
 from bert_whitening.errors import BertWhiteningError
@@ -295,14 +297,46 @@ def _lock(path):
     return descriptor
 
 
+#: The suffix of an output set aside while its replacement is renamed into place, where no
+#: exchange is offered (`publish_directory`).
+RETIRED = ".retired"
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT, SIGTERM and SIGHUP held back while the block runs, and delivered after it: for
+    steps that must not be parted (a handler raises between any two bytecodes). Signals reach
+    the main thread only, so another thread holds nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def remove_stale(target):
     """Remove the temporaries beside ``target`` (of any name in its directory) that no live run
-    holds locked."""
+    holds locked. An output set aside (`RETIRED`) by a run killed before its replacement took
+    its place is put back at ``target`` when that is its own and ``target`` is missing, and left
+    alone when it is another output's: only that output's run can tell."""
     parent = os.path.dirname(os.path.abspath(target))
+    own = ".%s%s" % (_short_name(target), MARK)
     for path in glob.glob(os.path.join(glob.escape(parent), ".*%s*-*" % MARK)):
         try:
-            if time.time() - os.lstat(path).st_mtime < STALE_AFTER_SECONDS:
+            info = os.lstat(path)
+            changed = info.st_ctime if path.endswith(RETIRED) else info.st_mtime  # a rename sets ctime alone
+            if time.time() - changed < STALE_AFTER_SECONDS:
                 continue
+            if path.endswith(RETIRED):
+                if not os.path.basename(path).startswith(own):
+                    continue
+                if not os.path.lexists(target):
+                    os.rename(path, target)
+                    logger.warning("%s put back from %s, where a run replacing it was killed", target, path)
+                    continue
             descriptor = _lock(path)
         except OSError:  # gone meanwhile, or not ours to open
             continue
@@ -412,17 +446,26 @@ def publish_directory(staging, target, overwrite=False):
     word. So without ``overwrite`` the rename is refused (`OutputAppeared`) if ``target`` exists
     by then, whatever it is. With ``overwrite`` the two are exchanged, so that ``target`` names
     the old output or the new one at every moment, even under a signal; the old one, now under
-    the staging name, is removed next (or by `remove_stale`, if the run is killed first)."""
+    the staging name, is removed next (or by `remove_stale`, if the run is killed first). Where
+    no exchange is offered (NFS, some FUSE file systems), the old one steps aside
+    (``STAGING.retired``), the new one takes its place and, should that fail, the old one comes
+    back; a run killed between the two renames leaves the old one aside, and the next run writing
+    the same output puts it back (`remove_stale`)."""
     if overwrite:
         try:
             exchanged = _renameat2(staging, target, _RENAME_EXCHANGE)
         except FileNotFoundError:  # nothing at ``target`` to exchange with
             exchanged = False
         if not exchanged and os.path.lexists(target):  # no exchange here: the old one steps aside first
-            os.rename(target, staging + ".retired")
-            os.rename(staging, target)
-            staging += ".retired"
-            exchanged = True
+            retired = staging + RETIRED
+            with _signals_held():  # the two renames are not parted by a signal
+                os.rename(target, retired)
+                try:
+                    os.rename(staging, target)
+                except OSError:
+                    os.rename(retired, target)  # the old one back: the output is never missing
+                    raise
+            staging, exchanged = retired, True
         if exchanged:
             mark_placed(target)
             if os.path.isdir(staging) and not os.path.islink(staging):

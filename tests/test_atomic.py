@@ -1,7 +1,9 @@
 """What an output path means, decided once in `bert_whitening.atomic`: links written through,
 special files and the inputs themselves refused, temporaries kept alive by a lock."""
 
+import errno
 import fcntl
+import logging
 import os
 import stat
 
@@ -330,3 +332,60 @@ def test_a_full_disk_names_the_output_once_and_no_temporary(tmp_path):
             write_atomically(os.path.join(staging, "w.npz"), full)
     assert str(raised.value) == "[Errno 28] cannot write %s: No space left on device" % (tmp_path / "saved")
     assert os.listdir(tmp_path) == []
+
+
+def test_without_an_exchange_a_failed_second_rename_puts_the_old_output_back(tmp_path, monkeypatch):
+    """Two renames stand in for the exchange (NFS): if the new one cannot take the old one's
+    place, the old one comes back; it was left aside, where the next run removed it."""
+    monkeypatch.setattr(atomic, "_renameat2", lambda *arguments: False)
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old").write_text("old")
+    real_rename, calls = os.rename, []
+
+    def second_fails(source, destination):
+        calls.append(destination)
+        if len(calls) == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_rename(source, destination)
+
+    with pytest.raises(OSError, match="Input/output error"):
+        with staged_directory(str(target)) as staging:
+            monkeypatch.setattr(atomic.os, "rename", second_fails)
+            try:
+                publish_directory(fill(staging), str(target), overwrite=True)
+            finally:
+                monkeypatch.setattr(atomic.os, "rename", real_rename)
+    assert os.listdir(target) == ["old"] and os.listdir(tmp_path) == ["out"]
+
+
+def test_an_output_left_aside_by_a_killed_run_is_put_back_by_the_next(tmp_path, monkeypatch, caplog):
+    """SIGKILL between the two renames: the old output lies aside under a temporary's name, which
+    the next run writing there removed as stale."""
+    target = tmp_path / "out"
+    aside = tmp_path / (".out%s999-abcd%s" % (atomic.MARK, atomic.RETIRED))
+    aside.mkdir()
+    (aside / "old").write_text("old")
+    other = tmp_path / (".other%s999-abcd%s" % (atomic.MARK, atomic.RETIRED))  # another output's: left alone
+    other.mkdir()
+    monkeypatch.setattr(atomic, "STALE_AFTER_SECONDS", 0)
+    with caplog.at_level(logging.WARNING):
+        atomic.remove_stale(str(target))
+    assert os.listdir(target) == ["old"] and sorted(os.listdir(tmp_path)) == [other.name, "out"]
+    assert "put back from" in caplog.text
+    assert not (aside.exists())
+    (tmp_path / "out" / "old").write_text("kept")
+    aside.mkdir()  # a leftover of a swap that completed: the output is in place, so it goes
+    atomic.remove_stale(str(target))
+    assert sorted(os.listdir(tmp_path)) == [other.name, "out"] and (target / "old").read_text() == "kept"
+
+
+def test_a_signal_waits_for_the_steps_it_must_not_part():
+    import signal
+
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with atomic._signals_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            done.append("the second rename")
+    assert done == ["the second rename"]
