@@ -302,19 +302,29 @@ def _lock(path):
 RETIRED = ".retired"
 
 
+#: The signals that stop a command: the command line turns each into a clean stop with one line
+#: (`bert_whitening.cli.main`), and `_signals_held` holds them back.
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextlib.contextmanager
 def _signals_held():
-    """SIGINT, SIGTERM and SIGHUP held back while the block runs, and delivered after it: for
-    steps that must not be parted (a handler raises between any two bytecodes). Signals reach
-    the main thread only, so another thread holds nothing."""
+    """SIGINT, SIGTERM and SIGHUP held back while the block runs, and raised again after it: for
+    steps that must not be parted (a handler raises between any two bytecodes). Python runs its
+    handlers in the main thread alone, so elsewhere there is nothing to hold (and masking the
+    main thread would not do: the kernel hands a signal to any thread that takes it)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+    pending = []
+    previous = {number: signal.signal(number, lambda number, frame: pending.append(number)) for number in STOPPING}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for number, handler in previous.items():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)  # None: set from C
+        for number in pending:
+            signal.raise_signal(number)
 
 
 def remove_stale(target):

@@ -38,6 +38,7 @@ from bert_whitening.atomic import (
     DIRECTORY,
     FILE,
     PREFIX,
+    STOPPING,
     check_outputs,
     placed_outputs,
     private_temporary_directory,
@@ -1084,10 +1085,8 @@ def _raise_interrupted(number, frame):
     raise Interrupted(number)
 
 
-#: Signals that stop a command as SIGINT does: cleaned up, one line, status 128 + the number.
-#: SIGHUP is a closed terminal or a stopped session: the same as being told to stop.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-STOPPING = (signal.SIGINT, *STOP_SIGNALS)
+# STOPPING (atomic's): SIGTERM and SIGHUP stop a command as SIGINT does, cleaned up, one line,
+# status 128 + the number; SIGHUP is a closed terminal or a stopped session.
 
 
 def interrupted(number, placed):
