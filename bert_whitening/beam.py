@@ -359,8 +359,25 @@ def run_fit(
         "precision": precision,
     }
     encode_fn = EncodeFn(spec, read.batch_size, precision)
-    run(lambda pipeline: fit_pipeline(pipeline, patterns, encode_fn, output, options, recorded, read), flags, runner)
+    before = _file_identity(output)
+    build = lambda pipeline: fit_pipeline(pipeline, patterns, encode_fn, output, options, recorded, read)
+    try:
+        run(build, flags, runner)
+    except BaseException:  # interrupted after a worker put the file in place: the stopped line says so
+        if _file_identity(output) not in (None, before):
+            mark_placed(output)
+        raise
     mark_placed(output)
+
+
+def _file_identity(path):
+    """``(device, inode, modification time)`` of a local file, None where there is none (or for a
+    remote path, whose writes are its file system's): what tells a file put in place since."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_dev, info.st_ino, info.st_mtime_ns
 
 
 def job_precision(precision, spec, patterns, read=ReadOptions(), fits=False):
@@ -424,7 +441,23 @@ def run_encode(
         run(lambda pipeline: encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards), flags, runner)
     except BaseException:
         _remove_sink_temporaries(output_prefix)
+        _settle_shards(output_prefix)
         raise
+    mark_placed(shards(output_prefix))
+
+
+def _settle_shards(output_prefix):
+    """After a run that failed or was stopped (it began with no shard of ``output_prefix``): a whole
+    set of shards the sink finished is in place, and the stopped line says so; a part of one,
+    which no reader takes, is removed."""
+    paths = sorted(found.path for found in FileSystems.match([shards(output_prefix)])[0].metadata_list)
+    if not paths:
+        return
+    try:
+        _check_whole_sets(paths)
+    except DataError:
+        FileSystems.delete(paths)
+        return
     mark_placed(shards(output_prefix))
 
 

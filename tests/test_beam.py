@@ -277,3 +277,35 @@ def test_beam_fit_writes_its_output_as_every_local_output_is_written(tiny_model,
     assert (tmp_path / "link.npz").is_symlink()
     assert Whitening.load(str(tmp_path / "target.npz")).count == Whitening.load(str(long_name)).count == 17
     assert sorted(os.listdir(tmp_path)) == sorted(["corpus", "link.npz", "target.npz", long_name.name])
+
+
+def test_a_stopped_beam_job_says_what_its_workers_put_in_place(tiny_model, corpus, tmp_path, monkeypatch):
+    """A worker renamed the whitening into place, or the sink its shards, then the driver was
+    stopped: it said "nothing was written". A part of a set of shards is removed."""
+    from bert_whitening.atomic import placed_outputs
+    from bert_whitening.config import EncoderConfig
+
+    spec = EncoderConfig(model=tiny_model[0])
+
+    def stopped_after(write):
+        def run(build, flags, runner):
+            write()
+            raise KeyboardInterrupt
+
+        return run
+
+    output = tmp_path / "w.npz"
+    monkeypatch.setattr(beam, "run", stopped_after(lambda: output.write_bytes(b"fitted")))
+    with placed_outputs() as placed, pytest.raises(KeyboardInterrupt):
+        beam.run_fit([str(corpus / "*.txt")], spec, str(output))
+    assert placed == [str(output)]
+    prefix = tmp_path / "v"
+    whole = [tmp_path / ("v-%05d-of-00002%s" % (number, beam.SUFFIX)) for number in range(2)]
+    for written, said in ((whole, [beam.shards(str(prefix))]), (whole[:1], [])):
+        monkeypatch.setattr(beam, "run", stopped_after(lambda written=written: [p.write_bytes(b"") for p in written]))
+        with placed_outputs() as placed, pytest.raises(KeyboardInterrupt):
+            beam.run_encode([str(corpus / "*.txt")], spec, str(prefix))
+        assert placed == said
+        assert sorted(tmp_path.glob("v-*")) == (whole if said else [])
+        for path in whole:
+            path.unlink(missing_ok=True)
