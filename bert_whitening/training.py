@@ -50,7 +50,14 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from bert_whitening.atomic import kept_directory, publish_directory, staged_directory, write_atomically
+from bert_whitening.atomic import (
+    DIRECTORY,
+    check_outputs,
+    kept_directory,
+    publish_directory,
+    staged_directory,
+    write_atomically,
+)
 from bert_whitening.bounded import JSON_BYTES, NpzMembers
 from bert_whitening.config import EncoderConfig, check_model, check_trainable, versions
 from bert_whitening.data import check_labels, check_readable, display_name, open_local, read_pairs
@@ -208,27 +215,17 @@ def softmax_classes(pairs, threshold=None):
 
 
 def check_output_directory(output, base, inputs=(), overwrite=False):
-    """Refuse, before any work, an output that exists (unless ``overwrite``: then it must be a
-    directory), one inside the base model's directory ``base`` (or that is it), and, with
-    ``overwrite``, one that holds the base model or one of ``inputs`` (it would be removed)."""
-    real = os.path.realpath(output)
+    """Refuse, before any work, an output the run must not write: what the one output guard
+    refuses against the base model's directory ``base`` and ``inputs`` (`check_outputs`: one of
+    them, inside one, or holding one that ``overwrite`` would remove), and an output that exists
+    unless ``overwrite`` (then it must be a directory, not a link to one)."""
+    check_outputs([(output, DIRECTORY)], [base] + [path for path in inputs if path])
     if os.path.lexists(output):
-        if not os.path.isdir(output) or os.path.islink(output):  # no overwrite would make it one
-            raise BertWhiteningError("cannot write %s: it is not a directory" % output)
+        if os.path.islink(output) or not os.path.isdir(output):  # no overwrite would make it one
+            what = "a symbolic link; name the directory itself" if os.path.islink(output) else "not a directory"
+            raise BertWhiteningError("cannot write %s: it is %s" % (output, what))
         if not overwrite:
             raise BertWhiteningError("%s already exists; pass overwrite (--overwrite) to replace it" % output)
-    if _inside(real, os.path.realpath(base)):
-        raise BertWhiteningError(
-            "%s is inside the base model's directory %s; choose a directory outside it" % (output, base)
-        )
-    if overwrite:
-        for kept in [base] + [path for path in inputs if path]:
-            if _inside(os.path.realpath(kept), real):
-                raise BertWhiteningError("--overwrite would remove %s, which is inside %s" % (kept, output))
-
-
-def _inside(path, directory):
-    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
 def train(

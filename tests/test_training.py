@@ -501,14 +501,17 @@ def test_outputs_refused_before_any_work(tiny_model, pair_files, tmp_path):
     existing = tmp_path / "existing"
     existing.mkdir()
     (existing / "keep").write_text("x")
+    link = tmp_path / "link"
+    link.symlink_to(existing)
     cases = [
         (str(tmp_path / "new"), {"threshold": 2.0}, "--threshold binarises the softmax loss's labels"),
         (str(existing), {}, r"already exists; pass overwrite \(--overwrite\) to replace it"),
-        (pair_files[0], {}, "cannot write .*: it is not a directory"),  # the train file itself: no overwrite helps
-        (os.path.join(directory, "fine-tuned"), {}, "is inside the base model's directory"),
-        (directory, {"overwrite": True}, "is inside the base model's directory"),
-        (os.path.dirname(directory), {"overwrite": True}, "--overwrite would remove"),
-        (os.path.dirname(pair_files[0]), {"overwrite": True}, "--overwrite would remove"),
+        (pair_files[0], {}, "cannot write .*: it is the input"),  # the train file itself: no overwrite helps
+        (os.path.join(directory, "fine-tuned"), {}, "is inside the input directory"),
+        (directory, {"overwrite": True}, "it is the input"),
+        (os.path.dirname(directory), {"overwrite": True}, "it contains the input directory"),
+        (os.path.dirname(pair_files[0]), {"overwrite": True}, "it holds the input"),
+        (str(link), {"overwrite": True}, "cannot write .*: it is a symbolic link; name the directory itself"),
     ]
     for output, options, message in cases:
         with pytest.raises(BertWhiteningError, match=message):
