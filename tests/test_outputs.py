@@ -320,6 +320,11 @@ def api_writers():
 
         write_report({"data_dir": str(w["data_dir"]), "tasks": {"T": {}}, "fit_on": "all"}, str(w["task_file"]))
 
+    def train(w, tmp):
+        from bert_whitening.training import train
+
+        train(str(w["task_file"]), str(w["model"] / "fine-tuned"), model=str(w["model"]))
+
     def whitening_save(w, tmp):
         from bert_whitening.whitening import Whitening
 
@@ -332,6 +337,7 @@ def api_writers():
         (export_saved_model, "model", "it is inside the input directory"),
         (write_report, "dir", "it is also the output"),
         (report_over_its_data, "task_file", "it is the input"),
+        (train, "model", "it is inside the input directory"),
         (build_index, "model", "it is inside the input directory"),
         (convert_hf, "hf", "it is inside the input directory"),
         (beam_encode, "sentences", "it is the input"),
