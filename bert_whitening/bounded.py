@@ -14,12 +14,16 @@ import math
 import os
 import re
 import stat
+import tokenize
 import zipfile
+import zlib
 
 import numpy as np
 
 from bert_whitening.atomic import file_kind
 
+#: Bytes read at a time from a file of any size: what a reader holds besides what it returns.
+BLOCK = 1 << 20
 #: A JSON configuration or record (``bert_config.json``, ``config.json``,
 #: ``sentence_encoder.json``): real ones hold a few kilobytes.
 JSON_BYTES = 1 << 20
@@ -110,8 +114,34 @@ def read_limited(path, limit, error, what="file"):
 
 
 #: The `numpy.lib.format` header readers by format version; numpy writes 1.0 unless a header
-#: needs more room.
+#: needs more room (2.0), or characters latin-1 lacks (3.0: field names of a structured dtype,
+#: never a matrix of floats).
 _HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+#: What numpy's header parsing raises on a damaged header (`tokenize.TokenError` from its repr
+#: parser, `SyntaxError` from ``ast``, a `TypeError` when it sorts keys of two types), and what a
+#: damaged or cut zip member raises when read.
+HEADER_ERRORS = (ValueError, TypeError, EOFError, SyntaxError, tokenize.TokenError)
+ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError)
+
+
+def npy_header(stream):
+    """``(shape, fortran, dtype)`` of the ``.npy`` header at ``stream``'s position, the stream
+    left on the data's first byte; one of `HEADER_ERRORS` when it is not such a header or gives
+    a negative size."""
+    version = np.lib.format.read_magic(stream)
+    if version not in _HEADER_READERS:
+        raise ValueError(".npy format version %d.%d" % version)
+    shape, fortran, dtype = _HEADER_READERS[version](stream)
+    if any(size < 0 for size in shape):
+        raise ValueError("a negative size in its shape %s" % (shape,))
+    return shape, fortran, dtype
+
+
+def described(error):
+    """What an exception says, or what it is when it says nothing (zipfile's ``EOFError()`` on a
+    member cut short): a refusal never ends in an empty pair of parentheses."""
+    return str(error) or {EOFError: "cut short"}.get(type(error), type(error).__name__)
+
 
 _KIND_NAMES = {"f": "floats", "i": "integers", "U": "text"}
 
@@ -139,10 +169,12 @@ def _in_number_order(names):
 class NpzMembers:
     """The ``.npy`` members of an ``.npz`` file, each read on its own once its header says the
     shape and type asked for, and its zip entry says it inflates to exactly that array: a crafted
-    header or a zip bomb is refused before its data is read. What is read is bounded by the
-    file's own size (`INFLATION_LIMIT`), so a small file cannot make a large allocation before
-    the caller compares its sizes with a model's. Errors are ``error``s naming ``path``, the file
-    being a ``what``."""
+    header or a zip bomb is refused before its data is read. What the zip directory claims is
+    bounded by the file's own size (each member's stored bytes and their sum at most the file's,
+    its inflated bytes at most `INFLATION_LIMIT` times its stored ones), and a member is read a
+    block at a time rather than into room made for its claimed size, so a small file cannot make
+    a large allocation before the caller compares its sizes with a model's. Errors are one line,
+    an ``error`` naming ``path`` (the file being a ``what``) and the member at fault."""
 
     def __init__(self, path, error, what):
         """``path``: a file's path, or a binary stream of bytes already read and checked (an
@@ -151,21 +183,45 @@ class NpzMembers:
         self._stream = path if isinstance(path, io.IOBase) else open_regular(path, error, what)
         try:
             self._zip = zipfile.ZipFile(self._stream)
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error_:
+        except (ValueError, *ZIP_ERRORS) as error_:
             self._stream.close()
-            raise error("%s: not a readable %s (not an .npz archive: %s)" % (path, what, error_)) from None
-        self._members = {}
+            raise error("%s: not a readable %s (not an .npz archive: %s)" % (path, what, described(error_))) from None
+        try:
+            self._members = self._checked_members()
+        except BaseException:
+            self.close()
+            raise
+
+    def _checked_members(self):
+        """``{name: ZipInfo}`` of the ``.npy`` members, each one's claimed sizes within the file's."""
+        size = self._stream.seek(0, io.SEEK_END)
+        members, stored = {}, 0
         for info in self._zip.infolist():
-            if not info.filename.endswith(".npy"):
-                self.close()
-                raise error("%s: not a %s, it holds %r, which is not an array" % (path, what, info.filename))
-            if info.file_size > max(INFLATION_LIMIT * info.compress_size, INFLATION_EXEMPT_BYTES):
-                self.close()
-                raise error(
-                    "%s: not a %s, %s inflates from %d to %d bytes, more than %d times: crafted, not written by "
-                    "bert-whitening" % (path, what, info.filename, info.compress_size, info.file_size, INFLATION_LIMIT)
+            if not info.filename.endswith(".npy") or not info.filename.isprintable():  # named in one line
+                self._refuse("it holds %r, which is not an array" % info.filename)
+            name = info.filename[: -len(".npy")]
+            if name in members:
+                self._refuse("it holds %s twice" % info.filename)
+            if info.compress_size > size:
+                self._refuse(
+                    "%s claims %d stored bytes, the whole file holds %d: crafted or cut short"
+                    % (info.filename, info.compress_size, size)
                 )
-            self._members[info.filename[: -len(".npy")]] = info
+            if info.file_size > max(INFLATION_LIMIT * info.compress_size, INFLATION_EXEMPT_BYTES):
+                self._refuse(
+                    "%s inflates from %d to %d bytes, more than %d times: crafted, not written by bert-whitening"
+                    % (info.filename, info.compress_size, info.file_size, INFLATION_LIMIT)
+                )
+            stored += info.compress_size
+            members[name] = info
+        if stored > size:  # members that overlap: each claims bytes of the others
+            self._refuse(
+                "its members claim %d stored bytes together, the whole file holds %d: crafted" % (stored, size)
+            )
+        return members
+
+    def _refuse(self, reason):
+        raise self.error("%s: not a %s, %s" % (self.path, self.what, reason))
 
     def __enter__(self):
         return self
@@ -185,11 +241,9 @@ class NpzMembers:
         """Refuse a file whose arrays are not exactly ``names``."""
         missing, unexpected = set(names) - self.names, self.names - set(names)
         if missing:
-            raise self.error("%s: not a %s, missing %s" % (self.path, self.what, first_few(_in_number_order(missing))))
+            self._refuse("missing %s" % first_few(_in_number_order(missing)))
         if unexpected:
-            raise self.error(
-                "%s: not a %s, unexpected arrays %s" % (self.path, self.what, first_few(_in_number_order(unexpected)))
-            )
+            self._refuse("unexpected arrays %s" % first_few(_in_number_order(unexpected)))
 
     def array(self, name, shape=None, kinds="f", limit=None):
         """The array ``name``, refused before its data is read unless its shape is ``shape``
@@ -207,34 +261,42 @@ class NpzMembers:
                 raise self.error(
                     "%s: %s holds %d bytes, more than the %d a %s holds" % (self.path, name, size, limit, self.what)
                 )
-            buffer = bytearray(size)
-            try:  # the read after the end checks the member's CRC
-                complete = stream.readinto(buffer) == size and not stream.read(1)
-            except (zipfile.BadZipFile, OSError, EOFError) as error_:
-                raise self.error("%s: not a readable %s (%s: %s)" % (self.path, self.what, name, error_)) from None
-            if not complete:
-                raise self.error("%s: %s is not the size its header says" % (self.path, name))
-        return np.frombuffer(buffer, dtype).reshape(found, order="F" if fortran else "C")
+            data = self._read(name, stream, size)
+        return np.frombuffer(data, dtype).reshape(found, order="F" if fortran else "C")
+
+    def _read(self, name, stream, size):
+        """The ``size`` bytes of a member's data, read a block at a time: room is made for what
+        arrives, not for what the zip entry claims (a member cut short stops early)."""
+        data = bytearray()
+        try:
+            while len(data) < size and (block := stream.read(min(BLOCK, size - len(data)))):
+                data += block
+            complete = len(data) == size and not stream.read(1)  # the read after the end checks the CRC
+        except ZIP_ERRORS as error_:
+            raise self._unreadable(name, error_) from None
+        if not complete:
+            raise self.error("%s: %s is not the size its header says" % (self.path, name))
+        return data
+
+    def _unreadable(self, name, error_):
+        return self.error("%s: not a readable %s (%s: %s)" % (self.path, self.what, name, described(error_)))
 
     def _open(self, name):
         try:
             return self._zip.open(self._members[name])
-        except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError) as error_:
-            raise self.error("%s: not a readable %s (%s: %s)" % (self.path, self.what, name, error_)) from None
+        except (ValueError, RuntimeError, *ZIP_ERRORS) as error_:  # RuntimeError: encrypted
+            raise self._unreadable(name, error_) from None
 
     def _header(self, name, stream):
         """``(shape, dtype, fortran)`` of a member, checked against its zip entry's inflated size."""
         try:
-            version = np.lib.format.read_magic(stream)
-            if version not in _HEADER_READERS:
-                raise ValueError(".npy format version %d.%d" % version)
-            shape, fortran, dtype = _HEADER_READERS[version](stream)
-        except (ValueError, EOFError, zipfile.BadZipFile, OSError) as error_:
-            raise self.error("%s: not a readable %s (%s: %s)" % (self.path, self.what, name, error_)) from None
+            shape, fortran, dtype = npy_header(stream)
+        except (*HEADER_ERRORS, *ZIP_ERRORS) as error_:
+            raise self._unreadable(name, error_) from None
         if dtype.hasobject:
             raise self.error("%s: %s holds Python objects, which are never read" % (self.path, name))
         expected = stream.tell() + math.prod(shape) * dtype.itemsize
-        if any(size < 0 for size in shape) or self._members[name].file_size != expected:
+        if self._members[name].file_size != expected:
             raise self.error(
                 "%s: %s inflates to %d bytes, its header (shape %s of %s) says %d"
                 % (self.path, name, self._members[name].file_size, shape, dtype, expected)

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shutil
+import struct
 import threading
 import time
 import tracemalloc
@@ -300,6 +301,164 @@ def test_a_small_whitening_of_a_large_dimension_is_refused_before_its_arrays_are
     assert Whitening.load(path).dim == dim
     write_npz(path, whitening_arrays, zipfile.ZIP_DEFLATED)
     assert np.array_equal(Whitening.load(path).kernel, whitening_arrays["kernel"])
+
+
+def claim_sizes(path, name, compress_size, file_size):
+    """Make the zip central directory of ``path`` claim these sizes for the member ``name``, as a
+    crafted file would: its local header and data stay as they were."""
+    with open(path, "rb") as stream:
+        data = bytearray(stream.read())
+    entry = -1
+    while True:
+        entry = data.find(b"PK\x01\x02", entry + 1)
+        assert entry >= 0, name
+        length = struct.unpack_from("<H", data, entry + 28)[0]
+        if data[entry + 46 : entry + 46 + length] == (name + ".npy").encode():
+            break
+    struct.pack_into("<II", data, entry + 20, compress_size, file_size)
+    with open(path, "wb") as stream:
+        stream.write(data)
+
+
+def test_a_member_claiming_more_stored_bytes_than_the_file_holds_is_refused_before_any_allocation(
+    whitening_arrays, tmp_path
+):
+    """A file of a kilobyte or two whose central directory gives a stored kernel of dimension
+    8192 the sizes its header and metadata agree on: nothing of that size is made."""
+    dim = 8192
+    meta = {**json.loads(str(whitening_arrays["meta"])), "dim": dim, "rank": dim, "n_components": dim, "count": dim + 1}
+    path = str(tmp_path / "claims.npz")
+    header = npy_header((dim, dim))
+    write_npz(path, {**whitening_arrays, "meta": np.array(json.dumps(meta)), "kernel": header + bytes(64)})
+    claim_sizes(path, "kernel", len(header) + dim * dim * 8, len(header) + dim * dim * 8)
+    assert os.path.getsize(path) < 4096
+    refused_quickly(
+        lambda: Whitening.load(path),
+        WhiteningError,
+        "%s: not a whitening file, kernel.npy claims %d stored bytes, the whole file holds %d"
+        % (path, len(header) + dim * dim * 8, os.path.getsize(path)),
+    )
+
+
+def test_members_claiming_more_stored_bytes_together_than_the_file_holds_are_refused(whitening_arrays, tmp_path):
+    """Each claim within the file, their sum beyond it: members whose bytes overlap."""
+    path = str(tmp_path / "overlap.npz")
+    write_npz(path, whitening_arrays, zipfile.ZIP_DEFLATED)
+    size = os.path.getsize(path)
+    with zipfile.ZipFile(path) as archive:
+        kernel, bias = archive.getinfo("kernel.npy"), archive.getinfo("bias.npy")
+    claim_sizes(path, "bias", size - kernel.compress_size + 1, bias.file_size)
+    with zipfile.ZipFile(path) as archive:
+        claimed = sum(info.compress_size for info in archive.infolist())
+    refused_quickly(
+        lambda: Whitening.load(path),
+        WhiteningError,
+        "%s: not a whitening file, its members claim %d stored bytes together, the whole file holds %d"
+        % (path, claimed, size),
+    )
+
+
+def test_a_member_is_read_as_it_arrives_not_into_room_made_for_its_claimed_size(monkeypatch, tmp_path):
+    """Inflation bounded far above what a file holds (so that only the reading is tested): a
+    member of a hundred kilobytes that claims a hundred megabytes is refused when its data ends,
+    having taken the memory of what it held."""
+    import bert_whitening.bounded as bounded
+
+    monkeypatch.setattr(bounded, "INFLATION_LIMIT", 10**4)
+    count = (100 << 20) // 8
+    path = str(tmp_path / "cut.npz")
+    held = np.random.default_rng(0).normal(size=(100 << 10) // 8)
+    write_npz(path, {"a": npy_header((count,)) + held.tobytes()}, zipfile.ZIP_DEFLATED)
+    with zipfile.ZipFile(path) as archive:
+        stored = archive.getinfo("a.npy").compress_size
+    claim_sizes(path, "a", stored, len(npy_header((count,))) + count * 8)
+
+    def read():
+        with bounded.NpzMembers(path, WhiteningError, "test file") as members:
+            members.array("a")
+
+    refused_quickly(read, WhiteningError, path, "a is not the size its header says")
+
+
+def test_a_member_that_runs_past_the_end_of_the_file_is_named_with_what_went_wrong(tmp_path):
+    """Its claimed size within the file's but its data starting late enough to run past the
+    end: zipfile's ``EOFError()`` says nothing, the refusal names the member and why."""
+    from bert_whitening.bounded import NpzMembers
+
+    path = str(tmp_path / "late.npz")
+    header = npy_header((1,))
+    write_npz(path, {"pad": bytes(4096), "a": header})
+    size = os.path.getsize(path)
+    with zipfile.ZipFile(path) as archive:
+        pad, member = archive.getinfo("pad.npy"), archive.getinfo("a.npy")
+    start = member.header_offset + 30 + len(member.filename) + len(member.extra)
+    count = (size - start - len(header)) // 8 + 1  # runs past the end by less than a float
+    claimed = len(npy_header((count,))) + count * 8
+    assert claimed + pad.compress_size <= size < start + claimed
+    write_npz(path, {"pad": bytes(4096), "a": npy_header((count,))})
+    claim_sizes(path, "a", claimed, claimed)
+
+    def read():
+        with NpzMembers(path, WhiteningError, "test file") as members:
+            members.array("a")
+
+    refused_quickly(read, WhiteningError, "%s: not a readable test file (a: cut short)" % path)
+
+
+def raw_header(text):
+    """A ``.npy`` 1.0 header holding ``text`` as its dictionary, whatever it says."""
+    data = text.encode("latin1") + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(data)) + data
+
+
+def corrupt_deflated(path):
+    """``{"a": 1000 floats}`` deflated, the first bytes of its deflate stream broken."""
+    write_npz(path, {"a": np.random.default_rng(0).normal(size=1000)}, zipfile.ZIP_DEFLATED)
+    with open(path, "r+b") as stream:
+        local = stream.read(30)
+        stream.seek(30 + sum(struct.unpack_from("<HH", local, 26)))
+        stream.write(b"\xff" * 4)
+
+
+def encrypted(path):
+    write_npz(path, {"a": np.zeros(4)})
+    with open(path, "r+b") as stream:
+        data = bytearray(stream.read())
+        entry = data.rfind(b"PK\x01\x02")
+        data[entry + 8] |= 1  # "encrypted" in the central directory's flags
+        stream.seek(0)
+        stream.write(data)
+
+
+@pytest.mark.parametrize(
+    "make, said",
+    [
+        (corrupt_deflated, "(a: Error -3 while decompressing data"),
+        (
+            lambda path: write_npz(path, {"a": raw_header("{b'x': 1, 'descr': '<f8', 'shape': (1,)}")}),
+            "not a readable test file (a: '<' not supported",
+        ),
+        (
+            lambda path: write_npz(path, {"a": raw_header("{'descr': '<f8', 'shape': (1,")}),
+            "not a readable test file (a: ('EOF in multi-line statement'",
+        ),
+        (encrypted, "(a: File <ZipInfo filename='a.npy'"),
+        (lambda path: write_npz(path, {"a\n": np.zeros(4)}), "it holds 'a\\n.npy', which is not an array"),
+    ],
+    ids=["broken deflate stream", "header keys of two types", "header cut short", "encrypted", "line end in name"],
+)
+def test_a_damaged_member_is_one_line_naming_the_file_and_the_member(tmp_path, make, said):
+    from bert_whitening.bounded import NpzMembers
+
+    path = str(tmp_path / "damaged.npz")
+    make(path)
+
+    def read():
+        with NpzMembers(path, WhiteningError, "test file") as members:
+            members.expect({"a"})
+            members.array("a")
+
+    refused_quickly(read, WhiteningError, path, said)
 
 
 @pytest.mark.parametrize(
