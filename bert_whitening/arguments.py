@@ -128,12 +128,12 @@ def optional_integer(value, name):
     return None if value is None else integer(value, name)
 
 
-def boolean(value, name):
+def boolean(value, name, error=BertWhiteningError):
     """``value`` as a bool: True or False (numpy's too), not a ``"no"`` that would be taken as
-    true, nor a 0 or 1."""
+    true, nor a 0 or 1. Raised as ``error``."""
     numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
     if not (isinstance(value, bool) or numpy_bool):
-        raise BertWhiteningError("%s must be True or False, got %s %s" % (name, type(value).__name__, shown(value)))
+        raise error("%s must be True or False, got %s %s" % (name, type(value).__name__, shown(value)))
     return bool(value)
 
 

@@ -65,10 +65,10 @@ import numpy as np
 import scipy.linalg
 from tqdm.auto import tqdm
 
-from bert_whitening.arguments import shown
+from bert_whitening.arguments import boolean, shown
 from bert_whitening.atomic import write_atomically
 from bert_whitening.backend import graph_function, keras, tf
-from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, METADATA_BYTES, MODEL_SIZES, NpzMembers
+from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, METADATA_BYTES, MODEL_SIZES, NpzMembers, first_few
 from bert_whitening.errors import FlowError
 from bert_whitening.names import RECORDED_POOLINGS, check_recorded
 
@@ -122,14 +122,20 @@ class FlowConfig:
         unknown = sorted(set(values) - {field.name for field in dataclasses.fields(cls)})
         if unknown:
             raise FlowError("unknown flow config keys: %s" % ", ".join(unknown))
-        config = cls(**values)
-        if config.coupling not in ("additive", "affine"):
-            raise FlowError("flow coupling must be additive or affine, got %r" % (config.coupling,))
+        return cls(**values)
+
+    def __post_init__(self):
+        """Refuse a field of the wrong type or beyond `FLOW_SIZES`, whoever builds the
+        configuration (`of`, a flow file, ``FlowConfig(...)``): a ``"false"`` for a bool would
+        be taken as true and build the flow it says not to."""
+        if not isinstance(self.coupling, str) or self.coupling not in ("additive", "affine"):
+            raise FlowError("flow coupling must be additive or affine, got %r" % (self.coupling,))
         for key, largest in FLOW_SIZES.items():
-            value = getattr(config, key)
+            value = getattr(self, key)
             if type(value) is not int or not 1 <= value <= largest:
                 raise FlowError("flow %s is %r, expected a whole number from 1 to %d" % (key, value, largest))
-        return config
+        for key in ("permutation", "data_init"):  # numpy's bools kept as Python's: the file's JSON holds them
+            object.__setattr__(self, key, boolean(getattr(self, key), "flow " + key, FlowError))
 
     def check(self, dim):
         """Refuse, before a weight is made, a dimension the levels cannot halve (the last level's
@@ -150,18 +156,29 @@ class FlowConfig:
             )
 
     def weight_count(self, dim):
-        """The number of float64 weights of a flow on ``dim``, counted from the shapes its layers
-        make (`ActNorm`, `InvertibleConv1x1`, `Coupling`), so that a flow is sized before it is
-        built."""
-        width, count = self.coupling_width, 0
+        """The number of float64 weights of a flow on ``dim`` (`weight_shapes`), so that a flow
+        is sized before it is built."""
+        return sum(math.prod(shape) for shape in self.weight_shapes(dim))
+
+    def weight_shapes(self, dim):
+        """The shapes of a flow's weights on ``dim``, in the order of ``Flow.weights`` (what a
+        flow file stores as ``weight_000``...), from the shapes its layers make (`ActNorm`,
+        `InvertibleConv1x1`, `Coupling`): a file's arrays are checked against them before a
+        flow is built. Keras orders a model's trainable weights, layer by layer (a layer's own
+        before those of the layers it holds), before the fixed ones (the convolutions' ``P`` and
+        ``sign_s``)."""
+        width, trainable, fixed = self.coupling_width, [], []
         for level in range(self.n_levels):
             channels = dim >> level
             outputs = channels if self.coupling == "affine" else channels // 2
-            actnorm = 2 * channels
-            convolution = 0 if self.permutation else 3 * channels * channels + 2 * channels
-            coupling = channels // 2 * width + width * width + 2 * 2 * width + width * outputs + 2 * outputs
-            count += self.depth * (actnorm + convolution + coupling)
-        return count
+            for _ in range(self.depth):
+                trainable += [(channels,), (channels,)]  # actnorm: b, logs
+                if not self.permutation:  # L, U, log_s; P, sign_s
+                    trainable += [(channels, channels), (channels, channels), (channels,)]
+                    fixed += [(channels, channels), (channels,)]
+                trainable += [(channels // 2, width), (width, width), (width, outputs), (outputs,), (outputs,)]
+                trainable += [(width,)] * 4  # the coupling's two actnorms: b, logs
+        return trainable + fixed
 
 
 def _zero_log_det():
@@ -413,37 +430,40 @@ class Flow(keras.Model):
 
     @classmethod
     def load(cls, path):
-        """A flow written by `save`; anything else is a `FlowError` naming the file. Its size is
-        checked from the metadata before the flow is built, and each weight's header against the
-        built flow before it is read."""
+        """A flow written by `save`; anything else is a `FlowError` naming the file. Its metadata
+        is checked first, its shape bounded (`FlowConfig.check`), then every weight's name and
+        header checked against the shapes that shape gives (`FlowConfig.weight_shapes`) and the
+        weights read, all before the flow is built: building one is most of the work of a load,
+        and a file that holds no weights or the wrong ones is refused without it."""
         with NpzMembers(path, FlowError, "flow file") as members:
+            stored = members.array("meta", (), kinds="U", limit=METADATA_BYTES)
             try:
-                meta = json.loads(str(members.array("meta", (), kinds="U", limit=METADATA_BYTES)))
+                meta = json.loads(str(stored))
                 version, dim, config = meta["format_version"], meta["dim"], meta["config"]
             except (ValueError, KeyError, TypeError) as error:
                 raise FlowError("%s: not a readable flow file (%s: %s)" % (path, type(error).__name__, error)) from None
             if version != FORMAT_VERSION:
                 raise FlowError("%s: format version %r, this version reads %d" % (path, version, FORMAT_VERSION))
             try:
-                flow = cls(dim, config)
+                config = FlowConfig.of(config)
+                config.check(dim)
+                training = checked_training_summary(meta.get("training", {}))
             except FlowError as error:
                 raise FlowError("%s: %s" % (path, error)) from None
-            except (ValueError, TypeError) as error:
-                raise FlowError("%s: not a readable flow file (%s: %s)" % (path, type(error).__name__, error)) from None
-            names = ["weight_%03d" % i for i in range(len(flow.weights))]
+            pooling, model_identity = meta.get("pooling"), meta.get("model_identity") or {}
+            if not isinstance(model_identity, dict):
+                raise FlowError("%s: not a readable flow file (model_identity of the wrong type)" % path)
+            if pooling is not None:
+                check_recorded(pooling, RECORDED_POOLINGS, FlowError, "%s: its pooling" % path)
+            shapes = config.weight_shapes(dim)
+            names = ["weight_%03d" % i for i in range(len(shapes))]
             members.expect(names + ["meta"])
-            weights = [
-                members.array(name, tuple(weight.shape)) for name, weight in zip(names, flow.weights, strict=True)
-            ]
+            weights = [members.array(name, shape) for name, shape in zip(names, shapes, strict=True)]
         if not all(np.isfinite(weight).all() for weight in weights):
             raise FlowError("%s: weights with NaN or inf" % path)
+        flow = cls(dim, config)
         flow.set_weights(weights)
-        flow.training_summary = meta.get("training", {})
-        flow.pooling, flow.model_identity = meta.get("pooling"), meta.get("model_identity") or {}
-        if not isinstance(flow.model_identity, dict):
-            raise FlowError("%s: not a readable flow file (model_identity of the wrong type)" % path)
-        if flow.pooling is not None:
-            check_recorded(flow.pooling, RECORDED_POOLINGS, FlowError, "%s: its pooling" % path)
+        flow.training_summary, flow.pooling, flow.model_identity = training, pooling, model_identity
         return flow
 
     def __reduce__(self):
@@ -467,6 +487,45 @@ def _checked(vectors, dim=None):
     if not np.isfinite(vectors).all():
         raise FlowError("vectors contain NaN or inf")
     return vectors
+
+
+#: What `fit_flow` records of its training (``Flow.training_summary``), each entry's JSON types: a
+#: flow file's summary is this, or empty (a flow saved untrained); records and evaluations show
+#: and compare it.
+TRAINING_SUMMARY = {
+    "seed": (int,),
+    "vectors": (int,),
+    "epochs": (int, float),
+    "batch_size": (int,),
+    "learning_rate": (float,),
+    "steps": (int,),
+    "seconds": (float,),
+    "nll_first_steps": (float,),
+    "nll_last_steps": (float,),
+}
+
+
+def checked_training_summary(summary):
+    """``summary`` when it is what `fit_flow` records (`TRAINING_SUMMARY`) or empty; anything
+    else is a `FlowError` naming the entry at fault."""
+    if not isinstance(summary, dict):
+        raise FlowError(
+            "training is %s %s, expected the summary fit_flow writes (or {})" % (type(summary).__name__, shown(summary))
+        )
+    if not summary:
+        return {}
+    missing = [key for key in TRAINING_SUMMARY if key not in summary]
+    if missing:
+        raise FlowError("training lacks %s, which fit_flow writes" % first_few(missing))
+    unexpected = sorted(shown(key) for key in summary if key not in TRAINING_SUMMARY)
+    if unexpected:
+        raise FlowError("training holds %s, which fit_flow never writes" % first_few(unexpected))
+    for key, kinds in TRAINING_SUMMARY.items():
+        value = summary[key]
+        if type(value) not in kinds:
+            expected = " or ".join(kind.__name__ for kind in kinds)
+            raise FlowError("training %s is %s %s, expected %s" % (key, type(value).__name__, shown(value), expected))
+    return dict(summary)
 
 
 def _train_step(flow, learning_rate):

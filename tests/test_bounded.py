@@ -502,6 +502,8 @@ def test_a_whitening_file_that_is_a_fifo_or_a_device_is_refused(whitening_arrays
         ({"coupling_width": 10**7}, "flow coupling_width is 10000000"),
         ({"n_levels": "3"}, "flow n_levels is '3'"),
         ({"n_levels": 17}, "flow n_levels is 17"),
+        ({"permutation": "false"}, "flow permutation must be True or False, got str 'false'"),
+        ({"coupling": ["additive"]}, "flow coupling must be additive or affine, got ['additive']"),
     ],
 )
 def test_a_flow_config_beyond_the_bounds_is_refused(config, said):
@@ -541,6 +543,7 @@ def test_the_size_of_a_flow_is_counted_as_its_layers_make_it(dim, config):
     from bert_whitening.flow import Flow, FlowConfig
 
     flow = Flow(dim, config)
+    assert FlowConfig.of(config).weight_shapes(dim) == [tuple(weight.shape) for weight in flow.weights]
     assert FlowConfig.of(config).weight_count(dim) == sum(int(np.prod(weight.shape)) for weight in flow.weights)
     assert 8 * FlowConfig.of(config).weight_count(dim) < FLOW_BYTES
 
@@ -559,6 +562,25 @@ def with_meta(arrays, **changes):
     return {**arrays, "meta": np.array(json.dumps({**json.loads(str(arrays["meta"])), **changes}))}
 
 
+def meta_alone(arrays, **changes):
+    """A flow file holding only its metadata (changed), as a crafted one would."""
+    return {"meta": with_meta(arrays, **changes)["meta"]}
+
+
+#: A summary as `fit_flow` writes it.
+TRAINING = {
+    "seed": 0,
+    "vectors": 128,
+    "epochs": 1,
+    "batch_size": 64,
+    "learning_rate": 0.001,
+    "steps": 2,
+    "seconds": 0.5,
+    "nll_first_steps": 1.5,
+    "nll_last_steps": 1.25,
+}
+
+
 @pytest.mark.parametrize(
     "change, said",
     [
@@ -568,14 +590,46 @@ def with_meta(arrays, **changes):
         (lambda arrays: {**arrays, "weight_000": npy_header((10**6,)) + bytes(8)}, "weight_000 inflates to"),
         (lambda arrays: {**arrays, "weight_000": np.zeros(10**4)}, "weight_000 has shape (10000,), expected (16,)"),
         (lambda arrays: {**arrays, "weight_999": np.zeros(2)}, "unexpected arrays weight_999"),
+        (  # a kilobyte, a flow of 2048 dimensions to build (hundreds of MB and seconds of QR and LU)
+            lambda arrays: meta_alone(
+                arrays, dim=2048, config={"n_levels": 1, "depth": 2, "permutation": False}, training={}
+            ),
+            "not a flow file, missing weight_000, weight_001, weight_002 and 29 more",
+        ),
+        (lambda arrays: {**arrays, "weight_002": np.zeros((8, 31))}, "weight_002 has shape (8, 31), expected (8, 32)"),
+        (lambda arrays: with_meta(arrays, training="x"), "training is str 'x', expected the summary fit_flow"),
+        (lambda arrays: with_meta(arrays, training=[1, 2]), "training is list [1, 2], expected the summary"),
+        (lambda arrays: with_meta(arrays, training={"steps": 3}), "training lacks seed, vectors, epochs and 5 more"),
+        (lambda arrays: with_meta(arrays, training={**TRAINING, 7: 1}), "training holds '7', which fit_flow never"),
+        (
+            lambda arrays: with_meta(arrays, training={**TRAINING, "steps": "3"}),
+            "training steps is str '3', expected int",
+        ),
+        (lambda arrays: with_meta(arrays, training={**TRAINING, "seed": True}), "training seed is bool True"),
+        (
+            lambda arrays: with_meta(arrays, config={"n_levels": 2, "depth": 1, "permutation": "false"}),
+            "flow permutation must be True or False, got str 'false'",
+        ),
     ],
 )
-def test_a_flow_file_is_sized_before_it_is_built_and_read(flow_arrays, tmp_path, change, said):
-    from bert_whitening.flow import Flow
+def test_a_flow_file_is_sized_before_it_is_built_and_read(flow_arrays, tmp_path, monkeypatch, change, said):
+    import bert_whitening.flow as flow
+
+    def made(*args, **kwargs):
+        raise AssertionError("a flow layer was made before the refusal")
 
     path = str(tmp_path / "changed.npz")
     write_npz(path, change(flow_arrays))
-    refused_quickly(lambda: Flow.load(path), FlowError, path, said)
+    monkeypatch.setattr(flow, "ActNorm", made)
+    refused_quickly(lambda: flow.Flow.load(path), FlowError, path, said)
+
+
+def test_a_flow_file_of_a_summary_fit_flow_writes_loads(flow_arrays, tmp_path):
+    from bert_whitening.flow import Flow
+
+    path = str(tmp_path / "trained.npz")
+    write_npz(path, with_meta(flow_arrays, training=TRAINING))
+    assert Flow.load(path).training_summary == TRAINING
 
 
 # --- input lines -------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from bert_whitening.backend import tf
 from bert_whitening.config import EncoderConfig
 from bert_whitening.errors import BertWhiteningError, FlowError
 from bert_whitening.evaluation import Setting, evaluate, evaluate_tasks, fit_vectors, format_table, settings
-from bert_whitening.flow import ActNorm, Coupling, Flow, FlowConfig, InvertibleConv1x1, fit_flow
+from bert_whitening.flow import TRAINING_SUMMARY, ActNorm, Coupling, Flow, FlowConfig, InvertibleConv1x1, fit_flow
 from bert_whitening.plots import plot_report
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
@@ -245,6 +245,7 @@ def test_same_seed_same_vectors_and_save_load_round_trip(tmp_path):
     assert np.array_equal(loaded.transform(vectors), latents)
     assert loaded.config == first.config == FlowConfig.of(SMALL) != FlowConfig()
     assert loaded.training_summary == dict(first.training_summary)
+    assert list(first.training_summary) == list(TRAINING_SUMMARY)  # what a loaded file is held to
     assert os.listdir(tmp_path) == ["flow.npz"]
 
 
@@ -288,6 +289,9 @@ def test_config_reads_bert_flow_files_and_refuses_the_rest():
     }
     assert FlowConfig.of(default) == FlowConfig() == FlowConfig.of(None)
     assert FlowConfig.of({**default, "n_levels": 2, "depth": 2}) == FlowConfig(n_levels=2, depth=2)
+    assert FlowConfig.of({"permutation": np.False_}).permutation is False  # kept as JSON writes it
+    with pytest.raises(FlowError, match="^flow permutation must be True or False, got str 'false'$"):
+        FlowConfig(permutation="false")  # built directly, not through FlowConfig.of
     for bad, message in (
         ({"activation": "gatu"}, "activation must be 'relu'"),
         ({"levels": 2}, "unknown"),
@@ -515,6 +519,11 @@ def test_an_index_keeps_its_flow_and_refuses_one_edited_afterwards(flow_file, tm
         ({"epochs": float("inf")}, "^epochs must be a number above 0"),
         ({"seed": "x"}, "^seed must be a whole number, got str 'x'$"),
         ({"config": "x"}, "^config must be a FlowConfig, a dict or None, got str 'x'$"),
+        # a str is true to Python: "false" built a flow with a permutation
+        ({"config": {"permutation": "false"}}, "^flow permutation must be True or False, got str 'false'$"),
+        ({"config": {"permutation": "no"}}, "^flow permutation must be True or False, got str 'no'$"),
+        ({"config": {"data_init": "false"}}, "^flow data_init must be True or False, got str 'false'$"),
+        ({"config": {"data_init": 1}}, "^flow data_init must be True or False, got int 1$"),
         ({"batch_size": 0}, "^batch_size must be a positive integer, got 0$"),
         (
             {"epochs": 1, "batch_size": 512},
