@@ -114,9 +114,10 @@ def read_limited(path, limit, error, what="file"):
 
 
 #: The `numpy.lib.format` header readers by format version; numpy writes 1.0 unless a header
-#: needs more room (2.0), or characters latin-1 lacks (3.0: field names of a structured dtype,
-#: never a matrix of floats).
+#: needs more room (2.0), or characters latin-1 lacks (3.0, read by `npy_header`).
 _HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+#: The longest ``.npy`` header numpy reads (its ``max_header_size``).
+NPY_HEADER_BYTES = 10000
 #: What numpy's header parsing raises on a damaged header (`tokenize.TokenError` from its repr
 #: parser, `SyntaxError` from ``ast``, a `TypeError` when it sorts keys of two types), and what a
 #: damaged or cut zip member raises when read.
@@ -127,8 +128,14 @@ ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedE
 def npy_header(stream):
     """``(shape, fortran, dtype)`` of the ``.npy`` header at ``stream``'s position, the stream
     left on the data's first byte; one of `HEADER_ERRORS` when it is not such a header or gives
-    a negative size."""
+    a negative size. The one reader of `NpzMembers` and `bert_whitening.files.npy_blocks`."""
     version = np.lib.format.read_magic(stream)
+    if version == (3, 0):  # 2.0's layout in UTF-8: the same bytes when in ASCII, all a float matrix's header holds
+        length = stream.read(4)
+        header = stream.read(min(int.from_bytes(length, "little"), NPY_HEADER_BYTES + 1))
+        if not header.isascii():
+            raise ValueError("a .npy 3.0 header beyond ASCII (field names of a structured array)")
+        stream, version = io.BytesIO(length + header), (2, 0)
     if version not in _HEADER_READERS:
         raise ValueError(".npy format version %d.%d" % version)
     shape, fortran, dtype = _HEADER_READERS[version](stream)

@@ -14,12 +14,11 @@ import stat
 import numpy as np
 
 from bert_whitening.arguments import positive_int
+from bert_whitening.bounded import BLOCK, HEADER_ERRORS, described, npy_header, open_regular
 from bert_whitening.errors import DataError
 
 #: The first bytes of every ``.npy`` file.
 NPY_MAGIC = b"\x93NUMPY"
-#: Bytes read at a time when hashing or streaming a file.
-BLOCK = 1 << 20
 
 
 def file_sha256(*paths):
@@ -35,37 +34,84 @@ def file_sha256(*paths):
 def npy_blocks(path, rows):
     """``(first_row, block)`` of a 2-D C-ordered ``.npy`` matrix, ``rows`` rows at a time.
 
-    Each block is mapped alone and unmapped after use: one ``np.load(mmap_mode="r")`` over the
-    whole file would keep every page it touched resident, so a file as large as the machine's
-    memory would fill it. A file that is not such a matrix is a `DataError` naming it; ``rows``
-    that is not a positive integer is refused before the file is opened.
+    Each block is read (``pread``) from the one descriptor opened, into memory of its own, so
+    memory stays at a block whatever the file's size. It is not mapped: a mapped page past the
+    end of a file cut short meanwhile kills the process (SIGBUS), and mapping reads what is not
+    there as zeros. The file must hold exactly the array its header declares, as `NpyRowWriter`
+    writes it: one cut short (before or while it is read) is refused naming the row where it
+    ends, bytes after the last row as not that array. Anything else that is not such a matrix is
+    a `DataError` naming the file; ``rows`` that is not a positive integer is refused before the
+    file is opened.
     """
     rows = positive_int(rows, "rows")
+    with open_regular(path, DataError, ".npy file") as stream:
+        shape, dtype, offset = _npy_matrix(path, stream)
+        descriptor, row_bytes = stream.fileno(), shape[1] * dtype.itemsize
+        _check_size(path, os.fstat(descriptor).st_size, offset, shape, row_bytes)
+        for start in range(0, shape[0], rows):
+            count = min(rows, shape[0] - start)
+            block = bytearray(count * row_bytes)
+            done = _read_into(path, descriptor, block, offset + start * row_bytes)
+            if done < len(block):
+                raise _cut_short(path, start + done // row_bytes, shape[0], "it was cut short while read")
+            yield start, np.frombuffer(block, dtype).reshape(count, shape[1])
+            del block
+        _check_size(path, os.fstat(descriptor).st_size, offset, shape, row_bytes)
+
+
+def _npy_matrix(path, stream):
+    """``(shape, dtype, offset)`` of the 2-D float matrix whose ``.npy`` header ``stream``
+    begins with; anything else is a `DataError` naming ``path``."""
     try:
-        with open(path, "rb") as stream:
-            magic = stream.read(len(NPY_MAGIC))
+        magic = stream.read(len(NPY_MAGIC))
+        stream.seek(0)
+        header = npy_header(stream) if magic == NPY_MAGIC else None
+    except HEADER_ERRORS as error:
+        raise DataError("%s: not a readable .npy array (%s)" % (path, described(error))) from None
     except OSError as error:
-        raise DataError("%s: not a readable .npy array (%s)" % (path, error.strerror or error)) from None
-    if magic != NPY_MAGIC:  # np.load would take it for a pickle and talk of allow_pickle
+        raise DataError("%s: cannot read the .npy file (%s)" % (path, error.strerror)) from None
+    if header is None:  # np.load would take it for a pickle and talk of allow_pickle
         raise DataError("%s: not a .npy file (it does not start with the .npy magic string)" % path)
-    try:
-        whole = np.load(path, mmap_mode="r")
-    except (OSError, ValueError, OverflowError) as error:  # OverflowError: a negative size in the header
-        raise DataError("%s: not a readable .npy array (%s)" % (path, error)) from None
-    shape, dtype, offset, fortran = whole.shape, whole.dtype, whole.offset, whole.flags.f_contiguous
-    del whole
+    shape, fortran, dtype = header
     if dtype.kind != "f":  # complex parts would be dropped, integers are not vectors we write
         raise DataError("%s: holds %s, expected floating-point vectors" % (path, dtype))
-    if len(shape) != 2 or (fortran and shape[0] > 1 and shape[1] > 1):
+    if len(shape) != 2 or (fortran and shape[0] > 1 and shape[1] > 1):  # one row or column: the same bytes
         raise DataError(
             "%s: expected a 2-D C-ordered array of vectors, got shape %s%s"
             % (path, shape, " in Fortran order" if len(shape) == 2 else "")
         )
-    for start in range(0, shape[0], rows):
-        count = min(rows, shape[0] - start)
-        block = np.memmap(path, dtype, "r", offset + start * shape[1] * dtype.itemsize, (count, shape[1]))
-        yield start, block
-        del block
+    return shape, dtype, stream.tell()
+
+
+def _check_size(path, size, offset, shape, row_bytes):
+    """Refuse a file whose ``size`` is not its header's and the ``shape`` it declares."""
+    end = offset + shape[0] * row_bytes
+    if size < end:
+        raise _cut_short(path, (size - offset) // row_bytes, shape[0], "cut short")
+    if size > end:
+        raise DataError(
+            "%s: %d bytes after the %d rows its header declares: not the array its header says"
+            % (path, size - end, shape[0])
+        )
+
+
+def _cut_short(path, complete, rows, why):
+    """The refusal of a file that ends after ``complete`` whole rows of the ``rows`` declared."""
+    return DataError(
+        "%s: ends within row %d (counted from 1) of the %d rows its header declares: %s"
+        % (path, complete + 1, rows, why)
+    )
+
+
+def _read_into(path, descriptor, buffer, offset):
+    """Fill ``buffer`` from ``offset``: how many bytes there were (fewer at the end of the file)."""
+    view, done = memoryview(buffer), 0
+    try:
+        while done < len(buffer) and (got := os.preadv(descriptor, [view[done:]], offset + done)):
+            done += got
+    except OSError as error:
+        raise DataError("%s: cannot read the .npy file (%s)" % (path, error.strerror)) from None
+    return done
 
 
 def open_directory(path):

@@ -8,6 +8,8 @@ import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import threading
 import time
 import tracemalloc
@@ -19,6 +21,7 @@ import pytest
 from bert_whitening.bounded import FLOW_BYTES, LINE_BYTES, MODEL_SIZES
 from bert_whitening.data import read_pairs, read_sentences
 from bert_whitening.errors import CheckpointError, DataError, FlowError, WhiteningError
+from bert_whitening.files import npy_blocks
 from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening
 
 from helpers import TINY_CONFIG, TINY_VOCAB, here, random_weights, refused
@@ -630,6 +633,123 @@ def test_a_flow_file_of_a_summary_fit_flow_writes_loads(flow_arrays, tmp_path):
     path = str(tmp_path / "trained.npz")
     write_npz(path, with_meta(flow_arrays, training=TRAINING))
     assert Flow.load(path).training_summary == TRAINING
+
+
+# --- .npy matrices (update_from_npy, index --from-vectors) ------------------------------------
+
+
+def saved(path, array):
+    np.save(path, array)
+    return str(path)
+
+
+def test_a_npy_file_cut_short_between_blocks_is_refused_naming_the_row(tmp_path):
+    """It once was numpy's ``mmap length is greater than file size``, naming no file."""
+    path = saved(tmp_path / "v.npy", np.random.default_rng(0).normal(size=(100, 8)).astype(np.float32))
+    offset = os.path.getsize(path) - 100 * 8 * 4
+    blocks = npy_blocks(path, 10)
+    next(blocks)
+    os.truncate(path, offset + 30 * 8 * 4 + 12)  # within row 31
+    with pytest.raises(DataError) as raised:
+        list(blocks)
+    assert str(raised.value) == (
+        "%s: ends within row 31 (counted from 1) of the 100 rows its header declares: it was cut short while read"
+        % path
+    )
+
+
+def test_a_block_stays_what_was_read_when_the_file_is_cut_short_meanwhile(tmp_path):
+    """A mapped block whose pages the file no longer holds killed the process (SIGBUS), or read
+    as zeros: in a child process, so that such a death fails the test rather than the run."""
+    path = saved(tmp_path / "v.npy", np.random.default_rng(0).normal(size=(1000, 256)).astype(np.float32))
+    script = (
+        "import os, sys, numpy as np\n"
+        "from bert_whitening.files import npy_blocks\n"
+        "path = sys.argv[1]\n"
+        "expected = np.load(path)[:500].astype(np.float64).sum()\n"
+        "_, block = next(npy_blocks(path, 500))\n"
+        "os.truncate(path, 64)\n"
+        "assert block.astype(np.float64).sum() == expected, 'the block changed'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-500:])
+
+
+@pytest.mark.parametrize(
+    "make, said",
+    [
+        (  # a header that says fewer rows than the file holds: read as 5 rows once
+            lambda path: write_npy(path, {"descr": "<f4", "fortran_order": False, "shape": (5, 8)}, bytes(320)),
+            "160 bytes after the 5 rows its header declares: not the array its header says",
+        ),
+        (
+            lambda path: open(saved(path, np.ones((10, 8), np.float32)), "ab").write(bytes(7)),
+            "7 bytes after the 10 rows its header declares: not the array its header says",
+        ),
+        (
+            lambda path: write_npy(path, {"descr": "<f4", "fortran_order": False, "shape": (1000, 8)}, bytes(330)),
+            "ends within row 11 (counted from 1) of the 1000 rows its header declares: cut short",
+        ),
+    ],
+    ids=["header of fewer rows", "trailing zero bytes", "header of more rows"],
+)
+def test_a_npy_file_must_hold_exactly_the_array_its_header_declares(tmp_path, make, said):
+    path = str(tmp_path / "v.npy")
+    make(path)
+    with pytest.raises(DataError) as raised:
+        WhiteningStats().update_from_npy(path)
+    assert str(raised.value) == "%s: %s" % (path, said)
+
+
+def write_npy(path, header, data):
+    with open(path, "wb") as stream:
+        np.lib.format.write_array_header_1_0(stream, header)
+        stream.write(data)
+
+
+def test_a_npy_file_that_grows_while_read_is_refused_after_its_last_row(tmp_path):
+    path = saved(tmp_path / "v.npy", np.ones((30, 8), np.float32))
+    blocks = npy_blocks(path, 10)
+    next(blocks)
+    with open(path, "ab") as stream:
+        stream.write(bytes(32))
+    with pytest.raises(DataError, match="^%s: 32 bytes after the 30 rows its header declares" % path):
+        list(blocks)
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(80, dtype=">f4").reshape(10, 8),  # big-endian
+        np.arange(80, dtype=np.float16).reshape(10, 8),
+        np.asfortranarray(np.arange(10, dtype=np.float64).reshape(10, 1)),  # one column: C order's bytes
+        np.asfortranarray(np.arange(8, dtype=np.float64).reshape(1, 8)),
+        np.zeros((0, 8), np.float32),
+    ],
+    ids=["big-endian", "float16", "Fortran column", "Fortran row", "no rows"],
+)
+@pytest.mark.parametrize("version", [(1, 0), (2, 0), (3, 0)])
+def test_a_npy_matrix_is_read_as_numpy_reads_it(tmp_path, array, version):
+    path = str(tmp_path / "v.npy")
+    with open(path, "wb") as stream:
+        np.lib.format.write_array(stream, array, version)
+    blocks = list(npy_blocks(path, 3))
+    assert [first for first, _ in blocks] == list(range(0, len(array), 3))
+    assert all(block.dtype == array.dtype for _, block in blocks)  # concatenating would make it native
+    read = np.concatenate([block for _, block in blocks]) if blocks else np.zeros((0, 8))
+    assert np.array_equal(read, np.load(path))
+
+
+def test_a_large_npy_file_is_read_in_the_memory_of_a_block(tmp_path):
+    path = saved(tmp_path / "v.npy", np.random.default_rng(0).normal(size=(100_000, 32)).astype(np.float32))
+    tracemalloc.start()
+    try:
+        stats = WhiteningStats().update_from_npy(path, rows=1000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert stats.count == 100_000
+    assert peak < 4 * 1000 * 32 * 8 + (1 << 20), peak  # a block and its float64 copy, not the file's 12.8 MB
 
 
 # --- input lines -------------------------------------------------------------------------------

@@ -233,6 +233,19 @@ def test_index_from_vectors_alone_keys_each_row_by_its_number(indexed, tmp_path,
     np.testing.assert_array_equal(IndexDirectory(str(alone)).vectors(), np.load(vectors))
 
 
+def test_index_from_vectors_refuses_bytes_after_the_rows_the_header_declares(indexed, tmp_path, caplog):
+    """Read as the 60 rows its header says, and those bytes ignored, once."""
+    model, corpus, whitening, vectors, index = indexed
+    longer = tmp_path / "longer.npy"
+    longer.write_bytes(vectors.read_bytes() + bytes(12 * 4))
+    argv = ["--model", model, "--whitening", whitening, "--n-components", 12, "--from-vectors", longer]
+    assert run("index", *argv, "--output", tmp_path / "i") == 1
+    assert one_error(caplog) == (
+        "%s: 48 bytes after the 60 rows its header declares: not the array its header says" % longer
+    )
+    assert not (tmp_path / "i").exists()
+
+
 def test_search_finds_each_sentence_first_with_cosine_1(indexed, capsys):
     model, corpus, whitening, vectors, index = indexed
     capsys.readouterr()
