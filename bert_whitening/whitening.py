@@ -335,7 +335,12 @@ CLAIM_TOLERANCE = 1e-6
 def _check_claims(path, arrays, meta):
     """Refuse a whitening whose arrays disagree with what it says it is: ``kernel = U diag(s **
     (-gamma / 2))`` with ``U`` orthonormal, so ``kernel.T @ kernel`` is diagonal, ``s ** -gamma``
-    on its first ``rank`` entries (the floored rest are equal), and ``bias = -beta * mean``."""
+    on its first ``rank`` entries (the floored rest are equal), and ``bias = -beta * mean``.
+
+    Every comparison is made on finite numbers, in a form a NaN fails: a kept eigenvalue of 0 or
+    a subnormal one claims an infinite column norm, and ``|d - inf| <= tolerance * inf`` would
+    hold for any column ``d``, so the kept eigenvalues must be positive and claim finite, non-zero
+    norms first (as a fit's are: it keeps only eigenvalues above its positive floor)."""
     kernel, eigenvalues, rank = arrays["kernel"].astype(np.float64), arrays["eigenvalues"], meta["rank"]
     rising = np.flatnonzero(np.diff(eigenvalues) > 0)
     if rising.size:  # a fit sorts them: the first k columns are the k of most variance
@@ -345,21 +350,37 @@ def _check_claims(path, arrays, meta):
             "first, so that n_components keeps the directions of most variance"
             % (path, i, eigenvalues[i], i + 1, eigenvalues[i + 1])
         )
-    gram = kernel.T @ kernel
+    if not eigenvalues[rank - 1] > 0:  # sorted: the smallest kept one
+        raise WhiteningError(
+            "%s: eigenvalue %d is %.6g, but rank %d keeps it: a fit keeps only eigenvalues above its "
+            "round-off floor, which is positive" % (path, rank - 1, eigenvalues[rank - 1], rank)
+        )
+    claimed, degenerate = _squared_norms(eigenvalues[:rank], meta["gamma"])
+    if degenerate:
+        i, what = degenerate
+        raise WhiteningError(
+            "%s: eigenvalue %d (%.6g) with gamma %g makes kernel column %d's squared norm s ** -gamma %s: "
+            "no fit keeps it" % (path, i, eigenvalues[i], meta["gamma"], i, what)
+        )
+    with np.errstate(over="ignore", invalid="ignore"):
+        gram = kernel.T @ kernel
+    if not np.isfinite(gram).all():
+        raise WhiteningError(
+            "%s: kernel.T @ kernel overflows float64 (column %d): not a whitening"
+            % (path, np.flatnonzero(~np.isfinite(gram).all(axis=0))[0])
+        )
     diagonal = np.diag(gram).copy()
     if not (diagonal > 0).all():
         raise WhiteningError("%s: kernel column %d is zero: not a whitening" % (path, np.argmin(diagonal)))
-    scale = np.sqrt(np.outer(diagonal, diagonal))
-    off = np.abs(gram - np.diag(diagonal)) / scale
-    if off.max() > CLAIM_TOLERANCE:
+    norms = np.sqrt(diagonal)
+    off = np.abs(gram - np.diag(diagonal)) / norms / norms[:, None]  # no product of norms to overflow
+    if not off.max() <= CLAIM_TOLERANCE:
         i, j = np.unravel_index(np.argmax(off), off.shape)
         raise WhiteningError(
             "%s: kernel columns %d and %d are not orthogonal (cosine %.3g): not "
             "U diag(s ** (-gamma / 2)) with orthonormal U" % (path, i, j, off[i, j])
         )
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        claimed = eigenvalues[:rank].astype(np.float64) ** -float(meta["gamma"])
-    disagree = np.flatnonzero(~(np.abs(diagonal[:rank] - claimed) <= CLAIM_TOLERANCE * np.abs(claimed)))
+    disagree = np.flatnonzero(~(np.abs(diagonal[:rank] - claimed) <= CLAIM_TOLERANCE * claimed))
     if disagree.size:
         i = disagree[0]
         raise WhiteningError(
@@ -367,7 +388,7 @@ def _check_claims(path, arrays, meta):
             "%g say %.6g" % (path, i, diagonal[i], eigenvalues[i], meta["gamma"], claimed[i])
         )
     floored = diagonal[rank:]
-    if floored.size and np.ptp(floored) > CLAIM_TOLERANCE * floored.max():
+    if floored.size and not np.ptp(floored) <= CLAIM_TOLERANCE * floored.max():
         raise WhiteningError("%s: the %d floored kernel columns should have equal norms" % (path, floored.size))
     expected_bias = -float(meta["beta"]) * arrays["mean"]
     if not np.allclose(
@@ -379,19 +400,33 @@ def _check_claims(path, arrays, meta):
         raise WhiteningError("%s: bias is not -beta * mean (beta %g)" % (path, meta["beta"]))
 
 
-def _refuse_degenerate_scales(floored, gamma):
-    """Refuse a gamma whose scales ``s ** (-gamma / 2)`` overflow, underflow to zero, or span more
-    than float64 can hold in one sum (1 / eps64): the smallest direction would vanish beside
-    the largest in ``x @ kernel``, and the vectors would not be whitened, or not be numbers."""
+def _squared_norms(eigenvalues, gamma):
+    """The squared norms ``s ** -gamma`` of the kernel's columns for positive ``eigenvalues``, and
+    the first that is no usable float64 as ``(index, "infinite (overflow)" or "zero
+    (underflow)")``, else None. A fit refuses a gamma that makes one (`_refuse_degenerate_scales`),
+    so that its kernel's ``kernel.T @ kernel`` is finite and the file loads; a load refuses one,
+    which no comparison with a column could then check."""
     with np.errstate(over="ignore", under="ignore", divide="ignore"):
-        scales = floored ** (-gamma / 2.0)
-    for test, what in ((~np.isfinite(scales), "infinite (overflow)"), (scales == 0, "zero (underflow)")):
+        norms = np.asarray(eigenvalues, dtype=np.float64) ** -float(gamma)
+    for test, what in ((~np.isfinite(norms), "infinite (overflow)"), (norms == 0, "zero (underflow)")):
         if test.any():
-            i = np.flatnonzero(test)[0]
-            raise WhiteningError(
-                "gamma %g makes the kernel %s: s ** (-gamma / 2) for eigenvalue %.3g; "
-                "choose a gamma nearer 1" % (gamma, what, floored[i])
-            )
+            return norms, (int(np.flatnonzero(test)[0]), what)
+    return norms, None
+
+
+def _refuse_degenerate_scales(floored, gamma):
+    """Refuse a gamma whose kernel columns' squared norms ``s ** -gamma`` overflow or underflow
+    to zero (`_squared_norms`), or whose scales ``s ** (-gamma / 2)`` span more than float64 can
+    hold in one sum (1 / eps64): the smallest direction would vanish beside the largest in ``x @
+    kernel``, and the vectors would not be whitened, or not be numbers."""
+    _, degenerate = _squared_norms(floored, gamma)
+    if degenerate:
+        i, what = degenerate
+        raise WhiteningError(
+            "gamma %g makes the kernel %s: s ** -gamma, its column's squared norm, for eigenvalue %.3g; "
+            "choose a gamma nearer 1" % (gamma, what, floored[i])
+        )
+    scales = floored ** (-gamma / 2.0)
     if scales.max() / scales.min() > 1 / EPS64:
         raise WhiteningError(
             "gamma %g makes the kernel's scales span %.3g, beyond float64's "

@@ -676,3 +676,46 @@ def test_update_from_npy_refuses_a_count_of_rows_that_is_not_positive_and_a_file
     with pytest.raises(DataError, match=r"^%s: not a \.npy file" % re.escape(str(text))) as raised:
         WhiteningStats().update_from_npy(str(text))
     assert "pickle" not in str(raised.value)
+
+
+def scaled_column(whitening, column, factor, eigenvalue=None):
+    """``whitening`` with one kernel column scaled, and its eigenvalue set to ``eigenvalue``."""
+    kernel, eigenvalues = whitening.kernel.copy(), whitening.eigenvalues.copy()
+    kernel[:, column] *= factor
+    if eigenvalue is not None:
+        eigenvalues[column] = eigenvalue
+    return dataclasses.replace(whitening, kernel=kernel, eigenvalues=eigenvalues)
+
+
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (lambda w: scaled_column(w, 5, 1e3), "kernel column 5 has squared norm"),
+        # a kept eigenvalue of 0 or a subnormal one claims an infinite norm, which any column matched
+        (lambda w: scaled_column(w, 5, 1e3, 0.0), "eigenvalue 5 is 0, but rank 6 keeps it"),
+        (lambda w: scaled_column(w, 5, 1e3, -0.0), "eigenvalue 5 is -0, but rank 6 keeps it"),
+        (lambda w: scaled_column(w, 5, 1e3, 5e-324), "makes kernel column 5's squared norm s ** -gamma infinite"),
+        (lambda w: dataclasses.replace(w, kernel=w.kernel * 1e160), "kernel.T @ kernel overflows float64"),
+    ],
+)
+def test_a_kernel_rescaled_behind_an_infinite_claim_is_refused_naming_the_file(tmp_path, edit, fragment):
+    """Every kept column's norm is compared with a finite claim: with an eigenvalue of 0 or
+    5e-324, ``s ** -gamma`` was inf and ``|d - inf| <= 1e-6 * inf`` held for any column, so a
+    column scaled at will loaded and moved cosines by up to 1.9."""
+    vectors = np.random.default_rng(2).normal(size=(100, 6)) * np.logspace(0, -1, 6)
+    fitted = fit_whitening(WhiteningStats().update(vectors))
+    assert fitted.rank == 6
+    path = str(tmp_path / "w.npz")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no numpy warning either
+        edit(fitted).save(path)
+        with pytest.raises(WhiteningError, match="^" + re.escape("%s: " % path) + ".*" + re.escape(fragment)):
+            Whitening.load(path)
+
+
+def test_a_gamma_whose_squared_column_norms_overflow_is_refused_at_fit():
+    """The kernel's scales ``s ** (-gamma / 2)`` may fit in float64 while their squares, the
+    column norms its own load compares, do not: such a fit wrote a file it then refused."""
+    vectors = np.random.default_rng(0).normal(size=(200, 8)) * 1e-3
+    with pytest.raises(WhiteningError, match=re.escape("gamma 60 makes the kernel infinite (overflow)")):
+        fit_whitening(WhiteningStats().update(vectors), gamma=60.0)
