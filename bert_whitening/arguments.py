@@ -9,6 +9,8 @@ import collections.abc
 import numbers
 import os
 
+import numpy as np
+
 from bert_whitening.errors import BertWhiteningError
 
 #: Characters of a refused value shown in a message.
@@ -85,6 +87,31 @@ def id_lists(value, name, limit, bounds):
                     raise BertWhiteningError("%s is %d: %s" % (where, item, bounds))
         rows.append([int(item) for item in row])
     return rows
+
+
+#: numpy's kinds of real numbers, what vectors may hold: floats, signed and unsigned integers. A
+#: complex array would lose its imaginary part (numpy only warns), a bool, string or object array
+#: be read as numbers it does not hold (strings parsed), so each is refused.
+REAL_KINDS = "fiu"
+
+
+def vector_array(value, name, kinds=REAL_KINDS, error=BertWhiteningError):
+    """``value`` as a 2-D numpy array of vectors, one a row, of at least one column, holding
+    numbers of ``kinds`` (`REAL_KINDS`, or ``"f"``: floats only, what the package writes); else
+    one ``error`` naming ``name``. A memory-mapped array is not read. Without a column, the
+    statistics of the vectors would fail later, in numpy, with no name."""
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as failure:  # rows of unequal lengths, say
+        raise error("%s: not an array of vectors (%s)" % (name, failure)) from None
+    if array.dtype.kind not in kinds:
+        expected = "floating-point vectors" if kinds == "f" else "vectors of real numbers (float or int)"
+        raise error("%s: holds %s, expected %s" % (name, array.dtype, expected))
+    if array.ndim != 2 or array.shape[1] < 1:
+        raise error(
+            "%s: expected a 2-D array of vectors (one a row, at least one column), got shape %s" % (name, array.shape)
+        )
+    return array
 
 
 def path_list(value, name="files"):

@@ -30,6 +30,7 @@ from bert_whitening.arguments import (
     positive_int,
     sentence_list,
     sentence_stream,
+    vector_array,
 )
 from bert_whitening.arguments import path as path_argument
 from bert_whitening.atomic import DIRECTORY, check_outputs, publish_directory, staged_directory, write_atomically
@@ -214,9 +215,8 @@ class SentenceEncoder:
         """``value`` normalised: an array of real numbers as vectors of this encoder, sentences
         (a list, or an array of strings) encoded."""
         if isinstance(value, np.ndarray) and value.dtype.kind not in "USO":
-            if value.dtype.kind not in "fiu":
-                raise BertWhiteningError("%s: vectors of %s, not real numbers" % (name, value.dtype))
-            if value.ndim != 2 or value.shape[1] != self.dim:
+            value = vector_array(value, name)
+            if value.shape[1] != self.dim:
                 raise BertWhiteningError(
                     "%s: vectors of shape %s, not (n, %d) of this encoder" % (name, value.shape, self.dim)
                 )

@@ -26,6 +26,7 @@ from typing import Optional
 
 import numpy as np
 
+from bert_whitening.arguments import positive_int, vector_array
 from bert_whitening.atomic import write_atomically
 from bert_whitening.bounded import METADATA_BYTES, MODEL_SIZES, NpzMembers
 from bert_whitening.errors import BertWhiteningError, DataError, WhiteningError
@@ -67,16 +68,15 @@ class WhiteningStats:
     def __init__(self, dim: Optional[int] = None):
         self.dim, self.count, self.mean, self.scatter = None, 0, None, None
         if dim is not None:
-            self._allocate(dim)
+            self._allocate(positive_int(dim, "dim"))
 
     def _allocate(self, dim):
         self.dim, self.mean, self.scatter = dim, np.zeros(dim), np.zeros((dim, dim))
 
     def update(self, vectors):
-        """Add a batch of shape ``(n, dim)``; a NaN or infinite entry is an error naming its row."""
-        vectors = np.asarray(vectors)
-        if vectors.ndim != 2:
-            raise WhiteningError("expected a 2-D batch of vectors, got shape %s" % (vectors.shape,))
+        """Add a batch of shape ``(n, dim)`` of real numbers (`bert_whitening.arguments.vector_array`);
+        a NaN or infinite entry is an error naming its row."""
+        vectors = vector_array(vectors, "the batch", error=WhiteningError)
         if self.dim is None:
             self._allocate(vectors.shape[1])
         if vectors.shape[1] != self.dim:

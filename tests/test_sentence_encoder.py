@@ -101,8 +101,11 @@ def test_similarity_is_the_cosine_matrix_of_sentences_or_vectors(fitted):
         encoder.similarity(broken, vb)
     np.testing.assert_allclose(encoder.similarity(va * 1e300, vb), expected, atol=1e-6)  # beyond float32's range
 
-    with pytest.raises(BertWhiteningError, match="^b: vectors of complex128, not real numbers$"):
-        encoder.similarity(va, vb + 1j)
+    for refused, said in ((vb + 1j, "complex128"), (vb > 0, "bool")):  # as WhiteningStats.update says it
+        with pytest.raises(
+            BertWhiteningError, match=r"^b: holds %s, expected vectors of real numbers \(float or int\)$" % said
+        ):
+            encoder.similarity(va, refused)
 
 
 def brute_force(encoder, corpus, queries, top_k):

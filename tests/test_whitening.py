@@ -128,7 +128,7 @@ def test_npy_file_is_read_in_blocks_and_equals_np_cov(tmp_path):
 def test_npy_file_errors_name_the_file(tmp_path):
     path = str(tmp_path / "bad.npy")
     np.save(path, np.zeros((3, 4, 5), np.float32))
-    with pytest.raises(ValueError, match="bad.npy: expected a 2-D C-ordered array"):
+    with pytest.raises(ValueError, match="bad.npy: expected a 2-D array of vectors"):
         WhiteningStats().update_from_npy(path)
     np.save(path, np.asfortranarray(correlated(6)))
     with pytest.raises(ValueError, match="in Fortran order"):
@@ -448,7 +448,9 @@ def raised(action):
 
 def test_error_messages_in_full(tmp_path):
     sixteen = stats_of(correlated(5))
-    assert raised(lambda: WhiteningStats().update(np.zeros(3))) == "expected a 2-D batch of vectors, got shape (3,)"
+    assert raised(lambda: WhiteningStats().update(np.zeros(3))) == (
+        "the batch: expected a 2-D array of vectors (one a row, at least one column), got shape (3,)"
+    )
     assert (
         raised(lambda: WhiteningStats(16).update(np.zeros((2, 8))))
         == "vectors have dimension 8, the statistics have 16"
@@ -488,7 +490,7 @@ def test_error_messages_in_full(tmp_path):
     np.save(npy, np.zeros((3, 4, 5)))
     assert (
         raised(lambda: WhiteningStats().update_from_npy(npy))
-        == "%s: expected a 2-D C-ordered array of vectors, got shape (3, 4, 5)" % npy
+        == "%s: expected a 2-D array of vectors (one a row, at least one column), got shape (3, 4, 5)" % npy
     )
     np.save(npy, np.asfortranarray(correlated(6)))
     assert (
@@ -719,3 +721,41 @@ def test_a_gamma_whose_squared_column_norms_overflow_is_refused_at_fit():
     vectors = np.random.default_rng(0).normal(size=(200, 8)) * 1e-3
     with pytest.raises(WhiteningError, match=re.escape("gamma 60 makes the kernel infinite (overflow)")):
         fit_whitening(WhiteningStats().update(vectors), gamma=60.0)
+
+
+@pytest.mark.parametrize(
+    "batch, said",
+    [
+        (np.ones((5, 4)) + 1j, "holds complex128, expected vectors of real numbers (float or int)"),
+        (np.array([["1", "2"], ["3", "5"]]), "holds <U1, expected vectors of real numbers (float or int)"),
+        (np.ones((5, 4), bool), "holds bool, expected vectors of real numbers (float or int)"),
+        (np.ones((5, 4)).astype(object), "holds object, expected vectors of real numbers (float or int)"),
+        (np.zeros((5, 0)), "expected a 2-D array of vectors (one a row, at least one column), got shape (5, 0)"),
+        ([[1.0, 2.0], [3.0]], "not an array of vectors ("),
+    ],
+)
+def test_a_batch_that_is_not_real_vectors_is_refused_in_one_line(batch, said):
+    """Complex vectors lost their imaginary part with a ComplexWarning only, strings were parsed,
+    and vectors of no column failed at the fit with numpy's 'argmax of an empty sequence'."""
+    stats = WhiteningStats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(WhiteningError, match="^" + re.escape("the batch: " + said)):
+            stats.update(batch)
+    assert (stats.count, stats.dim) == (0, None)
+
+
+def test_integer_vectors_are_real_numbers_and_a_dimension_must_be_positive(tmp_path):
+    counts = np.random.default_rng(0).integers(0, 50, size=(40, 4))
+    for kind in (np.int64, np.uint8, np.int8):
+        stats = WhiteningStats().update(counts.astype(kind))
+        np.testing.assert_array_equal(stats.mean, counts.mean(axis=0))
+    for dim in (0, -3, 2.5, True, "8"):
+        with pytest.raises(ValueError, match="^dim must be a positive integer, got %s$" % re.escape(repr(dim))):
+            WhiteningStats(dim)
+    path = str(tmp_path / "none.npy")
+    np.save(path, np.zeros((10, 0), np.float32))
+    with pytest.raises(
+        ValueError, match="^%s: expected a 2-D array of vectors .* got shape \\(10, 0\\)$" % re.escape(path)
+    ):
+        WhiteningStats().update_from_npy(path)
