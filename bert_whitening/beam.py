@@ -137,7 +137,7 @@ class EncodeFn(beam.DoFn):
 
         keys = [key for key, _ in batch]
         vectors = encode(self.encoder, [sentence for _, sentence in batch], self.batch_size, progress=False)
-        yield keys, check_vectors(vectors, "beam", self.spec.normalize, keys=keys)
+        yield keys, check_vectors(vectors, "beam", self.spec.normalize, keys=keys, stages=self.spec.stages)
 
 
 def _read_file(path, read):

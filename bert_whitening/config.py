@@ -394,6 +394,15 @@ class EncoderConfig:
             self.whitening, self.identity, self.pooling, self.n_components, self.allow_rank_deficient
         )
 
+    @property
+    def stages(self):
+        """What computes these vectors, in order, for a refusal of them to name
+        (`bert_whitening.whitening.check_vectors`): the model, then the flow or the whitening
+        when one is applied (a whitening with ``n_components`` 0 is not)."""
+        if self.flow is not None:
+            return ("model", "flow")
+        return ("model", "whitening") if self.components else ("model",)
+
     def check_n_components(self, counts):
         """Refuse a number of whitened dimensions to keep above the model's hidden size, from its
         configuration alone: a fit would otherwise fail only after encoding everything."""

@@ -203,7 +203,7 @@ class SentenceEncoder:
 
         sentences, batch_size = sentence_list(sentences), positive_int(batch_size, "batch_size")  # before the model
         vectors = encode(self.keras_encoder, sentences, batch_size, progress)
-        return check_vectors(vectors, "the sentences", self.config.normalize)
+        return check_vectors(vectors, "the sentences", self.config.normalize, stages=self.config.stages)
 
     def similarity(self, a, b, batch_size: int = 128) -> np.ndarray:
         """Cosine matrix ``(len(a), len(b))`` of two lists of sentences (encoded here) or two
@@ -277,7 +277,11 @@ class SentenceEncoder:
                 for vectors in encode_stream(
                     encoder, counted(itertools.chain([first], sentences)), batch_size, progress
                 ):
-                    rows.append(check_vectors(vectors, display_name(path), self.config.normalize, rows.rows))
+                    rows.append(
+                        check_vectors(
+                            vectors, display_name(path), self.config.normalize, rows.rows, stages=self.config.stages
+                        )
+                    )
             if rows.rows != lines:  # each line is one row, or the output is wrong
                 raise BertWhiteningError("wrote %d rows for %d input lines" % (rows.rows, lines))
 

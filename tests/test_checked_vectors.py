@@ -5,6 +5,7 @@ one line naming the source, the row and the value; nothing is written."""
 
 import dataclasses
 import os
+import warnings
 
 import numpy as np
 import pytest
@@ -90,3 +91,95 @@ def test_check_vectors_names_the_first_bad_row_and_its_value():
     for normalized in (True, False):
         with pytest.raises(BertWhiteningError, match=r"^x: row 1 \(0-based\): the vector holds nan \(column 2\)"):
             check_vectors(nan, "x", normalized=normalized)
+
+
+def said(action):
+    with pytest.raises(BertWhiteningError) as raised:
+        action()
+    return str(raised.value)
+
+
+def test_check_vectors_blames_only_what_computed_the_vectors():
+    """The stages that computed the vectors are blamed, and only those: a model alone is not a
+    whitening or flow, and numbers a caller handed in were computed by nothing here."""
+    nan = np.eye(3, dtype=np.float32)
+    nan[1, 2] = np.nan
+    assert said(lambda: check_vectors(nan, "x")) == "x: row 1 (0-based): the vector holds nan (column 2)"
+    assert said(lambda: check_vectors(nan, "x", stages=("model",))) == (
+        "x: row 1 (0-based): the vector holds nan (column 2): the model gave a non-number"
+    )
+    assert said(lambda: check_vectors(nan, "x", False, stages=("model", "whitening"))) == (
+        "x: row 1 (0-based): the vector holds nan (column 2): the model or the whitening gave a non-number"
+    )
+    zero = np.eye(3, dtype=np.float32)
+    zero[2] = 0
+    prefix = "x: row 2 (0-based): the vector has norm 0 where L2-normalised vectors have 1"
+    assert said(lambda: check_vectors(zero, "x")) == prefix + " (a zero vector)"
+    assert said(lambda: check_vectors(zero, "x", stages=("model",))) == prefix + " (a zero vector: the model gave it)"
+    for last in ("whitening", "flow"):
+        assert said(lambda stages=("model", last): check_vectors(zero, "x", stages=stages)) == (
+            prefix + " (a zero vector: the %s maps it to 0)" % last
+        )
+
+
+@pytest.mark.parametrize("value, norm", [(1e-300, "2e-300"), (1e200, "2e+200"), (1e40, "2e+40")])
+def test_a_row_of_tiny_or_huge_numbers_is_given_its_norm_not_zero_or_inf(value, norm):
+    """Squared, 1e-300 underflows to 0 and 1e200 overflows: the norm is taken of the row scaled by
+    its largest entry, and a row is zero only when its entries are."""
+    vectors = np.eye(4)
+    vectors[1] = value
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        message = said(lambda: check_vectors(vectors, "x"))
+    assert message == "x: row 1 (0-based): the vector has norm %s where L2-normalised vectors have 1" % norm
+
+
+@pytest.mark.parametrize("value, norm", [(1e40, "2e+40"), (1e-300, "2e-300")])
+def test_an_index_checks_the_callers_vectors_before_its_float32(tmp_path, value, norm):
+    """``IndexWriter.add`` cast to float32 first: a float64 row of 1e40 became inf, reported as
+    'the model, whitening or flow gave a non-number', and one of 1e-300 a zero vector 'the
+    whitening or flow maps to 0'. Complex or string vectors were cast too, or parsed."""
+    from bert_whitening.retrieval.index_directory import IndexWriter
+
+    record = {"model": {"name": "m", "hidden_size": 4}, "n_components": 0}
+    vectors = np.eye(4)
+    vectors[2] = value
+    keys = [("v.npy", row) for row in range(1, 5)]
+    with pytest.raises(BertWhiteningError) as raised:
+        with IndexWriter(str(tmp_path / "index"), record, 4, source="v.npy") as writer:
+            writer.add(vectors, keys)
+    assert str(raised.value) == "v.npy:3: the vector has norm %s where L2-normalised vectors have 1" % norm
+    for bad, kind in ((np.eye(4) + 0j, "complex128"), (np.eye(4).astype(str), "<U32")):
+        with pytest.raises(BertWhiteningError, match=r"^v.npy: holds %s, expected vectors of real" % kind):
+            with IndexWriter(str(tmp_path / "index"), record, 4, source="v.npy") as writer:
+                writer.add(bad, keys)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.fixture(scope="module")
+def silent_model(tmp_path_factory):
+    """The tiny model with its last layer's LayerNorm zeroed: every last-layer vector is 0."""
+    from bert_whitening.checkpoints.google import write_checkpoint
+
+    from helpers import TINY_CONFIG, TINY_VOCAB, random_weights
+
+    weights = random_weights(TINY_CONFIG)
+    last = TINY_CONFIG["num_hidden_layers"] - 1
+    for name in ("gamma", "beta"):
+        key = "bert/encoder/layer_%d/output/LayerNorm/%s" % (last, name)
+        weights[key] = np.zeros_like(weights[key])
+    directory = str(tmp_path_factory.mktemp("models") / "silent")
+    write_checkpoint(directory, TINY_CONFIG, weights, TINY_VOCAB)
+    return directory
+
+
+def test_a_model_that_gives_zero_vectors_is_blamed_not_a_whitening_there_is_not(silent_model):
+    from bert_whitening import SentenceEncoder
+
+    encoder = SentenceEncoder.load(silent_model, pooling="last-avg")
+    with pytest.raises(BertWhiteningError) as raised:
+        encoder.encode(SENTENCES[:2])
+    assert str(raised.value) == (
+        "the sentences: row 0 (0-based): the vector has norm 0 where L2-normalised vectors have 1 "
+        "(a zero vector: the model gave it)"
+    )

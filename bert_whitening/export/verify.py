@@ -63,7 +63,7 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE, 
     ids = pad_ids(sequences)  # mostly padding: the last sentence fills maxlen
     expected = _vectors(compiled(encoder.model), ids)  # float32, whatever the process runs
     source = "the Keras encoder's vectors of the verification sentences"
-    check_vectors(expected["serving_default"], source, encoder.normalize)
+    check_vectors(expected["serving_default"], source, encoder.normalize, stages=encoder.config.stages)
     if precision == "bfloat16":
         exact, expected = expected, _vectors(_bfloat16_export_graph(encoder), ids)
         lowest = min(
@@ -78,7 +78,8 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE, 
     outputs = process.run(directory, ids, VERIFY_SENTENCES if text else [])
     compared = [name for name in expected if name in outputs]
     for name in compared:
-        check_vectors(outputs[name], "the exported %s of the verification sentences" % name, encoder.normalize)
+        exported = "the exported %s of the verification sentences" % name
+        check_vectors(outputs[name], exported, encoder.normalize, stages=encoder.config.stages)
     difference = max(float(np.abs(outputs[name] - expected[name]).max()) for name in compared)
     if not difference <= tolerance:
         raise ExportError(

@@ -35,6 +35,7 @@ import os
 
 import numpy as np
 
+from bert_whitening.arguments import vector_array
 from bert_whitening.atomic import publish_directory, staged_directory
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
@@ -92,20 +93,22 @@ class IndexWriter:
         )
         return self
 
-    def add(self, vectors, keys, texts=None):
-        """Add ``vectors`` (unit rows) with their ``[(file, line)]`` keys and texts (None: none)."""
-        vectors = np.asarray(vectors, dtype=np.float32)
-        if vectors.ndim != 2:
-            raise BertWhiteningError("%s: vectors of shape %s, not one vector a row" % (self.source, vectors.shape))
+    def add(self, vectors, keys, texts=None, stages=()):
+        """Add ``vectors`` (unit rows) with their ``[(file, line)]`` keys and texts (None: none);
+        ``stages``: what computed them, when this package did (`check_vectors`), else they are
+        the caller's. They are checked as given, before the index's float32: a float64 row of
+        1e40 becomes inf there, one of 1e-300 zero, and either would be blamed on what it is not."""
+        vectors = vector_array(vectors, self.source)
         if vectors.shape[1] != self.dim:
             self._refuse_dimension(vectors.shape[1])
         if len(keys) != len(vectors):
             raise BertWhiteningError("%d keys for %d vectors" % (len(keys), len(vectors)))
-        check_vectors(vectors, self.source, normalized=True, keys=keys)
+        check_vectors(vectors, self.source, normalized=True, keys=keys, stages=stages)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         for (path, line), text in zip(keys, texts or [None] * len(keys), strict=True):
             self.keys.write("%s\t%d\n" % (shown_name(path).replace("\t", "\\t").replace("\n", "\\n"), line))
             self.texts.write(json.dumps(text, ensure_ascii=False) + "\n")
-        self.index.add(np.ascontiguousarray(vectors))
+        self.index.add(vectors)
 
     def _refuse_dimension(self, found):
         """Refuse vectors of dimension ``found``, not this index's, naming their input, what the

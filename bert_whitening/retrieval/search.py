@@ -103,7 +103,7 @@ def build_index(
             with progress_bar() as bar:
                 for vectors in encode_stream(encoder, texts(), batch_size, bar):
                     keyed = [read.popleft() for _ in range(len(vectors))]
-                    writer.add(vectors, [key for key, _ in keyed], [text for _, text in keyed])
+                    writer.add(vectors, [key for key, _ in keyed], [text for _, text in keyed], config.stages)
         count = writer.index.ntotal
     logger.info(
         "indexed %d vectors of dimension %d into %s (%s)",
