@@ -238,16 +238,16 @@ def parse_pair(line):
 
 
 def _records(numbered, name, parse, expected, skip_bad_lines=False, header=None):
-    """Yield ``parse(line)`` for each ``(number, line)``. A line it returns None for is an error
-    naming file, line and content, or with ``skip_bad_lines`` a skipped line, counted in one
-    warning at the end. A first line starting with ``header`` is passed over."""
+    """Yield ``(number, parse(line))`` for each ``(number, line)``. A line it returns None for is
+    an error naming file, line and content, or with ``skip_bad_lines`` a skipped line, counted in
+    one warning at the end. A first line starting with ``header`` is passed over."""
     skipped = 0
     for number, line in numbered:
         if number == 1 and header and line.startswith(header):
             continue
         record = parse(line)
         if record is not None:
-            yield record
+            yield number, record
         elif skip_bad_lines:
             skipped += 1
         else:
@@ -262,7 +262,9 @@ PAIR_LINE = "expected sentence1<TAB>sentence2<TAB>label with a finite numeric la
 def read_pairs(path, skip_bad_lines=False, opener=open_local):
     """Yield ``(sentence1, sentence2, label)``; a malformed line is an error, or with
     ``skip_bad_lines`` a skipped line counted in one warning at the end."""
-    return _records(_lines(path, opener), display_name(path), parse_pair, PAIR_LINE, skip_bad_lines)
+    return (
+        pair for _, pair in _records(_lines(path, opener), display_name(path), parse_pair, PAIR_LINE, skip_bad_lines)
+    )
 
 
 def chunked(iterable, size):
@@ -299,7 +301,8 @@ def _detect(name, head):
 
 
 def _sentence_lines(numbered, name):
-    """The lines of an auto-detected sentence file; a pair line after the first lines is an error."""
+    """The ``(number, line)`` of an auto-detected sentence file; a pair line after the first
+    lines is an error."""
     for number, line in numbered:
         if parse_pair(line) is not None:
             raise DataError(
@@ -307,15 +310,22 @@ def _sentence_lines(numbered, name):
                 "sentences (decided on its first %d non-empty lines); give --format "
                 "lines or --format pairs" % (name, number, DETECT_LINES)
             )
-        yield line
+        yield number, line
 
 
-def read_sentences(path, format="auto", skip_bad_lines=False, opener=open_local):
-    """Yield the sentences of a file: every line of a sentence file, both sentences of a pair.
+def read_sentences(path, format="auto", skip_bad_lines=False, opener=open_local, numbered=False):
+    """Yield the sentences of a file: every line of a sentence file, both sentences of a pair;
+    with ``numbered``, each as ``(number, sentence)``, the number of its line from 1 (both of a
+    pair have their line's), for a message about a sentence to name its file and line.
 
     ``auto`` decides on the first `DETECT_LINES` non-empty lines of the same single read, so a
     pipe loses nothing; it logs what it decided.
     """
+    for number, sentence in _numbered_sentences(path, format, skip_bad_lines, opener):
+        yield (number, sentence) if numbered else sentence
+
+
+def _numbered_sentences(path, format, skip_bad_lines, opener):
     check_choice("input format", format, INPUT_FORMATS)
     name, numbered = display_name(path), _lines(path, opener)
     if format == "auto":
@@ -327,16 +337,16 @@ def read_sentences(path, format="auto", skip_bad_lines=False, opener=open_local)
                 break
         format = _detect(name, head)
         if format == "lines":
-            yield from (line for _, line in head)
+            yield from head
             yield from _sentence_lines(numbered, name)
             return
         numbered = itertools.chain(head, numbered)
     if format == "lines":
-        yield from (line for _, line in numbered)
+        yield from numbered
     else:
-        for first, second, _ in _records(numbered, name, parse_pair, PAIR_LINE, skip_bad_lines):
-            yield first
-            yield second
+        for number, (first, second, _) in _records(numbered, name, parse_pair, PAIR_LINE, skip_bad_lines):
+            yield number, first
+            yield number, second
 
 
 def distinct_sentences(splits):
@@ -369,14 +379,17 @@ def _sts_benchmark(directory, skip_bad_lines=False):
         parse = lambda line: _fields(line, (0, 6, 7), 5) if line.split("\t")[0] in names else None
         expected = "malformed line: expected split<TAB>genre<TAB>dataset<TAB>year<TAB>sid<TAB>score<TAB>s1<TAB>s2"
         records = _records(_lines(packed), packed, parse, expected, skip_bad_lines, "split\t")
-        for split, first, second, score in records:
+        for _, (split, first, second, score) in records:
             splits[names[split]].append((first, second, score))
         return splits
     expected = "malformed line: expected genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>s1<TAB>s2"
     files = (("train", "sts-train.csv"), ("valid", "sts-dev.csv"), ("test", "sts-test.csv"))
     paths = {split: os.path.join(directory, name) for split, name in files}
     return {
-        split: list(_records(_lines(path), path, lambda line: _fields(line, (5, 6), 4), expected, skip_bad_lines))
+        split: [
+            pair
+            for _, pair in _records(_lines(path), path, lambda line: _fields(line, (5, 6), 4), expected, skip_bad_lines)
+        ]
         for split, path in paths.items()
         if os.path.lexists(path)
     }

@@ -17,7 +17,6 @@ import collections.abc
 import concurrent.futures
 import contextlib
 import dataclasses
-import itertools
 import logging
 import weakref
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
@@ -28,11 +27,11 @@ from tqdm.auto import tqdm
 from bert_whitening import precision
 from bert_whitening.arguments import container, positive_int, sentence_list, sentence_stream, shown
 from bert_whitening.backend import graph_function, keras, tf
-from bert_whitening.data import ReadOptions, chunked, read_sentences
+from bert_whitening.data import ReadOptions, chunked, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.layers.fused_bert import FusedBert, bfloat16_products
 from bert_whitening.token_ids import pad_ids, token_ids
-from bert_whitening.whitening import WhiteningStats
+from bert_whitening.whitening import WhiteningStats, check_vectors
 
 if TYPE_CHECKING:
     from bert_whitening.models import Encoder
@@ -330,11 +329,19 @@ def vectors_from_files_together(
 
 def _file_blocks(encoders, paths, read, progress):
     """Each of ``encoders``' vectors of a chunk of the files' sentences, chunk after chunk, from
-    one forward pass for all of them (`encode_stream`)."""
+    one forward pass for all of them (`encode_stream`); a vector that is not a number is refused
+    naming its file and line (`check_vectors`), which the statistics it goes to do not know."""
     joint, ends = _side_by_side(encoders)
-    for vectors in encode_stream(joint, _file_sentences(paths, read), read.batch_size, progress):
+    keys = collections.deque()  # (file, line) of each sentence encode_stream has taken
+    for vectors in encode_stream(joint, _file_sentences(paths, read, keys), read.batch_size, progress):
+        rows = [keys.popleft() for _ in range(len(vectors))]
+        check_vectors(vectors, ", ".join(paths), normalized=False, keys=rows, stages=joint.config.stages)
         yield np.split(vectors, ends, axis=1)
 
 
-def _file_sentences(paths, read):
-    return itertools.chain.from_iterable(read_sentences(path, read.format, read.skip_bad_lines) for path in paths)
+def _file_sentences(paths, read, keys):
+    """The sentences of ``paths``, each one's ``(file, line)`` appended to ``keys`` as it is read."""
+    for path in paths:
+        for number, sentence in read_sentences(path, read.format, read.skip_bad_lines, numbered=True):
+            keys.append((display_name(path), number))
+            yield sentence

@@ -161,11 +161,14 @@ def _check_fit_on(fit_on, loaded):
 
 
 def _fit_blocks(encoded, fit_on):
-    """The vectors of both sentences of every pair of ``all`` splits, or of ``train``."""
+    """``(name, vectors)`` of both sentences of every pair of ``all`` splits, or of ``train``;
+    the name (``the train split's first sentences``) is what a refusal of a row names."""
     if fit_on == "train" and "train" not in encoded:
         raise BertWhiteningError("--fit-on train: this task has no train split (splits: %s)" % ", ".join(encoded))
-    for first, second, _ in encoded.values() if fit_on == "all" else [encoded["train"]]:
-        yield from (first, second)
+    for split in encoded if fit_on == "all" else ["train"]:
+        first, second, _ = encoded[split]
+        yield "the %s split's first sentences" % split, first
+        yield "the %s split's second sentences" % split, second
 
 
 def fit_statistics(
@@ -178,8 +181,8 @@ def fit_statistics(
     if fit_on not in ("all", "train"):
         return statistics_from_files(fit_on)
     stats = WhiteningStats()
-    for block in _fit_blocks(encoded, fit_on):
-        stats.update(block)
+    for name, block in _fit_blocks(encoded, fit_on):
+        stats.update(block, name)
     return stats
 
 
@@ -192,7 +195,7 @@ def fit_vectors(
     for a list of files ``vectors_from_files(paths)`` (`bert_whitening.encoding.vectors_from_files`)."""
     if fit_on not in ("all", "train"):
         return vectors_from_files(fit_on)
-    return np.concatenate(list(_fit_blocks(encoded, fit_on)))
+    return np.concatenate([block for _, block in _fit_blocks(encoded, fit_on)])
 
 
 def fit_key(setting: Setting) -> tuple:

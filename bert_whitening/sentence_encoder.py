@@ -220,9 +220,7 @@ class SentenceEncoder:
                 raise BertWhiteningError(
                     "%s: vectors of shape %s, not (n, %d) of this encoder" % (name, value.shape, self.dim)
                 )
-            unusable = np.flatnonzero(~np.isfinite(value).all(axis=1))
-            if unusable.size:  # the caller's numbers, not the model's
-                raise BertWhiteningError("%s: row %d (0-based) holds NaN or inf" % (name, unusable[0]))
+            check_vectors(value, name, normalized=False)  # the caller's numbers: no stage to blame
             # normalised in float64, then cast: a row beyond float32's range would become inf first
             return l2_normalize(value.astype(np.float64)).astype(np.float32)
         return l2_normalize(self.encode(sentence_list(value, name), batch_size))
@@ -316,7 +314,7 @@ class SentenceEncoder:
         stats = WhiteningStats()
         if sentences is not None:
             for vectors in encode_stream(pooled, sentences, read.batch_size, progress):
-                stats.update(vectors)
+                stats.update(check_vectors(vectors, "the sentences", False, stats.count, stages=pooled.config.stages))
         if files:
             stats.merge(statistics_from_files(pooled, files, read, progress))
         source = ", ".join(files) or "the sentences"

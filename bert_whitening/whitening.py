@@ -73,20 +73,21 @@ class WhiteningStats:
     def _allocate(self, dim):
         self.dim, self.mean, self.scatter = dim, np.zeros(dim), np.zeros((dim, dim))
 
-    def update(self, vectors):
-        """Add a batch of shape ``(n, dim)`` of real numbers (`bert_whitening.arguments.vector_array`);
-        a NaN or infinite entry is an error naming its row."""
-        vectors = vector_array(vectors, "the batch", error=WhiteningError)
+    def update(self, vectors, where="the batch", start=0):
+        """Add a batch of shape ``(n, dim)`` of real numbers (`bert_whitening.arguments.vector_array`).
+        A refusal names ``where`` and, for a NaN or infinite entry, its row counted from ``start``
+        (`check_vectors`): the caller's row (a file's, say), not this accumulator's. A caller
+        that made the vectors checks them first, naming what it knows (file and line, the model)."""
+        vectors = vector_array(vectors, where, error=WhiteningError)
         if self.dim is None:
             self._allocate(vectors.shape[1])
         if vectors.shape[1] != self.dim:
-            raise WhiteningError("vectors have dimension %d, the statistics have %d" % (vectors.shape[1], self.dim))
-        for start in range(0, len(vectors), UPDATE_CHUNK_ROWS):
-            chunk = np.asarray(vectors[start : start + UPDATE_CHUNK_ROWS], dtype=np.float64)
-            bad = ~np.isfinite(chunk).all(axis=1)
-            if bad.any():
-                row = self.count + int(np.argmax(bad))
-                raise WhiteningError("vector %d (0-based, in input order) contains NaN or inf" % row)
+            raise WhiteningError(
+                "%s: vectors of dimension %d, the statistics have %d" % (where, vectors.shape[1], self.dim)
+            )
+        for first in range(0, len(vectors), UPDATE_CHUNK_ROWS):
+            block = check_vectors(vectors[first : first + UPDATE_CHUNK_ROWS], where, False, start + first)
+            chunk = np.asarray(block, dtype=np.float64)
             chunk_mean = chunk.mean(axis=0)
             centred = chunk - chunk_mean
             self._combine(len(chunk), chunk_mean, centred.T @ centred)
@@ -94,14 +95,11 @@ class WhiteningStats:
 
     def update_from_npy(self, path, rows=UPDATE_CHUNK_ROWS):
         """Add every row of a 2-D ``.npy`` file, ``rows`` at a time, in bounded memory
-        (`bert_whitening.files.npy_blocks`)."""
+        (`bert_whitening.files.npy_blocks`); a refusal names the file and its row."""
         from bert_whitening.files import npy_blocks
 
-        for _, block in npy_blocks(path, rows):
-            try:
-                self.update(block)
-            except ValueError as error:
-                raise WhiteningError("%s: %s" % (path, error)) from None
+        for first, block in npy_blocks(path, rows):
+            self.update(block, path, first)
         return self
 
     def merge(self, other):

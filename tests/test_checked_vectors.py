@@ -5,6 +5,7 @@ one line naming the source, the row and the value; nothing is written."""
 
 import dataclasses
 import os
+import re
 import warnings
 
 import numpy as np
@@ -156,21 +157,71 @@ def test_an_index_checks_the_callers_vectors_before_its_float32(tmp_path, value,
     assert os.listdir(tmp_path) == []
 
 
-@pytest.fixture(scope="module")
-def silent_model(tmp_path_factory):
-    """The tiny model with its last layer's LayerNorm zeroed: every last-layer vector is 0."""
+def edited_model(tmp_path_factory, name, edit):
+    """The tiny model written with ``edit(weights)`` applied."""
     from bert_whitening.checkpoints.google import write_checkpoint
 
     from helpers import TINY_CONFIG, TINY_VOCAB, random_weights
 
     weights = random_weights(TINY_CONFIG)
-    last = TINY_CONFIG["num_hidden_layers"] - 1
-    for name in ("gamma", "beta"):
-        key = "bert/encoder/layer_%d/output/LayerNorm/%s" % (last, name)
-        weights[key] = np.zeros_like(weights[key])
-    directory = str(tmp_path_factory.mktemp("models") / "silent")
+    edit(weights)
+    directory = str(tmp_path_factory.mktemp("models") / name)
     write_checkpoint(directory, TINY_CONFIG, weights, TINY_VOCAB)
     return directory
+
+
+@pytest.fixture(scope="module")
+def silent_model(tmp_path_factory):
+    """The tiny model with its last layer's LayerNorm zeroed: every last-layer vector is 0."""
+    from helpers import TINY_CONFIG
+
+    def silence(weights):
+        for name in ("gamma", "beta"):
+            key = "bert/encoder/layer_%d/output/LayerNorm/%s" % (TINY_CONFIG["num_hidden_layers"] - 1, name)
+            weights[key] = np.zeros_like(weights[key])
+
+    return edited_model(tmp_path_factory, "silent", silence)
+
+
+@pytest.fixture(scope="module")
+def cat_model(tmp_path_factory):
+    """The tiny model whose embedding of 猫 is NaN: a sentence holding it has a NaN vector."""
+    from helpers import TINY_VOCAB
+
+    def poison(weights):
+        weights["bert/embeddings/word_embeddings"][TINY_VOCAB.index("猫")] = np.nan
+
+    return edited_model(tmp_path_factory, "cat", poison)
+
+
+@pytest.mark.parametrize(
+    "content, line",
+    [("今天天气很好\n我们在北京\n猫和狗在跑\n", 3), ("今天天气很好\t我们在北京\t1\n她是一个好人\t猫和狗在跑\t0\n", 2)],
+    ids=["sentences", "pairs"],
+)
+def test_a_fit_on_files_names_the_file_and_line_of_a_vector_that_is_not_a_number(cat_model, tmp_path, content, line):
+    """It said 'vector 2 (0-based, in input order) contains NaN or inf', a row of the
+    accumulator, with no file, line or cause."""
+    from bert_whitening import SentenceEncoder
+
+    path = tmp_path / "fit.txt"
+    path.write_text(content, encoding="utf-8")
+    said = "%s:%d: the vector holds nan (column 0): the model gave a non-number" % (path, line)
+    with pytest.raises(BertWhiteningError, match="^%s$" % re.escape(said)):
+        SentenceEncoder.load(cat_model).fit(files=[str(path)])
+    refused(here("fit", "--model", cat_model, "--output", tmp_path / "w.npz", path), said)
+    assert os.listdir(tmp_path) == ["fit.txt"]
+
+
+def test_a_fit_on_sentences_names_the_row_of_a_vector_that_is_not_a_number(cat_model):
+    from bert_whitening import SentenceEncoder
+
+    with pytest.raises(BertWhiteningError) as raised:
+        SentenceEncoder.load(cat_model).fit(SENTENCES)
+    assert str(raised.value) == (
+        "the sentences: row %d (0-based): the vector holds nan (column 0): the model gave a non-number"
+        % SENTENCES.index("猫和狗在跑")
+    )
 
 
 def test_a_model_that_gives_zero_vectors_is_blamed_not_a_whitening_there_is_not(silent_model):

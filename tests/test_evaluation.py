@@ -394,6 +394,25 @@ def test_fit_statistics_on_all_splits_or_train():
     assert str(info.value) == "--fit-on train: this task has no train split (splits: valid, test)"
 
 
+def test_a_vector_fitted_on_that_is_not_a_number_names_its_split_and_row():
+    """It was 'vector 163 (0-based, in input order)', a row of the splits' vectors one after the
+    other, which named no split."""
+    encoded = synthetic_encoded()
+    encoded["valid"][1][3, 2] = np.nan
+    encoded["train"][0][7, 0] = np.inf
+    for fit_on, said in (
+        ("all", "the train split's first sentences: row 7 (0-based): the vector holds inf (column 0)"),
+        ("train", "the train split's first sentences: row 7 (0-based): the vector holds inf (column 0)"),
+    ):
+        with pytest.raises(ValueError) as info:
+            fit_statistics(encoded, fit_on)
+        assert str(info.value) == said
+    encoded["train"][0][7, 0] = 0
+    with pytest.raises(ValueError) as info:
+        fit_statistics(encoded)
+    assert str(info.value) == "the valid split's second sentences: row 3 (0-based): the vector holds nan (column 2)"
+
+
 def test_files_are_fitted_as_one_stream_in_chunks_with_one_truncation_count(tmp_path, monkeypatch, caplog):
     import functools
     import logging
@@ -413,7 +432,8 @@ def test_files_are_fitted_as_one_stream_in_chunks_with_one_truncation_count(tmp_
     monkeypatch.setattr(encoding, "encode_ids", encode_lengths)
     monkeypatch.setattr(encoding, "checked_encoder", lambda value, name="encoder": value)  # a stand-in encoder
     tokenizer = SimpleNamespace(encode=lambda text: ([2] + [5] * len(text) + [3], None))
-    encoder = SimpleNamespace(tokenizer=tokenizer, maxlen=6)  # "ggggg" is cut to 4 tokens
+    config = SimpleNamespace(stages=("model",))  # what a refusal of its vectors blames
+    encoder = SimpleNamespace(tokenizer=tokenizer, maxlen=6, config=config)  # "ggggg" is cut to 4 tokens
     files = [str(tmp_path / "s.txt"), str(tmp_path / "p.data")]
     with caplog.at_level(logging.INFO):
         stats = fit_statistics(

@@ -136,7 +136,7 @@ def test_npy_file_errors_name_the_file(tmp_path):
     vectors = correlated(10)
     vectors[8, 1] = np.nan
     np.save(path, vectors)
-    with pytest.raises(ValueError, match="bad.npy: vector 8 "):
+    with pytest.raises(ValueError, match=r"bad.npy: row 8 \(0-based\): the vector holds nan \(column 1\)$"):
         WhiteningStats().update_from_npy(path, rows=3)
     for kind in (np.complex64, np.int64):
         np.save(path, correlated(6).astype(kind))
@@ -280,15 +280,23 @@ def test_k_larger_than_dimension_is_refused():
         whitening.transform(correlated(3), 17)
 
 
-def test_nan_and_inf_name_the_row():
+def test_nan_and_inf_name_the_callers_row(tmp_path):
+    """The row of the batch (from ``start``), not of the accumulator: 5 vectors added before
+    made the third row of this batch 'vector 7', and update_from_npy named no row of its file."""
     stats = stats_of(correlated(5))
     bad = correlated(4)
     bad[2, 3] = np.nan
-    with pytest.raises(ValueError, match="vector 7 "):
+    with pytest.raises(ValueError, match=r"^the batch: row 2 \(0-based\): the vector holds nan \(column 3\)$"):
         stats.update(bad)
+    with pytest.raises(ValueError, match=r"^v.npy: row 12 \(0-based\): the vector holds nan"):
+        stats.update(bad, "v.npy", 10)
     bad[2, 3] = np.inf
-    with pytest.raises(ValueError, match="vector 7 "):
+    with pytest.raises(ValueError, match=r"^the batch: row 7 \(0-based\): the vector holds inf"):
         WhiteningStats().update(np.concatenate([correlated(5), bad]))
+    path = str(tmp_path / "v.npy")
+    np.save(path, np.concatenate([correlated(8), bad]))
+    with pytest.raises(ValueError, match=r"^%s: row 10 \(0-based\): the vector holds inf" % re.escape(path)):
+        stats.update_from_npy(path, rows=3)  # the file's row 10, not the accumulator's 15
 
 
 def test_too_few_or_identical_vectors_are_refused():
@@ -453,7 +461,7 @@ def test_error_messages_in_full(tmp_path):
     )
     assert (
         raised(lambda: WhiteningStats(16).update(np.zeros((2, 8))))
-        == "vectors have dimension 8, the statistics have 16"
+        == "the batch: vectors of dimension 8, the statistics have 16"
     )
     assert raised(lambda: sixteen.merge(stats_of(np.zeros((2, 8))))) == "cannot merge statistics of dimension 16 and 8"
     assert raised(lambda: stats_of(correlated(1)).second_moment(0.0)) == "a covariance needs at least 2 vectors, got 1"
@@ -483,7 +491,8 @@ def test_error_messages_in_full(tmp_path):
     bad = correlated(4)
     bad[2, 3] = np.inf
     assert (
-        raised(lambda: stats_of(correlated(5)).update(bad)) == "vector 7 (0-based, in input order) contains NaN or inf"
+        raised(lambda: stats_of(correlated(5)).update(bad))
+        == "the batch: row 2 (0-based): the vector holds inf (column 3)"
     )
 
     npy = str(tmp_path / "v.npy")
@@ -500,7 +509,7 @@ def test_error_messages_in_full(tmp_path):
     np.save(npy, bad)
     assert (
         raised(lambda: WhiteningStats().update_from_npy(npy, rows=2))
-        == "%s: vector 2 (0-based, in input order) contains NaN or inf" % npy
+        == "%s: row 2 (0-based): the vector holds inf (column 3)" % npy
     )
 
     path = str(tmp_path / "w.npz")
