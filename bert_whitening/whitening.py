@@ -41,10 +41,13 @@ FORMAT_VERSION = 2
 #: Eigenvalues at or below the round-off floor count as zero, and are raised to it before
 #: ``s ** (-gamma / 2)``, so nothing is divided by zero or by a negative round-off value. The floor
 #: is the larger of numpy's float64 rank tolerance (``eps64 * dim * largest eigenvalue``) and the
-#: variance float32 round-off gives any direction of vectors computed in float32
-#: (``eps32 ** 2 * mean squared norm``): a LayerNorm output (cls, last-avg) or a linear map of one
-#: (pooler) has a null direction that float32 arithmetic lifts to about 1e-14 of the largest
-#: eigenvalue, while real directions of BERT vectors measured here stay above 1e-8.
+#: variance the vectors' own round-off gives any direction (``eps ** 2 * mean squared norm``,
+#: ``eps`` their precision's, `WhiteningStats.epsilon`): for model vectors, computed in float32,
+#: ``eps32``: a LayerNorm output (cls, last-avg) or a linear map of one (pooler) has a null
+#: direction that float32 arithmetic lifts to about 1e-14 of the largest eigenvalue, while real
+#: directions of BERT vectors measured here stay above 1e-8. Vectors a caller computed in float64
+#: carry float64's round-off, ``eps64``, and float32's floor would hide their real directions
+#: (scales 1e7 apart, or a mean 1e7 times their spread).
 EPS64 = np.finfo(np.float64).eps
 EPS32 = np.finfo(np.float32).eps
 
@@ -61,17 +64,28 @@ class WhiteningStats:
     Memory is ``dim * dim`` float64 plus one chunk of the batch, whatever the number of vectors.
     Two accumulators over disjoint shards ``merge`` into the accumulator of their union.
 
+    Beside them it keeps ``epsilon``, the round-off of the coarsest vectors added (`_epsilon`),
+    which sets the fit's rank floor (`EPS64`), and each column's ``lowest`` and ``highest``
+    value, so that a fit says the vectors are identical only when they are.
+
     Args:
         dim: the vector dimension, or None to take it from the first batch.
     """
 
     def __init__(self, dim: Optional[int] = None):
         self.dim, self.count, self.mean, self.scatter = None, 0, None, None
+        self.epsilon, self.lowest, self.highest = 0.0, None, None  # 0.0: no vector yet
         if dim is not None:
             self._allocate(positive_int(dim, "dim"))
 
     def _allocate(self, dim):
         self.dim, self.mean, self.scatter = dim, np.zeros(dim), np.zeros((dim, dim))
+        self.lowest, self.highest = np.full(dim, np.inf), np.full(dim, -np.inf)
+
+    @property
+    def identical(self):
+        """Whether every vector added is the same (there is at least one)."""
+        return self.count > 0 and np.array_equal(self.lowest, self.highest)
 
     def update(self, vectors, where="the batch", start=0):
         """Add a batch of shape ``(n, dim)`` of real numbers (`bert_whitening.arguments.vector_array`).
@@ -90,7 +104,7 @@ class WhiteningStats:
             chunk = np.asarray(block, dtype=np.float64)
             chunk_mean = chunk.mean(axis=0)
             centred = chunk - chunk_mean
-            self._combine(len(chunk), chunk_mean, centred.T @ centred)
+            self._combine(len(chunk), chunk_mean, centred.T @ centred, _epsilon(block), chunk.min(0), chunk.max(0))
         return self
 
     def update_from_npy(self, path, rows=UPDATE_CHUNK_ROWS):
@@ -110,15 +124,17 @@ class WhiteningStats:
             self._allocate(other.dim)
         if other.dim != self.dim:
             raise WhiteningError("cannot merge statistics of dimension %d and %d" % (self.dim, other.dim))
-        self._combine(other.count, other.mean, other.scatter)
+        self._combine(other.count, other.mean, other.scatter, other.epsilon, other.lowest, other.highest)
         return self
 
-    def _combine(self, count, mean, scatter):
+    def _combine(self, count, mean, scatter, epsilon, lowest, highest):
         total = self.count + count
         delta = mean - self.mean
         self.scatter = self.scatter + scatter + np.outer(delta, delta) * (self.count * count / total)
         self.mean = self.mean + delta * (count / total)
         self.count = total
+        self.epsilon = max(self.epsilon, epsilon)  # the coarsest vectors' round-off reaches the union
+        self.lowest, self.highest = np.minimum(self.lowest, lowest), np.maximum(self.highest, highest)
 
     @property
     def covariance(self):
@@ -160,6 +176,8 @@ class Whitening:
         mean: the mean of the vectors fitted on.
         eigenvalues: ``s``, before the round-off floor.
         rank: how many eigenvalues lie above the round-off floor.
+        floor: the round-off floor (`EPS64`), which the eigenvalues at or below it were raised to
+            (0.0: not recorded, files of earlier versions).
         count: the number of vectors fitted on.
         n_components, beta, gamma: as given to `fit_whitening`.
         pooling: the pooling of the vectors fitted on ("" when unknown).
@@ -181,6 +199,7 @@ class Whitening:
     pooling: str = ""
     model_identity: dict = dataclasses.field(default_factory=dict)
     precision: str = ""
+    floor: float = 0.0
 
     @property
     def dim(self):
@@ -225,6 +244,7 @@ class Whitening:
             "pooling": self.pooling,
             "model": self.model_identity,
             "precision": self.precision,
+            "floor": self.floor,
         }
         np.savez(
             stream,
@@ -266,6 +286,7 @@ class Whitening:
             pooling=meta["pooling"],
             model_identity=meta["model"],
             precision=meta.get("precision", ""),
+            floor=meta["floor"],
         )
 
 
@@ -306,6 +327,9 @@ def _metadata(path, stored):
                 "%s: metadata %s is %r, expected %s" % (path, key, value, getattr(kind, "__name__", "a number"))
             )
     check_recorded(meta.get("precision", ""), RECORDED_PRECISIONS, WhiteningError, "%s: metadata precision" % path)
+    floor = meta.setdefault("floor", 0.0)  # files of earlier versions record none
+    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor < math.inf:
+        raise WhiteningError("%s: metadata floor is %r, expected a finite number >= 0" % (path, floor))
     check_recorded(meta["pooling"], RECORDED_POOLINGS, WhiteningError, "%s: metadata pooling" % path)
     dim = meta["dim"]
     if not (
@@ -348,10 +372,17 @@ def _check_claims(path, arrays, meta):
             "first, so that n_components keeps the directions of most variance"
             % (path, i, eigenvalues[i], i + 1, eigenvalues[i + 1])
         )
-    if not eigenvalues[rank - 1] > 0:  # sorted: the smallest kept one
+    floor = meta["floor"]  # 0.0 when the file records none: a fit's floor is positive
+    if not eigenvalues[rank - 1] > floor:  # sorted: the smallest kept one
         raise WhiteningError(
             "%s: eigenvalue %d is %.6g, but rank %d keeps it: a fit keeps only eigenvalues above its "
-            "round-off floor, which is positive" % (path, rank - 1, eigenvalues[rank - 1], rank)
+            "round-off floor, %s"
+            % (path, rank - 1, eigenvalues[rank - 1], rank, "%.6g" % floor if floor else "which is positive")
+        )
+    if floor and rank < len(eigenvalues) and not eigenvalues[rank] <= floor:
+        raise WhiteningError(
+            "%s: eigenvalue %d (%.6g) is above the round-off floor %.6g, but rank %d floors it"
+            % (path, rank, eigenvalues[rank], floor, rank)
         )
     claimed, degenerate = _squared_norms(eigenvalues[:rank], meta["gamma"])
     if degenerate:
@@ -386,7 +417,16 @@ def _check_claims(path, arrays, meta):
             "%g say %.6g" % (path, i, diagonal[i], eigenvalues[i], meta["gamma"], claimed[i])
         )
     floored = diagonal[rank:]
-    if floored.size and not np.ptp(floored) <= CLAIM_TOLERANCE * floored.max():
+    if floored.size and floor:  # each s ** -gamma for s = the floor
+        (floor_norm,), degenerate = _squared_norms([floor], meta["gamma"])
+        wrong = np.flatnonzero(~(np.abs(floored - floor_norm) <= CLAIM_TOLERANCE * floor_norm))
+        if degenerate or wrong.size:
+            i = rank + (wrong[0] if wrong.size else 0)
+            raise WhiteningError(
+                "%s: kernel column %d has squared norm %.6g, but the round-off floor %.6g and gamma %g say %.6g"
+                % (path, i, diagonal[i], floor, meta["gamma"], floor_norm)
+            )
+    elif floored.size and not np.ptp(floored) <= CLAIM_TOLERANCE * floored.max():
         raise WhiteningError("%s: the %d floored kernel columns should have equal norms" % (path, floored.size))
     expected_bias = -float(meta["beta"]) * arrays["mean"]
     if not np.allclose(
@@ -432,10 +472,32 @@ def _refuse_degenerate_scales(floored, gamma):
         )
 
 
+def _epsilon(vectors):
+    """The relative round-off the values of ``vectors`` carry, whose square scales the rank floor
+    (`EPS64`): a float type's own machine epsilon when it is float32's or coarser (model vectors,
+    float16); float32's when every value is a float32 (model vectors cast to float64, as ``eval``
+    scores them: their precision is still float32's); else float64's, that of the accumulation."""
+    if vectors.dtype.kind == "f" and np.finfo(vectors.dtype).eps >= EPS32:
+        return float(np.finfo(vectors.dtype).eps)
+    with np.errstate(over="ignore"):  # beyond float32's range: not a float32
+        narrowed = vectors.astype(np.float32)
+    return float(EPS32) if np.array_equal(narrowed, vectors) else float(EPS64)
+
+
+def _mean_squared_norm(stats):
+    return np.trace(stats.scatter) / stats.count + stats.mean @ stats.mean
+
+
+def _floor_terms(stats, largest):
+    """The two terms of the round-off floor (`EPS64`) given the largest eigenvalue: what float64's
+    eigen-decomposition resolves beside it, and the variance rounding to the vectors' precision
+    gives any direction."""
+    return EPS64 * stats.dim * max(largest, 0.0), stats.epsilon**2 * _mean_squared_norm(stats)
+
+
 def _floor(stats, largest):
-    """The round-off floor of eigenvalues (see `EPS64`/`EPS32`) given the largest one."""
-    mean_squared_norm = np.trace(stats.scatter) / stats.count + stats.mean @ stats.mean
-    return max(EPS64 * stats.dim * max(largest, 0.0), EPS32**2 * mean_squared_norm)
+    """The round-off floor of eigenvalues (see `EPS64`) given the largest one."""
+    return max(_floor_terms(stats, largest))
 
 
 def _rank(stats, beta):
@@ -543,12 +605,24 @@ def fit_whitening(
     vectors = vectors * np.sign(vectors[pivots, np.arange(vectors.shape[1])])
     floor = _floor(stats, eigenvalues[0])
     rank = int((eigenvalues > floor).sum())
-    if rank == 0:
+    if rank == 0 and stats.identical:
         raise WhiteningError("all %d vectors are identical: nothing to whiten" % stats.count)
+    if rank == 0 and not eigenvalues[0] > 0:  # they differ, but their squares vanish in float64
+        raise WhiteningError(
+            "the %d vectors are too small: their spread squared underflows float64 (largest entry %.3g); "
+            "scale them up" % (stats.count, max(np.abs(stats.lowest).max(), np.abs(stats.highest).max()))
+        )
+    if rank == 0:
+        raise WhiteningError(
+            "the %d vectors differ only by round-off: their largest variance, %.3g, is at or below %.3g, what "
+            "rounding to their precision (machine epsilon %.3g) gives vectors of mean squared norm %.3g; nothing "
+            "to whiten" % (stats.count, eigenvalues[0], floor, stats.epsilon, _mean_squared_norm(stats))
+        )
     if rank < stats.dim:
+        resolved, rounding = _floor_terms(stats, eigenvalues[0])
         logger.warning(
             "Sigma_beta (beta %g) of %d vectors of dimension %d has rank %d; %d eigenvalues at or "
-            "below %.3g (smallest %.3g) are floored to %.3g",
+            "below %.3g (smallest %.3g) are floored to %.3g (%s)",
             beta,
             stats.count,
             stats.dim,
@@ -557,6 +631,9 @@ def fit_whitening(
             floor,
             eigenvalues[-1],
             floor,
+            "the variance rounding to the vectors' precision, machine epsilon %.3g, gives them" % stats.epsilon
+            if rounding >= resolved
+            else "what float64's eigen-decomposition resolves beside the largest eigenvalue, %.3g" % eigenvalues[0],
         )
     floored = np.maximum(eigenvalues, floor)
     _refuse_degenerate_scales(floored, gamma)
@@ -580,6 +657,7 @@ def fit_whitening(
         pooling=pooling,
         model_identity=dict(model_identity or {}),
         precision=precision,
+        floor=float(floor),
     )
     if n_components > 0:
         whitening.components(allow_rank_deficient=allow_rank_deficient)  # refuse a bad k now

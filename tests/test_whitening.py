@@ -390,32 +390,53 @@ def test_failed_save_leaves_no_file(tmp_path, monkeypatch):
 
 
 def documented_floor(x):
-    """The rank floor as the module documents it, from np.cov and numpy's eigenvalues."""
-    eigenvalues = np.linalg.eigvalsh(np.cov(x.T))
-    mean_squared_norm = (x**2).sum(axis=1).mean()
+    """The rank floor as the module documents it, from np.cov and numpy's eigenvalues, for
+    vectors ``x`` whose dtype is their precision."""
+    x64 = x.astype(np.float64)
+    eigenvalues = np.linalg.eigvalsh(np.cov(x64.T))
+    mean_squared_norm = (x64**2).sum(axis=1).mean()
     return max(
-        np.finfo(np.float64).eps * x.shape[1] * eigenvalues.max(), np.finfo(np.float32).eps ** 2 * mean_squared_norm
+        np.finfo(np.float64).eps * x.shape[1] * eigenvalues.max(), np.finfo(x.dtype).eps ** 2 * mean_squared_norm
     )
 
 
 @pytest.mark.parametrize(
-    "x,rank",
+    "x,rank,cause",
     [
-        (correlated(10), 9),  # float32 round-off term: a mean large against the spread, dimension 16
+        # float32 round-off term: float32 vectors, a mean large against the spread, dimension 16
+        (
+            correlated(10).astype(np.float32),
+            9,
+            "the variance rounding to the vectors' precision, machine epsilon 1.19e-07, gives them",
+        ),
         # float64 term: dimension 128 (above 64 it can dominate), largest eigenvalue below 1
-        (np.random.default_rng(3).normal(size=(100, 128)) * np.r_[0.5, np.geomspace(0.05, 5e-4, 127)], 99),
+        (
+            np.random.default_rng(3).normal(size=(100, 128)) * np.r_[0.5, np.geomspace(0.05, 5e-4, 127)],
+            99,
+            "what float64's eigen-decomposition resolves beside the largest eigenvalue, %.3g",
+        ),
     ],
 )
-def test_the_rank_warning_gives_the_documented_floor_and_the_smallest_eigenvalue(caplog, x, rank):
+def test_the_rank_warning_gives_the_documented_floor_and_the_smallest_eigenvalue(caplog, x, rank, cause):
     with caplog.at_level(logging.WARNING):
         whitening = fit_whitening(stats_of(x))
     dim = x.shape[1]
     assert whitening.rank == rank
     floor = "%.3g" % documented_floor(x)
+    assert "%.3g" % whitening.floor == floor
     assert caplog.messages == [
         "Sigma_beta (beta 1) of %d vectors of dimension %d has rank %d; %d eigenvalues at or below "
-        "%s (smallest %.3g) are floored to %s"
-        % (len(x), dim, rank, dim - rank, floor, whitening.eigenvalues.min(), floor)
+        "%s (smallest %.3g) are floored to %s (%s)"
+        % (
+            len(x),
+            dim,
+            rank,
+            dim - rank,
+            floor,
+            whitening.eigenvalues.min(),
+            floor,
+            cause.replace("%.3g", "%.3g" % whitening.eigenvalues[0]),
+        )
     ]
 
 
@@ -712,16 +733,27 @@ def scaled_column(whitening, column, factor, eigenvalue=None):
 def test_a_kernel_rescaled_behind_an_infinite_claim_is_refused_naming_the_file(tmp_path, edit, fragment):
     """Every kept column's norm is compared with a finite claim: with an eigenvalue of 0 or
     5e-324, ``s ** -gamma`` was inf and ``|d - inf| <= 1e-6 * inf`` held for any column, so a
-    column scaled at will loaded and moved cosines by up to 1.9."""
+    column scaled at will loaded and moved cosines by up to 1.9. The file records no floor, as
+    those of earlier versions (one that does is refused below its floor)."""
     vectors = np.random.default_rng(2).normal(size=(100, 6)) * np.logspace(0, -1, 6)
     fitted = fit_whitening(WhiteningStats().update(vectors))
     assert fitted.rank == 6
     path = str(tmp_path / "w.npz")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no numpy warning either
-        edit(fitted).save(path)
+        dataclasses.replace(edit(fitted), floor=0.0).save(path)
+        without_floor(path)
         with pytest.raises(WhiteningError, match="^" + re.escape("%s: " % path) + ".*" + re.escape(fragment)):
             Whitening.load(path)
+
+
+def without_floor(path):
+    """The whitening file ``path`` as earlier versions wrote it, its metadata without a floor."""
+    with np.load(path) as data:
+        arrays = dict(data)
+    meta = json.loads(str(arrays["meta"]))
+    del meta["floor"]
+    np.savez(path, **{**arrays, "meta": np.array(json.dumps(meta))})
 
 
 def test_a_gamma_whose_squared_column_norms_overflow_is_refused_at_fit():
@@ -768,3 +800,99 @@ def test_integer_vectors_are_real_numbers_and_a_dimension_must_be_positive(tmp_p
         ValueError, match="^%s: expected a 2-D array of vectors .* got shape \\(10, 0\\)$" % re.escape(path)
     ):
         WhiteningStats().update_from_npy(path)
+
+
+def cosine_gap_to_the_original(x):
+    """The largest difference of the whitened cosines of ``x`` from the original scripts'."""
+    kernel, bias = compute_kernel_bias(x)
+    original = original_transform_and_normalize(x, *original_kernel_bias([x]))
+    ours = transform_and_normalize(x, kernel, bias)
+    return np.abs(ours @ ours.T - original @ original.T).max()
+
+
+def test_float64_vectors_get_float64s_rank_floor(caplog):
+    """The floor assumed float32 vectors whatever was fed: float64 columns 1e7 apart got rank 2
+    (cosines 0.23 off the original), and a mean 1e7 times a unit spread was refused as 'all 200
+    vectors are identical'. Scales whose variances part by 1/eps64 (1e8 apart) are beyond what
+    float64's eigen-decomposition resolves, which the warning says."""
+    base = np.random.default_rng(0).normal(size=(200, 8))
+    scaled = base * np.r_[1e7, np.ones(7)]
+    for x in (scaled, base + 1e7):
+        with caplog.at_level(logging.WARNING):
+            assert fit_whitening(stats_of(x)).rank == 8
+        assert caplog.messages == []
+        assert cosine_gap_to_the_original(x) < 1e-9
+    with caplog.at_level(logging.WARNING):
+        assert fit_whitening(stats_of(base * np.r_[1e8, np.ones(7)])).rank == 1
+    assert "what float64's eigen-decomposition resolves beside the largest eigenvalue" in caplog.text
+
+
+def test_float32_vectors_keep_float32s_floor_even_cast_to_float64():
+    """Model vectors are float32, and eval scores them cast to float64: either way their floor is
+    float32's (a LayerNorm's null direction stays below it), and so is a union with them."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(500, 16)) * np.geomspace(3, 0.3, 16)
+    z = (z - z.mean(axis=1, keepdims=True)) / z.std(axis=1, keepdims=True)
+    x = (z * (1 + 0.3 * rng.normal(size=16)) + 100 * rng.normal(size=16)).astype(np.float32)
+    stats = stats_of(x)
+    mean_squared_norm = (x.astype(np.float64) ** 2).sum(axis=1).mean()
+    assert stats.epsilon == np.finfo(np.float32).eps
+    fitted = fit_whitening(stats)
+    assert fitted.rank == 15 and fitted.floor == pytest.approx(np.finfo(np.float32).eps ** 2 * mean_squared_norm)
+    cast = fit_whitening(stats_of(x.astype(np.float64)))
+    assert (cast.rank, cast.floor) == (15, fitted.floor)
+    np.testing.assert_array_equal(cast.kernel, fitted.kernel)
+    assert stats_of(rng.normal(size=(5, 16))).epsilon == np.finfo(np.float64).eps
+    assert stats_of(np.ones((2, 16), np.float16)).epsilon == np.finfo(np.float16).eps
+    float64 = stats_of(x.astype(np.float64) + rng.normal(size=(500, 16)) * 1e-3)
+    for merged in (stats_of(x).merge(float64), float64.merge(stats_of(x)), stats_of(x[:1], x.astype(np.float64))):
+        assert merged.epsilon == np.finfo(np.float32).eps  # the coarser precision reaches the union
+
+
+def test_vectors_are_said_identical_only_when_they_are():
+    """A mean of equal values is not always exactly that value (0.1 three times), so the scatter
+    of identical vectors need not be 0; and vectors that differ, by less than their precision's
+    round-off, are not identical."""
+    assert raised(lambda: fit_whitening(stats_of(np.full((3, 4), 0.1)))) == (
+        "all 3 vectors are identical: nothing to whiten"
+    )
+    merged = stats_of(np.full((2, 4), 0.1)).merge(stats_of(np.full((5, 4), 0.1)))
+    assert raised(lambda: fit_whitening(merged)) == "all 7 vectors are identical: nothing to whiten"
+    near = (np.full((200, 4), 1e7) + np.random.default_rng(0).normal(size=(200, 4))).astype(np.float32)
+    said = raised(lambda: fit_whitening(stats_of(near)))
+    assert said.startswith("the 200 vectors differ only by round-off: their largest variance, ")
+    assert "what rounding to their precision (machine epsilon 1.19e-07) gives vectors of mean squared norm" in said
+    tiny = np.random.default_rng(0).normal(size=(20, 4)) * 1e-300
+    assert raised(lambda: fit_whitening(stats_of(tiny))) == (
+        "the 20 vectors are too small: their spread squared underflows float64 (largest entry %.3g); scale them up"
+        % np.abs(tiny).max()
+    )
+
+
+def test_the_floor_is_saved_and_a_file_whose_rank_disagrees_with_it_is_refused(tmp_path):
+    vectors = correlated(10)  # rank 9 of 16: seven floored columns
+    fitted = fit_whitening(stats_of(vectors), allow_rank_deficient=True)
+    path = str(tmp_path / "w.npz")
+    fitted.save(path)
+    assert Whitening.load(path).floor == fitted.floor > 0
+    eigenvalues = fitted.eigenvalues.copy()
+    kernel = fitted.kernel.copy()
+    kernel[:, 12] *= 1e3  # a floored column scaled: its norm is the floor's, not its neighbours'
+    for edit, said in (
+        (dict(floor=fitted.eigenvalues[8]), "eigenvalue 8 is %.6g, but rank 9 keeps it" % fitted.eigenvalues[8]),
+        (
+            dict(floor=fitted.eigenvalues[8] / 2, rank=8),
+            "eigenvalue 8 (%.6g) is above the round-off floor" % eigenvalues[8],
+        ),
+        (dict(kernel=kernel), "kernel column 12 has squared norm"),
+        (dict(floor=fitted.floor * 2), "kernel column 9 has squared norm"),
+    ):
+        dataclasses.replace(fitted, **edit).save(path)
+        with pytest.raises(WhiteningError, match="^" + re.escape("%s: %s" % (path, said))):
+            Whitening.load(path)
+    fitted.save(path)
+    rewrite_meta(path, floor=-1.0)
+    with pytest.raises(WhiteningError, match=re.escape("%s: metadata floor is -1.0, expected a finite number" % path)):
+        Whitening.load(path)
+    without_floor(path)  # a file of an earlier version
+    assert Whitening.load(path).floor == 0.0
