@@ -199,10 +199,14 @@ def cat_model(tmp_path_factory):
     [("今天天气很好\n我们在北京\n猫和狗在跑\n", 3), ("今天天气很好\t我们在北京\t1\n她是一个好人\t猫和狗在跑\t0\n", 2)],
     ids=["sentences", "pairs"],
 )
-def test_a_fit_on_files_names_the_file_and_line_of_a_vector_that_is_not_a_number(cat_model, tmp_path, content, line):
+def test_a_fit_on_files_names_the_file_and_line_of_a_vector_that_is_not_a_number(
+    cat_model, tmp_path, monkeypatch, content, line
+):
     """It said 'vector 2 (0-based, in input order) contains NaN or inf', a row of the
-    accumulator, with no file, line or cause."""
-    from bert_whitening import SentenceEncoder
+    accumulator, with no file, line or cause. The line is found in a later chunk too."""
+    from bert_whitening import SentenceEncoder, encoding
+
+    monkeypatch.setattr(encoding, "CHUNK_SENTENCES", 2)
 
     path = tmp_path / "fit.txt"
     path.write_text(content, encoding="utf-8")
