@@ -75,11 +75,12 @@ def _npy_matrix(path, stream):
     shape, fortran, dtype = header
     if dtype.kind != "f":  # complex parts would be dropped, integers are not vectors we write
         raise DataError("%s: holds %s, expected floating-point vectors" % (path, dtype))
-    if len(shape) != 2 or shape[1] < 1 or (fortran and shape[0] > 1 and shape[1] > 1):  # one row or column: same bytes
+    if len(shape) != 2 or shape[1] < 1:
         raise DataError(
-            "%s: expected a 2-D C-ordered array of vectors (at least one column), got shape %s%s"
-            % (path, shape, " in Fortran order" if len(shape) == 2 and shape[1] else "")
+            "%s: expected a 2-D array of vectors (one a row, at least one column), got shape %s" % (path, shape)
         )
+    if fortran and shape[0] > 1 and shape[1] > 1:  # one row or column: the same bytes in either order
+        raise DataError("%s: expected a 2-D C-ordered array of vectors, got shape %s in Fortran order" % (path, shape))
     return shape, dtype, stream.tell()
 
 
