@@ -407,7 +407,7 @@ def write_atomically(path, write, inputs=(), output=True):
     remove_stale(target)
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=prefix)
     os.close(handle)
-    lock = _lock(temporary)
+    lock, held = _lock(temporary), os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.chmod(temporary, 0o666 & ~_umask())  # what open() would give, not mkstemp's 0600
         write(temporary)
@@ -415,14 +415,15 @@ def write_atomically(path, write, inputs=(), output=True):
         if output:
             mark_placed(path)
     except BaseException as error:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        with contextlib.suppress(FileNotFoundError):  # through the directory held: renamed meanwhile, too
+            os.unlink(os.path.basename(temporary), dir_fd=held)
         named = _named(error, path, temporary)
         if named is error:
             raise
         raise named from None
     finally:
         os.close(lock)
+        os.close(held)
 
 
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2  # renameat2(2) flags
@@ -512,12 +513,12 @@ def staged_directory(target):
     os.makedirs(parent, exist_ok=True)
     remove_stale(target)
     staging = tempfile.mkdtemp(dir=parent, prefix=prefix)
-    lock = _lock(staging)
+    lock, held = _lock(staging), os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.chmod(staging, 0o777 & ~_umask())
         yield staging
     except BaseException as error:
-        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(os.path.basename(staging), dir_fd=held, ignore_errors=True)  # renamed meanwhile, too
         for directory in created:
             with contextlib.suppress(OSError):
                 os.rmdir(directory)  # only if still empty
@@ -527,6 +528,7 @@ def staged_directory(target):
         raise named from None
     finally:
         os.close(lock)
+        os.close(held)
 
 
 @contextlib.contextmanager

@@ -389,3 +389,23 @@ def test_a_signal_waits_for_the_steps_it_must_not_part():
             os.kill(os.getpid(), signal.SIGINT)
             done.append("the second rename")
     assert done == ["the second rename"]
+
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_a_failed_run_removes_its_temporary_from_a_directory_renamed_meanwhile(tmp_path, kind):
+    """The output's directory renamed during the run (and a new one made under its name): the
+    clean-up went by path, into the new directory, and left the temporary in the renamed one."""
+    (tmp_path / "out").mkdir()
+
+    def rename_then_fail(path):
+        os.rename(tmp_path / "out", tmp_path / "moved")
+        (tmp_path / "out").mkdir()
+        raise OSError(errno.EIO, "Input/output error")
+
+    with pytest.raises(OSError, match="Input/output error"):
+        if kind == "file":
+            write_atomically(str(tmp_path / "out" / "v.npy"), rename_then_fail)
+        else:
+            with staged_directory(str(tmp_path / "out" / "index")) as staging:
+                rename_then_fail(staging)
+    assert os.listdir(tmp_path / "moved") == [] and os.listdir(tmp_path / "out") == []
