@@ -801,7 +801,8 @@ def _check_n_components(args, config):
     configuration is read, before any sentence is: a whitening keeps at most that many
     dimensions, and the fit would otherwise fail only after encoding everything."""
     given = getattr(args, "n_components", None)
-    if "whitening" not in getattr(args, "method", ["whitening"]):  # eval --method flow: its k is the flow's
+    method = getattr(args, "method", "whitening")  # fit's one method, or eval's list
+    if "whitening" not in (method if isinstance(method, list) else [method]):  # a flow keeps every dimension
         return
     config.check_n_components([k for k in (given if isinstance(given, list) else [given]) if k is not None])
 
