@@ -320,6 +320,37 @@ def _beam_options(parser):
     )
 
 
+def _flow_training_options(parser):
+    """How a BERT-flow trains (with --method flow): BERT-flow's own defaults when not given."""
+    parser.add_argument(
+        "--flow-epochs",
+        type=positive_float,
+        default=None,
+        help="passes over the vectors (default 1; fractions allowed)",
+    )
+    parser.add_argument("--flow-batch-size", type=positive_int, default=None, help="vectors a step (default 64)")
+    parser.add_argument("--flow-learning-rate", type=positive_float, default=None, help="constant (default 1e-3)")
+
+
+def _flow_training(args, flows):
+    """The ``--flow-*`` options given, as `bert_whitening.flow.fit_flow`'s keywords; refused when
+    the command trains no flow (``flows`` false), where they would be ignored."""
+    given = {
+        name: value
+        for name, value in (
+            ("epochs", args.flow_epochs),
+            ("batch_size", args.flow_batch_size),
+            ("learning_rate", args.flow_learning_rate),
+        )
+        if value is not None
+    }
+    if given and not flows:
+        raise BertWhiteningError(
+            "--flow-epochs, --flow-batch-size and --flow-learning-rate train a flow: add --method flow"
+        )
+    return given
+
+
 def add_fit(commands):
     parser = commands.add_parser(
         "fit",
@@ -339,6 +370,7 @@ def add_fit(commands):
         "with --flow; --n-components, --beta and --gamma are the whitening's",
     )
     parser.add_argument("--seed", type=seed_int, default=0, help="the flow's initial values and order (--method flow)")
+    _flow_training_options(parser)
     _fit_options(parser)
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="sentence or pair files, - for standard input")
     return parser
@@ -469,6 +501,7 @@ def add_eval(commands):
     parser.add_argument(
         "--flow-seeds", default="0", type=seed_list, help="comma-separated seeds, one flow each (with --method flow)"
     )
+    _flow_training_options(parser)
     return parser
 
 
@@ -827,6 +860,7 @@ def run_fit(args):
     options, read = _fit_and_read(args)
     if args.method == "flow" and options != FitOptions():
         raise BertWhiteningError("--n-components, --beta and --gamma are a whitening's; a flow has none of them")
+    training = _flow_training(args, args.method == "flow")
     check_readable(args.inputs)
     encoder = SentenceEncoder(_encoder_config(args))
     _start(args)
@@ -835,7 +869,8 @@ def run_fit(args):
     reading = dict(files=args.inputs, **dataclasses.asdict(read))
     with progress_bar() as bar:
         if args.method == "flow":
-            fitted = encoder.fit_flow(seed=args.seed, progress=bar, **reading)
+            batch = {"flow_batch_size": training.pop("batch_size")} if "batch_size" in training else {}
+            fitted = encoder.fit_flow(seed=args.seed, progress=bar, **batch, **training, **reading)
         else:
             fitted = encoder.fit(progress=bar, **dataclasses.asdict(options), **reading)
     fitted.save(args.output)
@@ -871,6 +906,7 @@ def run_eval(args):
     from bert_whitening.plots import plot_report
     from bert_whitening.precision import process_precision
 
+    training = _flow_training(args, "flow" in args.method)
     config = _task_config(args)
 
     def show(title, task, report):
@@ -889,6 +925,7 @@ def run_eval(args):
         read=_task_read(args),
         methods=args.method,
         flow_seeds=args.flow_seeds,
+        flow_options=training,
         poolings=args.poolings,
         on_task=show,
     )

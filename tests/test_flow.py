@@ -595,3 +595,31 @@ def test_evaluate_refuses_flow_options_before_anything_is_fitted(monkeypatch, op
     requested = settings([0, -1], methods=("whitening", "flow"), seeds=(0,))
     with pytest.raises(FlowError, match=message):
         evaluate(encoded, WhiteningStats().update(vectors), requested, vectors=vectors, flow_options=options)
+
+
+def test_the_command_line_sets_how_a_flow_trains(tiny_model, tmp_path, caplog):
+    """The flow's epochs, batch and learning rate had no flags: BERT-flow's defaults only."""
+    from bert_whitening import cli
+    from bert_whitening.flow import Flow
+
+    (tmp_path / "T").mkdir()
+    pairs = "".join(
+        "%s\t%s\t%d\n" % (SENTENCES[i % 16], SENTENCES[(i * 7 + 3) % 16] + "的" * (i % 5), i % 6) for i in range(48)
+    )
+    (tmp_path / "T" / "T.test.data").write_text(pairs, encoding="utf-8")
+    training = ["--flow-epochs", "2", "--flow-batch-size", "8", "--flow-learning-rate", "0.01"]
+    model = ["--model", tiny_model[0]]
+    data = str(tmp_path / "T" / "T.test.data")
+    assert cli.main(["fit", *model, "--method", "flow", *training, "--output", str(tmp_path / "f.npz"), data]) == 0
+    summary = Flow.load(str(tmp_path / "f.npz")).training_summary
+    assert (summary["epochs"], summary["batch_size"], summary["learning_rate"]) == (2, 8, 0.01)
+    assert summary["steps"] == 96 * 2 // 8
+    argv = ["eval", *model, "--task", "T", "--data-dir", str(tmp_path), "--method", "flow", *training]
+    assert cli.main(argv + ["--json", str(tmp_path / "r.json")]) == 0
+    flow = json.loads((tmp_path / "r.json").read_text())["tasks"]["T"]["results"][1]["training"]
+    assert (flow["epochs"], flow["batch_size"], flow["learning_rate"]) == (2, 8, 0.01)
+    assert cli.main(["fit", *model, "--flow-epochs", "2", "--output", str(tmp_path / "w.npz"), data]) == 1
+    assert "train a flow: add --method flow" in caplog.text
+    with pytest.raises(SystemExit):
+        cli.main(["fit", *model, "--method", "flow", "--flow-epochs", "0", "--output", str(tmp_path / "x.npz"), data])
+    assert not (tmp_path / "w.npz").exists() and not (tmp_path / "x.npz").exists()
