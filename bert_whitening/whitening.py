@@ -79,6 +79,14 @@ class WhiteningStats:
             self._allocate(positive_int(dim, "dim"))
 
     def _allocate(self, dim):
+        """Room for statistics of ``dim`` columns (``dim * dim`` float64), refused before it is
+        made beyond the largest hidden size a model may have: a whitening file holds no more."""
+        largest = MODEL_SIZES["hidden_size"]
+        if dim > largest:
+            raise WhiteningError(
+                "vectors of dimension %d: at most %d (a model's largest hidden size), whose statistics take %.1f GiB"
+                % (dim, largest, largest * largest * 8 / 2**30)
+            )
         self.dim, self.mean, self.scatter = dim, np.zeros(dim), np.zeros((dim, dim))
         self.lowest, self.highest = np.full(dim, np.inf), np.full(dim, -np.inf)
 

@@ -896,3 +896,12 @@ def test_the_floor_is_saved_and_a_file_whose_rank_disagrees_with_it_is_refused(t
         Whitening.load(path)
     without_floor(path)  # a file of an earlier version
     assert Whitening.load(path).floor == 0.0
+
+
+def test_statistics_beyond_a_model_s_largest_dimension_are_refused_before_they_are_made():
+    """``WhiteningStats(10**12)`` was numpy's MemoryError (8e24 bytes asked for); a batch of
+    100,000 columns would have asked for 80 GB. No whitening file holds more than 8192."""
+    for make in (lambda: WhiteningStats(10**12), lambda: WhiteningStats().update(np.zeros((2, 8193), np.float32))):
+        with pytest.raises(WhiteningError, match=r"^vectors of dimension (1000000000000|8193): at most 8192"):
+            make()
+    assert WhiteningStats(8192).dim == 8192
