@@ -126,6 +126,10 @@ class WhiteningStats:
 
     def merge(self, other):
         """Add the statistics of ``other`` (vectors of a disjoint shard) into this accumulator."""
+        if not isinstance(other, WhiteningStats):
+            raise WhiteningError("merge takes WhiteningStats, got %s" % type(other).__name__)
+        if other is self and self.count:
+            raise WhiteningError("cannot merge statistics with themselves: every vector would count twice")
         if other.count == 0:
             return self
         if self.dim is None:

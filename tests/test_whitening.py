@@ -905,3 +905,14 @@ def test_statistics_beyond_a_model_s_largest_dimension_are_refused_before_they_a
         with pytest.raises(WhiteningError, match=r"^vectors of dimension (1000000000000|8193): at most 8192"):
             make()
     assert WhiteningStats(8192).dim == 8192
+
+
+def test_merge_takes_another_accumulator_only():
+    stats = WhiteningStats().update(np.eye(3, dtype=np.float32))
+    with pytest.raises(
+        WhiteningError, match="^cannot merge statistics with themselves: every vector would count twice$"
+    ):
+        stats.merge(stats)
+    with pytest.raises(WhiteningError, match="^merge takes WhiteningStats, got NoneType$"):
+        stats.merge(None)
+    assert stats.count == 3 and WhiteningStats().merge(WhiteningStats()).count == 0
