@@ -56,7 +56,7 @@ from bert_whitening.data import (
     read_sentences,
     task_files,
 )
-from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
+from bert_whitening.errors import BertWhiteningError, Interrupted
 from bert_whitening.names import LOSSES, METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
 from bert_whitening.retrieval.faiss_indexes import HNSW_M_RANGE
 from bert_whitening.sentence_encoder import SentenceEncoder
@@ -1005,17 +1005,15 @@ def run_index(args):
 def run_search(args):
     import json
 
-    from bert_whitening.retrieval.search import format_hits, search
+    from bert_whitening.retrieval.search import format_hits, search, search_queries
 
     queries = list(args.query)
-    for number, query in enumerate(queries, 1):
-        if not query.strip():
-            raise BertWhiteningError("QUERY %d is empty: nothing to search for" % number)
+    labels = ["QUERY %d is empty" % number for number in range(1, len(queries) + 1)]
     if args.queries:
         for number, query in enumerate(read_sentences(args.queries, "lines"), 1):
-            if not query.strip():  # a blank line would be searched as the empty sentence
-                raise DataError("%s:%d: an empty query: nothing to search for" % (display_name(args.queries), number))
             queries.append(query)
+            labels.append("%s:%d: an empty query" % (display_name(args.queries), number))
+    search_queries(queries, labels)  # before the index is opened
     if not queries:
         raise BertWhiteningError(
             "%s: no queries in it" % display_name(args.queries)

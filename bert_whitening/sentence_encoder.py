@@ -520,7 +520,7 @@ class CorpusIndex:
 
         if self.directory is not None:
             return search.search(self._index, queries, top_k)
-        queries = sentence_list(queries, "queries")
+        queries = search.search_queries(queries)
         vectors = self.encoder._unit_vectors(queries, "queries", 128)
         scores, ids = self._index.search(vectors, min(positive_int(top_k, "top_k"), len(self._texts)))
         return search.hits(queries, scores, ids, lambda row: (None, row + 1, self._texts[row]))

@@ -551,3 +551,16 @@ def test_export_corpus_takes_the_vectors_it_checked_when_another_index_is_rename
     config = search_module.query_config(IndexDirectory(str(indexed[-1])))
     vectors, _ = search_module.corpus_for_export(str(swapped_while_open), config)
     np.testing.assert_array_equal(vectors, IndexDirectory(str(indexed[-1])).vectors())
+
+
+def test_the_python_searches_refuse_an_empty_query_too(indexed):
+    """Only the command line refused a blank query; the API searched the empty sentence."""
+    from bert_whitening import SentenceEncoder
+    from bert_whitening.retrieval.search import search
+
+    model, corpus, whitening, vectors, index = indexed
+    with pytest.raises(ValueError, match=r"^queries\[1\] is empty: nothing to search for$"):
+        search(index, ["fine", " "])
+    in_memory = SentenceEncoder.load(model).index(["今天天气很好", "我们在北京"])
+    with pytest.raises(ValueError, match=r"^queries\[0\] is empty: nothing to search for$"):
+        in_memory.search([""])

@@ -170,6 +170,20 @@ def query_config(index: IndexDirectory, model=None, pooling=None, whitening_path
 MEMORY_SOURCE = "(sentences)"
 
 
+def search_queries(queries, labels=None):
+    """``queries`` as a list of str, none of them blank (searched, it would be the empty
+    sentence's nearest rows, as if it were one); ``labels`` say which is blank in a refusal (the
+    command line's ``QUERY 2 is empty``, ``FILE:LINE: an empty query``), else ``queries[i] is
+    empty``. Every search takes its queries through it."""
+    queries = sentence_list(queries, "queries")
+    for number, query in enumerate(queries):
+        if not query.strip():
+            raise DataError(
+                "%s: nothing to search for" % (labels[number] if labels else "queries[%d] is empty" % number)
+            )
+    return queries
+
+
 def search(
     directory, queries, top_k: int = 10, model=None, pooling=None, whitening_path=None, batch_size: int = 128
 ) -> list:
@@ -179,7 +193,7 @@ def search(
     `SentenceEncoder.index` returns searches the index it wrote, whatever bears its name since)."""
     index = directory if isinstance(directory, IndexDirectory) else IndexDirectory(directory)
     config = query_config(index, model, pooling, whitening_path)
-    queries, top_k = sentence_list(queries, "queries"), positive_int(top_k, "top_k")
+    queries, top_k = search_queries(queries), positive_int(top_k, "top_k")
     index.index  # noqa: B018  read by FAISS now: whatever is refused is refused before TensorFlow and the model
     from bert_whitening.encoding import encode
     from bert_whitening.models import build
