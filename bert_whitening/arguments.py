@@ -50,8 +50,7 @@ def _text(item, name, index):
 
 def sentence_list(value, name="sentences"):
     """``value`` as a list of str, each item checked."""
-    container(value, name, "sentences (str)")
-    return [_text(item, name, index) for index, item in enumerate(value)]
+    return str_list(value, name, "sentences (str)")
 
 
 def sentence_stream(value, name="sentences"):
@@ -158,8 +157,7 @@ def optional_integer(value, name):
 def boolean(value, name, error=BertWhiteningError):
     """``value`` as a bool: True or False (numpy's too), not a ``"no"`` that would be taken as
     true, nor a 0 or 1. Raised as ``error``."""
-    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
-    if not (isinstance(value, bool) or numpy_bool):
+    if not isinstance(value, (bool, np.bool_)):
         raise error("%s must be True or False, got %s %s" % (name, type(value).__name__, shown(value)))
     return bool(value)
 

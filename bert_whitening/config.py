@@ -23,7 +23,7 @@ import re
 import sys
 from typing import Optional
 
-from bert_whitening.arguments import boolean, integer, optional_integer, optional_path, positive_int, text
+from bert_whitening.arguments import boolean, integer, optional_integer, optional_path, positive_int, shown, text
 from bert_whitening.checkpoints import BUILTIN_MODEL, find_model, model_directory
 from bert_whitening.errors import BertWhiteningError, ExportError, WhiteningError
 from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
@@ -330,12 +330,15 @@ class EncoderConfig:
         if self.whitening is not None and not isinstance(self.whitening, Whitening):
             raise BertWhiteningError(
                 "whitening must be a Whitening (to SentenceEncoder.load, or its file) or None, got %s"
-                % _described(self.whitening)
+                % "%s %s"
+                % (type(self.whitening).__name__, shown(self.whitening))
             )
         flow_module = sys.modules.get("bert_whitening.flow")  # no Flow exists before it is imported
         if self.flow is not None and not (flow_module and isinstance(self.flow, flow_module.Flow)):
             raise BertWhiteningError(
-                "flow must be a Flow (to SentenceEncoder.load, or its file) or None, got %s" % _described(self.flow)
+                "flow must be a Flow (to SentenceEncoder.load, or its file) or None, got %s"
+                % "%s %s"
+                % (type(self.flow).__name__, shown(self.flow))
             )
         self.whitening_path = optional_path(self.whitening_path, "whitening_path")
         self.flow_path = optional_path(self.flow_path, "flow_path")
@@ -537,11 +540,6 @@ class EncoderConfig:
             if not same:
                 found.append("%s: %s vs %s" % (field, mine, other))
         return found
-
-
-def _described(value):
-    shown = repr(value)
-    return "%s %s" % (type(value).__name__, shown if len(shown) <= 40 else shown[:37] + "...")
 
 
 @contextlib.contextmanager

@@ -17,9 +17,6 @@ from bert_whitening.arguments import positive_int
 from bert_whitening.bounded import BLOCK, HEADER_ERRORS, described, npy_header, open_regular
 from bert_whitening.errors import DataError
 
-#: The first bytes of every ``.npy`` file.
-NPY_MAGIC = b"\x93NUMPY"
-
 
 def file_sha256(*paths):
     """The sha256 of a file's bytes (of several files', one after the other), read 1 MB at a time."""
@@ -63,9 +60,9 @@ def _npy_matrix(path, stream):
     """``(shape, dtype, offset)`` of the 2-D float matrix whose ``.npy`` header ``stream``
     begins with; anything else is a `DataError` naming ``path``."""
     try:
-        magic = stream.read(len(NPY_MAGIC))
+        magic = stream.read(len(np.lib.format.MAGIC_PREFIX))
         stream.seek(0)
-        header = npy_header(stream) if magic == NPY_MAGIC else None
+        header = npy_header(stream) if magic == np.lib.format.MAGIC_PREFIX else None
     except HEADER_ERRORS as error:
         raise DataError("%s: not a readable .npy array (%s)" % (path, described(error))) from None
     except OSError as error:

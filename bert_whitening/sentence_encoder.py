@@ -116,7 +116,7 @@ class SentenceEncoder:
                 place of the whitening.
 
         A directory written by `save` is loaded as saved: any other argument given with it
-        (one not at its default) is refused, not ignored.
+        (at its default value too) is refused, not ignored.
         """
         model = optional_path(model, "model")
         path = flow_path = None
@@ -314,7 +314,7 @@ class SentenceEncoder:
         stats = WhiteningStats()
         if sentences is not None:
             for vectors in encode_stream(pooled, sentences, read.batch_size, progress):
-                stats.update(check_vectors(vectors, "the sentences", False, stats.count, stages=pooled.config.stages))
+                stats.update(vectors, "the sentences", stats.count, pooled.config.stages)  # checked there, once
         if files:
             stats.merge(statistics_from_files(pooled, files, read, progress))
         source = ", ".join(files) or "the sentences"

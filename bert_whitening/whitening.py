@@ -95,11 +95,11 @@ class WhiteningStats:
         """Whether every vector added is the same (there is at least one)."""
         return self.count > 0 and np.array_equal(self.lowest, self.highest)
 
-    def update(self, vectors, where="the batch", start=0):
+    def update(self, vectors, where="the batch", start=0, stages=()):
         """Add a batch of shape ``(n, dim)`` of real numbers (`bert_whitening.arguments.vector_array`).
         A refusal names ``where`` and, for a NaN or infinite entry, its row counted from ``start``
-        (`check_vectors`): the caller's row (a file's, say), not this accumulator's. A caller
-        that made the vectors checks them first, naming what it knows (file and line, the model)."""
+        (`check_vectors`): the caller's row (a file's, say), not this accumulator's, and the
+        ``stages`` that computed the vectors, when the caller made them."""
         vectors = vector_array(vectors, where, error=WhiteningError)
         if self.dim is None:
             self._allocate(vectors.shape[1])
@@ -108,7 +108,9 @@ class WhiteningStats:
                 "%s: vectors of dimension %d, the statistics have %d" % (where, vectors.shape[1], self.dim)
             )
         for first in range(0, len(vectors), UPDATE_CHUNK_ROWS):
-            block = check_vectors(vectors[first : first + UPDATE_CHUNK_ROWS], where, False, start + first)
+            block = check_vectors(
+                vectors[first : first + UPDATE_CHUNK_ROWS], where, False, start + first, stages=stages
+            )
             chunk = np.asarray(block, dtype=np.float64)
             chunk_mean = chunk.mean(axis=0)
             centred = chunk - chunk_mean
