@@ -12,7 +12,8 @@ the commands before any work so they refuse at once):
 - a directory where a file is expected: refused;
 - the same file as one of the command's inputs (same device and inode, by any name), or a
   directory inside (or around) an input directory: refused, before anything is read;
-- the same path as another output of the same run: refused.
+- the same path as another output of the same run: refused;
+- a prefix another live run writes files under (`claimed_prefix`): refused.
 
 `check_outputs` is the one place these rules live: every command of `bert_whitening.cli` runs
 it on all its outputs before any work (the table ``cli.PATHS``), and so does every public writer
@@ -529,6 +530,56 @@ def staged_directory(target):
     finally:
         os.close(lock)
         os.close(held)
+
+
+#: The suffix of the file a run holds locked while it writes the files of a `PREFIX` (`claimed_prefix`).
+CLAIM = ".claim"
+
+
+@contextlib.contextmanager
+def claimed_prefix(prefix):
+    """This run's claim on the files of ``prefix`` (a local `PREFIX`) while the block runs: a
+    temporary ``.NAME.bert-whitening-tmp-PID-XXXXXXXX.claim`` beside them, locked. Another run
+    that claims the same prefix meanwhile is refused in one line: each run's files are renamed
+    into place whole, but files of two sets under one prefix make neither set. Inside the block
+    no other live run writes there, so what Beam's sink left there is a killed run's to remove;
+    it is given True, and False for a remote prefix (no claim: its file system has no locks).
+
+    Each run takes its own lock before it looks at the others' claims, so of two starting
+    together at least one sees the other's (both may be refused, never both let through). The
+    directories this call creates are removed again if the block raises and they are empty."""
+    if not _local(prefix):  # a remote file system has no locks to take
+        yield False
+        return
+    parent, name = _prefix(prefix)
+    created = _missing_parents(parent)
+    os.makedirs(parent, exist_ok=True)
+    remove_stale(prefix)  # a killed run's claim, unlocked
+    handle, claim = tempfile.mkstemp(dir=parent, prefix=name, suffix=CLAIM)
+    fcntl.flock(handle, fcntl.LOCK_EX)  # waits out another run's look at this claim
+    completed = False
+    try:
+        own = glob.escape(os.path.join(parent, ".%s%s" % (_short_name(prefix), MARK)))
+        for other in set(glob.glob(own + "*" + CLAIM)) - {claim}:
+            try:
+                descriptor = _lock(other)
+            except FileNotFoundError:  # ended meanwhile
+                continue
+            if descriptor is None:
+                raise BertWhiteningError(
+                    "cannot write %s: another run writes it now (%s); wait for it or choose another output"
+                    % (prefix, other)
+                )
+            os.close(descriptor)
+        yield True
+        completed = True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(claim)
+        os.close(handle)
+        for directory in created if not completed else ():
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)  # only if still empty
 
 
 @contextlib.contextmanager

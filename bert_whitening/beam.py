@@ -35,7 +35,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
-from bert_whitening.atomic import PREFIX, check_outputs, mark_placed
+from bert_whitening.atomic import PREFIX, check_outputs, claimed_prefix, mark_placed
 from bert_whitening.bounded import open_regular
 from bert_whitening.data import ReadOptions, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
@@ -426,23 +426,28 @@ def run_encode(
     patterns, spec, output_prefix, *, num_shards=0, batch_size=128, precision="float32", flags=(), runner="DirectRunner"
 ):
     """`encode_pipeline` on ``runner``. Refuses to start when shards of ``output_prefix``
-    exist (a reader of ``PREFIX-*`` would see old and new lines together), and removes the
-    sink's temporary files if the pipeline fails."""
+    exist (a reader of ``PREFIX-*`` would see old and new lines together) or another run writes
+    them (`claimed_prefix`), removes the sink's temporary files a killed run left (locally,
+    where a claim can be taken), and its own if the pipeline fails."""
     check_outputs([(output_prefix, PREFIX)], _local_inputs(patterns) + spec.read_paths())
-    existing = FileSystems.match([shards(output_prefix)])[0].metadata_list
-    if existing:
-        raise BertWhiteningError(
-            "%s: %d output shards already exist (%s ...); remove them or choose "
-            "another --output" % (output_prefix, len(existing), existing[0].path)
-        )
-    try:
-        read = ReadOptions("lines", batch_size=batch_size)
-        encode_fn = EncodeFn(spec, read.batch_size, job_precision(precision, spec, patterns, read))
-        run(lambda pipeline: encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards), flags, runner)
-    except BaseException:
-        _remove_sink_temporaries(output_prefix)
-        _settle_shards(output_prefix)
-        raise
+    with claimed_prefix(output_prefix) as claimed:
+        if claimed:  # no other run writes there: a killed one's
+            for leftover in _remove_sink_temporaries(output_prefix):
+                logger.info("removed %s, left by an interrupted run", leftover)
+        existing = FileSystems.match([shards(output_prefix)])[0].metadata_list
+        if existing:
+            raise BertWhiteningError(
+                "%s: %d output shards already exist (%s ...); remove them or choose "
+                "another --output" % (output_prefix, len(existing), existing[0].path)
+            )
+        try:
+            read = ReadOptions("lines", batch_size=batch_size)
+            encode_fn = EncodeFn(spec, read.batch_size, job_precision(precision, spec, patterns, read))
+            run(lambda pipeline: encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards), flags, runner)
+        except BaseException:
+            _remove_sink_temporaries(output_prefix)
+            _settle_shards(output_prefix)
+            raise
     mark_placed(shards(output_prefix))
 
 
@@ -462,15 +467,17 @@ def _settle_shards(output_prefix):
 
 
 def _remove_sink_temporaries(output_prefix):
-    """Delete the ``beam-temp-NAME-*`` directories Beam's file sink leaves after a failure."""
+    """Delete the ``beam-temp-NAME-*`` directories Beam's file sink leaves after a failure, and
+    return their paths."""
     directory, name = FileSystems.split(output_prefix)
     pattern = FileSystems.join(directory, "beam-temp-%s-*" % name)
     if FileSystems.get_scheme(pattern) is None:  # local: match() lists files, not (empty) directories
-        leftovers = glob.glob(pattern)
+        leftovers = glob.glob(os.path.join(glob.escape(directory), "beam-temp-%s-*" % glob.escape(name)))
     else:  # object stores have no empty directories, only the files in them
         leftovers = [found.path for found in FileSystems.match([pattern + "/*"])[0].metadata_list]
     if leftovers:
         FileSystems.delete(leftovers)
+    return leftovers
 
 
 #: A shard's name as `encode_pipeline` writes it (`shards`): ``PREFIX-SSSSS-of-NNNNN.tfrecord``.

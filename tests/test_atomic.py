@@ -11,9 +11,11 @@ import pytest
 
 from bert_whitening import atomic
 from bert_whitening.atomic import (
+    CLAIM,
     MARK,
     OutputAppeared,
     check_output,
+    claimed_prefix,
     placed_outputs,
     private_temporary_directory,
     publish_directory,
@@ -290,6 +292,39 @@ def test_a_private_temporary_directory_left_by_a_killed_run_is_removed_by_the_ne
     with private_temporary_directory() as directory:
         assert os.listdir(tmp_path) == [os.path.basename(directory)]
     assert os.listdir(tmp_path) == []
+
+
+def test_a_prefix_a_live_run_claims_is_refused_to_another_and_free_again_after(tmp_path):
+    """Two runs writing shards under one prefix would leave two sets mixed: the second claim is
+    refused while the first is held (a lock: another process's or, as here, another open file)."""
+    prefix = str(tmp_path / "new" / "vectors")
+    with claimed_prefix(prefix) as claimed:
+        assert claimed
+        (claim,) = os.listdir(tmp_path / "new")
+        assert claim.startswith(".vectors" + MARK) and claim.endswith(CLAIM)
+        with pytest.raises(BertWhiteningError, match=r"cannot write .*vectors: another run writes it now"):
+            with claimed_prefix(prefix):
+                pass
+        assert os.listdir(tmp_path / "new") == [claim]  # the refused run took its own claim back
+    assert os.listdir(tmp_path / "new") == []
+    with claimed_prefix(prefix), claimed_prefix(str(tmp_path / "new" / "other")):
+        pass  # another prefix in the same directory is another output
+
+
+def test_a_killed_runs_claim_is_removed_and_a_failed_first_claim_leaves_no_directory(tmp_path):
+    (tmp_path / "out").mkdir()
+    left = tmp_path / "out" / (".vectors%s4000000-abcdefgh%s" % (MARK, CLAIM))  # no lock: its run is gone
+    left.write_bytes(b"")
+    os.utime(left, (1, 1))
+    with claimed_prefix(str(tmp_path / "out" / "vectors")):
+        assert not left.exists()
+    with pytest.raises(RuntimeError):
+        with claimed_prefix(str(tmp_path / "made" / "deeper" / "vectors")):
+            assert (tmp_path / "made" / "deeper").is_dir()
+            raise RuntimeError("the pipeline failed")
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+    with claimed_prefix("gs://bucket/vectors") as claimed:
+        assert not claimed  # nothing to lock there
 
 
 def test_outputs_that_could_only_fail_at_the_end_are_refused_up_front(tmp_path):

@@ -75,6 +75,29 @@ def test_beam_encode_refuses_to_mix_with_existing_shards(tiny_model, corpus, tmp
     assert "1 output shards already exist" in caplog.text
 
 
+def test_beam_encode_refuses_a_prefix_another_run_writes_and_clears_what_a_killed_run_left(
+    tiny_model, corpus, tmp_path, caplog
+):
+    """Two runs at once under one prefix both succeeded, with shards of two sets mixed
+    (``-of-00002`` beside ``-of-00003``); a run killed with SIGKILL left Beam's sink directory."""
+    from bert_whitening.atomic import claimed_prefix
+
+    prefix = tmp_path / "vectors"
+    command = ("beam-encode", "--model", tiny_model[0], "--input", corpus / "a.txt", "--output", prefix)
+    with claimed_prefix(str(prefix)):
+        assert run(*command) == 1
+    assert "vectors: another run writes it now" in caplog.text
+    assert os.listdir(tmp_path) == ["corpus"]
+    left = tmp_path / "beam-temp-vectors-d1f38464e9b011f195e102fc00000001"
+    left.mkdir()
+    (left / "a-partial-shard").write_bytes(b"\0" * 10)
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert run(*command) == 0
+    assert "removed %s, left by an interrupted run" % left in caplog.text
+    assert sorted(os.listdir(tmp_path)) == ["corpus", "vectors-00000-of-00001.tfrecord"]
+
+
 def test_malformed_line_fails_the_pipeline_and_writes_nothing(tiny_model, corpus, tmp_path, caplog):
     with open(corpus / "c.data", "a", encoding="utf-8") as stream:
         stream.write("only one field\n")
