@@ -39,5 +39,5 @@ setup(
         "search": ["faiss-cpu>=1.8"],
         "test": ["pytest>=7", "tensorflow-serving-api>=2.16,<2.22", "apache-beam[tfrecord]>=2.60", "faiss-cpu>=1.8"],
     },
-    entry_points={"console_scripts": ["bert-whitening = bert_whitening.cli:console_main"]},
+    entry_points={"console_scripts": ["bert-whitening = bert_whitening.__main__:main"]},
 )

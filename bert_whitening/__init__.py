@@ -5,38 +5,29 @@
     encoder.fit(files=["corpus.txt"])
     vectors = encoder.encode(["今天天气很好"])
 
-Importing the package loads numpy only; `SentenceEncoder` and `EncoderConfig` are imported on
-first use, and TensorFlow once an encoder's Keras graph is built (`bert_whitening.backend`).
+Importing the package loads nothing but the standard library: every name below is imported on
+first use (numpy with the first, TensorFlow once an encoder's Keras graph is built,
+`bert_whitening.backend`), so that the command line answers a signal from its first moment
+(`bert_whitening.__main__`).
 """
 
 import importlib
 
-from bert_whitening.data import ReadOptions
-from bert_whitening.whitening import (
-    FitOptions,
-    Whitening,
-    WhiteningStats,
-    compute_kernel_bias,
-    fit_whitening,
-    transform_and_normalize,
-)
-
 __version__ = "0.1.0"
 
-_LAZY = {"SentenceEncoder": "bert_whitening.sentence_encoder", "EncoderConfig": "bert_whitening.config"}
+_LAZY = {
+    "EncoderConfig": "bert_whitening.config",
+    "FitOptions": "bert_whitening.whitening",
+    "ReadOptions": "bert_whitening.data",
+    "SentenceEncoder": "bert_whitening.sentence_encoder",
+    "Whitening": "bert_whitening.whitening",
+    "WhiteningStats": "bert_whitening.whitening",
+    "compute_kernel_bias": "bert_whitening.whitening",
+    "fit_whitening": "bert_whitening.whitening",
+    "transform_and_normalize": "bert_whitening.whitening",
+}
 
-__all__ = [
-    "EncoderConfig",
-    "FitOptions",
-    "ReadOptions",
-    "SentenceEncoder",
-    "Whitening",
-    "WhiteningStats",
-    "compute_kernel_bias",
-    "fit_whitening",
-    "transform_and_normalize",
-    "__version__",
-]
+__all__ = [*_LAZY, "__version__"]
 
 
 def __getattr__(name):

@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 
-from bert_whitening.errors import BertWhiteningError
+from bert_whitening.errors import STOPPING, BertWhiteningError
 
 logger = logging.getLogger(__name__)
 
@@ -301,11 +301,6 @@ def _lock(path):
 #: The suffix of an output set aside while its replacement is renamed into place, where no
 #: exchange is offered (`publish_directory`).
 RETIRED = ".retired"
-
-
-#: The signals that stop a command: the command line turns each into a clean stop with one line
-#: (`bert_whitening.cli.main`), and `_signals_held` holds them back.
-STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager

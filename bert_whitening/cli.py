@@ -38,7 +38,6 @@ from bert_whitening.atomic import (
     DIRECTORY,
     FILE,
     PREFIX,
-    STOPPING,
     check_outputs,
     placed_outputs,
     private_temporary_directory,
@@ -56,7 +55,7 @@ from bert_whitening.data import (
     read_sentences,
     task_files,
 )
-from bert_whitening.errors import BertWhiteningError, Interrupted
+from bert_whitening.errors import STOPPING, BertWhiteningError, Interrupted, interrupted
 from bert_whitening.names import LOSSES, METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
 from bert_whitening.retrieval.faiss_indexes import HNSW_M_RANGE
 from bert_whitening.sentence_encoder import SentenceEncoder
@@ -1121,17 +1120,8 @@ def _raise_interrupted(number, frame):
     raise Interrupted(number)
 
 
-# STOPPING (atomic's): SIGTERM and SIGHUP stop a command as SIGINT does, cleaned up, one line,
+# STOPPING (errors'): SIGTERM and SIGHUP stop a command as SIGINT does, cleaned up, one line,
 # status 128 + the number; SIGHUP is a closed terminal or a stopped session.
-
-
-def interrupted(number, placed):
-    """The line for a command stopped by signal ``number`` once ``placed`` (`placed_outputs`)
-    were put in place: a signal after an output is published must not say nothing was written."""
-    name = signal.Signals(number).name
-    if not placed:
-        return "interrupted by %s; nothing was written" % name
-    return "interrupted by %s; %s written in full, nothing else" % (name, " and ".join(map(str, placed)))
 
 
 def main(argv=None):
@@ -1177,7 +1167,8 @@ def console_main():
     SIGTERM, once `main` has cleaned up, the process exits at once: a thread a library left
     running (Beam's workers finishing their bundle) must not keep an interrupted command alive.
     A signal that comes before `main` has set its handlers, or after it has returned, stops the
-    process at once with the same line and status (it has nothing staged then).
+    process at once with the same line and status (it has nothing staged then); one before this
+    module was imported, `bert_whitening.__main__`'s handler stops alike.
 
     Otherwise it exits without the interpreter's last garbage collection (`gc.freeze`): after
     TensorFlow was imported, that pass over its objects takes about a second, and every file

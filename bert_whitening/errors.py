@@ -5,6 +5,13 @@ Each subclass is a ``ValueError`` too, as the package raised before it had its o
 message names the file (and the line, for text) and the value at fault.
 """
 
+import signal
+
+#: The signals that stop a command: the command line turns each into a clean stop with one line
+#: (`bert_whitening.__main__`, `bert_whitening.cli.main`), and `bert_whitening.atomic` holds them
+#: back across steps that must not be parted.
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 
 class BertWhiteningError(ValueError):
     """A refused input or a failed operation, explained in its message."""
@@ -37,3 +44,12 @@ class TrainingError(BertWhiteningError):
 class Interrupted(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised like SIGINT's KeyboardInterrupt so the same clean-up runs; ``args[0]``
     is the signal number."""
+
+
+def interrupted(number, placed=()):
+    """The line for a command stopped by signal ``number`` once ``placed`` (`bert_whitening.atomic.placed_outputs`)
+    were put in place: a signal after an output is published must not say nothing was written."""
+    name = signal.Signals(number).name
+    if not placed:
+        return "interrupted by %s; nothing was written" % name
+    return "interrupted by %s; %s written in full, nothing else" % (name, " and ".join(map(str, placed)))

@@ -480,6 +480,35 @@ def test_an_interrupted_command_exits_though_a_thread_is_still_busy():
     assert result.stderr.decode().strip().splitlines()[-1] == "ERROR: interrupted by SIGTERM; nothing was written"
 
 
+SIGNAL_WHILE_IMPORTING = """
+import builtins, signal, sys
+import bert_whitening.__main__ as entry
+
+loaded = "numpy" in sys.modules  # importing the package must not take time of its own
+importing = builtins.__import__
+
+def signalled(name, *arguments, **keywords):  # SIGTERM as the command line's modules start loading
+    if name == "bert_whitening.cli":
+        signal.raise_signal(signal.SIGTERM)
+    return importing(name, *arguments, **keywords)
+
+builtins.__import__ = signalled
+sys.argv[0] = "bert-whitening"
+sys.exit(entry.main() if not loaded else "numpy was imported with the package")
+"""
+
+
+@pytest.mark.parametrize("number, name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT")])
+def test_a_signal_while_the_command_line_is_imported_is_one_line(number, name):
+    """The handlers are set before `bert_whitening.cli` and numpy are imported: before, SIGINT
+    there printed a KeyboardInterrupt traceback, and SIGTERM ended the process without a line."""
+    script = SIGNAL_WHILE_IMPORTING.replace("SIGTERM", name)
+    result = subprocess.run([sys.executable, "-c", script, "--help"], capture_output=True, timeout=120)
+    assert result.returncode == 128 + number, result.stderr
+    assert result.stderr.decode().strip().splitlines() == ["ERROR: interrupted by %s; nothing was written" % name]
+    assert result.stdout == b""  # stopped before the help was printed
+
+
 SIGNAL_AFTER_WRITING = """
 import signal, sys
 from bert_whitening import atomic, cli
