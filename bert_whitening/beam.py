@@ -443,7 +443,11 @@ def run_encode(
         try:
             read = ReadOptions("lines", batch_size=batch_size)
             encode_fn = EncodeFn(spec, read.batch_size, job_precision(precision, spec, patterns, read))
-            run(lambda pipeline: encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards), flags, runner)
+            run(
+                lambda pipeline: encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards),
+                flags,
+                runner,
+            )
         except BaseException:
             _remove_sink_temporaries(output_prefix)
             _settle_shards(output_prefix)
