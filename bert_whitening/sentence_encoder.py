@@ -118,18 +118,8 @@ class SentenceEncoder:
         A directory written by `save` is loaded as saved: any other argument given with it
         (at its default value too) is refused, not ignored.
         """
-        model = optional_path(model, "model")
-        path = flow_path = None
-        if isinstance(whitening, (str, os.PathLike)):
-            path, whitening = os.fspath(whitening), Whitening.load(whitening)
-        if isinstance(flow, (str, os.PathLike)):
-            from bert_whitening.flow import Flow
-
-            flow_path, flow = os.fspath(flow), Flow.load(flow)
-        fitted = whitening if whitening is not None else flow
-        pooling = pooling or getattr(fitted, "pooling", None) or "first-last-avg"  # a non-Whitening: refused below
         return cls(
-            EncoderConfig(
+            EncoderConfig.from_fitted(
                 model=model,
                 model_type=model_type,
                 pooling=pooling,
@@ -139,9 +129,7 @@ class SentenceEncoder:
                 n_components=n_components,
                 normalize=normalize,
                 allow_rank_deficient=allow_rank_deficient,
-                whitening_path=path,
                 flow=flow,
-                flow_path=flow_path,
             )
         )
 
