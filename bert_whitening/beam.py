@@ -39,6 +39,7 @@ from bert_whitening.atomic import PREFIX, check_outputs, claimed_prefix, mark_pl
 from bert_whitening.bounded import open_regular
 from bert_whitening.data import ReadOptions, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
+from bert_whitening.names import EXPORT_PRECISIONS
 from bert_whitening.whitening import FitOptions, WhiteningStats, check_vectors, fit_reported
 
 logger = logging.getLogger(__name__)
@@ -408,7 +409,7 @@ def job_precision(precision, spec, patterns, read=ReadOptions(), fits=False):
         if sentences:
             encode(build(spec), sentences, read.batch_size, progress=False)  # decides, once, on them
     chosen = process.process_precision()
-    return chosen if chosen in ("float32", "bfloat16") else "float32"
+    return chosen if chosen in EXPORT_PRECISIONS else "float32"
 
 
 def _local_inputs(patterns):

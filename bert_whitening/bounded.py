@@ -24,8 +24,9 @@ from bert_whitening.atomic import file_kind
 
 #: Bytes read at a time from a file of any size: what a reader holds besides what it returns.
 BLOCK = 1 << 20
-#: A JSON configuration or record (``bert_config.json``, ``config.json``,
-#: ``sentence_encoder.json``): real ones hold a few kilobytes.
+#: A JSON configuration or record (``bert_config.json``, ``config.json``, ``sentence_encoder.json``,
+#: an index's ``index.json``, an export's record, the metadata in a whitening or flow ``.npz``):
+#: real ones hold a few kilobytes.
 JSON_BYTES = 1 << 20
 #: A ``vocab.txt``: room for the largest vocabulary `MODEL_SIZES` allows.
 VOCAB_BYTES = 64 << 20
@@ -37,8 +38,6 @@ SAFETENSORS_HEADER_BYTES = 64 << 20
 #: One line of an input file (a sentence, or a pair with its label), without its line end: far
 #: longer than anything a model reads (it keeps ``maxlen`` tokens), short enough to hold at once.
 LINE_BYTES = 1 << 20
-#: The JSON metadata stored in a whitening or flow ``.npz``.
-METADATA_BYTES = 1 << 20
 
 #: The largest size each key of a BERT configuration may give: beyond those of any released
 #: BERT, below what would not fit a machine. The weights must match them as well

@@ -56,8 +56,19 @@ from bert_whitening.data import (
     task_files,
 )
 from bert_whitening.errors import STOPPING, BertWhiteningError, Interrupted, interrupted
-from bert_whitening.names import LOSSES, METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
-from bert_whitening.retrieval.faiss_indexes import HNSW_M_RANGE
+from bert_whitening.names import (
+    COSENT_SCALE,
+    DEFAULT_POOLING,
+    EXPORT_PRECISIONS,
+    LOSSES,
+    METHODS,
+    MODEL_TYPES,
+    POOLINGS,
+    PRECISION_VARIABLE,
+    PRECISIONS,
+)
+from bert_whitening.precision import AUTO_CHECK_SENTENCES, AUTO_MIN_COSINE, AUTO_MIN_DISTINCT
+from bert_whitening.retrieval.faiss_indexes import HNSW_M, HNSW_M_RANGE
 from bert_whitening.sentence_encoder import SentenceEncoder
 from bert_whitening.training import DEFAULT_THRESHOLD
 from bert_whitening.whitening import FitOptions
@@ -189,9 +200,9 @@ def _model_options(parser, pooling_default, batches=True, maxlen_default=64, poo
             "norms, softmax and the whitening in float32; worth it only on CPUs with bfloat16 "
             "instructions (AVX512_BF16 or AMX; figures: docs/performance.md). auto: float32 on a CPU "
             "without them or in a command that fits on its vectors (fit, eval with k other than 0), "
-            "else bfloat16 if the vectors of the first 256 distinct sentences (at least 64) are all "
-            "within cosine 0.999 of float32's; the choice is logged. $%s, when set, is the default"
-            % PRECISION_VARIABLE,
+            "else bfloat16 if the vectors of the first %d distinct sentences (at least %d) are all "
+            "within cosine %s of float32's; the choice is logged. $%s, when set, is the default"
+            % (AUTO_CHECK_SENTENCES, AUTO_MIN_DISTINCT, AUTO_MIN_COSINE, PRECISION_VARIABLE),
         )
     parser.add_argument(
         "--cased",
@@ -268,7 +279,7 @@ def _fit_options(parser):
 
 def _task_options(parser, n_components_default, plot_help):
     """The options of the commands that evaluate on pair tasks (``eval``, ``eval-retrieval``)."""
-    _model_options(parser, "first-last-avg", maxlen_default=None, poolings=True)
+    _model_options(parser, DEFAULT_POOLING, maxlen_default=None, poolings=True)
     parser.add_argument(
         "--task",
         action="append",
@@ -359,7 +370,7 @@ def add_fit(commands):
         "covariance accumulated batch by batch) into one .npz file; with --method flow, train "
         "a BERT-flow on the vectors instead.",
     )
-    _model_options(parser, "first-last-avg")
+    _model_options(parser, DEFAULT_POOLING)
     parser.add_argument(
         "--method",
         default="whitening",
@@ -406,7 +417,7 @@ def add_beam_fit(commands):
         "`pip install bert-whitening[beam]`; the model directory must be readable at "
         "the same path on every worker.",
     )
-    _model_options(parser, "first-last-avg")
+    _model_options(parser, DEFAULT_POOLING)
     _fit_options(parser)
     _beam_options(parser)
     return parser
@@ -468,7 +479,7 @@ def add_export(commands):
     parser.add_argument(
         "--precision",
         dest="export_precision",  # the SavedModel's, not this process's (`_start`)
-        choices=("float32", "bfloat16"),
+        choices=EXPORT_PRECISIONS,
         default="float32",
         help="bfloat16: the transformer's matrix products in bfloat16 (the rest float32), for a server "
         "whose CPU has AVX512_BF16 or AMX; use it instead of TF Serving's --mixed_precision=bfloat16, "
@@ -527,7 +538,7 @@ def add_eval_retrieval(commands):
     parser.add_argument(
         "--hnsw-m",
         type=hnsw_m_int,
-        default=32,
+        default=HNSW_M,
         help="neighbours per node of the HNSW index compared with exact search",
     )
     return parser
@@ -637,7 +648,7 @@ def add_train(commands):
         metavar="DIR",
         help="model directory to write (new, outside the base model's directory)",
     )
-    _model_options(parser, "first-last-avg", batches=False, rank_deficient=False)
+    _model_options(parser, DEFAULT_POOLING, batches=False, rank_deficient=False)
     parser.add_argument(
         "--loss",
         default="cosent",
@@ -645,7 +656,7 @@ def add_train(commands):
         help="cosent: CoSENT on the pairs' cosines, by the order of their labels (kexue.fm/archives/8847); "
         "softmax: Sentence-BERT's Dense softmax on [u, v, |u-v|], discarded after training",
     )
-    parser.add_argument("--scale", type=positive_float, default=20.0, help="CoSENT's scale of the cosines")
+    parser.add_argument("--scale", type=positive_float, default=COSENT_SCALE, help="CoSENT's scale of the cosines")
     parser.add_argument(
         "--threshold",
         type=finite_float,

@@ -26,7 +26,7 @@ from typing import Optional
 from bert_whitening.arguments import boolean, integer, optional_integer, optional_path, positive_int, shown, text
 from bert_whitening.checkpoints import BUILTIN_MODEL, find_model, model_directory
 from bert_whitening.errors import BertWhiteningError, ExportError, WhiteningError
-from bert_whitening.names import MODEL_TYPES, POOLINGS, check_choice
+from bert_whitening.names import DEFAULT_POOLING, MODEL_TYPES, POOLINGS, check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def versions():
     return found
 
 
-def check_model(model, model_type="bert", pooling="first-last-avg", maxlen=64):
+def check_model(model, model_type, pooling, maxlen):
     """The `ModelFiles` of ``model`` once the options are known to fit it; reads no weights."""
     files = find_model(model)
     check_options(files, model_type, pooling, maxlen)
@@ -301,7 +301,7 @@ class EncoderConfig:
 
     model: Optional[str] = None
     model_type: str = "bert"
-    pooling: str = "first-last-avg"
+    pooling: str = DEFAULT_POOLING
     maxlen: Optional[int] = 64
     lowercase: bool = True
     whitening: object = None
@@ -495,7 +495,7 @@ class EncoderConfig:
 
             flow_path, flow = os.fspath(flow), Flow.load(flow)
         fitted = whitening if whitening is not None else flow
-        pooling = pooling or getattr(fitted, "pooling", None) or "first-last-avg"  # a non-Whitening: refused
+        pooling = pooling or getattr(fitted, "pooling", None) or DEFAULT_POOLING  # a non-Whitening: refused
         return cls(
             pooling=pooling,
             whitening=whitening,

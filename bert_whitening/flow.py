@@ -68,7 +68,7 @@ from tqdm.auto import tqdm
 from bert_whitening.arguments import boolean, shown
 from bert_whitening.atomic import write_atomically
 from bert_whitening.backend import graph_function, keras, tf
-from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, METADATA_BYTES, MODEL_SIZES, NpzMembers, first_few
+from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, JSON_BYTES, MODEL_SIZES, NpzMembers, first_few
 from bert_whitening.errors import FlowError
 from bert_whitening.names import RECORDED_POOLINGS, check_recorded
 
@@ -436,7 +436,7 @@ class Flow(keras.Model):
         weights read, all before the flow is built: building one is most of the work of a load,
         and a file that holds no weights or the wrong ones is refused without it."""
         with NpzMembers(path, FlowError, "flow file") as members:
-            stored = members.array("meta", (), kinds="U", limit=METADATA_BYTES)
+            stored = members.array("meta", (), kinds="U", limit=JSON_BYTES)
             try:
                 meta = json.loads(str(stored))
                 version, dim, config = meta["format_version"], meta["dim"], meta["config"]

@@ -31,7 +31,7 @@ from bert_whitening.layers import (
     MaskedAveragePooling,
     WhiteningDense,
 )
-from bert_whitening.names import MODEL_TYPES, POOLINGS
+from bert_whitening.names import DEFAULT_POOLING, MODEL_TYPES, POOLINGS
 
 
 @dataclasses.dataclass
@@ -126,7 +126,7 @@ def finish(pooled: Encoder, config: EncoderConfig) -> Encoder:
 def build_encoder(
     model: Optional[str] = None,
     model_type: str = "bert",
-    pooling: str = "first-last-avg",
+    pooling: str = DEFAULT_POOLING,
     maxlen: int = 64,
     lowercase: bool = True,
 ) -> Encoder:
@@ -138,7 +138,7 @@ def build_encoder(
 def build_encoders(
     model: Optional[str] = None,
     model_type: str = "bert",
-    poolings: Sequence[str] = ("first-last-avg",),
+    poolings: Sequence[str] = (DEFAULT_POOLING,),
     maxlen: int = 64,
     lowercase: bool = True,
 ) -> dict[str, Encoder]:

@@ -25,6 +25,9 @@ MODEL_TYPES = {
 #: The original's pooling names. ``pooler`` is the pooler Dense with a *linear* activation, as
 #: the original get_encoder builds it (bert4keras ``with_pool='linear'``), not BERT's tanh pooler.
 POOLINGS = ("first-last-avg", "last-avg", "cls", "pooler")
+#: The pooling of every command and function that is given none (and no whitening or flow that
+#: records one): the original's choice for its Chinese results.
+DEFAULT_POOLING = "first-last-avg"
 #: What a whitening or flow file may record as the pooling of the vectors it was fitted on: one
 #: of `POOLINGS`, or "" for vectors of no encoder (say `bert_whitening.whitening.fit_whitening` on
 #: an array); anything else is a crafted file, refused when it is loaded.
@@ -44,12 +47,16 @@ LOSSES = ("cosent", "softmax")
 #: What a setting other than raw fits on the vectors: a whitening, or a BERT-flow.
 METHODS = ("whitening", "flow")
 
-#: How the model's matrix products run. ``bfloat16`` is oneDNN's automatic mixed precision:
-#: matrix products in bfloat16, accumulations and everything else in float32; ``auto`` picks
-#: one of the two on the first sentences encoded (see encoding.py).
+#: How the model's matrix products run. ``bfloat16``: matrix products in bfloat16, residual sums,
+#: layer norms, softmax and the whitening in float32 (`bert_whitening.precision`); ``auto``
+#: picks one of the two on the first sentences encoded.
 PRECISIONS = ("auto", "float32", "bfloat16")
 #: What an export's products may be traced in (`bert_whitening.export.export_saved_model`).
 EXPORT_PRECISIONS = ("float32", "bfloat16")
+
+#: CoSENT's scale of the cosines (`bert_whitening.losses.cosent`), the original's: a cosine
+#: difference of 0.05 is already a factor e in a term.
+COSENT_SCALE = 20.0
 
 #: The environment variable that, when set, is ``--precision``'s default (one setting for every
 #: command of a job, its Beam workers included).

@@ -38,7 +38,7 @@ from bert_whitening.bounded import JSON_BYTES, read_limited
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import ReadOptions, check_readable, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
-from bert_whitening.names import EXPORT_PRECISIONS, check_choice
+from bert_whitening.names import COSENT_SCALE, EXPORT_PRECISIONS, check_choice
 from bert_whitening.precision import resolve_before_fitting
 from bert_whitening.precision import running as running_precision
 from bert_whitening.whitening import (
@@ -366,7 +366,7 @@ class SentenceEncoder:
         valid_file: Optional[str] = None,
         *,
         loss: str = "cosent",
-        scale: float = 20.0,
+        scale: float = COSENT_SCALE,
         threshold: Optional[float] = None,
         batch_size: int = 32,
         learning_rate: float = 2e-5,

@@ -62,7 +62,7 @@ from bert_whitening.bounded import JSON_BYTES, NpzMembers
 from bert_whitening.config import EncoderConfig, check_model, check_trainable, versions
 from bert_whitening.data import check_labels, check_readable, display_name, open_local, read_pairs
 from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
-from bert_whitening.names import LOSSES, check_choice
+from bert_whitening.names import COSENT_SCALE, DEFAULT_POOLING, LOSSES, check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -236,9 +236,9 @@ def train(
     model: Optional[str] = None,
     model_type: str = "bert",
     loss: str = "cosent",
-    scale: float = 20.0,
+    scale: float = COSENT_SCALE,
     threshold: Optional[float] = None,
-    pooling: str = "first-last-avg",
+    pooling: str = DEFAULT_POOLING,
     maxlen: int = 64,
     lowercase: bool = True,
     batch_size: int = 32,
@@ -257,7 +257,8 @@ def train(
     Args:
         valid_file: pairs whose Spearman chooses the epoch kept (default: the last).
         loss: ``cosent`` or ``softmax``; ``scale`` is CoSENT's, ``threshold`` the softmax's
-            binarisation of labels (default: integer labels are classes, others cut at 2.5).
+            binarisation of labels (default: integer labels are classes, others cut at
+            `DEFAULT_THRESHOLD`).
         pooling, maxlen, lowercase: the encoder trained, as `bert_whitening.models.build_encoder`.
         batch_size: pairs per step; their order is shuffled each epoch from ``seed``, which also
             draws the softmax head: one seed, one result.

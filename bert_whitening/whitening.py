@@ -28,7 +28,7 @@ import numpy as np
 
 from bert_whitening.arguments import positive_int, vector_array
 from bert_whitening.atomic import write_atomically
-from bert_whitening.bounded import METADATA_BYTES, MODEL_SIZES, NpzMembers
+from bert_whitening.bounded import JSON_BYTES, MODEL_SIZES, NpzMembers
 from bert_whitening.errors import BertWhiteningError, DataError, WhiteningError
 from bert_whitening.names import RECORDED_POOLINGS, check_recorded
 
@@ -279,7 +279,7 @@ class Whitening:
         """
         with NpzMembers(path, WhiteningError, "whitening file") as members:
             members.expect(("kernel", "bias", "mean", "eigenvalues", "meta"))
-            meta = _metadata(path, members.array("meta", (), kinds="U", limit=METADATA_BYTES))
+            meta = _metadata(path, members.array("meta", (), kinds="U", limit=JSON_BYTES))
             dim = meta["dim"]
             expected = {"kernel": (dim, dim), "bias": (dim,), "mean": (dim,), "eigenvalues": (dim,)}
             arrays = {name: members.array(name, shape) for name, shape in expected.items()}

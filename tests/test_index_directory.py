@@ -14,7 +14,7 @@ from test_retrieval import RECORD, unit
 from bert_whitening.retrieval.index_directory import (
     INDEX_FILE,
     KEYS_FILE,
-    METADATA_FILE,
+    RECORD_FILE,
     TEXTS_FILE,
     IndexDirectory,
     IndexWriter,
@@ -100,7 +100,7 @@ def test_a_file_that_is_not_a_regular_file_is_refused_without_reading_it(index, 
     ],
 )
 def test_a_malformed_index_json_is_one_line(index, edit, fragment):
-    path = index / METADATA_FILE
+    path = index / RECORD_FILE
     path.write_text(edit(json.loads(path.read_text(encoding="utf-8"))), encoding="utf-8")
     refused(index, fragment)
 
@@ -113,7 +113,7 @@ def test_a_malformed_index_json_is_one_line(index, edit, fragment):
     ],
 )
 def test_index_json_disagreeing_with_the_index_is_refused(index, key, value, fragment):
-    path = index / METADATA_FILE
+    path = index / RECORD_FILE
     metadata = dict(json.loads(path.read_text(encoding="utf-8")), **{key: value})
     metadata["model"]["hidden_size"] = metadata["dim"]  # a record consistent in itself
     path.write_text(json.dumps(metadata))
@@ -136,10 +136,10 @@ def forged(directory, edit, name=INDEX_FILE, **entries):
     in index.json to match: what someone who can write index.json can do."""
     path = directory / name
     path.write_bytes(edit(path.read_bytes()))
-    metadata = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8"))
+    metadata = json.loads((directory / RECORD_FILE).read_text(encoding="utf-8"))
     metadata.update(entries)
     metadata["files"][name] = hashlib.sha256(path.read_bytes()).hexdigest()
-    (directory / METADATA_FILE).write_text(json.dumps(metadata), encoding="utf-8")
+    (directory / RECORD_FILE).write_text(json.dumps(metadata), encoding="utf-8")
 
 
 def at(offset, fields, *values):

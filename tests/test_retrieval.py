@@ -10,7 +10,7 @@ from bert_whitening.retrieval import benchmark, faiss_indexes
 from bert_whitening.retrieval.index_directory import (
     INDEX_FILE,
     KEYS_FILE,
-    METADATA_FILE,
+    RECORD_FILE,
     TEXTS_FILE,
     IndexDirectory,
     IndexWriter,
@@ -153,7 +153,7 @@ def test_index_directory_round_trip(tmp_path):
     output = str(tmp_path / "index")
     with IndexWriter(output, RECORD, 6) as writer:
         _add_keyed(writer, [vectors[:10], vectors[10:]], numbered_lines([str(corpus)]))
-    assert sorted(os.listdir(output)) == sorted([INDEX_FILE, KEYS_FILE, TEXTS_FILE, METADATA_FILE])
+    assert sorted(os.listdir(output)) == sorted([INDEX_FILE, KEYS_FILE, TEXTS_FILE, RECORD_FILE])
     index = IndexDirectory(output)
     assert {key: index.metadata[key] for key in ("count", "dim", "index", "hnsw_m")} == {
         "count": 25,

@@ -8,13 +8,10 @@ The names below are imported on first use, so the verification child
 import importlib
 
 _WHERE = {
-    "METADATA_FILE": "record",
     "check_export": "record",
     "ServingModule": "saved_model",
     "export_saved_model": "saved_model",
     "target_version": "layout",
-    "TOLERANCE": "verify",
-    "VERIFY_SENTENCES": "verify",
     "run_in_fresh_process": "verify",
 }
 

@@ -12,14 +12,12 @@ load it.
 import json
 import os
 
+from bert_whitening.bounded import JSON_BYTES
 from bert_whitening.errors import DataError, ExportError
 from bert_whitening.files import CheckedFile, file_sha256_at, open_directory, read_limited_at
 
-METADATA_FILE = "bert_whitening.json"
 #: The record's name inside an export directory.
-RECORD = "assets/" + METADATA_FILE
-#: Largest record read: an encoder record, versions and checksums, a few kB.
-RECORD_LIMIT = 1 << 20
+RECORD = "assets/bert_whitening.json"
 
 
 #: Files every SavedModel has: a record that lists neither binds nothing.
@@ -64,7 +62,7 @@ def check_export(directory):
 
 def checked_record(directory_fd, where):
     """`check_export` of an export directory already open as ``directory_fd``."""
-    text = read_limited_at(directory_fd, RECORD, RECORD_LIMIT, where)
+    text = read_limited_at(directory_fd, RECORD, JSON_BYTES, where)
     try:
         record = json.loads(text.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

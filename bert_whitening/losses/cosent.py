@@ -13,12 +13,10 @@ labels give no term; a batch whose labels are all equal gives log(1) = 0.
 import numpy as np
 
 from bert_whitening.backend import tf
-
-#: The original's scale: a cosine difference of 0.05 is already a factor e in a term.
-DEFAULT_SCALE = 20.0
+from bert_whitening.names import COSENT_SCALE
 
 
-def cosent_loss(labels, cosines, scale=DEFAULT_SCALE):
+def cosent_loss(labels, cosines, scale=COSENT_SCALE):
     """The CoSENT loss of a batch: ``labels`` and ``cosines`` are ``(pairs,)``.
 
     Written as a log-sum-exp over the ordered differences and one zero (the ``1 +``): the

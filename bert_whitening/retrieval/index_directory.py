@@ -37,6 +37,7 @@ import numpy as np
 
 from bert_whitening.arguments import vector_array
 from bert_whitening.atomic import publish_directory, staged_directory
+from bert_whitening.bounded import JSON_BYTES
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import CheckedFile, file_sha256, open_directory, read_limited_at
@@ -57,10 +58,7 @@ logger = logging.getLogger(__name__)
 #: files again at search time; it is refused with a request to rebuild.
 FORMAT_VERSION = 2
 INDEX_FILE, KEYS_FILE, TEXTS_FILE = "index.faiss", "keys.tsv", "texts.jsonl"
-WHITENING_FILE, FLOW_FILE, METADATA_FILE = "whitening.npz", "flow.npz", "index.json"
-
-#: Largest ``index.json`` read: it holds a record and checksums, a few kB.
-METADATA_LIMIT = 1 << 20
+WHITENING_FILE, FLOW_FILE, RECORD_FILE = "whitening.npz", "flow.npz", "index.json"
 
 
 def shown_name(path):
@@ -165,7 +163,7 @@ class IndexWriter:
             "files": {name: file_sha256(os.path.join(self.staging, name)) for name in names},
             "versions": versions(),
         }
-        with open(os.path.join(self.staging, METADATA_FILE), "w", encoding="utf-8") as stream:
+        with open(os.path.join(self.staging, RECORD_FILE), "w", encoding="utf-8") as stream:
             json.dump(metadata, stream, indent=2, ensure_ascii=False)
         publish_directory(self.staging, self.output)
 
@@ -186,7 +184,7 @@ class IndexDirectory:
         try:
             self.metadata = self._read_metadata(descriptor)
             self._files = {
-                name: CheckedFile(descriptor, name, sha256, directory, METADATA_FILE, "this index was built with")
+                name: CheckedFile(descriptor, name, sha256, directory, RECORD_FILE, "this index was built with")
                 for name, sha256 in self.metadata["files"].items()
             }
         finally:
@@ -209,13 +207,13 @@ class IndexDirectory:
         raise DataError("%s: %s" % (self.directory, problem))
 
     def _read_metadata(self, descriptor):
-        text = read_limited_at(descriptor, METADATA_FILE, METADATA_LIMIT, self.directory)
+        text = read_limited_at(descriptor, RECORD_FILE, JSON_BYTES, self.directory)
         try:
             metadata = json.loads(text.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            self._refuse("%s is not valid JSON (%s)" % (METADATA_FILE, error))
+            self._refuse("%s is not valid JSON (%s)" % (RECORD_FILE, error))
         if not isinstance(metadata, dict):
-            self._refuse("%s is not a JSON object" % METADATA_FILE)
+            self._refuse("%s is not a JSON object" % RECORD_FILE)
         if "format_version" not in metadata:
             self._refuse(
                 "built by an earlier version, which read the corpus files again at search "
@@ -227,22 +225,20 @@ class IndexDirectory:
             )
         for key, kind in (("count", int), ("dim", int), ("files", dict), ("index", str)):
             if not isinstance(metadata.get(key), kind) or isinstance(metadata.get(key), bool):
-                self._refuse("%s: %r is %r, expected %s" % (METADATA_FILE, key, metadata.get(key), kind.__name__))
+                self._refuse("%s: %r is %r, expected %s" % (RECORD_FILE, key, metadata.get(key), kind.__name__))
         if metadata["count"] < 1 or metadata["dim"] < 1:
             self._refuse(
                 "%s: count %d, dim %d: an index holds at least one vector"
-                % (METADATA_FILE, metadata["count"], metadata["dim"])
+                % (RECORD_FILE, metadata["count"], metadata["dim"])
             )
         expected = {INDEX_FILE, KEYS_FILE, TEXTS_FILE}
         expected |= {name for name, key in ((WHITENING_FILE, "whitening"), (FLOW_FILE, "flow")) if metadata.get(key)}
         if set(metadata["files"]) != expected:
-            self._refuse(
-                "%s lists files %s, expected %s" % (METADATA_FILE, sorted(metadata["files"]), sorted(expected))
-            )
+            self._refuse("%s lists files %s, expected %s" % (RECORD_FILE, sorted(metadata["files"]), sorted(expected)))
         try:
             checked_record(metadata)
         except BertWhiteningError as error:
-            self._refuse("%s: %s" % (METADATA_FILE, error))
+            self._refuse("%s: %s" % (RECORD_FILE, error))
         self._check_written_by_us(metadata)
         return metadata
 
@@ -254,27 +250,27 @@ class IndexDirectory:
         TensorFlow with a traceback)."""
         kind, m = metadata["index"], metadata.get("hnsw_m")
         if kind not in FOURCC:
-            self._refuse("%s: 'index' is %r, expected one of %s" % (METADATA_FILE, kind, ", ".join(FOURCC)))
+            self._refuse("%s: 'index' is %r, expected one of %s" % (RECORD_FILE, kind, ", ".join(FOURCC)))
         if kind == "hnsw" and not (type(m) is int and m >= 1):
-            self._refuse("%s: 'hnsw_m' is %r, expected a positive integer for an HNSW index" % (METADATA_FILE, m))
+            self._refuse("%s: 'hnsw_m' is %r, expected a positive integer for an HNSW index" % (RECORD_FILE, m))
         if kind == "flat" and m is not None:
-            self._refuse("%s: 'hnsw_m' is %r, expected null for a flat index" % (METADATA_FILE, m))
+            self._refuse("%s: 'hnsw_m' is %r, expected null for a flat index" % (RECORD_FILE, m))
         if metadata.get("normalize") is not True:
             self._refuse(
                 "%s: 'normalize' is %r, expected true: an index holds L2-normalised vectors"
-                % (METADATA_FILE, metadata.get("normalize"))
+                % (RECORD_FILE, metadata.get("normalize"))
             )
         k = metadata["n_components"]
         if bool(metadata["whitening"]) != (k > 0):
             self._refuse(
                 "%s: 'n_components' is %d %s a whitening: a whitened index keeps k > 0 dimensions, another 0"
-                % (METADATA_FILE, k, "with" if metadata["whitening"] else "without")
+                % (RECORD_FILE, k, "with" if metadata["whitening"] else "without")
             )
         encoded = k or metadata["model"]["hidden_size"]
         if metadata["dim"] != encoded:
             self._refuse(
                 "%s: 'dim' is %d, but its encoder gives vectors of dimension %d (%s)"
-                % (METADATA_FILE, metadata["dim"], encoded, "n_components" if k else "the model's hidden size")
+                % (RECORD_FILE, metadata["dim"], encoded, "n_components" if k else "the model's hidden size")
             )
 
     @property

@@ -18,7 +18,7 @@ from bert_whitening.data import check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import npy_blocks
 from bert_whitening.retrieval.faiss_indexes import check_hnsw_m
-from bert_whitening.retrieval.index_directory import KEYS_FILE, METADATA_FILE, TEXTS_FILE, IndexDirectory, IndexWriter
+from bert_whitening.retrieval.index_directory import KEYS_FILE, RECORD_FILE, TEXTS_FILE, IndexDirectory, IndexWriter
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ def query_config(index: IndexDirectory, model=None, pooling=None, whitening_path
         raise BertWhiteningError(
             "the index was built with %s pooling, not %s: refused" % (index.metadata["pooling"], pooling)
         )
-    where = os.path.join(index.directory, METADATA_FILE)
+    where = os.path.join(index.directory, RECORD_FILE)
     return EncoderConfig.from_config(index.metadata, whitening, model, flow=index.flow(), where=where)
 
 
