@@ -129,8 +129,8 @@ class EncodeFn(beam.DoFn):
         self.encoder = build(self.spec)
 
     def teardown(self):
-        # The runner waits for the worker to exit: skip the last garbage collection, a second or
-        # more over TensorFlow's objects (as bert_whitening.cli.console_main does).
+        # The runner waits for the worker to exit: skip the last garbage collection, a slow pass
+        # over TensorFlow's objects (as bert_whitening.cli.console_main does).
         gc.freeze()
 
     def process(self, batch):

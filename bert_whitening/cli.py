@@ -1172,7 +1172,7 @@ def console_main():
     module was imported, `bert_whitening.__main__`'s handler stops alike.
 
     Otherwise it exits without the interpreter's last garbage collection (`gc.freeze`): after
-    TensorFlow was imported, that pass over its objects takes about a second, and every file
+    TensorFlow was imported, that pass over its objects is slow, and every file
     the command wrote is closed by then (`bert_whitening.atomic`)."""
     with placed_outputs() as placed:
 

@@ -6,7 +6,7 @@ batch is padded only to its own longest sentence, and the vectors are put back i
 The model runs under one ``tf.function`` whose input signature has a free batch and length, so
 no length triggers a retrace; `BATCHES_IN_FLIGHT` batches run at once, in threads (each call's
 vectors are the same as alone). (XLA with fixed length buckets was slower than this on
-these CPUs, where oneDNN does the matrix products; see benchmarks/bench_encode.py.)
+these CPUs, where oneDNN does the matrix products: docs/performance-history.md.)
 
 How the matrix products run (float32 or bfloat16) is the process's precision,
 `bert_whitening.precision`; `_graph_for` picks the graph that runs it.

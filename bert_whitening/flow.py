@@ -532,8 +532,7 @@ def _train_step(flow, learning_rate):
     """One AdamWeightDecay step of ``optimization_bert_flow.py`` on a batch; returns its loss.
 
     The update runs once over every variable flattened into one vector (the same elementwise
-    formula): per variable it would be a dozen ops to trace, which made tracing the step half
-    the time of a small fit."""
+    formula): per variable it would be a dozen ops to trace, a large part of a small fit's time."""
     variables = flow.trainable_variables
     sizes = [int(np.prod(variable.shape)) for variable in variables]
     mean, square = (tf.Variable(tf.zeros([sum(sizes)], tf.float64), trainable=False) for _ in range(2))

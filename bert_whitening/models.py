@@ -280,7 +280,7 @@ def _read_variables(weights, names):
 def _bert4keras_bert(files, architecture, pooler, described):
     """``(inputs, first block, last block, pooler or None)`` of bert4keras' model of ``files``,
     built, checked and loaded by bert4keras, on its own graph: calling its model on new inputs
-    would build the whole transformer graph a second time (a third of the load time)."""
+    would build the whole transformer graph a second time, at a cost of its own at load."""
     transformer = build_transformer_model(
         None,
         None,

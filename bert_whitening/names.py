@@ -64,7 +64,7 @@ PRECISION_VARIABLE = "BERT_WHITENING_PRECISION"
 
 
 def check_choice(name, value, choices):
-    """Raise a ValueError that lists the choices when ``value`` is not one of them."""
+    """Raise a `BertWhiteningError` (a ValueError) that lists the choices when ``value`` is not one of them."""
     if value not in choices:
         from bert_whitening.errors import BertWhiteningError
 

@@ -257,7 +257,7 @@ def find_model(model=None):
     """Check a model directory of either format, or the built-in model for None or ``minilm``.
 
     Reads the configuration and the vocabulary; the weights are read when ``weights`` is first
-    used (by `bert_whitening.models.build_encoder`).
+    used (when `bert_whitening.models.build` builds the model).
     """
     from bert_whitening.checkpoints import google, huggingface
 

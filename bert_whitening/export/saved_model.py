@@ -64,7 +64,7 @@ class ServingModule(tf.Module):
         self.maxlen = maxlen
         self.vocab_size = vocab_size
         # The Keras model is called, not tracked: tracking it makes tf.saved_model.save trace
-        # every layer for Keras' own loader (half the export's time); the signatures need only
+        # every layer for Keras' own loader, a large part of the export's time; the signatures need only
         # the variables they capture. In bfloat16 the products' weights are stored as bfloat16
         # copies in place of the float32 ones (`fused_bert.bfloat16_copies`).
         # Not tracked as an attribute (its keys are weight references, which a SavedModel

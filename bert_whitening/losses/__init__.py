@@ -2,7 +2,6 @@
 cosines of sentence pairs (`cosent`), and Sentence-BERT's classification head (`softmax`)."""
 
 from bert_whitening.losses.cosent import cosent_loss
-from bert_whitening.losses.softmax import SoftmaxHead, pair_features, softmax_loss
-from bert_whitening.names import LOSSES
+from bert_whitening.losses.softmax import SoftmaxHead, softmax_loss
 
-__all__ = ["LOSSES", "SoftmaxHead", "cosent_loss", "pair_features", "softmax_loss"]
+__all__ = ["SoftmaxHead", "cosent_loss", "softmax_loss"]
