@@ -94,18 +94,17 @@ def id_lists(value, name, limit, bounds):
 REAL_KINDS = "fiu"
 
 
-def vector_array(value, name, kinds=REAL_KINDS, error=BertWhiteningError):
+def vector_array(value, name, error=BertWhiteningError):
     """``value`` as a 2-D numpy array of vectors, one a row, of at least one column, holding
-    numbers of ``kinds`` (`REAL_KINDS`, or ``"f"``: floats only, what the package writes); else
-    one ``error`` naming ``name``. A memory-mapped array is not read. Without a column, the
-    statistics of the vectors would fail later, in numpy, with no name."""
+    real numbers (`REAL_KINDS`); else one ``error`` naming ``name``. A memory-mapped array is
+    not read. Without a column, the statistics of the vectors would fail later, in numpy, with
+    no name."""
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as failure:  # rows of unequal lengths, say
         raise error("%s: not an array of vectors (%s)" % (name, failure)) from None
-    if array.dtype.kind not in kinds:
-        expected = "floating-point vectors" if kinds == "f" else "vectors of real numbers (float or int)"
-        raise error("%s: holds %s, expected %s" % (name, array.dtype, expected))
+    if array.dtype.kind not in REAL_KINDS:
+        raise error("%s: holds %s, expected vectors of real numbers (float or int)" % (name, array.dtype))
     if array.ndim != 2 or array.shape[1] < 1:
         raise error(
             "%s: expected a 2-D array of vectors (one a row, at least one column), got shape %s" % (name, array.shape)

@@ -422,6 +422,16 @@ def write_atomically(path, write, inputs=(), output=True):
         os.close(held)
 
 
+def write_stream_atomically(path, write, **options):
+    """`write_atomically` of a ``write(stream)`` that writes to a binary stream (an ``.npz``)."""
+
+    def to_file(temporary):
+        with open(temporary, "wb") as stream:
+            write(stream)
+
+    write_atomically(path, to_file, **options)
+
+
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2  # renameat2(2) flags
 _AT_FDCWD = -100
 

@@ -904,7 +904,6 @@ def run_export(args):
 def run_eval(args):
     from bert_whitening.evaluation import evaluate_tasks, format_table
     from bert_whitening.plots import plot_report
-    from bert_whitening.precision import process_precision
 
     training = _flow_training(args, "flow" in args.method)
     config = _task_config(args)
@@ -929,8 +928,6 @@ def run_eval(args):
         poolings=args.poolings,
         on_task=show,
     )
-    for report, _ in results:
-        report["precision"] = process_precision()
     _write_reports(args, [report for report, _ in results], functools.partial(plot_report, *results[0]))
 
 
@@ -946,8 +943,13 @@ def _task_config(args):
 
 def _write_reports(args, reports, draw):
     """``--json`` (and ``--plot``, drawn by ``draw``) of one pooling's report as ever; several
-    poolings' as ``{"poolings": [report, ...]}`` (their plot is refused before any work)."""
+    poolings' as ``{"poolings": [report, ...]}`` (their plot is refused before any work). Each
+    report records the precision its vectors were computed in."""
     from bert_whitening.evaluation import write_report
+    from bert_whitening.precision import process_precision
+
+    for report in reports:
+        report["precision"] = process_precision()
 
     if len(reports) > 1:
         write_report({"poolings": reports}, args.json)
@@ -967,7 +969,6 @@ def _fit_on(args):
 
 def run_eval_retrieval(args):
     from bert_whitening.plots import plot_retrieval
-    from bert_whitening.precision import process_precision
     from bert_whitening.retrieval.evaluate import evaluate_retrieval, format_retrieval_table
 
     config = _task_config(args)
@@ -987,8 +988,6 @@ def run_eval_retrieval(args):
         on_task=show,
         poolings=args.poolings,
     )
-    for report in reports:
-        report["precision"] = process_precision()
     _write_reports(args, reports, functools.partial(plot_retrieval, reports[0]))
 
 

@@ -264,9 +264,9 @@ def _side_by_side(encoders):
     return dataclasses.replace(first, model=joint), ends
 
 
-def progress_bar(total=None):
+def progress_bar():
     """The commands' bar: sentences encoded, shown on a terminal only."""
-    return tqdm(total=total, unit="sent", disable=None, desc="encoding")
+    return tqdm(unit="sent", disable=None, desc="encoding")
 
 
 def encode_stream(
@@ -282,6 +282,21 @@ def encode_stream(
         total, truncated = total + len(chunk), truncated + cut
         yield encode_ids(encoder, sequences, batch_size, progress)
     log_truncated(truncated, total, encoder.maxlen)
+
+
+def encode_keyed(encoder: "Encoder", keyed: Iterable[tuple], batch_size: int = 128, progress=None):
+    """``(vectors, keys)`` for each block `encode_stream` yields of the ``(key, sentence)`` pairs
+    ``keyed``: the keys of the sentences it has taken wait beside it (it reads ahead of the
+    vectors it yields), and each block gets its own."""
+    keys = collections.deque()
+
+    def sentences():
+        for key, sentence in keyed:
+            keys.append(key)
+            yield sentence
+
+    for vectors in encode_stream(encoder, sentences(), batch_size, progress):
+        yield vectors, [keys.popleft() for _ in range(len(vectors))]
 
 
 def statistics_from_files(
@@ -332,16 +347,13 @@ def _file_blocks(encoders, paths, read, progress):
     one forward pass for all of them (`encode_stream`); a vector that is not a number is refused
     naming its file and line (`check_vectors`), which the statistics it goes to do not know."""
     joint, ends = _side_by_side(encoders)
-    keys = collections.deque()  # (file, line) of each sentence encode_stream has taken
-    for vectors in encode_stream(joint, _file_sentences(paths, read, keys), read.batch_size, progress):
-        rows = [keys.popleft() for _ in range(len(vectors))]
+    for vectors, rows in encode_keyed(joint, _file_sentences(paths, read), read.batch_size, progress):
         check_vectors(vectors, ", ".join(paths), normalized=False, keys=rows, stages=joint.config.stages)
         yield np.split(vectors, ends, axis=1)
 
 
-def _file_sentences(paths, read, keys):
-    """The sentences of ``paths``, each one's ``(file, line)`` appended to ``keys`` as it is read."""
+def _file_sentences(paths, read):
+    """``((file, line), sentence)`` of each sentence of ``paths``, as it is read."""
     for path in paths:
         for number, sentence in read_sentences(path, read.format, read.skip_bad_lines, numbered=True):
-            keys.append((display_name(path), number))
-            yield sentence
+            yield (display_name(path), number), sentence

@@ -66,7 +66,7 @@ import scipy.linalg
 from tqdm.auto import tqdm
 
 from bert_whitening.arguments import boolean, shown
-from bert_whitening.atomic import write_atomically
+from bert_whitening.atomic import write_stream_atomically
 from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, JSON_BYTES, MODEL_SIZES, NpzMembers, first_few
 from bert_whitening.errors import FlowError
@@ -406,12 +406,7 @@ class Flow(keras.Model):
     def save(self, path):
         """One ``.npz``: the configuration and training summary as JSON, and the weights in
         order; written to a temporary file first, so a failure leaves no file."""
-
-        def write(temporary):
-            with open(temporary, "wb") as stream:
-                self.write(stream)
-
-        write_atomically(path, write)
+        write_stream_atomically(path, self.write)
 
     def write(self, stream):
         """Write the ``.npz`` to a binary stream (see `save` for a file)."""

@@ -313,16 +313,9 @@ def _checkpoint_errors(files):
         raise CheckpointError("%s: %s" % (files.weights_path, message)) from None
 
 
-def with_whitening(
-    encoder: Encoder,
-    whitening=None,
-    n_components: Optional[int] = None,
-    normalize: bool = True,
-    allow_rank_deficient: bool = False,
-    flow=None,
-) -> Encoder:
-    """The same encoder followed by the whitening Dense (unless ``k`` is 0), or by a trained
-    flow in its place, and the L2 normalisation.
+def with_whitening(encoder: Encoder, whitening=None, n_components: Optional[int] = None) -> Encoder:
+    """The same encoder followed by the whitening Dense (unless ``k`` is 0) and the L2
+    normalisation (`finish` builds any other ending an `EncoderConfig` describes).
 
     The whitening must come from vectors of this encoder's size and pooling; anything else is
     refused before a model is built. Without a whitening only the normalisation is added.
@@ -332,26 +325,17 @@ def with_whitening(
         whitening: a fitted `bert_whitening.whitening.Whitening`, or None.
         n_components: 0 = no whitening, negative = all (the rank-many supported directions),
             ``k`` = keep ``k``; None = the default stored in the whitening.
-        normalize: append the L2 normalisation.
-        allow_rank_deficient: allow a ``k`` above the rank of the covariance.
-        flow: a `bert_whitening.flow.Flow` of this encoder's vectors (then no whitening).
     """
-    config = dataclasses.replace(
-        encoder.config,
-        whitening=whitening,
-        n_components=n_components,
-        normalize=normalize,
-        allow_rank_deficient=allow_rank_deficient,
-        flow=flow,
+    return finish(
+        encoder, dataclasses.replace(encoder.config, whitening=whitening, n_components=n_components, normalize=True)
     )
-    return finish(encoder, config)
 
 
 @functools.lru_cache(maxsize=None)
 def _read_from_checkpoint(architecture):
     """bert4keras' class of ``architecture`` with its weights created as zeros, not drawn from a
     truncated normal: `check_variables` has made sure the checkpoint holds every one of them, so
-    the draw would be overwritten (a fifth of all-MiniLM-L6-v2's build time)."""
+    the draw would be overwritten (a large part of the build's time)."""
     base = ARCHITECTURES[architecture]
     return type(base.__name__, (base,), {"initializer": property(lambda self: keras.initializers.Zeros())})
 

@@ -10,6 +10,8 @@ logging.getLogger("matplotlib").setLevel(logging.WARNING)  # font-cache notes
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bert_whitening.retrieval.faiss_indexes import BATCH_QUERIES, QPS_BATCH  # noqa: E402
+
 
 def plot_report(report, spectra, path):
     """One row per task: Spearman per split against k (raw drawn at k = 0; flows as crosses at
@@ -87,10 +89,10 @@ def plot_retrieval(report, path):
             )
             speed.plot(
                 [r["dim"] for r in entries],
-                [1e3 * 64 / r["flat"]["qps_batch64"] for r in entries],
+                [1e3 * BATCH_QUERIES / r["flat"][QPS_BATCH] for r in entries],
                 marker=marker,
                 color="C3",
-                label="batch of 64 (%s)" % label,
+                label="batch of %d (%s)" % (BATCH_QUERIES, label),
             )
         speed.set(title="%s: FAISS IndexFlatIP latency" % task, xlabel="dimensions k", ylabel="ms")
         for axis in (quality, speed):

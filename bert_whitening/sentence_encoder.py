@@ -422,15 +422,7 @@ class SentenceEncoder:
 
     def _apply(self, whitening=None, flow=None):
         """From now on, encode with this newly fitted whitening or flow (normalised)."""
-        self.config = dataclasses.replace(
-            self.config,
-            whitening=whitening,
-            n_components=None,
-            normalize=True,
-            whitening_path=None,
-            flow=flow,
-            flow_path=None,
-        )
+        self.config = dataclasses.replace(self._unwhitened_config(), whitening=whitening, flow=flow, normalize=True)
         self._encoder = None
 
     def save(self, directory: str) -> None:

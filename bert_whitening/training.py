@@ -56,7 +56,7 @@ from bert_whitening.atomic import (
     kept_directory,
     publish_directory,
     staged_directory,
-    write_atomically,
+    write_stream_atomically,
 )
 from bert_whitening.bounded import JSON_BYTES, NpzMembers
 from bert_whitening.config import EncoderConfig, check_model, check_trainable, versions
@@ -129,12 +129,7 @@ class Checkpoints:
     def save(self, arrays):
         """Replace the state by ``arrays`` (`write_atomically`: a kill mid-write keeps the last one)."""
         self._refuse_link()
-
-        def write(temporary):
-            with open(temporary, "wb") as stream:
-                np.savez(stream, **arrays)
-
-        write_atomically(self.path, write, output=False)
+        write_stream_atomically(self.path, lambda stream: np.savez(stream, **arrays), output=False)
 
     def read(self, use):
         """``use(members)`` on the state file's `NpzMembers` (each array checked by its header

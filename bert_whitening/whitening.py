@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from bert_whitening.arguments import positive_int, vector_array
-from bert_whitening.atomic import write_atomically
+from bert_whitening.atomic import write_stream_atomically
 from bert_whitening.bounded import JSON_BYTES, MODEL_SIZES, NpzMembers
 from bert_whitening.errors import BertWhiteningError, DataError, WhiteningError
 from bert_whitening.names import RECORDED_POOLINGS, check_recorded
@@ -238,12 +238,7 @@ class Whitening:
 
     def save(self, path):
         """Write one ``.npz``; written to a temporary file first, so a failure leaves no file."""
-
-        def write(temporary):
-            with open(temporary, "wb") as stream:
-                self.write(stream)
-
-        write_atomically(path, write)
+        write_stream_atomically(path, self.write)
 
     def write(self, stream):
         """Write the ``.npz`` to a binary stream (see `save` for a file)."""

@@ -22,9 +22,11 @@ from bert_whitening.evaluation import (
 )
 from bert_whitening.retrieval.benchmark import CUTOFF, build_benchmark, positive_labels, read_distractors
 from bert_whitening.retrieval.faiss_indexes import (
+    BATCH_QUERIES,
     HNSW_EF_CONSTRUCTION,
     HNSW_EF_SEARCH,
     HNSW_M,
+    QPS_BATCH,
     faiss,
     score_setting,
 )
@@ -171,7 +173,19 @@ def format_retrieval_table(task: str, entry: dict) -> str:
         "%s: %d queries, corpus %d (%d distractors), %d relevant pairs"
         % (task, counts["queries"], counts["corpus"], counts["distractors"], counts["relevant"]),
         "%-14s %4s %7s %7s %7s %9s %8s %8s %8s %9s %8s"
-        % ("setting", "k", "MRR@10", "R@1", "R@10", "index MB", "p50 ms", "p99 ms", "q/s@64", "HNSW R@10", "HNSW p50"),
+        % (
+            "setting",
+            "dim",
+            "MRR@10",
+            "R@1",
+            "R@10",
+            "index MB",
+            "p50 ms",
+            "p99 ms",
+            "q/s@%d" % BATCH_QUERIES,
+            "HNSW R@10",
+            "HNSW p50",
+        ),
     ]
     for result in entry["results"]:
         flat, hnsw = result["flat"], result["hnsw"]
@@ -186,7 +200,7 @@ def format_retrieval_table(task: str, entry: dict) -> str:
                 flat["index_bytes"] / 1e6,
                 flat["p50_ms"],
                 flat["p99_ms"],
-                flat["qps_batch64"],
+                flat[QPS_BATCH],
                 hnsw["recall@10_vs_exact"],
                 hnsw["p50_ms"],
             )

@@ -211,34 +211,33 @@ def one_thread():
         faiss().omp_set_num_threads(before)
 
 
-def latencies(
-    search: Callable[[np.ndarray], object],
-    queries: np.ndarray,
-    singles: int = 200,
-    batch: int = 64,
-    minimum_batched: int = 1024,
-) -> dict[str, float]:
-    """``{"p50_ms", "p99_ms"}`` of one-query calls of ``search(array)`` on the first ``singles``
-    queries (FAISS on one thread), and ``"qps_batch64"``: queries per second in calls of
-    ``batch`` (the queries are repeated to at least ``minimum_batched`` so a small set is still
-    timed over many calls)."""
+#: How `latencies` times a search: one-query calls on the first `SINGLE_QUERIES` queries, and
+#: calls of `BATCH_QUERIES` over at least `BATCHED_QUERIES` (the queries repeated, so that a
+#: small set is still timed over many calls), reported as `QPS_BATCH`.
+SINGLE_QUERIES, BATCH_QUERIES, BATCHED_QUERIES = 200, 64, 1024
+QPS_BATCH = "qps_batch%d" % BATCH_QUERIES
+
+
+def latencies(search: Callable[[np.ndarray], object], queries: np.ndarray) -> dict[str, float]:
+    """``{"p50_ms", "p99_ms"}`` of one-query calls of ``search(array)`` (FAISS on one thread),
+    and `QPS_BATCH`: queries per second in calls of `BATCH_QUERIES`."""
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     search(queries[:1])  # warm-up
     times = []
     with one_thread():
-        for row in range(min(singles, len(queries))):
+        for row in range(min(SINGLE_QUERIES, len(queries))):
             started = time.perf_counter()
             search(queries[row : row + 1])
             times.append(time.perf_counter() - started)
-    batched = queries if len(queries) >= minimum_batched else np.resize(queries, (minimum_batched, queries.shape[1]))
+    batched = queries if len(queries) >= BATCHED_QUERIES else np.resize(queries, (BATCHED_QUERIES, queries.shape[1]))
     started = time.perf_counter()
-    for start in range(0, len(batched), batch):
-        search(batched[start : start + batch])
+    for start in range(0, len(batched), BATCH_QUERIES):
+        search(batched[start : start + BATCH_QUERIES])
     elapsed = time.perf_counter() - started
     return {
         "p50_ms": float(np.percentile(times, 50) * 1e3),
         "p99_ms": float(np.percentile(times, 99) * 1e3),
-        "qps_batch%d" % batch: float(len(batched) / elapsed),
+        QPS_BATCH: float(len(batched) / elapsed),
     }
 
 

@@ -5,7 +5,6 @@ the whitening stored in the index; a model, pooling or whitening given that diff
 refused, since its vectors would not be comparable with the corpus's.
 """
 
-import collections
 import glob
 import itertools
 import logging
@@ -81,29 +80,20 @@ def build_index(
             for first, block in npy_blocks(from_vectors, NPY_BLOCK_ROWS):
                 writer.add(block, [(name, first + row) for row in range(1, len(block) + 1)])
         else:
-            from bert_whitening.encoding import encode_stream, progress_bar
+            from bert_whitening.encoding import encode_keyed, progress_bar
+            from bert_whitening.models import build
 
             if not inputs and sentences is None:
                 raise BertWhiteningError("nothing to index: give sentence files, --from-vectors or --from-beam")
-            read = collections.deque()  # the keys of the sentences encode_stream has taken
             keyed = (
                 numbered_lines(inputs)
                 if sentences is None
                 else (((MEMORY_SOURCE, row), text) for row, text in enumerate(sentence_list(sentences), 1))
             )
-
-            def texts():
-                for key, text in keyed:
-                    read.append((key, text))
-                    yield text
-
-            from bert_whitening.models import build
-
             encoder = build(config)
-            with progress_bar() as bar:
-                for vectors in encode_stream(encoder, texts(), batch_size, bar):
-                    keyed = [read.popleft() for _ in range(len(vectors))]
-                    writer.add(vectors, [key for key, _ in keyed], [text for _, text in keyed], config.stages)
+            with progress_bar() as bar:  # each key is kept with its text: both are written
+                for vectors, pairs in encode_keyed(encoder, ((pair, pair[1]) for pair in keyed), batch_size, bar):
+                    writer.add(vectors, [key for key, _ in pairs], [text for _, text in pairs], config.stages)
         count = writer.index.ntotal
     logger.info(
         "indexed %d vectors of dimension %d into %s (%s)",
