@@ -256,11 +256,26 @@ def encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards=0):
     )
 
 
+def pipeline_option_names():
+    """Every option string Beam's pipeline options parse (``--runner``, ``--direct_num_workers``,
+    ...), from the parser Beam builds of them."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    parsers = []
+    PipelineOptions([]).get_all_options(add_extra_args_fn=parsers.append)
+    return list(parsers[0]._option_string_actions)
+
+
 def run(build, flags=(), runner="DirectRunner"):
     """Run ``build(pipeline)`` with the Beam pipeline options in ``flags`` on the runner they
-    name, else on ``runner``."""
+    name, else on ``runner``. A flag Beam does not parse is refused: Beam would drop it with a
+    warning, and run without what it was meant to set."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+    known = pipeline_option_names()
+    for flag in flags:
+        if str(flag).startswith("-") and str(flag).split("=", 1)[0] not in known:
+            raise BertWhiteningError("%s: not a Beam pipeline option, which Beam would drop" % flag)
     options = PipelineOptions(list(flags))
     standard = options.view_as(StandardOptions)
     standard.runner = standard.runner or runner

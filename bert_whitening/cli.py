@@ -22,6 +22,7 @@ traceback.
 import argparse
 import contextlib
 import dataclasses
+import difflib
 import functools
 import gc
 import glob
@@ -32,6 +33,7 @@ import os
 import signal
 import sys
 
+from bert_whitening import __version__
 from bert_whitening.arguments import MAX_VERSION
 from bert_whitening.atomic import (
     BASE,
@@ -135,12 +137,16 @@ finite_float_list = _checked(
 
 
 class HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
-    """Each option's help ends with its default, unless the help already says it or there is
-    none to say (None: not given; a flag's False)."""
+    """Each option's help ends with its default as it is typed (a list's items, as the option
+    takes them), unless the help already says it or there is none to say (None: not given; a
+    flag's False; an empty list)."""
 
     def _get_help_string(self, action):
-        if "(default" in (action.help or "") or action.default is None or action.default is False:
+        default = action.default
+        if "(default" in (action.help or "") or default is None or default is False or default == []:
             return action.help
+        if isinstance(default, list):
+            return "%s (default: %s)" % (action.help, " ".join(map(str, default)).replace("%", "%%"))
         return super()._get_help_string(action)
 
 
@@ -793,16 +799,44 @@ def build_parser():
         "one SavedModel for TF Serving. Models: Google-format or Hugging Face BERT "
         "directories, or the built-in all-MiniLM-L6-v2.",
     )
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="what to report"
-    )
+    parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, help="what to report")
+    parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
         name = add.__name__[len("add_") :]
         if name.replace("_", "-") not in PATHS:
             raise RuntimeError("command %s has no entry in cli.PATHS (what it reads and writes)" % name)
-        add(commands).set_defaults(run=globals()["run_" + name], takes_pipeline_options=name.startswith("beam"))
+        command = add(commands)
+        command.add_argument(  # where users also put it; absent, the one before the command stands
+            "--log-level", default=argparse.SUPPRESS, choices=LOG_LEVELS, help="what to report"
+        )
+        command.set_defaults(
+            run=globals()["run_" + name], takes_pipeline_options=name.startswith("beam"), command_parser=command
+        )
     return parser
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _refuse_unknown_options(args, unknown):
+    """Refuse, from the command's own parser, what neither it nor (for a Beam command) Beam's
+    pipeline options know, naming the closest option: a mistyped ``--n-componets 64`` must not
+    run without it (a Beam command passed it to Beam, which drops what it does not know)."""
+    flags = [item.split("=", 1)[0] for item in unknown if item.startswith("-")]
+    known = list(args.command_parser._option_string_actions)
+    if args.takes_pipeline_options:
+        from bert_whitening.beam import pipeline_option_names
+
+        beam_options = pipeline_option_names()
+        flags = [flag for flag in flags if flag not in beam_options]
+        known += beam_options
+        if not flags:
+            return
+    elif not flags:
+        args.command_parser.error("unrecognized arguments: %s" % " ".join(unknown))
+    close = difflib.get_close_matches(flags[0], known, n=1)
+    args.command_parser.error("unrecognized option %s%s" % (flags[0], "; did you mean %s?" % close[0] if close else ""))
 
 
 def _encoder_config(args, whitened=False):
@@ -1127,8 +1161,8 @@ def _raise_interrupted(number, frame):
 def main(argv=None):
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    if unknown and not getattr(args, "takes_pipeline_options", False):
-        parser.error("unrecognized arguments: %s" % " ".join(unknown))
+    if unknown:
+        _refuse_unknown_options(args, unknown)
     args.pipeline_options = unknown
     if getattr(args, "precision", None) not in (None,) + PRECISIONS:  # a default from the environment
         parser.error("%s=%s: choose one of %s" % (PRECISION_VARIABLE, args.precision, ", ".join(PRECISIONS)))

@@ -134,7 +134,40 @@ def test_unreadable_input_fails_beam_encode_without_leftovers(tiny_model, corpus
 def test_pipeline_options_only_for_beam_commands(capsys):
     with pytest.raises(SystemExit):
         cli.main(["fit", "--output", "w.npz", "--direct_num_workers=2", "x.txt"])
-    assert "unrecognized arguments: --direct_num_workers=2" in capsys.readouterr().err
+    assert "unrecognized option --direct_num_workers" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "mistyped, meant", [("--n-componets", "--n-components"), ("--direct_num_workerz=2", "--direct_num_workers")]
+)
+def test_a_beam_command_refuses_an_option_neither_it_nor_beam_knows(
+    tiny_model, corpus, tmp_path, capsys, mistyped, meant
+):
+    """A Beam command passes what it does not know to Beam, which dropped a misspelt option with
+    a warning: ``beam-encode --n-componets 64`` wrote vectors of every dimension."""
+    with pytest.raises(SystemExit):
+        cli.main(
+            [
+                "beam-encode",
+                "--model",
+                tiny_model[0],
+                "--input",
+                str(corpus / "a.txt"),
+                "--output",
+                str(tmp_path / "v"),
+                mistyped,
+                "64",
+            ]
+        )
+    assert (
+        "beam-encode: error: unrecognized option %s; did you mean %s?" % (mistyped.split("=")[0], meant)
+        in capsys.readouterr().err
+    )
+    assert os.listdir(tmp_path) == ["corpus"]
+    with pytest.raises(
+        beam.BertWhiteningError, match="--n-componets: not a Beam pipeline option, which Beam would drop"
+    ):
+        beam.run(lambda pipeline: None, ["--n-componets", "--direct_num_workers=1"])
 
 
 def test_empty_inputs_are_refused_before_the_pipeline_runs(tiny_model, tmp_path, caplog):

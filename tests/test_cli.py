@@ -207,6 +207,33 @@ def test_help_lists_every_option_with_its_default_without_importing_tensorflow()
     assert "(default: None)" not in text and "(default: False)" not in text
 
 
+def test_a_mistyped_option_is_refused_by_its_command_naming_the_closest(capsys):
+    """It was refused by the top-level parser, with the command's usage missing and the value
+    after it taken as an INPUT (``unrecognized arguments: --n-componets x.txt``)."""
+    from bert_whitening.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["encode", "--n-componets", "64", "--output", "v.npy", "x.txt"])
+    err = capsys.readouterr().err
+    assert "bert-whitening encode: error: unrecognized option --n-componets; did you mean --n-components?" in err
+    assert "usage: bert-whitening encode" in err
+    with pytest.raises(SystemExit):
+        main(["export", "--whitening", "w.npz", "--output", "served", "stray"])  # no option: the words are named
+    assert "bert-whitening export: error: unrecognized arguments: stray" in capsys.readouterr().err
+
+
+def test_log_level_is_taken_after_the_command_too_and_version_is_printed(capsys):
+    from bert_whitening.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["encode", "--log-level", "DEBUG", "--output", "v.npy", "x.txt"]).log_level == "DEBUG"
+    assert parser.parse_args(["--log-level", "ERROR", "encode", "--output", "v.npy", "x.txt"]).log_level == "ERROR"
+    assert parser.parse_args(["encode", "--output", "v.npy", "x.txt"]).log_level == "INFO"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--version"])
+    assert capsys.readouterr().out.strip() == "bert-whitening 0.1.0"
+
+
 def test_help_says_each_default_once_and_none_that_is_empty():
     from bert_whitening.cli import build_parser
 
@@ -218,6 +245,8 @@ def test_help_says_each_default_once_and_none_that_is_empty():
     export = " ".join(commands["export"].format_help().split())
     assert "(default: the whitening file's, else first-last-avg) --maxlen" in export
     assert "(default: 64)" in export  # a default the help does not spell out is still appended
+    evaluate = " ".join(commands["eval"].format_help().split())
+    assert "(default: all)" in evaluate and "(default: [" not in evaluate  # a list as it is typed
     check = subprocess.run(
         [sys.executable, "-c", "import sys, bert_whitening.cli; print('tensorflow' in sys.modules)"],
         capture_output=True,
