@@ -1150,6 +1150,19 @@ class PrintableFormatter(logging.Formatter):
         return super().format(record).translate(_ESCAPED)
 
 
+class AboveTheBar(logging.StreamHandler):
+    """Standard error's lines written above a progress bar under way (``tqdm.write``), not on its
+    line after it (``encoding: 0sent [00:00, ?sent/s]INFO: ...``)."""
+
+    def emit(self, record):
+        from tqdm import tqdm
+
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001  as logging's own handlers: report, never raise
+            self.handleError(record)
+
+
 def _raise_interrupted(number, frame):
     raise Interrupted(number)
 
@@ -1166,7 +1179,7 @@ def main(argv=None):
     args.pipeline_options = unknown
     if getattr(args, "precision", None) not in (None,) + PRECISIONS:  # a default from the environment
         parser.error("%s=%s: choose one of %s" % (PRECISION_VARIABLE, args.precision, ", ".join(PRECISIONS)))
-    handler = logging.StreamHandler()
+    handler = AboveTheBar()
     handler.setFormatter(PrintableFormatter("%(levelname)s: %(message)s"))
     logging.basicConfig(level=args.log_level, handlers=[handler])
     if args.log_level != "DEBUG":  # Beam logs a failing step's traceback; main reports the error

@@ -2,6 +2,7 @@
 
 import argparse
 import itertools
+import logging
 import re
 import subprocess
 import sys
@@ -220,6 +221,25 @@ def test_a_mistyped_option_is_refused_by_its_command_naming_the_closest(capsys):
     with pytest.raises(SystemExit):
         main(["export", "--whitening", "w.npz", "--output", "served", "stray"])  # no option: the words are named
     assert "bert-whitening export: error: unrecognized arguments: stray" in capsys.readouterr().err
+
+
+def test_a_log_line_during_a_progress_bar_gets_a_line_of_its_own():
+    """It was written after the bar on the bar's line: ``encoding: 0sent [00:00, ?sent/s]INFO: ...``."""
+    import io
+
+    from tqdm import tqdm
+
+    from bert_whitening.cli import AboveTheBar
+
+    stream = io.StringIO()
+    handler = AboveTheBar(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    with tqdm(total=10, file=stream, desc="encoding", mininterval=0) as bar:
+        bar.update(3)
+        handler.emit(logging.LogRecord("x", logging.INFO, __file__, 1, "chosen", (), None))
+        bar.update(3)
+    lines = stream.getvalue().replace("\r", "\n").split("\n")
+    assert "INFO: chosen" in lines
 
 
 def test_log_level_is_taken_after_the_command_too_and_version_is_printed(capsys):
