@@ -1163,6 +1163,16 @@ class AboveTheBar(logging.StreamHandler):
             self.handleError(record)
 
 
+def _out_of_memory(error):
+    """Whether ``error`` is the machine's memory running out: numpy's and FAISS's ``MemoryError``,
+    or TensorFlow's ``ResourceExhaustedError`` (looked up, not imported: a command that never
+    loaded TensorFlow cannot raise it)."""
+    tf_errors = sys.modules.get("tensorflow.python.framework.errors_impl")
+    return isinstance(error, MemoryError) or (
+        tf_errors is not None and isinstance(error, tf_errors.ResourceExhaustedError)
+    )
+
+
 def _raise_interrupted(number, frame):
     raise Interrupted(number)
 
@@ -1198,6 +1208,18 @@ def main(argv=None):
         except (BertWhiteningError, OSError) as error:
             written = " (%s written in full before it)" % " and ".join(map(str, placed)) if placed else ""
             logger.error("%s%s", error, written, exc_info=args.log_level == "DEBUG")
+            return 1
+        except Exception as error:  # noqa: BLE001  only the machine's memory running out; the rest as it is
+            if not _out_of_memory(error):
+                raise
+            written = " (%s written in full before it)" % " and ".join(map(str, placed)) if placed else ""
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            logger.error(
+                "out of memory (%s)%s: lower --batch-size or --maxlen, or give the command less at once",
+                first,
+                written,
+                exc_info=args.log_level == "DEBUG",
+            )
             return 1
         except KeyboardInterrupt as interrupt:
             number = interrupt.args[0] if isinstance(interrupt, Interrupted) else signal.SIGINT

@@ -242,6 +242,35 @@ def test_a_log_line_during_a_progress_bar_gets_a_line_of_its_own():
     assert "INFO: chosen" in lines
 
 
+@pytest.mark.parametrize("kind", ["numpy", "tensorflow", "other"])
+def test_memory_running_out_is_one_line_and_any_other_error_stays_a_bug(monkeypatch, caplog, kind):
+    """numpy's MemoryError, FAISS's (std::bad_alloc) and TensorFlow's ResourceExhaustedError ended
+    the command with a traceback of a hundred lines."""
+    from bert_whitening import cli
+    from bert_whitening.backend import tf
+
+    raised = {
+        "numpy": MemoryError("Unable to allocate 37.3 GiB for an array with shape (100000, 100000)"),
+        "tensorflow": tf.errors.ResourceExhaustedError(
+            None, None, "OOM when allocating tensor with shape[4096,256]\nhint"
+        ),
+        "other": RuntimeError("a bug"),
+    }[kind]
+
+    def failing(args):
+        raise raised
+
+    monkeypatch.setattr(cli, "run_search", failing)
+    if kind == "other":
+        with pytest.raises(RuntimeError, match="a bug"):
+            run("search", "--index", "idx", "q")
+        return
+    assert run("search", "--index", "idx", "q") == 1
+    (line,) = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+    first = str(raised).splitlines()[0] if kind == "numpy" else "OOM when allocating tensor with shape[4096,256]"
+    assert line == "out of memory (%s): lower --batch-size or --maxlen, or give the command less at once" % first
+
+
 def test_log_level_is_taken_after_the_command_too_and_version_is_printed(capsys):
     from bert_whitening.cli import build_parser
 
