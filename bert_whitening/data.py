@@ -329,13 +329,16 @@ def _numbered_sentences(path, format, skip_bad_lines, opener):
     check_choice("input format", format, INPUT_FORMATS)
     name, numbered = display_name(path), _lines(path, opener)
     if format == "auto":
-        head, non_empty = [], 0
-        for number, line in numbered:
-            head.append((number, line))
-            non_empty += bool(line)
-            if non_empty == DETECT_LINES:
-                break
-        format = _detect(name, head)
+        # The non-empty lines read to decide are held, the empty ones between them counted: a
+        # file of endless empty lines must not be held whole before the first sentence.
+        held, last = [], 0
+        for last, line in numbered:
+            if line:
+                held.append((last, line))
+                if len(held) == DETECT_LINES:
+                    break
+        format = _detect(name, held)
+        head = _with_empty_lines(held, last)
         if format == "lines":
             yield from head
             yield from _sentence_lines(numbered, name)
@@ -347,6 +350,16 @@ def _numbered_sentences(path, format, skip_bad_lines, opener):
         for number, (first, second, _) in _records(numbered, name, parse_pair, PAIR_LINE, skip_bad_lines):
             yield number, first
             yield number, second
+
+
+def _with_empty_lines(held, last):
+    """``(number, line)`` of lines 1 to ``last``: the ``held`` non-empty ones, and the empty
+    ones between them, made again as they are needed."""
+    numbers = iter(range(1, last + 1))
+    for number, line in held:
+        yield from ((empty, "") for empty in itertools.takewhile(lambda n, number=number: n < number, numbers))
+        yield number, line
+    yield from ((empty, "") for empty in numbers)
 
 
 def distinct_sentences(splits):

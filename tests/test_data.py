@@ -83,6 +83,32 @@ def test_a_truncated_gzip_names_the_file_and_the_last_line_read(tmp_path):
         list(read_sentences(str(path), "lines"))
 
 
+def test_auto_detection_holds_the_lines_it_decides_on_not_the_empty_ones_between(tmp_path):
+    """Endless empty lines were held whole while auto waited for its first non-empty lines
+    (``yes '' | fit -``: out of memory); each line keeps its number, empty or not."""
+    import tracemalloc
+
+    from bert_whitening.data import read_sentences
+
+    path = tmp_path / "sparse.txt"
+    path.write_text("\n\na\n\nb\n\n", encoding="utf-8")
+    assert list(read_sentences(str(path), numbered=True)) == [(1, ""), (2, ""), (3, "a"), (4, ""), (5, "b"), (6, "")]
+    pairs = tmp_path / "pairs.data"
+    pairs.write_text("".join("x%d\ty\t1\n" % i for i in range(150)), encoding="utf-8")
+    read = list(read_sentences(str(pairs), numbered=True))
+    assert read[:4] == [(1, "x0"), (1, "y"), (2, "x1"), (2, "y")] and read[-1] == (150, "y") and len(read) == 300
+    path.write_text("\n" * 300_000 + "a\n", encoding="utf-8")
+    tracemalloc.start()
+    try:
+        sentences = read_sentences(str(path))
+        assert next(sentences) == ""  # decided: all but the last line are held no longer
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2_000_000, peak  # the 300,000 empty lines held took about 20 MB
+    assert sum(1 for _ in sentences) == 300_000
+
+
 def test_auto_detection_looks_past_a_header_and_names_the_line_that_disagrees(tmp_path, caplog):
     rows = "".join("s%d\tt%d\t%d\n" % (i, i, i % 2) for i in range(10))
     header = write(tmp_path, "header.data", "sentence1\tsentence2\tlabel\n" + rows)
