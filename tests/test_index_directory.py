@@ -316,6 +316,16 @@ def hnsw_entry(number, entry, itemsize, fields, value):
         (hnsw_entry(4, 3, 4, "<i", -2), {}, "FAISS cannot read index.faiss (HNSW neighbors[3] = -2 out of range"),
         (hnsw_entry(3, 1, 8, "<Q", 9), {}, "FAISS cannot read index.faiss (HNSW offsets not increasing"),
         (hnsw_entry(5, 0, 4, "<i", 12), {}, "FAISS cannot read index.faiss (HNSW entry_point 12 out of range"),
+        (
+            hnsw_entry(5, 3, 4, "<i", 2 * 10**9),
+            {},
+            "index.faiss holds an HNSW graph of efConstruction 40 and efSearch 2000000000,",
+        ),
+        (
+            hnsw_entry(5, 3, 4, "<i", -1),
+            {},
+            "index.faiss holds an HNSW graph of efConstruction 40 and efSearch -1, where",
+        ),
         (lambda data: data, {"hnsw_m": 8}, "index.faiss holds an HNSW graph of 8/4/4 neighbours on its levels, not"),
         (lambda data: data, {"hnsw_m": 2}, "index.faiss holds an HNSW graph of 8/4/4 neighbours on its levels, not"),
     ],
@@ -323,7 +333,8 @@ def hnsw_entry(number, entry, itemsize, fields, value):
 def test_a_forged_hnsw_graph_is_refused_before_it_is_searched(tmp_path, edit, entries, fragment):
     """FAISS trusts a graph's offsets and neighbour ids when it searches (an id out of range would
     read outside the index); it refuses them as it reads them, in one line here, and what
-    index.json records must be what the file holds, its M too."""
+    index.json records must be what the file holds, its M too. efSearch sizes what each search
+    allocates (2e9: out of memory; -1: fewer hits than asked), so it must be the one written."""
     write_index(tmp_path / "index", hnsw_m=4)
     forged(tmp_path / "index", edit, **entries)
     with pytest.raises(ValueError) as raised:

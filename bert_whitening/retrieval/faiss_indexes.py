@@ -93,7 +93,8 @@ def check_index_layout(read_at, size: int, kind: str, count: int, dim: int) -> l
     lengths alone. FAISS allocates what each length in the file claims before it reads the bytes,
     so a small crafted file could make it allocate gigabytes: after this check, every array lies
     within the file and the vectors are exactly ``count`` x ``dim`` x 4 bytes, so what FAISS
-    allocates is bounded by the file's size. A `DataError` says what is wrong, for the caller to
+    allocates is bounded by the file's size; an HNSW graph's efSearch, which sizes what every
+    search allocates, must be the one `hnsw_index` sets. A `DataError` says what is wrong, for the caller to
     name the file. Returns the ``(offset, bytes)`` of every header and length it checked, for
     `read_as_checked`."""
     layout = _Layout(read_at, size)
@@ -101,7 +102,12 @@ def check_index_layout(read_at, size: int, kind: str, count: int, dim: int) -> l
         layout.header(FOURCC["hnsw"], count, dim)
         for name, itemsize, entries in _HNSW_ARRAYS:
             layout.array(name, itemsize, entries and entries(count))
-        layout.take(_HNSW_SCALARS)
+        _, _, construction, search, _ = layout.take(_HNSW_SCALARS)
+        if (construction, search) != (HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH):  # efSearch sizes each search's lists
+            raise DataError(
+                "holds an HNSW graph of efConstruction %d and efSearch %d, where `index` writes %d and %d"
+                % (construction, search, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH)
+            )
     layout.header(FOURCC["flat"], count, dim)
     layout.array("vector components", 4, count * dim)
     if layout.offset != size:
