@@ -139,6 +139,20 @@ def integer(value, name):
 MAX_VERSION = 2**63 - 1
 
 
+#: The most shards ``beam-encode`` writes: a file each, and Beam plans every one before the first
+#: is written (a count in the millions held memory and time without end before any output).
+MAX_SHARDS = 10_000
+
+
+def shard_count(value, name="num_shards"):
+    """``value`` as a number of output shards, 0 (the runner chooses) to `MAX_SHARDS`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= MAX_SHARDS:
+        raise BertWhiteningError(
+            "%s must be an integer 0..%d (0: the runner chooses), got %s" % (name, MAX_SHARDS, shown(value))
+        )
+    return int(value)
+
+
 def serving_version(value, error=BertWhiteningError):
     """``value`` as a TF Serving model version: an int from 0 to `MAX_VERSION`, the integer
     directory names under a model's base and what the REST and gRPC APIs address (a ``"1"`` or

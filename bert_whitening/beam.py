@@ -35,6 +35,7 @@ import numpy as np
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
+from bert_whitening.arguments import shard_count
 from bert_whitening.atomic import PREFIX, check_outputs, claimed_prefix, mark_placed
 from bert_whitening.bounded import open_regular
 from bert_whitening.data import ReadOptions, read_sentences
@@ -445,6 +446,7 @@ def run_encode(
     exist (a reader of ``PREFIX-*`` would see old and new lines together) or another run writes
     them (`claimed_prefix`), removes the sink's temporary files a killed run left (locally,
     where a claim can be taken), and its own if the pipeline fails."""
+    num_shards = shard_count(num_shards)
     check_outputs([(output_prefix, PREFIX)], _local_inputs(patterns) + spec.read_paths())
     with claimed_prefix(output_prefix) as claimed:
         if claimed:  # no other run writes there: a killed one's

@@ -34,7 +34,7 @@ import signal
 import sys
 
 from bert_whitening import __version__
-from bert_whitening.arguments import MAX_VERSION
+from bert_whitening.arguments import MAX_SHARDS, MAX_VERSION
 from bert_whitening.atomic import (
     BASE,
     DIRECTORY,
@@ -97,6 +97,7 @@ def _checked(kind, test, requirement):
 positive_int = _checked(int, lambda v: v > 0, "a positive integer")
 positive_float = _checked(float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
 non_negative_int = _checked(int, lambda v: v >= 0, "an integer >= 0")
+shards_int = _checked(int, lambda v: 0 <= v <= MAX_SHARDS, "an integer 0..%d" % MAX_SHARDS)
 maxlen_int = _checked(int, lambda v: v >= 2, "an integer >= 2 (room for [CLS] and [SEP])")
 finite_float = _checked(float, math.isfinite, "a finite number")
 int_list = _checked(lambda text: [int(part) for part in text.split(",")], bool, "a comma-separated list of integers")
@@ -442,7 +443,7 @@ def add_beam_encode(commands):
     _model_options(parser, None)
     _whitening_options(parser, "vectors")
     _beam_options(parser)
-    parser.add_argument("--num-shards", type=non_negative_int, default=0, help="output shards (0: the runner chooses)")
+    parser.add_argument("--num-shards", type=shards_int, default=0, help="output shards (0: the runner chooses)")
     parser.add_argument("--output", required=True, metavar="PREFIX", help="output path prefix of the TFRecord shards")
     return parser
 

@@ -98,6 +98,24 @@ def test_beam_encode_refuses_a_prefix_another_run_writes_and_clears_what_a_kille
     assert sorted(os.listdir(tmp_path)) == ["corpus", "vectors-00000-of-00001.tfrecord"]
 
 
+def test_a_shard_count_beyond_the_bound_is_refused_before_any_work(tiny_model, corpus, tmp_path, capsys):
+    """--num-shards 1000000000 ran until it was killed, holding gigabytes, before any shard."""
+    from bert_whitening.arguments import MAX_SHARDS
+    from bert_whitening.config import EncoderConfig
+
+    with pytest.raises(SystemExit):
+        cli.main(
+            ["beam-encode", "--input", str(corpus / "a.txt"), "--output", str(tmp_path / "v"), "--num-shards", "10001"]
+        )
+    assert "argument --num-shards: '10001' is not an integer 0..%d" % MAX_SHARDS in capsys.readouterr().err
+    for count in (MAX_SHARDS + 1, -1, 2.0, True):
+        with pytest.raises(beam.BertWhiteningError, match="num_shards must be an integer 0..%d" % MAX_SHARDS):
+            beam.run_encode(
+                [str(corpus / "a.txt")], EncoderConfig(tiny_model[0]), str(tmp_path / "v"), num_shards=count
+            )
+    assert os.listdir(tmp_path) == ["corpus"]
+
+
 def test_malformed_line_fails_the_pipeline_and_writes_nothing(tiny_model, corpus, tmp_path, caplog):
     with open(corpus / "c.data", "a", encoding="utf-8") as stream:
         stream.write("only one field\n")
