@@ -176,7 +176,7 @@ class WhiteningStats:
         return moment
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class Whitening:
     """A fitted whitening: ``y = (x + bias) @ kernel[:, :k]``, with what it was fitted on.
 
@@ -218,6 +218,19 @@ class Whitening:
     @property
     def dim(self):
         return self.kernel.shape[0]
+
+    def __repr__(self):
+        """What it is, in one line: the arrays (``dim x dim`` of them) are not printed."""
+        return "Whitening(dim=%d, rank=%d, count=%d, n_components=%d, beta=%g, gamma=%g, pooling=%r, precision=%r)" % (
+            self.dim,
+            self.rank,
+            self.count,
+            self.n_components,
+            self.beta,
+            self.gamma,
+            self.pooling,
+            self.precision,
+        )
 
     def components(self, n_components=None, allow_rank_deficient=False):
         """The number of kernel columns to keep, or 0 for no whitening.

@@ -916,3 +916,11 @@ def test_merge_takes_another_accumulator_only():
     with pytest.raises(WhiteningError, match="^merge takes WhiteningStats, got NoneType$"):
         stats.merge(None)
     assert stats.count == 3 and WhiteningStats().merge(WhiteningStats()).count == 0
+
+
+def test_a_whitening_prints_as_one_line_of_what_it_is():
+    """The dataclass's repr printed every array: a notebook cell showing ``encoder.fit(...)`` of a
+    768-dimensional model ran to thousands of lines."""
+    vectors = np.random.default_rng(0).normal(size=(50, 40))
+    text = repr(fit_whitening(WhiteningStats().update(vectors), n_components=16, pooling="cls"))
+    assert text == "Whitening(dim=40, rank=40, count=50, n_components=16, beta=1, gamma=1, pooling='cls', precision='')"
