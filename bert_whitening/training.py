@@ -492,13 +492,14 @@ def _train_and_write(o, report, progress):
     step, head, variables = _step_function(o, encoder)
     rng = order_generator(o.seed)
     steps = -(-len(firsts) // o.batch_size)
+    base = None  # the base model's valid Spearman, when this run measured it
     if o.checkpoints is not None and o.checkpoints.found is not None:
         run = _resumed(o, encoder, variables, rng)
         report("resumed after epoch %d from %s" % (len(run.done), o.checkpoints.directory))
     else:
         run = _Epochs([], 0, _weights(encoder), None, [])
         if o.valid is not None:
-            run.best = _valid_spearman(encoder, o.valid)
+            run.best = base = _valid_spearman(encoder, o.valid)
             report("epoch 0 (the base model): valid Spearman %.4f" % run.best)
     for epoch in range(len(run.done) + 1, o.epochs + 1):
         started = time.perf_counter()
@@ -520,6 +521,13 @@ def _train_and_write(o, report, progress):
         keras.backend.batch_set_value(list(zip(_bert(encoder).weights, run.kept_weights, strict=True)))
     if o.valid is not None and o.epochs:
         report("kept epoch %d (valid Spearman %.4f)" % (run.kept, run.best))
+        if base is not None and run.best < base:  # an epoch is kept all the same: the output is a trained model
+            logger.warning(
+                "every epoch scored below the base model on the valid pairs (%.4f against %.4f): "
+                "try fewer --epochs or a lower --learning-rate, or use the base model as it is",
+                run.best,
+                base,
+            )
     record = _record(o, head, run, steps)
     _write(o, encoder, record)
     return TrainingResult(record=record, encoder=encoder)

@@ -3,6 +3,7 @@ encoder it trained (and as its base, after no step), bert4keras loads it, one se
 result, the valid file chooses the epoch, and every refusal is one line before any work."""
 
 import json
+import logging
 import os
 import re
 import signal
@@ -128,6 +129,20 @@ def test_one_seed_one_result(tiny_model, pair_files, tmp_path):
     for variable, value in runs["a"].items():
         assert np.array_equal(value, runs["b"][variable]), variable
     assert any(not np.array_equal(value, runs["c"][name]) for name, value in runs["a"].items())
+
+
+def test_a_kept_epoch_below_the_base_model_is_said(tiny_model, pair_files, tmp_path, monkeypatch, caplog):
+    """An epoch is kept all the same (the output is a trained model), but a run that made every
+    epoch worse than the base model said only which epoch it kept."""
+    for spearmans, warned in (([0.4, 0.1, 0.3], True), ([0.2, 0.1, 0.3], False)):
+        scores = iter(spearmans)  # the base, then epochs 1-2
+        monkeypatch.setattr(training, "_valid_spearman", lambda encoder, valid, scores=scores: next(scores))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            result = quick(tiny_model, pair_files, tmp_path / str(warned), epochs=2, valid_file=pair_files[1])
+        assert result.record["kept_epoch"] == 2
+        message = "every epoch scored below the base model on the valid pairs (0.3000 against 0.4000)"
+        assert (message in caplog.text) is warned, caplog.text
 
 
 def test_the_best_valid_epoch_is_kept(tiny_model, pair_files, tmp_path, monkeypatch):
