@@ -623,3 +623,11 @@ def test_the_command_line_sets_how_a_flow_trains(tiny_model, tmp_path, caplog):
     with pytest.raises(SystemExit):
         cli.main(["fit", *model, "--method", "flow", "--flow-epochs", "0", "--output", str(tmp_path / "x.npz"), data])
     assert not (tmp_path / "w.npz").exists() and not (tmp_path / "x.npz").exists()
+
+
+def test_the_first_and_last_steps_of_a_short_run_do_not_overlap():
+    from bert_whitening.flow import _first_and_last
+
+    assert _first_and_last([6.0, 5.0, 4.0, 3.0, 2.0, 1.0]) == (5.0, 2.0)
+    assert _first_and_last(list(map(float, range(40, 0, -1)))) == (35.5, 5.5)
+    assert _first_and_last([3.0]) == (3.0, 3.0)
