@@ -171,6 +171,19 @@ def display_name(path):
     return "standard input" if path == STDIN else path
 
 
+def _encoding_hint(raw):
+    """How to convert a line that is not UTF-8 when it reads as Chinese in GB18030 (GBK's and
+    GB2312's superset, the usual encoding of Chinese text files that are not UTF-8), else "".
+    """
+    try:
+        text = raw.decode("gb18030")
+    except UnicodeDecodeError:
+        return ""
+    if not any("\u4e00" <= character <= "\u9fff" for character in text):
+        return ""
+    return "; it reads as GBK/GB18030 Chinese: convert it first, e.g. iconv -f GB18030 -t UTF-8"
+
+
 def _lines(path, opener=open_local):
     """``(number, line)`` of each line, split on ``\n`` only; ``opener(path)`` gives a binary
     stream (Beam passes its FileSystems, which read ``gs://`` and the like)."""
@@ -202,8 +215,8 @@ def _lines(path, opener=open_local):
                     yield number, raw.decode("utf-8")
                 except UnicodeDecodeError as error:
                     raise DataError(
-                        "%s:%d: not UTF-8 text (byte 0x%02x at byte %d of the line)"
-                        % (name, number, raw[error.start], error.start)
+                        "%s:%d: not UTF-8 text (byte 0x%02x at byte %d of the line)%s"
+                        % (name, number, raw[error.start], error.start, _encoding_hint(raw))
                     ) from None
     except FileNotFoundError:
         raise DataError("%s: no such file" % name) from None

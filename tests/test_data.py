@@ -323,6 +323,11 @@ def test_data_error_messages_in_full(tmp_path):
         message(DataError, lambda: list(read_sentences(latin, "lines")))
         == "%s:1: not UTF-8 text (byte 0xe9 at byte 3 of the line)" % latin
     )
+    gbk = write(tmp_path, "gbk.txt", "ok\n今天天气很好\n", "gbk")  # the usual encoding of a Chinese file not UTF-8
+    assert message(DataError, lambda: list(read_sentences(gbk, "lines"))) == (
+        "%s:2: not UTF-8 text (byte 0xbd at byte 0 of the line); it reads as GBK/GB18030 Chinese: "
+        "convert it first, e.g. iconv -f GB18030 -t UTF-8" % gbk
+    )
     assert (
         message(DataError, lambda: list(read_sentences(str(tmp_path), "lines")))
         == "%s: is a directory, not a file" % tmp_path
