@@ -225,7 +225,7 @@ def _model_options(parser, pooling_default, batches=True, maxlen_default=64, poo
         )
 
 
-def _whitening_options(parser, what):
+def _whitening_options(parser, what=None):
     parser.add_argument(
         "--whitening",
         metavar="FILE.npz",
@@ -243,7 +243,10 @@ def _whitening_options(parser, what):
         help="whitened dimensions to keep: 0 = no whitening, negative = all "
         "(default: the value given to fit); needs --whitening",
     )
-    parser.add_argument("--no-normalize", action="store_true", help="skip the final L2 normalisation of the %s" % what)
+    if what:  # an index holds unit vectors: it takes no --no-normalize
+        parser.add_argument(
+            "--no-normalize", action="store_true", help="skip the final L2 normalisation of the %s" % what
+        )
 
 
 def _fit_options(parser):
@@ -564,7 +567,7 @@ def add_index(commands):
         "what encoded them. Needs `pip install bert-whitening[search]`.",
     )
     _model_options(parser, None)
-    _whitening_options(parser, "vectors")
+    _whitening_options(parser)
     parser.add_argument(
         "--hnsw",
         type=hnsw_int,
@@ -854,7 +857,7 @@ def _encoder_config(args, whitened=False):
         lowercase=not args.cased,
         whitening=args.whitening if whitened else None,
         n_components=args.n_components if whitened else None,
-        normalize=whitened and not args.no_normalize,
+        normalize=whitened and not getattr(args, "no_normalize", False),
         allow_rank_deficient=args.allow_rank_deficient,
         flow=args.flow if whitened else None,
     )
