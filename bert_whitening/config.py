@@ -202,9 +202,19 @@ def check_same_model(what, recorded, identity, error=BertWhiteningError):
     checked_identity(recorded, what, error)
     differ = _model_fields_differing(recorded, identity)
     if differ:
+        converted = recorded.get("format") not in (None, identity.get("format"))
         raise error(
-            "%s was made with another model (%s; its %s differ from %s's): refused"
-            % (what, _model_key(recorded), " and ".join(_FIELD_NAMES.get(key, key) for key in differ), identity["name"])
+            "%s was made with another model (%s; its %s differ from %s's): refused%s"
+            % (
+                what,
+                _model_key(recorded),
+                " and ".join(_FIELD_NAMES.get(key, key) for key in differ),
+                identity["name"],
+                "; a copy in another format (%s, not %s) counts as another model: fit or build it again with this one"
+                % (recorded["format"], identity.get("format"))
+                if converted
+                else "",
+            )
         )
     if "weights_sha256" not in recorded:
         logger.warning(
@@ -223,7 +233,7 @@ def _model_fields_differing(recorded, identity):
 _FIELD_NAMES = {
     "config_sha256": "configurations",
     "vocab_sha256": "vocabularies",
-    "weights_sha256": "weights",
+    "weights_sha256": "weight files",
     "hidden_size": "hidden sizes",
 }
 

@@ -109,7 +109,7 @@ def whitening_paths(tuned, path, flow, tmp_path):
 )
 def test_a_file_fitted_with_the_base_model_is_refused_for_a_tuned_copy(copies, fitted_files, tmp_path, way):
     ways = whitening_paths(copies[1], *fitted_files, tmp_path)
-    with pytest.raises(BertWhiteningError, match="made with another model .*its weights differ from tuned_bert's"):
+    with pytest.raises(BertWhiteningError, match="made with another model .*its weight files differ from tuned_bert's"):
         ways[way]()
     assert not (tmp_path / "v.npy").exists() and not (tmp_path / "served").exists()
 
@@ -128,7 +128,7 @@ def test_an_index_of_the_base_model_is_refused_for_a_tuned_copy(tiny_model, copi
     corpus.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
     assert here("index", "--model", tiny_model[0], "--output", tmp_path / "index", corpus).returncode == 0
     result = here("search", "--index", tmp_path / "index", "--model", copies[1], SENTENCES[0])
-    refused(result, "made with another model", "weights differ from tuned_bert's")
+    refused(result, "made with another model", "weight files differ from tuned_bert's")
     renamed = here("search", "--index", tmp_path / "index", "--model", copies[0], SENTENCES[0])
     assert renamed.returncode == 0, renamed.stderr
 
@@ -187,3 +187,21 @@ def test_a_whitening_that_records_a_model_but_no_pooling_is_refused(tiny_model, 
         BertWhiteningError, match="the whitening records the model tiny_bert but no pooling: it was edited"
     ):
         EncoderConfig(tiny_model[0], whitening=blanked, pooling="cls").check()
+
+
+def test_a_copy_in_another_format_is_refused_saying_so(tiny_model):
+    """A whitening fitted with a Hugging Face model is refused for its `convert-hf` copy (other
+    weight files): the refusal said only that the weights differ, which read as a wrong model."""
+    from bert_whitening.config import check_same_model
+
+    google = find_model(tiny_model[0]).identity("bert")
+    converted_from = {**google, "format": "huggingface", "weights_sha256": "0" * 64}
+    with pytest.raises(BertWhiteningError) as refusal:
+        check_same_model("the whitening", converted_from, google)
+    assert str(refusal.value).endswith(
+        "its weight files differ from tiny_bert's): refused; a copy in another format (huggingface, not google) "
+        "counts as another model: fit or build it again with this one"
+    )
+    with pytest.raises(BertWhiteningError) as refusal:
+        check_same_model("the whitening", {**google, "weights_sha256": "0" * 64}, google)
+    assert str(refusal.value).endswith("its weight files differ from tiny_bert's): refused")
