@@ -372,6 +372,7 @@ def run_fit(
     recorded = {
         "pooling": spec.pooling,
         "model_identity": find_model(spec.model).identity(spec.model_type.lower()),
+        "tokenization": spec.tokenization,
         "allow_rank_deficient": spec.allow_rank_deficient,
         "precision": precision,
     }

@@ -611,7 +611,9 @@ def add_search(commands):
         "--whitening", metavar="FILE.npz", help="the index's whitening file where it has moved (default: recorded)"
     )
     parser.add_argument("--batch-size", type=positive_int, default=128, help="queries per model call")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument(  # not --json, which names a file another command writes
+        "--format", choices=("text", "json"), default="text", help="what is printed: lines of text, or one JSON list"
+    )
     parser.add_argument("query", nargs="*", metavar="QUERY", help="query sentences")
     return parser
 
@@ -1058,7 +1060,7 @@ def run_search(args):
             else "no queries: give QUERY arguments or --queries FILE"
         )
     results = search(args.index, queries, args.top_k, args.model, args.pooling, args.whitening, args.batch_size)
-    print(json.dumps(results, indent=2, ensure_ascii=False) if args.json else format_hits(results))
+    print(json.dumps(results, indent=2, ensure_ascii=False) if args.format == "json" else format_hits(results))
 
 
 def run_convert_hf(args):

@@ -130,10 +130,12 @@ def fused_bert_sizes(config):
     }
 
 
-def check_fitted_on(what, fitted, identity, pooling):
-    """Refuse a whitening or a flow (``what``) ``fitted`` on vectors of another size, pooling or
-    model than those of an encoder of the model ``identity`` and ``pooling``: the one check of a
-    fitted file against the model, for whitenings and flows alike."""
+def check_fitted_on(what, fitted, identity, pooling, tokenization=None):
+    """Refuse a whitening or a flow (``what``) ``fitted`` on vectors of another size, pooling,
+    model or tokenization (maxlen, case) than those of an encoder of the model ``identity``,
+    ``pooling`` and ``tokenization`` (`EncoderConfig.tokenization`; None: not yet known, as in
+    evaluation before a task's maxlen): the one check of a fitted file against the model, for
+    whitenings and flows alike."""
     if fitted.dim != identity["hidden_size"]:
         raise WhiteningError(
             "the %s has dimension %d but the model's hidden size is %d: it was fitted on another model (%s)"
@@ -146,6 +148,13 @@ def check_fitted_on(what, fitted, identity, pooling):
         )
     if fitted.pooling and fitted.pooling != pooling:
         raise WhiteningError("the %s was fitted on %s pooling, the encoder uses %s" % (what, fitted.pooling, pooling))
+    recorded = getattr(fitted, "tokenization", None) or {}
+    if recorded and tokenization and recorded != tokenization:
+        raise WhiteningError(
+            "the %s was fitted on text %s, the encoder reads it %s: give the same --maxlen and --cased "
+            "as its fit, or fit it again"
+            % (what, _described_tokenization(recorded), _described_tokenization(tokenization))
+        )
     if fitted.model_identity:
         check_same_model("the %s" % what, fitted.model_identity, identity, WhiteningError)
     else:  # fitted on vectors given as numbers (or its record blanked): nothing to compare
@@ -156,6 +165,10 @@ def check_fitted_on(what, fitted, identity, pooling):
             "" if fitted.pooling else " and no pooling",
             identity["name"],
         )
+
+
+def _described_tokenization(tokenization):
+    return "cut at maxlen %d, %s" % (tokenization["maxlen"], "lower-cased" if tokenization["lowercase"] else "cased")
 
 
 #: What a model's identity must hold, and of which type: an identity is read from files a user
@@ -238,11 +251,11 @@ _FIELD_NAMES = {
 }
 
 
-def whitening_components(whitening, identity, pooling, n_components=None, allow_rank_deficient=False):
+def whitening_components(whitening, identity, pooling, tokenization, n_components=None, allow_rank_deficient=False):
     """The number of whitened dimensions to keep of ``whitening`` for an encoder of the model
-    ``identity`` and ``pooling``; refuses a whitening fitted on vectors of another size or
-    pooling."""
-    check_fitted_on("whitening", whitening, identity, pooling)
+    ``identity``, ``pooling`` and ``tokenization``; refuses a whitening fitted on other vectors
+    (`check_fitted_on`)."""
+    check_fitted_on("whitening", whitening, identity, pooling, tokenization)
     return whitening.components(n_components, allow_rank_deficient)
 
 
@@ -397,15 +410,21 @@ class EncoderConfig:
                 raise WhiteningError("a flow takes the place of the whitening: give one of them, not both")
             if self.n_components:
                 raise WhiteningError("a flow keeps every dimension: n_components is for a whitening")
-            check_fitted_on("flow", self.flow, self.identity, self.pooling)
+            check_fitted_on("flow", self.flow, self.identity, self.pooling, self.tokenization)
             return 0
         if self.whitening is None:
             if self.n_components:
                 raise WhiteningError("n_components %d needs a whitening (--whitening FILE.npz)" % self.n_components)
             return 0
         return whitening_components(
-            self.whitening, self.identity, self.pooling, self.n_components, self.allow_rank_deficient
+            self.whitening, self.identity, self.pooling, self.tokenization, self.n_components, self.allow_rank_deficient
         )
+
+    @property
+    def tokenization(self):
+        """How this encoder cuts and cases text, as a whitening or flow fitted on its vectors
+        records it; None while ``maxlen`` is not yet known (evaluation fills it in per task)."""
+        return None if self.maxlen is None else {"maxlen": self.maxlen, "lowercase": self.lowercase}
 
     @property
     def stages(self):

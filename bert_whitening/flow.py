@@ -70,7 +70,7 @@ from bert_whitening.atomic import write_stream_atomically
 from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, JSON_BYTES, MODEL_SIZES, NpzMembers, first_few
 from bert_whitening.errors import FlowError
-from bert_whitening.names import RECORDED_POOLINGS, check_recorded
+from bert_whitening.names import RECORDED_POOLINGS, check_recorded, checked_tokenization
 
 logger = logging.getLogger(__name__)
 
@@ -327,7 +327,7 @@ class Flow(keras.Model):
         self.dim = dim
         self.training_summary = {}
         # What its vectors were, as a whitening records it: checked before the flow is applied.
-        self.pooling, self.model_identity = None, {}
+        self.pooling, self.model_identity, self.tokenization = None, {}, {}
         rng = np.random.default_rng(0) if rng is None else rng
         self.levels = [
             [self._step(dim >> level, rng, "level_%d_step_%d" % (level, step)) for step in range(config.depth)]
@@ -417,6 +417,7 @@ class Flow(keras.Model):
             "training": dict(self.training_summary),
             "pooling": self.pooling,
             "model_identity": dict(self.model_identity),
+            "tokenization": dict(self.tokenization),
         }
         arrays = {"weight_%03d" % i: weight.numpy() for i, weight in enumerate(self.weights)}
         if not all(np.isfinite(array).all() for array in arrays.values()):
@@ -450,28 +451,29 @@ class Flow(keras.Model):
                 raise FlowError("%s: not a readable flow file (model_identity of the wrong type)" % path)
             if pooling is not None:
                 check_recorded(pooling, RECORDED_POOLINGS, FlowError, "%s: its pooling" % path)
+            tokenization = checked_tokenization(meta.get("tokenization", {}), FlowError, "%s: its tokenization" % path)
             shapes = config.weight_shapes(dim)
             names = ["weight_%03d" % i for i in range(len(shapes))]
             members.expect(names + ["meta"])
             weights = [members.array(name, shape) for name, shape in zip(names, shapes, strict=True)]
         if not all(np.isfinite(weight).all() for weight in weights):
             raise FlowError("%s: weights with NaN or inf" % path)
-        flow = cls(dim, config)
-        flow.set_weights(weights)
-        flow.training_summary, flow.pooling, flow.model_identity = training, pooling, model_identity
-        return flow
+        return _rebuilt((dim, config, weights, training), pooling, model_identity, tokenization)
 
     def __reduce__(self):
         # Pickled as numpy (Beam ships the encoder's configuration to its workers).
         state = (self.dim, dataclasses.asdict(self.config), self.get_weights(), self.training_summary)
-        return _rebuilt, (state, self.pooling, self.model_identity)
+        return _rebuilt, (state, self.pooling, self.model_identity, self.tokenization)
 
 
-def _rebuilt(state, pooling, model_identity):
+def _rebuilt(state, pooling, model_identity, tokenization):
+    """The flow of ``state`` ``(dim, config, weights, training summary)`` and what its vectors
+    were: what a load and an unpickling both build."""
     dim, config, weights, training_summary = state
     flow = Flow(dim, config)
     flow.set_weights(weights)
     flow.training_summary, flow.pooling, flow.model_identity = training_summary, pooling, model_identity
+    flow.tokenization = tokenization
     return flow
 
 
@@ -626,6 +628,7 @@ def fit_flow(
     progress=None,
     pooling=None,
     model_identity=None,
+    tokenization=None,
 ) -> Flow:
     """Train a flow by maximum likelihood on ``vectors``, as BERT-flow does (module docstring).
 
@@ -640,8 +643,8 @@ def fit_flow(
         learning_rate: the flow learning rate, constant.
         progress: a tqdm bar to advance, True or False for a bar of its own, or None for a bar
             on a terminal only.
-        pooling, model_identity: what made the vectors, recorded in the flow (as a whitening
-            records them) so that it is refused on vectors of another encoder.
+        pooling, model_identity, tokenization: what made the vectors, recorded in the flow (as
+            a whitening records them) so that it is refused on vectors of another encoder.
 
     The options are checked first (`check_flow_options`); a training whose weights end NaN or
     inf (diverged) is a `FlowError`, and no flow is returned.
@@ -655,7 +658,7 @@ def fit_flow(
     steps = training_steps(len(vectors), epochs, batch_size)
     rng = np.random.default_rng(seed)
     flow = Flow(vectors.shape[1], config, rng)
-    flow.pooling, flow.model_identity = pooling, dict(model_identity or {})
+    flow.pooling, flow.model_identity, flow.tokenization = pooling, dict(model_identity or {}), dict(tokenization or {})
     passes = math.ceil(steps * batch_size / len(vectors))
     order = np.concatenate([rng.permutation(len(vectors)) for _ in range(passes)])
     if flow.config.data_init:

@@ -41,6 +41,24 @@ def check_recorded(value, allowed, error, what):
         raise error("%s is %r, expected one of %s" % (what, value, ", ".join(map(repr, allowed))))
 
 
+def checked_tokenization(value, error, what):
+    """A tokenization a whitening or flow file records: how the text of the vectors it was fitted
+    on was cut and cased, ``{"maxlen": int >= 2, "lowercase": bool}``, or ``{}`` when unknown
+    (files of earlier versions, vectors given as numbers); anything else is refused in one line
+    (``what``: the file and field, as the message begins)."""
+    if value == {}:
+        return {}
+    if (
+        not isinstance(value, dict)
+        or set(value) != {"maxlen", "lowercase"}
+        or type(value["maxlen"]) is not int
+        or value["maxlen"] < 2
+        or type(value["lowercase"]) is not bool
+    ):
+        raise error('%s is %r, expected {} or {"maxlen": an integer >= 2, "lowercase": true or false}' % (what, value))
+    return dict(value)
+
+
 #: The losses of supervised fine-tuning (`bert_whitening.training`, `bert_whitening.losses`).
 LOSSES = ("cosent", "softmax")
 

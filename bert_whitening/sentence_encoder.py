@@ -312,6 +312,7 @@ class SentenceEncoder:
             options,
             pooling=self.config.pooling,
             model_identity=pooled.model_identity,
+            tokenization=self.config.tokenization,
             allow_rank_deficient=self.config.allow_rank_deficient,
             precision=running_precision(),
         )
@@ -355,7 +356,13 @@ class SentenceEncoder:
             raise DataError("no sentences to train a flow on")
         vectors = np.concatenate(blocks)
         training_steps(len(vectors), options["epochs"], options["batch_size"], "flow_batch_size")
-        flow = fit_flow(vectors, pooling=self.config.pooling, model_identity=pooled.model_identity, **options)
+        flow = fit_flow(
+            vectors,
+            pooling=self.config.pooling,
+            model_identity=pooled.model_identity,
+            tokenization=self.config.tokenization,
+            **options,
+        )
         self._apply(flow=flow)
         return flow
 

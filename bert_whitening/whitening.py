@@ -30,7 +30,7 @@ from bert_whitening.arguments import positive_int, vector_array
 from bert_whitening.atomic import write_stream_atomically
 from bert_whitening.bounded import JSON_BYTES, MODEL_SIZES, NpzMembers
 from bert_whitening.errors import BertWhiteningError, DataError, WhiteningError
-from bert_whitening.names import RECORDED_POOLINGS, check_recorded
+from bert_whitening.names import RECORDED_POOLINGS, check_recorded, checked_tokenization
 
 logger = logging.getLogger(__name__)
 
@@ -199,6 +199,9 @@ class Whitening:
             sha256), as `bert_whitening.checkpoints.ModelFiles.identity` gives it.
         precision: how the vectors fitted on were computed, ``float32`` or ``bfloat16`` (""
             when unknown: files of earlier versions); one job gives one precision.
+        tokenization: how their text was cut and cased, ``{"maxlen", "lowercase"}`` (``{}``
+            when unknown), which an encoder it is applied in must share
+            (`bert_whitening.config.check_fitted_on`).
     """
 
     kernel: np.ndarray
@@ -214,6 +217,7 @@ class Whitening:
     model_identity: dict = dataclasses.field(default_factory=dict)
     precision: str = ""
     floor: float = 0.0
+    tokenization: dict = dataclasses.field(default_factory=dict)
 
     @property
     def dim(self):
@@ -267,6 +271,7 @@ class Whitening:
             "model": self.model_identity,
             "precision": self.precision,
             "floor": self.floor,
+            "tokenization": self.tokenization,
         }
         np.savez(
             stream,
@@ -309,6 +314,7 @@ class Whitening:
             model_identity=meta["model"],
             precision=meta.get("precision", ""),
             floor=meta["floor"],
+            tokenization=meta["tokenization"],
         )
 
 
@@ -353,6 +359,9 @@ def _metadata(path, stored):
     if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor < math.inf:
         raise WhiteningError("%s: metadata floor is %r, expected a finite number >= 0" % (path, floor))
     check_recorded(meta["pooling"], RECORDED_POOLINGS, WhiteningError, "%s: metadata pooling" % path)
+    meta["tokenization"] = checked_tokenization(  # files of earlier versions record none
+        meta.get("tokenization", {}), WhiteningError, "%s: metadata tokenization" % path
+    )
     dim = meta["dim"]
     if not (
         1 <= dim <= MODEL_SIZES["hidden_size"]
@@ -600,6 +609,7 @@ def fit_whitening(
     model_identity: Optional[dict] = None,
     allow_rank_deficient: bool = False,
     precision: str = "",
+    tokenization: Optional[dict] = None,
 ) -> Whitening:
     """Eigen-decompose ``Sigma_beta`` of ``stats`` (see the module docstring) into a `Whitening`.
 
@@ -612,7 +622,8 @@ def fit_whitening(
         n_components: the default ``k`` stored: 0 = no whitening, negative = all, ``k``.
         beta: ``Sigma_beta`` is taken around ``beta * mean`` and ``bias = -beta * mean``.
         gamma: the kernel scales direction ``i`` by ``s_i ** (-gamma / 2)``.
-        pooling, model_identity, precision: what the vectors were, recorded in the file.
+        pooling, model_identity, precision, tokenization: what the vectors were, recorded in
+            the file.
         allow_rank_deficient: allow an ``n_components`` above the rank.
 
     Raises:
@@ -680,6 +691,7 @@ def fit_whitening(
         model_identity=dict(model_identity or {}),
         precision=precision,
         floor=float(floor),
+        tokenization=dict(tokenization or {}),
     )
     if n_components > 0:
         whitening.components(allow_rank_deficient=allow_rank_deficient)  # refuse a bad k now
@@ -690,7 +702,7 @@ def fit_reported(stats, source, options, **recorded):
     """`fit_whitening` with ``options`` (a `FitOptions`) on the statistics of the sentences of
     ``source`` (what the log names), refusing an empty input, and logging what was fitted;
     ``recorded`` are `fit_whitening`'s other arguments (``pooling``, ``model_identity``,
-    ``precision``, ``allow_rank_deficient``). ``fit`` and ``beam-fit`` end here."""
+    ``precision``, ``tokenization``, ``allow_rank_deficient``). ``fit`` and ``beam-fit`` end here."""
     if stats.count == 0:
         raise DataError("no sentences in %s" % source)
     try:

@@ -498,7 +498,7 @@ def test_an_index_keeps_its_flow_and_refuses_one_edited_afterwards(flow_file, tm
     assert sorted(os.listdir(index)) == ["flow.npz", "index.faiss", "index.json", "keys.tsv", "texts.jsonl"]
     capsys.readouterr()
     query = SENTENCES[2] + " 3"
-    assert run("search", "--index", index, "--json", "--top-k", "1", query) == 0
+    assert run("search", "--index", index, "--format", "json", "--top-k", "1", query) == 0
     top = json.loads(capsys.readouterr().out)[0]["hits"][0]
     # the tiny vocabulary has no digits: the 8 numbered copies of a sentence encode alike
     assert top["text"].startswith(SENTENCES[2] + " ") and top["score"] == pytest.approx(1, abs=1e-5)
@@ -631,3 +631,19 @@ def test_the_first_and_last_steps_of_a_short_run_do_not_overlap():
     assert _first_and_last([6.0, 5.0, 4.0, 3.0, 2.0, 1.0]) == (5.0, 2.0)
     assert _first_and_last(list(map(float, range(40, 0, -1)))) == (35.5, 5.5)
     assert _first_and_last([3.0]) == (3.0, 3.0)
+
+
+def test_a_flow_records_its_tokenization_and_refuses_a_crafted_one(tmp_path):
+    path = str(tmp_path / "flow.npz")
+    fit_flow(
+        sample(), SMALL, seed=0, progress=False, pooling="cls", tokenization={"maxlen": 32, "lowercase": True}
+    ).save(path)
+    assert Flow.load(path).tokenization == {"maxlen": 32, "lowercase": True}
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    arrays["meta"] = np.array(
+        json.dumps({**json.loads(str(arrays["meta"])), "tokenization": {"maxlen": 1, "lowercase": True}})
+    )
+    np.savez(tmp_path / "crafted.npz", **arrays)
+    with pytest.raises(FlowError, match=re.escape("%s: its tokenization is {'maxlen': 1" % (tmp_path / "crafted.npz"))):
+        Flow.load(str(tmp_path / "crafted.npz"))

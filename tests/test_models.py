@@ -223,6 +223,21 @@ def test_whitening_from_another_model_or_pooling_is_refused(encoders):
     same = fit_whitening(WhiteningStats().update(rng.normal(size=(100, 24))), pooling="last-avg")
     with pytest.raises(ValueError, match="larger than the vector dimension 24"):
         with_whitening(encoder, same, 25)
+    for maxlen, lowercase, encoder_reads in ((16, True, "cut at maxlen 64, lower-cased"), (64, False, "lower-cased")):
+        other_text = fit_whitening(
+            WhiteningStats().update(rng.normal(size=(100, 24))),
+            pooling="last-avg",
+            tokenization={"maxlen": maxlen, "lowercase": lowercase},
+        )
+        with pytest.raises(
+            ValueError, match="the whitening was fitted on text cut at maxlen %d, .* %s: give" % (maxlen, encoder_reads)
+        ):
+            with_whitening(encoder, other_text)
+    matching = {"maxlen": encoder.config.maxlen, "lowercase": encoder.config.lowercase}
+    with_whitening(
+        encoder,
+        fit_whitening(WhiteningStats().update(rng.normal(size=(100, 24))), pooling="last-avg", tokenization=matching),
+    )
 
 
 def test_truncation_matches_bert4keras_and_empty_sentences_are_cls_sep(encoders):

@@ -249,7 +249,7 @@ def test_index_from_vectors_refuses_bytes_after_the_rows_the_header_declares(ind
 def test_search_finds_each_sentence_first_with_cosine_1(indexed, capsys):
     model, corpus, whitening, vectors, index = indexed
     capsys.readouterr()
-    assert run("search", "--index", index, "--top-k", 3, "--json", MANY[5], MANY[33]) == 0
+    assert run("search", "--index", index, "--top-k", 3, "--format", "json", MANY[5], MANY[33]) == 0
     results = json.loads(capsys.readouterr().out)
     matrix = np.load(vectors)
     for result, row in zip(results, (5, 33), strict=True):
@@ -473,7 +473,7 @@ def test_search_answers_from_the_index_after_the_corpus_file_changed(tiny_model,
     assert run("index", "--model", tiny_model[0], "--output", index, corpus) == 0  # no whitening
     corpus.write_text("an inserted first line\n" + corpus.read_text(encoding="utf-8"), encoding="utf-8")
     capsys.readouterr()
-    assert run("search", "--index", index, "--top-k", 500000000, "--json", MANY[3]) == 0
+    assert run("search", "--index", index, "--top-k", 500000000, "--format", "json", MANY[3]) == 0
     hits = json.loads(capsys.readouterr().out)[0]["hits"]
     assert len(hits) == 20  # top-k clamped to the corpus
     assert (hits[0]["line"], hits[0]["text"]) == (4, MANY[3]) and hits[0]["score"] == pytest.approx(1, abs=1e-5)
@@ -542,7 +542,7 @@ def swapped_while_open(indexed, tmp_path, monkeypatch):
 
 def test_search_answers_from_the_index_it_checked_when_another_is_renamed_over_it(swapped_while_open, capsys):
     capsys.readouterr()
-    assert run("search", "--index", swapped_while_open, "--top-k", 3, "--json", MANY[5]) == 0
+    assert run("search", "--index", swapped_while_open, "--top-k", 3, "--format", "json", MANY[5]) == 0
     top = json.loads(capsys.readouterr().out)[0]["hits"][0]
     assert (top["line"], top["text"]) == (6, MANY[5]) and top["score"] == pytest.approx(1, abs=1e-5)
 

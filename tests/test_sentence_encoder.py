@@ -38,6 +38,21 @@ def test_fit_then_encode_is_the_numpy_whitening_of_the_pooled_vectors(fitted, en
     np.testing.assert_allclose(actual @ actual.T, expected @ expected.T, atol=1e-5)
 
 
+def test_a_fit_records_how_the_text_was_cut_and_cased_and_another_encoder_refuses_it(fitted, tiny_model, tmp_path):
+    """A whitening fitted with --cased --maxlen 16 was applied by an uncased encoder of maxlen 64
+    without a word."""
+    _, whitening = fitted
+    assert whitening.tokenization == {"maxlen": 64, "lowercase": True}
+    cased = SentenceEncoder.load(tiny_model[0], maxlen=16, lowercase=False)
+    path = str(tmp_path / "cased.npz")
+    cased.fit(SENTENCES * 3, n_components=12).save(path)
+    with pytest.raises(BertWhiteningError, match="fitted on text cut at maxlen 16, cased, the encoder reads it cut at"):
+        SentenceEncoder.load(tiny_model[0], whitening=path).encode(SENTENCES[:2])
+    assert SentenceEncoder.load(tiny_model[0], whitening=path, maxlen=16, lowercase=False).encode(
+        SENTENCES[:2]
+    ).shape == (2, 12)
+
+
 def test_save_and_load_give_the_same_encoder(fitted, tmp_path):
     encoder, _ = fitted
     encoder.save(str(tmp_path / "saved"))

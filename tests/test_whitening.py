@@ -677,6 +677,9 @@ def test_the_precision_of_the_fitted_vectors_is_recorded_and_a_crafted_one_refus
     [
         ("pooling", "max", "metadata pooling is 'max', expected one of '', 'first-last-avg'"),
         ("n_components", 99, "metadata n_components is 99, larger than its dimension 4"),
+        ("tokenization", {"maxlen": "64", "lowercase": True}, "metadata tokenization is {'maxlen': '64', 'lowercase"),
+        ("tokenization", {"maxlen": 64}, "metadata tokenization is {'maxlen': 64}, expected {} or {"),
+        ("tokenization", {"maxlen": 64, "lowercase": 1}, "metadata tokenization is {'maxlen': 64, 'lowercase': 1}"),
     ],
 )
 def test_a_crafted_pooling_or_n_components_is_refused_naming_the_file(tmp_path, field, value, fragment):
@@ -924,3 +927,17 @@ def test_a_whitening_prints_as_one_line_of_what_it_is():
     vectors = np.random.default_rng(0).normal(size=(50, 40))
     text = repr(fit_whitening(WhiteningStats().update(vectors), n_components=16, pooling="cls"))
     assert text == "Whitening(dim=40, rank=40, count=50, n_components=16, beta=1, gamma=1, pooling='cls', precision='')"
+
+
+def test_the_tokenization_a_whitening_records_is_read_back_and_an_earlier_file_has_none(tmp_path):
+    rng = np.random.default_rng(0)
+    tokenization = {"maxlen": 16, "lowercase": False}
+    fitted = fit_whitening(WhiteningStats().update(rng.normal(size=(50, 4))), tokenization=tokenization)
+    fitted.save(str(tmp_path / "w.npz"))
+    assert Whitening.load(str(tmp_path / "w.npz")).tokenization == tokenization
+    with np.load(tmp_path / "w.npz") as data:
+        arrays = {name: data[name] for name in data.files}
+    meta = json.loads(str(arrays["meta"]))
+    del meta["tokenization"]  # a file of an earlier version
+    np.savez(tmp_path / "old.npz", **{**arrays, "meta": np.array(json.dumps(meta))})
+    assert Whitening.load(str(tmp_path / "old.npz")).tokenization == {}
