@@ -32,12 +32,13 @@ import uuid
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from bert_whitening.arguments import shard_count
 from bert_whitening.atomic import PREFIX, check_outputs, claimed_prefix, mark_placed
-from bert_whitening.bounded import open_regular
+from bert_whitening.bounded import MODEL_SIZES, open_regular
 from bert_whitening.data import ReadOptions, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
 from bert_whitening.names import EXPORT_PRECISIONS
@@ -59,6 +60,13 @@ SORTED_TOGETHER = 16 * SENTENCES_PER_CALL
 
 #: File name ending of the shards `encode_pipeline` writes.
 SUFFIX = ".tfrecord"
+#: The bytes a TFRecord record takes besides its data: its length (8 bytes, little-endian), the
+#: length's CRC and the data's CRC (4 bytes each).
+RECORD_FRAMING = 16
+#: The most data a record of a shard may hold: one encoded line, a ``tf.train.Example`` of a vector
+#: no wider than a model's hidden size may be (`MODEL_SIZES`), its line number and its input's
+#: path, which the room left beside the vector holds many times over.
+RECORD_BYTES = 4 * MODEL_SIZES["hidden_size"] + (1 << 20)
 
 #: Seconds a job on a portable runner may run when ``--job_server_timeout`` is not given (a week;
 #: Beam's default of 300 s ended longer jobs): `run`.
@@ -514,14 +522,15 @@ def read_encoded(pattern):
     What `encode_pipeline` writes is every input line once, so anything else is refused in one
     line before it is indexed: a file not named as a shard, a set of shards with one missing, a
     record that is damaged or not an encoded line, a key twice (shards of two runs, or a copy of
-    a shard), vectors of two sizes."""
+    a shard), vectors of two sizes. A record claiming more than it can hold is refused before
+    TensorFlow reads its shard (`_check_record_lengths`)."""
     from bert_whitening.backend import tf
 
     paths = sorted(match.path for match in FileSystems.match([pattern])[0].metadata_list)
     _check_whole_sets(paths)
     records, where = [], {}
     for path in paths:
-        _check_regular(path, "beam-encode shard")
+        _check_record_lengths(path)
         try:
             for number, serialized in enumerate(tf.data.TFRecordDataset(path).as_numpy_iterator(), 1):
                 key, vector = _encoded_line(serialized, path, number)
@@ -541,6 +550,40 @@ def read_encoded(pattern):
             raise DataError("%s: damaged TFRecord file (%s)" % (path, error.message.splitlines()[0])) from None
     records.sort(key=lambda record: record[0])
     return [key for key, _ in records], np.array([vector for _, vector in records], dtype=np.float32)
+
+
+def _check_record_lengths(path):
+    """Refuse a shard whose records claim more than an encoded line holds or than the file holds,
+    before TensorFlow reads it: its reader makes room for the length a record header claims once
+    that length's CRC matches, so a forged header of a small file made it reserve any size (the
+    process died). The headers are walked by seeking from one to the next, the data left unread,
+    so a shard TensorFlow is handed holds records of bounded size that end within it. A local
+    shard must be a regular file (a FIFO would be read by TensorFlow where no signal stops the
+    wait)."""
+    if FileSystems.get_scheme(path) is None:
+        stream = open_regular(path, DataError, "beam-encode shard")
+    else:
+        stream = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    with stream:
+        size, offset = stream.seek(0, io.SEEK_END), 0
+        for number in itertools.count(1):
+            if offset == size:
+                return
+            stream.seek(offset)
+            header = stream.read(8)
+            length = int.from_bytes(header, "little")
+            if len(header) < 8 or offset + RECORD_FRAMING + length > size:
+                claim = "claims %d bytes, which end" % length if len(header) == 8 else "has its header cut"
+                raise DataError(
+                    "%s: damaged TFRecord file (record %d, at byte %d, %s past the file's %d bytes: truncated?)"
+                    % (path, number, offset, claim, size)
+                )
+            if length > RECORD_BYTES:
+                raise DataError(
+                    "%s: damaged TFRecord file (record %d claims %d bytes, more than the %d of an encoded line)"
+                    % (path, number, length, RECORD_BYTES)
+                )
+            offset += RECORD_FRAMING + length
 
 
 def _check_whole_sets(paths):

@@ -4,6 +4,7 @@ results against the single-process commands, on every runner, are in test_beam_r
 import logging
 import os
 import re
+import struct
 
 import numpy as np
 import pytest
@@ -318,6 +319,44 @@ def test_read_encoded_refuses_what_beam_encode_does_not_write(tmp_path, damage, 
     damage(tmp_path)
     with pytest.raises(DataError, match="^%s/%s" % (re.escape(str(tmp_path)), said)):
         beam.read_encoded(str(tmp_path / "v*"))
+
+
+def forged_shard(path, length, size):
+    """A shard of ``size`` bytes (sparse) whose first record header claims ``length`` bytes, the
+    length's CRC valid, as TensorFlow's reader checks it before trusting the length."""
+    from apache_beam.io.tfrecordio import _TFRecordUtil
+
+    header = struct.pack("<Q", length)
+    with open(path, "wb") as stream:
+        stream.write(header + struct.pack("<I", _TFRecordUtil._masked_crc32c(header)))
+        stream.truncate(size)
+
+
+@pytest.mark.parametrize(
+    "length, size, said",
+    [
+        (1 << 50, 76, r"record 1, at byte 0, claims 1125899906842624 bytes, which end past the file's 76 bytes"),
+        (60, 80, r"record 2, at byte 76, has its header cut past the file's 80 bytes"),
+        (
+            beam.RECORD_BYTES + 1,
+            beam.RECORD_BYTES + 1 + beam.RECORD_FRAMING,
+            r"record 1 claims %d bytes, more than the %d of an encoded line"
+            % (beam.RECORD_BYTES + 1, beam.RECORD_BYTES),
+        ),
+    ],
+    ids=["past the end", "a header cut", "beyond an encoded line"],
+)
+def test_a_record_claiming_more_than_it_can_hold_is_refused_before_tensorflow_reads_the_shard(
+    tmp_path, monkeypatch, length, size, said
+):
+    """TensorFlow's reader makes room for the length a header claims: a petabyte in a 76-byte
+    shard killed the process."""
+    from bert_whitening.backend import tf
+
+    forged_shard(shard(tmp_path, 0, 1), length, size)
+    monkeypatch.setattr(tf.data, "TFRecordDataset", lambda path: pytest.fail("TensorFlow was handed %s" % path))
+    with pytest.raises(DataError, match=r"v-00000-of-00001.tfrecord: damaged TFRecord file \(%s" % said):
+        beam.read_encoded(str(tmp_path / "v-*"))
 
 
 def test_a_record_that_is_not_an_encoded_line_is_refused(tmp_path):
