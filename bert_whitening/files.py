@@ -14,8 +14,13 @@ import stat
 import numpy as np
 
 from bert_whitening.arguments import positive_int
-from bert_whitening.bounded import BLOCK, HEADER_ERRORS, described, npy_header, open_regular
+from bert_whitening.bounded import BLOCK, HEADER_ERRORS, MODEL_SIZES, described, npy_header, open_regular
 from bert_whitening.errors import DataError
+
+#: The most bytes of a ``.npy`` matrix `npy_blocks` reads at a time, whatever rows its caller asks
+#: for: with the widest vectors of the widest floats, a block of a caller's rows would hold
+#: gigabytes.
+NPY_BLOCK_BYTES = 64 << 20
 
 
 def file_sha256(*paths):
@@ -38,12 +43,16 @@ def npy_blocks(path, rows):
     writes it: one cut short (before or while it is read) is refused naming the row where it
     ends, bytes after the last row as not that array. Anything else that is not such a matrix is
     a `DataError` naming the file; ``rows`` that is not a positive integer is refused before the
-    file is opened.
+    file is opened. Rows are vectors, no wider than a model's hidden size may be (`MODEL_SIZES`):
+    a header declaring wider ones is refused before a block is read, and a block holds at most
+    `NPY_BLOCK_BYTES` (fewer rows than ``rows`` when they are wide), so what a block takes is
+    bounded whatever the header says.
     """
     rows = positive_int(rows, "rows")
     with open_regular(path, DataError, ".npy file") as stream:
         shape, dtype, offset = _npy_matrix(path, stream)
         descriptor, row_bytes = stream.fileno(), shape[1] * dtype.itemsize
+        rows = min(rows, NPY_BLOCK_BYTES // row_bytes)
         _check_size(path, os.fstat(descriptor).st_size, offset, shape, row_bytes)
         for start in range(0, shape[0], rows):
             count = min(rows, shape[0] - start)
@@ -75,6 +84,11 @@ def _npy_matrix(path, stream):
     if len(shape) != 2 or shape[1] < 1:
         raise DataError(
             "%s: expected a 2-D array of vectors (one a row, at least one column), got shape %s" % (path, shape)
+        )
+    if shape[1] > MODEL_SIZES["hidden_size"]:
+        raise DataError(
+            "%s: rows of %d numbers, wider than any vector (a model's hidden size is at most %d)"
+            % (path, shape[1], MODEL_SIZES["hidden_size"])
         )
     if fortran and shape[0] > 1 and shape[1] > 1:  # one row or column: the same bytes in either order
         raise DataError("%s: expected a 2-D C-ordered array of vectors, got shape %s in Fortran order" % (path, shape))

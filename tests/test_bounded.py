@@ -752,6 +752,37 @@ def test_a_large_npy_file_is_read_in_the_memory_of_a_block(tmp_path):
     assert peak < 4 * 1000 * 32 * 8 + (1 << 20), peak  # a block and its float64 copy, not the file's 12.8 MB
 
 
+def test_a_npy_header_of_rows_wider_than_any_vector_is_refused_before_a_block_is_read(tmp_path, monkeypatch):
+    """Its one row of 2**31 columns was allocated whole before its width was compared with anything."""
+    from bert_whitening import files
+
+    path, width = str(tmp_path / "v.npy"), MODEL_SIZES["hidden_size"] + 1
+    with open(path, "wb") as stream:  # the size its header says, sparse
+        np.lib.format.write_array_header_1_0(stream, {"descr": "<f4", "fortran_order": False, "shape": (2, width)})
+        stream.truncate(stream.tell() + 2 * width * 4)
+    monkeypatch.setattr(files, "_read_into", lambda *args: pytest.fail("a block was read"))
+    with pytest.raises(DataError) as raised:
+        WhiteningStats().update_from_npy(path)
+    assert str(
+        raised.value
+    ) == "%s: rows of %d numbers, wider than any vector (a model's hidden size is at most %d)" % (
+        path,
+        width,
+        MODEL_SIZES["hidden_size"],
+    )
+
+
+def test_a_npy_block_holds_at_most_its_bytes_whatever_rows_are_asked_for(tmp_path, monkeypatch):
+    """Rows of the widest vectors in the widest floats, a caller's block of rows took gigabytes."""
+    from bert_whitening import files
+
+    array = np.arange(80, dtype=np.float32).reshape(10, 8)
+    monkeypatch.setattr(files, "NPY_BLOCK_BYTES", 3 * array[0].nbytes + 5)
+    blocks = list(npy_blocks(saved(tmp_path / "v.npy", array), 1000))
+    assert [(first, len(block)) for first, block in blocks] == [(0, 3), (3, 3), (6, 3), (9, 1)]
+    assert np.array_equal(np.concatenate([block for _, block in blocks]), array)
+
+
 # --- input lines -------------------------------------------------------------------------------
 
 
