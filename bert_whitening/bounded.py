@@ -59,6 +59,10 @@ FLOW_SIZES = {"n_levels": 16, "depth": 64, "coupling_width": 4096}
 #: The most a flow's weights may take (a flow without ``permutation`` holds a square matrix per
 #: step).
 FLOW_BYTES = 1 << 30
+#: The most weights one step of a flow holds (`bert_whitening.flow.FlowConfig.weight_shapes`: its
+#: actnorm's two, an invertible convolution's five without ``permutation``, its coupling's nine),
+#: so the most arrays a flow file holds besides its metadata.
+FLOW_WEIGHTS_PER_STEP = 16
 #: The keys every BERT configuration gives.
 REQUIRED_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 
@@ -141,6 +145,32 @@ def npy_header(stream):
     if any(size < 0 for size in shape):
         raise ValueError("a negative size in its shape %s" % (shape,))
     return shape, fortran, dtype
+
+
+#: What an ``.npz`` member may add to its array's bytes: its ``.npy`` header (at most
+#: `NPY_HEADER_BYTES`) and its zip records (its local header, data descriptor and central
+#: directory entry, with its name and zip64 sizes), with room for the archive's end records.
+NPZ_MEMBER_BYTES = NPY_HEADER_BYTES + 1024
+
+
+def npz_bytes(array_bytes, members):
+    """The most an ``.npz`` of ``members`` arrays of ``array_bytes`` bytes together can take: a
+    larger file holds something else, and is refused before it is read whole."""
+    return array_bytes + members * NPZ_MEMBER_BYTES
+
+
+def whitening_file_bytes(dim):
+    """The most a whitening file of dimension ``dim`` can take: its kernel (``dim x dim``) and
+    three vectors (bias, mean, eigenvalues) in the widest float `NpzMembers` reads, and its
+    metadata."""
+    return npz_bytes(np.dtype(np.longdouble).itemsize * (dim * dim + 3 * dim) + JSON_BYTES, 5)
+
+
+#: The most a flow file can take: weights of at most `FLOW_BYTES` (float64, as a flow holds
+#: them), as many arrays as the largest flow `FLOW_SIZES` allows has, and its metadata.
+FLOW_FILE_BYTES = npz_bytes(
+    FLOW_BYTES + JSON_BYTES, FLOW_SIZES["n_levels"] * FLOW_SIZES["depth"] * FLOW_WEIGHTS_PER_STEP + 1
+)
 
 
 def described(error):

@@ -206,11 +206,17 @@ class CheckedFile:
     reads (`reading`, `read`), so content written over in place since the check is refused
     rather than mixed with what was checked. Errors name ``where``, the file, ``record`` (the
     file that holds the checksums) and what the directory is, ``made`` (``"this index was built
-    with"``)."""
+    with"``).
 
-    def __init__(self, directory_fd, name, sha256, where, record, made):
-        self.name, self.sha256, self.where, self.record = name, sha256, where, record
+    ``limit``: ``(size, holder)``, the most bytes the file can hold and what holds that much
+    (``"a whitening of dimension 768"``), for a file `read` whole: a larger one is refused before
+    it is hashed (which reads a sparse file of any size to its end) or read."""
+
+    def __init__(self, directory_fd, name, sha256, where, record, made, limit=None):
+        self.name, self.sha256, self.where, self.record, self.limit = name, sha256, where, record, limit
         self._file = os.fdopen(open_regular_at(directory_fd, name, where), "rb", buffering=0)
+        if limit is not None and self.size > limit[0]:
+            self._refuse_larger(self.size)
         opening = _Hashing(self._file.fileno())
         if opening.rest() != sha256:
             raise DataError(
@@ -245,9 +251,19 @@ class CheckedFile:
         self._refuse_changed(raw)
 
     def read(self):
-        """The whole file as `NamedBytes`, its sha256 checked again on these very bytes."""
+        """The whole file as `NamedBytes`, its sha256 checked again on these very bytes; no more
+        than its ``limit`` is read (one that grew past it since opening is refused)."""
         with self.reading() as stream:
-            return NamedBytes(stream.read(), os.path.join(self.where, self.name))
+            data = stream.read(self.limit[0] + 1)
+            if len(data) > self.limit[0]:
+                self._refuse_larger(max(len(data), self.size))
+        return NamedBytes(data, os.path.join(self.where, self.name))
+
+    def _refuse_larger(self, size):
+        size_limit, holder = self.limit
+        raise DataError(
+            "%s: %s holds %d bytes, more than %s can (%d)" % (self.where, self.name, size, holder, size_limit)
+        )
 
     def _refuse_changed(self, raw):
         if raw.rest() != self.sha256:

@@ -18,7 +18,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from bert_whitening.bounded import FLOW_BYTES, LINE_BYTES, MODEL_SIZES
+from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, FLOW_WEIGHTS_PER_STEP, LINE_BYTES, MODEL_SIZES
 from bert_whitening.data import read_pairs, read_sentences
 from bert_whitening.errors import CheckpointError, DataError, FlowError, WhiteningError
 from bert_whitening.files import npy_blocks
@@ -549,6 +549,15 @@ def test_the_size_of_a_flow_is_counted_as_its_layers_make_it(dim, config):
     assert FlowConfig.of(config).weight_shapes(dim) == [tuple(weight.shape) for weight in flow.weights]
     assert FlowConfig.of(config).weight_count(dim) == sum(int(np.prod(weight.shape)) for weight in flow.weights)
     assert 8 * FlowConfig.of(config).weight_count(dim) < FLOW_BYTES
+
+
+def test_a_flow_of_the_largest_shape_holds_as_many_arrays_as_a_flow_file_is_bounded_by():
+    """`FLOW_FILE_BYTES` counts the arrays of the largest flow (an index's flow.npz is read whole)."""
+    from bert_whitening.flow import FlowConfig
+
+    largest = FlowConfig.of({**FLOW_SIZES, "permutation": False, "coupling": "affine"})
+    steps = FLOW_SIZES["n_levels"] * FLOW_SIZES["depth"]
+    assert len(largest.weight_shapes(1 << FLOW_SIZES["n_levels"])) == steps * FLOW_WEIGHTS_PER_STEP
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from bert_whitening.errors import ExportError
+from bert_whitening.errors import DataError, ExportError
 from bert_whitening.export.record import RECORD, check_export, file_digests
-from bert_whitening.files import open_directory
+from bert_whitening.files import CheckedFile, open_directory
 
 
 @pytest.fixture
@@ -75,3 +75,40 @@ def test_a_record_that_binds_nothing_or_a_file_it_does_not_list_is_refused(expor
         check_export(str(export))
     with pytest.raises(ExportError, match="not a directory"):
         check_export(str(export / "saved_model.pb"))
+
+
+def checked(directory, name, limit):
+    descriptor = open_directory(str(directory))
+    try:
+        sha256 = hashlib.sha256((directory / name).read_bytes()).hexdigest()
+        return CheckedFile(
+            descriptor, name, sha256, str(directory), "record", "recorded", (limit, "a file of that kind")
+        )
+    finally:
+        os.close(descriptor)
+
+
+def test_a_file_read_whole_is_read_up_to_its_limit_and_refused_beyond_it_before_it_is_hashed(tmp_path, monkeypatch):
+    """A whitening.npz behind three sparse gigabytes was read whole to check its sha256."""
+    from bert_whitening import files
+
+    (tmp_path / "at").write_bytes(b"x" * 10)
+    assert checked(tmp_path, "at", 10).read().getvalue() == b"x" * 10
+    with open(tmp_path / "beyond", "wb") as stream:
+        stream.truncate(3 << 30)  # sparse
+    monkeypatch.setattr(files, "_Hashing", lambda *_: pytest.fail("a file beyond its limit was hashed"))
+    with pytest.raises(DataError) as raised:
+        checked(tmp_path, "beyond", 10)
+    assert str(raised.value) == "%s: beyond holds %d bytes, more than a file of that kind can (10)" % (
+        tmp_path,
+        3 << 30,
+    )
+
+
+def test_a_file_that_grows_past_its_limit_after_it_was_checked_is_refused_when_read(tmp_path):
+    (tmp_path / "grows").write_bytes(b"x" * 10)
+    opened = checked(tmp_path, "grows", 10)
+    with open(tmp_path / "grows", "ab") as stream:
+        stream.write(b"y" * 100)
+    with pytest.raises(DataError, match="grows changed after it was checked against record"):
+        opened.read()

@@ -1,6 +1,7 @@
 """An index directory is trusted only as far as it checks out: every file verified before FAISS
 reads it, nothing outside it read at search time, one-line refusals for what was edited."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -11,11 +12,15 @@ import numpy as np
 import pytest
 from test_retrieval import RECORD, unit
 
+from bert_whitening.bounded import FLOW_FILE_BYTES, LINE_BYTES, MODEL_SIZES, whitening_file_bytes
 from bert_whitening.retrieval.index_directory import (
+    FLOW_FILE,
     INDEX_FILE,
     KEYS_FILE,
     RECORD_FILE,
+    ROW_BYTES,
     TEXTS_FILE,
+    WHITENING_FILE,
     IndexDirectory,
     IndexWriter,
 )
@@ -97,6 +102,10 @@ def test_a_file_that_is_not_a_regular_file_is_refused_without_reading_it(index, 
         (lambda m: json.dumps(dict(m, normalize=False)), "'normalize' is False, expected true"),
         (lambda m: json.dumps(dict(m, n_components=3)), "'n_components' is 3 without a whitening"),
         (lambda m: json.dumps(dict(m, dim=5)), "'dim' is 5, but its encoder gives vectors of dimension 6"),
+        (
+            lambda m: json.dumps(dict(m, dim=8193, model=dict(m["model"], hidden_size=8193))),
+            "the model's 'hidden_size' is 8193, more than any model has (%d)" % MODEL_SIZES["hidden_size"],
+        ),
     ],
 )
 def test_a_malformed_index_json_is_one_line(index, edit, fragment):
@@ -226,6 +235,88 @@ def test_a_malformed_row_names_its_file_and_line(index, name, line, fragment):
     forged(index, lambda data: line + data.split(b"\n", 1)[1], name)
     message = refused(index, fragment)
     assert message == "%s: %s" % (index, fragment)
+
+
+@pytest.mark.parametrize(
+    "name, row", [(KEYS_FILE, lambda n: b"f" * (n - 2) + b"\t1"), (TEXTS_FILE, lambda n: b'"%s"' % (b"t" * (n - 2)))]
+)
+@pytest.mark.parametrize("beyond", [0, 1], ids=["at the limit", "beyond it"])
+def test_a_row_is_read_up_to_the_longest_an_index_holds_never_whole(index, name, row, beyond):
+    """A first line of texts.jsonl of three sparse gigabytes was read whole (MemoryError)."""
+    forged(index, lambda data: row(ROW_BYTES + beyond) + b"\n" + data.split(b"\n", 1)[1], name)
+    if beyond:
+        message = refused(index)
+        assert message == "%s: %s line 1 is longer than %d bytes, more than an index row holds" % (
+            index,
+            name,
+            ROW_BYTES,
+        )
+    else:
+        file, line, text = IndexDirectory(str(index)).rows({0})[0]
+        assert (file, line, text) == (
+            ("f" * (ROW_BYTES - 2), 1, "text 0") if name == KEYS_FILE else ("/corpus/0.txt", 1, "t" * (ROW_BYTES - 2))
+        )
+
+
+@pytest.mark.parametrize("beyond", [0, 1], ids=["at the limit", "beyond it"])
+def test_the_writer_writes_no_row_longer_than_an_index_reads(tmp_path, beyond):
+    """An input line's text at its longest as JSON (control characters, six bytes each) is the
+    longest row; a longer text (from Python, not a file) would make an index no search reads."""
+    text = "\x01" * (LINE_BYTES + beyond)
+    record = dict(RECORD, model=dict(RECORD["model"], hidden_size=2))
+    with pytest.raises(ValueError) if beyond else contextlib.nullcontext() as raised:
+        with IndexWriter(str(tmp_path / "index"), record, 2) as writer:
+            writer.add(unit([[1, 0]]), [("/corpus.txt", 7)], [text])
+    if beyond:
+        assert str(
+            raised.value
+        ) == "/corpus.txt:7: its texts.jsonl row would take %d bytes, more than an index reads (%d)" % (
+            ROW_BYTES + 6,
+            ROW_BYTES,
+        )
+        assert os.listdir(tmp_path) == []
+    else:
+        assert IndexDirectory(str(tmp_path / "index")).rows({0})[0] == ("/corpus.txt", 7, text)
+
+
+@pytest.mark.parametrize(
+    "name, entries, holder, limit",
+    [
+        (
+            WHITENING_FILE,
+            {"whitening": {"sha256": "0" * 64}, "n_components": 6},
+            "a whitening of dimension 6",
+            whitening_file_bytes(6),
+        ),
+        (FLOW_FILE, {"flow": {"sha256": "0" * 64}}, "a flow", FLOW_FILE_BYTES),
+    ],
+)
+def test_a_whitening_or_flow_larger_than_the_index_can_hold_is_refused_at_opening(index, name, entries, holder, limit):
+    """They are read whole (their sha256 checked on the bytes parsed): a whitening.npz behind
+    three sparse gigabytes was (MemoryError). Refused before it is hashed: the sha256 is not
+    even looked at."""
+    with open(index / name, "wb") as stream:
+        stream.truncate(limit + 1)  # sparse
+    metadata = dict(json.loads((index / RECORD_FILE).read_text(encoding="utf-8")), **entries)
+    metadata["files"][name] = "0" * 64
+    (index / RECORD_FILE).write_text(json.dumps(metadata), encoding="utf-8")
+    with pytest.raises(ValueError) as raised:
+        IndexDirectory(str(index))
+    assert str(raised.value) == "%s: %s holds %d bytes, more than %s can (%d)" % (index, name, limit + 1, holder, limit)
+
+
+def test_a_whitening_of_the_largest_size_its_dimension_allows_is_read(tmp_path):
+    """The bound is the size itself: a file of exactly that many bytes (its zip behind zeros,
+    which zip readers skip) is read whole and loads."""
+    from bert_whitening.whitening import WhiteningStats, fit_whitening
+
+    whitening = fit_whitening(WhiteningStats().update(np.random.default_rng(0).normal(size=(40, 6))))
+    record = dict(RECORD, whitening={"sha256": "0" * 64}, n_components=6)
+    with IndexWriter(str(tmp_path / "index"), record, 6, whitening=whitening) as writer:
+        writer.add(unit(np.eye(6)).astype(np.float32), [("/corpus.txt", i + 1) for i in range(6)])
+    forged(tmp_path / "index", lambda data: bytes(whitening_file_bytes(6) - len(data)) + data, WHITENING_FILE)
+    assert os.path.getsize(tmp_path / "index" / WHITENING_FILE) == whitening_file_bytes(6)
+    np.testing.assert_array_equal(IndexDirectory(str(tmp_path / "index")).whitening().kernel, whitening.kernel)
 
 
 def test_an_empty_index_is_refused_naming_its_input(tmp_path):

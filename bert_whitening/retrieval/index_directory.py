@@ -22,7 +22,9 @@ refused; what is read afterwards is read from the descriptors that were checked
 (`IndexDirectory`). Then ``index.faiss`` must be laid out as the index ``index.json`` describes
 (`bert_whitening.retrieval.faiss_indexes.check_index_layout`: kind, count, dimension, every array
 within the file), still before FAISS reads it, and the keys and texts must have ``index.json``'s
-row count. ``index.json`` is the root of this trust: its entries are type-checked, and must
+row count. A whitening or flow file, read whole, larger than one of the recorded hidden size can
+be is refused before it is hashed, and a row of the keys or texts is read up to `ROW_BYTES`,
+never whole. ``index.json`` is the root of this trust: its entries are type-checked, and must
 describe an index `IndexWriter` writes (its kind, normalised vectors, the dimension its encoder
 gives); whoever can rewrite it can rewrite the rest, but not make a reader allocate more than the
 files hold.
@@ -37,7 +39,7 @@ import numpy as np
 
 from bert_whitening.arguments import vector_array
 from bert_whitening.atomic import publish_directory, staged_directory
-from bert_whitening.bounded import JSON_BYTES
+from bert_whitening.bounded import FLOW_FILE_BYTES, JSON_BYTES, LINE_BYTES, MODEL_SIZES, whitening_file_bytes
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import CheckedFile, file_sha256, open_directory, read_limited_at
@@ -59,6 +61,11 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 2
 INDEX_FILE, KEYS_FILE, TEXTS_FILE = "index.faiss", "keys.tsv", "texts.jsonl"
 WHITENING_FILE, FLOW_FILE, RECORD_FILE = "whitening.npz", "flow.npz", "index.json"
+#: The longest row of ``keys.tsv`` or ``texts.jsonl``, without its line end: the text of an input
+#: line (at most `LINE_BYTES`) as JSON, where a control character takes six bytes (``\u0001``); a
+#: key's file name is far shorter. Rows are read up to it, never whole, and `IndexWriter` writes
+#: none longer.
+ROW_BYTES = 6 * LINE_BYTES + len('""')
 
 
 def shown_name(path):
@@ -104,8 +111,16 @@ class IndexWriter:
         check_vectors(vectors, self.source, normalized=True, keys=keys, stages=stages)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         for (path, line), text in zip(keys, texts or [None] * len(keys), strict=True):
-            self.keys.write("%s\t%d\n" % (shown_name(path).replace("\t", "\\t").replace("\n", "\\n"), line))
-            self.texts.write(json.dumps(text, ensure_ascii=False) + "\n")
+            key_row = "%s\t%d" % (shown_name(path).replace("\t", "\\t").replace("\n", "\\n"), line)
+            text_row = json.dumps(text, ensure_ascii=False)
+            for name, row in ((KEYS_FILE, key_row), (TEXTS_FILE, text_row)):
+                if len(row.encode("utf-8")) > ROW_BYTES:  # the index would be refused when read
+                    raise DataError(
+                        "%s:%d: its %s row would take %d bytes, more than an index reads (%d)"
+                        % (shown_name(path), line, name, len(row.encode("utf-8")), ROW_BYTES)
+                    )
+            self.keys.write(key_row + "\n")
+            self.texts.write(text_row + "\n")
         self.index.add(vectors)
 
     def _refuse_dimension(self, found):
@@ -183,8 +198,15 @@ class IndexDirectory:
         descriptor = open_directory(directory)
         try:
             self.metadata = self._read_metadata(descriptor)
+            hidden = self.metadata["model"]["hidden_size"]
+            read_whole = {  # the most each file read whole can hold: a whitening of the model's hidden size, a flow
+                WHITENING_FILE: (whitening_file_bytes(hidden), "a whitening of dimension %d" % hidden),
+                FLOW_FILE: (FLOW_FILE_BYTES, "a flow"),
+            }
             self._files = {
-                name: CheckedFile(descriptor, name, sha256, directory, RECORD_FILE, "this index was built with")
+                name: CheckedFile(
+                    descriptor, name, sha256, directory, RECORD_FILE, "this index was built with", read_whole.get(name)
+                )
                 for name, sha256 in self.metadata["files"].items()
             }
         finally:
@@ -260,13 +282,19 @@ class IndexDirectory:
                 "%s: 'normalize' is %r, expected true: an index holds L2-normalised vectors"
                 % (RECORD_FILE, metadata.get("normalize"))
             )
+        hidden = metadata["model"]["hidden_size"]
+        if hidden > MODEL_SIZES["hidden_size"]:
+            self._refuse(
+                "%s: the model's 'hidden_size' is %d, more than any model has (%d)"
+                % (RECORD_FILE, hidden, MODEL_SIZES["hidden_size"])
+            )
         k = metadata["n_components"]
         if bool(metadata["whitening"]) != (k > 0):
             self._refuse(
                 "%s: 'n_components' is %d %s a whitening: a whitened index keeps k > 0 dimensions, another 0"
                 % (RECORD_FILE, k, "with" if metadata["whitening"] else "without")
             )
-        encoded = k or metadata["model"]["hidden_size"]
+        encoded = k or hidden
         if metadata["dim"] != encoded:
             self._refuse(
                 "%s: 'dim' is %d, but its encoder gives vectors of dimension %d (%s)"
@@ -325,10 +353,21 @@ class IndexDirectory:
         the keys and texts (a search needs a few rows of a large index)."""
         found = {}
         with self._files[KEYS_FILE].reading() as keys, self._files[TEXTS_FILE].reading() as texts:
-            for row, (key, text) in enumerate(zip(keys, texts, strict=False)):  # as many rows: checked at opening
+            rows = zip(self._lines(keys, KEYS_FILE), self._lines(texts, TEXTS_FILE), strict=False)
+            for row, (key, text) in enumerate(rows):  # as many rows: checked at opening
                 if row in wanted:
                     found[row] = self._row(row, key, text)
         return found
+
+    def _lines(self, stream, name):
+        """The lines of ``stream``, the file ``name``, each read up to `ROW_BYTES` and never whole:
+        a longer one is refused naming its line, before it fills the memory."""
+        for number, line in enumerate(iter(lambda: stream.readline(ROW_BYTES + 1), b""), 1):
+            if len(line) - line.endswith(b"\n") > ROW_BYTES:
+                self._refuse(
+                    "%s line %d is longer than %d bytes, more than an index row holds" % (name, number, ROW_BYTES)
+                )
+            yield line
 
     def _row(self, row, key, text):
         fields = key.decode("utf-8", "replace").rstrip("\n").rsplit("\t", 1)
