@@ -23,10 +23,11 @@ def shown(value):
     return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
 
 
-def container(value, name, what):
-    """Refuse what cannot be a list of ``what``: None, a single str or bytes, a non-iterable."""
+def container(value, name, what, one="sentence"):
+    """Refuse what cannot be a list of ``what``: None, a single str or bytes (``one`` of them:
+    the hint says to put it in a list), a non-iterable."""
     if value is None or isinstance(value, (str, bytes, bytearray)) or not hasattr(value, "__iter__"):
-        hint = " (one sentence: put it in a list)" if isinstance(value, (str, bytes, bytearray)) else ""
+        hint = " (one %s: put it in a list)" % one if isinstance(value, (str, bytes, bytearray)) else ""
         raise BertWhiteningError(
             "%s must be a list of %s, got %s %s%s" % (name, what, type(value).__name__, shown(value), hint)
         )
@@ -114,7 +115,7 @@ def vector_array(value, name, error=BertWhiteningError):
 
 def path_list(value, name="files"):
     """``value`` as a list of path strings (``pathlib`` paths are taken as their strings)."""
-    container(value, name, "file paths")
+    container(value, name, "file paths", one="file")
     return [
         _text(os.fspath(item) if isinstance(item, os.PathLike) else item, name, index)
         for index, item in enumerate(value)

@@ -44,7 +44,9 @@ def test_good_values_pass_unchanged():
     for bad in (0, -1, True, "128", 2.0, None):
         with pytest.raises(BertWhiteningError, match="n must be a positive integer"):
             positive_int(bad, "n")
-    with pytest.raises(BertWhiteningError, match="files must be a list of file paths, got str"):
+    with pytest.raises(
+        BertWhiteningError, match=r"files must be a list of file paths, got str 'corpus.txt' \(one file: put"
+    ):
         path_list("corpus.txt")
 
 
