@@ -813,8 +813,8 @@ def build_parser():
         if name.replace("_", "-") not in PATHS:
             raise RuntimeError("command %s has no entry in cli.PATHS (what it reads and writes)" % name)
         command = add(commands)
-        command.add_argument(  # where users also put it; absent, the one before the command stands
-            "--log-level", default=argparse.SUPPRESS, choices=LOG_LEVELS, help="what to report"
+        command.add_argument(  # where users also put it, unlisted (the program's option); absent, that one stands
+            "--log-level", default=argparse.SUPPRESS, choices=LOG_LEVELS, help=argparse.SUPPRESS
         )
         command.set_defaults(
             run=globals()["run_" + name], takes_pipeline_options=name.startswith("beam"), command_parser=command
