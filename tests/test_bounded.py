@@ -208,6 +208,106 @@ def test_a_model_file_that_is_a_fifo_a_device_or_too_large_is_refused(model_copy
     refused_quickly(lambda: find_model(model_copy), CheckpointError, os.path.join(model_copy, name), said)
 
 
+# --- checkpoint data that cannot hold the variables its index gives ----------------------------
+
+
+def save_sliced(directory, weights, slices):
+    """Replace the checkpoint of ``directory`` by ``weights``, each variable of ``slices`` saved
+    as the row ranges ``[(start, length), ...]`` it maps to (TensorFlow's ``shape_and_slices``),
+    the others whole."""
+    from bert_whitening.backend import tf
+
+    names, specs, tensors = [], [], []
+    for name, value in sorted(weights.items()):
+        for start, length in slices.get(name, [(0, len(value))]):
+            names.append(name)
+            rows = "%d,%d" % (start, length) + ":-" * (value.ndim - 1)
+            specs.append("" if name not in slices else " ".join(map(str, value.shape)) + " " + rows)
+            tensors.append(value[start : start + length])
+    for name in os.listdir(directory):
+        if name.startswith("bert_model.ckpt."):
+            os.remove(os.path.join(directory, name))
+    prefix = os.path.join(directory, "bert_model.ckpt")
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=specs, tensors=tensors)
+
+
+def variable_bytes(weights):
+    return sum(value.nbytes for value in weights.values())
+
+
+@pytest.mark.parametrize("kept", [0, 0.5, -4], ids=["emptied", "half", "4 bytes short"])
+def test_a_checkpoint_whose_data_is_shorter_than_its_index_says_is_refused_before_the_build(
+    model_copy, tiny_model, nothing_built, kept
+):
+    """A data file emptied or cut (a copy that stopped, a forged index) passed every check of
+    the index alone: the model was built, then its first read failed."""
+    from bert_whitening.models import build_encoder
+
+    needed = variable_bytes(tiny_model[1])
+    data = os.path.join(model_copy, "bert_model.ckpt.data-00000-of-00001")
+    assert os.path.getsize(data) == needed
+    held = int(needed * kept) if kept >= 0 else needed + kept
+    os.truncate(data, held)
+    refused_quickly(
+        lambda: build_encoder(model_copy),
+        CheckpointError,
+        "copy/bert_model.ckpt.index: its %d variables take %d bytes, and bert_model.ckpt.data-00000-of-00001 holds "
+        "only %d: the data is truncated or not this index's" % (len(tiny_model[1]), needed, held),
+    )
+
+
+def test_the_variables_no_model_uses_count_in_what_the_data_must_hold(model_copy, tiny_model, nothing_built):
+    """The data holds every variable of the index, the optimizer's slots as much as the model's."""
+    from bert_whitening.models import build_encoder
+
+    embeddings = tiny_model[1]["bert/embeddings/word_embeddings"]
+    weights = {**tiny_model[1], "bert/embeddings/word_embeddings/adam_m": embeddings}
+    save_sliced(model_copy, weights, {})
+    os.truncate(os.path.join(model_copy, "bert_model.ckpt.data-00000-of-00001"), variable_bytes(weights) - 1)
+    refused_quickly(lambda: build_encoder(model_copy), CheckpointError, "holds only %d" % (variable_bytes(weights) - 1))
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["one row", "one row and bytes enough"])
+def test_a_variable_saved_as_slices_that_hold_part_of_it_is_refused_before_the_build(
+    model_copy, tiny_model, nothing_built, padded
+):
+    """A checkpoint whose variables are saved as one row each claims a model its data never held
+    (a few MB for GBs of weights): TensorFlow's reader fails on it only when the built model reads
+    it. Bytes after the last variable may make up the size: the slices are counted apart."""
+    from bert_whitening.models import build_encoder
+
+    embeddings = tiny_model[1]["bert/embeddings/word_embeddings"]
+    save_sliced(model_copy, tiny_model[1], {"bert/embeddings/word_embeddings": [(3, 1)]})
+    if padded:
+        os.truncate(os.path.join(model_copy, "bert_model.ckpt.data-00000-of-00001"), variable_bytes(tiny_model[1]))
+    refused_quickly(
+        lambda: build_encoder(model_copy),
+        CheckpointError,
+        "copy/bert_model.ckpt.index: 1 variable is saved as slices that hold part of them "
+        "(bert/embeddings/word_embeddings: %d of its %d elements): the checkpoint cannot be read"
+        % (embeddings.shape[1], embeddings.size),
+    )
+
+
+def test_a_variable_saved_as_slices_that_cover_it_is_read_whole(model_copy, tiny_model, encoders):
+    """TensorFlow's reader puts a partitioned variable back together, for bert4keras' loader and
+    FusedBert's alike: slices that cover their variable are no damage."""
+    from bert_whitening.encoding import encode
+    from bert_whitening.models import build_encoder
+    from bert_whitening.names import DEFAULT_POOLING
+
+    from helpers import SENTENCES
+
+    vocab_size = TINY_CONFIG["vocab_size"]
+    kernel = "bert/encoder/layer_1/intermediate/dense/kernel"
+    slices = {"bert/embeddings/word_embeddings": [(0, 5), (5, vocab_size - 5)], kernel: [(0, 20), (20, 4)]}
+    save_sliced(model_copy, tiny_model[1], slices)
+    expected = encode(encoders[DEFAULT_POOLING], SENTENCES)
+    np.testing.assert_array_equal(encode(build_encoder(model_copy), SENTENCES), expected)  # FusedBert
+    set_config(model_copy, hidden_act="relu")  # bert4keras' graph
+    assert np.isfinite(encode(build_encoder(model_copy), SENTENCES)).all()
+
+
 # --- whitening and flow files ------------------------------------------------------------------
 
 

@@ -16,7 +16,6 @@ against the model (hidden size, position table) before it loads any weights.
 import collections
 import dataclasses
 import functools
-import glob
 import hashlib
 import io
 import json
@@ -88,7 +87,10 @@ class ModelFiles:
     @functools.cached_property
     def variable_shapes(self):
         """Google variable name -> shape, with no values read: from a Google checkpoint's index,
-        or from the header of ``model.safetensors``."""
+        once its data files are known to hold those variables, or from the header of
+        ``model.safetensors``, once its tensors' spans are known to tile the file: shapes that
+        the weights' bytes could not hold are refused here, before any check sizes a build by
+        them."""
         from bert_whitening.checkpoints import google, huggingface
 
         return (google if self.format == "google" else huggingface).variable_shapes(self.weights_path)
@@ -139,8 +141,10 @@ class ModelFiles:
     def weight_files(self):
         """The files that hold the weights: a Google checkpoint's index and data shards, or
         ``model.safetensors``."""
+        from bert_whitening.checkpoints import google
+
         if self.format == "google":
-            return [self.weights_path + ".index"] + sorted(glob.glob(glob.escape(self.weights_path) + ".data-*"))
+            return [self.weights_path + ".index"] + google.data_files(self.weights_path)
         return [self.weights_path]
 
     @property

@@ -2,9 +2,11 @@
 
 import glob
 import json
+import math
 import os
+import re
 
-from bert_whitening.bounded import INDEX_BYTES
+from bert_whitening.bounded import INDEX_BYTES, first_few
 from bert_whitening.checkpoints import CheckpointError, check_file, read_json
 
 CONFIG = "bert_config.json"
@@ -42,15 +44,83 @@ def read(directory):
 
 def variable_shapes(prefix):
     """Variable name -> shape of a checkpoint, from its index file alone (TensorFlow is imported
-    here only)."""
+    here only), once its data files are known to hold what the index gives them
+    (`_check_data`): the checks before a build trust these shapes, and a build sized by an index
+    whose data was never written (one row of each variable, an emptied data file) allocated the
+    whole model before the first read failed."""
     from bert_whitening.backend import tf
 
     try:
-        return {name: tuple(shape) for name, shape in tf.train.list_variables(prefix)}
+        reader = tf.train.load_checkpoint(prefix)
+        shapes = {name: tuple(shape) for name, shape in sorted(reader.get_variable_to_shape_map().items())}
+        element_bytes = {name: dtype.size for name, dtype in reader.get_variable_to_dtype_map().items()}
+        sliced = _sliced_elements(reader.debug_string())
     except tf.errors.OpError as error:
         raise CheckpointError(
             "%s: cannot read the checkpoint index (%s)" % (prefix + ".index", error.message.splitlines()[0])
         ) from None
+    _check_data(prefix, shapes, element_bytes, sliced)
+    return shapes
+
+
+#: An entry of a variable saved as slices in the reader's ``debug_string`` (one line per entry
+#: of the index, the entries that list slices left out): the variable's name as TensorFlow's
+#: ``EncodeTensorNameSlice`` keys it (a 0 byte, the name with 0 and 255 bytes escaped, ``\x00\x01``,
+#: the slice's bounds), then `` (DT_...) [the slice's shape]``.
+_SLICE_ENTRY = re.compile(rb"\x00((?:[^\x00]|\x00\xff)+)\x00\x01[\s\S]*? \(DT_\w+\) \[([\d,]*)\]\n")
+
+
+def _sliced_elements(debug_string):
+    """Variable name -> elements its slices hold, for each variable saved as slices (a
+    partitioned variable, or a forged checkpoint that saves one row of each)."""
+    held = {}
+    for key, shape in _SLICE_ENTRY.findall(debug_string):
+        name = key.replace(b"\x00\xff", b"\x00").replace(b"\xff\x00", b"\xff").decode("utf-8", "replace")
+        held[name] = held.get(name, 0) + math.prod(int(size) for size in shape.split(b",") if size)
+    return held
+
+
+def _check_data(prefix, shapes, element_bytes, sliced):
+    """Refuse a checkpoint whose data cannot hold the variables its index gives ``shapes``: a
+    variable saved as slices that cover part of it (TensorFlow's reader assembles a variable
+    from slices that cover it, and fails on one that is not covered, once the model is built);
+    and data files smaller than the index's variables, every one counted (the data holds those
+    no model uses too), each its elements times its dtype's size (a string counts nothing: its
+    length is not in the index)."""
+    index = prefix + ".index"
+    partial = [
+        "%s: %d of its %d elements" % (name, held, math.prod(shapes[name]))
+        for name, held in sorted(sliced.items())
+        if name in shapes and held < math.prod(shapes[name])
+    ]
+    if partial:
+        raise CheckpointError(
+            "%s: %d %s saved as slices that hold part of them (%s): the checkpoint cannot be read"
+            % (index, len(partial), "variable is" if len(partial) == 1 else "variables are", first_few(partial))
+        )
+    needed = sum(math.prod(shape) * element_bytes.get(name, 0) for name, shape in shapes.items())
+    files = data_files(prefix)
+    try:
+        held = sum(os.stat(path).st_size for path in files)
+    except OSError as error:
+        raise CheckpointError("cannot read checkpoint file %s: %s" % (error.filename, error.strerror)) from None
+    if held < needed:
+        raise CheckpointError(
+            "%s: its %d variables take %d bytes, and %s %s only %d: the data is truncated or not this index's"
+            % (
+                index,
+                len(shapes),
+                needed,
+                ", ".join(os.path.basename(path) for path in files) or "no data file",
+                "holds" if len(files) < 2 else "hold",
+                held,
+            )
+        )
+
+
+def data_files(prefix):
+    """The data shards of the checkpoint ``prefix`` (``PREFIX.data-00000-of-00001``, ...)."""
+    return sorted(glob.glob(glob.escape(prefix) + ".data-*-of-*"))
 
 
 def checkpoint_prefix(directory):
@@ -70,7 +140,7 @@ def checkpoint_prefix(directory):
         )
     prefix = indexes[0][: -len(".index")]
     check_file(indexes[0], INDEX_BYTES)  # TensorFlow allocates the blocks its index claims
-    for path in glob.glob(prefix + ".data-*") or [prefix + ".data-00000-of-00001"]:
+    for path in data_files(prefix) or [prefix + ".data-00000-of-00001"]:
         check_file(path)
     return prefix
 
