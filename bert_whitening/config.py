@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import resource
 import sys
 from typing import Optional
 
@@ -128,6 +129,82 @@ def fused_bert_sizes(config):
         "intermediate": config.get("intermediate_size"),
         "blocks": config.get("num_hidden_layers"),
     }
+
+
+def block_bytes_per_token(config, maxlen):
+    """Bytes per token of the largest tensors a transformer block of the BERT ``config`` holds at
+    once, float32, at ``maxlen`` tokens a sentence: the feed-forward's inner layer with the
+    residual stream (three hidden-wide tensors), and the attention scores (a row of ``maxlen``
+    per head)."""
+    sizes = fused_bert_sizes(config)
+    hidden, inner, heads = sizes["hidden"], sizes["intermediate"] or 4 * sizes["hidden"], sizes["heads"] or 1
+    return 4 * (inner + 3 * hidden + heads * maxlen)
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryLimit:
+    """An amount of memory and what sets it (``source``, with ``{}`` where the amount goes), so
+    that a refusal says which limit it met."""
+
+    bytes: int
+    source: str
+
+    def __str__(self):
+        return self.source.format("%.1f GB" % (self.bytes / 1e9))
+
+
+#: Where the kernel names this process's cgroups, a line per hierarchy: ``ID:CONTROLLERS:PATH``.
+_OWN_CGROUPS = "/proc/self/cgroup"
+#: Where a cgroup's memory limit is kept, by the controller that names the process's group in
+#: `_OWN_CGROUPS`: cgroup v2's (an empty name; ``max`` is no limit) and v1's memory
+#: controller (no limit is a number near 2**63).
+_CGROUP_MEMORY_FILES = {
+    "": ("/sys/fs/cgroup", "memory.max"),
+    "memory": ("/sys/fs/cgroup/memory", "memory.limit_in_bytes"),
+}
+
+
+def usable_memory():
+    """The `MemoryLimit` this process may use: the least of the machine's physical memory, the
+    process's address-space limit (``ulimit -v``, RLIMIT_AS, when set) and the memory limit of
+    its cgroup or of any cgroup above it (a container's): the physical memory alone let a batch
+    through that the allocator then refused, deep in TensorFlow, with a long traceback."""
+    limits = [MemoryLimit(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's {} of memory")]
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append(MemoryLimit(soft, "the {} this process may address (ulimit -v)"))
+    limits += [MemoryLimit(size, "the {} of the cgroup memory limit in %s" % path) for path, size in _cgroup_limits()]
+    return min(limits, key=lambda limit: limit.bytes)
+
+
+def _cgroup_limits():
+    """``(file, bytes)`` of each memory limit set on this process's cgroups (v2, v1): in the
+    group's directory as `_OWN_CGROUPS` names it, in each directory above it, and at the
+    mount point (a container that mounts its own group there is named by the host's path)."""
+    groups = dict.fromkeys(_CGROUP_MEMORY_FILES, "/")
+    try:
+        with open(_OWN_CGROUPS, encoding="utf-8") as stream:
+            lines = stream.read(1 << 16).splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        controllers, _, path = line.partition(":")[2].partition(":")
+        groups.update((controller, path) for controller in controllers.split(",") if controller in groups)
+    for controller, path in groups.items():
+        mount, name = _CGROUP_MEMORY_FILES[controller]
+        directory, directories = os.path.normpath(os.path.join(mount, path.lstrip("/"))), [mount]
+        while directory.startswith(mount + os.sep):
+            directories.append(directory)
+            directory = os.path.dirname(directory)
+        for directory in directories:
+            limit = os.path.join(directory, name)
+            try:
+                with open(limit, "rb") as stream:
+                    value = stream.read(64).strip()
+            except OSError:
+                continue
+            if value.isdigit():
+                yield limit, int(value)
 
 
 def check_fitted_on(what, fitted, identity, pooling, tokenization=None):
@@ -448,18 +525,24 @@ class EncoderConfig:
 
     def check_batch_size(self, sentences, calls_at_once):
         """Refuse a model call of ``sentences`` sentences (``calls_at_once`` under way) whose
-        activations at this ``maxlen`` could not fit in this machine's memory, before any is
-        allocated: the largest tensors a call holds at once are the feed-forward's inner layer
-        (with the residual stream) and the attention scores, float32."""
-        sizes = fused_bert_sizes(self.files.config)
-        hidden, inner, heads = sizes["hidden"], sizes["intermediate"] or 4 * sizes["hidden"], sizes["heads"] or 1
-        per_call = 4 * sentences * self.maxlen * (inner + 3 * hidden + heads * self.maxlen)
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        if per_call * calls_at_once > memory:
+        activations at this ``maxlen`` could not fit in the memory this process may use
+        (`usable_memory`), before any is allocated: the largest tensors a call holds at once are
+        one block's (`block_bytes_per_token`)."""
+        per_call = sentences * self.maxlen * block_bytes_per_token(self.files.config, self.maxlen)
+        memory = usable_memory()
+        if per_call * calls_at_once > memory.bytes:
             raise BertWhiteningError(
-                "a model call of %d sentences at maxlen %d needs about %.1f GB for %s's activations (%d calls "
-                "at once), more than this machine's %.1f GB of memory; give a smaller batch size"
-                % (sentences, self.maxlen, per_call / 1e9, self.identity["name"], calls_at_once, memory / 1e9)
+                "a model call of %d sentences at maxlen %d needs about %.1f GB for %s's activations, %.1f GB for "
+                "the %d calls at once, more than %s; give a smaller batch size"
+                % (
+                    sentences,
+                    self.maxlen,
+                    per_call / 1e9,
+                    self.identity["name"],
+                    per_call * calls_at_once / 1e9,
+                    calls_at_once,
+                    memory,
+                )
             )
 
     def __getstate__(self):

@@ -59,7 +59,15 @@ from bert_whitening.atomic import (
     write_stream_atomically,
 )
 from bert_whitening.bounded import JSON_BYTES, NpzMembers
-from bert_whitening.config import EncoderConfig, check_model, check_trainable, versions
+from bert_whitening.config import (
+    EncoderConfig,
+    block_bytes_per_token,
+    check_model,
+    check_trainable,
+    fused_bert_sizes,
+    usable_memory,
+    versions,
+)
 from bert_whitening.data import check_labels, check_readable, display_name, open_local, read_pairs
 from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
 from bert_whitening.names import COSENT_SCALE, DEFAULT_POOLING, LOSSES, check_choice
@@ -79,6 +87,12 @@ RESUME_SUFFIX = ".bert-whitening-resume"
 STATE_FILE = "state.npz"
 #: The layout of `STATE_FILE`; a state of another layout is refused, not misread.
 STATE_FORMAT = 2
+#: Copies a training step holds at least of every block's activations: the forward pass's, kept
+#: for the backward pass, and the gradients that flow back through them.
+BACKWARD_COPIES = 2
+#: float32 copies a training step holds of every weight: the weight, its gradient and Adam's two
+#: moments.
+WEIGHT_COPIES = 4
 
 
 @dataclasses.dataclass
@@ -305,8 +319,53 @@ def _checked(**options):
     o.targets, o.num_labels, o.classes = o.train.labels.astype(np.float32), None, None
     if o.loss == "softmax":
         o.targets, o.num_labels, o.classes = softmax_classes(o.train, o.threshold)
+    if o.epochs:  # no step is taken otherwise
+        check_step_memory(o.files, o.maxlen, o.batch_size, len(o.train.labels))
     o.checkpoints = _checkpoints(o) if o.resume else None
     return o
+
+
+def check_step_memory(files, maxlen, batch_size, pairs):
+    """Refuse, before TensorFlow is imported, a ``batch_size`` whose training step could not fit
+    in the memory this process may use (`usable_memory`): the allocator would refuse it deep in
+    the first step, after the model is built, with a long traceback. A step of the model
+    ``files`` is counted on ``min(batch_size, pairs)`` pairs, both sentences of each at
+    ``maxlen`` tokens (the longest a batch pads to), float32: the largest tensors a block holds
+    per token (`block_bytes_per_token`, what an encoding call's check counts) for every block,
+    `BACKWARD_COPIES` times, and every weight `WEIGHT_COPIES` times (`parameter_count`). It leaves
+    out the block's other tensors, the softmax head and TensorFlow's workspace: it is a lower
+    bound, so what it refuses cannot fit."""
+    sentences = 2 * min(batch_size, pairs)
+    blocks = fused_bert_sizes(files.config)["blocks"]
+    activations = BACKWARD_COPIES * blocks * sentences * maxlen * block_bytes_per_token(files.config, maxlen)
+    weights = WEIGHT_COPIES * 4 * parameter_count(files.config)
+    memory = usable_memory()
+    if activations + weights > memory.bytes:
+        raise TrainingError(
+            "--batch-size %d (batch_size): a training step of %d pairs%s at maxlen %d needs at least %.1f GB for "
+            "%s's activations, gradients, weights and Adam's moments, more than %s; give a smaller batch size "
+            "or maxlen"
+            % (
+                batch_size,
+                sentences // 2,
+                " (the whole train file)" if pairs < batch_size else "",
+                maxlen,
+                (activations + weights) / 1e9,
+                files.name,
+                memory,
+            )
+        )
+
+
+def parameter_count(config):
+    """The weights of the plain BERT ``config`` (`FusedBert`'s): the three embedding tables and
+    their LayerNorm, and per block the query, key, value and output projections, the
+    feed-forward's two and two LayerNorms (not the pooler, which only ``pooler`` pooling trains)."""
+    sizes = fused_bert_sizes(config)
+    hidden, inner = sizes["hidden"], sizes["intermediate"]
+    tables = (sizes["vocab_size"] + sizes["segment_vocab_size"] + sizes["max_position"]) * hidden + 2 * hidden
+    block = 4 * (hidden * hidden + hidden) + 2 * hidden * inner + inner + hidden + 4 * hidden
+    return tables + sizes["blocks"] * block
 
 
 def resumable_identity(o):

@@ -12,6 +12,8 @@ from bert_whitening.config import EncoderConfig, whitening_digest
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
+from helpers import TINY_CONFIG
+
 
 @pytest.fixture(scope="module")
 def whitening():
@@ -198,3 +200,74 @@ def test_build_encoders_refuses_a_str_for_its_poolings(tiny_model):
 
     with pytest.raises(BertWhiteningError, match="poolings must be a list of pooling names .str., got str 'cls'"):
         build_encoders(tiny_model[0], poolings="cls")
+
+
+# --- the memory a batch is held to -------------------------------------------------------------
+
+
+def cgroup_tree(root, limits):
+    """Files under ``root`` as a cgroup mount holds them: ``{relative path: content}``."""
+    for name, content in limits.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content + "\n")
+    return str(root)
+
+
+GB = 10**9
+
+
+@pytest.mark.parametrize(
+    "physical, address_space, said",
+    [
+        (2 * GB, None, "this machine's 2.0 GB of memory"),
+        (64 * GB, 4500 * 10**6, "the 4.5 GB this process may address (ulimit -v)"),
+        (64 * GB, None, "the 5.0 GB of the cgroup memory limit in {v2}/a/memory.max"),
+        (4 * GB, None, "this machine's 4.0 GB of memory"),
+    ],
+    ids=["physical memory", "ulimit -v", "a cgroup above the process's", "physical memory below the cgroup's"],
+)
+def test_the_memory_a_process_may_use_is_the_least_of_its_limits(tmp_path, monkeypatch, physical, address_space, said):
+    """A batch checked against the machine's memory alone passed under a smaller ``ulimit -v``
+    or container limit, and ran into the allocator's traceback. Every cgroup from the process's
+    up to the mount counts (v2's ``max`` and v1's near-2**63 are no limit)."""
+    from bert_whitening import config
+
+    v2 = cgroup_tree(tmp_path / "v2", {"memory.max": "max", "a/memory.max": "5000000000", "a/b/memory.max": "max"})
+    v1 = cgroup_tree(
+        tmp_path / "v1", {"memory.limit_in_bytes": "7000000000", "c/memory.limit_in_bytes": "9223372036854771712"}
+    )
+    (tmp_path / "cgroup").write_text("2:cpu,memory:/c\n1:name=systemd:/\n0::/a/b\n")
+    monkeypatch.setattr(config, "_OWN_CGROUPS", str(tmp_path / "cgroup"))
+    monkeypatch.setattr(
+        config, "_CGROUP_MEMORY_FILES", {"": (v2, "memory.max"), "memory": (v1, "memory.limit_in_bytes")}
+    )
+    pages = {"SC_PAGE_SIZE": 1000, "SC_PHYS_PAGES": physical // 1000}
+    monkeypatch.setattr(config.os, "sysconf", lambda name: pages[name])
+    limit = config.resource.RLIM_INFINITY if address_space is None else address_space
+    monkeypatch.setattr(config.resource, "getrlimit", lambda which: (limit, config.resource.RLIM_INFINITY))
+    assert str(config.usable_memory()) == said.format(v2=v2)
+    assert sorted(config._cgroup_limits()) == [
+        (v1 + "/c/memory.limit_in_bytes", 9223372036854771712),
+        (v1 + "/memory.limit_in_bytes", 7 * GB),
+        (v2 + "/a/memory.max", 5 * GB),
+    ]
+
+
+def test_a_model_call_is_held_to_the_memory_the_process_may_use(tiny_model, monkeypatch):
+    """``encode --maxlen 256 --batch-size 1024`` under ``ulimit -v`` passed a check against the
+    machine's memory and died in a ResourceExhaustedError traceback."""
+    from bert_whitening import config
+
+    encoder_config = EncoderConfig(tiny_model[0], maxlen=32)
+    sizes = TINY_CONFIG["intermediate_size"] + 3 * TINY_CONFIG["hidden_size"]
+    call = 4 * 100 * 32 * (sizes + TINY_CONFIG["num_attention_heads"] * 32)  # 100 sentences at maxlen 32
+    limit = config.MemoryLimit(2 * call, "the {} this process may address (ulimit -v)")
+    monkeypatch.setattr(config, "usable_memory", lambda: limit)
+    encoder_config.check_batch_size(100, 2)
+    with pytest.raises(BertWhiteningError) as raised:
+        encoder_config.check_batch_size(100, 3)
+    assert str(raised.value) == (
+        "a model call of 100 sentences at maxlen 32 needs about %.1f GB for tiny_bert's activations, %.1f GB for "
+        "the 3 calls at once, more than %s; give a smaller batch size" % (call / GB, 3 * call / GB, limit)
+    )
