@@ -1,5 +1,6 @@
 """eval-retrieval, index and search on the tiny checkpoint, against the definitions re-done here."""
 
+import dataclasses
 import functools
 import itertools
 import json
@@ -493,8 +494,14 @@ def test_index_reads_standard_input_once(tiny_model, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("option", [["--maxlen", 8], ["--cased"]])
 def test_export_corpus_refuses_an_index_of_another_maxlen_or_case(indexed, tmp_path, caplog, option):
-    """An index of the same maxlen and case is taken: test_export_search.test_cli_export_corpus_from_an_index."""
-    model, corpus, whitening, vectors, index = indexed
+    """An index of the same maxlen and case is taken: test_export_search.test_cli_export_corpus_from_an_index.
+    The whitening is one that records no tokenization (a file of an earlier version): one that
+    does is refused by an encoder of another maxlen or case already (test_models)."""
+    from bert_whitening.whitening import Whitening
+
+    model, corpus, recorded, vectors, index = indexed
+    whitening = tmp_path / "earlier.npz"
+    dataclasses.replace(Whitening.load(str(recorded)), tokenization={}).save(str(whitening))
     other = tmp_path / "index"
     assert (
         run(
