@@ -28,6 +28,10 @@ from bert_whitening.token_ids import pad_ids
 #: vectors of 768 floats as JSON text is about 100 MB).
 TIMEOUT_SECONDS = 30.0
 MAX_REPLY_BYTES = 256 << 20
+#: The most ids a ``serving_default`` request may hold once padded (rows x the longest row): the
+#: padded matrix is made before anything is sent, and one long row among many short ones would
+#: make it of any size.
+MAX_REQUEST_IDS = 1 << 24
 
 REQUEST_FORMATS = ("row", "columnar")
 TEXT_SIGNATURE = "serve_text"
@@ -101,11 +105,11 @@ def ids_request(input_ids, segment_ids=None, format="row"):
     refuses ids outside its vocabulary, which the client does not know), and segment ids other
     than 0, which the model refuses too (``encode`` feeds 0 alone)."""
     check_choice("request format", format, REQUEST_FORMATS)
-    input_ids = pad_ids(id_lists(input_ids, "input_ids", INT32_END, TOKEN_ID_BOUNDS))
+    input_ids = _padded(id_lists(input_ids, "input_ids", INT32_END, TOKEN_ID_BOUNDS), "input_ids")
     if segment_ids is None:
         segment_ids = np.zeros_like(input_ids)
     else:
-        segment_ids = pad_ids(id_lists(segment_ids, "segment_ids", 1, SEGMENT_ID_BOUNDS))
+        segment_ids = _padded(id_lists(segment_ids, "segment_ids", 1, SEGMENT_ID_BOUNDS), "segment_ids")
     if segment_ids.shape != input_ids.shape:
         raise BertWhiteningError("segment_ids have shape %s, input_ids %s" % (segment_ids.shape, input_ids.shape))
     if format == "row":
@@ -118,6 +122,18 @@ def ids_request(input_ids, segment_ids=None, format="row"):
         "signature_name": IDS_SIGNATURE,
         "inputs": {"input_ids": input_ids.tolist(), "segment_ids": segment_ids.tolist()},
     }
+
+
+def _padded(rows, name):
+    """``rows`` padded with 0 to the longest (`pad_ids`), refused first when that makes more than
+    `MAX_REQUEST_IDS` ids."""
+    longest = max(map(len, rows), default=0)
+    if len(rows) * longest > MAX_REQUEST_IDS:
+        raise BertWhiteningError(
+            "%s: %d rows padded to the longest, %d ids, make %d ids, more than a request's %d; "
+            "send fewer or shorter rows at once" % (name, len(rows), longest, len(rows) * longest, MAX_REQUEST_IDS)
+        )
+    return pad_ids(rows)
 
 
 def parse_response(body, rows=None, dim=None):

@@ -117,6 +117,19 @@ def test_id_requests_refuse_what_is_not_rows_of_int_ids(input_ids, segment_ids, 
             ids_request(input_ids, segment_ids, format)
 
 
+def test_an_id_request_that_would_pad_to_more_than_its_bound_is_refused_before_padding(monkeypatch):
+    """100,000 rows of 2 ids and one of 100,000 were padded to a 37 GiB matrix (MemoryError)."""
+    from bert_whitening import serving
+
+    monkeypatch.setattr(serving, "MAX_REQUEST_IDS", 12)
+    padded = ids_request([[5, 6], [5, 6], [5, 6, 7, 8]], None, "columnar")  # 3 x 4: at the bound
+    assert padded["inputs"]["input_ids"][0] == [5, 6, 0, 0]
+    with pytest.raises(BertWhiteningError, match="^input_ids: 4 rows padded to the longest, 4 ids, make 16 ids, more"):
+        ids_request([[5, 6]] * 3 + [[5, 6, 7, 8]], None)
+    with pytest.raises(BertWhiteningError, match="^segment_ids: 3 rows padded to the longest, 5 ids, make 15 ids"):
+        ids_request([[5, 6]] * 3, [[0, 0], [0, 0], [0] * 5])
+
+
 def test_pad_ids():
     padded = pad_ids([[5], [1, 2, 3], []])
     assert padded.dtype == np.int32 and padded.tolist() == [[5, 0, 0], [1, 2, 3], [0, 0, 0]]
