@@ -295,7 +295,8 @@ def _task_options(parser, n_components_default, plot_help):
         action="append",
         required=True,
         metavar="TASK",
-        help="senteval_cn task (%s) or STS-B-en; repeat for several" % ", ".join(TASKS),
+        help="senteval_cn task (%s), STS-B-en, or a pair file of yours (scored as a test split); "
+        "repeat for several" % ", ".join(TASKS),
     )
     parser.add_argument(
         "--n-components",

@@ -435,30 +435,44 @@ def check_labels(pairs, name, role):
         )
 
 
+def pair_file_task(task, directory):
+    """Whether ``task`` names a pair file of the user's, scored as a task's test split: a
+    regular file, where ``DIR/TASK`` (a senteval_cn task of that name) is not a directory."""
+    return task != ENGLISH_STS and os.path.isfile(task) and not os.path.isdir(os.path.join(directory, task))
+
+
 def task_files(directory, tasks):
     """The files ``load_task`` may read for ``tasks`` under ``directory`` (None: `data_dir`'s
     default), not the whole data directory: a report written beside the tasks, and written
     again by the next run, is no input."""
     directory = data_dir(directory)
-    folders = [os.path.join(directory, task) for task in tasks]
+    files = [task for task in tasks if pair_file_task(task, directory)]
+    folders = [os.path.join(directory, task) for task in tasks if task not in files]
     if ENGLISH_STS in tasks:
         folders.append(os.path.join(directory, os.pardir, "stsbenchmark"))
-    return [path for folder in folders for path in glob.glob(os.path.join(glob.escape(folder), "*"))]
+    return files + [path for folder in folders for path in glob.glob(os.path.join(glob.escape(folder), "*"))]
 
 
 def split_file(directory, task, split):
-    """Where a senteval_cn task keeps a split: ``DIR/TASK/TASK.SPLIT.data``; for the English STS
-    benchmark (several files or one), a name for messages."""
+    """Where a senteval_cn task keeps a split: ``DIR/TASK/TASK.SPLIT.data``; a pair file given as
+    the task is its test split; for the English STS benchmark (several files or one), a name for
+    messages."""
     if task == ENGLISH_STS:
         return "%s %s split" % (task, split)
+    if pair_file_task(task, directory):
+        return task if split == "test" else "%s (a pair file: its test split alone)" % task
     return os.path.join(directory, task, "%s.%s.data" % (task, split))
 
 
 def load_task(task, directory=None, skip_bad_lines=False):
     """``{split: [(sentence1, sentence2, label)]}`` for the splits present, with a log line
     naming the missing ones. senteval_cn tasks live in ``DIR/TASK/TASK.SPLIT.data``;
-    ``STS-B-en`` in ``DIR/STS-B-en/`` or ``DIR/../stsbenchmark/``."""
+    ``STS-B-en`` in ``DIR/STS-B-en/`` or ``DIR/../stsbenchmark/``; a pair file of the user's
+    given as the task is scored as its test split (`pair_file_task`)."""
     directory = data_dir(directory)
+    if pair_file_task(task, directory):
+        logger.info("%s: a pair file, scored as a task's test split", task)
+        return {"test": list(read_pairs(task, skip_bad_lines))}
     if task == ENGLISH_STS:
         for candidate in (os.path.join(directory, ENGLISH_STS), os.path.join(directory, os.pardir, "stsbenchmark")):
             if os.path.isdir(candidate):
@@ -476,7 +490,11 @@ def load_task(task, directory=None, skip_bad_lines=False):
             if os.path.lexists(path):  # a dangling link is read, and refused: not a missing split
                 splits[split] = list(read_pairs(path, skip_bad_lines))
         if not splits:
-            raise DataError("%s: no %s.{train,valid,test}.data under %s" % (task, task, os.path.join(directory, task)))
+            present = sorted(name for name in TASKS if os.path.isdir(os.path.join(directory, name)))
+            raise DataError(
+                "%s: no %s.{train,valid,test}.data under %s (tasks there: %s; a pair file is taken as a task too)"
+                % (task, task, os.path.join(directory, task), ", ".join(present) or "none")
+            )
     missing = [split for split in SPLITS if split not in splits]
     if missing:
         logger.info("%s: no %s split; evaluating %s", task, "/".join(missing), "/".join(splits))

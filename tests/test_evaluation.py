@@ -4,6 +4,7 @@ and `original_scores`)."""
 import json
 import logging
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -138,6 +139,31 @@ def test_eval_command_writes_table_json_and_plot(tiny_model, sample_task, tmp_pa
     np.testing.assert_allclose(
         from_file["results"][1]["splits"]["test"], task["results"][1]["splits"]["test"], atol=1e-6
     )  # same sentences
+
+
+def test_a_pair_file_given_as_the_task_is_scored_as_the_test_split_of_a_task_of_its_own(
+    tiny_model, sample_task, tmp_path, caplog
+):
+    """A user's pair file had to be copied into a senteval_cn layout first (DIR/T/T.test.data)."""
+    mine = tmp_path / "mine.data"
+    mine.write_bytes((pathlib.Path(sample_task) / "SAMPLE" / "SAMPLE.test.data").read_bytes())
+    as_task, as_file = tmp_path / "task.json", tmp_path / "file.json"
+    common = ["eval", "--model", tiny_model[0], "--n-components", "0,8"]
+    test_split = ["--fit-on", str(pathlib.Path(sample_task) / "SAMPLE" / "SAMPLE.test.data")]  # what mine's "all" is
+    assert cli.main([*common, *test_split, "--task", "SAMPLE", "--data-dir", sample_task, "--json", str(as_task)]) == 0
+    assert cli.main([*common, "--task", str(mine), "--data-dir", str(tmp_path / "none"), "--json", str(as_file)]) == 0
+    expected, scored = json.loads(as_task.read_text())["tasks"]["SAMPLE"], json.loads(as_file.read_text())["tasks"]
+    assert list(scored) == [str(mine)] and scored[str(mine)]["counts"] == {"test": 60}
+    for mine_result, task_result in zip(scored[str(mine)]["results"], expected["results"], strict=True):
+        assert mine_result["splits"]["test"] == pytest.approx(task_result["splits"]["test"], abs=1e-6)
+    assert cli.main([*common, "--fit-on", "train", "--task", str(mine)]) == 1
+    assert "--fit-on train: %s has no train split (splits: test)" % mine in caplog.text
+    assert cli.main([*common, "--task", "sample", "--data-dir", sample_task]) == 1
+    assert (
+        "sample: no sample.{train,valid,test}.data under %s (tasks there: none; a pair"
+        % (pathlib.Path(sample_task) / "sample")
+        in caplog.text
+    )
 
 
 def test_eval_scores_several_poolings_on_one_pass_as_each_alone(tiny_model, sample_task, tmp_path, capsys, caplog):
