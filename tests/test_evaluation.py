@@ -156,6 +156,8 @@ def test_a_pair_file_given_as_the_task_is_scored_as_the_test_split_of_a_task_of_
     assert list(scored) == [str(mine)] and scored[str(mine)]["counts"] == {"test": 60}
     for mine_result, task_result in zip(scored[str(mine)]["results"], expected["results"], strict=True):
         assert mine_result["splits"]["test"] == pytest.approx(task_result["splits"]["test"], abs=1e-6)
+    assert cli.main([*common, "--task", str(mine), "--json", str(mine)]) == 1  # an input: never written over
+    assert "cannot write %s: it is the input %s" % (mine, mine) in caplog.text
     assert cli.main([*common, "--fit-on", "train", "--task", str(mine)]) == 1
     assert "--fit-on train: %s has no train split (splits: test)" % mine in caplog.text
     assert cli.main([*common, "--task", "sample", "--data-dir", sample_task]) == 1
