@@ -570,7 +570,9 @@ def add_index(commands):
     _model_options(parser, None)
     _whitening_options(parser)
     parser.add_argument(
-        "--hnsw",
+        "--hnsw-m",
+        "--hnsw",  # its earlier name; --hnsw-m is eval-retrieval's too
+        dest="hnsw",
         type=hnsw_int,
         default=0,
         metavar="M",

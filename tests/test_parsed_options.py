@@ -15,6 +15,7 @@ from helpers import here, refused
         (["index", "--hnsw", "513"], "--hnsw", "513", "0 (exact) or an integer 2..512"),
         (["index", "--hnsw", "-1"], "--hnsw", "-1", "0 (exact) or an integer 2..512"),
         (["index", "--hnsw", "1"], "--hnsw", "1", "0 (exact) or an integer 2..512"),  # FAISS crashes on M 1
+        (["index", "--hnsw-m", "600"], "--hnsw-m", "600", "0 (exact) or an integer 2..512"),  # eval-retrieval's name
         (["eval-retrieval", "--task", "T", "--hnsw-m", "100000"], "--hnsw-m", "100000", "an integer 2..512"),
         (["eval-retrieval", "--task", "T", "--hnsw-m", "0"], "--hnsw-m", "0", "an integer 2..512"),
         (["export", "--version", str(2**63)], "--version", str(2**63), "an integer 0..2**63-1"),
