@@ -238,6 +238,20 @@ def _file_of(directory, wanted, depth=INPUT_DEPTH):
     return None
 
 
+def check_output_directory(output, inputs=(), overwrite=False):
+    """Refuse, before any work, a directory output the run must not write (`check_outputs`
+    against ``inputs``), and one that exists unless ``overwrite`` (then it must be a directory,
+    not a link to one: the exchange would replace the link): the one rule of every command and
+    writer that puts a directory in place whole (`publish_directory`)."""
+    check_outputs([(output, DIRECTORY)], inputs)
+    if os.path.lexists(output):
+        if os.path.islink(output) or not os.path.isdir(output):  # no overwrite would make it one
+            what = "a symbolic link; name the directory itself" if os.path.islink(output) else "not a directory"
+            raise BertWhiteningError("cannot write %s: it is %s" % (output, what))
+        if not overwrite:
+            raise BertWhiteningError("%s already exists; pass overwrite (--overwrite) to replace it" % output)
+
+
 def check_output(path, inputs=()):
     """The file to write for the output ``path`` (a symlink's final target): `check_outputs`
     of one file."""

@@ -590,6 +590,7 @@ def add_index(commands):
         help="index `beam-encode` TFRecord shards, e.g. 'out/vectors-*' (their keys: no INPUT or --from-vectors)",
     )
     parser.add_argument("--output", required=True, metavar="DIR", help="index directory to write")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output directory")
     parser.add_argument("inputs", nargs="*", metavar="INPUT", help="sentence files, one per line")
     return parser
 
@@ -635,7 +636,8 @@ def add_convert_hf(commands):
     parser.add_argument(
         "hf_dir", metavar="HF_DIR", help="Hugging Face BERT directory, or minilm (the built-in all-MiniLM-L6-v2)"
     )
-    parser.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (must not exist)")
+    parser.add_argument("out_dir", metavar="OUT_DIR", help="directory to write (new, unless --overwrite)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     return parser
 
 
@@ -1041,7 +1043,16 @@ def run_index(args):
     check_readable(args.inputs + [path for path in (args.from_vectors,) if path])
     config = _encoder_config(args, whitened=True)
     _start(args)
-    build_index(config, args.output, args.inputs, args.hnsw, args.from_vectors, args.from_beam, args.batch_size)
+    build_index(
+        config,
+        args.output,
+        args.inputs,
+        args.hnsw,
+        args.from_vectors,
+        args.from_beam,
+        args.batch_size,
+        overwrite=args.overwrite,
+    )
 
 
 def run_search(args):
@@ -1069,7 +1080,7 @@ def run_search(args):
 def run_convert_hf(args):
     from bert_whitening.checkpoints.convert import convert_hf
 
-    convert_hf(args.hf_dir, args.out_dir)
+    convert_hf(args.hf_dir, args.out_dir, overwrite=args.overwrite)
     logger.info("wrote %s (bert_config.json, bert_model.ckpt.*, vocab.txt)", args.out_dir)
 
 

@@ -33,7 +33,13 @@ from bert_whitening.arguments import (
     vector_array,
 )
 from bert_whitening.arguments import path as path_argument
-from bert_whitening.atomic import DIRECTORY, check_outputs, publish_directory, staged_directory, write_atomically
+from bert_whitening.atomic import (
+    check_output_directory,
+    check_outputs,
+    publish_directory,
+    staged_directory,
+    write_atomically,
+)
 from bert_whitening.bounded import JSON_BYTES, read_limited
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import ReadOptions, check_readable, display_name, read_sentences
@@ -432,14 +438,12 @@ class SentenceEncoder:
         self.config = dataclasses.replace(self._unwhitened_config(), whitening=whitening, flow=flow, normalize=True)
         self._encoder = None
 
-    def save(self, directory: str) -> None:
-        """Write ``directory`` (new) with the encoder's record (``sentence_encoder.json``: model
-        reference, pooling, maxlen, case, k) and its whitening; `load` reads it back. The model
-        itself is referenced, not copied."""
+    def save(self, directory: str, overwrite: bool = False) -> None:
+        """Write ``directory`` (new, or replaced with ``overwrite``) with the encoder's record
+        (``sentence_encoder.json``: model reference, pooling, maxlen, case, k) and its whitening;
+        `load` reads it back. The model itself is referenced, not copied."""
         directory = path_argument(directory, "directory")
-        check_outputs([(directory, DIRECTORY)], self.config.read_paths())
-        if os.path.lexists(directory):
-            raise BertWhiteningError("%s already exists; choose a new directory" % directory)
+        check_output_directory(directory, self.config.read_paths(), boolean(overwrite, "overwrite"))
         record = self.config.to_config()
         with staged_directory(directory) as staging:
             if record["whitening"] is not None:  # not when k = 0: the vectors are not whitened
@@ -448,7 +452,7 @@ class SentenceEncoder:
                 self.config.flow.save(os.path.join(staging, FLOW_FILE))
             with open(os.path.join(staging, CONFIG_FILE), "w", encoding="utf-8") as stream:
                 json.dump(record, stream, indent=2, ensure_ascii=False)
-            publish_directory(staging, directory)
+            publish_directory(staging, directory, overwrite=overwrite)
 
     def export(
         self,

@@ -51,8 +51,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from bert_whitening.atomic import (
-    DIRECTORY,
-    check_outputs,
+    check_output_directory,
     kept_directory,
     publish_directory,
     staged_directory,
@@ -223,20 +222,6 @@ def softmax_classes(pairs, threshold=None):
     return classes, 2, "labels above %g as 1, the others as 0" % threshold
 
 
-def check_output_directory(output, base, inputs=(), overwrite=False):
-    """Refuse, before any work, an output the run must not write: what the one output guard
-    refuses against the base model's directory ``base`` and ``inputs`` (`check_outputs`: one of
-    them, inside one, or holding one that ``overwrite`` would remove), and an output that exists
-    unless ``overwrite`` (then it must be a directory, not a link to one)."""
-    check_outputs([(output, DIRECTORY)], [base] + [path for path in inputs if path])
-    if os.path.lexists(output):
-        if os.path.islink(output) or not os.path.isdir(output):  # no overwrite would make it one
-            what = "a symbolic link; name the directory itself" if os.path.islink(output) else "not a directory"
-            raise BertWhiteningError("cannot write %s: it is %s" % (output, what))
-        if not overwrite:
-            raise BertWhiteningError("%s already exists; pass overwrite (--overwrite) to replace it" % output)
-
-
 def train(
     train_file: str,
     output: str,
@@ -312,7 +297,7 @@ def _checked(**options):
     files = check_model(o.model, o.model_type, o.pooling, o.maxlen)
     check_trainable(files, o.model_type, TrainingError)
     check_readable([o.train_file] + ([o.valid_file] if o.valid_file else []))
-    check_output_directory(o.output, files.directory, [o.train_file, o.valid_file], o.overwrite)
+    check_output_directory(o.output, [files.directory, o.train_file, o.valid_file], o.overwrite)
     o.files = files
     o.train = read_pair_file(o.train_file, "train")
     o.valid = read_pair_file(o.valid_file, "valid") if o.valid_file else None

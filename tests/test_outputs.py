@@ -387,3 +387,50 @@ def test_the_built_in_model_is_an_input_too(tmp_path):
     with pytest.raises(BertWhiteningError, match="it is .*vocab.txt, read from the input directory .*model"):
         cli.check_paths(args)
     assert builtin_model_dir() in EncoderConfig().read_paths()
+
+
+@pytest.mark.parametrize("command", ["index", "convert-hf", "save"])
+def test_a_directory_output_is_new_unless_overwrite_and_overwrite_replaces_it_whole(
+    work, tiny_model, tmp_path, command
+):
+    """One rule (`atomic.check_output_directory`) for every directory put in place whole: `index`,
+    `convert-hf` and `SentenceEncoder.save` had their own "already exists" and no --overwrite,
+    as `train` and `export` have. A link is never replaced, even with overwrite."""
+    from bert_whitening import SentenceEncoder
+
+    def write(output, *overwrite):
+        if command == "save":
+            SentenceEncoder.load(str(work["model"])).save(str(output), overwrite=bool(overwrite))
+            return 0
+        if command == "index":
+            return here("index", "--model", work["model"], "--output", output, *overwrite, work["sentences"]).returncode
+        return here("convert-hf", "minilm", output, *overwrite).returncode
+
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "old.txt").write_text("the old output", encoding="utf-8")
+    if command == "save":
+        with pytest.raises(
+            BertWhiteningError, match=r"out already exists; pass overwrite \(--overwrite\) to replace it"
+        ):
+            write(output)
+    else:
+        refused(
+            here(
+                *(
+                    ["index", "--model", work["model"], "--output", output, work["sentences"]]
+                    if command == "index"
+                    else ["convert-hf", "minilm", output]
+                )
+            ),
+            "out already exists; pass overwrite (--overwrite)",
+        )
+    assert (output / "old.txt").exists()
+    assert write(output, "--overwrite") == 0
+    assert not (output / "old.txt").exists() and os.listdir(output)
+    link = tmp_path / "link"
+    link.symlink_to(output)
+    with pytest.raises(BertWhiteningError, match="it is a symbolic link; name the directory itself"):
+        from bert_whitening.atomic import check_output_directory
+
+        check_output_directory(str(link), overwrite=True)

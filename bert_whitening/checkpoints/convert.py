@@ -8,13 +8,12 @@ checkpoint readers themselves must not import (the model builder reads them).
 
 import os
 
-from bert_whitening.atomic import DIRECTORY, check_outputs, publish_directory, staged_directory
+from bert_whitening.atomic import check_output_directory, publish_directory, staged_directory
 from bert_whitening.checkpoints import CheckpointError, find_model
 from bert_whitening.checkpoints.google import write_checkpoint
-from bert_whitening.errors import BertWhiteningError
 
 
-def convert_hf(hf_directory, output_directory):
+def convert_hf(hf_directory, output_directory, overwrite=False):
     """Write the Hugging Face BERT in ``hf_directory`` as a new Google-format checkpoint
     directory, all at once: staged beside it and renamed into place, so a failure leaves none.
 
@@ -23,9 +22,7 @@ def convert_hf(hf_directory, output_directory):
     sizes and every tensor's shape against the configuration), so whatever the loaders refuse is
     refused here before anything is written, and what is written holds the configuration, the
     vocabulary bytes and the arrays that were checked."""
-    check_outputs([(output_directory, DIRECTORY)], [hf_directory])
-    if os.path.lexists(output_directory):
-        raise BertWhiteningError("%s already exists; choose a new directory" % output_directory)
+    check_output_directory(output_directory, [hf_directory], overwrite)
     files = find_model(hf_directory)
     if files.format != "huggingface":
         raise CheckpointError(
@@ -38,5 +35,5 @@ def convert_hf(hf_directory, output_directory):
     load_transformer(files, "bert", pooler, "a bert model" + (" with its pooler" if pooler else ""))
     with staged_directory(output_directory) as staging:
         write_checkpoint(staging, files.config, files.weights, files.vocab_bytes)
-        publish_directory(staging, output_directory)
+        publish_directory(staging, output_directory, overwrite=overwrite)
     return output_directory

@@ -38,7 +38,7 @@ import os
 import numpy as np
 
 from bert_whitening.arguments import vector_array
-from bert_whitening.atomic import publish_directory, staged_directory
+from bert_whitening.atomic import check_output_directory, publish_directory, staged_directory
 from bert_whitening.bounded import FLOW_FILE_BYTES, JSON_BYTES, LINE_BYTES, MODEL_SIZES, whitening_file_bytes
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
@@ -79,13 +79,15 @@ class IndexWriter:
     so a failure leaves nothing at ``output``. Rows are added in chunks with their
     ``(file, line)`` keys and texts, so a corpus of any size streams through."""
 
-    def __init__(self, output, record, dim, hnsw_m=0, whitening=None, source="the input", flow=None):
+    def __init__(
+        self, output, record, dim, hnsw_m=0, whitening=None, source="the input", flow=None, inputs=(), overwrite=False
+    ):
         """``record``: `EncoderConfig.to_config()` of what made the vectors; ``whitening`` or
         ``flow``: the `Whitening` or `Flow` in it, stored beside; ``source`` names the input in
-        errors."""
-        if os.path.lexists(output):
-            raise BertWhiteningError("%s already exists; choose a new index directory" % output)
-        self.output, self.record, self.dim, self.hnsw_m = output, record, dim, hnsw_m
+        errors; ``output`` is checked against ``inputs`` and may exist only with ``overwrite``
+        (`check_output_directory`)."""
+        check_output_directory(output, inputs, overwrite)
+        self.output, self.record, self.dim, self.hnsw_m, self.overwrite = output, record, dim, hnsw_m, overwrite
         self.whitening, self.flow, self.source = whitening, flow, source
         self.index = hnsw_index(dim, hnsw_m) if hnsw_m else faiss().IndexFlatIP(dim)
 
@@ -180,7 +182,7 @@ class IndexWriter:
         }
         with open(os.path.join(self.staging, RECORD_FILE), "w", encoding="utf-8") as stream:
             json.dump(metadata, stream, indent=2, ensure_ascii=False)
-        publish_directory(self.staging, self.output)
+        publish_directory(self.staging, self.output, overwrite=self.overwrite)
 
 
 class IndexDirectory:

@@ -11,7 +11,6 @@ import logging
 import os
 
 from bert_whitening.arguments import positive_int, sentence_list
-from bert_whitening.atomic import DIRECTORY, check_outputs
 from bert_whitening.config import EncoderConfig, whitening_digest
 from bert_whitening.data import check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
@@ -41,19 +40,19 @@ def build_index(
     from_beam: str = None,
     batch_size: int = 128,
     sentences=None,
+    overwrite: bool = False,
 ) -> int:
     """Write an index directory of the sentence files ``inputs`` encoded with ``config``, or of
     the list ``sentences`` (keyed ``MEMORY_SOURCE`` and their row from 1), or of vectors already
     encoded: ``from_vectors`` (a ``.npy``; keys and texts from ``inputs`` when given, else its
-    rows) or ``from_beam`` (a ``beam-encode`` shard pattern; no texts). Every input is read once.
-    Returns the number of vectors."""
+    rows) or ``from_beam`` (a ``beam-encode`` shard pattern; no texts). Every input is read once;
+    ``overwrite`` replaces an existing ``output``. Returns the number of vectors."""
     check_index_sources(inputs, from_vectors, from_beam, sentences)
     check_hnsw_m(hnsw_m, allow_flat=True)
     if not config.normalize:
         raise BertWhiteningError("an index holds L2-normalised vectors: --no-normalize cannot be used")
     read = list(inputs) + [from_vectors] + (glob.glob(from_beam) if from_beam and "://" not in from_beam else [])
     check_readable(list(inputs))
-    check_outputs([(output, DIRECTORY)], read + config.read_paths())
     record = config.to_config()
     source = from_beam or from_vectors or ", ".join(inputs) or "the input"
     writer = IndexWriter(
@@ -64,6 +63,8 @@ def build_index(
         config.whitening if record["n_components"] else None,
         source,
         flow=config.flow,
+        inputs=read + config.read_paths(),
+        overwrite=overwrite,
     )
     with writer:
         if from_beam:
