@@ -599,13 +599,17 @@ class EncoderConfig:
         command line build (not yet checked against the model, `check`)."""
         from bert_whitening.whitening import Whitening
 
-        whitening_path = flow_path = None
+        whitening_path = flow_path = hidden_size = None
+        if any(
+            isinstance(fitted, (str, os.PathLike)) for fitted in (whitening, flow)
+        ):  # one of another model: refused unread
+            hidden_size = find_model(optional_path(fields.get("model"), "model")).config["hidden_size"]
         if isinstance(whitening, (str, os.PathLike)):
-            whitening_path, whitening = os.fspath(whitening), Whitening.load(whitening)
+            whitening_path, whitening = os.fspath(whitening), Whitening.load(whitening, hidden_size)
         if isinstance(flow, (str, os.PathLike)):
             from bert_whitening.flow import Flow
 
-            flow_path, flow = os.fspath(flow), Flow.load(flow)
+            flow_path, flow = os.fspath(flow), Flow.load(flow, hidden_size)
         fitted = whitening if whitening is not None else flow
         pooling = pooling or getattr(fitted, "pooling", None) or DEFAULT_POOLING  # a non-Whitening: refused
         return cls(

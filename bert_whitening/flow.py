@@ -425,12 +425,13 @@ class Flow(keras.Model):
         np.savez(stream, meta=np.array(json.dumps(meta)), **arrays)
 
     @classmethod
-    def load(cls, path):
+    def load(cls, path, hidden_size=None):
         """A flow written by `save`; anything else is a `FlowError` naming the file. Its metadata
         is checked first, its shape bounded (`FlowConfig.check`), then every weight's name and
         header checked against the shapes that shape gives (`FlowConfig.weight_shapes`) and the
         weights read, all before the flow is built: building one is most of the work of a load,
-        and a file that holds no weights or the wrong ones is refused without it."""
+        and a file that holds no weights or the wrong ones is refused without it, as is one of
+        another dimension than ``hidden_size`` (the model's it is for, when known)."""
         with NpzMembers(path, FlowError, "flow file") as members:
             stored = members.array("meta", (), kinds="U", limit=JSON_BYTES)
             try:
@@ -440,6 +441,11 @@ class Flow(keras.Model):
                 raise FlowError("%s: not a readable flow file (%s: %s)" % (path, type(error).__name__, error)) from None
             if version != FORMAT_VERSION:
                 raise FlowError("%s: format version %r, this version reads %d" % (path, version, FORMAT_VERSION))
+            if hidden_size is not None and dim != hidden_size:  # before the flow is built: most of a load's work
+                raise FlowError(
+                    "%s: the flow has dimension %r but the model's hidden size is %d: it was fitted on another model"
+                    % (path, dim, hidden_size)
+                )
             try:
                 config = FlowConfig.of(config)
                 config.check(dim)

@@ -283,8 +283,10 @@ class Whitening:
         )
 
     @classmethod
-    def load(cls, path):
-        """Read a file written by `save`, checking every array's shape against ``meta.dim``.
+    def load(cls, path, hidden_size=None):
+        """Read a file written by `save`, checking every array's shape against ``meta.dim``, and
+        that against ``hidden_size`` (the model's it is for, when known) before any array is
+        read: a whitening of another model is refused without reading its kernel.
 
         Anything else (a truncated or corrupt file, a pickled payload, crafted metadata, a header
         claiming more than the dimension gives, a zip bomb) is a `WhiteningError` naming the
@@ -293,6 +295,11 @@ class Whitening:
         with NpzMembers(path, WhiteningError, "whitening file") as members:
             members.expect(("kernel", "bias", "mean", "eigenvalues", "meta"))
             meta = _metadata(path, members.array("meta", (), kinds="U", limit=JSON_BYTES))
+            if hidden_size is not None and meta["dim"] != hidden_size:
+                raise WhiteningError(
+                    "%s: the whitening has dimension %d but the model's hidden size is %d: it was fitted on "
+                    "another model (%s)" % (path, meta["dim"], hidden_size, meta["model"].get("name", "?"))
+                )
             dim = meta["dim"]
             expected = {"kernel": (dim, dim), "bias": (dim,), "mean": (dim,), "eigenvalues": (dim,)}
             arrays = {name: members.array(name, shape) for name, shape in expected.items()}

@@ -346,3 +346,32 @@ def test_encode_file_refuses_its_batch_size_before_the_model_is_built(tiny_model
     (tmp_path / "in.txt").write_text("a\n", encoding="utf-8")
     with pytest.raises(BertWhiteningError, match="^batch_size must be a positive integer, got 0$"):
         SentenceEncoder.load(tiny_model[0]).encode_file(str(tmp_path / "in.txt"), str(tmp_path / "o.npy"), batch_size=0)
+
+
+@pytest.mark.parametrize("kind", ["whitening", "flow"])
+def test_a_fitted_file_of_another_dimension_is_refused_before_its_arrays_are_read(
+    tiny_model, tmp_path, monkeypatch, kind
+):
+    """A crafted 8192-dimensional whitening was read and checked whole (25 s, 2.3 GB), and a
+    4096-dimensional flow built (81 s), before the model's hidden size refused them."""
+    from bert_whitening import bounded
+    from bert_whitening.flow import fit_flow
+
+    vectors = np.random.default_rng(0).normal(size=(80, 40))
+    path = str(tmp_path / ("%s.npz" % kind))
+    if kind == "whitening":
+        fit_whitening(WhiteningStats().update(vectors)).save(path)
+    else:
+        fit_flow(vectors, {"n_levels": 1, "depth": 1, "coupling_width": 8}, progress=False).save(path)
+    read = bounded.NpzMembers.array
+
+    def metadata_only(self, name, *arguments, **keywords):
+        assert name == "meta", "%s read before the dimension was compared" % name
+        return read(self, name, *arguments, **keywords)
+
+    monkeypatch.setattr(bounded.NpzMembers, "array", metadata_only)
+    with pytest.raises(
+        BertWhiteningError,
+        match="^%s: the %s has dimension 40 but the model's hidden size is 24" % (re.escape(path), kind),
+    ):
+        SentenceEncoder.load(tiny_model[0], **{kind: path})
