@@ -346,7 +346,9 @@ def test_senteval_task_skips_bad_lines_and_names_what_is_missing(tmp_path, caplo
         load_task("PAWSX", str(tmp_path))
     assert message(
         DataError, lambda: load_task("BQ", str(tmp_path))
-    ) == "BQ: no BQ.{train,valid,test}.data under %s" % (tmp_path / "BQ")
+    ) == "BQ: no BQ.{train,valid,test}.data under %s (tasks there: PAWSX; a pair file is taken as a task too)" % (
+        tmp_path / "BQ"
+    )
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])

@@ -10,7 +10,7 @@ import itertools
 import logging
 import os
 
-from bert_whitening.arguments import positive_int, sentence_list
+from bert_whitening.arguments import path_list, positive_int, sentence_list
 from bert_whitening.config import EncoderConfig, whitening_digest
 from bert_whitening.data import check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
@@ -47,6 +47,7 @@ def build_index(
     encoded: ``from_vectors`` (a ``.npy``; keys and texts from ``inputs`` when given, else its
     rows) or ``from_beam`` (a ``beam-encode`` shard pattern; no texts). Every input is read once;
     ``overwrite`` replaces an existing ``output``. Returns the number of vectors."""
+    inputs = path_list(inputs, "inputs")
     check_index_sources(inputs, from_vectors, from_beam, sentences)
     check_hnsw_m(hnsw_m, allow_flat=True)
     if not config.normalize:
