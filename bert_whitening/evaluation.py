@@ -525,17 +525,17 @@ def load_tasks(
 
 def format_table(task: str, report: dict) -> str:
     """Split rows of one task of a report, one column per setting, then ``avg``, ``w-avg`` and
-    the seconds each setting's fit took (``-`` for raw)."""
+    the seconds each setting's fit took (``-`` for raw); the task column as wide as its name (a
+    pair file's path)."""
     results, counts = report["tasks"][task]["results"], report["tasks"][task]["counts"]
-    lines = ["%-10s %-6s %7s" % ("task", "split", "pairs") + "".join(" %10s" % result["setting"] for result in results)]
+    row = "%%-%ds %%-6s %%7s" % max(10, len(task))
+    lines = [row % ("task", "split", "pairs") + "".join(" %10s" % result["setting"] for result in results)]
     for split, count in counts.items():
-        lines.append(
-            "%-10s %-6s %7d" % (task, split, count) + "".join(" %10.4f" % result["splits"][split] for result in results)
-        )
+        lines.append(row % (task, split, count) + "".join(" %10.4f" % result["splits"][split] for result in results))
     for name in ("avg", "w-avg"):
-        lines.append("%-10s %-6s %7s" % (task, name, "") + "".join(" %10.4f" % result[name] for result in results))
+        lines.append(row % (task, name, "") + "".join(" %10.4f" % result[name] for result in results))
     lines.append(
-        "%-10s %-6s %7s" % (task, "fit s", "")
+        row % (task, "fit s", "")
         + "".join(
             " %10s" % ("-" if result["fit_seconds"] is None else "%.2f" % result["fit_seconds"]) for result in results
         )

@@ -598,3 +598,13 @@ def test_a_failure_after_an_output_was_written_says_so(tiny_model, sample_task, 
     assert cli.main(argv + ["--json", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")]) == 1
     assert "r.png: No space left on device (%s written in full before it)" % (tmp_path / "r.json") in caplog.text
     assert (tmp_path / "r.json").exists() and not (tmp_path / "r.png").exists()
+
+
+def test_the_table_widens_its_task_column_to_a_long_task_name():
+    """A pair file's path as the task pushed every row's figures out of their columns."""
+    from bert_whitening.evaluation import format_table
+
+    result = {"setting": "raw", "splits": {"test": 0.5}, "avg": 0.5, "w-avg": 0.5, "fit_seconds": None}
+    task = "data/sample/pairs.data"
+    lines = format_table(task, {"tasks": {task: {"results": [result], "counts": {"test": 210}}}}).splitlines()
+    assert len({len(line) for line in lines}) == 1 and lines[1].startswith(task + " test       210")
