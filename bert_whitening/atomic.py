@@ -529,26 +529,22 @@ def staged_directory(target):
     directories this call created (a failed first export leaves no empty model base).
     """
     parent, prefix = _prefix(target)
-    created = _missing_parents(parent)
-    os.makedirs(parent, exist_ok=True)
-    remove_stale(target)
-    staging = tempfile.mkdtemp(dir=parent, prefix=prefix)
-    lock, held = _lock(staging), os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.chmod(staging, 0o777 & ~_umask())
-        yield staging
-    except BaseException as error:
-        shutil.rmtree(os.path.basename(staging), dir_fd=held, ignore_errors=True)  # renamed meanwhile, too
-        for directory in created:
-            with contextlib.suppress(OSError):
-                os.rmdir(directory)  # only if still empty
-        named = _named(error, target, staging)
-        if named is error:
-            raise
-        raise named from None
-    finally:
-        os.close(lock)
-        os.close(held)
+    with _parents_made(parent):
+        remove_stale(target)
+        staging = tempfile.mkdtemp(dir=parent, prefix=prefix)
+        lock, held = _lock(staging), os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.chmod(staging, 0o777 & ~_umask())
+            yield staging
+        except BaseException as error:
+            shutil.rmtree(os.path.basename(staging), dir_fd=held, ignore_errors=True)  # renamed meanwhile, too
+            named = _named(error, target, staging)
+            if named is error:
+                raise
+            raise named from None
+        finally:
+            os.close(lock)
+            os.close(held)
 
 
 #: The suffix of the file a run holds locked while it writes the files of a `PREFIX` (`claimed_prefix`).
@@ -571,34 +567,44 @@ def claimed_prefix(prefix):
         yield False
         return
     parent, name = _prefix(prefix)
-    created = _missing_parents(parent)
-    os.makedirs(parent, exist_ok=True)
-    remove_stale(prefix)  # a killed run's claim, unlocked
-    handle, claim = tempfile.mkstemp(dir=parent, prefix=name, suffix=CLAIM)
-    fcntl.flock(handle, fcntl.LOCK_EX)  # waits out another run's look at this claim
-    completed = False
+    with _parents_made(parent):
+        remove_stale(prefix)  # a killed run's claim, unlocked
+        handle, claim = tempfile.mkstemp(dir=parent, prefix=name, suffix=CLAIM)
+        fcntl.flock(handle, fcntl.LOCK_EX)  # waits out another run's look at this claim
+        try:
+            own = glob.escape(os.path.join(parent, ".%s%s" % (_short_name(prefix), MARK)))
+            for other in set(glob.glob(own + "*" + CLAIM)) - {claim}:
+                try:
+                    descriptor = _lock(other)
+                except FileNotFoundError:  # ended meanwhile
+                    continue
+                if descriptor is None:
+                    raise BertWhiteningError(
+                        "cannot write %s: another run writes it now (%s); wait for it or choose another output"
+                        % (prefix, other)
+                    )
+                os.close(descriptor)
+            yield True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(claim)
+            os.close(handle)
+
+
+@contextlib.contextmanager
+def _parents_made(directory):
+    """``directory`` made with its missing parents for the block; those this call made are
+    removed again if the block raises and they are empty (a failed first export leaves no empty
+    model base)."""
+    created = _missing_parents(directory)
+    os.makedirs(directory, exist_ok=True)
     try:
-        own = glob.escape(os.path.join(parent, ".%s%s" % (_short_name(prefix), MARK)))
-        for other in set(glob.glob(own + "*" + CLAIM)) - {claim}:
-            try:
-                descriptor = _lock(other)
-            except FileNotFoundError:  # ended meanwhile
-                continue
-            if descriptor is None:
-                raise BertWhiteningError(
-                    "cannot write %s: another run writes it now (%s); wait for it or choose another output"
-                    % (prefix, other)
-                )
-            os.close(descriptor)
-        yield True
-        completed = True
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(claim)
-        os.close(handle)
-        for directory in created if not completed else ():
+        yield
+    except BaseException:
+        for made in created:
             with contextlib.suppress(OSError):
-                os.rmdir(directory)  # only if still empty
+                os.rmdir(made)  # only if still empty
+        raise
 
 
 @contextlib.contextmanager

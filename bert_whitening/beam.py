@@ -275,16 +275,24 @@ def pipeline_option_names():
     return list(parsers[0]._option_string_actions)
 
 
+def unknown_pipeline_options(flags):
+    """The options among ``flags`` (``--name=value`` or ``--name``, values between) that Beam's
+    pipeline options do not parse: Beam drops them with a warning, and runs without what they
+    were meant to set."""
+    known = set(pipeline_option_names())
+    names = [str(flag).split("=", 1)[0] for flag in flags if str(flag).startswith("-")]
+    return [name for name in names if name not in known]
+
+
 def run(build, flags=(), runner="DirectRunner"):
     """Run ``build(pipeline)`` with the Beam pipeline options in ``flags`` on the runner they
     name, else on ``runner``. A flag Beam does not parse is refused: Beam would drop it with a
     warning, and run without what it was meant to set."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-    known = pipeline_option_names()
-    for flag in flags:
-        if str(flag).startswith("-") and str(flag).split("=", 1)[0] not in known:
-            raise BertWhiteningError("%s: not a Beam pipeline option, which Beam would drop" % flag)
+    unknown = unknown_pipeline_options(flags)
+    if unknown:
+        raise BertWhiteningError("%s: not a Beam pipeline option, which Beam would drop" % unknown[0])
     options = PipelineOptions(list(flags))
     standard = options.view_as(StandardOptions)
     standard.runner = standard.runner or runner

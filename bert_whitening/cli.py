@@ -837,13 +837,12 @@ def _refuse_unknown_options(args, unknown):
     flags = [item.split("=", 1)[0] for item in unknown if item.startswith("-")]
     known = list(args.command_parser._option_string_actions)
     if args.takes_pipeline_options:
-        from bert_whitening.beam import pipeline_option_names
+        from bert_whitening.beam import pipeline_option_names, unknown_pipeline_options
 
-        beam_options = pipeline_option_names()
-        flags = [flag for flag in flags if flag not in beam_options]
-        known += beam_options
+        flags = unknown_pipeline_options(unknown)
         if not flags:
             return
+        known += pipeline_option_names()
     elif not flags:
         args.command_parser.error("unrecognized arguments: %s" % " ".join(unknown))
     close = difflib.get_close_matches(flags[0], known, n=1)
@@ -1225,21 +1224,16 @@ def main(argv=None):
             # wanted. No line, and no second error when the interpreter flushes at exit.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 128 + signal.SIGPIPE
-        except (BertWhiteningError, OSError) as error:
-            written = " (%s written in full before it)" % " and ".join(map(str, placed)) if placed else ""
-            logger.error("%s%s", error, written, exc_info=args.log_level == "DEBUG")
-            return 1
-        except Exception as error:  # noqa: BLE001  only the machine's memory running out; the rest as it is
-            if not _out_of_memory(error):
+        except Exception as error:  # noqa: BLE001  a refusal, or the machine's memory running out; the rest as it is
+            if isinstance(error, (BertWhiteningError, OSError)):
+                said = str(error)
+            elif _out_of_memory(error):
+                first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+                said = "out of memory (%s): lower --batch-size or --maxlen, or give the command less at once" % first
+            else:
                 raise
             written = " (%s written in full before it)" % " and ".join(map(str, placed)) if placed else ""
-            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            logger.error(
-                "out of memory (%s)%s: lower --batch-size or --maxlen, or give the command less at once",
-                first,
-                written,
-                exc_info=args.log_level == "DEBUG",
-            )
+            logger.error("%s%s", said, written, exc_info=args.log_level == "DEBUG")
             return 1
         except KeyboardInterrupt as interrupt:
             number = interrupt.args[0] if isinstance(interrupt, Interrupted) else signal.SIGINT

@@ -225,7 +225,7 @@ def check_fitted_on(what, fitted, identity, pooling, tokenization=None):
         )
     if fitted.pooling and fitted.pooling != pooling:
         raise WhiteningError("the %s was fitted on %s pooling, the encoder uses %s" % (what, fitted.pooling, pooling))
-    recorded = getattr(fitted, "tokenization", None) or {}
+    recorded = fitted.tokenization
     if recorded and tokenization and recorded != tokenization:
         raise WhiteningError(
             "the %s was fitted on text %s, the encoder reads it %s: give the same --maxlen and --cased "
@@ -599,11 +599,10 @@ class EncoderConfig:
         command line build (not yet checked against the model, `check`)."""
         from bert_whitening.whitening import Whitening
 
-        whitening_path = flow_path = hidden_size = None
-        if any(
-            isinstance(fitted, (str, os.PathLike)) for fitted in (whitening, flow)
-        ):  # one of another model: refused unread
-            hidden_size = find_model(optional_path(fields.get("model"), "model")).config["hidden_size"]
+        whitening_path = flow_path = files = hidden_size = None
+        if any(isinstance(fitted, (str, os.PathLike)) for fitted in (whitening, flow)):
+            files = find_model(optional_path(fields.get("model"), "model"))  # a file of another model: refused unread
+            hidden_size = files.config["hidden_size"]
         if isinstance(whitening, (str, os.PathLike)):
             whitening_path, whitening = os.fspath(whitening), Whitening.load(whitening, hidden_size)
         if isinstance(flow, (str, os.PathLike)):
@@ -612,7 +611,7 @@ class EncoderConfig:
             flow_path, flow = os.fspath(flow), Flow.load(flow, hidden_size)
         fitted = whitening if whitening is not None else flow
         pooling = pooling or getattr(fitted, "pooling", None) or DEFAULT_POOLING  # a non-Whitening: refused
-        return cls(
+        built = cls(
             pooling=pooling,
             whitening=whitening,
             whitening_path=whitening_path,
@@ -620,6 +619,9 @@ class EncoderConfig:
             flow_path=flow_path,
             **fields,
         )
+        if files is not None:
+            built.files = files  # found once (`files`): its configuration and vocabulary are not read again
+        return built
 
     @classmethod
     def from_config(cls, config, whitening=None, model=None, flow=None, where=None):

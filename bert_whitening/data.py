@@ -368,11 +368,8 @@ def _numbered_sentences(path, format, skip_bad_lines, opener):
 def _with_empty_lines(held, last):
     """``(number, line)`` of lines 1 to ``last``: the ``held`` non-empty ones, and the empty
     ones between them, made again as they are needed."""
-    numbers = iter(range(1, last + 1))
-    for number, line in held:
-        yield from ((empty, "") for empty in itertools.takewhile(lambda n, number=number: n < number, numbers))
-        yield number, line
-    yield from ((empty, "") for empty in numbers)
+    lines = dict(held)
+    return ((number, lines.get(number, "")) for number in range(1, last + 1))
 
 
 def distinct_sentences(splits):
