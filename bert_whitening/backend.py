@@ -112,8 +112,15 @@ def __getattr__(name):
     return names[name]
 
 
+def refuse_rows(bad, label):
+    """An assertion (an op of the graph, so TF Serving runs it) that no row is ``bad`` (bool
+    ``[batch]``): when one is, it fails with ``label`` and the rows' numbers (counting from 0)."""
+    rows = tf.where(bad)[:, 0]
+    return tf.debugging.Assert(tf.equal(tf.size(rows), 0), [label, rows], summarize=10)
+
+
 def graph_function(function, input_signature):
     """``function`` as a ``tf.function`` without AutoGraph: nothing this package traces (the
     Keras layers included) branches on a tensor, so converting the code would only add tracing
-    time (a fifth of a small flow fit)."""
+    time."""
     return tf.function(function, input_signature=input_signature, autograph=False)

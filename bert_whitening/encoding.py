@@ -348,12 +348,13 @@ def _file_blocks(encoders, paths, read, progress):
     naming its file and line (`check_vectors`), which the statistics it goes to do not know."""
     joint, ends = _side_by_side(encoders)
     for vectors, rows in encode_keyed(joint, _file_sentences(paths, read), read.batch_size, progress):
-        check_vectors(vectors, ", ".join(paths), normalized=False, keys=rows, stages=joint.config.stages)
+        check_vectors(vectors, "the files", normalized=False, keys=rows, stages=joint.config.stages)  # rows name them
         yield np.split(vectors, ends, axis=1)
 
 
 def _file_sentences(paths, read):
     """``((file, line), sentence)`` of each sentence of ``paths``, as it is read."""
     for path in paths:
+        name = display_name(path)
         for number, sentence in read_sentences(path, read.format, read.skip_bad_lines, numbered=True):
-            yield (display_name(path), number), sentence
+            yield (name, number), sentence

@@ -497,8 +497,7 @@ def load_tasks(
     for task, splits in loaded.items() if check_split else ():  # before any model is built
         for split, pairs in splits.items():
             check_split(split, pairs, split_file(directory, task, split))
-    if any(n_components):
-        _check_fit_on(fit_on, loaded)
+    _check_fit_on(fit_on, loaded)  # every run fits statistics (a raw one too): refused before the model
     maxlens = {task: task_maxlen(task, spec.maxlen) for task in tasks}
     poolings = list(poolings) or [spec.pooling]
     for pooling in poolings:

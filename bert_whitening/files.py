@@ -254,8 +254,8 @@ class CheckedFile:
         """The whole file as `NamedBytes`, its sha256 checked again on these very bytes; no more
         than its ``limit`` is read (one that grew past it since opening is refused)."""
         with self.reading() as stream:
-            data = stream.read(self.limit[0] + 1)
-            if len(data) > self.limit[0]:
+            data = stream.read(self.limit[0] + 1 if self.limit else -1)
+            if self.limit and len(data) > self.limit[0]:
                 self._refuse_larger(max(len(data), self.size))
         return NamedBytes(data, os.path.join(self.where, self.name))
 

@@ -691,6 +691,7 @@ def fit_flow(
             "the flow's training diverged: its weights hold NaN or inf after %d steps at learning_rate %g"
             % (steps, learning_rate)
         )
+    first, last = _first_and_last(losses)
     flow.training_summary = {
         "seed": seed,
         "vectors": len(vectors),
@@ -699,7 +700,8 @@ def fit_flow(
         "learning_rate": learning_rate,
         "steps": steps,
         "seconds": round(time.perf_counter() - started, 3),
-        **dict(zip(("nll_first_steps", "nll_last_steps"), _first_and_last(losses), strict=True)),
+        "nll_first_steps": first,
+        "nll_last_steps": last,
     }
     logger.info(
         "flow trained on %d vectors, %d steps: NLL %.4f -> %.4f bits/dim",

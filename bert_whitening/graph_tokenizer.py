@@ -32,7 +32,7 @@ import itertools
 import sys
 import unicodedata
 
-from bert_whitening.backend import tf
+from bert_whitening.backend import refuse_rows, tf
 
 # isort: split
 import tensorflow_text as tf_text  # after backend, which must set up TensorFlow first
@@ -222,7 +222,4 @@ def _refuse_invalid_utf8(text):
     refuses (overlong forms, surrogates and code points above U+10FFFF included), and leaves a
     valid row, U+FFFD included, as it is."""
     repaired = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
-    rows = tf.where(tf.not_equal(repaired, text))[:, 0]
-    return tf.debugging.Assert(
-        tf.equal(tf.size(rows), 0), ["text that is not UTF-8 in rows (counting from 0):", rows], summarize=10
-    )
+    return refuse_rows(tf.not_equal(repaired, text), "text that is not UTF-8 in rows (counting from 0):")

@@ -643,7 +643,8 @@ def fit_whitening(
     eigenvalues, vectors = eigenvalues[order], vectors[:, order]
     pivots = np.argmax(np.abs(vectors), axis=0)
     vectors = vectors * np.sign(vectors[pivots, np.arange(vectors.shape[1])])
-    floor = _floor(stats, eigenvalues[0])
+    resolved, rounding = _floor_terms(stats, eigenvalues[0])
+    floor = max(resolved, rounding)
     rank = int((eigenvalues > floor).sum())
     if rank == 0 and stats.identical:
         raise WhiteningError("all %d vectors are identical: nothing to whiten" % stats.count)
@@ -659,7 +660,6 @@ def fit_whitening(
             "to whiten" % (stats.count, eigenvalues[0], floor, stats.epsilon, _mean_squared_norm(stats))
         )
     if rank < stats.dim:
-        resolved, rounding = _floor_terms(stats, eigenvalues[0])
         logger.warning(
             "Sigma_beta (beta %g) of %d vectors of dimension %d has rank %d; %d eigenvalues at or "
             "below %.3g (smallest %.3g) are floored to %.3g (%s)",

@@ -434,3 +434,16 @@ def test_a_directory_output_is_new_unless_overwrite_and_overwrite_replaces_it_wh
         from bert_whitening.atomic import check_output_directory
 
         check_output_directory(str(link), overwrite=True)
+
+
+def test_an_export_version_that_is_a_link_is_not_replaced_even_with_overwrite(tmp_path):
+    """`export` kept its own copy of the directory rule, without its refusal of a link: the
+    exchange of `--version 3 --overwrite` replaced the link BASE/3 itself."""
+    from bert_whitening.export import target_version
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "3").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(BertWhiteningError, match="base/3: it is a symbolic link; name the directory itself"):
+        target_version(str(tmp_path / "base"), 3, overwrite=True)
+    assert target_version(str(tmp_path / "base")) == 4

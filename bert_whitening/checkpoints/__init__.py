@@ -265,10 +265,8 @@ def find_model(model=None):
     """
     from bert_whitening.checkpoints import google, huggingface
 
-    if model is None or model == BUILTIN_MODEL:
-        directory, name = builtin_model_dir(), BUILTIN_NAME
-    else:
-        directory, name = model, os.path.basename(os.path.normpath(model))
+    directory = model_directory(model)
+    name = BUILTIN_NAME if directory != model else os.path.basename(os.path.normpath(model))
     if not os.path.isdir(directory):
         found = "does not exist" if not os.path.lexists(directory) else "is not a directory"
         raise CheckpointError("model directory %s %s" % (directory, found))

@@ -12,7 +12,7 @@ import os
 import re
 
 from bert_whitening.arguments import MAX_VERSION, serving_version
-from bert_whitening.atomic import DIRECTORY, OutputAppeared, check_outputs, publish_directory
+from bert_whitening.atomic import OutputAppeared, check_output_directory, publish_directory
 from bert_whitening.errors import ExportError
 
 #: A version's name: ASCII digits only, as TF Serving reads them (``str.isdigit`` takes "²" and
@@ -22,7 +22,7 @@ _VERSION_NAME = re.compile("[0-9]+")
 
 def target_version(base, version=None, overwrite=False, inputs=()):
     """The version to write: ``version``, or one more than the highest in ``base``; ``BASE/N``
-    checked as the run's output against its ``inputs`` (`bert_whitening.atomic.check_outputs`),
+    checked as the run's output against its ``inputs`` (`bert_whitening.atomic.check_output_directory`),
     so that an input inside a version ``overwrite`` replaces is refused, not removed with it.
     ``base`` itself is kept: files in it may be inputs."""
     if os.path.exists(base) and not os.path.isdir(base):
@@ -39,7 +39,7 @@ def target_version(base, version=None, overwrite=False, inputs=()):
             raise ExportError(
                 "%s already exists; pass overwrite (--overwrite) to replace it" % os.path.join(base, str(version))
             )
-    check_outputs([(os.path.join(base, str(version)), DIRECTORY)], inputs)
+    check_output_directory(os.path.join(base, str(version)), inputs, overwrite)  # the one rule: never a link
     return version
 
 

@@ -26,7 +26,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from bert_whitening.atomic import staged_directory
-from bert_whitening.backend import graph_function, tf
+from bert_whitening.backend import graph_function, refuse_rows, tf
 from bert_whitening.config import versions
 from bert_whitening.errors import BertWhiteningError, ExportError
 from bert_whitening.export.layout import publish, target_version
@@ -101,16 +101,17 @@ class ServingModule(tf.Module):
                 self.maxlen,
                 message="input_ids longer than the exported maxlen %d, where encode cuts sentences" % self.maxlen,
             ),
-            _refuse_rows(
-                tf.reduce_all(tf.equal(input_ids, 0), axis=1), "input_ids rows with no token (all 0, the padding id)"
+            refuse_rows(
+                tf.reduce_all(tf.equal(input_ids, 0), axis=1),
+                "input_ids rows with no token (all 0, the padding id), counting from 0:",
             ),
-            _refuse_rows(
+            refuse_rows(
                 tf.reduce_any((input_ids < 0) | (input_ids >= self.vocab_size), axis=1),
-                "input_ids rows with an id outside the vocabulary [0, %d)" % self.vocab_size,
+                "input_ids rows with an id outside the vocabulary [0, %d), counting from 0:" % self.vocab_size,
             ),
-            _refuse_rows(
+            refuse_rows(
                 tf.reduce_any(tf.not_equal(segment_ids, 0), axis=1),
-                "segment_ids rows with a segment id other than 0 (encode feeds 0)",
+                "segment_ids rows with a segment id other than 0 (encode feeds 0), counting from 0:",
             ),
         ]
         # The model reads its inputs only after the checks: nothing else orders a stateless op
@@ -144,13 +145,6 @@ class ServingModule(tf.Module):
         if hasattr(self, "serve_search"):
             signatures["serve_search"] = self.serve_search
         return signatures
-
-
-def _refuse_rows(bad, message):
-    """An assertion (an op of the graph, so TF Serving runs it) that no row is ``bad`` (bool
-    ``[batch]``), naming the rows that are after ``message``."""
-    rows = tf.where(bad)[:, 0]
-    return tf.debugging.Assert(tf.equal(tf.size(rows), 0), [message + ", counting from 0:", rows], summarize=10)
 
 
 def export_saved_model(

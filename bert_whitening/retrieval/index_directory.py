@@ -115,12 +115,12 @@ class IndexWriter:
         for (path, line), text in zip(keys, texts or [None] * len(keys), strict=True):
             key_row = "%s\t%d" % (shown_name(path).replace("\t", "\\t").replace("\n", "\\n"), line)
             text_row = json.dumps(text, ensure_ascii=False)
-            for name, row in ((KEYS_FILE, key_row), (TEXTS_FILE, text_row)):
-                if len(row.encode("utf-8")) > ROW_BYTES:  # the index would be refused when read
-                    raise DataError(
-                        "%s:%d: its %s row would take %d bytes, more than an index reads (%d)"
-                        % (shown_name(path), line, name, len(row.encode("utf-8")), ROW_BYTES)
-                    )
+            size = len(text_row.encode("utf-8"))  # a key row (a path and a number) is far shorter
+            if size > ROW_BYTES:  # the index would be refused when read
+                raise DataError(
+                    "%s:%d: its %s row would take %d bytes, more than an index reads (%d)"
+                    % (shown_name(path), line, TEXTS_FILE, size, ROW_BYTES)
+                )
             self.keys.write(key_row + "\n")
             self.texts.write(text_row + "\n")
         self.index.add(vectors)
