@@ -496,3 +496,17 @@ def test_bfloat16_rounds_the_transformer_only(encoders, whitened):
 def test_unknown_precision_lists_the_choices(encoders):
     with pytest.raises(ValueError, match="float32, bfloat16"):
         set_precision("float16")
+
+
+def test_a_checkpoint_that_could_not_be_loaded_in_memory_is_refused_before_the_build(tiny_model, monkeypatch):
+    """Loading a Google checkpoint holds every variable the model reads beside the model's own
+    float32 copy: at one byte less than both, the model is refused naming the limit."""
+    from bert_whitening import config
+
+    _, weights = tiny_model
+    needed = 2 * 4 * sum(np.size(value) for name, value in weights.items() if not name.startswith("bert/pooler/"))
+    monkeypatch.setattr(config, "usable_memory", lambda: config.MemoryLimit(needed - 1, "the {} of a test"))
+    with pytest.raises(CheckpointError, match=r"loading bert_model.ckpt needs about .*, more than the .* of a test$"):
+        build_encoder(tiny_model[0], pooling="cls")
+    monkeypatch.setattr(config, "usable_memory", lambda: config.MemoryLimit(needed, "the {} of a test"))
+    assert build_encoder(tiny_model[0], pooling="cls").model is not None

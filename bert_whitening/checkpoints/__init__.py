@@ -19,6 +19,7 @@ import functools
 import hashlib
 import io
 import json
+import math
 import os
 import re
 from typing import Callable
@@ -197,6 +198,31 @@ class ModelFiles:
                     os.path.basename(self.config_path),
                     os.path.basename(self.weights_path),
                     "; ".join(larger),
+                )
+            )
+
+    def check_load_memory(self):
+        """Refuse weights that could not be loaded in the memory this process may use
+        (`bert_whitening.config.usable_memory`), from the variables' shapes alone, before any is
+        read: loading holds the values read (the whole ``model.safetensors``, or every variable a
+        model loads from a Google checkpoint) beside the model's float32 variables, and a file
+        larger than the memory was read until the allocator failed."""
+        from bert_whitening.config import usable_memory
+
+        used = [shape for name, shape in self.variable_shapes.items() if not UNUSED_VARIABLES.fullmatch(name)]
+        model_bytes = 4 * sum(math.prod(shape) for shape in used)
+        read_size = os.path.getsize(self.weights_path) if self.format == "huggingface" else model_bytes
+        memory = usable_memory()
+        if model_bytes + read_size > memory.bytes:
+            raise CheckpointError(
+                "%s: loading %s needs about %.1f GB (%.1f GB of float32 variables and %.1f GB read), more than %s"
+                % (
+                    self.directory,
+                    os.path.basename(self.weights_path),
+                    (model_bytes + read_size) / 1e9,
+                    model_bytes / 1e9,
+                    read_size / 1e9,
+                    memory,
                 )
             )
 
