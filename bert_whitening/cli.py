@@ -27,6 +27,7 @@ import functools
 import gc
 import glob
 import io
+import itertools
 import logging
 import math
 import os
@@ -53,6 +54,7 @@ from bert_whitening.data import (
     ReadOptions,
     check_read_once,
     check_readable,
+    chunked,
     display_name,
     read_sentences,
     task_files,
@@ -1056,24 +1058,60 @@ def run_index(args):
 
 def run_search(args):
     import json
+    import textwrap
 
-    from bert_whitening.retrieval.search import format_hits, search, search_queries
+    from bert_whitening.retrieval.search import format_hits, search_queries, searched
 
-    queries = list(args.query)
-    labels = ["QUERY %d is empty" % number for number in range(1, len(queries) + 1)]
-    if args.queries:
-        for number, query in enumerate(read_sentences(args.queries, "lines"), 1):
-            queries.append(query)
-            labels.append("%s:%d: an empty query" % (display_name(args.queries), number))
-    search_queries(queries, labels)  # before the index is opened
-    if not queries:
+    if args.queries and args.queries != STDIN and os.path.isfile(args.queries):
+        for query_list in _query_lists(args):  # read again below: every line is checked before the index is opened
+            search_queries(*query_list)
+    query_lists = _query_lists(args)
+    first = next(query_lists, None)
+    if first is None:
         raise BertWhiteningError(
             "%s: no queries in it" % display_name(args.queries)
             if args.queries
             else "no queries: give QUERY arguments or --queries FILE"
         )
-    results = search(args.index, queries, args.top_k, args.model, args.pooling, args.whitening, args.batch_size)
-    print(json.dumps(results, indent=2, ensure_ascii=False) if args.format == "json" else format_hits(results))
+    search_queries(*first)  # before the index is opened
+    results = searched(
+        args.index,
+        itertools.chain([first], query_lists),
+        args.top_k,
+        args.model,
+        args.pooling,
+        args.whitening,
+        args.batch_size,
+    )
+    if args.format == "text":
+        for found in results:
+            print(format_hits(found))
+        return
+    # json.dumps of every result at once, indent 2, written a result at a time
+    separator = "[\n"
+    for found in results:
+        for result in found:
+            print(separator + textwrap.indent(json.dumps(result, indent=2, ensure_ascii=False), "  "), end="")
+            separator = ",\n"
+    print("\n]")
+
+
+def _query_lists(args):
+    """``(queries, labels)`` of the QUERY arguments, then of the lines of ``--queries``,
+    `QUERIES_AT_ONCE` at a time, read as they are asked for; each label names where its query
+    came from, for `search_queries`' refusal of an empty one."""
+    from bert_whitening.retrieval.search import QUERIES_AT_ONCE
+
+    numbered = (("QUERY %d is empty" % number, query) for number, query in enumerate(args.query, 1))
+    if args.queries:
+        name = display_name(args.queries)
+        lines = read_sentences(args.queries, "lines")
+        numbered = itertools.chain(
+            numbered, (("%s:%d: an empty query" % (name, number), query) for number, query in enumerate(lines, 1))
+        )
+    for chunk in chunked(numbered, QUERIES_AT_ONCE):
+        labels, queries = zip(*chunk, strict=True)
+        yield list(queries), list(labels)
 
 
 def run_convert_hf(args):

@@ -571,3 +571,66 @@ def test_the_python_searches_refuse_an_empty_query_too(indexed):
     in_memory = SentenceEncoder.load(model).index(["今天天气很好", "我们在北京"])
     with pytest.raises(ValueError, match=r"^queries\[0\] is empty: nothing to search for$"):
         in_memory.search([""])
+
+
+def test_search_streams_its_queries_and_writes_what_one_search_of_them_all_gives(
+    indexed, tmp_path, monkeypatch, capsys
+):
+    """A --queries file is searched QUERIES_AT_ONCE queries at a time, the model built once; the
+    text and JSON written are those of one `search` of every query (json.dumps of its results)."""
+    from bert_whitening import models
+    from bert_whitening.retrieval.search import format_hits, search
+
+    model, corpus, whitening, vectors, index = indexed
+    queries = tmp_path / "queries.txt"
+    queries.write_text("".join(s + "\n" for s in MANY[10:15]), encoding="utf-8")
+    expected = search(str(index), [MANY[3]] + MANY[10:15], top_k=4)
+    builds = []
+    monkeypatch.setattr(models, "build", lambda config, build=models.build: builds.append(config) or build(config))
+    monkeypatch.setattr(search_module, "QUERIES_AT_ONCE", 2)
+    capsys.readouterr()
+    assert run("search", "--index", index, "--top-k", 4, "--queries", queries, "--format", "json", MANY[3]) == 0
+    assert capsys.readouterr().out == json.dumps(expected, indent=2, ensure_ascii=False) + "\n"
+    assert run("search", "--index", index, "--top-k", 4, "--queries", queries, MANY[3]) == 0
+    assert capsys.readouterr().out == format_hits(expected) + "\n"
+    assert len(builds) == 2  # once a command
+
+
+def test_searched_reads_a_list_of_queries_once_the_hits_before_it_are_out(indexed):
+    from bert_whitening.retrieval.search import searched
+
+    pulled = []
+
+    def query_lists():
+        for number in range(3):
+            pulled.append(number)
+            yield MANY[number : number + 2], None
+
+    results = searched(str(indexed[-1]), query_lists(), top_k=1)
+    for number, found in enumerate(results):
+        assert pulled == list(range(number + 1))
+        assert [result["hits"][0]["text"] for result in found] == MANY[number : number + 2]
+
+
+def test_search_checks_every_line_of_a_queries_file_before_the_index_is_opened(
+    indexed, tmp_path, monkeypatch, capsys, caplog
+):
+    """Searched a few queries at a time, a file's empty line far down is still refused before
+    anything is written; standard input, read once, is refused when its line is reached."""
+    import io
+    import sys
+
+    monkeypatch.setattr(search_module, "QUERIES_AT_ONCE", 2)
+    queries = tmp_path / "queries.txt"
+    queries.write_text("".join(s + "\n" for s in MANY[10:14]) + " \n" + MANY[15] + "\n", encoding="utf-8")
+    capsys.readouterr()
+    assert run("search", "--index", indexed[-1], "--queries", queries) == 1
+    assert one_error(caplog) == "%s:5: an empty query: nothing to search for" % queries
+    assert capsys.readouterr().out == ""
+    caplog.clear()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(open(queries, "rb")))
+    assert run("search", "--index", indexed[-1], "--queries", "-") == 1
+    assert one_error(caplog).endswith(":5: an empty query: nothing to search for")
+    assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("query: ")] == [
+        "query: %s" % query for query in MANY[10:14]
+    ]

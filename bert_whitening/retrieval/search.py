@@ -183,17 +183,33 @@ def search(
     "score" (cosine), "file", "line", "text"}]}]``, all read from the index directory: a path,
     or an `IndexDirectory` opened earlier, read from the descriptors checked then (what
     `SentenceEncoder.index` returns searches the index it wrote, whatever bears its name since)."""
+    return next(searched(directory, [(queries, None)], top_k, model, pooling, whitening_path, batch_size))
+
+
+#: Queries the command line encodes and searches at a time: what it holds of a ``--queries``
+#: file, and of their hits.
+QUERIES_AT_ONCE = 8192
+
+
+def searched(directory, query_lists, top_k=10, model=None, pooling=None, whitening_path=None, batch_size=128):
+    """`search`'s hits of each list of ``query_lists`` (``(queries, labels)`` pairs, as
+    `search_queries` takes them), in order, each list read once the hits of the one before are
+    out: a search of any number of queries holds one list and its hits. The index is opened
+    (by FAISS too) and the model built once, after the first list's queries are checked, so what
+    is refused of them or of the index is refused before TensorFlow."""
     index = directory if isinstance(directory, IndexDirectory) else IndexDirectory(directory)
     config = query_config(index, model, pooling, whitening_path)
-    queries, top_k = search_queries(queries), positive_int(top_k, "top_k")
+    query_lists, top_k = iter(query_lists), positive_int(top_k, "top_k")
+    first = search_queries(*next(query_lists))
     index.index  # noqa: B018  read by FAISS now: whatever is refused is refused before TensorFlow and the model
     from bert_whitening.encoding import encode
     from bert_whitening.models import build
 
-    vectors = encode(build(config), queries, batch_size, progress=False)
-    scores, ids = index.search(vectors, top_k)
-    rows = index.rows(set(ids.ravel().tolist()) - {-1})
-    return hits(queries, scores, ids, lambda row: rows[row])
+    encoder = build(config)
+    for queries in itertools.chain([first], (search_queries(*pair) for pair in query_lists)):
+        scores, ids = index.search(encode(encoder, queries, batch_size, progress=False), top_k)
+        rows = index.rows(set(ids.ravel().tolist()) - {-1})
+        yield hits(queries, scores, ids, lambda row: rows[row])
 
 
 def hits(queries, scores, ids, row_of):
