@@ -173,11 +173,12 @@ def load_transformer(files, model_type, with_pooler, described, trainable=False)
     """``(inputs, first block, last block, pooler or None)`` of the transformer of the model
     ``files`` as ``model_type``, its weights loaded once they are known to fit its configuration:
     no size larger than the weights hold (`ModelFiles.check_sizes`, before a layer is built),
-    weights that fit in memory (`ModelFiles.check_load_memory`), then exactly the variables the transformer loads, of their shapes
-    (`ModelFiles.check_variables`); refusals call the model ``described`` ("a bert model with
-    cls pooling"). A plain BERT is a `FusedBert`, its weights ``trainable`` or not; any other
-    model is bert4keras' graph, which cannot be trained. Every encoder is built on it, and
-    ``convert-hf`` checks what it converts with it (`bert_whitening.checkpoints.huggingface`)."""
+    weights that fit in memory (`ModelFiles.check_load_memory`), then exactly the variables the
+    transformer loads, of their shapes (`ModelFiles.check_variables`); refusals call the model
+    ``described`` ("a bert model with cls pooling"). A plain BERT is a `FusedBert`, its weights
+    ``trainable`` or not; any other model is bert4keras' graph, which cannot be trained. Every
+    encoder is built on it, and ``convert-hf`` checks what it converts with it
+    (`bert_whitening.checkpoints.huggingface`)."""
     family = MODEL_TYPES[model_type]
     files.check_sizes(family.absolute_positions)
     files.check_load_memory()

@@ -209,7 +209,7 @@ def searched(directory, query_lists, top_k=10, model=None, pooling=None, whiteni
     for queries in itertools.chain([first], (search_queries(*pair) for pair in query_lists)):
         scores, ids = index.search(encode(encoder, queries, batch_size, progress=False), top_k)
         rows = index.rows(set(ids.ravel().tolist()) - {-1})
-        yield hits(queries, scores, ids, lambda row: rows[row])
+        yield hits(queries, scores, ids, rows.__getitem__)
 
 
 def hits(queries, scores, ids, row_of):
