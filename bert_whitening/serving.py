@@ -105,13 +105,7 @@ def ids_request(input_ids, segment_ids=None, format="row"):
     refuses ids outside its vocabulary, which the client does not know), and segment ids other
     than 0, which the model refuses too (``encode`` feeds 0 alone)."""
     check_choice("request format", format, REQUEST_FORMATS)
-    input_ids = _padded(id_lists(input_ids, "input_ids", INT32_END, TOKEN_ID_BOUNDS), "input_ids")
-    if segment_ids is None:
-        segment_ids = np.zeros_like(input_ids)
-    else:
-        segment_ids = _padded(id_lists(segment_ids, "segment_ids", 1, SEGMENT_ID_BOUNDS), "segment_ids")
-    if segment_ids.shape != input_ids.shape:
-        raise BertWhiteningError("segment_ids have shape %s, input_ids %s" % (segment_ids.shape, input_ids.shape))
+    input_ids, segment_ids = _request_ids(input_ids, segment_ids)
     if format == "row":
         instances = [
             {"input_ids": ids.tolist(), "segment_ids": segs.tolist()}
@@ -405,6 +399,18 @@ class _DeadlineConnection(http.client.HTTPConnection):
         raise failure or OSError("%s resolves to no address" % self.host)
 
 
+def _request_ids(input_ids, segment_ids):
+    """``(input_ids, segment_ids)`` checked and padded to int32 arrays of one shape, for a REST
+    body (`ids_request`) or a gRPC request (`grpc_request`)."""
+    input_ids = _padded(id_lists(input_ids, "input_ids", INT32_END, TOKEN_ID_BOUNDS), "input_ids")
+    if segment_ids is None:
+        return input_ids, np.zeros_like(input_ids)
+    segment_ids = _padded(id_lists(segment_ids, "segment_ids", 1, SEGMENT_ID_BOUNDS), "segment_ids")
+    if segment_ids.shape != input_ids.shape:
+        raise BertWhiteningError("segment_ids have shape %s, input_ids %s" % (segment_ids.shape, input_ids.shape))
+    return input_ids, segment_ids
+
+
 def grpc_request(model, sentences=None, input_ids=None, segment_ids=None, version=None):
     """A ``tensorflow_serving.apis.predict_pb2.PredictRequest`` for either signature.
 
@@ -425,9 +431,8 @@ def grpc_request(model, sentences=None, input_ids=None, segment_ids=None, versio
         request.inputs["text"].CopyFrom(tf.make_tensor_proto(request_sentences(sentences), tf.string))
     else:
         request.model_spec.signature_name = IDS_SIGNATURE
-        body = ids_request(input_ids, segment_ids, "columnar")["inputs"]
-        for name in ("input_ids", "segment_ids"):
-            request.inputs[name].CopyFrom(tf.make_tensor_proto(np.asarray(body[name], np.int32)))
+        for name, ids in zip(("input_ids", "segment_ids"), _request_ids(input_ids, segment_ids), strict=True):
+            request.inputs[name].CopyFrom(tf.make_tensor_proto(ids))
     return request
 
 
