@@ -24,10 +24,11 @@ def shown(value):
 
 
 def container(value, name, what, one="sentence"):
-    """Refuse what cannot be a list of ``what``: None, a single str or bytes (``one`` of them:
-    the hint says to put it in a list), a non-iterable."""
-    if value is None or isinstance(value, (str, bytes, bytearray)) or not hasattr(value, "__iter__"):
-        hint = " (one %s: put it in a list)" % one if isinstance(value, (str, bytes, bytearray)) else ""
+    """Refuse what cannot be a list of ``what``: None, a single str or bytes, or a 0-d numpy
+    array of one (``one`` of them: the hint says to put it in a list), a non-iterable."""
+    single = isinstance(value, (str, bytes, bytearray)) or getattr(value, "ndim", None) == 0
+    if value is None or single or not hasattr(value, "__iter__"):
+        hint = " (one %s: put it in a list)" % one if single else ""
         raise BertWhiteningError(
             "%s must be a list of %s, got %s %s%s" % (name, what, type(value).__name__, shown(value), hint)
         )
@@ -201,6 +202,13 @@ def optional_path(value, name):
 
 def str_list(value, name, what):
     """``value`` as a list of str (``what``: what each names), refusing a single str, which
-    would be iterated character by character."""
+    would be iterated character by character, and what has no order to give results in: a set
+    (its order is the hashes') or a mapping (its keys would be taken)."""
     container(value, name, what)
+    if isinstance(value, (collections.abc.Set, collections.abc.Mapping)):
+        kind = "set" if isinstance(value, collections.abc.Set) else "mapping"
+        raise BertWhiteningError(
+            "%s must be a list of %s, got %s %s: results come in the list's order, and a %s has none"
+            % (name, what, type(value).__name__, shown(value), kind)
+        )
     return [_text(item, name, index) for index, item in enumerate(value)]

@@ -376,10 +376,11 @@ def flow_summary(flow):
     }
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class EncoderConfig:
     """How to build an encoder, whitened or not, and what its vectors are: small and picklable
-    (Beam ships it to its workers), unlike the encoder.
+    (Beam ships it to its workers), unlike the encoder. Frozen: an encoder built from it and
+    the record written of it describe the same vectors (`dataclasses.replace` makes another).
 
     Attributes:
         model: a Google-format or Hugging Face BERT directory; None or ``minilm`` for the
@@ -419,14 +420,17 @@ class EncoderConfig:
         fail deep inside. Paths (``pathlib`` too) are kept as str; nothing is read here."""
         from bert_whitening.whitening import Whitening
 
-        self.model = optional_path(self.model, "model")
-        self.model_type = text(self.model_type, "model_type")
-        self.pooling = text(self.pooling, "pooling")
-        if self.maxlen is not None:  # None: filled in per task (evaluation); `check` refuses it
-            self.maxlen = positive_int(self.maxlen, "maxlen")
-        for name in ("lowercase", "normalize", "allow_rank_deficient"):
-            setattr(self, name, boolean(getattr(self, name), name))
-        self.n_components = optional_integer(self.n_components, "n_components")
+        checked = {
+            "model": optional_path(self.model, "model"),
+            "model_type": text(self.model_type, "model_type"),
+            "pooling": text(self.pooling, "pooling"),
+            # None: filled in per task (evaluation); `check` refuses it
+            "maxlen": None if self.maxlen is None else positive_int(self.maxlen, "maxlen"),
+            **{name: boolean(getattr(self, name), name) for name in ("lowercase", "normalize", "allow_rank_deficient")},
+            "n_components": optional_integer(self.n_components, "n_components"),
+            "whitening_path": optional_path(self.whitening_path, "whitening_path"),
+            "flow_path": optional_path(self.flow_path, "flow_path"),
+        }
         if self.whitening is not None and not isinstance(self.whitening, Whitening):
             raise BertWhiteningError(
                 "whitening must be a Whitening (to SentenceEncoder.load, or its file) or None, got %s"
@@ -440,8 +444,8 @@ class EncoderConfig:
                 % "%s %s"
                 % (type(self.flow).__name__, shown(self.flow))
             )
-        self.whitening_path = optional_path(self.whitening_path, "whitening_path")
-        self.flow_path = optional_path(self.flow_path, "flow_path")
+        for name, value in checked.items():  # frozen: set once, here (see the class docstring)
+            object.__setattr__(self, name, value)
 
     def check(self):
         """Refuse what the options and the model's configuration rule out, before any weights

@@ -65,7 +65,7 @@ import numpy as np
 import scipy.linalg
 from tqdm.auto import tqdm
 
-from bert_whitening.arguments import boolean, shown
+from bert_whitening.arguments import boolean, positive_int, shown, vector_array
 from bert_whitening.atomic import write_stream_atomically
 from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, JSON_BYTES, MODEL_SIZES, NpzMembers, first_few
@@ -395,7 +395,7 @@ class Flow(keras.Model):
 
     def transform(self, vectors, batch_size=8192):
         """The latents of ``vectors``, the flow's sentence vectors: ``(n, dim)`` float64."""
-        vectors = _checked(vectors, self.dim)
+        vectors, batch_size = _checked(vectors, self.dim), positive_int(batch_size, "batch_size")
         if self._compiled is None:
             self._compiled = graph_function(self.call, [tf.TensorSpec([None, self.dim], tf.float64)])
         latents = np.zeros_like(vectors)
@@ -492,9 +492,13 @@ def _first_and_last(losses, most=10):
 
 
 def _checked(vectors, dim=None):
-    vectors = np.asarray(vectors, dtype=np.float64)
-    if vectors.ndim != 2 or (dim is not None and vectors.shape[1] != dim):
-        raise FlowError("expected vectors of shape (n, %s), got %s" % (dim or "dim", vectors.shape))
+    """``vectors`` as float64, refused as `bert_whitening.whitening.WhiteningStats.update`
+    refuses them (`vector_array`: real numbers, not strings numpy would parse or bools), of
+    ``dim`` columns when given, and finite."""
+    vectors = vector_array(vectors, "vectors", error=FlowError)
+    if dim is not None and vectors.shape[1] != dim:
+        raise FlowError("expected vectors of shape (n, %s), got %s" % (dim, vectors.shape))
+    vectors = vectors.astype(np.float64)
     if not np.isfinite(vectors).all():
         raise FlowError("vectors contain NaN or inf")
     return vectors

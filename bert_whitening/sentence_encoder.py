@@ -90,9 +90,20 @@ class SentenceEncoder:
 
     def __init__(self, config: EncoderConfig):
         config.check()  # refuse what does not fit the model before any weights are read
-        self.config = config
+        self._config = config
         self._pooled = None  # the unwhitened Keras encoder, shared by fit and the whitened one
         self._encoder = None
+
+    @property
+    def config(self) -> EncoderConfig:
+        """What this encoder's vectors are (frozen, and not to be replaced from outside: the
+        Keras encoders built from it are kept, and `save` records it)."""
+        return self._config
+
+    def __reduce__(self):
+        """Copied and pickled as its configuration (`EncoderConfig` pickles as numpy): the
+        Keras models built are not, and are built again on first use."""
+        return SentenceEncoder, (self._config,)
 
     @classmethod
     @_saved_loaded_alone
@@ -420,7 +431,7 @@ class SentenceEncoder:
             report=report,
             progress=progress,
         )
-        self.config = dataclasses.replace(self._unwhitened_config(), model=output, normalize=config.normalize)
+        self._config = dataclasses.replace(self._unwhitened_config(), model=output, normalize=config.normalize)
         self._pooled = self._encoder = None
         return result.record
 
@@ -435,7 +446,7 @@ class SentenceEncoder:
 
     def _apply(self, whitening=None, flow=None):
         """From now on, encode with this newly fitted whitening or flow (normalised)."""
-        self.config = dataclasses.replace(self._unwhitened_config(), whitening=whitening, flow=flow, normalize=True)
+        self._config = dataclasses.replace(self._unwhitened_config(), whitening=whitening, flow=flow, normalize=True)
         self._encoder = None
 
     def save(self, directory: str, overwrite: bool = False) -> None:

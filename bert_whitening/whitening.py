@@ -26,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-from bert_whitening.arguments import positive_int, vector_array
+from bert_whitening.arguments import integer, positive_int, vector_array
 from bert_whitening.atomic import write_stream_atomically
 from bert_whitening.bounded import JSON_BYTES, MODEL_SIZES, NpzMembers
 from bert_whitening.errors import BertWhiteningError, DataError, WhiteningError
@@ -243,14 +243,20 @@ class Whitening:
         would scale directions that only carry round-off noise; it is refused unless
         ``allow_rank_deficient``.
         """
-        k = self.n_components if n_components is None else int(n_components)
+        k = self.n_components if n_components is None else integer(n_components, "n_components")
         return resolve_components(k, self.dim, self.rank, allow_rank_deficient)
 
     def transform(self, vectors, n_components=None, allow_rank_deficient=False):
-        """Whiten (unless ``k`` is 0) and L2-normalise, as the original ``transform_and_normalize``."""
+        """Whiten (unless ``k`` is 0) and L2-normalise, as the original ``transform_and_normalize``;
+        ``vectors`` are refused as `WhiteningStats.update` refuses them (not real numbers, not of
+        this whitening's dimension, NaN or infinite), naming the first bad row."""
         k = self.components(n_components, allow_rank_deficient)
+        vectors = vector_array(vectors, "vectors", error=WhiteningError)
+        if vectors.shape[1] != self.dim:
+            raise WhiteningError("vectors: of dimension %d, the whitening's is %d" % (vectors.shape[1], self.dim))
+        check_vectors(vectors, "vectors", normalized=False)
         if not k:
-            return l2_normalize(np.asarray(vectors))
+            return l2_normalize(vectors)
         return transform_and_normalize(vectors, self.kernel[:, :k], self.bias)
 
     def save(self, path):
@@ -746,8 +752,12 @@ def l2_normalize(vectors, epsilon=1e-8):
     ``[0, 1]``: squaring the raw entries overflows to inf above the square root of the dtype's
     largest number (about 1e19 in float32), and a row would come out as zeros, or underflows
     to 0 for tiny rows. The clip compares the true norm, ``scale * norm of the scaled row``.
+    Integer vectors are divided in float64, as the original's numpy divides them: in their own
+    dtype every norm would be cut to a whole number.
     """
     vectors = np.asarray(vectors)
+    if vectors.dtype.kind != "f":
+        vectors = vectors.astype(np.float64)
     scale = np.abs(vectors).max(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         scaled = vectors / np.where(scale > 0, scale, 1).astype(vectors.dtype)

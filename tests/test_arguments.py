@@ -23,6 +23,9 @@ NOT_LISTS = [
     (b"abc", "got bytes b'abc' (one sentence: put it in a list)"),
     (None, "sentences must be a list of sentences (str), got NoneType None"),
     (42, "got int 42"),
+    (np.array("abc"), "got ndarray array('abc', dtype='<U3') (one sentence: put it in a list)"),
+    ({"b", "a"}, "got set {'"),  # ordered by hashes: the rows would come in no order of the caller's
+    ({"a": 1, "b": 2}, "got dict {'a': 1, 'b': 2}: results come in the list's order, and a mapping has none"),
 ]
 BAD_ITEMS = [
     (["fine", 3], "sentences[1] must be a str, got int 3"),
@@ -118,3 +121,8 @@ def test_the_module_functions_name_what_they_got_for_an_encoder(encoders, call, 
     AttributeError."""
     with pytest.raises(BertWhiteningError, match=message):
         call(encoders)
+
+
+def test_a_set_of_sentences_is_still_a_stream_to_fit():
+    """Only a list whose order names the results must be ordered; fitting has no results per row."""
+    assert sorted(sentence_stream({"b", "a"})) == ["a", "b"]

@@ -647,3 +647,23 @@ def test_a_flow_records_its_tokenization_and_refuses_a_crafted_one(tmp_path):
     np.savez(tmp_path / "crafted.npz", **arrays)
     with pytest.raises(FlowError, match=re.escape("%s: its tokenization is {'maxlen': 1" % (tmp_path / "crafted.npz"))):
         Flow.load(str(tmp_path / "crafted.npz"))
+
+
+@pytest.mark.parametrize(
+    "vectors, message",
+    [
+        (lambda x: x.astype(str), "vectors: holds <U"),  # numpy parsed the strings as numbers
+        (lambda x: x > 0, "vectors: holds bool, expected vectors of real numbers"),
+        (lambda x: x + 1j, "vectors: holds complex128"),  # the imaginary part was dropped with a warning
+    ],
+)
+def test_a_flow_takes_the_vectors_the_statistics_take(vectors, message):
+    """Trained on or applied to: the same refusal as `WhiteningStats.update`'s."""
+    x = sample(rows=64)
+    with pytest.raises(FlowError, match="^" + re.escape(message)):
+        fit_flow(vectors(x), SMALL, progress=False)
+    flow = Flow(16, FlowConfig(**SMALL))
+    with pytest.raises(FlowError, match="^" + re.escape(message)):
+        flow.transform(vectors(x))
+    with pytest.raises(BertWhiteningError, match="^batch_size must be a positive integer, got 0$"):
+        flow.transform(x, batch_size=0)

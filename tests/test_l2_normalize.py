@@ -37,3 +37,12 @@ def test_huge_vectors_keep_their_direction(normalize):
     below = direction * np.float32(1e-9)  # a norm below epsilon is divided by epsilon, as ever
     np.testing.assert_allclose(normalize(below), below / 1e-8, rtol=1e-6)
     np.testing.assert_array_equal(normalize(np.zeros((1, 4), np.float32)), np.zeros((1, 4)))
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int8, np.uint8])
+def test_integer_vectors_are_normalised_in_float64_as_the_original_does(dtype):
+    """In their own dtype every norm was cut to a whole number: [1, 1] came out of norm 1.41."""
+    x = np.array([[1, 1], [3, 4], [0, 0], [1, 0]], dtype=dtype)
+    normalized = l2_normalize(x)
+    assert normalized.dtype == np.float64
+    np.testing.assert_allclose(normalized, original_transform_and_normalize(x.astype(np.float64)), rtol=1e-15)

@@ -375,3 +375,30 @@ def test_a_fitted_file_of_another_dimension_is_refused_before_its_arrays_are_rea
         match="^%s: the %s has dimension 40 but the model's hidden size is 24" % (re.escape(path), kind),
     ):
         SentenceEncoder.load(tiny_model[0], **{kind: path})
+
+
+def test_a_used_encoder_copies_and_pickles_as_its_configuration(fitted):
+    """Once its Keras models were built, a copy failed deep inside Keras (joblib and
+    multiprocessing pickle what they are given)."""
+    import copy
+    import pickle
+
+    from bert_whitening.config import whitening_digest
+
+    encoder, _ = fitted
+    expected = encoder.encode(SENTENCES)
+    for copied in (copy.deepcopy(encoder), pickle.loads(pickle.dumps(encoder))):
+        assert whitening_digest(copied.config.whitening) == whitening_digest(encoder.config.whitening)
+        np.testing.assert_array_equal(copied.encode(SENTENCES), expected)
+
+
+def test_an_encoder_s_configuration_cannot_be_changed_under_it(fitted):
+    """A pooling set on the configuration was not what encode used, and was what save wrote."""
+    import dataclasses
+
+    encoder, _ = fitted
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        encoder.config.pooling = "cls"
+    with pytest.raises(AttributeError):
+        encoder.config = dataclasses.replace(encoder.config, pooling="cls")
+    assert encoder.config.pooling == "first-last-avg"

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from bert_whitening.errors import WhiteningError
+from bert_whitening.errors import BertWhiteningError, WhiteningError
 from bert_whitening.whitening import (
     Whitening,
     WhiteningStats,
@@ -941,3 +941,24 @@ def test_the_tokenization_a_whitening_records_is_read_back_and_an_earlier_file_h
     del meta["tokenization"]  # a file of an earlier version
     np.savez(tmp_path / "old.npz", **{**arrays, "meta": np.array(json.dumps(meta))})
     assert Whitening.load(str(tmp_path / "old.npz")).tokenization == {}
+
+
+@pytest.mark.parametrize(
+    "vectors, n_components, message",
+    [
+        (None, 2.7, "n_components must be an integer, got float 2.7"),  # was cut to 2
+        (None, True, "n_components must be an integer, got bool True"),  # was 1
+        (None, "3", "n_components must be an integer, got str '3'"),
+        (lambda x: x[:, :5], None, "vectors: of dimension 5, the whitening's is 16"),
+        (lambda x: x[0], None, "vectors: expected a 2-D array of vectors (one a row, at least one column), got shape"),
+        (lambda x: np.full((1, 16), np.nan), None, "vectors: row 0 (0-based): the vector holds nan (column 0)"),
+        (lambda x: np.full((1, 16), "a"), None, "vectors: holds <U1, expected vectors of real numbers"),
+    ],
+)
+def test_transform_refuses_what_the_statistics_refuse(vectors, n_components, message):
+    """As `WhiteningStats.update` and the fit refuse them, in one line: numpy's own errors (a
+    broadcast, an axis), a silently cut count and NaN rows out were what transform gave."""
+    x = correlated(200, seed=1)
+    whitening = fit_whitening(stats_of(x))
+    with pytest.raises(BertWhiteningError, match="^" + re.escape(message)):
+        whitening.transform(vectors(x) if vectors else x[:2], n_components)
