@@ -20,11 +20,11 @@ import json
 import logging
 import os
 import re
-import resource
 import sys
 from typing import Optional
 
 from bert_whitening.arguments import boolean, integer, optional_integer, optional_path, positive_int, shown, text
+from bert_whitening.bounded import usable_memory
 from bert_whitening.checkpoints import BUILTIN_MODEL, find_model, model_directory
 from bert_whitening.errors import BertWhiteningError, ExportError, WhiteningError
 from bert_whitening.names import DEFAULT_POOLING, MODEL_TYPES, POOLINGS, check_choice
@@ -139,72 +139,6 @@ def block_bytes_per_token(config, maxlen):
     sizes = fused_bert_sizes(config)
     hidden, inner, heads = sizes["hidden"], sizes["intermediate"] or 4 * sizes["hidden"], sizes["heads"] or 1
     return 4 * (inner + 3 * hidden + heads * maxlen)
-
-
-@dataclasses.dataclass(frozen=True)
-class MemoryLimit:
-    """An amount of memory and what sets it (``source``, with ``{}`` where the amount goes), so
-    that a refusal says which limit it met."""
-
-    bytes: int
-    source: str
-
-    def __str__(self):
-        return self.source.format("%.1f GB" % (self.bytes / 1e9))
-
-
-#: Where the kernel names this process's cgroups, a line per hierarchy: ``ID:CONTROLLERS:PATH``.
-_OWN_CGROUPS = "/proc/self/cgroup"
-#: Where a cgroup's memory limit is kept, by the controller that names the process's group in
-#: `_OWN_CGROUPS`: cgroup v2's (an empty name; ``max`` is no limit) and v1's memory
-#: controller (no limit is a number near 2**63).
-_CGROUP_MEMORY_FILES = {
-    "": ("/sys/fs/cgroup", "memory.max"),
-    "memory": ("/sys/fs/cgroup/memory", "memory.limit_in_bytes"),
-}
-
-
-def usable_memory():
-    """The `MemoryLimit` this process may use: the least of the machine's physical memory, the
-    process's address-space limit (``ulimit -v``, RLIMIT_AS, when set) and the memory limit of
-    its cgroup or of any cgroup above it (a container's): the physical memory alone let a batch
-    through that the allocator then refused, deep in TensorFlow, with a long traceback."""
-    limits = [MemoryLimit(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's {} of memory")]
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft != resource.RLIM_INFINITY:
-        limits.append(MemoryLimit(soft, "the {} this process may address (ulimit -v)"))
-    limits += [MemoryLimit(size, "the {} of the cgroup memory limit in %s" % path) for path, size in _cgroup_limits()]
-    return min(limits, key=lambda limit: limit.bytes)
-
-
-def _cgroup_limits():
-    """``(file, bytes)`` of each memory limit set on this process's cgroups (v2, v1): in the
-    group's directory as `_OWN_CGROUPS` names it, in each directory above it, and at the
-    mount point (a container that mounts its own group there is named by the host's path)."""
-    groups = dict.fromkeys(_CGROUP_MEMORY_FILES, "/")
-    try:
-        with open(_OWN_CGROUPS, encoding="utf-8") as stream:
-            lines = stream.read(1 << 16).splitlines()
-    except OSError:
-        lines = []
-    for line in lines:
-        controllers, _, path = line.partition(":")[2].partition(":")
-        groups.update((controller, path) for controller in controllers.split(",") if controller in groups)
-    for controller, path in groups.items():
-        mount, name = _CGROUP_MEMORY_FILES[controller]
-        directory, directories = os.path.normpath(os.path.join(mount, path.lstrip("/"))), [mount]
-        while directory.startswith(mount + os.sep):
-            directories.append(directory)
-            directory = os.path.dirname(directory)
-        for directory in directories:
-            limit = os.path.join(directory, name)
-            try:
-                with open(limit, "rb") as stream:
-                    value = stream.read(64).strip()
-            except OSError:
-                continue
-            if value.isdigit():
-                yield limit, int(value)
 
 
 def check_fitted_on(what, fitted, identity, pooling, tokenization=None):

@@ -57,14 +57,13 @@ from bert_whitening.atomic import (
     staged_directory,
     write_stream_atomically,
 )
-from bert_whitening.bounded import JSON_BYTES, NpzMembers
+from bert_whitening.bounded import JSON_BYTES, NpzMembers, usable_memory
 from bert_whitening.config import (
     EncoderConfig,
     block_bytes_per_token,
     check_model,
     check_trainable,
     fused_bert_sizes,
-    usable_memory,
     versions,
 )
 from bert_whitening.data import check_labels, check_readable, display_name, open_local, read_pairs

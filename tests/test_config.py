@@ -231,23 +231,23 @@ def test_the_memory_a_process_may_use_is_the_least_of_its_limits(tmp_path, monke
     """A batch checked against the machine's memory alone passed under a smaller ``ulimit -v``
     or container limit, and ran into the allocator's traceback. Every cgroup from the process's
     up to the mount counts (v2's ``max`` and v1's near-2**63 are no limit)."""
-    from bert_whitening import config
+    from bert_whitening import bounded
 
     v2 = cgroup_tree(tmp_path / "v2", {"memory.max": "max", "a/memory.max": "5000000000", "a/b/memory.max": "max"})
     v1 = cgroup_tree(
         tmp_path / "v1", {"memory.limit_in_bytes": "7000000000", "c/memory.limit_in_bytes": "9223372036854771712"}
     )
     (tmp_path / "cgroup").write_text("2:cpu,memory:/c\n1:name=systemd:/\n0::/a/b\n")
-    monkeypatch.setattr(config, "_OWN_CGROUPS", str(tmp_path / "cgroup"))
+    monkeypatch.setattr(bounded, "_OWN_CGROUPS", str(tmp_path / "cgroup"))
     monkeypatch.setattr(
-        config, "_CGROUP_MEMORY_FILES", {"": (v2, "memory.max"), "memory": (v1, "memory.limit_in_bytes")}
+        bounded, "_CGROUP_MEMORY_FILES", {"": (v2, "memory.max"), "memory": (v1, "memory.limit_in_bytes")}
     )
     pages = {"SC_PAGE_SIZE": 1000, "SC_PHYS_PAGES": physical // 1000}
-    monkeypatch.setattr(config.os, "sysconf", lambda name: pages[name])
-    limit = config.resource.RLIM_INFINITY if address_space is None else address_space
-    monkeypatch.setattr(config.resource, "getrlimit", lambda which: (limit, config.resource.RLIM_INFINITY))
-    assert str(config.usable_memory()) == said.format(v2=v2)
-    assert sorted(config._cgroup_limits()) == [
+    monkeypatch.setattr(bounded.os, "sysconf", lambda name: pages[name])
+    limit = bounded.resource.RLIM_INFINITY if address_space is None else address_space
+    monkeypatch.setattr(bounded.resource, "getrlimit", lambda which: (limit, bounded.resource.RLIM_INFINITY))
+    assert str(bounded.usable_memory()) == said.format(v2=v2)
+    assert sorted(bounded._cgroup_limits()) == [
         (v1 + "/c/memory.limit_in_bytes", 9223372036854771712),
         (v1 + "/memory.limit_in_bytes", 7 * GB),
         (v2 + "/a/memory.max", 5 * GB),
@@ -258,11 +258,12 @@ def test_a_model_call_is_held_to_the_memory_the_process_may_use(tiny_model, monk
     """``encode --maxlen 256 --batch-size 1024`` under ``ulimit -v`` passed a check against the
     machine's memory and died in a ResourceExhaustedError traceback."""
     from bert_whitening import config
+    from bert_whitening.bounded import MemoryLimit
 
     encoder_config = EncoderConfig(tiny_model[0], maxlen=32)
     sizes = TINY_CONFIG["intermediate_size"] + 3 * TINY_CONFIG["hidden_size"]
     call = 4 * 100 * 32 * (sizes + TINY_CONFIG["num_attention_heads"] * 32)  # 100 sentences at maxlen 32
-    limit = config.MemoryLimit(2 * call, "the {} this process may address (ulimit -v)")
+    limit = MemoryLimit(2 * call, "the {} this process may address (ulimit -v)")
     monkeypatch.setattr(config, "usable_memory", lambda: limit)
     encoder_config.check_batch_size(100, 2)
     with pytest.raises(BertWhiteningError) as raised:

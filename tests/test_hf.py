@@ -370,16 +370,17 @@ def test_weights_that_could_not_be_loaded_in_memory_are_refused_before_they_are_
     """Loading holds the whole model.safetensors beside the model's float32 variables: at one byte
     less than both, the model is refused from the header, naming the limit; at both, the load
     goes on (and reads the tensors, which this test forbids)."""
-    from bert_whitening import config
+    from bert_whitening import checkpoints
+    from bert_whitening.bounded import MemoryLimit
     from bert_whitening.checkpoints.huggingface import google_variables
 
     directory, tensors = tiny_hf
     path = os.path.join(directory, "model.safetensors")
     model_bytes = 4 * sum(value.size for name, value in google_variables(tensors).items() if "pooler" not in name)
     needed = model_bytes + os.path.getsize(path)
-    monkeypatch.setattr(config, "usable_memory", lambda: config.MemoryLimit(needed - 1, "the {} of a test"))
+    monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed - 1, "the {} of a test"))
     with pytest.raises(CheckpointError, match=r"loading model.safetensors needs about .*, more than the .* of a test$"):
         build_encoder(directory, pooling="cls")
-    monkeypatch.setattr(config, "usable_memory", lambda: config.MemoryLimit(needed, "the {} of a test"))
+    monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed, "the {} of a test"))
     with pytest.raises(AssertionError, match="were read"):
         build_encoder(directory, pooling="cls")

@@ -86,7 +86,7 @@ def test_a_batch_larger_than_memory_is_refused_before_the_model_runs(encoders, m
     """The activations of a call grow with sentences x maxlen (and maxlen^2 for the scores): a
     batch size that cannot fit is refused in one line, not left to the allocator; a batch
     larger than the input counts as the input (what is allocated)."""
-    from bert_whitening import config
+    from bert_whitening import bounded
 
     encoder = encoders["first-last-avg"]
     encoder.config.check_batch_size(10**4, 2)  # about 2 GB for a tiny model: fits
@@ -99,7 +99,7 @@ def test_a_batch_larger_than_memory_is_refused_before_the_model_runs(encoders, m
     call = 4 * len(ids) * encoder.maxlen * (sizes + TINY_CONFIG["num_attention_heads"] * encoder.maxlen)
     memory = {"SC_PAGE_SIZE": 1, "SC_PHYS_PAGES": encoding.BATCHES_IN_FLIGHT * call}  # calls of len(ids) just fit
     real_sysconf = os.sysconf
-    monkeypatch.setattr(config.os, "sysconf", lambda name: memory.get(name) or real_sysconf(name))
+    monkeypatch.setattr(bounded.os, "sysconf", lambda name: memory.get(name) or real_sysconf(name))
     with pytest.raises(BertWhiteningError, match="more than this machine's"):
         encoding.encode_ids(encoder, ids * 3, batch_size=len(ids) + 1)
     encoding.encode_ids(encoder, ids * 3, batch_size=len(ids))
@@ -501,12 +501,13 @@ def test_unknown_precision_lists_the_choices(encoders):
 def test_a_checkpoint_that_could_not_be_loaded_in_memory_is_refused_before_the_build(tiny_model, monkeypatch):
     """Loading a Google checkpoint holds every variable the model reads beside the model's own
     float32 copy: at one byte less than both, the model is refused naming the limit."""
-    from bert_whitening import config
+    from bert_whitening import checkpoints
+    from bert_whitening.bounded import MemoryLimit
 
     _, weights = tiny_model
     needed = 2 * 4 * sum(np.size(value) for name, value in weights.items() if not name.startswith("bert/pooler/"))
-    monkeypatch.setattr(config, "usable_memory", lambda: config.MemoryLimit(needed - 1, "the {} of a test"))
+    monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed - 1, "the {} of a test"))
     with pytest.raises(CheckpointError, match=r"loading bert_model.ckpt needs about .*, more than the .* of a test$"):
         build_encoder(tiny_model[0], pooling="cls")
-    monkeypatch.setattr(config, "usable_memory", lambda: config.MemoryLimit(needed, "the {} of a test"))
+    monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed, "the {} of a test"))
     assert build_encoder(tiny_model[0], pooling="cls").model is not None

@@ -703,8 +703,8 @@ def step_bytes(weights, pairs, maxlen):
 
 def test_a_training_step_is_held_to_the_memory_the_process_may_use(tiny_model, monkeypatch):
     """Counted on the pairs a step takes (no more than the file has), at maxlen."""
+    from bert_whitening.bounded import MemoryLimit
     from bert_whitening.checkpoints import find_model
-    from bert_whitening.config import MemoryLimit
 
     files, weights = find_model(tiny_model[0]), tiny_model[1]
     limit = MemoryLimit(step_bytes(weights, 8, 32), "the {} of a test's limit")
@@ -726,7 +726,7 @@ def test_a_batch_whose_training_step_cannot_fit_is_refused_before_training(
 ):
     """``train --maxlen 256 --batch-size 100000`` built the model, ran 27 s and died in a
     ResourceExhaustedError traceback: the step's memory is now checked with the options."""
-    from bert_whitening.config import MemoryLimit
+    from bert_whitening.bounded import MemoryLimit
 
     monkeypatch.setattr(training, "usable_memory", lambda: MemoryLimit(10**6, "the {} this process may address"))
     monkeypatch.setattr(training, "_train_and_write", lambda *arguments: pytest.fail("training started"))

@@ -24,7 +24,15 @@ import os
 import re
 from typing import Callable
 
-from bert_whitening.bounded import JSON_BYTES, VOCAB_BYTES, check_model_sizes, first_few, open_regular, read_limited
+from bert_whitening.bounded import (
+    JSON_BYTES,
+    VOCAB_BYTES,
+    check_model_sizes,
+    first_few,
+    open_regular,
+    read_limited,
+    usable_memory,
+)
 from bert_whitening.errors import CheckpointError
 from bert_whitening.files import file_sha256
 
@@ -203,12 +211,10 @@ class ModelFiles:
 
     def check_load_memory(self):
         """Refuse weights that could not be loaded in the memory this process may use
-        (`bert_whitening.config.usable_memory`), from the variables' shapes alone, before any is
+        (`bert_whitening.bounded.usable_memory`), from the variables' shapes alone, before any is
         read: loading holds the values read (the whole ``model.safetensors``, or every variable a
         model loads from a Google checkpoint) beside the model's float32 variables, and a file
         larger than the memory was read until the allocator failed."""
-        from bert_whitening.config import usable_memory
-
         used = [shape for name, shape in self.variable_shapes.items() if not UNUSED_VARIABLES.fullmatch(name)]
         model_bytes = 4 * sum(math.prod(shape) for shape in used)
         read_size = os.path.getsize(self.weights_path) if self.format == "huggingface" else model_bytes
