@@ -558,7 +558,9 @@ class EncoderConfig:
             **fields,
         )
         if files is not None:
-            built.files = files  # found once (`files`): its configuration and vocabulary are not read again
+            # found once (`files`, a cached property: frozen fields aside): its configuration and vocabulary
+            # are not read again
+            object.__setattr__(built, "files", files)
         return built
 
     @classmethod
