@@ -119,6 +119,21 @@ def refuse_rows(bad, label):
     return tf.debugging.Assert(tf.equal(tf.size(rows), 0), [label, rows], summarize=10)
 
 
+@contextlib.contextmanager
+def tf_writing(output, what, staging, error):
+    """An error on writing ``what`` into ``staging`` (a full disk, a read-only file system),
+    TensorFlow's or the system's, as one ``error`` line naming ``output``, with the reason alone,
+    not the op's name or the staging directory's: a full disk came as a ResourceExhaustedError,
+    which the command line took for memory running out."""
+    try:
+        yield
+    except OSError as failure:
+        raise error("%s: cannot write %s: %s" % (output, what, failure.strerror or failure)) from None
+    except tf.errors.OpError as failure:  # "... STAGING/FILE; No space left on device [Op:SaveV2]"
+        reason = failure.message.splitlines()[0].split("; ")[-1].replace(staging, "")
+        raise error("%s: cannot write %s: %s" % (output, what, reason)) from None
+
+
 def graph_function(function, input_signature):
     """``function`` as a ``tf.function`` without AutoGraph: nothing this package traces (the
     Keras layers included) branches on a tensor, so converting the code would only add tracing

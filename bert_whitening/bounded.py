@@ -72,8 +72,9 @@ REQUIRED_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attenti
 
 
 def check_model_sizes(config, path, error):
-    """Refuse a configuration whose sizes are missing, not positive whole numbers, or above
-    `MODEL_SIZES`, before anything is built from them."""
+    """Refuse a configuration whose sizes are missing, not positive whole numbers, above
+    `MODEL_SIZES`, or heads that do not split the hidden size, before anything is built from
+    them."""
     missing = [key for key in REQUIRED_SIZES if key not in config]
     if missing:
         raise error("%s lacks %s" % (path, ", ".join(missing)))
@@ -81,6 +82,11 @@ def check_model_sizes(config, path, error):
         value = config.get(key, 1)
         if type(value) is not int or not 1 <= value <= largest:
             raise error("%s: %s is %r, expected a whole number from 1 to %d" % (path, key, value, largest))
+    if config["hidden_size"] % config["num_attention_heads"]:
+        raise error(
+            "%s: hidden_size %d is not a multiple of num_attention_heads %d: the heads split it evenly"
+            % (path, config["hidden_size"], config["num_attention_heads"])
+        )
 
 
 def open_regular(path, error, what="file", limit=None):

@@ -87,11 +87,10 @@ def runs_fused(family, config):
 def not_fused_because(family, config):
     """Why bert4keras would not build ``config`` as the plain BERT `FusedBert` computes, or None
     when it would: the BERT architecture, only the keys of a BERT configuration (any other, such
-    as ``embedding_size`` or ``hierarchical_position``, changes what bert4keras builds), erf-GELU,
-    whole sizes."""
-    sizes = fused_bert_sizes(config)
+    as ``embedding_size`` or ``hierarchical_position``, changes what bert4keras builds), erf-GELU.
+    Its sizes are a model directory's (`bert_whitening.bounded.check_model_sizes`: whole, the
+    heads splitting the hidden size)."""
     other_keys = sorted(set(config) - PLAIN_BERT_KEYS)
-    not_whole = [name for name, size in sizes.items() if type(size) is not int or size <= 0]
     if family.architecture != "bert":
         return "the %s architecture" % family.architecture
     if other_keys:
@@ -99,10 +98,6 @@ def not_fused_because(family, config):
         return "%s %s, which a BERT configuration does not have" % (keys, ", ".join(map(repr, other_keys)))
     if config.get("hidden_act") not in ("gelu", "gelu_erf"):
         return "hidden_act %r, not gelu" % (config.get("hidden_act"),)
-    if not_whole:
-        return "%s not a positive whole number" % ", ".join("%s %r" % (name, sizes[name]) for name in not_whole)
-    if sizes["hidden"] % sizes["heads"]:
-        return "hidden size %d not a multiple of the %d heads" % (sizes["hidden"], sizes["heads"])
     return None
 
 

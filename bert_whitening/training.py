@@ -770,13 +770,15 @@ def _write(o, encoder, record):
     ``overwrite``, which is removed only once the new one is in place)."""
     import json
 
+    from bert_whitening.backend import tf_writing
     from bert_whitening.checkpoints.google import write_checkpoint
     from bert_whitening.models import checkpoint_variables
 
     variables = checkpoint_variables(encoder, o.files)
     with staged_directory(o.output) as staging:
-        write_checkpoint(staging, o.files.config, variables, o.files.vocab_bytes)
-        with open(os.path.join(staging, TRAINING_FILE), "w", encoding="utf-8") as stream:
-            json.dump(record, stream, indent=2, ensure_ascii=False)
+        write_checkpoint(staging, o.files.config, variables, o.files.vocab_bytes, o.output)
+        with tf_writing(o.output, TRAINING_FILE, staging, TrainingError):
+            with open(os.path.join(staging, TRAINING_FILE), "w", encoding="utf-8") as stream:
+                json.dump(record, stream, indent=2, ensure_ascii=False)
         publish_directory(staging, o.output, overwrite=o.overwrite)
     logger.info("wrote %s (bert_config.json, bert_model.ckpt.*, vocab.txt, %s)", o.output, TRAINING_FILE)

@@ -23,7 +23,7 @@ import pytest
 from bert_whitening.checkpoints import find_model
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
-from helpers import SENTENCES, commands_in_a_fresh_process, here, launched, refused
+from helpers import SENTENCES, TINY_CONFIG, commands_in_a_fresh_process, here, launched, refused
 
 pytestmark = pytest.mark.slow
 
@@ -796,3 +796,31 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_with_141(work, tmp_pat
     os.close(write)
     assert result.returncode == 141, result.stderr
     assert b"Traceback" not in result.stderr and b"BrokenPipe" not in result.stderr
+
+
+def filled_but_one_block(mount):
+    """Fill ``mount`` in 4 kB files, then free one block."""
+    number = 0
+    with contextlib.suppress(OSError):
+        while True:
+            (mount / ("fill%d" % number)).write_bytes(b"x" * 4096)
+            number += 1
+    os.unlink(mount / "fill0")
+    return sorted(os.listdir(mount))
+
+
+@pytest.mark.parametrize("command", ["train", "convert-hf"])
+def test_a_model_written_onto_a_full_disk_is_one_line_naming_it(work, small_disk, tmp_path, command):
+    """TensorFlow's SaveV2 failed with a ResourceExhaustedError, which the command line took for
+    memory running out ("lower --batch-size or --maxlen"): convert-hf has neither."""
+    output = small_disk / "out"
+    if command == "train":
+        argv = ["train", "--model", work["model"], "--train", work["pairs"], "--epochs", "1", "--output", output]
+    else:
+        from test_hf import hf_tensors, write_hf
+
+        argv = ["convert-hf", write_hf(str(tmp_path / "hf"), hf_tensors(TINY_CONFIG)), output]
+    left = filled_but_one_block(small_disk)
+    message = refused(cli(*argv), "%s: cannot write the model: No space left on device" % output)
+    assert "memory" not in message and ".bert-whitening-tmp-" not in message
+    assert sorted(os.listdir(small_disk)) == left

@@ -327,6 +327,7 @@ def find_model(model=None):
             % (vocab_path, len(tokens), config_path, config.get("vocab_size"))
         )
     _refuse_repeated_tokens(vocab_path, tokens)
+    _refuse_missing_special_tokens(vocab_path, tokens)
     return ModelFiles(
         directory=directory,
         name=name,
@@ -345,6 +346,30 @@ def vocab_tokens(text):
     """The tokens of a vocab.txt as bert4keras' load_vocab reads them: one a line (a line ends at
     ``\n``, ``\r\n`` or ``\r``), its first whitespace-separated word, or else the stripped line."""
     return [line.split()[0] if line.split() else line.strip() for line in io.StringIO(text, newline=None)]
+
+
+#: The tokens every sentence is made of besides its words: bert4keras' tokenizer puts ``[CLS]``
+#: and ``[SEP]`` around it (and, without them, ``[UNK]`` in their place, which it cannot find
+#: either: every sentence failed), and an exported graph looks them up.
+SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]")
+#: The token of id 0: the encoder pads with id 0 and takes every id 0 for padding, so a word of
+#: id 0 would vanish from every sentence's pooling.
+PADDING_TOKEN = "[PAD]"
+
+
+def _refuse_missing_special_tokens(vocab_path, tokens):
+    """Refuse a vocabulary that lacks a `SPECIAL_TOKENS` token, or whose first line is not
+    `PADDING_TOKEN`, naming the file."""
+    missing = [token for token in SPECIAL_TOKENS if token not in set(tokens)]
+    if missing:
+        raise CheckpointError(
+            "%s lacks %s: a BERT vocabulary has %s" % (vocab_path, ", ".join(missing), ", ".join(SPECIAL_TOKENS))
+        )
+    if tokens[0] != PADDING_TOKEN:
+        raise CheckpointError(
+            "%s: line 1 is %r, not %s: id 0 is padding, and that token would be taken for it"
+            % (vocab_path, tokens[0], PADDING_TOKEN)
+        )
 
 
 def _refuse_repeated_tokens(vocab_path, tokens):

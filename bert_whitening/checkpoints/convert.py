@@ -34,6 +34,6 @@ def convert_hf(hf_directory, output_directory, overwrite=False):
     pooler = any(name.startswith("bert/pooler/") for name in files.variable_shapes)
     load_transformer(files, "bert", pooler, "a bert model" + (" with its pooler" if pooler else ""))
     with staged_directory(output_directory) as staging:
-        write_checkpoint(staging, files.config, files.weights, files.vocab_bytes)
+        write_checkpoint(staging, files.config, files.weights, files.vocab_bytes, output_directory)
         publish_directory(staging, output_directory, overwrite=overwrite)
     return output_directory

@@ -145,27 +145,29 @@ def checkpoint_prefix(directory):
     return prefix
 
 
-def write_checkpoint(directory, config, variables, vocab):
+def write_checkpoint(directory, config, variables, vocab, output=None):
     """Write a Google-format directory: ``bert_config.json``, ``vocab.txt``, ``bert_model.ckpt.*``.
 
     ``variables`` maps google-research/bert variable names to numpy arrays; ``vocab`` is the
     token list, or the bytes of a checked ``vocab.txt`` (`ModelFiles.vocab_bytes`), written as
     they are (a model's identity records their sha256). TensorFlow is imported here only, so
-    reading checkpoints needs none of it.
+    reading checkpoints needs none of it. ``output``: the directory a refusal to write names,
+    when ``directory`` is its staging directory.
     """
-    from bert_whitening.backend import tf
+    from bert_whitening.backend import tf, tf_writing
 
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as stream:
-        json.dump(config, stream, indent=2)
     if not isinstance(vocab, bytes):
         vocab = "".join(token + "\n" for token in vocab).encode("utf-8")
-    with open(os.path.join(directory, "vocab.txt"), "wb") as stream:
-        stream.write(vocab)
     names = sorted(variables)
-    tf.raw_ops.SaveV2(
-        prefix=os.path.join(directory, CHECKPOINT),
-        tensor_names=names,
-        shape_and_slices=[""] * len(names),
-        tensors=[tf.constant(variables[name]) for name in names],
-    )
+    with tf_writing(output or directory, "the model", directory, CheckpointError):
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as stream:
+            json.dump(config, stream, indent=2)
+        with open(os.path.join(directory, "vocab.txt"), "wb") as stream:
+            stream.write(vocab)
+        tf.raw_ops.SaveV2(
+            prefix=os.path.join(directory, CHECKPOINT),
+            tensor_names=names,
+            shape_and_slices=[""] * len(names),
+            tensors=[tf.constant(variables[name]) for name in names],
+        )

@@ -26,7 +26,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from bert_whitening.atomic import staged_directory
-from bert_whitening.backend import graph_function, refuse_rows, tf
+from bert_whitening.backend import graph_function, refuse_rows, tf, tf_writing
 from bert_whitening.config import versions
 from bert_whitening.errors import BertWhiteningError, ExportError
 from bert_whitening.export.layout import publish, target_version
@@ -202,12 +202,8 @@ def export_saved_model(
         )
 
     with FreshProcess(text) as checker, staged_directory(os.path.join(base, str(number))) as staging:
-        try:
-            with serving_graph(), _products(module):  # traced here, run by TF Serving
-                tf.saved_model.save(module, staging, signatures=module.signatures())
-        except tf.errors.OpError as error:  # "STAGING/FILE; No space left on device" and the like
-            reason = error.message.splitlines()[0].split("; ")[-1].replace(staging, "")
-            raise ExportError("%s: cannot write the SavedModel: %s" % (base, reason)) from None
+        with tf_writing(base, "the SavedModel", staging, ExportError), serving_graph(), _products(module):
+            tf.saved_model.save(module, staging, signatures=module.signatures())  # traced here, run by TF Serving
         os.makedirs(os.path.join(staging, "assets"), exist_ok=True)
         # The staged directory is held open from here to the rename: the files hashed into the
         # record, the SavedModel the child loads (through this descriptor) and the files
