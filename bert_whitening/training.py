@@ -57,7 +57,7 @@ from bert_whitening.atomic import (
     staged_directory,
     write_stream_atomically,
 )
-from bert_whitening.bounded import JSON_BYTES, NpzMembers, usable_memory
+from bert_whitening.bounded import JSON_BYTES, NpzMembers, first_few, usable_memory
 from bert_whitening.config import (
     EncoderConfig,
     block_bytes_per_token,
@@ -196,6 +196,12 @@ def read_pair_file(path, role="train"):
     return PairFile(path, firsts, seconds, labels, digest.hexdigest())
 
 
+#: The most classes the softmax loss takes (labels 0 .. SOFTMAX_CLASSES - 1): Sentence-BERT's
+#: task, NLI, has three; a stray large label would otherwise size the head (a label of 1e9: a
+#: head of GBs).
+SOFTMAX_CLASSES = 1024
+
+
 def softmax_classes(pairs, threshold=None):
     """``(classes, num_labels, how)`` of the pairs' labels for the ``softmax`` loss: whole
     numbers are classes ``0 .. max``, unless ``threshold`` is given; otherwise (graded labels,
@@ -209,8 +215,25 @@ def softmax_classes(pairs, threshold=None):
                 "(give a threshold, --threshold, to binarise graded labels)"
                 % (name, negative[0] + 1, labels[negative[0]])
             )
+        largest = int(labels.max())
+        if largest >= SOFTMAX_CLASSES:
+            at = int(np.argmax(labels))
+            raise DataError(
+                "%s:%d: label %d makes %d classes, more than the softmax loss takes (%d); give a threshold, "
+                "--threshold, to binarise graded labels" % (name, at + 1, largest, largest + 1, SOFTMAX_CLASSES)
+            )
         classes = labels.astype(np.int32)
-        return classes, int(classes.max()) + 1, "integer labels as classes"
+        empty = sorted(set(range(largest + 1)) - set(classes.tolist()))
+        if empty:
+            logger.warning(
+                "%s: no pair has %s %s: the softmax head keeps %s of its %d classes unused",
+                name,
+                "label" if len(empty) == 1 else "labels",
+                first_few([str(label) for label in empty]),
+                "one" if len(empty) == 1 else len(empty),
+                largest + 1,
+            )
+        return classes, largest + 1, "integer labels as classes"
     threshold = DEFAULT_THRESHOLD if threshold is None else threshold
     classes = (labels > threshold).astype(np.int32)
     if np.all(classes == classes[0]):
@@ -292,6 +315,8 @@ def _checked(**options):
         raise BertWhiteningError(
             "--threshold binarises the softmax loss's labels; CoSENT takes graded labels as they are"
         )
+    if o.loss == "cosent" and o.batch_size < 2:
+        raise BertWhiteningError("batch_size 1 gives CoSENT nothing to compare: it ranks the pairs of a batch")
     o.model_type = o.model_type.lower()
     files = check_model(o.model, o.model_type, o.pooling, o.maxlen)
     check_trainable(files, o.model_type, TrainingError)
@@ -300,7 +325,11 @@ def _checked(**options):
     o.files = files
     o.train = read_pair_file(o.train_file, "train")
     o.valid = read_pair_file(o.valid_file, "valid") if o.valid_file else None
-    o.targets, o.num_labels, o.classes = o.train.labels.astype(np.float32), None, None
+    # CoSENT compares labels alone (which pair should be the closer): their ranks order the pairs
+    # as they do, in float32 exactly, where labels cast to float32 could overflow (1e39) or round
+    # to one value (1e-50, or 1 + 1e-9), and the loss then saw no order and trained nothing.
+    o.targets = np.unique(o.train.labels, return_inverse=True)[1].astype(np.float32)
+    o.num_labels = o.classes = None
     if o.loss == "softmax":
         o.targets, o.num_labels, o.classes = softmax_classes(o.train, o.threshold)
     if o.epochs:  # no step is taken otherwise

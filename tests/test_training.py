@@ -486,6 +486,45 @@ def test_bad_train_files_are_refused_in_one_line(tiny_model, tmp_path, rows, opt
     assert not os.path.exists(tmp_path / "out")
 
 
+@pytest.mark.parametrize("scale", [1e38, 1e-50, None], ids=["beyond float32", "below float32", "a shift of 1e-9"])
+def test_cosent_trains_on_the_labels_order_whatever_their_size(tiny_model, tmp_path, scale):
+    """Labels beyond float32's range (1e39), below it (1e-50) or apart by less than its precision
+    were one value, or inf, in float32: the loss saw no order, trained nothing, and the base
+    model was written as trained. CoSENT compares labels alone: the same order, the same run."""
+    rows = random_pairs(0)
+    moved = [(a, b, repr(float(1 + 1e-9 * label if scale is None else label * scale))) for a, b, label in rows]
+    trained = {}
+    for name, pairs in (("plain", rows), ("moved", moved)):
+        quick(tiny_model, (write_pairs(tmp_path / ("%s.data" % name), pairs),), tmp_path / name, epochs=1)
+        trained[name] = checkpoint(tmp_path / name)
+    for name, value in trained["plain"].items():
+        np.testing.assert_array_equal(trained["moved"][name], value, err_msg=name)
+    assert any(not np.array_equal(value, tiny_model[1][name]) for name, value in trained["moved"].items())
+
+
+def test_a_softmax_label_that_would_make_a_head_of_gbs_is_refused_and_unused_classes_are_said(
+    tiny_model, tmp_path, caplog
+):
+    huge = training.read_pair_file(bad(tmp_path, "huge.data", [("a", "b", "0"), ("c", "d", "1000000000")]))
+    with pytest.raises(
+        DataError, match=r"huge.data:2: label 1000000000 makes 1000000001 classes, more than the softmax"
+    ):
+        training.softmax_classes(huge)
+    sparse = training.read_pair_file(bad(tmp_path, "sparse.data", [("a", "b", "0"), ("c", "d", "7")]))
+    assert training.softmax_classes(sparse)[1] == 8
+    assert "sparse.data: no pair has labels 1, 2, 3 and 3 more: the softmax head keeps 6 of its 8 classes unused" in (
+        caplog.text
+    )
+
+
+def test_cosent_refuses_a_batch_of_one_pair(tiny_model, pair_files, tmp_path):
+    """A batch of one pair holds no two pairs to order: every step's loss was 0, and the base
+    model was written as trained."""
+    with pytest.raises(BertWhiteningError, match="^batch_size 1 gives CoSENT nothing to compare"):
+        training.train(pair_files[0], str(tmp_path / "out"), model=tiny_model[0], batch_size=1)
+    assert os.listdir(tmp_path) == []
+
+
 def test_graded_softmax_labels_are_binarised(tiny_model, tmp_path):
     pairs = training.read_pair_file(
         bad(tmp_path, "graded.data", [("a", "b", "4.2"), ("c", "d", "1.5"), ("e", "f", "2.5")])
