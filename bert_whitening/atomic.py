@@ -242,7 +242,11 @@ def check_output_directory(output, inputs=(), overwrite=False):
     """Refuse, before any work, a directory output the run must not write (`check_outputs`
     against ``inputs``), and one that exists unless ``overwrite`` (then it must be a directory,
     not a link to one: the exchange would replace the link): the one rule of every command and
-    writer that puts a directory in place whole (`publish_directory`)."""
+    writer that puts a directory in place whole (`publish_directory`). Neither ``.`` or ``..``
+    (nothing can be renamed onto them: the run failed at its very end) nor the directory the
+    process is in, or one holding it, is replaced."""
+    if os.path.basename(os.fspath(output).rstrip(os.sep)) in (os.curdir, os.pardir):
+        raise BertWhiteningError("cannot write %s: name the directory itself, not . or .." % output)
     check_outputs([(output, DIRECTORY)], inputs)
     if os.path.lexists(output):
         if os.path.islink(output) or not os.path.isdir(output):  # no overwrite would make it one
@@ -250,6 +254,12 @@ def check_output_directory(output, inputs=(), overwrite=False):
             raise BertWhiteningError("cannot write %s: it is %s" % (output, what))
         if not overwrite:
             raise BertWhiteningError("%s already exists; pass overwrite (--overwrite) to replace it" % output)
+        here, replaced = os.path.realpath(os.curdir), os.path.realpath(output)
+        if here == replaced or here.startswith(replaced.rstrip(os.sep) + os.sep):
+            raise BertWhiteningError(
+                "cannot replace %s: it %s the current directory; run from elsewhere"
+                % (output, "is" if here == replaced else "holds")
+            )
 
 
 def check_output(path, inputs=()):

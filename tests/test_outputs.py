@@ -6,6 +6,7 @@ refused in one line before any work, and the input is left byte for byte as it w
 import dataclasses
 import hashlib
 import os
+import re
 import shutil
 
 import pytest
@@ -447,3 +448,29 @@ def test_an_export_version_that_is_a_link_is_not_replaced_even_with_overwrite(tm
     with pytest.raises(BertWhiteningError, match="base/3: it is a symbolic link; name the directory itself"):
         target_version(str(tmp_path / "base"), 3, overwrite=True)
     assert target_version(str(tmp_path / "base")) == 4
+
+
+@pytest.mark.parametrize(
+    "output, said",
+    [
+        (".", "cannot write .: name the directory itself, not . or .."),
+        ("sub/.", "cannot write sub/.: name the directory itself, not . or .."),
+        ("sub/..", "cannot write sub/..: name the directory itself"),
+        ("{here}", "cannot replace {here}: it is the current directory; run from elsewhere"),
+        ("{here}/../here", "cannot replace {here}/../here: it is the current directory"),
+        ("{parent}", "cannot replace {parent}: it holds the current directory"),
+    ],
+)
+def test_overwrite_replaces_neither_a_dot_nor_the_directory_the_run_is_in(tmp_path, monkeypatch, output, said):
+    """``train --output . --overwrite`` trained, then failed renaming onto "." (EBUSY), and
+    ``--output "$PWD" --overwrite`` replaced the directory the user was in, files and all."""
+    from bert_whitening.atomic import check_output_directory
+
+    here = tmp_path / "here"
+    (here / "sub").mkdir(parents=True)
+    (here / "keep.txt").write_text("mine", encoding="utf-8")
+    monkeypatch.chdir(here)
+    output, said = (text.format(here=here, parent=tmp_path) for text in (output, said))
+    with pytest.raises(BertWhiteningError, match="^" + re.escape(said)):
+        check_output_directory(output, overwrite=True)
+    check_output_directory("sub/", overwrite=True)  # a trailing slash names the directory
