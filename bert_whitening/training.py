@@ -66,7 +66,7 @@ from bert_whitening.config import (
     fused_bert_sizes,
     versions,
 )
-from bert_whitening.data import check_labels, check_readable, display_name, open_local, read_pairs
+from bert_whitening.data import STDIN, check_labels, check_readable, display_name, open_local, read_pairs
 from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
 from bert_whitening.names import COSENT_SCALE, DEFAULT_POOLING, LOSSES, check_choice
 
@@ -104,7 +104,10 @@ class PairFile:
     sha256: str  # of the bytes the pairs were read from, hashed as they were read
 
     def record(self):
-        return {"path": os.path.abspath(self.path), "sha256": self.sha256, "pairs": len(self.labels)}
+        """Its file as an absolute path, or ``null`` for standard input (``-`` would be taken
+        for a file of that name)."""
+        path = None if self.path == STDIN else os.path.abspath(self.path)
+        return {"path": path, "sha256": self.sha256, "pairs": len(self.labels)}
 
 
 @dataclasses.dataclass

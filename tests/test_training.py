@@ -658,6 +658,7 @@ def test_a_pair_file_is_read_once_and_hashed_as_read(pair_files, tmp_path, monke
     if source == "FIFO":  # what a second opening would read
         threading.Thread(target=writer, args=(b"other\tpairs\t1\n",), daemon=True).start()
     assert pairs.sha256 == expected and len(pairs.labels) == 24
+    assert pairs.record()["path"] == (None if source == "standard input" else os.path.abspath(path))  # not "CWD/-"
     if source == "FIFO":  # the second writer, if still waiting for a reader, finds one and ends
         os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
     if open_file is not None:
