@@ -67,6 +67,29 @@ def check_options(files, model_type, pooling, maxlen):
         )
 
 
+def _say_untrained_settings(files, settings):
+    """A warning, once a process for each model and settings, when a model `train` wrote is used
+    under other ``settings`` (pooling, maxlen, case) than it was trained under
+    (`ModelFiles.trained_as`): allowed (eval compares poolings), and easy to miss (each
+    command's defaults are the base model's)."""
+    trained = files.trained_as or {}
+    differ = [key for key in trained if trained[key] != settings[key]]
+    if differ:
+        _warn_once(
+            "%s was trained with %s; these vectors are made with %s"
+            % (
+                files.name,
+                ", ".join("%s %s" % (key, json.dumps(trained[key]).strip('"')) for key in differ),
+                ", ".join("%s %s" % (key, json.dumps(settings[key]).strip('"')) for key in differ),
+            )
+        )
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(message):
+    logger.warning("%s", message)
+
+
 #: The keys of a BERT configuration (google-research/bert's, and the pooler and directionality
 #: keys of Chinese releases, which bert4keras ignores): with no other key, bert4keras' BERT is the
 #: plain BERT `FusedBert` computes.
@@ -415,6 +438,8 @@ class EncoderConfig:
         the whitening or flow and the model are known to fit each other: one resolve step, run
         once for this configuration, before any weights are read."""
         check_options(self.files, self.model_type, self.pooling, self.maxlen)
+        if self.maxlen is not None:
+            _say_untrained_settings(self.files, {"pooling": self.pooling, **self.tokenization})
         if self.flow is not None:
             if self.whitening is not None:
                 raise WhiteningError("a flow takes the place of the whitening: give one of them, not both")

@@ -58,6 +58,7 @@ from bert_whitening.atomic import (
     write_stream_atomically,
 )
 from bert_whitening.bounded import JSON_BYTES, NpzMembers, first_few, usable_memory
+from bert_whitening.checkpoints import TRAINING_FILE
 from bert_whitening.config import (
     EncoderConfig,
     block_bytes_per_token,
@@ -72,8 +73,6 @@ from bert_whitening.names import COSENT_SCALE, DEFAULT_POOLING, LOSSES, check_ch
 
 logger = logging.getLogger(__name__)
 
-#: The record of a fine-tuned model directory.
-TRAINING_FILE = "training.json"
 #: Graded labels (not whole numbers) are binarised here for ``softmax`` unless told otherwise:
 #: the middle of senteval_cn's 0-5 STS scores.
 DEFAULT_THRESHOLD = 2.5

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 
@@ -14,6 +15,7 @@ import pytest
 
 from bert_whitening import training
 from bert_whitening.backend import Tokenizer, build_transformer_model, tf
+from bert_whitening.config import EncoderConfig
 from bert_whitening.encoding import encode
 from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
 from bert_whitening.models import build_encoder
@@ -87,6 +89,30 @@ def test_a_trained_model_reloads_with_its_vectors(tiny_model, trained):
     np.testing.assert_allclose(reloaded, vectors, atol=1e-5)
     base = encode(build_encoder(tiny_model[0], pooling="cls"), SENTENCES)
     assert np.abs(base - vectors).max() > 1e-2  # it did train
+
+
+def test_a_trained_model_used_otherwise_than_it_was_trained_is_said_once(trained, tmp_path, caplog):
+    """Trained with cls pooling at maxlen 64, lower-cased: each command's defaults are the base
+    model's (first-last-avg), and nothing said the vectors were not the trained ones."""
+    output, _, _ = trained
+    name = os.path.basename(output)
+    EncoderConfig(str(output), pooling="cls").check()
+    assert caplog.messages == []
+    for _ in range(2):
+        EncoderConfig(str(output), maxlen=16, lowercase=False).check()
+    assert caplog.messages == [
+        "%s was trained with pooling cls, maxlen 64, lowercase true; these vectors are made with pooling "
+        "first-last-avg, maxlen 16, lowercase false" % name
+    ]
+    copy = tmp_path / "copy"
+    shutil.copytree(output, copy)
+    (copy / "training.json").write_text("[]", encoding="utf-8")
+    caplog.clear()
+    EncoderConfig(str(copy)).check()
+    assert caplog.messages == [
+        "%s: not read, so the settings the model was trained under are unknown (%s: expected a JSON object, got "
+        "list)" % (copy / "training.json", copy / "training.json")
+    ]
 
 
 def test_bert4keras_loads_what_is_written(trained):

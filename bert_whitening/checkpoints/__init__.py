@@ -19,6 +19,7 @@ import functools
 import hashlib
 import io
 import json
+import logging
 import math
 import os
 import re
@@ -36,8 +37,14 @@ from bert_whitening.bounded import (
 from bert_whitening.errors import CheckpointError
 from bert_whitening.files import file_sha256
 
+logger = logging.getLogger(__name__)
+
 BUILTIN_MODEL = "minilm"
 BUILTIN_NAME = "all-MiniLM-L6-v2"
+#: What `bert_whitening.training.train` writes beside a trained model's weights: how it was made.
+TRAINING_FILE = "training.json"
+#: The settings of ``training.json`` that a trained model's vectors were trained under.
+TRAINED_SETTINGS = ("pooling", "maxlen", "lowercase")
 
 __all__ = [
     "BUILTIN_MODEL",
@@ -231,6 +238,22 @@ class ModelFiles:
                     memory,
                 )
             )
+
+    @functools.cached_property
+    def trained_as(self):
+        """``{"pooling", "maxlen", "lowercase"}`` a model `train` wrote was trained under, from
+        its ``training.json``; None for any other model, or when that file cannot be read (said
+        in a warning: the model is no less usable)."""
+        path = os.path.join(self.directory, TRAINING_FILE)
+        if not os.path.lexists(path):
+            return None
+        try:
+            settings = read_json(path).get("hyperparameters")
+            trained = {key: settings[key] for key in TRAINED_SETTINGS}
+        except (CheckpointError, AttributeError, KeyError, TypeError) as error:
+            logger.warning("%s: not read, so the settings the model was trained under are unknown (%s)", path, error)
+            return None
+        return trained
 
     def identity(self, model_type):
         """What a whitening file, a flow, an index or an export records of the model it was
