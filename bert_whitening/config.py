@@ -67,18 +67,17 @@ def check_options(files, model_type, pooling, maxlen):
         )
 
 
-def _say_untrained_settings(files, settings):
-    """A warning, once a process for each model and settings, when a model `train` wrote is used
-    under other ``settings`` (pooling, maxlen, case) than it was trained under
+def _say_untrained_settings(name, trained, settings):
+    """A warning, once a process for each model and settings, when the model ``name`` `train`
+    wrote is used under other ``settings`` (pooling, maxlen, case) than it was ``trained`` under
     (`ModelFiles.trained_as`): allowed (eval compares poolings), and easy to miss (each
     command's defaults are the base model's)."""
-    trained = files.trained_as or {}
     differ = [key for key in trained if trained[key] != settings[key]]
     if differ:
         _warn_once(
             "%s was trained with %s; these vectors are made with %s"
             % (
-                files.name,
+                name,
                 ", ".join("%s %s" % (key, json.dumps(trained[key]).strip('"')) for key in differ),
                 ", ".join("%s %s" % (key, json.dumps(settings[key]).strip('"')) for key in differ),
             )
@@ -438,8 +437,9 @@ class EncoderConfig:
         the whitening or flow and the model are known to fit each other: one resolve step, run
         once for this configuration, before any weights are read."""
         check_options(self.files, self.model_type, self.pooling, self.maxlen)
-        if self.maxlen is not None:
-            _say_untrained_settings(self.files, {"pooling": self.pooling, **self.tokenization})
+        trained = self.files.trained_as  # a trained model's configuration and vocabulary checked against its record
+        if trained and self.maxlen is not None:
+            _say_untrained_settings(self.files.name, trained, {"pooling": self.pooling, **self.tokenization})
         if self.flow is not None:
             if self.whitening is not None:
                 raise WhiteningError("a flow takes the place of the whitening: give one of them, not both")

@@ -115,6 +115,27 @@ def test_a_trained_model_used_otherwise_than_it_was_trained_is_said_once(trained
     ]
 
 
+@pytest.mark.parametrize("edited", ["vocab.txt", "bert_config.json"])
+def test_a_trained_model_whose_vocabulary_or_configuration_was_edited_is_refused(trained, tmp_path, edited):
+    """Two lines of vocab.txt swapped, or hidden_act changed: no shape tells, and the vectors
+    were silently another model's; training.json records the base's files the weights fit."""
+    output, _, _ = trained
+    copy = tmp_path / "copy"
+    shutil.copytree(output, copy)
+    if edited == "vocab.txt":
+        lines = (copy / edited).read_text(encoding="utf-8").splitlines(keepends=True)
+        lines[6], lines[7] = lines[7], lines[6]
+        (copy / edited).write_text("".join(lines), encoding="utf-8")
+    else:
+        (copy / edited).write_text(json.dumps({**TINY_CONFIG, "hidden_act": "relu"}), encoding="utf-8")
+    with pytest.raises(
+        BertWhiteningError,
+        match=r"^%s is not the one the model was trained with \(training.json records sha256 "
+        % re.escape(str(copy / edited)),
+    ):
+        EncoderConfig(str(copy)).check()
+
+
 def test_bert4keras_loads_what_is_written(trained):
     """bert4keras' own builder and loader read the written directory (the query, key and value
     split back under their names) and give the vectors of the encoder that was trained."""

@@ -93,6 +93,11 @@ class ModelFiles:
     load_weights: Callable[[], object] = dataclasses.field(repr=False)
 
     @functools.cached_property
+    def config_sha256(self):
+        """sha256 of the configuration as read (keys sorted), whatever its file's layout."""
+        return hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest()
+
+    @functools.cached_property
     def vocab_sha256(self):
         return hashlib.sha256(self.vocab_bytes).hexdigest()
 
@@ -243,16 +248,28 @@ class ModelFiles:
     def trained_as(self):
         """``{"pooling", "maxlen", "lowercase"}`` a model `train` wrote was trained under, from
         its ``training.json``; None for any other model, or when that file cannot be read (said
-        in a warning: the model is no less usable)."""
+        in a warning: the model is no less usable). A configuration or vocabulary edited since
+        (``train`` writes its base's, as ``base_model`` records them) is refused: the weights
+        were trained for those, and no shape would tell (a ``hidden_act``, two lines swapped)."""
         path = os.path.join(self.directory, TRAINING_FILE)
         if not os.path.lexists(path):
             return None
         try:
-            settings = read_json(path).get("hyperparameters")
-            trained = {key: settings[key] for key in TRAINED_SETTINGS}
-        except (CheckpointError, AttributeError, KeyError, TypeError) as error:
+            record = read_json(path)
+            trained = {key: record["hyperparameters"][key] for key in TRAINED_SETTINGS}
+            base = {key: record["base_model"][key] for key in ("config_sha256", "vocab_sha256")}
+        except (CheckpointError, KeyError, TypeError) as error:
             logger.warning("%s: not read, so the settings the model was trained under are unknown (%s)", path, error)
             return None
+        for key, file, held in (
+            ("config_sha256", self.config_path, self.config_sha256),
+            ("vocab_sha256", self.vocab_path, self.vocab_sha256),
+        ):
+            if base[key] != held:
+                raise CheckpointError(
+                    "%s is not the one the model was trained with (%s records sha256 %.12s..., the file's is %.12s...)"
+                    % (file, TRAINING_FILE, base[key], held)
+                )
         return trained
 
     def identity(self, model_type):
@@ -264,7 +281,7 @@ class ModelFiles:
             "type": model_type,
             "hidden_size": self.config["hidden_size"],
             "num_hidden_layers": self.config["num_hidden_layers"],
-            "config_sha256": hashlib.sha256(json.dumps(self.config, sort_keys=True).encode()).hexdigest(),
+            "config_sha256": self.config_sha256,
             "vocab_sha256": self.vocab_sha256,
             "weights_sha256": self.weights_sha256,
         }
