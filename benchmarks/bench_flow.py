@@ -138,13 +138,12 @@ def main():
     from bert_whitening.evaluation import (
         encode_splits,
         evaluate,
-        fit_vectors,
+        fit_statistics_and_vectors,
         format_table,
         load_tasks,
         settings,
         write_report,
     )
-    from bert_whitening.whitening import WhiteningStats
 
     seeds = [int(seed) for seed in args.seeds.split(",")]
     n_components = [int(k) for k in args.n_components.split(",")]
@@ -170,8 +169,8 @@ def main():
         start = time.perf_counter()
         encoded = encode_splits(task.encode, task.splits)
         encode_seconds = time.perf_counter() - start
-        vectors = fit_vectors(encoded)
-        results, _ = evaluate(encoded, WhiteningStats().update(vectors), requested, vectors=vectors)
+        stats, vectors = fit_statistics_and_vectors(encoded)
+        results, _ = evaluate(encoded, stats, requested, vectors=vectors)
         with tempfile.TemporaryDirectory() as workdir:
             path = os.path.join(workdir, "vectors.npy")
             np.save(path, vectors)

@@ -315,11 +315,34 @@ def statistics_from_files_together(
 ) -> list[WhiteningStats]:
     """`statistics_from_files` of each of ``encoders`` (as `encode_together` takes them), the
     files read and encoded once for all of them."""
-    stats = [WhiteningStats() for _ in encoders]
+    return [stats for stats, _ in _statistics_of_blocks(encoders, paths, read, progress, keep_vectors=False)]
+
+
+def statistics_and_vectors_from_files_together(
+    encoders: Sequence["Encoder"], paths: Sequence[str], read: ReadOptions = ReadOptions(), progress=None
+) -> list[tuple[WhiteningStats, np.ndarray]]:
+    """``(statistics, vectors)`` of each of ``encoders`` (as `statistics_from_files_together`
+    gives the statistics, and the vectors they were accumulated from, as one array): what
+    ``eval --fit-on FILE`` fits a whitening and trains a flow on, the whitening the one it
+    fits without a flow."""
+    return _statistics_of_blocks(encoders, paths, read, progress, keep_vectors=True)
+
+
+def _statistics_of_blocks(encoders, paths, read, progress, keep_vectors):
+    """``[(statistics, vectors or None)]`` of each encoder, updated block by block (`_file_blocks`)
+    whether the vectors are kept or not: the statistics do not depend on it."""
+    stats, kept = [WhiteningStats() for _ in encoders], [[] for _ in encoders]
     for blocks in _file_blocks(encoders, paths, read, progress):
-        for accumulator, block in zip(stats, blocks, strict=True):
+        for accumulator, held, block in zip(stats, kept, blocks, strict=True):
             accumulator.update(block)
-    return stats
+            if keep_vectors:
+                held.append(block)
+    if not keep_vectors:
+        return [(accumulator, None) for accumulator in stats]
+    return [
+        (accumulator, np.concatenate(held) if held else np.zeros((0, encoder.dim), np.float32))
+        for accumulator, held, encoder in zip(stats, kept, encoders, strict=True)
+    ]
 
 
 def vectors_from_files(

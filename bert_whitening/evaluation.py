@@ -186,16 +186,19 @@ def fit_statistics(
     return stats
 
 
-def fit_vectors(
+def fit_statistics_and_vectors(
     encoded: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
     fit_on: str | Sequence[str] = "all",
-    vectors_from_files: Optional[Callable] = None,
-) -> np.ndarray:
-    """The vectors `fit_statistics` accumulates, as one array, for a flow, which needs them all;
-    for a list of files ``vectors_from_files(paths)`` (`bert_whitening.encoding.vectors_from_files`)."""
+    statistics_and_vectors_from_files: Optional[Callable] = None,
+) -> tuple[WhiteningStats, np.ndarray]:
+    """`fit_statistics`, accumulated as it accumulates them, and the vectors they come from, as
+    one array, for a flow, which needs them all: a whitening scored beside a flow is the one
+    scored without (its statistics from one array differed in round-off, which ``k = all``
+    showed in the third decimal). For a list of files ``statistics_and_vectors_from_files(paths)``
+    (`bert_whitening.encoding.statistics_and_vectors_from_files_together`)."""
     if fit_on not in ("all", "train"):
-        return vectors_from_files(fit_on)
-    return np.concatenate([block for _, block in _fit_blocks(encoded, fit_on)])
+        return statistics_and_vectors_from_files(fit_on)
+    return fit_statistics(encoded, fit_on), np.concatenate([block for _, block in _fit_blocks(encoded, fit_on)])
 
 
 def fit_key(setting: Setting) -> tuple:
@@ -381,9 +384,10 @@ def evaluate_tasks(
                 if len(task.encoders) > 1:  # what follows (the fit's warnings) is this pooling's
                     logger.info("%s: fitting and scoring", task.label(pooling))
                 vectors = None
-                if "flow" in methods:  # the statistics from the same vectors: files are encoded once
-                    vectors = fit_vectors(encoded, fit_on, functools.partial(task.vectors_from_files, pooling=pooling))
-                    stats = WhiteningStats().update(vectors)
+                if "flow" in methods:  # the statistics and the vectors: files are encoded once
+                    stats, vectors = fit_statistics_and_vectors(
+                        encoded, fit_on, functools.partial(task.statistics_and_vectors_from_files, pooling=pooling)
+                    )
                 else:
                     stats = fit_statistics(
                         encoded, fit_on, functools.partial(task.statistics_from_files, pooling=pooling)
@@ -443,11 +447,11 @@ class Task:
 
         return self._files(statistics_from_files_together, paths, pooling)
 
-    def vectors_from_files(self, paths, pooling=None):
-        """paths -> their vectors, for a flow fitted on files."""
-        from bert_whitening.encoding import vectors_from_files_together
+    def statistics_and_vectors_from_files(self, paths, pooling=None):
+        """paths -> ``(WhiteningStats, their vectors)``, for a flow fitted on files beside a whitening."""
+        from bert_whitening.encoding import statistics_and_vectors_from_files_together
 
-        return self._files(vectors_from_files_together, paths, pooling)
+        return self._files(statistics_and_vectors_from_files_together, paths, pooling)
 
     def _files(self, together, paths, pooling):
         """The files are read and encoded once for every pooling, on the first call."""

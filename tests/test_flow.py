@@ -13,7 +13,15 @@ import scipy.stats
 from bert_whitening.backend import tf
 from bert_whitening.config import EncoderConfig
 from bert_whitening.errors import BertWhiteningError, FlowError
-from bert_whitening.evaluation import Setting, evaluate, evaluate_tasks, fit_vectors, format_table, settings
+from bert_whitening.evaluation import (
+    Setting,
+    evaluate,
+    evaluate_tasks,
+    fit_statistics,
+    fit_statistics_and_vectors,
+    format_table,
+    settings,
+)
 from bert_whitening.flow import TRAINING_SUMMARY, ActNorm, Coupling, Flow, FlowConfig, InvertibleConv1x1, fit_flow
 from bert_whitening.plots import plot_report
 from bert_whitening.whitening import WhiteningStats, fit_whitening
@@ -331,10 +339,10 @@ def test_evaluate_scores_flows_beside_whitening_on_the_same_vectors():
     for split, rows in (("train", slice(0, 300)), ("test", slice(300, 600))):
         labels = rng.random(300)
         encoded[split] = (base[rows], base[rows] + rng.normal(size=(300, 16)) * labels[:, None] * 0.3, -labels)
-    vectors = fit_vectors(encoded)
+    stats, vectors = fit_statistics_and_vectors(encoded)
     assert vectors.shape == (1200, 16)
-    np.testing.assert_array_equal(fit_vectors(encoded, "train"), np.vstack(encoded["train"][:2]))
-    stats = WhiteningStats().update(vectors)
+    np.testing.assert_array_equal(fit_statistics_and_vectors(encoded, "train")[1], np.vstack(encoded["train"][:2]))
+    np.testing.assert_array_equal(stats.scatter, fit_statistics(encoded).scatter)  # as without a flow, bit for bit
     requested = settings([0, -1], methods=("whitening", "flow"), seeds=(0, 1))
     options = {"progress": False, "config": SMALL}
     results, whitening = evaluate(encoded, stats, requested, vectors=vectors, flow_options=options)
@@ -373,11 +381,15 @@ def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path, capsys):
     )
     task = report["tasks"]["STS-B"]
     assert [r["setting"] for r in task["results"]] == ["raw", "k=all", "flow s=0"]
+    alone = evaluate_tasks(spec, ["STS-B"], directory=str(tmp_path / "data"), n_components=[0, -1])[0]
+    assert [result["splits"] for result in alone["tasks"]["STS-B"]["results"]] == [
+        result["splits"] for result in task["results"][:2]
+    ]  # bit for bit: the flow beside them changes nothing
     assert task["results"][2]["training"]["vectors"] == 192 and task["results"][2]["training"]["steps"] == 3
     assert format_table("STS-B", report).splitlines()[-1].split()[:4] == ["STS-B", "fit", "s", "-"]
     plot_report(report, spectra, str(tmp_path / "r.png"))
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
-    corpus = tmp_path / "corpus.txt"  # the train split's sentences, in the order of fit_vectors
+    corpus = tmp_path / "corpus.txt"  # the train split's sentences, in the order of fit_statistics_and_vectors
     corpus.write_text(
         "".join(line.split("\t")[side] + "\n" for side in (0, 1) for line in pairs[:64]), encoding="utf-8"
     )
