@@ -200,11 +200,12 @@ def optional_path(value, name):
     return None if value is None else path(value, name)
 
 
-def str_list(value, name, what):
+def str_list(value, name, what, one="sentence"):
     """``value`` as a list of str (``what``: what each names), refusing a single str, which
-    would be iterated character by character, and what has no order to give results in: a set
-    (its order is the hashes') or a mapping (its keys would be taken)."""
-    container(value, name, what)
+    would be iterated character by character (``one`` of them, the hint says), and what has no
+    order to give results in: a set (its order is the hashes') or a mapping (its keys would be
+    taken)."""
+    container(value, name, what, one)
     if isinstance(value, (collections.abc.Set, collections.abc.Mapping)):
         kind = "set" if isinstance(value, collections.abc.Set) else "mapping"
         raise BertWhiteningError(

@@ -327,11 +327,13 @@ def flow_summary(flow):
     }
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class EncoderConfig:
     """How to build an encoder, whitened or not, and what its vectors are: small and picklable
     (Beam ships it to its workers), unlike the encoder. Frozen: an encoder built from it and
     the record written of it describe the same vectors (`dataclasses.replace` makes another).
+    Compared by `differences` (what the vectors are), not ``==``, which is identity: field by
+    field, it held two whitenings' arrays to each other, which numpy refuses.
 
     Attributes:
         model: a Google-format or Hugging Face BERT directory; None or ``minilm`` for the

@@ -143,7 +143,7 @@ def build_encoders(
     lowercase: bool = True,
 ) -> dict[str, Encoder]:
     """``{pooling: Encoder}`` of one model loaded once: `build` of one `EncoderConfig` a pooling."""
-    poolings = str_list(poolings, "poolings", "pooling names (str)")
+    poolings = str_list(poolings, "poolings", "pooling names (str)", one="pooling")
     if not poolings:
         raise BertWhiteningError("poolings is empty: give at least one of %s" % ", ".join(POOLINGS))
     configs = [EncoderConfig(model, model_type, pooling, maxlen, lowercase) for pooling in poolings]

@@ -198,7 +198,10 @@ def test_every_way_of_building_a_configuration_checks_its_fields(tiny_model, whi
 def test_build_encoders_refuses_a_str_for_its_poolings(tiny_model):
     from bert_whitening.models import build_encoders
 
-    with pytest.raises(BertWhiteningError, match="poolings must be a list of pooling names .str., got str 'cls'"):
+    with pytest.raises(
+        BertWhiteningError,
+        match=r"^poolings must be a list of pooling names .str., got str 'cls' \(one pooling: put it in a list\)$",
+    ):
         build_encoders(tiny_model[0], poolings="cls")
 
 

@@ -389,6 +389,8 @@ def test_a_used_encoder_copies_and_pickles_as_its_configuration(fitted):
     expected = encoder.encode(SENTENCES)
     for copied in (copy.deepcopy(encoder), pickle.loads(pickle.dumps(encoder))):
         assert whitening_digest(copied.config.whitening) == whitening_digest(encoder.config.whitening)
+        assert copied.config.differences(encoder.config.to_config()) == []
+        assert copied.config != encoder.config  # identity: field by field, numpy refused the whitenings' arrays
         np.testing.assert_array_equal(copied.encode(SENTENCES), expected)
 
 
