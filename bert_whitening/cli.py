@@ -31,6 +31,7 @@ import itertools
 import logging
 import math
 import os
+import re
 import signal
 import sys
 
@@ -803,8 +804,18 @@ COMMANDS = [
 ]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, taking an argument that begins with a negative number for a value, as
+    Python 3.13's argparse does: 3.11's took ``--n-components -1,256`` for an unknown option, and
+    no option of this program looks like a number."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="bert-whitening",
         formatter_class=HelpWithDefaults,
         description="Fit BERT-whitening on sentences, encode sentences into whitened, "

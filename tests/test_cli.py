@@ -328,3 +328,15 @@ def test_console_script_runs(files, tiny_model):
     assert np.load(output).shape == (50, 24)
     assert "oneDNN" not in result.stderr and "cuda" not in result.stderr.lower()
     assert "encoded 50 sentences" in result.stderr
+
+
+def test_a_list_of_numbers_beginning_with_a_negative_one_is_a_value():
+    """Python 3.11's argparse took ``--n-components -1,256`` for an unknown option ("expected one
+    argument"); a negative number alone it took as a value."""
+    from bert_whitening import cli
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["eval-retrieval", "--task", "STS-B", "--n-components", "-1,256"])
+    assert args.n_components == [-1, 256]
+    args = parser.parse_args(["eval", "--task", "STS-B", "--n-components", "-1", "--beta", "-0.5,1"])
+    assert (args.n_components, args.beta) == ([-1], [-0.5, 1.0])
