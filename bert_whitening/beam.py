@@ -23,8 +23,10 @@ with ``skip_bad_lines`` a skipped line, counted in a warning of the worker's log
 import errno
 import gc
 import glob
+import hashlib
 import io
 import itertools
+import json
 import logging
 import os
 import re
@@ -36,9 +38,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
-from bert_whitening.arguments import shard_count
-from bert_whitening.atomic import PREFIX, check_outputs, claimed_prefix, mark_placed
-from bert_whitening.bounded import MODEL_SIZES, open_regular
+from bert_whitening.arguments import MAX_SHARDS, shard_count
+from bert_whitening.atomic import PREFIX, check_outputs, claimed_prefix, mark_placed, write_stream_atomically
+from bert_whitening.bounded import BLOCK, JSON_BYTES, MODEL_SIZES, open_regular, read_limited
 from bert_whitening.data import ReadOptions, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
 from bert_whitening.names import EXPORT_PRECISIONS
@@ -67,6 +69,13 @@ RECORD_FRAMING = 16
 #: no wider than a model's hidden size may be (`MODEL_SIZES`), its line number and its input's
 #: path, which the room left beside the vector holds many times over.
 RECORD_BYTES = 4 * MODEL_SIZES["hidden_size"] + (1 << 20)
+#: Beside a set of shards (``PREFIX.manifest.json``), what `run_encode` wrote as it: each shard's
+#: records and sha256, and the encoder its vectors are (`EncoderConfig.to_config`). The shards'
+#: names alone let a shard cut at a record's end, another run's shard swapped in, or a second
+#: set of another count under the prefix through, and said nothing of the model.
+MANIFEST_SUFFIX = ".manifest.json"
+#: A manifest's most bytes: the encoder's record and a line for each of `MAX_SHARDS` shards.
+MANIFEST_BYTES = JSON_BYTES + 256 * MAX_SHARDS
 
 #: Seconds a job on a portable runner may run when ``--job_server_timeout`` is not given (a week;
 #: Beam's default of 300 s ended longer jobs): `run`.
@@ -483,17 +492,18 @@ def run_encode(
                 flags,
                 runner,
             )
+            _write_manifest(output_prefix, spec.to_config())
         except BaseException:
             _remove_sink_temporaries(output_prefix)
-            _settle_shards(output_prefix)
+            _settle_shards(output_prefix, spec)
             raise
     mark_placed(shards(output_prefix))
 
 
-def _settle_shards(output_prefix):
+def _settle_shards(output_prefix, spec):
     """After a run that failed or was stopped (it began with no shard of ``output_prefix``): a whole
-    set of shards the sink finished is in place, and the stopped line says so; a part of one,
-    which no reader takes, is removed."""
+    set of shards the sink finished is in place with its manifest, and the stopped line says so;
+    a part of one, which no reader takes, is removed."""
     paths = sorted(found.path for found in FileSystems.match([shards(output_prefix)])[0].metadata_list)
     if not paths:
         return
@@ -502,7 +512,40 @@ def _settle_shards(output_prefix):
     except DataError:
         FileSystems.delete(paths)
         return
+    if not FileSystems.exists(output_prefix + MANIFEST_SUFFIX):
+        _write_manifest(output_prefix, spec.to_config())
     mark_placed(shards(output_prefix))
+
+
+def _write_manifest(output_prefix, encoder):
+    """Write ``PREFIX.manifest.json`` of the shards in place: each one's records (counted from
+    their headers) and sha256 by its name, and the ``encoder`` record; locally to a temporary
+    name renamed into place, elsewhere as one object."""
+    paths = sorted(found.path for found in FileSystems.match([shards(output_prefix)])[0].metadata_list)
+    described = {
+        "format_version": 1,
+        "encoder": encoder,
+        "shards": {
+            FileSystems.split(path)[1]: {"records": _check_record_lengths(path), "sha256": _shard_sha256(path)}
+            for path in paths
+        },
+    }
+    text = json.dumps(described, indent=1, sort_keys=True).encode("utf-8")
+    path = output_prefix + MANIFEST_SUFFIX
+    if FileSystems.get_scheme(path) is None:
+        write_stream_atomically(path, lambda stream: stream.write(text))
+    else:
+        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+            stream.write(text)
+
+
+def _shard_sha256(path):
+    """sha256 of a shard's bytes, read a block at a time (local or through Beam's file systems)."""
+    digest = hashlib.sha256()
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+        for block in iter(lambda: stream.read(BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _remove_sink_temporaries(output_prefix):
@@ -523,22 +566,32 @@ def _remove_sink_temporaries(output_prefix):
 _SHARD_NAME = re.compile(r"(?P<prefix>.*)-(?P<number>\d{5,})-of-(?P<shards>\d{5,})%s\Z" % re.escape(SUFFIX))
 
 
-def read_encoded(pattern):
+def read_encoded(pattern, encoder=None):
     """``(keys, vectors)`` of the TFRecord shards matching ``pattern``: keys as ``(path, line)``
     tuples, vectors as a float32 array, sorted by key; empty when nothing matches.
 
     What `encode_pipeline` writes is every input line once, so anything else is refused in one
     line before it is indexed: a file not named as a shard, a set of shards with one missing, a
-    record that is damaged or not an encoded line, a key twice (shards of two runs, or a copy of
-    a shard), vectors of two sizes. A record claiming more than it can hold is refused before
+    shard that is not the one its set's manifest records (`MANIFEST_SUFFIX`: edited, cut at a
+    record's end, another run's), a record that is damaged or not an encoded line, a key twice,
+    vectors of two sizes; and, given the ``encoder`` (an `EncoderConfig`) the vectors are for,
+    shards another encoder made. A record claiming more than it can hold is refused before
     TensorFlow reads its shard (`_check_record_lengths`)."""
     from bert_whitening.backend import tf
 
-    paths = sorted(match.path for match in FileSystems.match([pattern])[0].metadata_list)
-    _check_whole_sets(paths)
+    found = sorted(match.path for match in FileSystems.match([pattern])[0].metadata_list)
+    paths = [path for path in found if not path.endswith(MANIFEST_SUFFIX)]  # ``PREFIX*`` matches it too
+    manifests = {prefix: _manifest(prefix) for prefix in _check_whole_sets(paths)}
+    for prefix, manifest in manifests.items():
+        differences = encoder.differences(manifest["encoder"]) if encoder is not None else []
+        if differences:
+            raise DataError(
+                "%s-*%s were encoded with another encoder than this one (ours vs the shards': %s)"
+                % (prefix, SUFFIX, "; ".join(differences))
+            )
     records, where = [], {}
     for path in paths:
-        _check_record_lengths(path)
+        _check_shard(path, manifests[_SHARD_NAME.match(path)["prefix"]])
         try:
             for number, serialized in enumerate(tf.data.TFRecordDataset(path).as_numpy_iterator(), 1):
                 key, vector = _encoded_line(serialized, path, number)
@@ -567,7 +620,7 @@ def _check_record_lengths(path):
     process died). The headers are walked by seeking from one to the next, the data left unread,
     so a shard TensorFlow is handed holds records of bounded size that end within it. A local
     shard must be a regular file (a FIFO would be read by TensorFlow where no signal stops the
-    wait)."""
+    wait). Returns the number of records."""
     if FileSystems.get_scheme(path) is None:
         stream = open_regular(path, DataError, "beam-encode shard")
     else:
@@ -576,7 +629,7 @@ def _check_record_lengths(path):
         size, offset = stream.seek(0, io.SEEK_END), 0
         for number in itertools.count(1):
             if offset == size:
-                return
+                return number - 1
             stream.seek(offset)
             header = stream.read(8)
             length = int.from_bytes(header, "little")
@@ -594,8 +647,52 @@ def _check_record_lengths(path):
             offset += RECORD_FRAMING + length
 
 
+def _manifest(prefix):
+    """The manifest `_write_manifest` wrote beside the shards of ``prefix``, checked for its keys."""
+    path = prefix + MANIFEST_SUFFIX
+    if not FileSystems.exists(path):
+        raise DataError(
+            "%s-*%s: no %s beside them: beam-encode writes one with its shards (these are of an earlier "
+            "version, or not beam-encode's); run beam-encode again" % (prefix, SUFFIX, os.path.basename(path))
+        )
+    if FileSystems.get_scheme(path) is None:
+        text = read_limited(path, MANIFEST_BYTES, DataError, "shard manifest")
+    else:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+            text = stream.read(MANIFEST_BYTES + 1)
+    try:
+        manifest = json.loads(text)
+        shards = manifest["shards"]
+        if not (isinstance(manifest["encoder"], dict) and isinstance(shards, dict)):
+            raise TypeError("encoder and shards must be objects")
+        for entry in shards.values():
+            if type(entry["records"]) is not int or not isinstance(entry["sha256"], str):
+                raise TypeError("a shard's records and sha256 must be a whole number and a string")
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise DataError("%s: not a shard manifest beam-encode writes (%s)" % (path, error)) from None
+    return manifest
+
+
+def _check_shard(path, manifest):
+    """Refuse a shard that is not the one its set's ``manifest`` records, by name, records and sha256."""
+    name = FileSystems.split(path)[1]
+    recorded, records = manifest["shards"].get(name), _check_record_lengths(path)
+    if recorded is None:
+        raise DataError(
+            "%s: not a shard of the set its manifest records (%d shards, %s ...): two runs' shards under one prefix?"
+            % (path, len(manifest["shards"]), min(manifest["shards"], default="none"))
+        )
+    if records != recorded["records"] or _shard_sha256(path) != recorded["sha256"]:
+        raise DataError(
+            "%s: not the shard its manifest records (%d records and sha256 %.12s..., it holds %d records): "
+            "edited, cut or swapped since beam-encode wrote it"
+            % (path, recorded["records"], recorded["sha256"], records)
+        )
+
+
 def _check_whole_sets(paths):
-    """Each of ``paths`` is named as a shard, and every set of them (one prefix and count) is whole."""
+    """Each of ``paths`` is named as a shard, and every set of them (one prefix and count) is
+    whole; returns the prefixes."""
     sets = {}
     for path in paths:
         name = _SHARD_NAME.match(path)
@@ -610,6 +707,7 @@ def _check_whole_sets(paths):
                 "%s-*-of-%05d%s: shard %05d of %d is %s: a set of shards is read whole or not at all"
                 % (prefix, count, SUFFIX, shown, count, "missing" if missing else "beyond the count")
             )
+    return sorted({prefix for prefix, _ in sets})
 
 
 def _encoded_line(serialized, path, number):

@@ -1,6 +1,7 @@
 """The Beam pipelines refusing what they must, on DirectRunner in-process, on the tiny BERT; their
 results against the single-process commands, on every runner, are in test_beam_runners.py."""
 
+import json
 import logging
 import os
 import re
@@ -96,7 +97,7 @@ def test_beam_encode_refuses_a_prefix_another_run_writes_and_clears_what_a_kille
     with caplog.at_level(logging.INFO):
         assert run(*command) == 0
     assert "removed %s, left by an interrupted run" % left in caplog.text
-    assert sorted(os.listdir(tmp_path)) == ["corpus", "vectors-00000-of-00001.tfrecord"]
+    assert sorted(os.listdir(tmp_path)) == ["corpus", "vectors-00000-of-00001.tfrecord", "vectors.manifest.json"]
 
 
 def test_a_shard_count_beyond_the_bound_is_refused_before_any_work(tiny_model, corpus, tmp_path, capsys):
@@ -266,9 +267,10 @@ def test_a_job_precision_given_or_on_a_cpu_without_bfloat16_needs_no_check(tiny_
     assert beam.job_precision("auto", spec, [str(corpus / "*.txt")]) == "float32"
 
 
-def write_shards(prefix, shards):
+def write_shards(prefix, shards, encoder=None):
     """``beam-encode``'s shards ``PREFIX-SSSSS-of-NNNNN.tfrecord``, one per list of ``(path, line)``
-    keys in ``shards``, each line's vector ``[line, 1]`` (as `beam._examples` writes them)."""
+    keys in ``shards``, each line's vector ``[line, 1]`` (as `beam._examples` writes them), and
+    their manifest, with the ``encoder`` record given (else an empty one)."""
     from bert_whitening.backend import tf
 
     for number, keys in enumerate(shards):
@@ -276,6 +278,17 @@ def write_shards(prefix, shards):
         with tf.io.TFRecordWriter("%s-%05d-of-%05d%s" % (prefix, number, len(shards), beam.SUFFIX)) as writer:
             for example in beam._examples((keys, vectors)):
                 writer.write(example)
+    beam._write_manifest(str(prefix), encoder or {})
+
+
+def replaced_by_shard_of(shards):
+    """Replace shard 1 of ``v`` with shard 1 of another set of ``shards``, written under ``w``."""
+
+    def replace(tmp_path):
+        write_shards(tmp_path / "w", shards)
+        os.replace(tmp_path / ("w-00001-of-00002" + beam.SUFFIX), shard(tmp_path, 1))
+
+    return replace
 
 
 def test_read_encoded_reads_a_whole_set_of_shards_in_key_order(tmp_path):
@@ -309,8 +322,45 @@ def shard(tmp_path, number=0, of=2):
             lambda t: (shard(t, 1).unlink(), os.mkfifo(shard(t, 1))),
             r"v-00001-of-00002.tfrecord: a FIFO, not a regular file: cannot be read as a beam-encode shard",
         ),
+        (
+            replaced_by_shard_of([[("a.txt", 1)], []]),  # cut at a record's end: every header still adds up
+            r"v-00001-of-00002.tfrecord: not the shard its manifest records \(1 records and sha256 .*, it holds 0 "
+            r"records\): edited, cut or swapped",
+        ),
+        (
+            replaced_by_shard_of([[("a.txt", 1)], [("c.txt", 1)]]),  # another run's, of as many records
+            r"v-00001-of-00002.tfrecord: not the shard its manifest records \(1 records and sha256 .*, it holds 1 "
+            r"records\)",
+        ),
+        (
+            lambda t: (  # another run's set copied in beside this one
+                write_shards(t / "w", [[("c.txt", 1)]]),
+                os.replace(t / ("w-00000-of-00001" + beam.SUFFIX), t / ("v-00000-of-00001" + beam.SUFFIX)),
+            ),
+            r"v-00000-of-00001.tfrecord: not a shard of the set its manifest records \(2 shards, "
+            r"v-00000-of-00002.tfrecord ...\): two runs' shards under one prefix\?",
+        ),
+        (
+            lambda t: (t / "v.manifest.json").unlink(),
+            r"v-\*.tfrecord: no v.manifest.json beside them: beam-encode writes one with its shards",
+        ),
+        (
+            lambda t: (t / "v.manifest.json").write_text('{"shards": []}'),
+            r"v.manifest.json: not a shard manifest beam-encode writes \('encoder'\)",
+        ),
     ],
-    ids=["missing", "not a shard", "a key twice", "truncated", "a FIFO"],
+    ids=[
+        "missing",
+        "not a shard",
+        "a key twice",
+        "truncated",
+        "a FIFO",
+        "a record fewer",
+        "another run's",
+        "two sets",
+        "no manifest",
+        "not a manifest",
+    ],
 )
 def test_read_encoded_refuses_what_beam_encode_does_not_write(tmp_path, damage, said):
     """Index what is not every input line once, and a search finds one line twice or misses some;
@@ -354,6 +404,8 @@ def test_a_record_claiming_more_than_it_can_hold_is_refused_before_tensorflow_re
     from bert_whitening.backend import tf
 
     forged_shard(shard(tmp_path, 0, 1), length, size)
+    manifest = {"encoder": {}, "shards": {shard(tmp_path, 0, 1).name: {"records": 1, "sha256": "forged too"}}}
+    (tmp_path / "v.manifest.json").write_text(json.dumps(manifest))
     monkeypatch.setattr(tf.data, "TFRecordDataset", lambda path: pytest.fail("TensorFlow was handed %s" % path))
     with pytest.raises(DataError, match=r"v-00000-of-00001.tfrecord: damaged TFRecord file \(%s" % said):
         beam.read_encoded(str(tmp_path / "v-*"))
@@ -364,6 +416,7 @@ def test_a_record_that_is_not_an_encoded_line_is_refused(tmp_path):
 
     with tf.io.TFRecordWriter(str(shard(tmp_path, 0, 1))) as writer:
         writer.write(b"\x00not a protocol buffer")
+    beam._write_manifest(str(tmp_path / "v"), {})
     with pytest.raises(DataError, match=r"v-00000-of-00001.tfrecord: record 1 is not an encoded line"):
         beam.read_encoded(str(tmp_path / "v-*"))
 
@@ -414,7 +467,7 @@ def test_a_stopped_beam_job_says_what_its_workers_put_in_place(tiny_model, corpu
     assert placed == [str(output)]
     prefix = tmp_path / "v"
     whole = [tmp_path / ("v-%05d-of-00002%s" % (number, beam.SUFFIX)) for number in range(2)]
-    for written, said in ((whole, [beam.shards(str(prefix))]), (whole[:1], [])):
+    for written, said in ((whole, [str(prefix) + beam.MANIFEST_SUFFIX, beam.shards(str(prefix))]), (whole[:1], [])):
         monkeypatch.setattr(beam, "run", stopped_after(lambda written=written: [p.write_bytes(b"") for p in written]))
         with placed_outputs() as placed, pytest.raises(KeyboardInterrupt):
             beam.run_encode([str(corpus / "*.txt")], spec, str(prefix))

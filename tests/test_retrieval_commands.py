@@ -468,6 +468,21 @@ def test_index_from_beam_encode_shards(indexed, tmp_path):
     np.testing.assert_allclose(IndexDirectory(str(from_beam)).vectors(), np.load(vectors), atol=1e-5)
 
 
+def test_index_from_beam_refuses_shards_another_encoder_made(indexed, tmp_path, caplog):
+    """The shards recorded nothing of their encoder: indexed with another k, or without the
+    whitening they were made with, their vectors were taken as this encoder's."""
+    model, corpus, whitening, vectors, index = indexed
+    prefix = tmp_path / "vectors"
+    argv = ["--model", model, "--whitening", whitening, "--n-components", 12]
+    assert run("beam-encode", *argv, "--input", corpus, "--output", prefix) == 0
+    assert run("index", *argv[:-1], 8, "--from-beam", "%s-*" % prefix, "--output", tmp_path / "i8") == 1
+    assert one_error(caplog) == (
+        "%s-*.tfrecord were encoded with another encoder than this one (ours vs the shards': n_components: 8 vs 12)"
+        % prefix
+    )
+    assert not (tmp_path / "i8").exists()
+
+
 def test_search_answers_from_the_index_after_the_corpus_file_changed(tiny_model, tmp_path, capsys):
     corpus, index = tmp_path / "corpus.txt", tmp_path / "index"
     corpus.write_text("".join(s + "\n" for s in MANY[:20]), encoding="utf-8")

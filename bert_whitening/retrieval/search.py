@@ -71,7 +71,7 @@ def build_index(
         if from_beam:
             from bert_whitening.beam import read_encoded
 
-            keys, vectors = read_encoded(from_beam)
+            keys, vectors = read_encoded(from_beam, config)
             if not keys:
                 raise DataError("%s: no beam-encode shards match" % from_beam)
             writer.add(vectors, keys)
