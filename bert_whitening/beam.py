@@ -295,8 +295,29 @@ def unknown_pipeline_options(flags):
 
 def run(build, flags=(), runner="DirectRunner"):
     """Run ``build(pipeline)`` with the Beam pipeline options in ``flags`` on the runner they
-    name, else on ``runner``. A flag Beam does not parse is refused: Beam would drop it with a
-    warning, and run without what it was meant to set."""
+    name, else on ``runner`` (`pipeline_options`)."""
+    options, name, given = pipeline_options(flags, runner)
+    try:
+        chosen = _runner(options, given)
+    except (ValueError, ImportError) as error:  # no such runner, or its package is not installed
+        raise BertWhiteningError("--runner %s: %s" % (name, _first_line(error))) from None
+    try:
+        with beam.Pipeline(runner=chosen, options=options) as pipeline:
+            build(pipeline)
+    except Exception as error:
+        unwrapped = _unwrapped(error)
+        if unwrapped is error and not _is_direct(name) and isinstance(error, (ValueError, NotImplementedError)):
+            # another runner's refusal of its options ("You must specify a --job_endpoint", a
+            # Dataflow job without its project), before any step ran: the user's to mend
+            raise BertWhiteningError("the %s refused the pipeline: %s" % (name, _first_line(error))) from None
+        raise unwrapped from None
+
+
+def pipeline_options(flags, runner):
+    """``(PipelineOptions, runner name, flags given)`` of ``flags``, refused as the commands refuse
+    them before any work: a flag Beam does not parse (Beam would drop it with a warning, and run
+    without what it was meant to set), and a portable runner's endpoint for the DirectRunner,
+    which would ignore it."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
     unknown = unknown_pipeline_options(flags)
@@ -304,13 +325,26 @@ def run(build, flags=(), runner="DirectRunner"):
         raise BertWhiteningError("%s: not a Beam pipeline option, which Beam would drop" % unknown[0])
     options = PipelineOptions(list(flags))
     standard = options.view_as(StandardOptions)
-    standard.runner = standard.runner or runner
-    chosen = _runner(options, given={flag.split("=", 1)[0] for flag in flags})
-    try:
-        with beam.Pipeline(runner=chosen, options=options) as pipeline:
-            build(pipeline)
-    except Exception as error:
-        raise _unwrapped(error) from None
+    standard.runner = name = standard.runner or runner
+    given = {flag.split("=", 1)[0] for flag in flags}
+    portable_only = sorted(given & {"--job_endpoint", "--artifact_endpoint"})
+    if portable_only and _is_direct(name):
+        raise BertWhiteningError(
+            "%s is a portable runner's option (--runner PortableRunner): the DirectRunner would ignore it"
+            % portable_only[0]
+        )
+    return options, name, given
+
+
+def _is_direct(name):
+    """Whether the runner ``name`` (a name or a class path) is the DirectRunner."""
+    return name.rsplit(".", 1)[-1] in ("DirectRunner", "SwitchingDirectRunner")
+
+
+def _first_line(error):
+    """A runner's refusal in one line: its lines joined (Dataflow's first ends in a colon), cut short."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _runner(options, given):
@@ -325,7 +359,7 @@ def _runner(options, given):
     from apache_beam.runners.portability.portable_runner import JobServiceHandle, PortableRunner
 
     name = options.view_as(StandardOptions).runner
-    if name.rsplit(".", 1)[-1] in ("DirectRunner", "SwitchingDirectRunner"):  # by name or class path
+    if _is_direct(name):
         # The pipeline options reach the workers as the DirectRunner passes them.
         encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
         provision = beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
@@ -393,6 +427,7 @@ def run_fit(
     from bert_whitening.checkpoints import find_model
 
     check_outputs([output], _local_inputs(patterns) + spec.read_paths())
+    pipeline_options(flags, runner)  # refused before the precision's check encodes
     precision = job_precision(precision, spec, patterns, read, fits=True)
     recorded = {
         "pooling": spec.pooling,
@@ -474,6 +509,7 @@ def run_encode(
     where a claim can be taken), and its own if the pipeline fails."""
     num_shards = shard_count(num_shards)
     check_outputs([(output_prefix, PREFIX)], _local_inputs(patterns) + spec.read_paths())
+    pipeline_options(flags, runner)  # refused before the precision's check encodes
     with claimed_prefix(output_prefix) as claimed:
         if claimed:  # no other run writes there: a killed one's
             for leftover in _remove_sink_temporaries(output_prefix):

@@ -1259,7 +1259,9 @@ def main(argv=None):
         parser.error("%s=%s: choose one of %s" % (PRECISION_VARIABLE, args.precision, ", ".join(PRECISIONS)))
     handler = AboveTheBar()
     handler.setFormatter(PrintableFormatter("%(levelname)s: %(message)s"))
-    logging.basicConfig(level=args.log_level, handlers=[handler])
+    # force: a library imported while the options were read (Beam's, for its option names) may
+    # have logged through the root logger already, which gave it a handler of its own format
+    logging.basicConfig(level=args.log_level, handlers=[handler], force=True)
     if args.log_level != "DEBUG":  # Beam logs a failing step's traceback; main reports the error
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     with placed_outputs() as placed:

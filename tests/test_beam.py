@@ -475,3 +475,41 @@ def test_a_stopped_beam_job_says_what_its_workers_put_in_place(tiny_model, corpu
         assert sorted(tmp_path.glob("v-*")) == (whole if said else [])
         for path in whole:
             path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (["--runner", "NoSuchRunner"], "--runner NoSuchRunner: Unexpected pipeline runner: NoSuchRunner."),
+        (["--runner", "PortableRunner"], "the PortableRunner refused the pipeline: You must specify a --job_endpoint"),
+        (
+            ["--job_endpoint", "localhost:1"],
+            "--job_endpoint is a portable runner's option (--runner PortableRunner): the DirectRunner would ignore it",
+        ),
+    ],
+    ids=["unknown runner", "portable runner without its endpoint", "an endpoint for the DirectRunner"],
+)
+def test_a_runner_that_cannot_run_the_pipeline_is_one_line(tiny_model, corpus, tmp_path, monkeypatch, flags, said):
+    """A 25- to 42-line traceback each; the DirectRunner ran on, ignoring the endpoint. The options
+    are refused before the precision's check encodes anything."""
+    from bert_whitening.config import EncoderConfig
+
+    if flags[0] == "--job_endpoint":
+        monkeypatch.setattr(beam, "job_precision", lambda *args, **kwargs: pytest.fail("the precision was checked"))
+    with pytest.raises(beam.BertWhiteningError, match="^" + re.escape(said)):
+        beam.run_fit([str(corpus / "a.txt")], EncoderConfig(tiny_model[0]), str(tmp_path / "w.npz"), flags=flags)
+    assert os.listdir(tmp_path) == ["corpus"]
+
+
+def test_a_refusal_after_beam_logged_through_the_root_logger_keeps_the_command_s_format(tiny_model, corpus, tmp_path):
+    """Reading Beam's option names imported Beam, which logged a warning through the root logger
+    before the command set its own handler: every later line came as ``ERROR:bert_whitening:...``."""
+    import subprocess
+    import sys
+
+    argv = ["beam-fit", "--model", tiny_model[0], "--input", corpus / "a.txt", "--output", tmp_path / "w.npz"]
+    result = subprocess.run(
+        [sys.executable, "-m", "bert_whitening", *map(str, argv), "--job_endpoint", "x"], capture_output=True, text=True
+    )
+    assert result.returncode == 1
+    assert "\nERROR: --job_endpoint is a portable runner's option" in "\n" + result.stderr, result.stderr
