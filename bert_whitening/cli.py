@@ -850,12 +850,11 @@ def _refuse_unknown_options(args, unknown):
     flags = [item.split("=", 1)[0] for item in unknown if item.startswith("-")]
     known = list(args.command_parser._option_string_actions)
     if args.takes_pipeline_options:
-        from bert_whitening.beam import pipeline_option_names, unknown_pipeline_options
-
-        flags = unknown_pipeline_options(unknown)
+        beam = _beam()
+        flags = beam.unknown_pipeline_options(unknown)
         if not flags:
             return
-        known += pipeline_option_names()
+        known += beam.pipeline_option_names()
     elif not flags:
         args.command_parser.error("unrecognized arguments: %s" % " ".join(unknown))
     close = difflib.get_close_matches(flags[0], known, n=1)
@@ -1252,18 +1251,19 @@ def _raise_interrupted(number, frame):
 def main(argv=None):
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
+    # The log is set up before anything is imported to check the options (Beam, for its option
+    # names): a library logging through the root logger first would give it a handler of its own
+    # format, and this one would never be set.
+    handler = AboveTheBar()
+    handler.setFormatter(PrintableFormatter("%(levelname)s: %(message)s"))
+    logging.basicConfig(level=args.log_level, handlers=[handler])
+    if args.log_level != "DEBUG":  # Beam logs a failing step's traceback; main reports the error
+        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     if unknown:
         _refuse_unknown_options(args, unknown)
     args.pipeline_options = unknown
     if getattr(args, "precision", None) not in (None,) + PRECISIONS:  # a default from the environment
         parser.error("%s=%s: choose one of %s" % (PRECISION_VARIABLE, args.precision, ", ".join(PRECISIONS)))
-    handler = AboveTheBar()
-    handler.setFormatter(PrintableFormatter("%(levelname)s: %(message)s"))
-    # force: a library imported while the options were read (Beam's, for its option names) may
-    # have logged through the root logger already, which gave it a handler of its own format
-    logging.basicConfig(level=args.log_level, handlers=[handler], force=True)
-    if args.log_level != "DEBUG":  # Beam logs a failing step's traceback; main reports the error
-        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
     with placed_outputs() as placed:
         previous = {number: signal.signal(number, _raise_interrupted) for number in STOPPING}
         try:

@@ -503,7 +503,8 @@ def test_a_runner_that_cannot_run_the_pipeline_is_one_line(tiny_model, corpus, t
 
 def test_a_refusal_after_beam_logged_through_the_root_logger_keeps_the_command_s_format(tiny_model, corpus, tmp_path):
     """Reading Beam's option names imported Beam, which logged a warning through the root logger
-    before the command set its own handler: every later line came as ``ERROR:bert_whitening:...``."""
+    before the command set its own handler: the root logger took a handler of Python's default
+    format, and every later line came as ``ERROR:bert_whitening:...``."""
     import subprocess
     import sys
 
