@@ -67,7 +67,7 @@ def test_sts_scores_count_from_4_and_other_scales_are_refused():
     pairs = [("q1", "a", 3.99), ("q1", "b", 4.0), ("q2", "c", 5.0), ("q3", "d", 1.0)]
     bench = benchmark.build_benchmark(pairs)
     assert bench.queries == ["q1", "q2"] and bench.relevant == [{1}, {2}]
-    with pytest.raises(DataError, match=r"STS-B\.test.*found 7"):
+    with pytest.raises(DataError, match=r"STS-B\.test: pair 2's label is 7: labels are neither"):
         benchmark.build_benchmark([("q", "a", 1), ("q", "b", 7)], where="STS-B.test")
 
 

@@ -4,6 +4,7 @@ import dataclasses
 import functools
 import itertools
 import json
+import logging
 import os
 import shutil
 
@@ -149,10 +150,19 @@ def test_eval_retrieval_refuses_a_missing_split_and_odd_labels(task_dir, tiny_mo
     test_file = tmp_path / "TINY" / "TINY.test.data"
     test_file.write_text("a\tb\t1\nc\td\t9\n", encoding="utf-8")
     assert run(*argv) == 1
-    assert caplog.messages[-1] == "%s: labels are neither all 0/1 nor 0-5 scores (found 9)" % test_file
+    assert caplog.messages[-1] == "%s: pair 2's label is 9: labels are neither all 0/1 nor 0-5 scores" % test_file
     test_file.write_text("a\tb\t0\nc\td\t1.5\n", encoding="utf-8")  # 0-5 scores, none from 4 up
     assert run(*argv) == 1
-    assert caplog.messages[-1] == "%s: no positive pairs, so no queries" % test_file
+    assert caplog.messages[-1] == (
+        "%s: no positive pairs, so no queries (positive: pairs scored 4 or more (0-5 scores))" % test_file
+    )
+    # one stray label among 0/1 ones made the split 0-5 scores, its positives the one pair of 4.5
+    test_file.write_text("".join("s%d\tt%d\t%d\n" % (i, i, i % 2) for i in range(20)) + "a\tb\t4.5\n")
+    assert run(*argv) == 1
+    assert caplog.messages[-1] == (
+        "%s: pair 21's label is 4.5, where 20 of the 21 labels are 0 or 1: a 0/1 task with a stray label? "
+        "(0/1 labels: positive at 1; 0-5 scores: at 4 and above)" % test_file
+    )
 
 
 @pytest.fixture(scope="module")
@@ -649,3 +659,17 @@ def test_search_checks_every_line_of_a_queries_file_before_the_index_is_opened(
     assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("query: ")] == [
         "query: %s" % query for query in MANY[10:14]
     ]
+
+
+def test_distractors_that_are_queries_are_said(task_dir, tiny_model, tmp_path, caplog):
+    """Each such query finds itself first, as a non-relevant item: R@1 fell with no word why."""
+    caplog.set_level(logging.INFO)
+    directory, rows, _ = task_dir
+    distractors = tmp_path / "queries.txt"
+    distractors.write_text(MANY[1] + "\n" + MANY[70] + "\n", encoding="utf-8")  # MANY[1] is a query (row 1)
+    argv = ["--model", tiny_model[0], "--task", "TINY", "--data-dir", directory, "--n-components", "0"]
+    assert run("eval-retrieval", *argv, "--distractors", distractors) == 0
+    assert "TINY.test: 1 distractors are queries too: each such query finds itself, not relevant, at cosine 1" in (
+        caplog.messages
+    )
+    assert "TINY.test: the queries are the first sentences of the pairs labelled 1 (0/1 labels)" in caplog.messages

@@ -30,16 +30,41 @@ CUTOFF = 10
 SEARCH_BLOCK = 256
 
 
+#: The share of 0/1 labels above which a split with other labels too is taken for a 0/1 task with
+#: stray labels, and refused, not read as 0-5 scores (where 0 and 1 are a fraction of the labels):
+#: one label of 4.5 in a 0/1 task turned its positives from the pairs of label 1 to that one pair.
+MOSTLY_BINARY = 0.9
+
+
 def positive_labels(labels: np.ndarray, where: str = "labels") -> np.ndarray:
-    """Which labels mark positive pairs (see the module docstring); ``where`` names the data in
-    the error for labels on neither scale."""
+    """Which labels mark positive pairs (see the module docstring; `positive_rule` says which
+    rule); ``where`` names the data in the error for labels on neither scale, or 0/1 labels
+    but a few (`MOSTLY_BINARY`), naming the first of those by its pair's number."""
     labels = np.asarray(labels, dtype=np.float64)
-    if np.isin(labels, (0.0, 1.0)).all():
+    binary = np.isin(labels, (0.0, 1.0))
+    if binary.all():
         return labels == 1.0
-    outside = labels[(labels < 0) | (labels > 5)]
+    outside = np.flatnonzero((labels < 0) | (labels > 5))
     if outside.size:
-        raise DataError("%s: labels are neither all 0/1 nor 0-5 scores (found %g)" % (where, outside[0]))
+        raise DataError(
+            "%s: pair %d's label is %g: labels are neither all 0/1 nor 0-5 scores"
+            % (where, outside[0] + 1, labels[outside[0]])
+        )
+    if binary.mean() >= MOSTLY_BINARY:
+        stray = int(np.flatnonzero(~binary)[0])
+        raise DataError(
+            "%s: pair %d's label is %g, where %d of the %d labels are 0 or 1: a 0/1 task with a stray label? "
+            "(0/1 labels: positive at 1; 0-5 scores: at %g and above)"
+            % (where, stray + 1, labels[stray], binary.sum(), len(labels), POSITIVE_SCORE)
+        )
     return labels >= POSITIVE_SCORE
+
+
+def positive_rule(labels) -> str:
+    """Which pairs `positive_labels` takes for positive, in words."""
+    if np.isin(np.asarray(labels, dtype=np.float64), (0.0, 1.0)).all():
+        return "pairs labelled 1 (0/1 labels)"
+    return "pairs scored %g or more (0-5 scores)" % POSITIVE_SCORE
 
 
 @dataclasses.dataclass

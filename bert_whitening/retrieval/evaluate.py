@@ -20,7 +20,13 @@ from bert_whitening.evaluation import (
     settings,
     whitened_settings,
 )
-from bert_whitening.retrieval.benchmark import CUTOFF, build_benchmark, positive_labels, read_distractors
+from bert_whitening.retrieval.benchmark import (
+    CUTOFF,
+    build_benchmark,
+    positive_labels,
+    positive_rule,
+    read_distractors,
+)
 from bert_whitening.retrieval.faiss_indexes import (
     BATCH_QUERIES,
     HNSW_EF_CONSTRUCTION,
@@ -60,8 +66,18 @@ def evaluate_task(
     if split not in splits:
         raise DataError("%s has no %s split (splits: %s)" % (task.name, split, ", ".join(splits)))
     bench = build_benchmark(splits[split], distractors, where="%s.%s" % (task.name, split))
+    rule = positive_rule([label for _, _, label in splits[split]])
     if not bench.queries:
-        raise DataError("%s.%s: no positive pairs, so no queries" % (task.name, split))
+        raise DataError("%s.%s: no positive pairs, so no queries (positive: %s)" % (task.name, split, rule))
+    logger.info("%s.%s: the queries are the first sentences of the %s", task.name, split, rule)
+    queried = set(bench.queries).intersection(bench.distractors)
+    if queried:
+        logger.warning(
+            "%s.%s: %d distractors are queries too: each such query finds itself, not relevant, at cosine 1",
+            task.name,
+            split,
+            len(queried),
+        )
     encoded = encode_splits_together(task.encoders, _splits_to_encode(splits, split, fit_on), task.read.batch_size)
     extra = {pooling: np.zeros((0, encoder.dim)) for pooling, encoder in task.encoders.items()}
     if bench.distractors:
@@ -98,8 +114,9 @@ def _scorable(scored):
     labels on neither retrieval scale, or no positive pair to make a query of."""
 
     def check(split, pairs, file):
-        if split == scored and not positive_labels([label for _, _, label in pairs], file).any():
-            raise DataError("%s: no positive pairs, so no queries" % file)
+        labels = [label for _, _, label in pairs]
+        if split == scored and not positive_labels(labels, file).any():
+            raise DataError("%s: no positive pairs, so no queries (positive: %s)" % (file, positive_rule(labels)))
 
     return check
 
