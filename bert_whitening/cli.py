@@ -523,7 +523,10 @@ def add_eval(commands):
         "same vectors, scored on the same encoding)",
     )
     parser.add_argument(
-        "--flow-seeds", default="0", type=seed_list, help="comma-separated seeds, one flow each (with --method flow)"
+        "--flow-seeds",
+        default=None,
+        type=seed_list,
+        help="comma-separated seeds, one flow each (with --method flow; default 0)",
     )
     _flow_training_options(parser)
     return parser
@@ -962,6 +965,8 @@ def run_eval(args):
     from bert_whitening.plots import plot_report
 
     training = _flow_training(args, "flow" in args.method)
+    if args.flow_seeds is not None and "flow" not in args.method:
+        raise BertWhiteningError("--flow-seeds are the flows' seeds: add --method whitening,flow (or flow)")
     config = _task_config(args)
 
     def show(title, task, report):
@@ -979,7 +984,7 @@ def run_eval(args):
         fit_on=_fit_on(args),
         read=_task_read(args),
         methods=args.method,
-        flow_seeds=args.flow_seeds,
+        flow_seeds=args.flow_seeds or [0],
         flow_options=training,
         poolings=args.poolings,
         on_task=show,

@@ -632,6 +632,10 @@ def test_the_command_line_sets_how_a_flow_trains(tiny_model, tmp_path, caplog):
     assert (flow["epochs"], flow["batch_size"], flow["learning_rate"]) == (2, 8, 0.01)
     assert cli.main(["fit", *model, "--flow-epochs", "2", "--output", str(tmp_path / "w.npz"), data]) == 1
     assert "train a flow: add --method flow" in caplog.text
+    assert (
+        cli.main(["eval", *model, "--task", "T", "--data-dir", str(tmp_path), "--flow-seeds", "3"]) == 1
+    )  # was ignored
+    assert caplog.messages[-1] == "--flow-seeds are the flows' seeds: add --method whitening,flow (or flow)"
     with pytest.raises(SystemExit):
         cli.main(["fit", *model, "--method", "flow", "--flow-epochs", "0", "--output", str(tmp_path / "x.npz"), data])
     assert not (tmp_path / "w.npz").exists() and not (tmp_path / "x.npz").exists()
