@@ -100,6 +100,7 @@ def check_outputs(outputs, inputs=()):
       index, a file: replacing the directory would remove it), when it names a directory (a
       `BASE` only inside one: it is kept);
     - is the same path as another output of the run;
+    - is a `PREFIX` that ends in a directory (``DIR/``, ``.``): its files would be named ``-00000...``;
     - lies in a directory that does not exist (a file output) or cannot be written.
 
     Returns the file to write for each output (a symlink's final target)."""
@@ -141,6 +142,11 @@ NAME_MAX = 255
 
 
 def _check_kind(path, target, kind):
+    if kind == PREFIX and os.path.basename(path) in ("", os.curdir, os.pardir):
+        raise BertWhiteningError(
+            "cannot write %s: a prefix ends in a name its files begin with (DIR/vectors writes "
+            "DIR/vectors-00000-of-NNNNN...), not in a directory" % path
+        )
     if kind != PREFIX and len(os.fsencode(os.path.basename(os.path.abspath(target)))) > NAME_MAX:
         raise BertWhiteningError(
             "cannot write %s: its name is longer than %d bytes, the most a file system takes" % (path, NAME_MAX)

@@ -474,3 +474,17 @@ def test_overwrite_replaces_neither_a_dot_nor_the_directory_the_run_is_in(tmp_pa
     with pytest.raises(BertWhiteningError, match="^" + re.escape(said)):
         check_output_directory(output, overwrite=True)
     check_output_directory("sub/", overwrite=True)  # a trailing slash names the directory
+
+
+@pytest.mark.parametrize("prefix", ["out/", "out/.", "."])
+def test_a_prefix_that_ends_in_a_directory_is_refused(tmp_path, monkeypatch, prefix):
+    """``beam-encode --output out/`` wrote ``out/-00000-of-00001.tfrecord``."""
+    from bert_whitening.atomic import PREFIX, check_outputs
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(
+        BertWhiteningError, match="^cannot write %s: a prefix ends in a name its files begin with" % re.escape(prefix)
+    ):
+        check_outputs([(prefix, PREFIX)])
+    check_outputs([("out/vectors", PREFIX)])
