@@ -450,6 +450,17 @@ def task_files(directory, tasks):
     return files + [path for folder in folders for path in glob.glob(os.path.join(glob.escape(folder), "*"))]
 
 
+def task_names(directory):
+    """The tasks under ``directory``, built-in or not: each folder ``NAME`` that holds a split
+    ``NAME/NAME.SPLIT.data`` (a task of the user's was left out of a refusal's list)."""
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    return sorted(
+        name
+        for name in names
+        if any(os.path.exists(os.path.join(directory, name, "%s.%s.data" % (name, split))) for split in SPLITS)
+    )
+
+
 def split_file(directory, task, split):
     """Where a senteval_cn task keeps a split: ``DIR/TASK/TASK.SPLIT.data``; a pair file given as
     the task is its test split; for the English STS benchmark (several files or one), a name for
@@ -487,7 +498,7 @@ def load_task(task, directory=None, skip_bad_lines=False):
             if os.path.lexists(path):  # a dangling link is read, and refused: not a missing split
                 splits[split] = list(read_pairs(path, skip_bad_lines))
         if not splits:
-            present = sorted(name for name in TASKS if os.path.isdir(os.path.join(directory, name)))
+            present = task_names(directory)
             raise DataError(
                 "%s: no %s.{train,valid,test}.data under %s (tasks there: %s; a pair file is taken as a task too)"
                 % (task, task, os.path.join(directory, task), ", ".join(present) or "none")

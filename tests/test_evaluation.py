@@ -162,7 +162,7 @@ def test_a_pair_file_given_as_the_task_is_scored_as_the_test_split_of_a_task_of_
     assert "--fit-on train: %s has no train split (splits: test)" % mine in caplog.text
     assert cli.main([*common, "--task", "sample", "--data-dir", sample_task]) == 1
     assert (
-        "sample: no sample.{train,valid,test}.data under %s (tasks there: none; a pair"
+        "sample: no sample.{train,valid,test}.data under %s (tasks there: SAMPLE; a pair"  # a task of the user's
         % (pathlib.Path(sample_task) / "sample")
         in caplog.text
     )
