@@ -39,7 +39,7 @@ from bert_whitening.data import (  # noqa: F401  TASKS: named here too
     split_file,
     task_files,
 )
-from bert_whitening.errors import BertWhiteningError
+from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.names import METHODS, POOLINGS, check_choice
 from bert_whitening.whitening import FitOptions, Whitening, WhiteningStats, fit_whitening, l2_normalize
 
@@ -179,7 +179,7 @@ def fit_statistics(
     """Whitening statistics of the task's vectors (``all`` splits or ``train``), or for a list
     of files ``statistics_from_files(paths)`` (`bert_whitening.encoding.statistics_from_files`)."""
     if fit_on not in ("all", "train"):
-        return statistics_from_files(fit_on)
+        return _some_sentences(statistics_from_files(fit_on), fit_on)
     stats = WhiteningStats()
     for name, block in _fit_blocks(encoded, fit_on):
         stats.update(block, name)
@@ -197,8 +197,17 @@ def fit_statistics_and_vectors(
     showed in the third decimal). For a list of files ``statistics_and_vectors_from_files(paths)``
     (`bert_whitening.encoding.statistics_and_vectors_from_files_together`)."""
     if fit_on not in ("all", "train"):
-        return statistics_and_vectors_from_files(fit_on)
+        stats, vectors = statistics_and_vectors_from_files(fit_on)
+        return _some_sentences(stats, fit_on), vectors
     return fit_statistics(encoded, fit_on), np.concatenate([block for _, block in _fit_blocks(encoded, fit_on)])
+
+
+def _some_sentences(stats, files):
+    """``stats`` of the ``--fit-on`` ``files``, refused naming them when they held no sentence
+    (the fit's "needs at least 2 vectors" named the task)."""
+    if not stats.count:
+        raise DataError("--fit-on %s: no sentences in %s" % (", ".join(files), "it" if len(files) == 1 else "them"))
+    return stats
 
 
 def fit_key(setting: Setting) -> tuple:

@@ -229,6 +229,11 @@ def test_fit_on_train_without_a_train_split_is_an_error(tiny_model, sample_task,
     monkeypatch.undo()
     assert cli.main(argv + ["--n-components", "0,25"]) == 1  # refused before anything is encoded
     assert "n_components 25 is larger than the model's hidden size 24" in caplog.text
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    for methods in ("whitening", "whitening,flow"):  # the fit's "needs at least 2 vectors" named the task
+        assert cli.main(argv + ["--fit-on", str(empty), "--n-components", "0,-1", "--method", methods]) == 1
+        assert caplog.messages[-1] == "SAMPLE: --fit-on %s: no sentences in it" % empty
 
 
 @pytest.mark.parametrize(
