@@ -673,3 +673,15 @@ def test_distractors_that_are_queries_are_said(task_dir, tiny_model, tmp_path, c
         caplog.messages
     )
     assert "TINY.test: the queries are the first sentences of the pairs labelled 1 (0/1 labels)" in caplog.messages
+
+
+def test_a_split_a_later_task_lacks_is_refused_before_any_task_is_encoded(task_dir, tiny_model, monkeypatch, caplog):
+    from bert_whitening.retrieval import evaluate
+
+    directory, rows, _ = task_dir
+    (directory / "ONLY").mkdir()
+    (directory / "ONLY" / "ONLY.test.data").write_text("".join("%s\t%s\t%d\n" % row for row in rows), encoding="utf-8")
+    monkeypatch.setattr(evaluate, "encode_splits_together", lambda *args: pytest.fail("a task was encoded"))
+    argv = ["--model", tiny_model[0], "--task", "TINY", "--task", "ONLY", "--data-dir", directory, "--split", "valid"]
+    assert run("eval-retrieval", *argv, "--n-components", "0") == 1
+    assert one_error(caplog) == "ONLY has no valid split (splits: test)"

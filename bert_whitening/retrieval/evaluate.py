@@ -63,8 +63,7 @@ def evaluate_task(
     from bert_whitening.encoding import encode_together
 
     splits = task.splits
-    if split not in splits:
-        raise DataError("%s has no %s split (splits: %s)" % (task.name, split, ", ".join(splits)))
+    _check_split(task, split)
     bench = build_benchmark(splits[split], distractors, where="%s.%s" % (task.name, split))
     rule = positive_rule([label for _, _, label in splits[split]])
     if not bench.queries:
@@ -109,6 +108,11 @@ def evaluate_task(
     return found
 
 
+def _check_split(task, split):
+    if split not in task.splits:
+        raise DataError("%s has no %s split (splits: %s)" % (task.name, split, ", ".join(task.splits)))
+
+
 def _scorable(scored):
     """A check of each split (`load_tasks`) refusing a ``scored`` split that cannot be scored:
     labels on neither retrieval scale, or no positive pair to make a query of."""
@@ -151,6 +155,8 @@ def evaluate_retrieval(
     distractors = list(read_distractors(distractor_files, read.skip_bad_lines))
     ks = [setting.n_components for setting in requested]
     encoders, loaded = load_tasks(spec, tasks, directory, ks, read, poolings, _scorable(split), fit_on)
+    for task in loaded:  # before any task is encoded: a later one's was found once the first was scored
+        _check_split(task, split)
     reports = {
         pooling: {
             "model": encoder.model_identity,
