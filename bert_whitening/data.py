@@ -492,11 +492,14 @@ def load_task(task, directory=None, skip_bad_lines=False):
                 % (task, directory, ENGLISH_STS, directory)
             )
     else:
-        splits = {}
-        for split in SPLITS:
-            path = split_file(directory, task, split)
+        splits, files = {}, {split: split_file(directory, task, split) for split in SPLITS}
+        for split, path in files.items():
             if os.path.lexists(path):  # a dangling link is read, and refused: not a missing split
                 splits[split] = list(read_pairs(path, skip_bad_lines))
+        pattern = os.path.join(glob.escape(os.path.join(directory, task)), glob.escape(task) + ".*.data")
+        others = sorted(os.path.basename(path) for path in glob.glob(pattern) if path not in files.values())
+        if others:  # a dev split, say: said, not scored in silence
+            logger.info("%s: %s not read: the splits are %s", task, ", ".join(others), "/".join(SPLITS))
         if not splits:
             present = task_names(directory)
             raise DataError(

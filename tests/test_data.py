@@ -339,9 +339,13 @@ def test_senteval_task_skips_bad_lines_and_names_what_is_missing(tmp_path, caplo
 
     (tmp_path / "PAWSX").mkdir()
     (tmp_path / "PAWSX" / "PAWSX.test.data").write_text("a\tb\t1\nbroken\n", encoding="utf-8")
+    (tmp_path / "PAWSX" / "PAWSX.dev.data").write_text("c\td\t1\n", encoding="utf-8")  # was passed over in silence
     with caplog.at_level(logging.INFO, logger="bert_whitening.data"):
         assert load_task("PAWSX", str(tmp_path), skip_bad_lines=True) == {"test": [("a", "b", 1.0)]}
-    assert caplog.messages[-1] == "PAWSX: no train/valid split; evaluating test"
+    assert caplog.messages[-2:] == [
+        "PAWSX: PAWSX.dev.data not read: the splits are train/valid/test",
+        "PAWSX: no train/valid split; evaluating test",
+    ]
     with pytest.raises(DataError, match="PAWSX.test.data:2: expected"):
         load_task("PAWSX", str(tmp_path))
     assert message(
