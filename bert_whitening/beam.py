@@ -299,6 +299,8 @@ def run(build, flags=(), runner="DirectRunner"):
     options, name, given = pipeline_options(flags, runner)
     try:
         chosen = _runner(options, given)
+    except BertWhiteningError:
+        raise
     except (ValueError, ImportError) as error:  # no such runner, or its package is not installed
         raise BertWhiteningError("--runner %s: %s" % (name, _first_line(error))) from None
     try:
@@ -306,7 +308,8 @@ def run(build, flags=(), runner="DirectRunner"):
             build(pipeline)
     except Exception as error:
         unwrapped = _unwrapped(error)
-        if unwrapped is error and not _is_direct(name) and isinstance(error, (ValueError, NotImplementedError)):
+        refused = isinstance(error, (ValueError, NotImplementedError)) and not isinstance(error, BertWhiteningError)
+        if unwrapped is error and refused and not _is_direct(name):
             # another runner's refusal of its options ("You must specify a --job_endpoint", a
             # Dataflow job without its project), before any step ran: the user's to mend
             raise BertWhiteningError("the %s refused the pipeline: %s" % (name, _first_line(error))) from None
@@ -696,6 +699,8 @@ def _manifest(prefix):
     else:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
             text = stream.read(MANIFEST_BYTES + 1)
+        if len(text) > MANIFEST_BYTES:
+            raise DataError("%s: larger than %d bytes: not a shard manifest" % (path, MANIFEST_BYTES))
     try:
         manifest = json.loads(text)
         shards = manifest["shards"]
