@@ -686,6 +686,17 @@ def small_disk(tmp_path):
     subprocess.run(["umount", str(mount)], check=True)
 
 
+def filled_but_one_block(mount):
+    """Fill ``mount`` in 4 kB files, then free one block."""
+    number = 0
+    with contextlib.suppress(OSError):
+        while True:
+            (mount / ("fill%d" % number)).write_bytes(b"x" * 4096)
+            number += 1
+    os.unlink(mount / "fill0")
+    return sorted(os.listdir(mount))
+
+
 def test_encode_onto_a_full_disk_is_one_line_and_leaves_nothing(work, small_disk, tmp_path):
     big = tmp_path / "big.txt"
     big.write_text("".join(line + "\n" for line in LINES * 10), encoding="utf-8")  # 3000 x 24 x 4 B
@@ -701,12 +712,7 @@ def test_a_verification_that_cannot_write_its_response_is_one_oserror(exported, 
     "failed to load or run"."""
     from bert_whitening.export import run_in_fresh_process
 
-    number = 0
-    with contextlib.suppress(OSError):  # the disk filled, one 4 kB block at a time
-        while True:
-            (small_disk / ("fill%d" % number)).write_bytes(b"x" * 4096)
-            number += 1
-    os.unlink(small_disk / "fill0")  # one block left: the request takes it, and none is left for the response
+    filled_but_one_block(small_disk)  # the request takes the block left, and none is left for the response
     with pytest.raises(OSError) as raised:
         run_in_fresh_process(exported[1], np.array([[2, 5, 3]], np.int32), ["a"], scratch=str(small_disk / "scratch"))
     assert raised.value.errno == errno.ENOSPC and str(raised.value) == "[Errno 28] No space left on device"
@@ -796,17 +802,6 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_with_141(work, tmp_pat
     os.close(write)
     assert result.returncode == 141, result.stderr
     assert b"Traceback" not in result.stderr and b"BrokenPipe" not in result.stderr
-
-
-def filled_but_one_block(mount):
-    """Fill ``mount`` in 4 kB files, then free one block."""
-    number = 0
-    with contextlib.suppress(OSError):
-        while True:
-            (mount / ("fill%d" % number)).write_bytes(b"x" * 4096)
-            number += 1
-    os.unlink(mount / "fill0")
-    return sorted(os.listdir(mount))
 
 
 @pytest.mark.parametrize("command", ["train", "convert-hf"])
