@@ -433,23 +433,41 @@ def write_atomically(path, write, inputs=(), output=True):
     remove_stale(target)
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=prefix)
     os.close(handle)
-    lock, held = _lock(temporary), os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
+    with _held_temporary(directory, temporary, path, _unlink_if_there):
         os.chmod(temporary, 0o666 & ~_umask())  # what open() would give, not mkstemp's 0600
         write(temporary)
         os.replace(temporary, target)
         if output:
             mark_placed(path)
+
+
+@contextlib.contextmanager
+def _held_temporary(directory, temporary, output, remove):
+    """While the block runs, ``temporary`` (in ``directory``) locked as this run's and its
+    directory held open; if the block raises, ``remove(name, dir_fd)`` takes the temporary away
+    through the directory held (so also when it was renamed meanwhile), and the error is named
+    for ``output`` (`_named`): what `write_atomically` and `staged_directory` both do."""
+    lock, held = _lock(temporary), os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield
     except BaseException as error:
-        with contextlib.suppress(FileNotFoundError):  # through the directory held: renamed meanwhile, too
-            os.unlink(os.path.basename(temporary), dir_fd=held)
-        named = _named(error, path, temporary)
+        remove(os.path.basename(temporary), held)
+        named = _named(error, output, temporary)
         if named is error:
             raise
         raise named from None
     finally:
         os.close(lock)
         os.close(held)
+
+
+def _unlink_if_there(name, dir_fd):
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=dir_fd)
+
+
+def _remove_tree(name, dir_fd):
+    shutil.rmtree(name, dir_fd=dir_fd, ignore_errors=True)
 
 
 def write_stream_atomically(path, write, **options):
@@ -548,19 +566,9 @@ def staged_directory(target):
     with _parents_made(parent):
         remove_stale(target)
         staging = tempfile.mkdtemp(dir=parent, prefix=prefix)
-        lock, held = _lock(staging), os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
+        with _held_temporary(parent, staging, target, _remove_tree):
             os.chmod(staging, 0o777 & ~_umask())
             yield staging
-        except BaseException as error:
-            shutil.rmtree(os.path.basename(staging), dir_fd=held, ignore_errors=True)  # renamed meanwhile, too
-            named = _named(error, target, staging)
-            if named is error:
-                raise
-            raise named from None
-        finally:
-            os.close(lock)
-            os.close(held)
 
 
 #: The suffix of the file a run holds locked while it writes the files of a `PREFIX` (`claimed_prefix`).
