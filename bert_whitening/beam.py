@@ -40,7 +40,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from bert_whitening.arguments import MAX_SHARDS, shard_count
 from bert_whitening.atomic import PREFIX, check_outputs, claimed_prefix, mark_placed, write_stream_atomically
-from bert_whitening.bounded import BLOCK, JSON_BYTES, MODEL_SIZES, open_regular, read_limited
+from bert_whitening.bounded import JSON_BYTES, MODEL_SIZES, open_regular, read_limited
 from bert_whitening.data import ReadOptions, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
 from bert_whitening.names import EXPORT_PRECISIONS
@@ -565,7 +565,7 @@ def _write_manifest(output_prefix, encoder):
         "format_version": 1,
         "encoder": encoder,
         "shards": {
-            FileSystems.split(path)[1]: {"records": _check_record_lengths(path), "sha256": _shard_sha256(path)}
+            FileSystems.split(path)[1]: dict(zip(("records", "sha256"), _walk_shard(path), strict=True))
             for path in paths
         },
     }
@@ -576,15 +576,6 @@ def _write_manifest(output_prefix, encoder):
     else:
         with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
             stream.write(text)
-
-
-def _shard_sha256(path):
-    """sha256 of a shard's bytes, read a block at a time (local or through Beam's file systems)."""
-    digest = hashlib.sha256()
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
-        for block in iter(lambda: stream.read(BLOCK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _remove_sink_temporaries(output_prefix):
@@ -615,7 +606,7 @@ def read_encoded(pattern, encoder=None):
     record's end, another run's), a record that is damaged or not an encoded line, a key twice,
     vectors of two sizes; and, given the ``encoder`` (an `EncoderConfig`) the vectors are for,
     shards another encoder made. A record claiming more than it can hold is refused before
-    TensorFlow reads its shard (`_check_record_lengths`)."""
+    TensorFlow reads its shard (`_walk_shard`)."""
     from bert_whitening.backend import tf
 
     found = sorted(match.path for match in FileSystems.match([pattern])[0].metadata_list)
@@ -652,24 +643,24 @@ def read_encoded(pattern, encoder=None):
     return [key for key, _ in records], np.array([vector for _, vector in records], dtype=np.float32)
 
 
-def _check_record_lengths(path):
-    """Refuse a shard whose records claim more than an encoded line holds or than the file holds,
-    before TensorFlow reads it: its reader makes room for the length a record header claims once
-    that length's CRC matches, so a forged header of a small file made it reserve any size (the
-    process died). The headers are walked by seeking from one to the next, the data left unread,
-    so a shard TensorFlow is handed holds records of bounded size that end within it. A local
-    shard must be a regular file (a FIFO would be read by TensorFlow where no signal stops the
-    wait). Returns the number of records."""
+def _walk_shard(path):
+    """``(records, sha256)`` of a shard, read once from start to end, a record at a time, refusing a
+    record that claims more than an encoded line holds or than the file holds before its bytes are
+    read: TensorFlow's reader makes room for the length a record header claims once that length's
+    CRC matches, so a forged header of a small file made it reserve any size (the process died).
+    A shard TensorFlow is handed holds records of bounded size that end within it. A local shard
+    must be a regular file (a FIFO would be read by TensorFlow where no signal stops the wait)."""
     if FileSystems.get_scheme(path) is None:
         stream = open_regular(path, DataError, "beam-encode shard")
     else:
         stream = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    digest = hashlib.sha256()
     with stream:
         size, offset = stream.seek(0, io.SEEK_END), 0
+        stream.seek(0)
         for number in itertools.count(1):
             if offset == size:
-                return number - 1
-            stream.seek(offset)
+                return number - 1, digest.hexdigest()
             header = stream.read(8)
             length = int.from_bytes(header, "little")
             if len(header) < 8 or offset + RECORD_FRAMING + length > size:
@@ -683,6 +674,8 @@ def _check_record_lengths(path):
                     "%s: damaged TFRecord file (record %d claims %d bytes, more than the %d of an encoded line)"
                     % (path, number, length, RECORD_BYTES)
                 )
+            digest.update(header)
+            digest.update(stream.read(RECORD_FRAMING - 8 + length))  # the length's CRC, the data, its CRC
             offset += RECORD_FRAMING + length
 
 
@@ -717,13 +710,14 @@ def _manifest(prefix):
 def _check_shard(path, manifest):
     """Refuse a shard that is not the one its set's ``manifest`` records, by name, records and sha256."""
     name = FileSystems.split(path)[1]
-    recorded, records = manifest["shards"].get(name), _check_record_lengths(path)
+    recorded = manifest["shards"].get(name)
     if recorded is None:
         raise DataError(
             "%s: not a shard of the set its manifest records (%d shards, %s ...): two runs' shards under one prefix?"
             % (path, len(manifest["shards"]), min(manifest["shards"], default="none"))
         )
-    if records != recorded["records"] or _shard_sha256(path) != recorded["sha256"]:
+    records, sha256 = _walk_shard(path)
+    if records != recorded["records"] or sha256 != recorded["sha256"]:
         raise DataError(
             "%s: not the shard its manifest records (%d records and sha256 %.12s..., it holds %d records): "
             "edited, cut or swapped since beam-encode wrote it"
