@@ -1088,7 +1088,6 @@ def run_search(args):
             if args.queries
             else "no queries: give QUERY arguments or --queries FILE"
         )
-    search_queries(*first)  # before the index is opened
     results = searched(
         args.index,
         itertools.chain([first], query_lists),

@@ -154,7 +154,7 @@ def block_bytes_per_token(config, maxlen):
     residual stream (three hidden-wide tensors), and the attention scores (a row of ``maxlen``
     per head)."""
     sizes = fused_bert_sizes(config)
-    hidden, inner, heads = sizes["hidden"], sizes["intermediate"] or 4 * sizes["hidden"], sizes["heads"] or 1
+    hidden, inner, heads = sizes["hidden"], sizes["intermediate"], sizes["heads"]  # required (check_model_sizes)
     return 4 * (inner + 3 * hidden + heads * maxlen)
 
 

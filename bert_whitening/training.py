@@ -327,13 +327,14 @@ def _checked(**options):
     o.files = files
     o.train = read_pair_file(o.train_file, "train")
     o.valid = read_pair_file(o.valid_file, "valid") if o.valid_file else None
-    # CoSENT compares labels alone (which pair should be the closer): their ranks order the pairs
-    # as they do, in float32 exactly, where labels cast to float32 could overflow (1e39) or round
-    # to one value (1e-50, or 1 + 1e-9), and the loss then saw no order and trained nothing.
-    o.targets = np.unique(o.train.labels, return_inverse=True)[1].astype(np.float32)
-    o.num_labels = o.classes = None
     if o.loss == "softmax":
         o.targets, o.num_labels, o.classes = softmax_classes(o.train, o.threshold)
+    else:
+        # CoSENT compares labels alone (which pair should be the closer): their ranks order the
+        # pairs as they do, in float32 exactly, where labels cast to float32 could overflow (1e39)
+        # or round to one value (1e-50, or 1 + 1e-9), and the loss then saw no order.
+        o.targets = np.unique(o.train.labels, return_inverse=True)[1].astype(np.float32)
+        o.num_labels = o.classes = None
     if o.epochs:  # no step is taken otherwise
         check_step_memory(o.files, o.maxlen, o.batch_size, len(o.train.labels))
     o.checkpoints = _checkpoints(o) if o.resume else None

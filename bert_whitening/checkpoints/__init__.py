@@ -400,7 +400,8 @@ PADDING_TOKEN = "[PAD]"
 def _refuse_missing_special_tokens(vocab_path, tokens):
     """Refuse a vocabulary that lacks a `SPECIAL_TOKENS` token, or whose first line is not
     `PADDING_TOKEN`, naming the file."""
-    missing = [token for token in SPECIAL_TOKENS if token not in set(tokens)]
+    held = set(tokens)
+    missing = [token for token in SPECIAL_TOKENS if token not in held]
     if missing:
         raise CheckpointError(
             "%s lacks %s: a BERT vocabulary has %s" % (vocab_path, ", ".join(missing), ", ".join(SPECIAL_TOKENS))

@@ -194,13 +194,13 @@ QUERIES_AT_ONCE = 8192
 def searched(directory, query_lists, top_k=10, model=None, pooling=None, whitening_path=None, batch_size=128):
     """`search`'s hits of each list of ``query_lists`` (``(queries, labels)`` pairs, as
     `search_queries` takes them), in order, each list read once the hits of the one before are
-    out: a search of any number of queries holds one list and its hits. The index is opened
-    (by FAISS too) and the model built once, after the first list's queries are checked, so what
-    is refused of them or of the index is refused before TensorFlow."""
-    index = directory if isinstance(directory, IndexDirectory) else IndexDirectory(directory)
-    config = query_config(index, model, pooling, whitening_path)
+    out: a search of any number of queries holds one list and its hits. The first list's queries
+    are checked before the index is opened, and the index (by FAISS too) before the model is
+    built, once: what is refused of them is refused before TensorFlow."""
     query_lists, top_k = iter(query_lists), positive_int(top_k, "top_k")
     first = search_queries(*next(query_lists))
+    index = directory if isinstance(directory, IndexDirectory) else IndexDirectory(directory)
+    config = query_config(index, model, pooling, whitening_path)
     index.index  # noqa: B018  read by FAISS now: whatever is refused is refused before TensorFlow and the model
     from bert_whitening.encoding import encode
     from bert_whitening.models import build
