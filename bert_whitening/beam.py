@@ -36,14 +36,16 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
 from bert_whitening.arguments import MAX_SHARDS, shard_count
 from bert_whitening.atomic import PREFIX, check_outputs, claimed_prefix, mark_placed, write_stream_atomically
-from bert_whitening.bounded import JSON_BYTES, MODEL_SIZES, open_regular, read_limited
+from bert_whitening.bounded import JSON_BYTES, MODEL_SIZES, open_regular
 from bert_whitening.data import ReadOptions, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
 from bert_whitening.names import EXPORT_PRECISIONS
+from bert_whitening.token_ids import log_truncated
 from bert_whitening.whitening import FitOptions, WhiteningStats, check_vectors, fit_reported
 
 logger = logging.getLogger(__name__)
@@ -74,6 +76,8 @@ RECORD_BYTES = 4 * MODEL_SIZES["hidden_size"] + (1 << 20)
 #: names alone let a shard cut at a record's end, another run's shard swapped in, or a second
 #: set of another count under the prefix through, and said nothing of the model.
 MANIFEST_SUFFIX = ".manifest.json"
+#: The manifest's ``format_version``: a manifest of another is refused, not read as this one.
+MANIFEST_FORMAT = 1
 #: A manifest's most bytes: the encoder's record and a line for each of `MAX_SHARDS` shards.
 MANIFEST_BYTES = JSON_BYTES + 256 * MAX_SHARDS
 
@@ -129,6 +133,12 @@ class SortedLists(beam.DoFn):
             yield held[start : start + SENTENCES_PER_CALL]
 
 
+#: The job's counts of sentences encoded and cut to maxlen, summed over its workers by the runner
+#: and logged once by the driver (`log_truncated_in_job`), where each call logged its own.
+SENTENCES = Metrics.counter("bert_whitening", "sentences")
+TRUNCATED = Metrics.counter("bert_whitening", "truncated")
+
+
 class EncodeFn(beam.DoFn):
     """``[(key, sentence), ...]`` -> ``(keys, vectors)``, the model loaded once per worker from an
     `bert_whitening.config.EncoderConfig`; ``batch_size`` as in ``encode``. ``precision`` is set
@@ -152,10 +162,12 @@ class EncodeFn(beam.DoFn):
         gc.freeze()
 
     def process(self, batch):
-        from bert_whitening.encoding import encode
+        from bert_whitening.encoding import encode_counted
 
         keys = [key for key, _ in batch]
-        vectors = encode(self.encoder, [sentence for _, sentence in batch], self.batch_size, progress=False)
+        vectors, truncated = encode_counted(self.encoder, [sentence for _, sentence in batch], self.batch_size)
+        SENTENCES.inc(len(batch))
+        TRUNCATED.inc(truncated)
         yield keys, check_vectors(vectors, "beam", self.spec.normalize, keys=keys, stages=self.spec.stages)
 
 
@@ -295,7 +307,7 @@ def unknown_pipeline_options(flags):
 
 def run(build, flags=(), runner="DirectRunner"):
     """Run ``build(pipeline)`` with the Beam pipeline options in ``flags`` on the runner they
-    name, else on ``runner`` (`pipeline_options`)."""
+    name, else on ``runner`` (`pipeline_options`); return its `PipelineResult`."""
     options, name, given = pipeline_options(flags, runner)
     try:
         chosen = _runner(options, given)
@@ -306,6 +318,7 @@ def run(build, flags=(), runner="DirectRunner"):
     try:
         with beam.Pipeline(runner=chosen, options=options) as pipeline:
             build(pipeline)
+        return pipeline.result
     except Exception as error:
         unwrapped = _unwrapped(error)
         refused = isinstance(error, (ValueError, NotImplementedError)) and not isinstance(error, BertWhiteningError)
@@ -314,6 +327,20 @@ def run(build, flags=(), runner="DirectRunner"):
             # Dataflow job without its project), before any step ran: the user's to mend
             raise BertWhiteningError("the %s refused the pipeline: %s" % (name, _first_line(error))) from None
         raise unwrapped from None
+
+
+def log_truncated_in_job(result, maxlen):
+    """Log, once for the job, how many of its sentences were cut to ``maxlen`` (`TRUNCATED`), as
+    ``encode`` logs it for its call; said nothing of where the runner reports no counters (a job
+    not waited for)."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    try:
+        counters = result.metrics().query(MetricsFilter().with_namespace("bert_whitening"))["counters"]
+    except (NotImplementedError, AttributeError, KeyError):
+        return
+    counted = {counter.key.metric.name: counter.committed or 0 for counter in counters}
+    log_truncated(counted.get("truncated", 0), counted.get("sentences", 0), maxlen)
 
 
 def pipeline_options(flags, runner):
@@ -443,12 +470,13 @@ def run_fit(
     before = _file_identity(output)
     build = lambda pipeline: fit_pipeline(pipeline, patterns, encode_fn, output, options, recorded, read)
     try:
-        run(build, flags, runner)
+        result = run(build, flags, runner)
     except BaseException:  # interrupted after a worker put the file in place: the stopped line says so
         if _file_identity(output) not in (None, before):
             mark_placed(output)
         raise
     mark_placed(output)
+    log_truncated_in_job(result, spec.maxlen)
 
 
 def _file_identity(path):
@@ -526,51 +554,60 @@ def run_encode(
         try:
             read = ReadOptions("lines", batch_size=batch_size)
             encode_fn = EncodeFn(spec, read.batch_size, job_precision(precision, spec, patterns, read))
-            run(
+            result = run(
                 lambda pipeline: encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards),
                 flags,
                 runner,
             )
-            _write_manifest(output_prefix, spec.to_config())
         except BaseException:
             _remove_sink_temporaries(output_prefix)
             _settle_shards(output_prefix, spec)
             raise
-    mark_placed(shards(output_prefix))
+        if not _settle_shards(output_prefix, spec):
+            raise BertWhiteningError("%s: the runner finished without a whole set of shards" % output_prefix)
+    log_truncated_in_job(result, spec.maxlen)
 
 
 def _settle_shards(output_prefix, spec):
-    """After a run that failed or was stopped (it began with no shard of ``output_prefix``): a whole
-    set of shards the sink finished is in place with its manifest, and the stopped line says so;
-    a part of one, which no reader takes, is removed."""
+    """Put the shards of ``output_prefix`` the sink wrote (the run began with none) in place with
+    their manifest, after the run, finished or not, and return whether it did: a whole set gets
+    its manifest (any older one, whose shards were deleted before this run, is replaced) and the
+    stopped line names them; a part of a set, which no reader takes, is removed, and so is an
+    older manifest. Shards whose manifest cannot be written are removed too: a reader refuses
+    them."""
     paths = sorted(found.path for found in FileSystems.match([shards(output_prefix)])[0].metadata_list)
-    if not paths:
-        return
+    manifest = output_prefix + MANIFEST_SUFFIX
     try:
         _check_whole_sets(paths)
     except DataError:
         FileSystems.delete(paths)
-        return
-    if not FileSystems.exists(output_prefix + MANIFEST_SUFFIX):
-        _write_manifest(output_prefix, spec.to_config())
+        paths = []
+    if not paths:
+        if FileSystems.exists(manifest):
+            FileSystems.delete([manifest])
+        return False
+    try:
+        _write_manifest(manifest, spec.to_config(), paths)
+    except BaseException:
+        FileSystems.delete(paths)
+        raise
     mark_placed(shards(output_prefix))
+    return True
 
 
-def _write_manifest(output_prefix, encoder):
-    """Write ``PREFIX.manifest.json`` of the shards in place: each one's records (counted from
-    their headers) and sha256 by its name, and the ``encoder`` record; locally to a temporary
-    name renamed into place, elsewhere as one object."""
-    paths = sorted(found.path for found in FileSystems.match([shards(output_prefix)])[0].metadata_list)
+def _write_manifest(path, encoder, paths):
+    """Write the manifest ``path`` of the shards ``paths``: each one's records (counted from their
+    headers) and sha256 by its name, and the ``encoder`` record; locally to a temporary name
+    renamed into place, elsewhere as one object."""
     described = {
-        "format_version": 1,
+        "format_version": MANIFEST_FORMAT,
         "encoder": encoder,
         "shards": {
-            FileSystems.split(path)[1]: dict(zip(("records", "sha256"), _walk_shard(path), strict=True))
-            for path in paths
+            FileSystems.split(shard)[1]: dict(zip(("records", "sha256"), _walk_shard(shard), strict=True))
+            for shard in paths
         },
     }
     text = json.dumps(described, indent=1, sort_keys=True).encode("utf-8")
-    path = output_prefix + MANIFEST_SUFFIX
     if FileSystems.get_scheme(path) is None:
         write_stream_atomically(path, lambda stream: stream.write(text))
     else:
@@ -650,12 +687,8 @@ def _walk_shard(path):
     CRC matches, so a forged header of a small file made it reserve any size (the process died).
     A shard TensorFlow is handed holds records of bounded size that end within it. A local shard
     must be a regular file (a FIFO would be read by TensorFlow where no signal stops the wait)."""
-    if FileSystems.get_scheme(path) is None:
-        stream = open_regular(path, DataError, "beam-encode shard")
-    else:
-        stream = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     digest = hashlib.sha256()
-    with stream:
+    with _opened(path, "beam-encode shard") as stream:
         size, offset = stream.seek(0, io.SEEK_END), 0
         stream.seek(0)
         for number in itertools.count(1):
@@ -687,13 +720,10 @@ def _manifest(prefix):
             "%s-*%s: no %s beside them: beam-encode writes one with its shards (these are of an earlier "
             "version, or not beam-encode's); run beam-encode again" % (prefix, SUFFIX, os.path.basename(path))
         )
-    if FileSystems.get_scheme(path) is None:
-        text = read_limited(path, MANIFEST_BYTES, DataError, "shard manifest")
-    else:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
-            text = stream.read(MANIFEST_BYTES + 1)
-        if len(text) > MANIFEST_BYTES:
-            raise DataError("%s: larger than %d bytes: not a shard manifest" % (path, MANIFEST_BYTES))
+    with _opened(path, "shard manifest") as stream:
+        text = stream.read(MANIFEST_BYTES + 1)
+    if len(text) > MANIFEST_BYTES:
+        raise DataError("%s: larger than %d bytes: not a shard manifest" % (path, MANIFEST_BYTES))
     try:
         manifest = json.loads(text)
         shards = manifest["shards"]
@@ -704,7 +734,20 @@ def _manifest(prefix):
                 raise TypeError("a shard's records and sha256 must be a whole number and a string")
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise DataError("%s: not a shard manifest beam-encode writes (%s)" % (path, error)) from None
+    if manifest.get("format_version") != MANIFEST_FORMAT:
+        raise DataError(
+            "%s: a manifest of format %s, where this version reads %d: written by another version of "
+            "bert-whitening; run beam-encode again" % (path, manifest.get("format_version"), MANIFEST_FORMAT)
+        )
     return manifest
+
+
+def _opened(path, what):
+    """A binary stream of ``path``: a local one a regular file (`open_regular`: a FIFO would be
+    read where no signal stops the wait), any other through Beam's file system."""
+    if FileSystems.get_scheme(path) is None:
+        return open_regular(path, DataError, what)
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def _check_shard(path, manifest):

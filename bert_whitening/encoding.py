@@ -17,7 +17,6 @@ import collections.abc
 import concurrent.futures
 import contextlib
 import dataclasses
-import logging
 import weakref
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
@@ -30,13 +29,12 @@ from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.data import ReadOptions, chunked, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.layers.fused_bert import FusedBert, bfloat16_products
-from bert_whitening.token_ids import pad_ids, token_ids
+from bert_whitening.token_ids import log_truncated, pad_ids, token_ids
 from bert_whitening.whitening import WhiteningStats, check_vectors
 
 if TYPE_CHECKING:
     from bert_whitening.models import Encoder
 
-logger = logging.getLogger(__name__)
 
 #: model -> {bfloat16 products?: its tf.function}, for `compiled`.
 _COMPILED = weakref.WeakKeyDictionary()
@@ -192,11 +190,6 @@ def in_flight(call, items, width):
             yield running.popleft().result()
 
 
-def log_truncated(truncated, total, maxlen):
-    if truncated:
-        logger.info("%d of %d sentences were longer than maxlen %d tokens and were truncated", truncated, total, maxlen)
-
-
 def encode(encoder: "Encoder", texts: Sequence[str], batch_size: int = 128, progress=None) -> np.ndarray:
     """Vectors of ``texts`` (a list of strings) as float32 ``(len(texts), encoder.dim)``, in order.
 
@@ -208,10 +201,18 @@ def encode(encoder: "Encoder", texts: Sequence[str], batch_size: int = 128, prog
         batch_size: sentences per model call; they are sorted by length first.
         progress: as in `encode_ids`.
     """
+    vectors, truncated = encode_counted(encoder, texts, batch_size, progress)
+    log_truncated(truncated, len(vectors), encoder.maxlen)
+    return vectors
+
+
+def encode_counted(encoder: "Encoder", texts: Sequence[str], batch_size: int = 128, progress=None):
+    """``(vectors, truncated)``: `encode`'s vectors and how many of ``texts`` were cut to
+    ``encoder.maxlen``, not logged: for a caller that counts over many calls (a Beam job's
+    workers, whose driver logs the job's count once)."""
     texts = sentence_list(texts, "texts")
     sequences, truncated = tokenize(checked_encoder(encoder), texts)
-    log_truncated(truncated, len(texts), encoder.maxlen)
-    return encode_ids(encoder, sequences, batch_size, progress)
+    return encode_ids(encoder, sequences, batch_size, progress), truncated
 
 
 def encode_together(

@@ -4,7 +4,11 @@ numpy only: the encoder (`bert_whitening.encoding`) and the serving client
 (`bert_whitening.serving`) share it without either importing the other.
 """
 
+import logging
+
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 
 def token_ids(tokenizer, text, maxlen):
@@ -18,6 +22,13 @@ def token_ids(tokenizer, text, maxlen):
     if len(ids) <= maxlen:
         return ids, False
     return ids[: maxlen - 1] + ids[-1:], True
+
+
+def log_truncated(truncated, total, maxlen):
+    """Say how many of ``total`` sentences `token_ids` cut to ``maxlen``, once per encoding (a
+    call, a stream, a training set, a Beam job), none when none were."""
+    if truncated:
+        logger.info("%d of %d sentences were longer than maxlen %d tokens and were truncated", truncated, total, maxlen)
 
 
 def pad_ids(sequences):

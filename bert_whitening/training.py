@@ -557,8 +557,9 @@ def order_generator(seed):
 
 def _train_and_write(o, report, progress):
     from bert_whitening.backend import keras
-    from bert_whitening.encoding import log_truncated, tokenize
+    from bert_whitening.encoding import tokenize
     from bert_whitening.models import build
+    from bert_whitening.token_ids import log_truncated
 
     config = EncoderConfig(o.model, o.model_type, o.pooling, o.maxlen, o.lowercase)
     encoder = build(config, trainable=True)

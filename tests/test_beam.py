@@ -278,7 +278,13 @@ def write_shards(prefix, shards, encoder=None):
         with tf.io.TFRecordWriter("%s-%05d-of-%05d%s" % (prefix, number, len(shards), beam.SUFFIX)) as writer:
             for example in beam._examples((keys, vectors)):
                 writer.write(example)
-    beam._write_manifest(str(prefix), encoder or {})
+    write_manifest(prefix, encoder)
+
+
+def write_manifest(prefix, encoder=None):
+    """The manifest of the shards of ``prefix`` as `beam._write_manifest` writes it."""
+    paths = sorted(map(str, prefix.parent.glob(prefix.name + "-*" + beam.SUFFIX)))
+    beam._write_manifest(str(prefix) + beam.MANIFEST_SUFFIX, encoder or {}, paths)
 
 
 def replaced_by_shard_of(shards):
@@ -348,6 +354,12 @@ def shard(tmp_path, number=0, of=2):
             lambda t: (t / "v.manifest.json").write_text('{"shards": []}'),
             r"v.manifest.json: not a shard manifest beam-encode writes \('encoder'\)",
         ),
+        (
+            lambda t: (t / "v.manifest.json").write_text(
+                (t / "v.manifest.json").read_text().replace('"format_version": 1', '"format_version": 2')
+            ),
+            r"v.manifest.json: a manifest of format 2, where this version reads 1: written by another version",
+        ),
     ],
     ids=[
         "missing",
@@ -360,6 +372,7 @@ def shard(tmp_path, number=0, of=2):
         "two sets",
         "no manifest",
         "not a manifest",
+        "another format",
     ],
 )
 def test_read_encoded_refuses_what_beam_encode_does_not_write(tmp_path, damage, said):
@@ -404,7 +417,11 @@ def test_a_record_claiming_more_than_it_can_hold_is_refused_before_tensorflow_re
     from bert_whitening.backend import tf
 
     forged_shard(shard(tmp_path, 0, 1), length, size)
-    manifest = {"encoder": {}, "shards": {shard(tmp_path, 0, 1).name: {"records": 1, "sha256": "forged too"}}}
+    manifest = {
+        "format_version": beam.MANIFEST_FORMAT,
+        "encoder": {},
+        "shards": {shard(tmp_path, 0, 1).name: {"records": 1, "sha256": "forged too"}},
+    }
     (tmp_path / "v.manifest.json").write_text(json.dumps(manifest))
     monkeypatch.setattr(tf.data, "TFRecordDataset", lambda path: pytest.fail("TensorFlow was handed %s" % path))
     with pytest.raises(DataError, match=r"v-00000-of-00001.tfrecord: damaged TFRecord file \(%s" % said):
@@ -416,7 +433,7 @@ def test_a_record_that_is_not_an_encoded_line_is_refused(tmp_path):
 
     with tf.io.TFRecordWriter(str(shard(tmp_path, 0, 1))) as writer:
         writer.write(b"\x00not a protocol buffer")
-    beam._write_manifest(str(tmp_path / "v"), {})
+    write_manifest(tmp_path / "v")
     with pytest.raises(DataError, match=r"v-00000-of-00001.tfrecord: record 1 is not an encoded line"):
         beam.read_encoded(str(tmp_path / "v-*"))
 
@@ -466,15 +483,66 @@ def test_a_stopped_beam_job_says_what_its_workers_put_in_place(tiny_model, corpu
         beam.run_fit([str(corpus / "*.txt")], spec, str(output))
     assert placed == [str(output)]
     prefix = tmp_path / "v"
+    manifest = tmp_path / ("v" + beam.MANIFEST_SUFFIX)
     whole = [tmp_path / ("v-%05d-of-00002%s" % (number, beam.SUFFIX)) for number in range(2)]
-    for written, said in ((whole, [str(prefix) + beam.MANIFEST_SUFFIX, beam.shards(str(prefix))]), (whole[:1], [])):
+    for written, said in ((whole, [str(manifest), beam.shards(str(prefix))]), (whole[:1], [])):
+        manifest.write_text("an older run's, whose shards were deleted")
         monkeypatch.setattr(beam, "run", stopped_after(lambda written=written: [p.write_bytes(b"") for p in written]))
         with placed_outputs() as placed, pytest.raises(KeyboardInterrupt):
             beam.run_encode([str(corpus / "*.txt")], spec, str(prefix))
         assert placed == said
         assert sorted(tmp_path.glob("v-*")) == (whole if said else [])
+        if said:  # the older manifest replaced by this set's
+            assert sorted(json.loads(manifest.read_text())["shards"]) == [path.name for path in whole]
+        else:
+            assert not manifest.exists()
         for path in whole:
             path.unlink(missing_ok=True)
+
+
+def test_a_finished_beam_encode_leaves_a_whole_set_with_its_manifest_or_nothing(
+    tiny_model, corpus, tmp_path, monkeypatch
+):
+    """A runner that reports success with a part of a set written, and a manifest that cannot be
+    written (a full disk): shards no reader takes are not left behind."""
+    from bert_whitening.config import EncoderConfig
+
+    spec, prefix = EncoderConfig(model=tiny_model[0]), tmp_path / "v"
+
+    def finished_with(written):
+        return lambda build, flags, runner: [path.write_bytes(b"") for path in written]
+
+    monkeypatch.setattr(beam, "job_precision", lambda *args, **kwargs: "float32")
+    monkeypatch.setattr(beam, "run", finished_with([shard(tmp_path, 1)]))
+    with pytest.raises(beam.BertWhiteningError, match="v: the runner finished without a whole set of shards"):
+        beam.run_encode([str(corpus / "*.txt")], spec, str(prefix))
+    assert os.listdir(tmp_path) == ["corpus"]
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(beam, "run", finished_with([shard(tmp_path, 0), shard(tmp_path, 1)]))
+    monkeypatch.setattr(beam, "_write_manifest", full_disk)
+    with pytest.raises(OSError, match="No space left on device"):
+        beam.run_encode([str(corpus / "*.txt")], spec, str(prefix))
+    assert os.listdir(tmp_path) == ["corpus"]
+
+
+def test_a_beam_job_says_how_many_sentences_were_truncated_once(tiny_model, corpus, tmp_path, monkeypatch, caplog):
+    """Each model call said its own count ("2 of 4 sentences ..."): a job of a million sentences
+    said it hundreds of times, and never the job's. The count is the one ``encode`` gives."""
+    monkeypatch.setattr(beam, "SENTENCES_PER_CALL", 4)
+    monkeypatch.setattr(beam, "SORTED_TOGETHER", 8)
+    common = ("--model", tiny_model[0], "--maxlen", "6")
+    with caplog.at_level(logging.INFO):
+        assert run("encode", *common, corpus / "a.txt", "--output", tmp_path / "v.npy") == 0
+    (expected,) = [message for message in caplog.messages if "were longer than maxlen" in message]
+    assert re.fullmatch(r"\d+ of 17 sentences were longer than maxlen 6 tokens and were truncated", expected)
+    for command, output in (("beam-encode", tmp_path / "v"), ("beam-fit", tmp_path / "w.npz")):
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            assert run(command, *common, "--input", corpus / "a.txt", "--output", output) == 0
+        assert [message for message in caplog.messages if "were longer than maxlen" in message] == [expected]
 
 
 @pytest.mark.parametrize(
