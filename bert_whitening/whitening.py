@@ -722,14 +722,32 @@ def fit_reported(stats, source, options, **recorded):
         whitening = fit_whitening(stats, **dataclasses.asdict(options), **recorded)
     except WhiteningError as error:  # what the data cannot give: say which data
         raise WhiteningError("%s: %s" % (source, error)) from None
+    k = whitening.components(allow_rank_deficient=recorded.get("allow_rank_deficient", False))
     logger.info(
         "fitted on %d sentences (dimension %d, rank %d), default n_components %d",
         stats.count,
         whitening.dim,
         whitening.rank,
-        whitening.components(allow_rank_deficient=recorded.get("allow_rank_deficient", False)),
+        k,
     )
+    if whitening.rank == whitening.dim and stats.count < SENTENCES_PER_COMPONENT * k:
+        logger.warning(
+            "%s: %d sentences for %d components: with fewer than %d a component, the smallest variances kept are "
+            "estimated several times too small, and whitening scales their directions up by as much; fit on more "
+            "sentences or keep fewer components (n_components)",
+            source,
+            stats.count,
+            k,
+            SENTENCES_PER_COMPONENT,
+        )
     return whitening
+
+
+#: Sentences a kept component needs for `fit_reported` to fit without a warning. Of ``N`` vectors
+#: of ``d`` directions, the smallest sample eigenvalue is about ``(1 - sqrt(d / N)) ** 2`` of the
+#: true one (Marchenko and Pastur): at ``N = 2 d``, 0.09, so whitening scales that direction up
+#: about 3.4 times too much, and more below. A rank below the dimension is warned of already.
+SENTENCES_PER_COMPONENT = 2
 
 
 def compute_kernel_bias(vecs, beta=1.0, gamma=1.0):

@@ -15,9 +15,11 @@ from hypothesis.extra.numpy import arrays
 
 from bert_whitening.errors import BertWhiteningError, WhiteningError
 from bert_whitening.whitening import (
+    FitOptions,
     Whitening,
     WhiteningStats,
     compute_kernel_bias,
+    fit_reported,
     fit_whitening,
     transform_and_normalize,
 )
@@ -445,6 +447,24 @@ def test_full_rank_data_gives_no_warning(caplog):
         whitening = fit_whitening(stats_of(correlated(100)))
         assert whitening.components(-1) == 16 and whitening.components(0) == 0
     assert caplog.messages == []
+
+
+@pytest.mark.parametrize(
+    "rows, n_components, warned",
+    [(31, -1, True), (32, -1, False), (31, 15, False), (29, 15, True), (10, -1, False)],
+    ids=["all, one short", "all, two a component", "k, enough", "k, one short", "rank deficient: its own warning"],
+)
+def test_fitting_on_fewer_than_two_sentences_a_component_is_warned_of(caplog, rows, n_components, warned):
+    """300 sentences for 256 components fitted without a word: the smallest kept variances come
+    out several times too small, and whitening scales their directions up as much."""
+    with caplog.at_level(logging.WARNING):
+        fit_reported(stats_of(correlated(rows)), "few.txt", FitOptions(n_components), allow_rank_deficient=True)
+    said = [message.split(",")[0] for message in caplog.messages if "sentences for" in message]
+    k = 16 if n_components < 0 else n_components
+    assert said == (
+        ["few.txt: %d sentences for %d components: with fewer than 2 a component" % (rows, k)] if warned else []
+    )
+    assert warned or rows > 16 or "has rank" in caplog.text
 
 
 def test_rank_rules_with_the_default_arguments(caplog):
