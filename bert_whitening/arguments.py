@@ -96,11 +96,11 @@ def id_lists(value, name, limit, bounds):
 REAL_KINDS = "fiu"
 
 
-def vector_array(value, name, error=BertWhiteningError):
-    """``value`` as a 2-D numpy array of vectors, one a row, of at least one column, holding
-    real numbers (`REAL_KINDS`); else one ``error`` naming ``name``. A memory-mapped array is
-    not read. Without a column, the statistics of the vectors would fail later, in numpy, with
-    no name."""
+def vector_array(value, name, error=BertWhiteningError, dim=None, holder=""):
+    """``value`` as a 2-D numpy array of vectors, one a row, of at least one column (of ``dim``
+    columns when given, which ``holder`` names: "the whitening's is"), holding real numbers
+    (`REAL_KINDS`); else one ``error`` naming ``name``. A memory-mapped array is not read.
+    Without a column, the statistics of the vectors would fail later, in numpy, with no name."""
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as failure:  # rows of unequal lengths, say
@@ -111,6 +111,8 @@ def vector_array(value, name, error=BertWhiteningError):
         raise error(
             "%s: expected a 2-D array of vectors (one a row, at least one column), got shape %s" % (name, array.shape)
         )
+    if dim is not None and array.shape[1] != dim:
+        raise error("%s: vectors of dimension %d, %s %d" % (name, array.shape[1], holder, dim))
     return array
 
 

@@ -350,20 +350,10 @@ def vectors_from_files(
     encoder: "Encoder", paths: Sequence[str], read: ReadOptions = ReadOptions(), progress=None
 ) -> np.ndarray:
     """The vectors of every sentence of ``paths``, as one array, as `statistics_from_files` reads
-    them: what ``eval --fit-on FILE`` trains a flow on (a flow needs the vectors themselves)."""
-    (vectors,) = vectors_from_files_together([encoder], paths, read, progress)
+    them: what ``SentenceEncoder.fit(method="flow")`` trains a flow on (a flow needs the vectors
+    themselves)."""
+    ((_, vectors),) = statistics_and_vectors_from_files_together([encoder], paths, read, progress)
     return vectors
-
-
-def vectors_from_files_together(
-    encoders: Sequence["Encoder"], paths: Sequence[str], read: ReadOptions = ReadOptions(), progress=None
-) -> list[np.ndarray]:
-    """`vectors_from_files` of each of ``encoders`` (as `encode_together` takes them), the files
-    read and encoded once for all of them."""
-    blocks = list(_file_blocks(encoders, paths, read, progress))
-    if not blocks:
-        return [np.zeros((0, encoder.dim), np.float32) for encoder in encoders]
-    return [np.concatenate(parts) for parts in zip(*blocks, strict=True)]
 
 
 def _file_blocks(encoders, paths, read, progress):

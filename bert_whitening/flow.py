@@ -71,6 +71,7 @@ from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, JSON_BYTES, MODEL_SIZES, NpzMembers, first_few
 from bert_whitening.errors import FlowError
 from bert_whitening.names import RECORDED_POOLINGS, check_recorded, checked_tokenization
+from bert_whitening.whitening import check_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -493,15 +494,10 @@ def _first_and_last(losses, most=10):
 
 def _checked(vectors, dim=None):
     """``vectors`` as float64, refused as `bert_whitening.whitening.WhiteningStats.update`
-    refuses them (`vector_array`: real numbers, not strings numpy would parse or bools), of
-    ``dim`` columns when given, and finite."""
-    vectors = vector_array(vectors, "vectors", error=FlowError)
-    if dim is not None and vectors.shape[1] != dim:
-        raise FlowError("expected vectors of shape (n, %s), got %s" % (dim, vectors.shape))
-    vectors = vectors.astype(np.float64)
-    if not np.isfinite(vectors).all():
-        raise FlowError("vectors contain NaN or inf")
-    return vectors
+    refuses them (`vector_array`: real numbers, not strings numpy would parse or bools; of
+    ``dim`` columns when given; `check_vectors`: finite, the first bad row named)."""
+    vectors = vector_array(vectors, "vectors", FlowError, dim, "the flow's is")
+    return check_vectors(vectors.astype(np.float64), "vectors", normalized=False)
 
 
 #: What `fit_flow` records of its training (``Flow.training_summary``), each entry's JSON types: a

@@ -100,13 +100,9 @@ class WhiteningStats:
         A refusal names ``where`` and, for a NaN or infinite entry, its row counted from ``start``
         (`check_vectors`): the caller's row (a file's, say), not this accumulator's, and the
         ``stages`` that computed the vectors, when the caller made them."""
-        vectors = vector_array(vectors, where, error=WhiteningError)
+        vectors = vector_array(vectors, where, WhiteningError, self.dim, "the statistics have")
         if self.dim is None:
             self._allocate(vectors.shape[1])
-        if vectors.shape[1] != self.dim:
-            raise WhiteningError(
-                "%s: vectors of dimension %d, the statistics have %d" % (where, vectors.shape[1], self.dim)
-            )
         for first in range(0, len(vectors), UPDATE_CHUNK_ROWS):
             block = check_vectors(
                 vectors[first : first + UPDATE_CHUNK_ROWS], where, False, start + first, stages=stages
@@ -251,9 +247,7 @@ class Whitening:
         ``vectors`` are refused as `WhiteningStats.update` refuses them (not real numbers, not of
         this whitening's dimension, NaN or infinite), naming the first bad row."""
         k = self.components(n_components, allow_rank_deficient)
-        vectors = vector_array(vectors, "vectors", error=WhiteningError)
-        if vectors.shape[1] != self.dim:
-            raise WhiteningError("vectors: of dimension %d, the whitening's is %d" % (vectors.shape[1], self.dim))
+        vectors = vector_array(vectors, "vectors", WhiteningError, self.dim, "the whitening's is")
         check_vectors(vectors, "vectors", normalized=False)
         if not k:
             return l2_normalize(vectors)

@@ -683,3 +683,16 @@ def test_a_flow_takes_the_vectors_the_statistics_take(vectors, message):
         flow.transform(vectors(x))
     with pytest.raises(BertWhiteningError, match="^batch_size must be a positive integer, got 0$"):
         flow.transform(x, batch_size=0)
+
+
+def test_a_flow_refuses_vectors_of_another_dimension_and_names_a_non_finite_row():
+    """Said 'expected vectors of shape (n, 16)' and 'vectors contain NaN or inf', no row named."""
+    x, flow = sample(rows=64), Flow(16, FlowConfig(**SMALL))
+    with pytest.raises(FlowError, match=r"^vectors: vectors of dimension 15, the flow's is 16$"):
+        flow.transform(x[:, 1:])
+    x[5, 3] = np.inf
+    for apply in (flow.transform, lambda x: fit_flow(x, SMALL, progress=False)):
+        with pytest.raises(
+            BertWhiteningError, match=r"^vectors: row 5 \(0-based\): the vector holds inf \(column 3\)$"
+        ):
+            apply(x)

@@ -19,10 +19,10 @@ from bert_whitening.encoding import (
     encode,
     encode_together,
     in_flight,
+    statistics_and_vectors_from_files_together,
     statistics_from_files_together,
     token_ids,
     vectors_from_files,
-    vectors_from_files_together,
 )
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.models import build_encoder, build_encoders, with_whitening
@@ -169,10 +169,11 @@ def test_files_are_encoded_once_for_every_encoder_built_together(encoders, toget
     passes = []
     run_batches = encoding._run_batches
     monkeypatch.setattr(encoding, "_run_batches", lambda *args: passes.append(1) or run_batches(*args))
-    vectors = vectors_from_files_together(chosen, [str(path)])
+    both = statistics_and_vectors_from_files_together(chosen, [str(path)])
     stats = statistics_from_files_together(chosen, [str(path)])
     assert len(passes) == 2  # one pass over the file for each call, both poolings in it
-    for encoder, got, accumulated in zip(chosen, vectors, stats, strict=True):
+    for encoder, (both_stats, got), accumulated in zip(chosen, both, stats, strict=True):
+        assert both_stats.count == accumulated.count and np.array_equal(both_stats.scatter, accumulated.scatter)
         alone = vectors_from_files(encoders[encoder.pooling], [str(path)])
         np.testing.assert_allclose(got, alone, atol=1e-5, err_msg=encoder.pooling)
         expected = WhiteningStats().update(alone)

@@ -969,7 +969,7 @@ def test_the_tokenization_a_whitening_records_is_read_back_and_an_earlier_file_h
         (None, 2.7, "n_components must be an integer, got float 2.7"),  # was cut to 2
         (None, True, "n_components must be an integer, got bool True"),  # was 1
         (None, "3", "n_components must be an integer, got str '3'"),
-        (lambda x: x[:, :5], None, "vectors: of dimension 5, the whitening's is 16"),
+        (lambda x: x[:, :5], None, "vectors: vectors of dimension 5, the whitening's is 16"),
         (lambda x: x[0], None, "vectors: expected a 2-D array of vectors (one a row, at least one column), got shape"),
         (lambda x: np.full((1, 16), np.nan), None, "vectors: row 0 (0-based): the vector holds nan (column 0)"),
         (lambda x: np.full((1, 16), "a"), None, "vectors: holds <U1, expected vectors of real numbers"),
