@@ -212,12 +212,12 @@ class CheckedFile:
     (``"a whitening of dimension 768"``), for a file `read` whole: a larger one is refused before
     it is hashed (which reads a sparse file of any size to its end) or read."""
 
-    def __init__(self, directory_fd, name, sha256, where, record, made, limit=None):
+    def __init__(self, directory_fd, name, sha256, where, record, made, limit=None, lines=None):
         self.name, self.sha256, self.where, self.record, self.limit = name, sha256, where, record, limit
         self._file = os.fdopen(open_regular_at(directory_fd, name, where), "rb", buffering=0)
         if limit is not None and self.size > limit[0]:
             self._refuse_larger(self.size)
-        opening = _Hashing(self._file.fileno())
+        opening = _Hashing(self._file.fileno(), lines)
         if opening.rest() != sha256:
             raise DataError(
                 "%s: %s is not the file %s (sha256 differs from %s's %s...): the directory was edited"
@@ -226,6 +226,32 @@ class CheckedFile:
         #: How many lines the file holds (a last one without its line end counted), counted on
         #: the reading that checked it: a reader of rows needs no second pass to count them.
         self.lines = opening.line_ends + (opening.last not in (b"", b"\n"))
+        #: With ``lines`` (the most lines the file may hold; the caller refuses more): where each
+        #: line starts (and the file's size after the last), and the sha256 of each `LINE_BLOCK`,
+        #: taken on the reading that checked it, for `line`; None beyond ``lines``.
+        self._starts, self._block_digests = opening.line_index()
+        self._last_line_ended = opening.last == b"\n"
+
+    def line_lengths(self):
+        """The length in bytes of each line of a file opened with ``lines``, its line end left out."""
+        lengths = np.diff(self._starts) - 1
+        if self.lines and not self._last_line_ended:
+            lengths[-1] += 1
+        return lengths
+
+    def line(self, number):
+        """Line ``number`` (from 0) with its line end, of a file opened with ``lines``, read alone:
+        the `LINE_BLOCK` blocks that hold it are read and each must still be the block checked at
+        opening, so a search reads a few rows of a large file, not the whole file, and what it
+        reads is still what was checked."""
+        start, end = int(self._starts[number]), int(self._starts[number + 1])
+        first, last = start // LINE_BLOCK, (end - 1) // LINE_BLOCK
+        data = os.pread(self._file.fileno(), (last + 1 - first) * LINE_BLOCK, first * LINE_BLOCK)
+        for block in range(first, last + 1):
+            held = data[(block - first) * LINE_BLOCK : (block + 1 - first) * LINE_BLOCK]
+            if hashlib.sha256(held).digest() != self._block_digests[block]:
+                self._changed()
+        return data[start - first * LINE_BLOCK : end - first * LINE_BLOCK]
 
     @property
     def size(self):
@@ -267,27 +293,66 @@ class CheckedFile:
 
     def _refuse_changed(self, raw):
         if raw.rest() != self.sha256:
-            raise DataError(
-                "%s: %s changed after it was checked against %s: the directory is being written "
-                "over; use it once that is done" % (self.where, self.name, self.record)
-            )
+            self._changed()
+
+    def _changed(self):
+        raise DataError(
+            "%s: %s changed after it was checked against %s: the directory is being written "
+            "over; use it once that is done" % (self.where, self.name, self.record)
+        )
+
+
+#: The blocks a file opened with ``lines`` is checked in when one line is read (`CheckedFile.line`):
+#: a line costs reading and hashing the blocks that hold it.
+LINE_BLOCK = 64 << 10
 
 
 class _Hashing(io.RawIOBase):
     """A file descriptor read from its first byte by offset (``pread``: readers of one
-    descriptor cannot move each other), hashing what it gives."""
+    descriptor cannot move each other), hashing what it gives; with ``lines``, also where each
+    line starts and the sha256 of each `LINE_BLOCK` (`line_index`)."""
 
-    def __init__(self, descriptor):
+    def __init__(self, descriptor, lines=None):
         super().__init__()
         self.descriptor, self.offset, self.digest = descriptor, 0, hashlib.sha256()
         self.line_ends, self.last = 0, b""  # line ends seen, and the last byte read
+        self._most_lines = lines
+        self._line_ends, self._block_digests, self._block = (
+            ([], [], hashlib.sha256()) if lines is not None else (None,) * 3
+        )
 
     def _seen(self, data):
+        if self._line_ends is not None and self.line_ends <= self._most_lines:  # past it: no index kept
+            self._index(data)
         self.offset += len(data)
         self.digest.update(data)
         if data:
             self.line_ends += data.count(b"\n")
             self.last = data[-1:]
+
+    def _index(self, data):
+        self._line_ends.append(self.offset + np.flatnonzero(np.frombuffer(data, np.uint8) == ord("\n")))
+        view, offset = memoryview(data), self.offset
+        while view:
+            part = view[: LINE_BLOCK - offset % LINE_BLOCK]
+            self._block.update(part)
+            view, offset = view[len(part) :], offset + len(part)
+            if offset % LINE_BLOCK == 0:
+                self._block_digests.append(self._block.digest())
+                self._block = hashlib.sha256()
+
+    def line_index(self):
+        """``(starts, block digests)`` of the whole file read: the offset where each line starts,
+        then the file's size; the sha256 of each `LINE_BLOCK` (the last one's, however short).
+        ``(None, None)`` without ``lines``, or for a file of more lines: an index of a file of line
+        ends alone would take eight times its size."""
+        if self._line_ends is None or self.line_ends > self._most_lines:
+            return None, None
+        digests = self._block_digests + ([self._block.digest()] if self.offset % LINE_BLOCK else [])
+        starts = np.concatenate([[0], *(ends + 1 for ends in self._line_ends)]).astype(np.int64)
+        if starts[-1] != self.offset:  # a last line without its line end
+            starts = np.append(starts, self.offset)
+        return starts, digests
 
     def readable(self):
         return True

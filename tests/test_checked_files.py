@@ -112,3 +112,49 @@ def test_a_file_that_grows_past_its_limit_after_it_was_checked_is_refused_when_r
         stream.write(b"y" * 100)
     with pytest.raises(DataError, match="grows changed after it was checked against record"):
         opened.read()
+
+
+def lines_of(directory, name, most):
+    descriptor = open_directory(str(directory))
+    try:
+        sha256 = hashlib.sha256((directory / name).read_bytes()).hexdigest()
+        return CheckedFile(descriptor, name, sha256, str(directory), "record", "recorded", lines=most)
+    finally:
+        os.close(descriptor)
+
+
+@pytest.mark.parametrize("end", [b"", b"\n"], ids=["no last line end", "a last line end"])
+def test_a_line_is_read_alone_from_the_blocks_checked_at_opening(tmp_path, monkeypatch, end):
+    """A search read the whole keys and texts files for the few rows it shows: once per 8,192
+    queries, and once for every search of an index opened from Python."""
+    from bert_whitening import files
+
+    monkeypatch.setattr(files, "LINE_BLOCK", 16)
+    lines = [b"%d" % number * number for number in range(12)]  # 0 to 11 repeated: lines across blocks, and ""
+    (tmp_path / "rows").write_bytes(b"\n".join(lines) + end)
+    opened = lines_of(tmp_path, "rows", len(lines))
+    assert opened.lines == len(lines)
+    assert opened.line_lengths().tolist() == [len(line) for line in lines]
+    assert [opened.line(number) for number in range(len(lines))] == [line + b"\n" for line in lines[:-1]] + [
+        lines[-1] + end
+    ]
+    data = bytearray((tmp_path / "rows").read_bytes())
+    data[40] ^= 0x01  # in block 2 (bytes 32-47), written over in place
+    with open(tmp_path / "rows", "r+b") as stream:
+        stream.write(data)
+    for number, line in enumerate(lines):
+        start = sum(len(before) + 1 for before in lines[:number])
+        if start // 16 <= 2 <= (start + len(line)) // 16:
+            with pytest.raises(DataError, match="rows changed after it was checked against record"):
+                opened.line(number)
+        else:
+            assert opened.line(number).rstrip(b"\n") == line
+
+
+def test_no_line_index_is_kept_of_a_file_of_more_lines_than_the_caller_takes(tmp_path):
+    """A file of line ends alone would index at eight times its size: the caller refuses it by
+    its line count, which is kept."""
+    (tmp_path / "rows").write_bytes(b"\n" * 1000)
+    opened = lines_of(tmp_path, "rows", 10)
+    assert opened.lines == 1000
+    assert opened._starts is None

@@ -22,12 +22,13 @@ refused; what is read afterwards is read from the descriptors that were checked
 (`IndexDirectory`). Then ``index.faiss`` must be laid out as the index ``index.json`` describes
 (`bert_whitening.retrieval.faiss_indexes.check_index_layout`: kind, count, dimension, every array
 within the file), still before FAISS reads it, and the keys and texts must have ``index.json``'s
-row count. A whitening or flow file, read whole, larger than one of the recorded hidden size can
-be is refused before it is hashed, and a row of the keys or texts is read up to `ROW_BYTES`,
-never whole. ``index.json`` is the root of this trust: its entries are type-checked, and must
-describe an index `IndexWriter` writes (its kind, normalised vectors, the dimension its encoder
-gives); whoever can rewrite it can rewrite the rest, but not make a reader allocate more than the
-files hold.
+row count, none longer than `ROW_BYTES` (where each line starts is taken as they are checked;
+a search then reads its rows alone, from blocks that must still be the ones checked:
+`CheckedFile.line`). A whitening or flow file, read whole, larger than one of the recorded
+hidden size can be is refused before it is hashed. ``index.json`` is the root of this trust: its
+entries are type-checked, and must describe an index `IndexWriter` writes (its kind, normalised
+vectors, the dimension its encoder gives); whoever can rewrite it can rewrite the rest, but not
+make a reader allocate more than the files hold.
 """
 
 import contextlib
@@ -63,8 +64,8 @@ INDEX_FILE, KEYS_FILE, TEXTS_FILE = "index.faiss", "keys.tsv", "texts.jsonl"
 WHITENING_FILE, FLOW_FILE, RECORD_FILE = "whitening.npz", "flow.npz", "index.json"
 #: The longest row of ``keys.tsv`` or ``texts.jsonl``, without its line end: the text of an input
 #: line (at most `LINE_BYTES`) as JSON, where a control character takes six bytes (``\u0001``); a
-#: key's file name is far shorter. Rows are read up to it, never whole, and `IndexWriter` writes
-#: none longer.
+#: key's file name is far shorter. A longer row is refused at opening, before any is read, and
+#: `IndexWriter` writes none.
 ROW_BYTES = 6 * LINE_BYTES + len('""')
 
 
@@ -207,7 +208,14 @@ class IndexDirectory:
             }
             self._files = {
                 name: CheckedFile(
-                    descriptor, name, sha256, directory, RECORD_FILE, "this index was built with", read_whole.get(name)
+                    descriptor,
+                    name,
+                    sha256,
+                    directory,
+                    RECORD_FILE,
+                    "this index was built with",
+                    read_whole.get(name),
+                    lines=self.metadata["count"] if name in (KEYS_FILE, TEXTS_FILE) else None,
                 )
                 for name, sha256 in self.metadata["files"].items()
             }
@@ -225,6 +233,12 @@ class IndexDirectory:
             rows = self._files[name].lines
             if rows != self.count:
                 self._refuse("%s holds %d rows; index.json says %d" % (name, rows, self.count))
+            longer = np.flatnonzero(self._files[name].line_lengths() > ROW_BYTES)
+            if longer.size:
+                self._refuse(
+                    "%s line %d is longer than %d bytes, more than an index row holds"
+                    % (name, longer[0] + 1, ROW_BYTES)
+                )
         self._index = None
 
     def _refuse(self, problem):
@@ -351,25 +365,12 @@ class IndexDirectory:
         return self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), min(top_k, self.count))
 
     def rows(self, wanted):
-        """``{row: (file, line, text)}`` for the set of ``wanted`` rows, read in one pass over
-        the keys and texts (a search needs a few rows of a large index)."""
-        found = {}
-        with self._files[KEYS_FILE].reading() as keys, self._files[TEXTS_FILE].reading() as texts:
-            rows = zip(self._lines(keys, KEYS_FILE), self._lines(texts, TEXTS_FILE), strict=False)
-            for row, (key, text) in enumerate(rows):  # as many rows: checked at opening
-                if row in wanted:
-                    found[row] = self._row(row, key, text)
-        return found
-
-    def _lines(self, stream, name):
-        """The lines of ``stream``, the file ``name``, each read up to `ROW_BYTES` and never whole:
-        a longer one is refused naming its line, before it fills the memory."""
-        for number, line in enumerate(iter(lambda: stream.readline(ROW_BYTES + 1), b""), 1):
-            if len(line) - line.endswith(b"\n") > ROW_BYTES:
-                self._refuse(
-                    "%s line %d is longer than %d bytes, more than an index row holds" % (name, number, ROW_BYTES)
-                )
-            yield line
+        """``{row: (file, line, text)}`` for the set of ``wanted`` rows, each read alone from the
+        keys and the texts (`CheckedFile.line`: a search needs a few rows of a large index)."""
+        return {
+            row: self._row(row, self._files[KEYS_FILE].line(row), self._files[TEXTS_FILE].line(row))
+            for row in sorted(wanted)
+        }
 
     def _row(self, row, key, text):
         fields = key.decode("utf-8", "replace").rstrip("\n").rsplit("\t", 1)
