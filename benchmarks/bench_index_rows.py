@@ -66,6 +66,12 @@ def whole_pass(opened):
                 pass
 
 
+def cpu_model():
+    """The CPU's model name, as lscpu shows it."""
+    with open("/proc/cpuinfo", encoding="utf-8") as stream:
+        return next((line.split(":", 1)[1].strip() for line in stream if line.startswith("model name")), "?")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100000,1000000")
@@ -79,7 +85,7 @@ def main():
         "machine: %s, %s, %d cores; numpy %s; %s"
         % (
             platform.machine(),
-            platform.processor() or "?",
+            cpu_model(),
             os.cpu_count(),
             np.__version__,
             time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
