@@ -346,8 +346,9 @@ def log_truncated_in_job(result, maxlen):
 def pipeline_options(flags, runner):
     """``(PipelineOptions, runner name, flags given)`` of ``flags``, refused as the commands refuse
     them before any work: a flag Beam does not parse (Beam would drop it with a warning, and run
-    without what it was meant to set), and a portable runner's endpoint for the DirectRunner,
-    which would ignore it."""
+    without what it was meant to set), one that lets the job run on after the command returns
+    (its output would be settled before the job wrote it), and a portable runner's endpoint for
+    the DirectRunner, which would ignore it."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
     unknown = unknown_pipeline_options(flags)
@@ -357,6 +358,12 @@ def pipeline_options(flags, runner):
     standard = options.view_as(StandardOptions)
     standard.runner = name = standard.runner or runner
     given = {flag.split("=", 1)[0] for flag in flags}
+    unwaited = sorted(given & {"--no_wait_until_finish", "--wait_until_finish_duration"})
+    if unwaited:
+        raise BertWhiteningError(
+            "%s: the command waits for its job to end, to put its output in place whole (and its manifest)"
+            % unwaited[0]
+        )
     portable_only = sorted(given & {"--job_endpoint", "--artifact_endpoint"})
     if portable_only and _is_direct(name):
         raise BertWhiteningError(

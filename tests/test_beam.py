@@ -554,15 +554,23 @@ def test_a_beam_job_says_how_many_sentences_were_truncated_once(tiny_model, corp
             ["--job_endpoint", "localhost:1"],
             "--job_endpoint is a portable runner's option (--runner PortableRunner): the DirectRunner would ignore it",
         ),
+        (["--no_wait_until_finish"], "--no_wait_until_finish: the command waits for its job to end"),
+        (["--wait_until_finish_duration", "1000"], "--wait_until_finish_duration: the command waits for its job"),
     ],
-    ids=["unknown runner", "portable runner without its endpoint", "an endpoint for the DirectRunner"],
+    ids=[
+        "unknown runner",
+        "portable runner without its endpoint",
+        "an endpoint for the DirectRunner",
+        "not waited for",
+        "waited for a while",
+    ],
 )
 def test_a_runner_that_cannot_run_the_pipeline_is_one_line(tiny_model, corpus, tmp_path, monkeypatch, flags, said):
     """A 25- to 42-line traceback each; the DirectRunner ran on, ignoring the endpoint. The options
     are refused before the precision's check encodes anything."""
     from bert_whitening.config import EncoderConfig
 
-    if flags[0] == "--job_endpoint":
+    if flags[0] != "--runner":
         monkeypatch.setattr(beam, "job_precision", lambda *args, **kwargs: pytest.fail("the precision was checked"))
     with pytest.raises(beam.BertWhiteningError, match="^" + re.escape(said)):
         beam.run_fit([str(corpus / "a.txt")], EncoderConfig(tiny_model[0]), str(tmp_path / "w.npz"), flags=flags)
