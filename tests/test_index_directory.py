@@ -197,16 +197,23 @@ def test_a_forged_index_faiss_is_refused_at_opening_before_faiss_reads_it(
     tmp_path, monkeypatch, hnsw_m, edit, entries, fragment
 ):
     """FAISS allocates what a length in the file claims before reading it: a small forged file
-    once made it allocate gigabytes before it found the file short."""
+    once made it allocate gigabytes before it found the file short. The keys and texts, whose
+    line index is kept for as many rows as the checked index.faiss holds, are not read yet."""
     import faiss
+
+    from bert_whitening.retrieval import index_directory
 
     write_index(tmp_path / "index", hnsw_m=hnsw_m)
     forged(tmp_path / "index", edit, **entries)
     monkeypatch.setattr(faiss, "read_index", lambda *_: pytest.fail("FAISS read a forged index.faiss"))
+    opened = []
+    checked_file = index_directory.CheckedFile
+    monkeypatch.setattr(index_directory, "CheckedFile", lambda *args: opened.append(args[1]) or checked_file(*args))
     with pytest.raises(ValueError) as raised:
         IndexDirectory(str(tmp_path / "index")).vectors()
     assert str(raised.value).startswith("%s: index.faiss " % (tmp_path / "index"))
     assert fragment in str(raised.value) and "\n" not in str(raised.value)
+    assert opened == [INDEX_FILE]
 
 
 @pytest.mark.parametrize("name", [KEYS_FILE, TEXTS_FILE])

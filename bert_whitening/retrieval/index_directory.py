@@ -206,33 +206,37 @@ class IndexDirectory:
                 WHITENING_FILE: (whitening_file_bytes(hidden), "a whitening of dimension %d" % hidden),
                 FLOW_FILE: (FLOW_FILE_BYTES, "a flow"),
             }
-            self._files = {
-                name: CheckedFile(
+
+            def checked(name, lines=None):
+                return CheckedFile(
                     descriptor,
                     name,
-                    sha256,
+                    self.metadata["files"][name],
                     directory,
                     RECORD_FILE,
                     "this index was built with",
                     read_whole.get(name),
-                    lines=self.metadata["count"] if name in (KEYS_FILE, TEXTS_FILE) else None,
+                    lines,
                 )
-                for name, sha256 in self.metadata["files"].items()
-            }
+
+            rows = (KEYS_FILE, TEXTS_FILE)
+            self._files = {name: checked(name) for name in self.metadata["files"] if name not in rows}
+            self.count, self.dim = self.metadata["count"], self.metadata["dim"]
+            index_file = self._files[INDEX_FILE]
+            try:
+                self._checked_layout = check_index_layout(
+                    index_file.read_at, index_file.size, self.metadata["index"], self.count, self.dim
+                )
+            except DataError as error:
+                self._refuse("%s %s" % (INDEX_FILE, error))
+            # index.faiss holds count vectors: where each row starts is kept for at most that many
+            self._files.update((name, checked(name, self.count)) for name in rows)
         finally:
             os.close(descriptor)
-        self.count, self.dim = self.metadata["count"], self.metadata["dim"]
-        index_file = self._files[INDEX_FILE]
-        try:
-            self._checked_layout = check_index_layout(
-                index_file.read_at, index_file.size, self.metadata["index"], self.count, self.dim
-            )
-        except DataError as error:
-            self._refuse("%s %s" % (INDEX_FILE, error))
-        for name in (KEYS_FILE, TEXTS_FILE):
-            rows = self._files[name].lines
-            if rows != self.count:
-                self._refuse("%s holds %d rows; index.json says %d" % (name, rows, self.count))
+        for name in rows:
+            found = self._files[name].lines
+            if found != self.count:
+                self._refuse("%s holds %d rows; index.json says %d" % (name, found, self.count))
             longer = np.flatnonzero(self._files[name].line_lengths() > ROW_BYTES)
             if longer.size:
                 self._refuse(
