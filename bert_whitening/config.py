@@ -24,7 +24,7 @@ import sys
 from typing import Optional
 
 from bert_whitening.arguments import boolean, integer, optional_integer, optional_path, positive_int, shown, text
-from bert_whitening.bounded import usable_memory
+from bert_whitening.bounded import MODEL_SIZES, usable_memory
 from bert_whitening.checkpoints import BUILTIN_MODEL, find_model, model_directory
 from bert_whitening.errors import BertWhiteningError, ExportError, WhiteningError
 from bert_whitening.names import DEFAULT_POOLING, MODEL_TYPES, POOLINGS, check_choice
@@ -213,7 +213,8 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 def checked_identity(identity, source, error=BertWhiteningError):
     """``identity`` if every field is present, of its type and form (sha256s as 64 hex
-    digits, sizes positive, a known model type); else ``error`` naming ``source``."""
+    digits, sizes positive and no larger than any model's, `MODEL_SIZES`, a known model type);
+    else ``error`` naming ``source``. A record's sizes then bound what its reader allocates."""
     if not isinstance(identity, dict):
         raise error("%s: the model identity must be a JSON object, got %r" % (source, identity))
     for fields, required in ((_IDENTITY_TYPES, True), (_OPTIONAL_IDENTITY_TYPES, False)):
@@ -224,6 +225,11 @@ def checked_identity(identity, source, error=BertWhiteningError):
                 continue
             value = identity[key]
             well_formed = isinstance(value, kind) and not isinstance(value, bool)
+            if well_formed and kind is int and value > MODEL_SIZES[key]:
+                raise error(
+                    "%s: the model identity's %r is %d, more than any model has (%d)"
+                    % (source, key, value, MODEL_SIZES[key])
+                )
             if well_formed and kind is int:
                 well_formed = value > 0
             if well_formed and key.endswith("sha256"):

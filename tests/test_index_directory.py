@@ -104,7 +104,7 @@ def test_a_file_that_is_not_a_regular_file_is_refused_without_reading_it(index, 
         (lambda m: json.dumps(dict(m, dim=5)), "'dim' is 5, but its encoder gives vectors of dimension 6"),
         (
             lambda m: json.dumps(dict(m, dim=8193, model=dict(m["model"], hidden_size=8193))),
-            "the model's 'hidden_size' is 8193, more than any model has (%d)" % MODEL_SIZES["hidden_size"],
+            "the model identity's 'hidden_size' is 8193, more than any model has (%d)" % MODEL_SIZES["hidden_size"],
         ),
     ],
 )

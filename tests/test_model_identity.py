@@ -140,6 +140,7 @@ def test_an_index_of_the_base_model_is_refused_for_a_tuned_copy(tiny_model, copi
         (lambda i: i.update(vocab_sha256="Z" * 64), "'vocab_sha256' is 'ZZZ"),
         (lambda i: i.update(hidden_size=True), "'hidden_size' is True"),
         (lambda i: i.update(num_hidden_layers=-2), "'num_hidden_layers' is -2"),
+        (lambda i: i.update(num_hidden_layers=129), "'num_hidden_layers' is 129, more than any model has (128)"),
         (lambda i: i.update(type="gpt"), "'type' is 'gpt'"),
         (lambda i: i.pop("vocab_sha256"), "has no 'vocab_sha256'"),
     ],

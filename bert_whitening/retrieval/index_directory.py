@@ -40,7 +40,7 @@ import numpy as np
 
 from bert_whitening.arguments import vector_array
 from bert_whitening.atomic import check_output_directory, publish_directory, staged_directory
-from bert_whitening.bounded import FLOW_FILE_BYTES, JSON_BYTES, LINE_BYTES, MODEL_SIZES, whitening_file_bytes
+from bert_whitening.bounded import FLOW_FILE_BYTES, JSON_BYTES, LINE_BYTES, whitening_file_bytes
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import CheckedFile, file_sha256, open_directory, read_limited_at
@@ -302,12 +302,7 @@ class IndexDirectory:
                 "%s: 'normalize' is %r, expected true: an index holds L2-normalised vectors"
                 % (RECORD_FILE, metadata.get("normalize"))
             )
-        hidden = metadata["model"]["hidden_size"]
-        if hidden > MODEL_SIZES["hidden_size"]:
-            self._refuse(
-                "%s: the model's 'hidden_size' is %d, more than any model has (%d)"
-                % (RECORD_FILE, hidden, MODEL_SIZES["hidden_size"])
-            )
+        hidden = metadata["model"]["hidden_size"]  # at most MODEL_SIZES': checked_record
         k = metadata["n_components"]
         if bool(metadata["whitening"]) != (k > 0):
             self._refuse(
