@@ -331,8 +331,7 @@ def run(build, flags=(), runner="DirectRunner"):
 
 def log_truncated_in_job(result, maxlen):
     """Log, once for the job, how many of its sentences were cut to ``maxlen`` (`TRUNCATED`), as
-    ``encode`` logs it for its call; said nothing of where the runner reports no counters (a job
-    not waited for)."""
+    ``encode`` logs it for its call; nothing is said where the runner reports no counters."""
     from apache_beam.metrics.metric import MetricsFilter
 
     try:
