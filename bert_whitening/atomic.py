@@ -153,8 +153,8 @@ def _check_kind(path, target, kind):
         )
     try:
         mode = os.stat(path).st_mode  # what the name reaches through its links (/proc/self/fd/N too)
-    except FileNotFoundError:
-        return  # a new name, or a dangling link: the file it names is written
+    except (FileNotFoundError, NotADirectoryError):
+        return  # a new name, or a dangling link: the file it names is written (under a file: `_check_parent`)
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise BertWhiteningError("cannot write %s: its symbolic links make a loop" % path) from None
@@ -172,15 +172,15 @@ def _check_kind(path, target, kind):
 def _check_parent(path, target, kind):
     """A file's directory must exist; a directory (or a prefix's files) may be created with its
     parents, below the nearest directory that exists. That one must be writable."""
-    directory = os.path.dirname(os.path.abspath(target))
-    if kind == FILE and not os.path.isdir(directory):
+    directory = existing = os.path.dirname(os.path.abspath(target))
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise BertWhiteningError("cannot write %s: %s is not a directory" % (path, existing))
+    if kind == FILE and existing != directory:
         raise BertWhiteningError("cannot write %s: no directory %s" % (path, directory))
-    while not os.path.exists(directory):
-        directory = os.path.dirname(directory)
-    if not os.path.isdir(directory):
-        raise BertWhiteningError("cannot write %s: %s is not a directory" % (path, directory))
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise BertWhiteningError("cannot write %s: directory %s is not writable" % (path, directory))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BertWhiteningError("cannot write %s: directory %s is not writable" % (path, existing))
 
 
 #: What standard input is, by a name that stats as it does (a file it is redirected from, say).

@@ -366,6 +366,10 @@ def test_a_full_disk_names_the_output_once_and_no_temporary(tmp_path):
         with staged_directory(str(tmp_path / "saved")) as staging:
             write_atomically(os.path.join(staging, "w.npz"), full)
     assert str(raised.value) == "[Errno 28] cannot write %s: No space left on device" % (tmp_path / "saved")
+    with pytest.raises(OSError) as raised:  # a file the library writes itself in the staging (TensorFlow's)
+        with staged_directory(str(tmp_path / "saved")) as staging:
+            full(os.path.join(staging, "variables", "variables.index"))
+    assert str(raised.value) == "[Errno 28] cannot write %s: No space left on device" % (tmp_path / "saved")
     assert os.listdir(tmp_path) == []
 
 
@@ -444,3 +448,48 @@ def test_a_failed_run_removes_its_temporary_from_a_directory_renamed_meanwhile(t
             with staged_directory(str(tmp_path / "out" / "index")) as staging:
                 rename_then_fail(staging)
     assert os.listdir(tmp_path / "moved") == [] and os.listdir(tmp_path / "out") == []
+
+
+def test_a_run_writing_a_file_removes_a_killed_runs_temporary_and_keeps_its_own_locked(tmp_path, monkeypatch):
+    """write_atomically clears what a SIGKILLed run left beside its output, and its own temporary
+    is locked while it writes: another run's clean-up, even one that judges every temporary old
+    enough, leaves it (a shared lock, or none, let that run remove a live run's file)."""
+    left = temporary_of(tmp_path, 4_000_000)  # no lock: its run is gone
+    monkeypatch.setattr(atomic, "STALE_AFTER_SECONDS", 0)
+    seen = []
+
+    def write(path):
+        write_text("new")(path)
+        remove_stale(str(tmp_path / "out.npy"))  # another run writing the same output, meanwhile
+        seen.append(os.path.exists(path))
+
+    write_atomically(str(tmp_path / "out.npy"), write)
+    assert seen == [True] and not left.exists() and os.listdir(tmp_path) == ["out.npy"]
+    assert (tmp_path / "out.npy").read_text(encoding="utf-8") == "new"
+
+
+def test_an_output_set_aside_just_now_is_left_to_the_run_that_set_it_aside(tmp_path, caplog):
+    """A rename keeps a directory's modification time: an old output a live run has just set
+    aside (its change time is now) is not yet a killed run's, and is not put back under it."""
+    aside = tmp_path / (".out%s999-abcd%s" % (MARK, atomic.RETIRED))
+    aside.mkdir()
+    os.utime(aside, (1, 1))  # an old output's modification time; its change time is now
+    with caplog.at_level(logging.WARNING):
+        remove_stale(str(tmp_path / "out"))
+    assert os.listdir(tmp_path) == [aside.name] and "put back" not in caplog.text
+
+
+def test_an_output_under_a_file_or_in_a_directory_not_writable_is_refused_up_front(tmp_path, monkeypatch):
+    """Under a file, the refusal was a bare NotADirectoryError (stat's), not the guard's line."""
+    from bert_whitening.atomic import DIRECTORY, PREFIX, check_outputs
+
+    (tmp_path / "f.txt").write_text("mine", encoding="utf-8")
+    os.chmod(tmp_path / "f.txt", 0o755)  # even one root could search
+    for output, kind in [("f.txt/v.npy", atomic.FILE), ("f.txt/sub/out", DIRECTORY), ("f.txt/sub/v", PREFIX)]:
+        with pytest.raises(BertWhiteningError, match=r"^cannot write .*%s: .*f.txt is not a directory$" % output):
+            check_outputs([(str(tmp_path / output), kind)])
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: path != str(tmp_path) and real_access(path, mode))  # root
+    with pytest.raises(BertWhiteningError, match=r"cannot write .*out.npy: directory .* is not writable"):
+        check_output(str(tmp_path / "out.npy"))
+    assert os.listdir(tmp_path) == ["f.txt"]
