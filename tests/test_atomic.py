@@ -459,12 +459,13 @@ def test_a_run_writing_a_file_removes_a_killed_runs_temporary_and_keeps_its_own_
     seen = []
 
     def write(path):
+        seen.append(left.exists())
         write_text("new")(path)
         remove_stale(str(tmp_path / "out.npy"))  # another run writing the same output, meanwhile
         seen.append(os.path.exists(path))
 
     write_atomically(str(tmp_path / "out.npy"), write)
-    assert seen == [True] and not left.exists() and os.listdir(tmp_path) == ["out.npy"]
+    assert seen == [False, True] and os.listdir(tmp_path) == ["out.npy"]
     assert (tmp_path / "out.npy").read_text(encoding="utf-8") == "new"
 
 
