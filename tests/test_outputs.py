@@ -187,6 +187,25 @@ def test_an_export_base_is_kept_and_may_hold_inputs_but_not_in_the_version_it_wr
         check_outputs([(str(base / "model" / "exports"), BASE)], [str(base / "model")])
 
 
+def test_a_directory_beside_an_input_directory_is_not_inside_it_and_a_file_deeper_in_one_is_its(tmp_path):
+    """``model-tuned`` beside ``model`` shares its name's beginning, not its files; a file an
+    input directory holds one directory down (a task of a data directory) is the input's."""
+    from bert_whitening.atomic import BASE, DIRECTORY, check_outputs
+
+    (tmp_path / "model" / "T").mkdir(parents=True)
+    (tmp_path / "model" / "T" / "T.test.data").write_text("pairs", encoding="utf-8")
+    for kind in (DIRECTORY, BASE):
+        assert check_outputs([(str(tmp_path / "model-tuned"), kind)], [str(tmp_path / "model")])
+    (tmp_path / "model-tuned").mkdir()
+    (tmp_path / "model-tuned" / "w.npz").write_bytes(b"whitening")
+    assert check_outputs([(str(tmp_path / "model"), DIRECTORY)], [str(tmp_path / "model-tuned" / "w.npz")])
+    link = tmp_path / "report.json"
+    link.symlink_to(tmp_path / "model" / "T" / "T.test.data")
+    with pytest.raises(BertWhiteningError, match="it is .*T.test.data, read from the input directory"):
+        check_outputs([str(link)], [str(tmp_path / "model")])
+    assert (tmp_path / "model" / "T" / "T.test.data").read_text(encoding="utf-8") == "pairs"
+
+
 def special(tmp_path, kind):
     if kind == "/dev/null":
         return "/dev/null"
@@ -459,6 +478,7 @@ def test_an_export_version_that_is_a_link_is_not_replaced_even_with_overwrite(tm
         ("{here}", "cannot replace {here}: it is the current directory; run from elsewhere"),
         ("{here}/../here", "cannot replace {here}/../here: it is the current directory"),
         ("{parent}", "cannot replace {parent}: it holds the current directory"),
+        ("sub/./", "cannot write sub/./: name the directory itself, not . or .."),
     ],
 )
 def test_overwrite_replaces_neither_a_dot_nor_the_directory_the_run_is_in(tmp_path, monkeypatch, output, said):
@@ -474,6 +494,8 @@ def test_overwrite_replaces_neither_a_dot_nor_the_directory_the_run_is_in(tmp_pa
     with pytest.raises(BertWhiteningError, match="^" + re.escape(said)):
         check_output_directory(output, overwrite=True)
     check_output_directory("sub/", overwrite=True)  # a trailing slash names the directory
+    (tmp_path / "he").mkdir()
+    check_output_directory(str(tmp_path / "he"), overwrite=True)  # a name the current one begins with
 
 
 @pytest.mark.parametrize("prefix", ["out/", "out/.", "."])
