@@ -99,6 +99,7 @@ def nothing_built(monkeypatch):
         ("max_position_embeddings", 10**8),
         ("type_vocab_size", 10**7),
         ("num_attention_heads", "4"),
+        ("num_attention_heads", True),  # a bool is an int to isinstance
         ("hidden_size", 0),
         ("embedding_size", 10**6),
     ],
@@ -122,6 +123,7 @@ def test_a_config_beyond_the_bounds_is_refused_before_anything_is_built(model_co
         ({"intermediate_size": 60000}, "intermediate_size 60000 (bert/encoder/layer_0/intermediate/dense/kernel"),
         ({"max_position_embeddings": 60000}, "max_position_embeddings 60000 (bert/embeddings/position_embeddings"),
         ({"type_vocab_size": 1000}, "type_vocab_size 1000 (bert/embeddings/token_type_embeddings is (2, 24))"),
+        ({"type_vocab_size": 3}, "type_vocab_size 3 (bert/embeddings/token_type_embeddings is (2, 24))"),  # by one
     ],
 )
 @pytest.mark.parametrize("model_type", ["bert", "nezha"])

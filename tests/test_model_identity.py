@@ -6,6 +6,7 @@ of a model is the same model; crafted identity fields are refused."""
 
 import dataclasses
 import logging
+import os
 import shutil
 
 import numpy as np
@@ -56,6 +57,45 @@ def test_the_identity_is_the_content_not_the_directory(tiny_model, copies):
     assert same.pop("name") == "renamed_bert" and same == {k: v for k, v in base.items() if k != "name"}
     other = find_model(tuned).identity("bert")
     assert [key for key in base if key != "name" and base[key] != other[key]] == ["weights_sha256"]
+    assert {key: base[key] for key in ("format", "type", "hidden_size", "num_hidden_layers")} == {
+        "format": "google",
+        "type": "bert",
+        "hidden_size": TINY_CONFIG["hidden_size"],
+        "num_hidden_layers": TINY_CONFIG["num_hidden_layers"],
+    }
+
+
+def test_a_configuration_rewritten_in_another_layout_is_the_same_model(tiny_model, tmp_path):
+    """Keys in another order, other indentation: the configuration read is the same, and so is
+    its digest (a tool that rewrites the file made every fitted file another model's)."""
+    import json
+
+    copy = tmp_path / "rewritten_bert"
+    shutil.copytree(tiny_model[0], copy)
+    config = json.loads((copy / "bert_config.json").read_text())
+    (copy / "bert_config.json").write_text(json.dumps(dict(reversed(list(config.items()))), indent=4))
+    base, same = (find_model(str(directory)).identity("bert") for directory in (tiny_model[0], copy))
+    assert same.pop("name") == "rewritten_bert" and same == {k: v for k, v in base.items() if k != "name"}
+
+
+def test_the_weights_digest_covers_the_checkpoint_index_and_a_file_rewritten_in_place(tiny_model, tmp_path):
+    """The index says each variable's shape: the same data bytes under another shape (a kernel
+    read transposed) are another model. A weight file rewritten in place (same inode and size)
+    is digested again, not taken from the process's memory of it."""
+    _, weights = tiny_model
+    name = "bert/encoder/layer_0/intermediate/dense/kernel"
+    reshaped = str(tmp_path / "reshaped_bert")
+    write_checkpoint(reshaped, TINY_CONFIG, {**weights, name: weights[name].reshape(48, 24)}, TINY_VOCAB)
+    base, other = find_model(tiny_model[0]), find_model(reshaped)
+    assert open(base.weight_files[-1], "rb").read() == open(other.weight_files[-1], "rb").read()  # same data
+    assert base.weights_sha256 != other.weights_sha256
+    before = other.weights_sha256
+    with open(other.weight_files[-1], "r+b") as stream:
+        first = stream.read(1)
+        stream.seek(0)
+        stream.write(bytes([first[0] ^ 0xFF]))
+    os.utime(other.weight_files[-1], ns=(1, 1))  # another modification time, whatever the clock's resolution
+    assert find_model(reshaped).weights_sha256 != before
 
 
 @pytest.mark.parametrize("edit", [{"hidden_act": "relu"}, {"num_attention_heads": 2}])

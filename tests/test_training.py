@@ -113,6 +113,12 @@ def test_a_trained_model_used_otherwise_than_it_was_trained_is_said_once(trained
         "%s: not read, so the settings the model was trained under are unknown (%s: expected a JSON object, got "
         "list)" % (copy / "training.json", copy / "training.json")
     ]
+    (copy / "training.json").write_text('{"hyperparameters": ["cls"], "base_model": {}}', encoding="utf-8")
+    caplog.clear()
+    EncoderConfig(str(copy)).check()  # fields of the wrong type: the same warning, not a TypeError
+    assert len(caplog.messages) == 1 and caplog.messages[0].startswith(
+        "%s: not read, so the settings the model was trained under are unknown (list indices" % (copy / "training.json")
+    )
 
 
 @pytest.mark.parametrize("edited", ["vocab.txt", "bert_config.json"])
