@@ -77,6 +77,27 @@ def test_a_record_that_binds_nothing_or_a_file_it_does_not_list_is_refused(expor
         check_export(str(export / "saved_model.pb"))
 
 
+def test_a_record_that_lists_too_little_or_is_not_an_object_is_refused_and_assets_are_listed(export):
+    """A SavedModel lists its variables' index too; values that are not sha256s bind nothing; a
+    record that is not an object is refused in the same line, not a traceback; ``assets/`` is the
+    export's own (only ``assets.extra/`` is TF Serving's)."""
+    record = json.loads((export / RECORD).read_text(encoding="utf-8"))
+    (export / "assets" / "added.txt").write_text("not exported", encoding="utf-8")
+    with pytest.raises(ExportError, match=r"1: assets/added.txt is not a file this export wrote"):
+        check_export(str(export))
+    os.unlink(export / "assets" / "added.txt")
+    os.unlink(export / "variables" / "variables.index")
+    os.unlink(export / "variables" / "variables.data-00000-of-00001")
+    only_the_graph = {"saved_model.pb": record["files"]["saved_model.pb"]}
+    (export / RECORD).write_text(json.dumps({"files": only_the_graph}), encoding="utf-8")
+    with pytest.raises(ExportError, match=r"lists no variables/variables.index, which every SavedModel has$"):
+        check_export(str(export))
+    for damaged in ({"files": {"saved_model.pb": 1}}, [{"files": only_the_graph}]):
+        (export / RECORD).write_text(json.dumps(damaged), encoding="utf-8")
+        with pytest.raises(ExportError, match=r"1: assets/bert_whitening.json lists no sha256 of the SavedModel's"):
+            check_export(str(export))
+
+
 def checked(directory, name, limit):
     descriptor = open_directory(str(directory))
     try:

@@ -76,6 +76,22 @@ def over_version_7(whitened, tmp_path_factory):
     return parent, base, path
 
 
+def test_a_version_taken_meanwhile_is_kept_and_an_automatic_one_moves_on_even_with_overwrite(tmp_path):
+    """``export --overwrite`` without ``--version``: the number it chose was taken by another
+    export since; overwrite is for a version the user names, so that one is left as it is."""
+    from bert_whitening.atomic import staged_directory
+    from bert_whitening.export.layout import publish
+
+    base = tmp_path / "m"
+    (base / "1").mkdir(parents=True)
+    (base / "1" / "theirs").write_text("another export's", encoding="utf-8")
+    with staged_directory(str(base / "1")) as staging:
+        open(os.path.join(staging, "ours"), "w").close()
+        assert publish(staging, str(base), 1, automatic=True, overwrite=True) == str(base / "2")
+    assert os.listdir(base / "1") == ["theirs"] and os.listdir(base / "2") == ["ours"]
+    assert sorted(os.listdir(base)) == ["1", "2"]
+
+
 def test_the_saved_model_has_plain_layer_norms_where_this_process_fuses_them(tiny_model, tmp_path, monkeypatch):
     """TF Serving's standard build runs no oneDNN rewrites, where the fused form (a batch norm per
     row) is slower than plain ops (docs/performance.md): a SavedModel is traced with those, whatever this CPU runs."""
@@ -108,10 +124,12 @@ def test_versions_count_up_and_existing_ones_need_overwrite(over_version_7, tmp_
     for name in ("²", "١", "9" * 30):  # not TF Serving's versions: neither counted nor a traceback
         os.makedirs(os.path.join(base, name))
     assert target_version(base) == 8 and target_version(base, 1) == 1
+    os.makedirs(os.path.join(base, str(2**63 - 2)))
+    assert target_version(base) == 2**63 - 1  # the last version TF Serving reads is still one to take
     os.makedirs(os.path.join(base, str(2**63 - 1)))
     with pytest.raises(ExportError, match="holds version 9223372036854775807, TF Serving's last: give --version"):
         target_version(base)
-    for name in ("²", "١", "9" * 30, str(2**63 - 1)):
+    for name in ("²", "١", "9" * 30, str(2**63 - 2), str(2**63 - 1)):
         os.rmdir(os.path.join(base, name))
     parent, base, path = over_version_7
     assert path == os.path.join(base, "7") and os.path.isfile(os.path.join(path, "saved_model.pb"))
