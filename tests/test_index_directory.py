@@ -95,16 +95,29 @@ def test_a_file_that_is_not_a_regular_file_is_refused_without_reading_it(index, 
         (lambda m: json.dumps(dict(m, dim="6")), "'dim' is '6'"),
         (lambda m: json.dumps(dict(m, pooling=3)), "'pooling' is 3"),
         (lambda m: json.dumps({k: v for k, v in m.items() if k != "format_version"}), "earlier version"),
+        (lambda m: json.dumps(dict(m, format_version=3)), "index format version 3; this version reads 2"),
+        (lambda m: json.dumps(dict(m, count=True)), "'count' is True, expected int"),
+        (lambda m: json.dumps(dict(m, count=0)), "count 0, dim 6: an index holds at least one vector"),
+        (lambda m: json.dumps(dict(m, dim=0)), "count 12, dim 0: an index holds at least one vector"),
         (lambda m: json.dumps(dict(m, files={})), "lists files"),
+        (
+            lambda m: json.dumps(dict(m, files=dict(m["files"], **{"index.json": "0" * 64}))),
+            "lists files ['index.faiss', 'index.json', 'keys.tsv', 'texts.jsonl'], expected",
+        ),
         (lambda m: json.dumps(dict(m, index="bogus")), "'index' is 'bogus', expected one of flat, hnsw"),
         (lambda m: json.dumps(dict(m, hnsw_m=8)), "'hnsw_m' is 8, expected null for a flat index"),
         (lambda m: json.dumps(dict(m, index="hnsw")), "'hnsw_m' is None, expected a positive integer"),
+        (lambda m: json.dumps(dict(m, index="hnsw", hnsw_m=0)), "'hnsw_m' is 0, expected a positive integer"),
         (lambda m: json.dumps(dict(m, normalize=False)), "'normalize' is False, expected true"),
         (lambda m: json.dumps(dict(m, n_components=3)), "'n_components' is 3 without a whitening"),
         (lambda m: json.dumps(dict(m, dim=5)), "'dim' is 5, but its encoder gives vectors of dimension 6"),
         (
             lambda m: json.dumps(dict(m, dim=8193, model=dict(m["model"], hidden_size=8193))),
             "the model identity's 'hidden_size' is 8193, more than any model has (%d)" % MODEL_SIZES["hidden_size"],
+        ),
+        (  # the largest hidden size passes that check, to the one of the index's layout
+            lambda m: json.dumps(dict(m, dim=8192, model=dict(m["model"], hidden_size=8192))),
+            "index.faiss holds 12 vectors of dimension 6; index.json says 12 of 8192",
         ),
     ],
 )
@@ -268,8 +281,9 @@ def test_a_row_is_read_up_to_the_longest_an_index_holds_never_whole(index, name,
 @pytest.mark.parametrize("beyond", [0, 1], ids=["at the limit", "beyond it"])
 def test_the_writer_writes_no_row_longer_than_an_index_reads(tmp_path, beyond):
     """An input line's text at its longest as JSON (control characters, six bytes each) is the
-    longest row; a longer text (from Python, not a file) would make an index no search reads."""
-    text = "\x01" * (LINE_BYTES + beyond)
+    longest row; a longer text (from Python, not a file), by one byte, would make an index no
+    search reads."""
+    text = "\x01" * LINE_BYTES + "a" * beyond
     record = dict(RECORD, model=dict(RECORD["model"], hidden_size=2))
     with pytest.raises(ValueError) if beyond else contextlib.nullcontext() as raised:
         with IndexWriter(str(tmp_path / "index"), record, 2) as writer:
@@ -278,7 +292,7 @@ def test_the_writer_writes_no_row_longer_than_an_index_reads(tmp_path, beyond):
         assert str(
             raised.value
         ) == "/corpus.txt:7: its texts.jsonl row would take %d bytes, more than an index reads (%d)" % (
-            ROW_BYTES + 6,
+            ROW_BYTES + 1,
             ROW_BYTES,
         )
         assert os.listdir(tmp_path) == []
