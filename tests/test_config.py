@@ -53,6 +53,57 @@ def test_every_field_that_changes_the_vectors_is_compared(tiny_model, whitening,
     assert [line.split(":")[0] for line in found][:1] == [field]
 
 
+def test_another_model_or_flow_differs_and_an_unidentified_whitening_is_not_the_same(tiny_model, whitening, tmp_path):
+    """The model by its content (a configuration edited, as in another hidden_act), a flow by its
+    digest, and a recorded whitening with neither a digest nor a file sha256 is not taken for
+    this one: nothing says it is."""
+    import shutil
+
+    from bert_whitening.checkpoints import find_model
+    from bert_whitening.flow import Flow
+
+    edited = tmp_path / "edited_bert"
+    shutil.copytree(tiny_model[0], edited)
+    (edited / "bert_config.json").write_text(json.dumps({**TINY_CONFIG, "hidden_act": "relu"}), encoding="utf-8")
+    plain = EncoderConfig(tiny_model[0])
+    assert [line.split(":")[0] for line in plain.differences(EncoderConfig(str(edited)).to_config())] == ["model"]
+    identity = find_model(tiny_model[0]).identity("bert")
+    flows = [Flow(24, {"n_levels": 1, "depth": 1, "coupling_width": width}) for width in (8, 16)]
+    for flow in flows:
+        flow.pooling, flow.model_identity = plain.pooling, identity
+    with_flow = dataclasses.replace(plain, flow=flows[0])
+    for other in (dataclasses.replace(plain, flow=flows[1]), plain):
+        assert [line.split(":")[0] for line in with_flow.differences(other.to_config())] == ["flow"]
+    whitened = EncoderConfig(tiny_model[0], whitening=whitening, n_components=8)
+    record = whitened.to_config()
+    assert whitened.differences(record) == []
+    record["whitening"] = {"path": "w.npz"}  # no digest, no sha256
+    assert [line.split(":")[0] for line in whitened.differences(record)] == ["whitening"]
+
+
+def test_the_options_are_held_to_the_model_at_their_bounds(tiny_model, whitening):
+    """maxlen from 2 ([CLS] and [SEP]) to the model's 64 positions; k up to its hidden size."""
+    EncoderConfig(tiny_model[0], maxlen=2).check()
+    EncoderConfig(tiny_model[0], maxlen=TINY_CONFIG["max_position_embeddings"]).check()
+    with pytest.raises(BertWhiteningError, match=r"^maxlen must leave room for \[CLS\] and \[SEP\]; got 1$"):
+        EncoderConfig(tiny_model[0], maxlen=1).check()
+    with pytest.raises(BertWhiteningError, match="^maxlen 65 is larger than the 64 positions of tiny_bert"):
+        EncoderConfig(tiny_model[0], maxlen=65).check()
+    config = EncoderConfig(tiny_model[0])
+    config.check_n_components([0, 8, TINY_CONFIG["hidden_size"]])
+    with pytest.raises(BertWhiteningError, match="^n_components 25 is larger than the model's hidden size 24"):
+        config.check_n_components([8, 25])
+
+
+def test_a_record_of_another_model_type_is_another_model(tiny_model):
+    """Same files read as another family (NEZHA's relative positions): other vectors."""
+    from bert_whitening.config import check_same_model
+
+    identity = EncoderConfig(tiny_model[0]).identity
+    with pytest.raises(BertWhiteningError, match=r"^the whitening was made with another model \(.*; its type differ"):
+        check_same_model("the whitening", dict(identity, type="nezha"), identity)
+
+
 def test_another_whitening_of_the_same_shape_differs(tiny_model, whitening):
     other = fit_whitening(WhiteningStats().update(np.random.default_rng(1).normal(size=(80, 24))))
     config = EncoderConfig(tiny_model[0], whitening=whitening, normalize=True)
@@ -122,6 +173,7 @@ def test_a_record_of_the_previous_version_is_read(tiny_model, whitening, tmp_pat
         (lambda r: r.pop("pooling"), "has no 'pooling'"),
         (lambda r: r.update(maxlen="64"), "'maxlen' is '64'"),
         (lambda r: r["model"].pop("vocab_sha256"), "has no 'vocab_sha256'"),
+        (lambda r: r.update(flow="f.npz"), "the encoder record's 'flow' is 'f.npz', of the wrong type"),
     ],
 )
 def test_a_damaged_record_is_one_line(tiny_model, edit, fragment):
