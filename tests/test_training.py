@@ -594,12 +594,21 @@ def test_graded_softmax_labels_are_binarised(tiny_model, tmp_path):
 
 @pytest.mark.parametrize(
     "option, value",
-    [("batch_size", True), ("epochs", True), ("batch_size", 2.0), ("learning_rate", "2e-5"), ("scale", None)],
+    [("batch_size", True), ("epochs", True), ("batch_size", 2.0), ("learning_rate", "2e-5"), ("scale", None)]
+    + [("batch_size", 0), ("learning_rate", 0.0), ("scale", 0.0), ("scale", -20.0), ("threshold", "2.5")],
 )
 def test_an_option_of_the_wrong_type_is_refused_in_one_line(tiny_model, pair_files, tmp_path, option, value):
-    """True was taken as a batch of 1 and one epoch; a str learning rate was a bare TypeError."""
+    """True was taken as a batch of 1 and one epoch; a str learning rate was a bare TypeError. A
+    batch of 0 pairs, a rate or a scale of 0 (or below) train nothing."""
+    loss = "softmax" if option in ("batch_size", "threshold") else "cosent"  # CoSENT has a check of its own
     with pytest.raises(BertWhiteningError, match="^%s %s is out of range$" % (option, re.escape(repr(value)))):
-        training.train(pair_files[0], str(tmp_path / "out"), model=tiny_model[0], **{option: value})
+        training.train(pair_files[0], str(tmp_path / "out"), model=tiny_model[0], loss=loss, **{option: value})
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_unknown_loss_is_refused_naming_the_choices(tiny_model, pair_files, tmp_path):
+    with pytest.raises(BertWhiteningError, match="^unknown loss 'cosine'; choose one of: cosent, softmax$"):
+        training.train(pair_files[0], str(tmp_path / "out"), model=tiny_model[0], loss="cosine")
     assert os.listdir(tmp_path) == []
 
 
@@ -610,6 +619,9 @@ def test_outputs_refused_before_any_work(tiny_model, pair_files, tmp_path):
     (existing / "keep").write_text("x")
     link = tmp_path / "link"
     link.symlink_to(existing)
+    (tmp_path / "valid").mkdir()
+    valid = tmp_path / "valid" / "valid.data"  # alone in its directory: the valid file is an input too
+    shutil.copy(pair_files[1], valid)
     cases = [
         (str(tmp_path / "new"), {"threshold": 2.0}, "--threshold binarises the softmax loss's labels"),
         (str(existing), {}, r"already exists; pass overwrite \(--overwrite\) to replace it"),
@@ -619,11 +631,12 @@ def test_outputs_refused_before_any_work(tiny_model, pair_files, tmp_path):
         (os.path.dirname(directory), {"overwrite": True}, "it contains the input directory"),
         (os.path.dirname(pair_files[0]), {"overwrite": True}, "it holds the input"),
         (str(link), {"overwrite": True}, "cannot write .*: it is a symbolic link; name the directory itself"),
+        (str(tmp_path / "valid"), {"overwrite": True, "valid_file": str(valid)}, "it holds the input .*valid.data"),
     ]
     for output, options, message in cases:
         with pytest.raises(BertWhiteningError, match=message):
             training.train(pair_files[0], output, model=directory, **options)
-    assert (existing / "keep").read_text() == "x"
+    assert (existing / "keep").read_text() == "x" and valid.read_text() == open(pair_files[1]).read()
 
 
 def test_overwrite_replaces_a_directory(tiny_model, pair_files, tmp_path):
@@ -805,6 +818,10 @@ def test_a_training_step_is_held_to_the_memory_the_process_may_use(tiny_model, m
     training.check_step_memory(files, 32, 8, 24)
     training.check_step_memory(files, 32, 1000, 8)
     training.check_step_memory(files, 28, 9, 24)  # more pairs of fewer tokens
+    monkeypatch.setattr(training, "usable_memory", lambda: MemoryLimit(limit.bytes - 1, limit.source))
+    with pytest.raises(TrainingError, match="a training step of 8 pairs at maxlen 32"):
+        training.check_step_memory(files, 32, 8, 24)  # every weight counted: a byte less is too little
+    monkeypatch.setattr(training, "usable_memory", lambda: limit)
     with pytest.raises(TrainingError) as raised:
         training.check_step_memory(files, 32, 9, 24)
     assert str(raised.value) == (
@@ -827,7 +844,7 @@ def test_a_batch_whose_training_step_cannot_fit_is_refused_before_training(
     with pytest.raises(
         TrainingError, match=r"^--batch-size 1000 \(batch_size\): a training step of 24 pairs \(the whole "
     ):
-        quick(tiny_model, pair_files, output, batch_size=1000, maxlen=32)
+        quick(tiny_model, pair_files, output, batch_size=1000, maxlen=32, epochs=1)
     assert not output.exists()
 
 
