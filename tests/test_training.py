@@ -563,6 +563,12 @@ def test_a_softmax_label_that_would_make_a_head_of_gbs_is_refused_and_unused_cla
         DataError, match=r"huge.data:2: label 1000000000 makes 1000000001 classes, more than the softmax"
     ):
         training.softmax_classes(huge)
+    largest = training.SOFTMAX_CLASSES - 1
+    at_most = training.read_pair_file(bad(tmp_path, "most.data", [("a", "b", "0"), ("c", "d", str(largest))]))
+    assert training.softmax_classes(at_most)[1] == training.SOFTMAX_CLASSES
+    beyond = training.read_pair_file(bad(tmp_path, "beyond.data", [("a", "b", "0"), ("c", "d", str(largest + 1))]))
+    with pytest.raises(DataError, match=r"beyond.data:2: label 1024 makes 1025 classes, more than the softmax"):
+        training.softmax_classes(beyond)
     sparse = training.read_pair_file(bad(tmp_path, "sparse.data", [("a", "b", "0"), ("c", "d", "7")]))
     assert training.softmax_classes(sparse)[1] == 8
     assert "sparse.data: no pair has labels 1, 2, 3 and 3 more: the softmax head keeps 6 of its 8 classes unused" in (
