@@ -17,7 +17,19 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULES = ("whitening", "serving", "data", "evaluation")
-TESTS = ("tests/test_whitening.py", "tests/test_serving_requests.py", "tests/test_data.py", "tests/test_evaluation.py")
+TESTS = (
+    "tests/test_whitening.py",
+    "tests/test_serving_requests.py",
+    "tests/test_data.py",
+    "tests/test_evaluation.py",
+    "tests/test_bounded.py",
+    "tests/test_arguments.py",
+    "tests/test_checked_files.py",
+    "tests/test_checked_vectors.py",
+    "tests/test_precision.py",
+    "tests/test_config.py",
+    "tests/test_index_directory.py",
+)
 
 
 def copy_checkout(target):
