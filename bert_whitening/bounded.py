@@ -141,17 +141,24 @@ ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedE
 def npy_header(stream):
     """``(shape, fortran, dtype)`` of the ``.npy`` header at ``stream``'s position, the stream
     left on the data's first byte; one of `HEADER_ERRORS` when it is not such a header or gives
-    a negative size. The one reader of `NpzMembers` and `bert_whitening.files.npy_blocks`."""
+    a negative size. The one reader of `NpzMembers` and `bert_whitening.files.npy_blocks`.
+
+    The header's length is checked before the header is read: numpy reads as many bytes as a
+    header claims (up to 4 GB in 2.0) before it compares them with its ``max_header_size``, and
+    then refuses in three lines."""
     version = np.lib.format.read_magic(stream)
+    if version not in _HEADER_READERS and version != (3, 0):
+        raise ValueError(".npy format version %d.%d" % version)
+    length = stream.read(2 if version == (1, 0) else 4)
+    claimed = int.from_bytes(length, "little")
+    if claimed > NPY_HEADER_BYTES:
+        raise ValueError("a .npy header of %d bytes, more than the %d numpy reads" % (claimed, NPY_HEADER_BYTES))
+    header = stream.read(claimed)
     if version == (3, 0):  # 2.0's layout in UTF-8: the same bytes when in ASCII, all a float matrix's header holds
-        length = stream.read(4)
-        header = stream.read(min(int.from_bytes(length, "little"), NPY_HEADER_BYTES + 1))
         if not header.isascii():
             raise ValueError("a .npy 3.0 header beyond ASCII (field names of a structured array)")
-        stream, version = io.BytesIO(length + header), (2, 0)
-    if version not in _HEADER_READERS:
-        raise ValueError(".npy format version %d.%d" % version)
-    shape, fortran, dtype = _HEADER_READERS[version](stream)
+        version = (2, 0)
+    shape, fortran, dtype = _HEADER_READERS[version](io.BytesIO(length + header))
     if any(size < 0 for size in shape):
         raise ValueError("a negative size in its shape %s" % (shape,))
     return shape, fortran, dtype

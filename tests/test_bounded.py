@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 import tracemalloc
+import warnings
 import zipfile
 
 import numpy as np
@@ -168,6 +169,38 @@ def test_a_hugging_face_config_is_bounded_by_the_same_check(tmp_path, nothing_bu
     )
 
 
+SMALLEST = {"vocab_size": 1, "hidden_size": 1, "num_hidden_layers": 1, "num_attention_heads": 1, "intermediate_size": 1}
+
+
+@pytest.mark.parametrize(
+    "config, said",
+    [
+        (SMALLEST, None),
+        (MODEL_SIZES, None),  # every size at its largest
+        ({**SMALLEST, "hidden_size": 12, "num_attention_heads": 4}, None),
+        ({"num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 8}, "lacks vocab_size, hidden_size"),
+        ({**SMALLEST, "hidden_size": 8193}, ": hidden_size is 8193, expected a whole number from 1 to 8192"),
+        ({**SMALLEST, "type_vocab_size": 0}, ": type_vocab_size is 0, expected a whole number from 1 to 1024"),
+        ({**SMALLEST, "embedding_size": None}, ": embedding_size is None, expected a whole number from 1 to 8192"),
+        (
+            {**SMALLEST, "hidden_size": 10, "num_attention_heads": 4},
+            ": hidden_size 10 is not a multiple of num_attention_heads 4: the heads split it evenly",
+        ),
+    ],
+    ids=["smallest", "largest", "heads split it", "missing", "too large", "zero", "None", "heads do not split it"],
+)
+def test_a_config_is_held_to_whole_sizes_within_the_bounds_before_anything_is_built(config, said):
+    """The check itself, numpy only: a size left out (but the required ones) is 1."""
+    from bert_whitening.bounded import check_model_sizes
+
+    if said is None:
+        check_model_sizes(config, "m/bert_config.json", CheckpointError)
+        return
+    with pytest.raises(CheckpointError) as raised:
+        check_model_sizes(config, "m/bert_config.json", CheckpointError)
+    assert str(raised.value) == "m/bert_config.json" + (" " if said.startswith("lacks") else "") + said
+
+
 # --- model files that are not regular files or too large ---------------------------------------
 
 
@@ -208,6 +241,47 @@ def test_a_model_file_that_is_a_fifo_a_device_or_too_large_is_refused(model_copy
 
     make(os.path.join(model_copy, name))
     refused_quickly(lambda: find_model(model_copy), CheckpointError, os.path.join(model_copy, name), said)
+
+
+def test_a_file_is_read_whole_up_to_its_limit(tmp_path):
+    """Over several reads (of 64 KB), and at exactly the limit."""
+    from bert_whitening.bounded import read_limited
+
+    data = np.random.default_rng(0).bytes(150_000)
+    (tmp_path / "f").write_bytes(data)
+    assert read_limited(str(tmp_path / "f"), len(data), DataError, "test file") == data
+    with pytest.raises(DataError) as raised:
+        read_limited(str(tmp_path / "f"), len(data) - 1, DataError, "test file")
+    assert str(raised.value) == "%s: larger than 149999 bytes, too large for a test file" % (tmp_path / "f")
+
+
+@pytest.mark.parametrize("limit", [100_000, 131_072], ids=["between reads", "at the end of a read"])
+def test_a_file_that_grew_past_its_limit_after_it_was_opened_is_refused_when_read(tmp_path, monkeypatch, limit):
+    """The size checked on opening is the file's then (here: empty); what is read counts too."""
+    from bert_whitening import bounded
+
+    (tmp_path / "f").write_bytes(bytes(200_000))
+    fstat = os.fstat
+    monkeypatch.setattr(bounded.os, "fstat", lambda fd: os.stat_result((*fstat(fd)[:6], 0, *fstat(fd)[7:])))
+    with pytest.raises(DataError) as raised:
+        bounded.read_limited(str(tmp_path / "f"), limit, DataError, "test file")
+    assert str(raised.value) == "%s: larger than %d bytes, too large for a test file" % (tmp_path / "f", limit)
+
+
+def test_a_file_that_cannot_be_opened_is_named_with_why(tmp_path):
+    from bert_whitening.bounded import open_regular, read_limited
+
+    (tmp_path / "f").write_bytes(b"x")
+    for read in (lambda path: open_regular(path, DataError), lambda path: read_limited(path, 10, DataError)):
+        with pytest.raises(DataError) as raised:
+            read(str(tmp_path / "none"))
+        assert str(raised.value) == "%s: no such file" % (tmp_path / "none")
+        with pytest.raises(DataError) as raised:
+            read(str(tmp_path / "f" / "x"))
+        assert str(raised.value) == "%s: cannot read the file (Not a directory)" % (tmp_path / "f" / "x")
+    with pytest.raises(DataError) as raised:
+        read_limited(str(tmp_path / "none"), 10, DataError, "test file")
+    assert str(raised.value) == "%s: no such test file" % (tmp_path / "none")
 
 
 # --- checkpoint data that cannot hold the variables its index gives ----------------------------
@@ -482,7 +556,7 @@ def test_a_member_is_read_as_it_arrives_not_into_room_made_for_its_claimed_size(
         with bounded.NpzMembers(path, WhiteningError, "test file") as members:
             members.array("a")
 
-    refused_quickly(read, WhiteningError, path, "a is not the size its header says")
+    assert refused_quickly(read, WhiteningError) == "%s: a is not the size its header says" % path
 
 
 def test_a_member_that_runs_past_the_end_of_the_file_is_named_with_what_went_wrong(tmp_path):
@@ -507,7 +581,7 @@ def test_a_member_that_runs_past_the_end_of_the_file_is_named_with_what_went_wro
         with NpzMembers(path, WhiteningError, "test file") as members:
             members.array("a")
 
-    refused_quickly(read, WhiteningError, "%s: not a readable test file (a: cut short)" % path)
+    assert refused_quickly(read, WhiteningError) == "%s: not a readable test file (a: cut short)" % path
 
 
 def raw_header(text):
@@ -598,6 +672,114 @@ def test_a_whitening_file_that_is_a_fifo_or_a_device_is_refused(whitening_arrays
     write_npz(path, whitening_arrays)
     make(path)
     refused_quickly(lambda: Whitening.load(path), WhiteningError, path, said)
+
+
+def test_a_whitening_path_that_is_no_file_is_named_as_a_whitening_file(tmp_path):
+    with pytest.raises(WhiteningError) as raised:
+        Whitening.load(str(tmp_path / "none.npz"))
+    assert str(raised.value) == "%s: no such whitening file" % (tmp_path / "none.npz")
+    with pytest.raises(WhiteningError) as raised:
+        Whitening.load(str(tmp_path))
+    assert str(raised.value) == "%s: a directory, not a regular file: cannot be read as a whitening file" % tmp_path
+
+
+def duplicated(path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile's "Duplicate name"
+        write_npz(path, {"a": np.zeros(4)})
+        with zipfile.ZipFile(path, "a") as archive:
+            archive.writestr("a.npy", b"again")
+
+
+def deflated_zeros(path, inflated):
+    """``{"a": zeros}`` deflated, the member ``inflated`` bytes with its header."""
+    write_npz(path, {"a": np.zeros((inflated - 128) // 8)}, zipfile.ZIP_DEFLATED)
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("a.npy")
+    assert info.file_size == inflated
+    return info.compress_size
+
+
+@pytest.mark.parametrize(
+    "make, read, said",
+    [
+        (duplicated, lambda members: None, "{path}: not a test file, it holds a.npy twice"),
+        (
+            lambda path: write_npz(path, {"a": np.zeros(4)}),
+            lambda members: members.expect({"a", "b", "c", "d"}),
+            "{path}: not a test file, missing b, c, d",
+        ),
+        (
+            lambda path: write_npz(path, {"a\n": np.zeros(4)}),
+            lambda members: None,
+            "{path}: not a test file, it holds 'a\\n.npy', which is not an array",
+        ),
+        (
+            lambda path: write_npz(path, {"a": np.array(["x"])}),
+            lambda members: members.array("a", kinds="fi"),
+            "{path}: a holds <U1, expected floats or integers",
+        ),
+        (
+            lambda path: write_npz(path, {"a": np.array([{}], dtype=object)}),
+            lambda members: members.array("a"),
+            "{path}: a holds Python objects, which are never read",
+        ),
+        (
+            lambda path: write_npz(path, {"a": np.zeros(4)}),
+            lambda members: members.array("a", limit=31),
+            "{path}: a holds 32 bytes, more than the 31 a test file holds",
+        ),
+        (
+            lambda path: write_npz(path, {"a": npy_header((4,)) + bytes(40)}),
+            lambda members: members.array("a"),
+            "{path}: a inflates to 168 bytes, its header (shape (4,) of float64) says 160",
+        ),
+        (
+            lambda path: deflated_zeros(path, (1 << 20) + 128),
+            lambda members: None,
+            "{path}: not a test file, a.npy inflates from {stored} to 1048704 bytes, more than 4 times: crafted, "
+            "not written by bert-whitening",
+        ),
+        (
+            lambda path: write_npz(path, {"a%d" % i: np.zeros(1) for i in range(1, 6)}),
+            lambda members: members.expect(set()),
+            "{path}: not a test file, unexpected arrays a1, a2, a3 and 2 more",
+        ),
+    ],
+    ids=["twice", "three missing", "line end in name", "text", "objects", "beyond limit", "longer", "bomb", "five"],
+)
+def test_each_refusal_of_an_npz_member_is_its_one_exact_line(tmp_path, make, read, said):
+    from bert_whitening.bounded import NpzMembers
+
+    path = str(tmp_path / "a.npz")
+    stored = make(path)
+
+    def opened():
+        with NpzMembers(path, WhiteningError, "test file") as members:
+            read(members)
+
+    assert refused_quickly(opened, WhiteningError) == said.format(path=path, stored=stored)
+
+
+def test_a_member_at_each_bound_is_read(tmp_path):
+    """Inflated to exactly the size exempt from the inflation bound, and holding exactly the
+    bytes its limit allows."""
+    from bert_whitening.bounded import INFLATION_EXEMPT_BYTES, NpzMembers
+
+    path = str(tmp_path / "a.npz")
+    stored = deflated_zeros(path, INFLATION_EXEMPT_BYTES)
+    assert INFLATION_EXEMPT_BYTES > 4 * stored
+    with NpzMembers(path, WhiteningError, "test file") as members:
+        array = members.array("a", limit=INFLATION_EXEMPT_BYTES - 128)
+    assert array.shape == ((INFLATION_EXEMPT_BYTES - 128) // 8,) and not array.any()
+
+
+def test_what_an_error_says_is_never_empty():
+    from bert_whitening.bounded import described
+
+    assert described(ValueError("bad header")) == "bad header"
+    assert described(EOFError()) == "cut short"
+    assert described(zipfile.BadZipFile()) == "BadZipFile"
 
 
 @pytest.mark.parametrize(
@@ -849,6 +1031,56 @@ def test_a_npy_matrix_is_read_as_numpy_reads_it(tmp_path, array, version):
     assert all(block.dtype == array.dtype for _, block in blocks)  # concatenating would make it native
     read = np.concatenate([block for _, block in blocks]) if blocks else np.zeros((0, 8))
     assert np.array_equal(read, np.load(path))
+
+
+def npy_of_header(version, length, shape=(2, 3)):
+    """A ``.npy`` of ``version`` (1.0, 2.0 or 3.0) holding ``shape`` float32 zeros, its header
+    padded with spaces to ``length`` bytes, the most numpy reads being 10000."""
+    text = "{'descr': '<f4', 'fortran_order': False, 'shape': %r, }" % (shape,)
+    header = (text + " " * (length - len(text) - 1) + "\n").encode("latin1")
+    width = "<H" if version == (1, 0) else "<I"
+    magic = b"\x93NUMPY" + bytes(version)
+    return magic + struct.pack(width, length) + header + bytes(4 * max(int(np.prod(shape)), 0))
+
+
+@pytest.mark.parametrize("version", [(1, 0), (2, 0), (3, 0)])
+def test_a_npy_header_of_the_longest_length_numpy_reads_is_read_and_a_longer_one_refused_unread(tmp_path, version):
+    """numpy read as many bytes as a 2.0 header claimed (up to 4 GB) before comparing them with
+    its limit, and then refused in three lines of advice to trust the file."""
+    path = tmp_path / "v.npy"
+    path.write_bytes(npy_of_header(version, 10000))
+    assert [(first, block.tolist()) for first, block in npy_blocks(str(path), 5)] == [(0, [[0.0] * 3] * 2)]
+    path.write_bytes(npy_of_header(version, 10001))
+    with pytest.raises(DataError) as raised:
+        list(npy_blocks(str(path), 5))
+    assert str(raised.value) == (
+        "%s: not a readable .npy array (a .npy header of 10001 bytes, more than the 10000 numpy reads)" % path
+    )
+    if version == (2, 0):  # a header of 4 GB claimed by a file of as much, sparse
+        with open(path, "wb") as stream:
+            stream.write(b"\x93NUMPY\x02\x00" + struct.pack("<I", (1 << 32) - 1))
+            stream.truncate(1 << 32)
+        refused_quickly(lambda: list(npy_blocks(str(path), 5)), DataError, "a .npy header of 4294967295 bytes")
+
+
+@pytest.mark.parametrize(
+    "data, said",
+    [
+        (b"\x93NUMPY\x04\x00" + bytes(60), ".npy format version 4.0"),
+        (
+            npy_of_header((3, 0), 118).replace(b"'descr'", "'dèscr'".encode()),
+            "a .npy 3.0 header beyond ASCII (field names of a structured array)",
+        ),
+        (npy_of_header((1, 0), 118, shape=(-1, 3)), "a negative size in its shape (-1, 3)"),
+    ],
+    ids=["version 4.0", "3.0 beyond ASCII", "negative size"],
+)
+def test_a_npy_header_numpy_would_misread_is_refused_saying_what_it_holds(tmp_path, data, said):
+    path = tmp_path / "v.npy"
+    path.write_bytes(data)
+    with pytest.raises(DataError) as raised:
+        list(npy_blocks(str(path), 5))
+    assert str(raised.value) == "%s: not a readable .npy array (%s)" % (path, said)
 
 
 def test_a_large_npy_file_is_read_in_the_memory_of_a_block(tmp_path):

@@ -3,6 +3,7 @@ written and compared by `EncoderConfig`, and readable by the previous version.""
 
 import dataclasses
 import json
+import os
 import pathlib
 
 import numpy as np
@@ -307,6 +308,38 @@ def test_the_memory_a_process_may_use_is_the_least_of_its_limits(tmp_path, monke
         (v1 + "/memory.limit_in_bytes", 7 * GB),
         (v2 + "/a/memory.max", 5 * GB),
     ]
+
+
+@pytest.mark.parametrize(
+    "own, limits, found",
+    [
+        (None, {"memory.max": "3000000000"}, "/memory.max"),  # no /proc/self/cgroup: the mount's
+        (
+            "0::/kubepods.slice/pod:cri-containerd:abc\n",  # a name with colons, as Kubernetes gives
+            {"kubepods.slice/pod:cri-containerd:abc/memory.max": "3000000000"},
+            "/kubepods.slice/pod:cri-containerd:abc/memory.max",
+        ),
+    ],
+    ids=["no own groups", "only the process's group limited"],
+)
+def test_a_cgroup_limit_is_found_however_the_process_names_its_group(tmp_path, monkeypatch, own, limits, found):
+    """Read from the process's group up to the mount, skipping the groups that set none."""
+    from bert_whitening import bounded
+
+    v2 = cgroup_tree(tmp_path / "v2", limits)
+    if own is not None:
+        (tmp_path / "cgroup").write_text(own)
+    monkeypatch.setattr(bounded, "_OWN_CGROUPS", str(tmp_path / "cgroup"))
+    monkeypatch.setattr(bounded, "_CGROUP_MEMORY_FILES", {"": (v2, "memory.max")})
+    assert list(bounded._cgroup_limits()) == [(v2 + found, 3 * GB)]
+
+
+def test_the_memory_this_process_may_use_is_at_most_the_machines():
+    from bert_whitening.bounded import usable_memory
+
+    limit = usable_memory()
+    assert 0 < limit.bytes <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert str(limit).endswith(("of memory", "(ulimit -v)")) or "of the cgroup memory limit in /" in str(limit)
 
 
 def test_a_model_call_is_held_to_the_memory_the_process_may_use(tiny_model, monkeypatch):
