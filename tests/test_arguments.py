@@ -2,6 +2,7 @@
 bytes or None where a list of sentences or files is expected, non-string items and ill-typed
 counts, naming the argument, before any model is built."""
 
+import array
 import pathlib
 import re
 
@@ -9,7 +10,24 @@ import numpy as np
 import pytest
 
 from bert_whitening import SentenceEncoder
-from bert_whitening.arguments import path_list, positive_int, sentence_list, sentence_stream
+from bert_whitening.arguments import (
+    MAX_SHARDS,
+    MAX_VERSION,
+    boolean,
+    id_lists,
+    optional_integer,
+    optional_path,
+    path,
+    path_list,
+    positive_int,
+    sentence_list,
+    sentence_stream,
+    serving_version,
+    shard_count,
+    shown,
+    str_list,
+    text,
+)
 from bert_whitening.encoding import encode, encode_ids, encode_stream, encode_together
 from bert_whitening.errors import BertWhiteningError
 
@@ -51,6 +69,78 @@ def test_good_values_pass_unchanged():
         BertWhiteningError, match=r"files must be a list of file paths, got str 'corpus.txt' \(one file: put"
     ):
         path_list("corpus.txt")
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: text(3, "name"), "name must be a str, got int 3"),
+        (lambda: path(None, "output"), "output must be a path (str or pathlib.Path), got NoneType None"),
+        (lambda: path("", "output"), "output must be a path (str or pathlib.Path), got str ''"),
+        (lambda: optional_path(["a"], "output"), "output must be a path (str or pathlib.Path), got list ['a']"),
+        (lambda: optional_integer("64", "seed"), "seed must be an integer, got str '64'"),
+        (lambda: boolean("no", "lowercase"), "lowercase must be True or False, got str 'no'"),
+        (lambda: positive_int(0, "n"), "n must be a positive integer, got 0"),
+        (
+            lambda: serving_version(MAX_VERSION + 1),
+            "version must be an integer 0..2**63-1 (TF Serving's int64 versions), got 9223372036854775808",
+        ),
+        (
+            lambda: shard_count(MAX_SHARDS + 1),
+            "num_shards must be an integer 0..10000 (0: the runner chooses), got 10001",
+        ),
+        (lambda: shard_count(True), "num_shards must be an integer 0..10000 (0: the runner chooses), got True"),
+        (lambda: shard_count(-1, "shards"), "shards must be an integer 0..10000 (0: the runner chooses), got -1"),
+        (lambda: shard_count("8"), "num_shards must be an integer 0..10000 (0: the runner chooses), got '8'"),
+        (lambda: sentence_stream(None), "sentences must be a list of sentences (str), got NoneType None"),
+        (
+            lambda: sentence_stream("abc"),
+            "sentences must be a list of sentences (str), got str 'abc' (one sentence: put it in a list)",
+        ),
+        (lambda: sentence_stream(["a", 3], "texts"), "texts[1] must be a str, got int 3"),
+        (
+            lambda: sentence_list({"a"}),
+            "sentences must be a list of sentences (str), got set {'a'}: results come in the list's order, "
+            "and a set has none",
+        ),
+        (
+            lambda: str_list("cls", "poolings", "pooling names (str)", one="pooling"),
+            "poolings must be a list of pooling names (str), got str 'cls' (one pooling: put it in a list)",
+        ),
+        (lambda: path_list(["a", 3], "inputs"), "inputs[1] must be a str, got int 3"),
+        (
+            lambda: sentence_list(["fine", "x\udcff"]),
+            "sentences[1] is not text: a lone surrogate '\\udcff' at character 1",
+        ),
+        (lambda: id_lists(["abc"], "ids", 30, "ids run 0..29"), "ids[0] must be a list of ids, got str 'abc'"),
+        (lambda: id_lists([[1, 1.5]], "ids", 30, "ids run 0..29"), "ids[0][1] must be an int, got float 1.5"),
+        (lambda: id_lists([[1, 30]], "ids", 30, "ids run 0..29"), "ids[0][1] is 30: ids run 0..29"),
+        (lambda: id_lists([[-1]], "ids", 30, "ids run 0..29"), "ids[0][0] is -1: ids run 0..29"),
+    ],
+)
+def test_each_check_refuses_in_one_exact_line(call, message):
+    with pytest.raises(BertWhiteningError) as raised:
+        call()
+    assert str(raised.value) == message
+
+
+def test_what_passes_a_check_is_given_back_as_the_plain_type():
+    assert positive_int(1, "n") == 1 and type(positive_int(np.int64(1), "n")) is int
+    assert serving_version(MAX_VERSION) == MAX_VERSION and serving_version(0) == 0
+    assert shard_count(0) == 0 and shard_count(np.int32(MAX_SHARDS)) == MAX_SHARDS
+    assert boolean(True, "b") is True and boolean(np.False_, "b") is False and boolean(np.True_, "b") is True
+    assert optional_integer(None, "seed") is None and optional_integer(np.int64(-3), "seed") == -3
+    assert optional_path(None, "output") is None and optional_path(pathlib.Path("a/b"), "output") == "a/b"
+    assert path(pathlib.Path("a/b"), "output") == "a/b" and text("", "name") == ""
+    assert list(sentence_stream(("a", "b"))) == ["a", "b"] and list(sentence_stream(iter(["c"]))) == ["c"]
+    # a row of numpy's or of array's is read as Python ints; an empty row is no id
+    assert id_lists([np.array([0, 29]), array.array("i", [5, 5]), []], "ids", 30, "") == [[0, 29], [5, 5], []]
+
+
+def test_a_refused_value_is_shown_cut_to_forty_characters():
+    assert shown("x" * 38) == "'%s'" % ("x" * 38)  # 40 characters with its quotes: whole
+    assert shown("x" * 39) == "'%s..." % ("x" * 36)
+    assert len(shown(list(range(100)))) == 40
 
 
 class Unbuildable(SentenceEncoder):
