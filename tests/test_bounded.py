@@ -1083,6 +1083,53 @@ def test_a_npy_header_numpy_would_misread_is_refused_saying_what_it_holds(tmp_pa
     assert str(raised.value) == "%s: not a readable .npy array (%s)" % (path, said)
 
 
+def test_rows_written_as_they_arrive_are_the_array_numpy_and_npy_blocks_read(tmp_path):
+    from bert_whitening.npy_rows import NpyRowWriter
+
+    rows = np.random.default_rng(0).normal(size=(7, 5))
+    path = str(tmp_path / "v.npy")
+    with NpyRowWriter(path, 5) as out:
+        out.append(rows[:3])
+        out.append(rows[3:3])
+        out.append(rows[3:].tolist())
+        assert out.rows == 7
+    assert os.path.getsize(path) == 128 + 7 * 5 * 4  # a 64-byte aligned header, then the rows
+    with open(path, "rb") as stream:
+        assert np.lib.format.read_magic(stream) == (1, 0)
+        assert np.lib.format.read_array_header_1_0(stream) == ((7, 5), False, np.dtype("<f4"))
+        assert stream.tell() == 128
+    assert np.array_equal(np.load(path), rows.astype(np.float32))
+    assert [(first, block.tolist()) for first, block in npy_blocks(path, 4)] == [
+        (0, rows[:4].astype(np.float32).tolist()),
+        (4, rows[4:].astype(np.float32).tolist()),
+    ]
+    with NpyRowWriter(path, 5):
+        pass
+    assert np.load(path).shape == (0, 5)
+
+
+def test_rows_of_another_width_a_writer_that_failed_or_a_file_cut_short_are_refused(tmp_path):
+    from bert_whitening.npy_rows import NpyRowWriter
+
+    path = str(tmp_path / "v.npy")
+    with pytest.raises(KeyError):
+        with NpyRowWriter(path, 5) as out:
+            for shape in [(2, 4), (5,), (1, 2, 5)]:
+                with pytest.raises(ValueError) as raised:
+                    out.append(np.zeros(shape))
+                assert str(raised.value) == "expected rows of dimension 5, got shape %s" % (shape,)
+            out.append(np.ones((2, 5)))
+            raise KeyError("the input failed")
+    with pytest.raises(DataError, match="not a .npy file"):  # no header: not an array
+        list(npy_blocks(path, 4))
+    out = NpyRowWriter(path, 5)
+    out.append(np.ones((1000, 5)))  # more than the stream's buffer: written
+    os.truncate(path, 1000)
+    with pytest.raises(OSError) as raised:
+        out.close()
+    assert str(raised.value) == "%s has 1000 bytes, expected 20128 for 1000 rows" % path
+
+
 def test_a_large_npy_file_is_read_in_the_memory_of_a_block(tmp_path):
     path = saved(tmp_path / "v.npy", np.random.default_rng(0).normal(size=(100_000, 32)).astype(np.float32))
     tracemalloc.start()

@@ -23,6 +23,9 @@ from bert_whitening.serving import (
     rest_url,
     text_request,
 )
+from bert_whitening.token_ids import token_ids
+
+from helpers import TINY_VOCAB
 
 
 def test_rest_url_names_model_version_and_port():
@@ -128,6 +131,23 @@ def test_an_id_request_that_would_pad_to_more_than_its_bound_is_refused_before_p
         ids_request([[5, 6]] * 3 + [[5, 6, 7, 8]], None)
     with pytest.raises(BertWhiteningError, match="^segment_ids: 3 rows padded to the longest, 5 ids, make 15 ids"):
         ids_request([[5, 6]] * 3, [[0, 0], [0, 0], [0] * 5])
+
+
+def test_token_ids_are_cut_as_bert4keras_cuts_them():
+    """The first ``maxlen - 2`` tokens between [CLS] and [SEP], and whether any were cut."""
+    from bert_whitening.backend import Tokenizer
+
+    tokenizer = Tokenizer({token: index for index, token in enumerate(TINY_VOCAB)}, do_lower_case=True)
+    for sentence in ["", "好", "今天天气很好", "我们在北京" * 20]:
+        whole = tokenizer.encode(sentence)[0]
+        for maxlen in (2, 3, 5, 8, len(whole) - 1, len(whole), 64):
+            if maxlen < 2:
+                continue
+            ids, cut = token_ids(tokenizer, sentence, maxlen)
+            assert ids == tokenizer.encode(sentence, maxlen=maxlen)[0]
+            assert len(ids) == min(maxlen, len(whole)) and ids[0] == 2 and ids[-1] == 3
+            assert cut == (len(whole) > maxlen)
+    assert token_ids(tokenizer, "今天", 3) == ([2, tokenizer.token_to_id("今"), 3], True)
 
 
 def test_pad_ids():
