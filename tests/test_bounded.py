@@ -1130,6 +1130,51 @@ def test_rows_of_another_width_a_writer_that_failed_or_a_file_cut_short_are_refu
     assert str(raised.value) == "%s has 1000 bytes, expected 20128 for 1000 rows" % path
 
 
+@pytest.mark.parametrize(
+    "shape, refused", [((1, 8), False), ((10, 1), False), ((3, 4), True)], ids=["one row", "one column", "matrix"]
+)
+def test_a_npy_header_in_fortran_order_is_read_only_for_one_row_or_column(tmp_path, shape, refused):
+    """numpy writes such a row or column in C order; a header may still say Fortran's."""
+    path = str(tmp_path / "v.npy")
+    write_npy(path, {"descr": "<f4", "fortran_order": True, "shape": shape}, np.arange(np.prod(shape), dtype="<f4"))
+    if refused:
+        with pytest.raises(DataError) as raised:
+            list(npy_blocks(path, 5))
+        assert str(raised.value) == (
+            "%s: expected a 2-D C-ordered array of vectors, got shape (3, 4) in Fortran order" % path
+        )
+    else:
+        read = np.concatenate([block for _, block in npy_blocks(path, 5)])
+        assert read.tolist() == np.arange(np.prod(shape), dtype="<f4").reshape(shape).tolist()
+
+
+def test_a_npy_file_is_read_as_vectors_only_of_floats_as_wide_as_a_hidden_size(tmp_path):
+    path = str(tmp_path / "v.npy")
+    np.save(path, np.ones((2, MODEL_SIZES["hidden_size"]), np.float32))
+    assert [(first, block.shape) for first, block in npy_blocks(path, 5)] == [(0, (2, 8192))]
+    np.save(path, np.ones((2, 3), np.int32))
+    with pytest.raises(DataError) as raised:
+        list(npy_blocks(path, 5))
+    assert str(raised.value) == "%s: holds int32, expected floating-point vectors" % path
+    with pytest.raises(DataError) as raised:
+        list(npy_blocks(str(tmp_path / "none.npy"), 5))
+    assert str(raised.value) == "%s: no such .npy file" % (tmp_path / "none.npy")
+
+
+def test_a_npy_file_cut_short_rows_into_a_block_is_refused_naming_the_row(tmp_path):
+    path = saved(tmp_path / "v.npy", np.ones((100, 8), np.float32))
+    offset = os.path.getsize(path) - 100 * 8 * 4
+    blocks = npy_blocks(path, 10)
+    next(blocks)
+    os.truncate(path, offset + 32 * 8 * 4 + 12)  # within row 33, the block of rows 31-40
+    with pytest.raises(DataError) as raised:
+        list(blocks)
+    assert str(raised.value) == (
+        "%s: ends within row 33 (counted from 1) of the 100 rows its header declares: it was cut short while read"
+        % path
+    )
+
+
 def test_a_large_npy_file_is_read_in_the_memory_of_a_block(tmp_path):
     path = saved(tmp_path / "v.npy", np.random.default_rng(0).normal(size=(100_000, 32)).astype(np.float32))
     tracemalloc.start()

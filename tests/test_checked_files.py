@@ -4,12 +4,13 @@ record is checked without TensorFlow)."""
 import hashlib
 import json
 import os
+import tracemalloc
 
 import pytest
 
 from bert_whitening.errors import DataError, ExportError
 from bert_whitening.export.record import RECORD, check_export, file_digests
-from bert_whitening.files import CheckedFile, open_directory
+from bert_whitening.files import CheckedFile, file_sha256_at, open_directory
 
 
 @pytest.fixture
@@ -116,7 +117,8 @@ def test_a_file_read_whole_is_read_up_to_its_limit_and_refused_beyond_it_before_
     from bert_whitening import files
 
     (tmp_path / "at").write_bytes(b"x" * 10)
-    assert checked(tmp_path, "at", 10).read().getvalue() == b"x" * 10
+    read = checked(tmp_path, "at", 10).read()
+    assert read.getvalue() == b"x" * 10 and str(read) == str(tmp_path / "at")  # named for the reader's messages
     with open(tmp_path / "beyond", "wb") as stream:
         stream.truncate(3 << 30)  # sparse
     monkeypatch.setattr(files, "_Hashing", lambda *_: pytest.fail("a file beyond its limit was hashed"))
@@ -181,3 +183,40 @@ def test_no_line_index_is_kept_of_a_file_of_more_lines_than_the_caller_takes(tmp
     opened = lines_of(tmp_path, "rows", 10)
     assert opened.lines == 1000
     assert opened._starts is None
+
+
+def test_a_file_without_a_limit_is_read_whole(tmp_path):
+    data = os.urandom(3 << 20)  # more than a block
+    (tmp_path / "f").write_bytes(data)
+    descriptor = open_directory(str(tmp_path))
+    try:
+        opened = CheckedFile(descriptor, "f", hashlib.sha256(data).hexdigest(), str(tmp_path), "record", "recorded")
+    finally:
+        os.close(descriptor)
+    assert opened.read().getvalue() == data
+
+
+def test_a_file_that_grows_by_far_after_it_was_checked_is_refused_having_read_no_more_than_its_limit(tmp_path):
+    (tmp_path / "grows").write_bytes(b"x" * 10)
+    opened = checked(tmp_path, "grows", 10)
+    os.truncate(tmp_path / "grows", 64 << 20)  # sparse
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError, match="grows changed after it was checked against record"):
+            opened.read()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak  # hashed a block at a time, not held
+
+
+def test_a_files_sha256_is_read_through_the_directory_and_a_missing_one_named(tmp_path):
+    (tmp_path / "f").write_bytes(b"bytes")
+    descriptor = open_directory(str(tmp_path))
+    try:
+        assert file_sha256_at(descriptor, "f", "the index") == hashlib.sha256(b"bytes").hexdigest()
+        with pytest.raises(DataError) as raised:
+            file_sha256_at(descriptor, "none", "the index")
+    finally:
+        os.close(descriptor)
+    assert str(raised.value) == "the index: no none"
