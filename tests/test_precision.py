@@ -11,6 +11,7 @@ import pytest
 
 from bert_whitening import cli, encoding, precision
 from bert_whitening.encoding import encode
+from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import PRECISION_VARIABLE
 from bert_whitening.precision import AUTO_MIN_COSINE, auto_precision, process_precision
 
@@ -49,6 +50,15 @@ def test_auto_keeps_bfloat16_only_when_every_check_vector_is_within_the_bound():
     assert why == "bfloat16 moved a check vector to cosine 0.998999 of float32 (below 0.999)"
 
 
+def test_a_check_vector_exactly_at_the_bound_keeps_bfloat16(monkeypatch):
+    monkeypatch.setattr(precision, "AUTO_MIN_COSINE", 1.0)
+    exact = np.eye(4)
+    assert auto_precision(True, exact, exact * 2) == (
+        "bfloat16",
+        "every vector of 4 check sentences within cosine 1.000000 of float32",
+    )
+
+
 @pytest.fixture
 def fresh_process(monkeypatch):
     """The precision as a new command finds it (never set, no pin); the test process's own
@@ -66,6 +76,133 @@ def encode_log(tmp_path, model, caplog):
     with caplog.at_level(logging.INFO):
         assert run("encode", "--model", model, "--output", tmp_path / "out.npy", tmp_path / "in.txt") == 0
     return np.load(tmp_path / "out.npy"), caplog.text
+
+
+def test_the_precision_is_chosen_once_per_process(fresh_process):
+    assert process_precision() is None and precision.running() == "float32"
+    precision.set_precision("auto")
+    assert process_precision() == "auto" and precision.running() == "float32"  # until auto has chosen
+    precision.set_precision("bfloat16")  # a pending auto gives way to a choice
+    assert process_precision() == "bfloat16" and precision.running() == "bfloat16"
+    precision.set_precision("bfloat16")
+    precision.set_precision("auto")  # once a precision is set, auto keeps it
+    assert process_precision() == "bfloat16" and precision.running() == "bfloat16"
+    with pytest.raises(BertWhiteningError) as raised:
+        precision.set_precision("float32")
+    assert str(raised.value) == (
+        "this process already encodes in bfloat16; precision is chosen once per process (got float32)"
+    )
+    with pytest.raises(BertWhiteningError) as raised:
+        precision.set_precision("float16")
+    assert str(raised.value) == "unknown precision 'float16'; choose one of: auto, float32, bfloat16"
+    assert process_precision() == "bfloat16"
+
+
+@pytest.mark.parametrize("chosen", [None, "float32", "bfloat16"])
+def test_a_precision_scope_switches_for_its_block_and_restores_the_process_precision(fresh_process, chosen):
+    if chosen:
+        precision.set_precision(chosen)
+    with pytest.raises(KeyError):
+        with precision.precision_scope("bfloat16" if chosen != "bfloat16" else "float32"):
+            assert precision.running() == ("bfloat16" if chosen != "bfloat16" else "float32")
+            raise KeyError("a failure inside")
+    assert precision.running() == (chosen or "float32") and process_precision() == chosen
+
+
+@pytest.mark.parametrize("cpu, warned", [(False, True), (True, False), (None, False)])
+def test_bfloat16_on_a_cpu_without_its_instructions_is_run_with_a_warning(fresh_process, caplog, cpu, warned):
+    fresh_process.setattr(precision, "cpu_has_bfloat16", lambda: cpu)
+    with caplog.at_level(logging.WARNING, logger="bert_whitening"):
+        precision.set_precision("bfloat16")
+    assert precision.running() == "bfloat16"
+    said = (
+        "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): oneDNN emulates them, so --precision "
+        "bfloat16 is likely slower than float32"
+    )
+    assert caplog.messages == ([said] if warned else [])
+
+
+@pytest.mark.parametrize(
+    "cpuinfo, found",
+    [
+        ("flags\t: fpu avx512f avx512_bf16 sse\n", True),
+        ("flags\t: amx_bf16 amx_tile\n", True),
+        ("flags\t: avx2\n", False),
+    ],
+)
+def test_the_cpu_has_bfloat16_when_its_flags_say_so(monkeypatch, tmp_path, cpuinfo, found):
+    (tmp_path / "cpuinfo").write_text(cpuinfo)
+    real_open = open
+    monkeypatch.setattr(precision, "open", lambda path, *rest: real_open(tmp_path / "cpuinfo", *rest), raising=False)
+    precision.cpu_has_bfloat16.cache_clear()
+    try:
+        assert precision.cpu_has_bfloat16() is found
+        monkeypatch.setattr(precision, "open", lambda *args: (_ for _ in ()).throw(PermissionError()), raising=False)
+        precision.cpu_has_bfloat16.cache_clear()
+        assert precision.cpu_has_bfloat16() is None  # unreadable: not known
+    finally:
+        precision.cpu_has_bfloat16.cache_clear()
+
+
+def check_vectors_of(calls, moved=0.0):
+    """A check's ``check_vectors``: each sample's vectors in the running precision (rotated by
+    ``moved`` in bfloat16), each call's precision and sample recorded in ``calls``."""
+
+    def vectors(sample):
+        calls.append((precision.running(), list(sample)))
+        exact = np.array([[1.0, float(len(ids)), 0.0] for ids in sample])
+        return exact + [0.0, 0.0, moved] if precision.running() == "bfloat16" else exact
+
+    return vectors
+
+
+@pytest.mark.parametrize(
+    "cpu, distinct, moved, chosen, checked, why",
+    [
+        (True, 64, 0.0, "bfloat16", True, "every vector of 64 check sentences within cosine 1.000000 of float32"),
+        (True, 64, 1.0, "float32", True, "bfloat16 moved a check vector to cosine 0.912871 of float32 (below 0.999)"),
+        (True, 63, 0.0, "float32", False, "only 63 distinct sentences to check bfloat16 on, fewer than 64"),
+        (False, 64, 0.0, "float32", False, "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16)"),
+    ],
+)
+def test_auto_decides_on_its_check_once_and_says_why(fresh_process, caplog, cpu, distinct, moved, chosen, checked, why):
+    fresh_process.setattr(precision, "cpu_has_bfloat16", lambda: cpu)
+    precision.set_precision("auto")
+    sample, calls = [[2] + [5] * length + [3] for length in range(distinct)], []
+    with caplog.at_level(logging.INFO, logger="bert_whitening"):
+        precision.resolve_auto(sample, check_vectors_of(calls, moved))
+        precision.resolve_auto(sample, check_vectors_of(calls, moved))  # decided: nothing more
+        precision.resolve_before_fitting()
+    assert calls == ([("float32", sample), ("bfloat16", sample)] if checked else [])
+    assert process_precision() == chosen and precision.running() == chosen
+    assert caplog.messages == ["--precision auto chose %s: %s" % (chosen, why)]
+
+
+@pytest.mark.parametrize("chosen", [None, "float32", "bfloat16"])
+def test_only_a_pending_auto_is_resolved(fresh_process, caplog, chosen):
+    fresh_process.setattr(precision, "cpu_has_bfloat16", lambda: True)
+    if chosen:
+        precision.set_precision(chosen)
+    calls = []
+    with caplog.at_level(logging.INFO, logger="bert_whitening"):
+        precision.resolve_auto([[2, 3]] * 64, check_vectors_of(calls))
+        precision.resolve_before_fitting()
+    assert calls == [] and caplog.messages == []
+    assert process_precision() == chosen and precision.running() == (chosen or "float32")
+
+
+def test_a_process_that_fits_on_its_vectors_resolves_auto_to_float32_before_it_encodes(fresh_process, caplog):
+    fresh_process.setattr(precision, "cpu_has_bfloat16", lambda: True)
+    precision.set_precision("auto")
+    calls = []
+    with caplog.at_level(logging.INFO, logger="bert_whitening"):
+        precision.resolve_before_fitting()
+        precision.resolve_auto([[2, 3]] * 64, check_vectors_of(calls))
+    assert calls == [] and process_precision() == "float32" and precision.running() == "float32"
+    assert caplog.messages == [
+        "--precision auto chose float32: the vectors it encodes are fitted on, and no check before the fit bounds "
+        "how far the fit scales bfloat16's rounding up (--precision bfloat16 runs it anyway)"
+    ]
 
 
 def test_encode_decides_once_and_says_what_it_chose(fresh_process, tiny_model, encoders, tmp_path, caplog):
