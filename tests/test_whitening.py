@@ -716,6 +716,36 @@ def test_a_crafted_pooling_or_n_components_is_refused_naming_the_file(tmp_path, 
         Whitening.load(str(tmp_path / "c.npz"))
 
 
+def test_a_recorded_field_is_refused_in_its_exact_line_and_maxlen_2_is_the_shortest_cut(tmp_path):
+    rng = np.random.default_rng(0)
+    shortest = {"maxlen": 2, "lowercase": True}
+    fit_whitening(WhiteningStats().update(rng.normal(size=(50, 4))), tokenization=shortest).save(
+        str(tmp_path / "w.npz")
+    )
+    assert Whitening.load(str(tmp_path / "w.npz")).tokenization == shortest
+    with np.load(tmp_path / "w.npz") as data:
+        arrays = {name: data[name] for name in data.files}
+    path = tmp_path / "c.npz"
+    for field, value, said in [
+        (
+            "tokenization",
+            {"maxlen": 1, "lowercase": True},
+            "metadata tokenization is {'maxlen': 1, 'lowercase': True}, expected {} or {\"maxlen\": an integer >= 2, "
+            '"lowercase": true or false}',
+        ),
+        (
+            "pooling",
+            "max",
+            "metadata pooling is 'max', expected one of '', 'first-last-avg', 'last-avg', 'cls', 'pooler'",
+        ),
+    ]:
+        meta = {**json.loads(str(arrays["meta"])), field: value}
+        np.savez(path, **{**arrays, "meta": np.array(json.dumps(meta))})
+        with pytest.raises(WhiteningError) as raised:
+            Whitening.load(str(path))
+        assert str(raised.value) == "%s: %s" % (path, said)
+
+
 def test_update_from_npy_refuses_a_count_of_rows_that_is_not_positive_and_a_file_that_is_not_npy(tmp_path):
     from bert_whitening.errors import BertWhiteningError, DataError
 
