@@ -2,6 +2,7 @@
 a whitening or flow ``.npz``, a model file and an input line that claim or hold too much are
 refused in bounded time and memory, by a one-line error naming the file, whichever path reads them."""
 
+import errno
 import gzip
 import io
 import json
@@ -266,6 +267,22 @@ def test_a_file_that_grew_past_its_limit_after_it_was_opened_is_refused_when_rea
     with pytest.raises(DataError) as raised:
         bounded.read_limited(str(tmp_path / "f"), limit, DataError, "test file")
     assert str(raised.value) == "%s: larger than %d bytes, too large for a test file" % (tmp_path / "f", limit)
+
+
+def test_an_io_error_while_a_file_is_read_whole_names_the_file_and_the_error(tmp_path, monkeypatch):
+    from bert_whitening import bounded
+
+    class Failing(io.RawIOBase):
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(bounded, "open_regular", lambda *args: io.BufferedReader(Failing()))
+    with pytest.raises(DataError) as raised:
+        bounded.read_limited(str(tmp_path / "f"), 10, DataError, "test file")
+    assert str(raised.value) == "%s: cannot read the test file (Input/output error)" % (tmp_path / "f")
 
 
 def test_a_file_that_cannot_be_opened_is_named_with_why(tmp_path):
@@ -1173,6 +1190,24 @@ def test_a_npy_file_cut_short_rows_into_a_block_is_refused_naming_the_row(tmp_pa
         "%s: ends within row 33 (counted from 1) of the 100 rows its header declares: it was cut short while read"
         % path
     )
+
+
+def test_an_io_error_while_a_npy_file_is_read_names_the_file_and_the_error(tmp_path, monkeypatch):
+    from bert_whitening import files
+
+    path = saved(tmp_path / "v.npy", np.ones((3, 2), np.float32))
+
+    def failing(*args):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(files.os, "preadv", failing)
+    with pytest.raises(DataError) as raised:
+        list(npy_blocks(path, 5))
+    assert str(raised.value) == "%s: cannot read the .npy file (Input/output error)" % path
+    monkeypatch.setattr(files, "npy_header", failing)
+    with pytest.raises(DataError) as raised:
+        list(npy_blocks(path, 5))
+    assert str(raised.value) == "%s: cannot read the .npy file (Input/output error)" % path
 
 
 def test_a_large_npy_file_is_read_in_the_memory_of_a_block(tmp_path):
