@@ -1,6 +1,7 @@
 """Mutation testing of the numpy modules with mutmut (requirements-dev.txt; `make mutation`).
 
     python scripts/mutation.py [MODULE ...]     # default: whitening serving data evaluation
+    python scripts/mutation.py bounded arguments files npy_rows token_ids precision names  # shared
 
 For each module, a copy of the checkout is made under out/mutation/MODULE (mutmut writes its
 mutants/ tree there), mutmut mutates bert_whitening/MODULE.py and runs against each mutant the
