@@ -256,17 +256,42 @@ def test_a_file_is_read_whole_up_to_its_limit(tmp_path):
     assert str(raised.value) == "%s: larger than 149999 bytes, too large for a test file" % (tmp_path / "f")
 
 
+def test_a_file_larger_than_its_limit_is_refused_before_it_is_read(tmp_path):
+    from bert_whitening.bounded import read_limited
+
+    with open(tmp_path / "f", "wb") as stream:
+        stream.truncate((32 << 20) + 1)  # sparse
+    message = refused_quickly(lambda: read_limited(str(tmp_path / "f"), 32 << 20, DataError, "test file"), DataError)
+    assert message == "%s: larger than 33554432 bytes, too large for a test file" % (tmp_path / "f")
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError):
+            read_limited(str(tmp_path / "f"), 32 << 20, DataError, "test file")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak  # nothing of it read
+
+
 @pytest.mark.parametrize("limit", [100_000, 131_072], ids=["between reads", "at the end of a read"])
 def test_a_file_that_grew_past_its_limit_after_it_was_opened_is_refused_when_read(tmp_path, monkeypatch, limit):
-    """The size checked on opening is the file's then (here: empty); what is read counts too."""
+    """The size checked on opening is the file's then (here: empty); what is read counts too, a
+    piece at a time: no more than the limit and a piece is read."""
     from bert_whitening import bounded
 
-    (tmp_path / "f").write_bytes(bytes(200_000))
+    with open(tmp_path / "f", "wb") as stream:
+        stream.truncate(64 << 20)  # sparse
     fstat = os.fstat
     monkeypatch.setattr(bounded.os, "fstat", lambda fd: os.stat_result((*fstat(fd)[:6], 0, *fstat(fd)[7:])))
-    with pytest.raises(DataError) as raised:
-        bounded.read_limited(str(tmp_path / "f"), limit, DataError, "test file")
+    tracemalloc.start()
+    try:
+        with pytest.raises(DataError) as raised:
+            bounded.read_limited(str(tmp_path / "f"), limit, DataError, "test file")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
     assert str(raised.value) == "%s: larger than %d bytes, too large for a test file" % (tmp_path / "f", limit)
+    assert peak < 4 << 20, peak
 
 
 def test_an_io_error_while_a_file_is_read_whole_names_the_file_and_the_error(tmp_path, monkeypatch):

@@ -107,6 +107,11 @@ def test_a_precision_scope_switches_for_its_block_and_restores_the_process_preci
             assert precision.running() == ("bfloat16" if chosen != "bfloat16" else "float32")
             raise KeyError("a failure inside")
     assert precision.running() == (chosen or "float32") and process_precision() == chosen
+    with pytest.raises(BertWhiteningError) as raised:
+        with precision.precision_scope("float16"):
+            pass
+    assert str(raised.value) == "unknown precision 'float16'; choose one of: auto, float32, bfloat16"
+    assert precision.running() == (chosen or "float32")
 
 
 @pytest.mark.parametrize("cpu, warned", [(False, True), (True, False), (None, False)])
