@@ -230,6 +230,7 @@ class CheckedFile:
         #: line starts (and the file's size after the last), and the sha256 of each `LINE_BLOCK`,
         #: taken on the reading that checked it, for `line`; None beyond ``lines``.
         self._starts, self._block_digests = opening.line_index()
+        self._checked_size = opening.offset
         self._last_line_ended = opening.last == b"\n"
 
     def line_lengths(self):
@@ -281,8 +282,8 @@ class CheckedFile:
         than its ``limit`` is read (one that grew past it since opening is refused)."""
         with self.reading() as stream:
             data = stream.read(self.limit[0] + 1 if self.limit else -1)
-            if self.limit and len(data) > self.limit[0]:
-                self._refuse_larger(max(len(data), self.size))
+            if self.limit and len(data) > self.limit[0]:  # it was no larger when checked
+                self._changed()
         return NamedBytes(data, os.path.join(self.where, self.name))
 
     def _refuse_larger(self, size):
@@ -292,7 +293,10 @@ class CheckedFile:
         )
 
     def _refuse_changed(self, raw):
-        if raw.rest() != self.sha256:
+        """Refuse content that is not the checked one: a file of another size at once (the rest
+        of a file grown by gigabytes since is not read to say so), else by its sha256, the rest
+        of the checked size read."""
+        if self.size != self._checked_size or raw.rest() != self.sha256:
             self._changed()
 
     def _changed(self):
