@@ -64,10 +64,8 @@ def evaluate_task(
 
     splits = task.splits
     _check_split(task, split)
+    rule = _queries_rule([label for _, _, label in splits[split]], "%s.%s" % (task.name, split))
     bench = build_benchmark(splits[split], distractors, where="%s.%s" % (task.name, split))
-    rule = positive_rule([label for _, _, label in splits[split]])
-    if not bench.queries:
-        raise DataError("%s.%s: no positive pairs, so no queries (positive: %s)" % (task.name, split, rule))
     logger.info("%s.%s: the queries are the first sentences of the %s", task.name, split, rule)
     queried = set(bench.queries).intersection(bench.distractors)
     if queried:
@@ -118,11 +116,19 @@ def _scorable(scored):
     labels on neither retrieval scale, or no positive pair to make a query of."""
 
     def check(split, pairs, file):
-        labels = [label for _, _, label in pairs]
-        if split == scored and not positive_labels(labels, file).any():
-            raise DataError("%s: no positive pairs, so no queries (positive: %s)" % (file, positive_rule(labels)))
+        if split == scored:
+            _queries_rule([label for _, _, label in pairs], file)
 
     return check
+
+
+def _queries_rule(labels, where):
+    """Which pairs of ``labels`` are positive, in words (`positive_rule`); labels `positive_labels`
+    refuses, or that give no positive pair (no query to make), are refused naming ``where``."""
+    rule = positive_rule(labels)
+    if not positive_labels(labels, where).any():
+        raise DataError("%s: no positive pairs, so no queries (positive: %s)" % (where, rule))
+    return rule
 
 
 def evaluate_retrieval(
