@@ -204,7 +204,8 @@ def _pooled(input_ids, first, last, pooler, pooling):
 def _fused_bert(files, pooler, described, trainable=False):
     """``(inputs, first block, last block, pooler or None)`` of a `FusedBert` of ``files``,
     its checkpoint checked against the variables it needs (as bert4keras' BERT would load them)
-    and read straight into it; its weights ``trainable`` or not."""
+    and read straight into it, a weight at a time (the copies joined for the fused weights would
+    otherwise double the weights' memory at load); its weights ``trainable`` or not."""
     bert = FusedBert(**_fused_bert_sizes(files.config), pooler=pooler, trainable=trainable, name="bert")
     inputs = [keras.Input((None,), dtype="int32", name=name) for name in ("Input-Token", "Input-Segment")]
     outputs = bert(inputs)
@@ -213,12 +214,8 @@ def _fused_bert(files, pooler, described, trainable=False):
     files.check_variables(needed, described)
     with _checkpoint_errors(files):
         values = _read_variables(files.weights, needed)
-    keras.backend.batch_set_value(
-        [
-            (weight, np.concatenate([values[name] for name in parts], axis=-1))
-            for weight, parts in zip(bert.weights, names, strict=True)
-        ]
-    )
+    for weight, parts in zip(bert.weights, names, strict=True):  # one joined copy alive at a time
+        weight.assign(np.concatenate([values.pop(name) for name in parts], axis=-1))
     return inputs, outputs[0], outputs[1], outputs[2] if pooler else None
 
 
