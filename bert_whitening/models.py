@@ -12,6 +12,7 @@ Either way the checkpoint must hold exactly the variables bert4keras' model woul
 import contextlib
 import dataclasses
 import functools
+from collections.abc import Mapping
 from typing import Optional, Sequence
 
 import numpy as np
@@ -181,8 +182,9 @@ def load_transformer(files, model_type, with_pooler, described, trainable=False)
     (`bert_whitening.checkpoints.huggingface`)."""
     family = MODEL_TYPES[model_type]
     files.check_sizes(family.absolute_positions)
-    files.check_load_memory()
-    if _runs_fused(family, files.config):
+    fused = _runs_fused(family, files.config)
+    files.check_load_memory(one_at_a_time=fused)
+    if fused:
         return _fused_bert(files, with_pooler, described, trainable)
     if trainable:
         check_trainable(files, model_type)
@@ -204,8 +206,9 @@ def _pooled(input_ids, first, last, pooler, pooling):
 def _fused_bert(files, pooler, described, trainable=False):
     """``(inputs, first block, last block, pooler or None)`` of a `FusedBert` of ``files``,
     its checkpoint checked against the variables it needs (as bert4keras' BERT would load them)
-    and read straight into it, a weight at a time (the copies joined for the fused weights would
-    otherwise double the weights' memory at load); its weights ``trainable`` or not."""
+    and read straight into it, a weight at a time: each is read from the checkpoint when it is
+    assigned, so that loading holds the model's variables and one weight more, not a second copy
+    of every weight (`ModelFiles.check_load_memory`); its weights ``trainable`` or not."""
     bert = FusedBert(**_fused_bert_sizes(files.config), pooler=pooler, trainable=trainable, name="bert")
     inputs = [keras.Input((None,), dtype="int32", name=name) for name in ("Input-Token", "Input-Segment")]
     outputs = bert(inputs)
@@ -213,9 +216,9 @@ def _fused_bert(files, pooler, described, trainable=False):
     needed = _fused_needed_variables(bert, names)
     files.check_variables(needed, described)
     with _checkpoint_errors(files):
-        values = _read_variables(files.weights, needed)
-    for weight, parts in zip(bert.weights, names, strict=True):  # one joined copy alive at a time
-        weight.assign(np.concatenate([values.pop(name) for name in parts], axis=-1))
+        read = _variable_reader(files.weights)
+        for weight, parts in zip(bert.weights, names, strict=True):
+            weight.assign(np.concatenate([read(name) for name in parts], axis=-1))
     return inputs, outputs[0], outputs[1], outputs[2] if pooler else None
 
 
@@ -264,16 +267,17 @@ def checkpoint_variables(encoder, files):
     if not bert.pooler:
         pooler = sorted(name for name in files.variable_shapes if name.startswith("bert/pooler/"))
         with _checkpoint_errors(files):
-            variables.update(_read_variables(files.weights, pooler))
+            read = _variable_reader(files.weights)
+            variables.update((name, read(name)) for name in pooler)
     return variables
 
 
-def _read_variables(weights, names):
-    """``{name: array}`` of a checkpoint prefix (Google format) or of Google-named arrays."""
-    if isinstance(weights, dict):
-        return {name: weights[name] for name in names}
-    reader = tf.train.load_checkpoint(weights)
-    return {name: reader.get_tensor(name) for name in names}
+def _variable_reader(weights):
+    """name -> array of a checkpoint prefix (Google format) or of Google-named arrays
+    (`bert_whitening.checkpoints.huggingface.SafetensorsVariables`), each read when asked."""
+    if isinstance(weights, Mapping):
+        return weights.__getitem__
+    return tf.train.load_checkpoint(weights).get_tensor
 
 
 def _bert4keras_bert(files, architecture, pooler, described):
@@ -290,7 +294,9 @@ def _bert4keras_bert(files, architecture, pooler, described):
     )
     files.check_variables(_needed_variables(transformer), described)
     with _checkpoint_errors(files):
-        transformer.load_weights_from_checkpoint(files.weights)
+        # bert4keras reads every value before it assigns any, from a prefix or a dict only
+        weights = files.weights
+        transformer.load_weights_from_checkpoint(dict(weights) if isinstance(weights, Mapping) else weights)
     bert = transformer.model
     blocks = _block_outputs(bert)
     return bert.inputs, blocks[0], blocks[-1], bert.get_layer("Pooler-Dense").output if pooler else None

@@ -66,6 +66,29 @@ def write_hf(directory, tensors, config=TINY_CONFIG, model_type="bert"):
     return directory
 
 
+def google_named(tensors, blocks=TINY_CONFIG["num_hidden_layers"]):
+    """The Google-named arrays a BertModel's ``tensors`` stand for, spelt out from the two layouts
+    of tests/reference.py (not from the package's renaming)."""
+    hf = HuggingFaceNames(tensors)
+    named = {"bert/embeddings/%s_embeddings" % kind: hf.embedding(kind) for kind in ("word", "position", "token_type")}
+    named["bert/embeddings/LayerNorm/gamma"], named["bert/embeddings/LayerNorm/beta"] = hf.norm(None, None)
+    for layer in range(blocks):
+        prefix = "bert/encoder/layer_%d/" % layer
+        for where, path in (("attention", "attention/output/"), ("output", "output/")):
+            named[prefix + path + "LayerNorm/gamma"], named[prefix + path + "LayerNorm/beta"] = hf.norm(layer, where)
+        for part, path in (
+            ("query", "attention/self/query"),
+            ("key", "attention/self/key"),
+            ("value", "attention/self/value"),
+            ("attention_output", "attention/output/dense"),
+            ("intermediate", "intermediate/dense"),
+            ("output", "output/dense"),
+        ):
+            named[prefix + path + "/kernel"], named[prefix + path + "/bias"] = hf.dense(layer, part)
+    named["bert/pooler/dense/kernel"], named["bert/pooler/dense/bias"] = hf.pooler()
+    return named
+
+
 @pytest.fixture(scope="module")
 def tiny_hf(tmp_path_factory):
     tensors = hf_tensors(TINY_CONFIG)
@@ -103,19 +126,17 @@ def tensors_never_read(monkeypatch):
     def read(path):
         raise AssertionError("the tensors of %s were read" % path)
 
-    monkeypatch.setattr(huggingface, "_load_tensors", read)
+    monkeypatch.setattr(huggingface.SafetensorsVariables, "__getitem__", lambda self, name: read(self.path))
 
 
 def test_hf_shapes_and_sizes_come_from_the_header_alone(tiny_hf, tmp_path, tensors_never_read):
     """The checks before a build read the shapes, Google-named and the kernels transposed, from
     the header (transformers' files carry ``__metadata__``); no weight is loaded for them."""
-    from bert_whitening.checkpoints.huggingface import google_variables
-
     directory = write_hf(str(tmp_path / "hf"), tiny_hf[1], dict(TINY_CONFIG, intermediate_size=60000))
     path = os.path.join(directory, "model.safetensors")
     save_file(tiny_hf[1], path, metadata={"format": "pt"})
     files = find_model(directory)
-    expected = {name: value.shape for name, value in google_variables(load_file(path)).items()}
+    expected = {name: value.shape for name, value in google_named(load_file(path)).items()}
     assert files.variable_shapes == expected
     assert files.variable_shapes["bert/encoder/layer_0/intermediate/dense/kernel"] == (24, 48)
     with pytest.raises(CheckpointError, match=r"intermediate_size 60000 \(bert/encoder/layer_0/intermediate"):
@@ -393,17 +414,16 @@ def test_minilm_last_avg_is_sentence_transformers_mean_pooling():
 def test_weights_that_could_not_be_loaded_in_memory_are_refused_before_they_are_read(
     tiny_hf, tmp_path, monkeypatch, tensors_never_read
 ):
-    """Loading holds the whole model.safetensors beside the model's float32 variables: at one byte
-    less than both, the model is refused from the header, naming the limit; at both, the load
-    goes on (and reads the tensors, which this test forbids)."""
+    """A `FusedBert` loads a weight at a time: it holds the model's float32 variables and the
+    largest weight twice (as read and joined), not the whole model.safetensors. At one byte less
+    than that, the model is refused from the header, naming the limit; at that, the load goes on
+    (and reads the tensors, which this test forbids)."""
     from bert_whitening import checkpoints
     from bert_whitening.bounded import MemoryLimit
-    from bert_whitening.checkpoints.huggingface import google_variables
 
     directory, tensors = tiny_hf
-    path = os.path.join(directory, "model.safetensors")
-    model_bytes = 4 * sum(value.size for name, value in google_variables(tensors).items() if "pooler" not in name)
-    needed = model_bytes + os.path.getsize(path)
+    sizes = [4 * value.size for name, value in google_named(tensors).items() if "pooler" not in name]
+    needed = sum(sizes) + 2 * max(*sizes, 3 * 4 * TINY_CONFIG["hidden_size"] ** 2)
     monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed - 1, "the {} of a test"))
     with pytest.raises(CheckpointError, match=r"loading model.safetensors needs about .*, more than the .* of a test$"):
         build_encoder(directory, pooling="cls")

@@ -7,6 +7,7 @@ import re
 import shutil
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -499,16 +500,56 @@ def test_unknown_precision_lists_the_choices(encoders):
         set_precision("float16")
 
 
-def test_a_checkpoint_that_could_not_be_loaded_in_memory_is_refused_before_the_build(tiny_model, monkeypatch):
-    """Loading a Google checkpoint holds every variable the model reads beside the model's own
-    float32 copy: at one byte less than both, the model is refused naming the limit."""
+@pytest.mark.parametrize("model", ["google", "huggingface"])
+def test_a_fused_bert_reads_its_weights_one_at_a_time(tiny_model, tmp_path, monkeypatch, model):
+    """What the load's memory check counts on: no value read is alive once its weight is assigned
+    (at most the query and key kernels, when the value kernel joining them is read), where reading
+    every weight first held a second copy of the whole model."""
+    from test_hf import hf_tensors, write_hf
+
+    from bert_whitening import models
+
+    directory = tiny_model[0] if model == "google" else write_hf(str(tmp_path / "hf"), hf_tensors(TINY_CONFIG))
+    alive, most = [], []
+    reader = models._variable_reader
+
+    def tracked(weights):
+        read = reader(weights)
+
+        def counted(name):
+            alive[:] = [value for value in alive if value() is not None]
+            most.append(len(alive))
+            value = read(name)
+            alive.append(weakref.ref(value))
+            return value
+
+        return counted
+
+    monkeypatch.setattr(models, "_variable_reader", tracked)
+    build_encoder(directory, pooling="cls")
+    assert len(most) == len(find_model(directory).variable_shapes) - 2  # every variable but the pooler's
+    assert max(most) == 2
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu", "relu"])
+def test_a_checkpoint_that_could_not_be_loaded_in_memory_is_refused_before_the_build(tmp_path, monkeypatch, hidden_act):
+    """Loading holds the model's float32 variables and what is read: a `FusedBert` (erf-GELU)
+    reads a weight at a time, so the largest weight twice (as read and joined: the word
+    embeddings, or the query, key and value kernels joined); bert4keras' graph (relu) reads
+    every variable before it assigns any. At one byte less, the model is refused naming the
+    limit; at the sum, it loads."""
     from bert_whitening import checkpoints
     from bert_whitening.bounded import MemoryLimit
 
-    _, weights = tiny_model
-    needed = 2 * 4 * sum(np.size(value) for name, value in weights.items() if not name.startswith("bert/pooler/"))
+    config = dict(TINY_CONFIG, hidden_act=hidden_act)
+    weights = random_weights(config)
+    directory = str(tmp_path / "tiny")
+    write_checkpoint(directory, config, weights, TINY_VOCAB)
+    sizes = [4 * np.size(value) for name, value in weights.items() if not name.startswith("bert/pooler/")]
+    joined = 3 * 4 * config["hidden_size"] ** 2
+    needed = sum(sizes) + (2 * max(max(sizes), joined) if hidden_act == "gelu" else sum(sizes))
     monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed - 1, "the {} of a test"))
     with pytest.raises(CheckpointError, match=r"loading bert_model.ckpt needs about .*, more than the .* of a test$"):
-        build_encoder(tiny_model[0], pooling="cls")
+        build_encoder(directory, pooling="cls")
     monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed, "the {} of a test"))
-    assert build_encoder(tiny_model[0], pooling="cls").model is not None
+    assert build_encoder(directory, pooling="cls").model is not None

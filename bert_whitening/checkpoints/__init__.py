@@ -221,19 +221,26 @@ class ModelFiles:
                 )
             )
 
-    def check_load_memory(self):
+    def check_load_memory(self, one_at_a_time):
         """Refuse weights that could not be loaded in the memory this process may use
         (`bert_whitening.bounded.usable_memory`), from the variables' shapes alone, before any is
-        read: loading holds the values read (the whole ``model.safetensors``, or every variable a
-        model loads from a Google checkpoint) beside the model's float32 variables, and a file
-        larger than the memory was read until the allocator failed."""
-        used = [shape for name, shape in self.variable_shapes.items() if not UNUSED_VARIABLES.fullmatch(name)]
-        model_bytes = 4 * sum(math.prod(shape) for shape in used)
-        read_size = os.path.getsize(self.weights_path) if self.format == "huggingface" else model_bytes
+        read (a file larger than the memory was read until the allocator failed). Loading holds
+        the model's float32 variables and the values read: ``one_at_a_time`` (a `FusedBert`'s
+        load), the largest weight as read and as joined for its variable; else (bert4keras'
+        loader, which reads every value before it assigns any) the whole ``model.safetensors``,
+        or every variable the model loads from a Google checkpoint."""
+        sizes = [
+            4 * math.prod(shape) for name, shape in self.variable_shapes.items() if not UNUSED_VARIABLES.fullmatch(name)
+        ]
+        model_bytes = sum(sizes)
+        if one_at_a_time:  # the largest, the word embeddings or the query, key and value kernels joined
+            read_size = 2 * max(*sizes, 3 * 4 * self.config["hidden_size"] ** 2)
+        else:
+            read_size = os.path.getsize(self.weights_path) if self.format == "huggingface" else model_bytes
         memory = usable_memory()
         if model_bytes + read_size > memory.bytes:
             raise CheckpointError(
-                "%s: loading %s needs about %.1f GB (%.1f GB of float32 variables and %.1f GB read), more than %s"
+                "%s: loading %s needs about %.1f GB (%.1f GB of float32 variables, %.1f GB read at once), more than %s"
                 % (
                     self.directory,
                     os.path.basename(self.weights_path),

@@ -1,14 +1,15 @@
 """Hugging Face BERT directories (``config.json``, ``model.safetensors``, ``vocab.txt``).
 
-`google_variables` renames the safetensors tensors to google-research/bert variable names
+`SafetensorsVariables` reads the safetensors tensors under google-research/bert variable names
 (linear weights are stored ``(out, in)`` by PyTorch and ``(in, out)`` by TensorFlow, so they are
-transposed); `variable_shapes` gives their shapes from the file's header alone, so the checks
+transposed), one at a time; `variable_shapes` gives their shapes from the file's header alone, so the checks
 before a model is built read no weights; `read` refuses a configuration that transformers would
 compute otherwise than bert4keras (``convert-hf`` writes what it reads as a Google-format
 checkpoint: `bert_whitening.checkpoints.convert`). Reading needs numpy and ``safetensors`` only,
 no PyTorch.
 """
 
+import collections.abc
 import json
 import math
 import os
@@ -76,15 +77,40 @@ def _google_names(names):
             yield name, google, google.endswith("/kernel")
 
 
-def google_variables(tensors):
-    """Google-named arrays from Hugging Face BertModel tensors (heads and buffers dropped)."""
-    return {
-        google: tensors[name].T if transposed else tensors[name] for name, google, transposed in _google_names(tensors)
-    }
+class SafetensorsVariables(collections.abc.Mapping):
+    """The Google-named arrays of a safetensors file (heads and buffers dropped), each tensor read from
+    the file when it is asked for: a model loads its weights one at a time, so that loading holds
+    the model's variables and one weight more, never the whole file beside them
+    (`bert_whitening.checkpoints.ModelFiles.check_load_memory`)."""
+
+    def __init__(self, path):
+        from safetensors import safe_open
+
+        self.path = path
+        try:
+            self._file = safe_open(path, framework="numpy")
+            names = self._file.keys()
+        except Exception as error:  # safetensors raises its own SafetensorError (not importable here)
+            _not_safetensors(path, error)
+        self._sources = {google: (name, transposed) for name, google, transposed in _google_names(names)}
+
+    def __getitem__(self, google):
+        name, transposed = self._sources[google]
+        try:
+            tensor = self._file.get_tensor(name)
+        except Exception as error:
+            _not_safetensors(self.path, error)
+        return tensor.T if transposed else tensor
+
+    def __iter__(self):
+        return iter(self._sources)
+
+    def __len__(self):
+        return len(self._sources)
 
 
 def variable_shapes(path):
-    """Google name -> shape of the arrays `google_variables` makes of the safetensors file
+    """Google name -> shape of the arrays `SafetensorsVariables` reads of the safetensors file
     ``path``, from its header alone (`tensor_shapes`): no weight is read."""
     shapes = tensor_shapes(path)
     return {
@@ -176,8 +202,8 @@ def _not_safetensors(path, problem):
 
 
 def read(directory):
-    """``(bert_config, weights_path, load)`` of a Hugging Face BERT directory; ``load()`` reads
-    the tensors as Google-named arrays."""
+    """``(bert_config, weights_path, load)`` of a Hugging Face BERT directory; ``load()`` opens
+    the tensors as Google-named arrays (`SafetensorsVariables`)."""
     config_path = os.path.join(directory, CONFIG)
     weights_path = os.path.join(directory, WEIGHTS)
     hf_config = read_json(config_path)
@@ -199,7 +225,7 @@ def read(directory):
         )
     check_file(weights_path)
     config = {key: hf_config[key] for key in CONFIG_KEYS if key in hf_config}
-    return config, weights_path, lambda: google_variables(_load_tensors(weights_path))
+    return config, weights_path, lambda: SafetensorsVariables(weights_path)
 
 
 def _refuse_what_bert4keras_computes_otherwise(config_path, hf_config):
@@ -217,12 +243,3 @@ def _refuse_what_bert4keras_computes_otherwise(config_path, hf_config):
             "%s: hidden_act is %r, not one of the activations bert4keras computes as transformers does (%s)"
             % (config_path, hf_config.get("hidden_act"), ", ".join(ACTIVATIONS))
         )
-
-
-def _load_tensors(path):
-    from safetensors.numpy import load_file
-
-    try:
-        return load_file(path)
-    except Exception as error:  # safetensors raises its own SafetensorError (not importable here)
-        _not_safetensors(path, error)
