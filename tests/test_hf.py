@@ -345,6 +345,27 @@ def test_convert_hf_refuses_what_encode_refuses_before_writing(tiny_hf, tmp_path
     assert sorted(os.listdir(tmp_path)) == ["hf", "sentences.txt"]
 
 
+def test_convert_hf_counts_the_model_beside_every_tensor_it_writes(tiny_hf, tmp_path, monkeypatch, tensors_never_read):
+    """convert-hf holds the built model and every tensor it writes at once: a memory that loads
+    the model for encoding (a weight at a time) but is one byte short of both is refused before
+    anything is read or written; at both, the conversion goes on (and reads the tensors, which
+    this test forbids)."""
+    from bert_whitening import checkpoints
+    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.checkpoints.convert import convert_hf
+
+    directory, tensors = tiny_hf
+    model_bytes = 4 * sum(value.size for name, value in google_named(tensors).items() if "pooler" not in name)
+    needed = model_bytes + os.path.getsize(os.path.join(directory, "model.safetensors"))
+    monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed - 1, "the {} of a test"))
+    with pytest.raises(CheckpointError, match=r"loading model.safetensors needs about .*, more than the .* of a test$"):
+        convert_hf(directory, str(tmp_path / "google"))
+    assert not os.path.exists(tmp_path / "google")
+    monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed, "the {} of a test"))
+    with pytest.raises(AssertionError, match="were read"):
+        convert_hf(directory, str(tmp_path / "google"))
+
+
 def test_convert_hf_refuses_a_google_format_directory(tiny_model, tmp_path):
     refused(here("convert-hf", tiny_model[0], tmp_path / "google"), "is a Google-format directory already")
     assert os.listdir(tmp_path) == []

@@ -32,6 +32,7 @@ def convert_hf(hf_directory, output_directory, overwrite=False):
     from bert_whitening.models import load_transformer  # TensorFlow, once the files read are known good
 
     pooler = any(name.startswith("bert/pooler/") for name in files.variable_shapes)
+    files.check_load_memory(one_at_a_time=False)  # the built model, then every tensor written at once
     load_transformer(files, "bert", pooler, "a bert model" + (" with its pooler" if pooler else ""))
     with staged_directory(output_directory) as staging:
         write_checkpoint(staging, files.config, files.weights, files.vocab_bytes, output_directory)
