@@ -532,6 +532,40 @@ def test_a_fused_bert_reads_its_weights_one_at_a_time(tiny_model, tmp_path, monk
 
 
 @pytest.mark.parametrize("hidden_act", ["gelu", "relu"])
+@pytest.mark.parametrize("model", ["google", "huggingface"])
+def test_weights_replaced_after_their_check_are_refused_in_one_line(tmp_path, model, hidden_act):
+    """The weights a build reads are held to the shapes checked before it (for a `FusedBert`,
+    gelu, and bert4keras' graph, relu): a model directory whose weights were replaced by another
+    model's meanwhile is one line naming the file and the variable, not an assignment's
+    traceback."""
+    from test_hf import hf_tensors, write_hf
+
+    from bert_whitening.models import load_transformer
+
+    def write(directory, config):
+        if model == "huggingface":
+            return write_hf(str(directory), hf_tensors(config), config)
+        write_checkpoint(str(directory), config, random_weights(config), TINY_VOCAB)
+        return str(directory)
+
+    config = dict(TINY_CONFIG, hidden_act=hidden_act)
+    files = find_model(write(tmp_path / "checked", config))
+    assert files.variable_shapes  # the checks before a build read them
+    other = write(tmp_path / "other", dict(config, intermediate_size=40))
+    for name in os.listdir(other):
+        if name.startswith(("model.safetensors", "bert_model.ckpt")):
+            shutil.copy(os.path.join(other, name), os.path.join(files.directory, name))
+    with pytest.raises(CheckpointError) as raised:
+        load_transformer(files, "bert", False, "a bert model")
+    assert re.fullmatch(
+        re.escape(files.weights_path)
+        + r": bert/encoder/layer_0/intermediate/dense/(kernel|bias) holds \((24, )?40,?\), "
+        r"where it held \((24, )?48,?\) when it was checked: the file changed while the model loaded",
+        str(raised.value),
+    )
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu", "relu"])
 def test_a_checkpoint_that_could_not_be_loaded_in_memory_is_refused_before_the_build(tmp_path, monkeypatch, hidden_act):
     """Loading holds the model's float32 variables and what is read: a `FusedBert` (erf-GELU)
     reads a weight at a time, so the largest weight twice (as read and joined: the word
