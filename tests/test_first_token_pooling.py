@@ -22,3 +22,12 @@ def test_config_and_save_load_round_trip(tmp_path):
     ids = keras.Input((None,), dtype="int32")
     model = keras.Model(ids, FirstTokenPooling()(keras.layers.Embedding(10, 4)(ids)))
     assert_save_and_load(model, np.array([[2, 5, 3], [4, 3, 0]], dtype=np.int32), tmp_path)
+
+
+def test_a_list_of_blocks_gives_the_first_token_of_the_last():
+    """Given ``[first_block, last_block]`` (what `FusedBert` returns), ``cls`` is the last block's
+    first token, as the original's ``cls`` pooling reads it off the last block."""
+    rng = np.random.default_rng(0)
+    first, last = (rng.normal(size=(3, 4, 5)).astype(np.float32) for _ in range(2))
+    np.testing.assert_array_equal(FirstTokenPooling()([first, last]).numpy(), last[:, 0, :])
+    np.testing.assert_array_equal(FirstTokenPooling()(first).numpy(), first[:, 0, :])

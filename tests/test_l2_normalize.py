@@ -46,3 +46,12 @@ def test_integer_vectors_are_normalised_in_float64_as_the_original_does(dtype):
     normalized = l2_normalize(x)
     assert normalized.dtype == np.float64
     np.testing.assert_allclose(normalized, original_transform_and_normalize(x.astype(np.float64)), rtol=1e-15)
+
+
+@pytest.mark.parametrize("normalize", [lambda x: L2Normalize()(x).numpy(), l2_normalize], ids=["layer", "numpy"])
+def test_vectors_without_a_positive_entry_keep_their_direction(normalize):
+    """The scale is the largest absolute entry: a vector of negative entries, or one whose
+    positive entries are tiny next to its negative ones, is normalised like any other."""
+    x = np.array([[-3.0, -4.0, 0.0], [-1e30, 1e-30, 0.0], [-2.0, -1e-6, -1.0]], dtype=np.float32)
+    expected = x.astype(np.float64) / np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)
+    np.testing.assert_allclose(normalize(x), expected, rtol=1e-6, atol=1e-30)

@@ -97,3 +97,13 @@ def test_softmax_head_starts_as_sentence_transformers_softmax_loss():
     assert np.abs(kernel).max() <= limit and np.abs(bias).max() <= limit
     assert np.abs(kernel).max() > 0.99 * limit and kernel.std() == pytest.approx(limit / np.sqrt(3), rel=0.05)
     assert bias.any()
+
+
+def test_cosent_orders_fractional_labels_as_they_are():
+    """Labels of one whole number apart by less than 1 (0.2 < 0.7 < 0.9) are ordered: each
+    ordered pair of pairs gives its term, none is lost to a cut to integers."""
+    labels, cosines = np.array([0.2, 0.7, 0.9]), np.array([0.5, 0.1, -0.3])
+    expected = numpy_cosent(labels, cosines, scale=5.0)
+    # (0.7 above 0.2), (0.9 above 0.2), (0.9 above 0.7): cos_b - cos_a of each
+    assert expected == pytest.approx(math.log(1 + math.exp(5 * 0.4) + math.exp(5 * 0.8) + math.exp(5 * 0.4)), rel=1e-12)
+    assert float(cosent_loss(labels, cosines, 5.0)) == pytest.approx(expected, rel=1e-6)

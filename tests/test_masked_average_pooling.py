@@ -58,3 +58,35 @@ def test_config_and_save_load_round_trip(tmp_path):
     hidden = keras.layers.Embedding(10, 5)(ids)
     model = keras.Model(ids, MaskedAveragePooling()([hidden, hidden * 2.0], padding_mask=ids))
     assert_save_and_load(model, IDS, tmp_path)
+
+
+def test_a_padding_mask_given_wins_over_the_keras_mask():
+    """The Keras mask is only the fallback: a ``padding_mask`` given is what counts, even where
+    the input carries a Keras mask that says otherwise."""
+    ids = keras.Input((None,), dtype="int32")
+    given = keras.Input((None,), dtype="int32")
+    embedding = keras.layers.Embedding(10, 5, mask_zero=True)
+    model = keras.Model([ids, given], MaskedAveragePooling()(embedding(ids), padding_mask=given))
+    table = embedding.get_weights()[0]
+    first_two = np.zeros_like(IDS)
+    first_two[:, :2] = 1  # the first two positions only, not the Keras mask's real tokens
+    real = first_two[:, :, None]
+    expected = (table[IDS] * real).sum(1) / real.sum(1)
+    np.testing.assert_allclose(model.predict_on_batch([IDS, first_two]), expected, atol=1e-6)
+
+
+def test_without_a_padding_mask_the_first_inputs_keras_mask_counts_for_every_input():
+    """first-last-avg on inputs whose Keras masks differ: the first input's mask is the one used."""
+    first_ids, last_ids = keras.Input((None,), dtype="int32"), keras.Input((None,), dtype="int32")
+    first_layer, last_layer = (
+        keras.layers.Embedding(10, 5, mask_zero=True),
+        keras.layers.Embedding(10, 5, mask_zero=True),
+    )
+    pooled = MaskedAveragePooling()([first_layer(first_ids), last_layer(last_ids)])
+    model = keras.Model([first_ids, last_ids], pooled)
+    other = np.where(IDS == 0, 0, 1)
+    other[:, 1] = 0  # a mask for the last input that leaves out a real token of the first
+    first_table, last_table = first_layer.get_weights()[0], last_layer.get_weights()[0]
+    real = (IDS != 0)[:, :, None]
+    expected = ((first_table[IDS] * real).sum(1) + (last_table[other] * real).sum(1)) / real.sum(1) / 2
+    np.testing.assert_allclose(model.predict_on_batch([IDS, other]), expected, atol=1e-6)

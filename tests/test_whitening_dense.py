@@ -39,3 +39,16 @@ def test_config_holds_sizes_and_weights_are_saved_apart(tmp_path):
     inputs = keras.Input((6,))
     model = keras.Model(inputs, layer(inputs))
     assert_save_and_load(model, vectors[:10], tmp_path)
+
+
+def test_a_large_mean_next_to_a_small_spread_is_whitened_in_float64():
+    """``x W`` and ``b`` nearly cancel when the mean (1000) is far larger than the spread (0.01):
+    in float32 their difference would keep about two digits; the layer's float64 keeps them all
+    (against ``(x - mean) @ kernel``, written in float64 so that nothing cancels)."""
+    rng = np.random.default_rng(0)
+    vectors = (1000.0 + rng.normal(size=(200, 6)) * np.linspace(0.02, 0.005, 6)).astype(np.float32)
+    whitening = fit_whitening(WhiteningStats().update(vectors))
+    layer = WhiteningDense.from_whitening(whitening, 6)
+    expected = (vectors.astype(np.float64) + whitening.bias) @ whitening.kernel
+    assert np.abs(expected).max() > 1  # whitened: unit variance
+    np.testing.assert_allclose(layer(vectors).numpy(), expected, atol=1e-4)
