@@ -309,3 +309,27 @@ def test_training_calls_run_float32_products_under_bfloat16_products(tiny_model)
         rounded = encoder.model([ids, segments], training=False).numpy()
     np.testing.assert_array_equal(trained, exact)
     assert np.abs(rounded - exact).max() > 1e-4
+
+
+def test_segment_ids_add_their_embeddings_as_the_numpy_bert(encoders, tiny_model):
+    """A sentence pair's segment ids (0 for the first, 1 for the second) add their embedding
+    rows: every pooling's vector of such ids equals the numpy BERT's of the same ids and segments
+    (and differs from that of all zeros)."""
+    from reference import bert_hidden_states
+
+    directory, weights = tiny_model
+    tokenizer = Tokenizer(directory + "/vocab.txt", do_lower_case=True)
+    ids, segments = tokenizer.encode(SENTENCES[0], SENTENCES[1])
+    assert 0 < sum(segments) < len(segments)
+    states = bert_hidden_states(weights, TINY_CONFIG, ids, segments)
+    expected = {
+        "first-last-avg": (states[0].mean(0) + states[-1].mean(0)) / 2,
+        "cls": states[-1][0],
+        "pooler": states[-1][0] @ weights["bert/pooler/dense/kernel"] + weights["bert/pooler/dense/bias"],
+    }
+    for pooling, vector in expected.items():
+        model = encoders[pooling].model
+        pair = model.predict_on_batch([np.array([ids], np.int32), np.array([segments], np.int32)])[0]
+        np.testing.assert_allclose(pair, vector, atol=1e-5, err_msg=pooling)
+        alone = model.predict_on_batch([np.array([ids], np.int32), np.zeros((1, len(ids)), np.int32)])[0]
+        assert np.abs(alone - pair).max() > 1e-2, pooling
