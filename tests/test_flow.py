@@ -696,3 +696,70 @@ def test_a_flow_refuses_vectors_of_another_dimension_and_names_a_non_finite_row(
             BertWhiteningError, match=r"^vectors: row 5 \(0-based\): the vector holds inf \(column 3\)$"
         ):
             apply(x)
+
+
+def test_two_steps_carry_the_moments_over_the_batches_the_seed_draws():
+    """Two steps on 128 vectors: batches of 64 in the order ``numpy.random.default_rng(seed)``
+    draws once the flow's start is drawn, and AdamWeightDecay's moments carried from the first
+    step to the second (m = 0.9 m + 0.1 g, v = 0.999 v + 0.001 g^2), each step's gradient that
+    of the mean NLL of its batch clipped to global norm 0.5."""
+    vectors = sample(rows=128)
+    rng = np.random.default_rng(7)
+    start = Flow(16, SMALL, rng)
+    order = rng.permutation(128)
+    weights = [w.numpy() for w in start.trainable_weights]
+    m, v = [np.zeros_like(w) for w in weights], [np.zeros_like(w) for w in weights]
+    for batch in (order[:64], order[64:]):
+        for variable, value in zip(start.trainable_weights, weights, strict=True):
+            variable.assign(value)
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(start.nll(vectors[batch]))
+        gradients = [g.numpy() for g in tape.gradient(loss, start.trainable_weights)]
+        norm = math.sqrt(sum((g**2).sum() for g in gradients))
+        gradients = [g * min(1.0, 0.5 / norm) for g in gradients]
+        m = [0.9 * a + 0.1 * g for a, g in zip(m, gradients, strict=True)]
+        v = [0.999 * a + 0.001 * g**2 for a, g in zip(v, gradients, strict=True)]
+        weights = [p - 1e-3 * (a / (np.sqrt(b) + 1e-6) + 0.01 * p) for p, a, b in zip(weights, m, v, strict=True)]
+    trained = fit_flow(vectors, SMALL, seed=7, progress=False)
+    assert trained.training_summary["steps"] == 2
+    for expected, after in zip(weights, trained.trainable_weights, strict=True):
+        np.testing.assert_allclose(after.numpy(), expected, atol=1e-9)
+
+
+@pytest.mark.parametrize("initialised", [False, True], ids=["uniform start", "started on the first batch"])
+def test_a_fractional_epoch_takes_whole_batches_across_passes_and_records_their_nll(initialised):
+    """100 vectors, 1.5 epochs of batches of 64: int(150 / 64) = 2 steps (no partial batch), the
+    second batch running on into a second shuffle of the vectors; at a learning rate that leaves
+    the flow as it started (1e-12), the NLLs recorded are each batch's mean, in bits per
+    dimension, of the numpy flow. Glow's start on data is made on the first batch of the shuffle."""
+    vectors = sample(rows=100, seed=3)
+    config = {**SMALL, "data_init": initialised}
+    rng = np.random.default_rng(2)
+    start = Flow(16, config, rng)
+    order = np.concatenate([rng.permutation(100), rng.permutation(100)])
+    if initialised:
+        start.initialize(vectors[order[:64]])
+    trained = fit_flow(vectors, config, seed=2, epochs=1.5, learning_rate=1e-12, progress=False)
+    if initialised:  # the first actnorm centres the first batch
+        np.testing.assert_allclose(trained.levels[0][0][0].b.numpy(), -vectors[order[:64]].mean(axis=0), atol=1e-9)
+    summary = trained.training_summary
+    assert summary["steps"] == 2
+    assert summary["nll_first_steps"] == pytest.approx(np_flow(start, vectors[order[:64]])[2].mean(), rel=1e-9)
+    assert summary["nll_last_steps"] == pytest.approx(np_flow(start, vectors[order[64:128]])[2].mean(), rel=1e-9)
+
+
+def test_a_new_flow_starts_with_identity_couplings_and_rotations():
+    """Glow's start, as BERT-flow draws it: each coupling's last product, bias and scale zero (the
+    coupling is the identity), its two inner kernels N(0, 0.05); each LU 1x1 convolution the LU
+    decomposition of a rotation (W W^T = I, log-determinant 0)."""
+    flow = Flow(64, {"permutation": False, "n_levels": 1, "depth": 2, "coupling_width": 64})
+    x = sample(rows=8, dim=64)
+    for _, conv, coupling in flow.levels[0]:
+        for zero in (coupling.out_kernel, coupling.out_bias, coupling.out_logs):
+            assert not zero.numpy().any()
+        np.testing.assert_array_equal(coupling(x)[0].numpy(), x)
+        inner = np.concatenate([kernel.numpy().ravel() for kernel in coupling.kernels])  # 6144 draws
+        assert abs(inner.mean()) < 0.003 and inner.std() == pytest.approx(0.05, rel=0.05)
+        w = conv.matrix().numpy()
+        np.testing.assert_allclose(w @ w.T, np.eye(64), atol=1e-10)
+        assert abs(conv.log_s.numpy().sum()) < 1e-10
