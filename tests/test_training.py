@@ -251,12 +251,13 @@ def test_cosent_training_ranks_the_train_pairs_better(tiny_model, tmp_path):
     assert training._valid_spearman(result.encoder, spearman) > training._valid_spearman(base, spearman) + 0.1
 
 
-def test_a_loss_that_is_not_finite_stops_and_writes_nothing(tiny_model, pair_files, tmp_path, monkeypatch):
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_a_loss_that_is_not_finite_stops_and_writes_nothing(tiny_model, pair_files, tmp_path, monkeypatch, value):
     from bert_whitening import losses
 
     real = losses.cosent_loss
-    monkeypatch.setattr(losses, "cosent_loss", lambda labels, cosines, scale: real(labels, cosines, scale) * np.nan)
-    with pytest.raises(TrainingError, match=r"^epoch 1, step 1: the loss is nan; stopped, nothing was written"):
+    monkeypatch.setattr(losses, "cosent_loss", lambda labels, cosines, scale: real(labels, cosines, scale) * 0 + value)
+    with pytest.raises(TrainingError, match=r"^epoch 1, step 1: the loss is %s; stopped, nothing was written" % value):
         quick(tiny_model, pair_files, tmp_path / "nan")
     assert os.listdir(tmp_path) == []
 
