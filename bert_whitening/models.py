@@ -275,8 +275,9 @@ def checkpoint_variables(encoder, files):
 def _variable_reader(files):
     """name -> array of the model ``files``' weights, each read when asked (from a Google
     checkpoint's prefix, or `bert_whitening.checkpoints.huggingface.SafetensorsVariables`) and
-    refused unless it is of the shape the checks before the build read (`ModelFiles.variable_shapes`):
-    a file replaced since then failed in the assignment, with a traceback."""
+    refused unless it is of the shape the checks before the build read
+    (`ModelFiles.variable_shapes`): a file replaced since then failed in the assignment, with a
+    traceback."""
     weights = files.weights
     read = weights.__getitem__ if isinstance(weights, Mapping) else tf.train.load_checkpoint(weights).get_tensor
 

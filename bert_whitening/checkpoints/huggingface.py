@@ -1,9 +1,9 @@
 """Hugging Face BERT directories (``config.json``, ``model.safetensors``, ``vocab.txt``).
 
-`SafetensorsVariables` reads the safetensors tensors under google-research/bert variable names
-(linear weights are stored ``(out, in)`` by PyTorch and ``(in, out)`` by TensorFlow, so they are
-transposed), one at a time; `variable_shapes` gives their shapes from the file's header alone, so the checks
-before a model is built read no weights; `read` refuses a configuration that transformers would
+`SafetensorsVariables` reads the safetensors tensors one at a time, under google-research/bert
+variable names (linear weights are stored ``(out, in)`` by PyTorch and ``(in, out)`` by
+TensorFlow, so they are transposed); `variable_shapes` gives their shapes from the file's header
+alone, so the checks before a model is built read no weights; `read` refuses a configuration that transformers would
 compute otherwise than bert4keras (``convert-hf`` writes what it reads as a Google-format
 checkpoint: `bert_whitening.checkpoints.convert`). Reading needs numpy and ``safetensors`` only,
 no PyTorch.
@@ -78,9 +78,9 @@ def _google_names(names):
 
 
 class SafetensorsVariables(collections.abc.Mapping):
-    """The Google-named arrays of a safetensors file (heads and buffers dropped), each tensor read from
-    the file when it is asked for: a model loads its weights one at a time, so that loading holds
-    the model's variables and one weight more, never the whole file beside them
+    """The Google-named arrays of a safetensors file (heads and buffers dropped), each tensor read
+    from the file when it is asked for: a model loads its weights one at a time, so that loading
+    holds the model's variables and one weight more, never the whole file beside them
     (`bert_whitening.checkpoints.ModelFiles.check_load_memory`)."""
 
     def __init__(self, path):
