@@ -71,6 +71,34 @@ def test_sts_scores_count_from_4_and_other_scales_are_refused():
         benchmark.build_benchmark([("q", "a", 1), ("q", "b", 7)], where="STS-B.test")
 
 
+@pytest.mark.parametrize("label", [5.5, -0.5])
+def test_labels_just_outside_the_0_5_scale_are_refused(label):
+    """The scale is 0-5 inclusive: a 5.5 or a -0.5 among scores is neither scale."""
+    pairs = [("q1", "a", 4.5), ("q2", "b", 2.0), ("q3", "c", label)]
+    with pytest.raises(DataError, match=r"^pairs: pair 3's label is %g: labels are neither" % label):
+        benchmark.build_benchmark(pairs)
+
+
+def test_scores_of_0_and_5_are_on_the_scale():
+    pairs = [("q1", "a", 0.0), ("q2", "b", 5.0), ("q3", "c", 2.5)]
+    assert benchmark.positive_labels([label for _, _, label in pairs]).tolist() == [False, True, False]
+    assert benchmark.build_benchmark(pairs).queries == ["q2"]
+
+
+def test_a_split_of_mostly_0_1_labels_is_refused_from_nine_in_ten_naming_the_first_stray():
+    """9 of 10 labels 0 or 1 is `MOSTLY_BINARY` (0.9) exactly: refused, naming pair 4 (the first
+    of the labels on neither side); 8 of 10 are read as 0-5 scores."""
+    labels = [0, 1, 1, 3.5, 0, 1, 0, 1, 0, 1]
+    with pytest.raises(DataError, match=r"^l: pair 4's label is 3\.5, where 9 of the 10 labels are 0 or 1"):
+        benchmark.positive_labels(labels, "l")
+    labels[-1] = 4.5
+    assert benchmark.positive_labels(labels).tolist() == [False] * 9 + [True]
+    labels = [1, 0] * 10
+    labels[2], labels[16] = 2.5, 3.0  # two strays, 18 of 20: the first is named
+    with pytest.raises(DataError, match=r"^l: pair 3's label is 2\.5, where 18 of the 20"):
+        benchmark.positive_labels(labels, "l")
+
+
 def test_metrics_on_a_hand_made_corpus_with_ties_and_several_relevant_items():
     corpus = unit(
         [[1, 0, 0], [1, 0, 0], [0.8, 0.6, 0], [0, 1, 0], [0, 0, 1], [0.6, 0, 0.8]]
@@ -108,6 +136,46 @@ def test_a_corpus_smaller_than_ten_is_ranked_whole():
     ids, _ = benchmark.exact_search(queries, corpus)
     assert ids.tolist() == [[0, 2, 1]]
     assert benchmark.retrieval_metrics(ids, [{1}]) == pytest.approx({"mrr@10": 1 / 3, "recall@1": 0, "recall@10": 1})
+
+
+def test_exact_search_in_several_query_blocks_equals_one_block(monkeypatch):
+    """Blocks of 4 queries over 11: every block's rows land at their own queries, and the last,
+    short block is searched whole. Scores are the float64 dot products, not rounded to float32."""
+    rng = np.random.default_rng(5)
+    corpus, queries = unit(rng.normal(size=(30, 6))), unit(rng.normal(size=(11, 6)))
+    monkeypatch.setattr(benchmark, "SEARCH_BLOCK", 4)
+    ids, scores = benchmark.exact_search(queries, corpus)
+    rankings = reference_ranking(queries, corpus)
+    np.testing.assert_array_equal(ids, [ranking[:10] for ranking in rankings])
+    assert scores.dtype == np.float64
+    expected = [
+        [float(np.dot(q, corpus[j])) for j in ranking[:10]] for q, ranking in zip(queries, rankings, strict=True)
+    ]
+    np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-15)
+
+
+def test_metrics_look_at_the_first_ten_of_a_longer_ranking():
+    """A relevant item ranked 11th is not found (MRR@10 and Recall@10 0); one ranked 2nd is."""
+    ids = np.array([list(range(12)), [5, 3] + list(range(6, 16))])
+    assert benchmark.retrieval_metrics(ids, [{10}, {3}]) == {"mrr@10": 0.25, "recall@1": 0.0, "recall@10": 0.5}
+
+
+def test_overlap_counts_the_exact_ids_found_where_faiss_pads_with_minus_one():
+    """On a corpus of fewer than ten rows exact search returns them all, FAISS as many with -1
+    after them: all of them found is an overlap of 1, not of rows / 10."""
+    exact = [[2, 0, 1, 4, 3]]
+    assert benchmark.overlap_at_k([[0, 1, 2, 3, 4, -1, -1, -1, -1, -1]], exact) == 1.0
+    assert benchmark.overlap_at_k([[0, 1, 2, 7, -1, -1, -1, -1, -1, -1]], exact) == 0.6
+
+
+def test_distractors_are_every_line_of_a_sentence_file_and_both_sentences_of_a_pair_file(tmp_path):
+    lines, pairs = tmp_path / "lines.txt", tmp_path / "pairs.txt"
+    lines.write_text("one\ntwo\n", encoding="utf-8")
+    pairs.write_text("a\tb\t1\nc\td\t0\nno label here\te\n", encoding="utf-8")
+    with pytest.raises(DataError, match="pairs.txt:3"):
+        list(benchmark.read_distractors([str(lines), str(pairs)]))
+    read = list(benchmark.read_distractors([str(lines), str(pairs)], skip_bad_lines=True))
+    assert read == ["one", "two", "a", "b", "c", "d"]
 
 
 def test_faiss_flat_index_equals_numpy_brute_force():
