@@ -65,6 +65,15 @@ def test_benchmark_follows_the_definition_on_binary_labels():
     assert bench.distractors == ["x", "y"]
 
 
+def test_relevant_items_are_corpus_positions_not_pair_rows():
+    """A second sentence repeated before a new one: the new one's position is 1, its row 2."""
+    pairs = [("q1", "a", 1), ("q2", "a", 1), ("q1", "b", 1), ("q3", "c", 0), ("q2", "c", 1)]
+    bench = benchmark.build_benchmark(pairs)
+    corpus = list(dict.fromkeys(second for _, second, _ in pairs))
+    expected = [{corpus.index(b) for a, b, label in pairs if a == query and label == 1} for query in bench.queries]
+    assert bench.corpus == ["a", "b", "c"] and bench.relevant == expected == [{0, 1}, {0, 2}]
+
+
 def test_sts_scores_count_from_4_and_other_scales_are_refused():
     pairs = [("q1", "a", 3.99), ("q1", "b", 4.0), ("q2", "c", 5.0), ("q3", "d", 1.0)]
     bench = benchmark.build_benchmark(pairs)
