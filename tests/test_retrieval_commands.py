@@ -272,6 +272,52 @@ def test_search_finds_each_sentence_first_with_cosine_1(indexed, capsys):
     assert MANY[5] in capsys.readouterr().out
 
 
+def test_search_gives_ten_hits_by_default_ranked_from_1(indexed):
+    model, corpus, whitening, vectors, index = indexed
+    from bert_whitening.retrieval.search import search
+
+    (result,) = search(str(index), [MANY[7]])
+    matrix = np.load(vectors)
+    cosines = matrix.astype(np.float64) @ matrix[7].astype(np.float64)
+    assert [hit["rank"] for hit in result["hits"]] == list(range(1, 11))
+    np.testing.assert_allclose([hit["score"] for hit in result["hits"]], np.sort(cosines)[::-1][:10], atol=1e-5)
+    assert all(hit["text"] == MANY[hit["line"] - 1] for hit in result["hits"])
+
+
+def test_hits_without_text_are_shown_by_file_and_line():
+    from bert_whitening.retrieval.search import format_hits
+
+    results = [{"query": "q", "hits": [{"rank": 1, "score": 0.5, "file": "v.npy", "line": 3, "text": None}]}]
+    results[0]["hits"].append({"rank": 2, "score": 0.25, "file": "c.txt", "line": 4, "text": "four"})
+    assert format_hits(results) == "query: q\n   1  0.5000  (v.npy:3)\n   2  0.2500  four"
+
+
+def test_an_index_of_n_components_0_holds_no_whitening_and_refuses_one(indexed, tmp_path, caplog):
+    """A whitening given with n_components 0 is not applied: the index neither stores it nor
+    takes it from a search."""
+    model, corpus, whitening, vectors, index = indexed
+    plain = tmp_path / "plain"
+    argv = ["--model", model, "--whitening", whitening, "--n-components", 0, "--output", plain, corpus]
+    assert run("index", *argv) == 0
+    assert sorted(os.listdir(plain)) == ["index.faiss", "index.json", "keys.tsv", "texts.jsonl"]
+    assert IndexDirectory(str(plain)).whitening() is None
+    assert run("search", "--index", plain, "--whitening", whitening, "query") == 1
+    assert one_error(caplog) == "%s is not the whitening %s was built with (it has none): refused" % (whitening, plain)
+
+
+def test_build_index_refuses_vectors_not_normalised_and_nothing_to_index(indexed, tmp_path):
+    from bert_whitening.config import EncoderConfig
+
+    model = indexed[0]
+    with pytest.raises(ValueError, match="^an index holds L2-normalised vectors: --no-normalize cannot be used$"):
+        search_module.build_index(
+            EncoderConfig(model=model, normalize=False), str(tmp_path / "index"), [str(indexed[1])]
+        )
+    with pytest.raises(ValueError, match="^nothing to index: give sentence files, --from-vectors or --from-beam$"):
+        search_module.build_index(EncoderConfig(model=model, normalize=True), str(tmp_path / "index"))
+    assert os.listdir(tmp_path) == []
+
+
 def test_search_refuses_another_encoder(indexed, tmp_path, caplog):
     model, corpus, whitening, vectors, index = indexed
     other = tmp_path / "other.npz"
@@ -514,7 +560,7 @@ def test_index_reads_standard_input_once(tiny_model, tmp_path, monkeypatch):
     stdin_file = open(corpus, "rb")
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(stdin_file))
     assert run("index", "--model", tiny_model[0], "--output", index, "-") == 0
-    assert [row[1:] for row in rows_of(index)] == [(i + 1, MANY[i]) for i in range(10)]
+    assert rows_of(index) == [("-", i + 1, MANY[i]) for i in range(10)]  # "-", not a file of that name
 
 
 @pytest.mark.parametrize("option", [["--maxlen", 8], ["--cased"]])
