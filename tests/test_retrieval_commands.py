@@ -77,8 +77,17 @@ def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny
     corpus = list(dict.fromkeys(b for _, b, _ in rows))
     corpus += [s for s in dict.fromkeys(MANY[70:80] + MANY[20:22]) if s not in corpus]
     relevant = [{corpus.index(b) for a, b, label in rows if a == query and label == 1} for query in queries]
-    assert entry["counts"]["queries"] == len(queries) and entry["counts"]["corpus"] == len(corpus)
-    assert entry["counts"]["distractors"] == 10
+    assert entry["counts"] == {
+        "pairs": 30,
+        "queries": len(queries),
+        "corpus": len(corpus),
+        "distractors": 10,
+        "relevant": sum(len(items) for items in relevant),
+        "fitted_on_vectors": 2 * (30 + 10),  # fit on all: both sentences of the test and valid pairs
+    }
+    assert (report["split"], report["fit_on"], report["cutoff"]) == ("test", "all", 10)
+    assert report["distractor_files"] == [distractors]
+    assert report["hnsw"] == {"m": 8, "ef_construction": 40, "ef_search": 64}
 
     encoder = encoders["first-last-avg"]
     valid = [(MANY[40 + i], MANY[60 + i]) for i in range(10)]
@@ -94,7 +103,76 @@ def test_eval_retrieval_matches_the_definition_recomputed_by_hand(task_dir, tiny
         assert {m: result[m] for m in expected} == pytest.approx(expected, abs=1e-9)
         assert result["dim"] == (k or 24) and result["flat"]["index_bytes"] > len(corpus) * result["dim"] * 4
         assert result["hnsw"]["recall@10_vs_exact"] > 0.5 and result["flat"]["p50_ms"] > 0
+        assert (result["hnsw"]["m"], result["hnsw"]["ef_search"]) == (8, 64)
     assert (tmp_path / "r.png").stat().st_size > 1000
+
+
+def test_eval_retrieval_scores_the_split_asked_fitted_on_train(task_dir, tiny_model):
+    """--split valid --fit-on train: the valid pairs scored, the whitening fitted on the train
+    pairs' sentences alone; a distractor pair file's malformed line is skipped when asked."""
+    tmp_path, rows, _ = task_dir
+    train = [(MANY[i], MANY[i + 30], 1) for i in range(8)]
+    (tmp_path / "TINY" / "TINY.train.data").write_text("".join("%s\t%s\t%d\n" % r for r in train), encoding="utf-8")
+    distractors = tmp_path / "pairs.txt"
+    distractors.write_text("%s\t%s\t1\nno label\tat all\n%s\t%s\t0\n" % tuple(MANY[70:74]), encoding="utf-8")
+    output = tmp_path / "r.json"
+    argv = ["--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path, "--n-components", "0,8"]
+    argv += ["--split", "valid", "--fit-on", "train", "--distractors", distractors, "--hnsw-m", 8, "--json", output]
+    assert run("eval-retrieval", *argv) == 1  # the malformed line
+    assert run("eval-retrieval", *argv, "--skip-bad-lines") == 0
+    report = json.loads(output.read_text(encoding="utf-8"))
+    assert (report["split"], report["fit_on"]) == ("valid", "train")
+    counts = report["tasks"]["TINY"]["counts"]
+    assert counts == {
+        "pairs": 10,
+        "queries": 10,
+        "corpus": 10 + 4,
+        "distractors": 4,
+        "relevant": 10,
+        "fitted_on_vectors": 2 * 8,
+    }
+
+
+def test_eval_retrieval_keeps_every_dimension_of_a_rank_deficient_fit_when_allowed(tmp_path, tiny_model):
+    """Ten sentences span 9 centred dimensions of 24: n_components -1 keeps those 9, or all 24
+    with --allow-rank-deficient."""
+    (tmp_path / "FEW").mkdir()
+    pairs = [(MANY[i], MANY[i + 40], 1) for i in range(5)]
+    (tmp_path / "FEW" / "FEW.test.data").write_text("".join("%s\t%s\t%d\n" % r for r in pairs), encoding="utf-8")
+    output = tmp_path / "r.json"
+    argv = ["--model", tiny_model[0], "--task", "FEW", "--data-dir", tmp_path, "--n-components", "-1", "--json", output]
+    for extra, k in (([], 9), (["--allow-rank-deficient"], 24)):
+        assert run("eval-retrieval", *argv, "--hnsw-m", 4, *extra) == 0
+        (result,) = json.loads(output.read_text(encoding="utf-8"))["tasks"]["FEW"]["results"]
+        assert (result["n_components"], result["dim"]) == (k, k)
+
+
+def test_the_retrieval_table_shows_each_figure_in_its_column():
+    from bert_whitening.retrieval.evaluate import format_retrieval_table
+
+    flat = {"index_bytes": 2_500_000, "p50_ms": 0.25, "p99_ms": 1.5, "qps_batch64": 12345.6}
+    hnsw = {"recall@10_vs_exact": 0.875, "p50_ms": 0.125}
+    result = {"setting": "whiten-8", "dim": 8, "mrr@10": 0.5, "recall@1": 0.25, "recall@10": 0.75}
+    entry = {
+        "counts": {"queries": 3, "corpus": 20, "distractors": 5, "relevant": 4},
+        "results": [dict(result, flat=flat, hnsw=hnsw)],
+    }
+    header, columns, row = format_retrieval_table("T", entry).splitlines()
+    assert header == "T: 3 queries, corpus 20 (5 distractors), 4 relevant pairs"
+    assert columns.split() == "setting dim MRR@10 R@1 R@10 index MB p50 ms p99 ms q/s@64 HNSW R@10 HNSW p50".split()
+    assert row.split() == [
+        "whiten-8",
+        "8",
+        "0.5000",
+        "0.2500",
+        "0.7500",
+        "2.50",
+        "0.250",
+        "1.500",
+        "12346",
+        "0.8750",
+        "0.125",
+    ]
 
 
 def test_eval_retrieval_scores_several_poolings_on_one_pass_as_each_alone(task_dir, tiny_model, monkeypatch, capsys):
