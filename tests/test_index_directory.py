@@ -204,6 +204,8 @@ def at_hnsw_array(number, length):
         (4, lambda data: data, {"index": "flat", "hnsw_m": None}, "of kind b'IHNf' where b'IxFI' is expected"),
         (4, at_hnsw_array(2, 1 << 40), {}, "holds 1099511627776 levels where 12 are expected"),
         (4, at_hnsw_array(4, 1 << 36), {}, "claims 68719476736 neighbours (274877906944 bytes) with"),
+        # 216 of 116 neighbours: fewer entries than bytes left, more bytes (4 an entry) than left
+        (4, at_hnsw_array(4, 216), {}, "claims 216 neighbours (864 bytes) with 817 bytes left in the file"),
     ],
 )
 def test_a_forged_index_faiss_is_refused_at_opening_before_faiss_reads_it(
@@ -438,7 +440,17 @@ def hnsw_entry(number, entry, itemsize, fields, value):
             {},
             "index.faiss holds an HNSW graph of efConstruction 40 and efSearch -1, where",
         ),
+        (
+            hnsw_entry(5, 2, 4, "<i", 41),
+            {},
+            "index.faiss holds an HNSW graph of efConstruction 41 and efSearch 64, where",
+        ),
         (lambda data: data, {"hnsw_m": 8}, "index.faiss holds an HNSW graph of 8/4/4 neighbours on its levels, not"),
+        (  # the top level's count alone (entry 15 of 16) not M 4's 64
+            hnsw_entry(1, 15, 4, "<i", 68),
+            {},
+            "index.faiss holds an HNSW graph of 8/4/4 neighbours on its levels, not those of M 4",
+        ),
         (lambda data: data, {"hnsw_m": 2}, "index.faiss holds an HNSW graph of 8/4/4 neighbours on its levels, not"),
     ],
 )
@@ -479,6 +491,11 @@ def test_headers_changed_after_the_layout_check_are_refused_before_faiss_sees_th
         with pytest.raises(ValueError, match="^changed at byte %d after it was checked" % first):
             handed(changed)
     assert handed(hnsw_entry(4, 0, 4, "<i", 7)(data))  # a neighbour id is content, not layout
+    for offset, header in checked:  # the first and the last byte of every header and length
+        for byte in {offset, offset + len(header) - 1}:
+            changed = data[:byte] + bytes([data[byte] ^ 0xFF]) + data[byte + 1 :]
+            with pytest.raises(ValueError, match="^changed at byte %d after it was checked" % byte):
+                handed(changed)
 
 
 def test_an_index_faiss_written_over_after_opening_is_refused_before_faiss_reads_the_new_length(index):
