@@ -799,6 +799,21 @@ def test_distractors_that_are_queries_are_said(task_dir, tiny_model, tmp_path, c
     assert "TINY.test: the queries are the first sentences of the pairs labelled 1 (0/1 labels)" in caplog.messages
 
 
+def test_only_distractors_that_are_queries_are_said_not_queries_a_pair_has_second(tmp_path, tiny_model, caplog):
+    """MANY[1] is a query and the second sentence of a pair (its place in the corpus), MANY[0] a
+    query and a distractor: one distractor is a query."""
+    caplog.set_level(logging.INFO)
+    (tmp_path / "T").mkdir()
+    rows = [(MANY[0], MANY[1], 1), (MANY[1], MANY[2], 1), (MANY[3], MANY[4], 0)]
+    (tmp_path / "T" / "T.test.data").write_text("".join("%s\t%s\t%d\n" % r for r in rows), encoding="utf-8")
+    distractors = tmp_path / "distractors.txt"
+    distractors.write_text(MANY[0] + "\n" + MANY[9] + "\n", encoding="utf-8")
+    argv = ["--model", tiny_model[0], "--task", "T", "--data-dir", tmp_path, "--n-components", "0", "--hnsw-m", 4]
+    assert run("eval-retrieval", *argv, "--distractors", distractors) == 0
+    said = [message for message in caplog.messages if "distractors are queries too" in message]
+    assert said == ["T.test: 1 distractors are queries too: each such query finds itself, not relevant, at cosine 1"]
+
+
 def test_a_split_a_later_task_lacks_is_refused_before_any_task_is_encoded(task_dir, tiny_model, monkeypatch, caplog):
     from bert_whitening.retrieval import evaluate
 
