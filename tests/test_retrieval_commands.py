@@ -383,7 +383,7 @@ def test_an_index_of_n_components_0_holds_no_whitening_and_refuses_one(indexed, 
     assert one_error(caplog) == "%s is not the whitening %s was built with (it has none): refused" % (whitening, plain)
 
 
-def test_build_index_refuses_vectors_not_normalised_and_nothing_to_index(indexed, tmp_path):
+def test_build_index_refuses_vectors_not_normalised_nothing_to_index_and_an_m_not_an_int(indexed, tmp_path):
     from bert_whitening.config import EncoderConfig
 
     model = indexed[0]
@@ -393,6 +393,9 @@ def test_build_index_refuses_vectors_not_normalised_and_nothing_to_index(indexed
         )
     with pytest.raises(ValueError, match="^nothing to index: give sentence files, --from-vectors or --from-beam$"):
         search_module.build_index(EncoderConfig(model=model, normalize=True), str(tmp_path / "index"))
+    for m in (None, False, 0.0):  # an exact index is hnsw_m 0, the integer
+        with pytest.raises(ValueError, match=r"^hnsw_m must be 0 \(exact\) or an integer 2\.\.512, got %r$" % m):
+            search_module.build_index(EncoderConfig(model=model, normalize=True), str(tmp_path / "i"), hnsw_m=m)
     assert os.listdir(tmp_path) == []
 
 
