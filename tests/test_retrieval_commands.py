@@ -362,6 +362,16 @@ def test_search_gives_ten_hits_by_default_ranked_from_1(indexed):
     assert all(hit["text"] == MANY[hit["line"] - 1] for hit in result["hits"])
 
 
+@pytest.mark.parametrize("top_k", [0, -3, True, 2.0])
+def test_search_refuses_a_top_k_that_is_no_positive_integer(indexed, top_k, monkeypatch):
+    from bert_whitening import models
+    from bert_whitening.retrieval.search import search
+
+    monkeypatch.setattr(models, "build", lambda *_: pytest.fail("the model was built"))
+    with pytest.raises(ValueError, match="^top_k must be a positive integer"):
+        search(str(indexed[-1]), ["query"], top_k=top_k)
+
+
 def test_hits_without_text_are_shown_by_file_and_line():
     from bert_whitening.retrieval.search import format_hits
 
