@@ -312,6 +312,21 @@ def test_index_from_vectors_equals_index_from_text(indexed, tmp_path):
     assert IndexDirectory(str(again)).metadata == IndexDirectory(str(index)).metadata
 
 
+def test_index_from_vectors_keys_the_rows_by_the_files_in_their_order(indexed, tmp_path):
+    """The 60 vectors of corpus.txt with its lines in two files: rows 1-25 from the first, 26-60
+    from the second."""
+    model, corpus, whitening, vectors, index = indexed
+    first, second = tmp_path / "first.txt", tmp_path / "second.txt"
+    first.write_text("".join(s + "\n" for s in MANY[:25]), encoding="utf-8")
+    second.write_text("".join(s + "\n" for s in MANY[25:60]), encoding="utf-8")
+    argv = ["--model", model, "--whitening", whitening, "--n-components", 12, "--from-vectors", vectors]
+    assert run("index", *argv, "--output", tmp_path / "two", first, second) == 0
+    expected = [(str(first), i + 1, MANY[i]) for i in range(25)] + [
+        (str(second), i - 24, MANY[i]) for i in range(25, 60)
+    ]
+    assert rows_of(tmp_path / "two") == expected
+
+
 def test_index_from_vectors_alone_keys_each_row_by_its_number(indexed, tmp_path, monkeypatch):
     model, corpus, whitening, vectors, index = indexed
     monkeypatch.setattr(search_module, "NPY_BLOCK_ROWS", 7)  # 60 rows in blocks of 7: the numbers run on
