@@ -737,6 +737,14 @@ def test_export_corpus_takes_the_vectors_it_checked_when_another_index_is_rename
     np.testing.assert_array_equal(vectors, IndexDirectory(str(indexed[-1])).vectors())
 
 
+def test_export_corpus_records_the_index_it_serves(indexed):
+    model, corpus, whitening, vectors, index = indexed
+    config = search_module.query_config(IndexDirectory(str(index)))
+    served, record = search_module.corpus_for_export(str(index), config)
+    np.testing.assert_allclose(served, np.load(vectors), atol=1e-6)
+    assert record == {"index": str(index), "count": 60, "dim": 12, "keys": "keys.tsv", "texts": "texts.jsonl"}
+
+
 def test_the_python_searches_refuse_an_empty_query_too(indexed):
     """Only the command line refused a blank query; the API searched the empty sentence."""
     from bert_whitening import SentenceEncoder
