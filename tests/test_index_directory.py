@@ -342,6 +342,22 @@ def test_a_whitening_of_the_largest_size_its_dimension_allows_is_read(tmp_path):
     np.testing.assert_array_equal(IndexDirectory(str(tmp_path / "index")).whitening().kernel, whitening.kernel)
 
 
+def test_keys_of_another_count_than_the_vectors_are_refused(tmp_path):
+    vectors = unit(np.ones((3, 6))).astype(np.float32)
+    with pytest.raises(ValueError, match="^2 keys for 3 vectors$"):
+        with IndexWriter(str(tmp_path / "index"), RECORD, 6) as writer:
+            writer.add(vectors, [("c.txt", 1), ("c.txt", 2)])
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_file_name_with_a_line_end_or_a_tab_is_one_key_row(tmp_path):
+    vectors = unit(np.random.default_rng(7).normal(size=(2, 6))).astype(np.float32)
+    with IndexWriter(str(tmp_path / "index"), RECORD, 6) as writer:
+        writer.add(vectors, [("/corpus/a\nb.txt", 1), ("/corpus/c\td.txt", 2)], ["one", "two"])
+    rows = IndexDirectory(str(tmp_path / "index")).rows({0, 1})
+    assert rows == {0: ("/corpus/a\\nb.txt", 1, "one"), 1: ("/corpus/c\\td.txt", 2, "two")}
+
+
 def test_an_empty_index_is_refused_naming_its_input(tmp_path):
     with pytest.raises(ValueError, match="corpus.txt: no vectors to index"):
         with IndexWriter(str(tmp_path / "index"), RECORD, 6, source="corpus.txt"):
