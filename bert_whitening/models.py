@@ -12,7 +12,6 @@ Either way the checkpoint must hold exactly the variables bert4keras' model woul
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Mapping
 from typing import Optional, Sequence
 
 import numpy as np
@@ -216,9 +215,8 @@ def _fused_bert(files, pooler, described, trainable=False):
     needed = _fused_needed_variables(bert, names)
     files.check_variables(needed, described)
     with _checkpoint_errors(files):
-        read = _variable_reader(files)
         for weight, parts in zip(bert.weights, names, strict=True):
-            weight.assign(np.concatenate([read(name) for name in parts], axis=-1))
+            weight.assign(np.concatenate([files.variables[name] for name in parts], axis=-1))
     return inputs, outputs[0], outputs[1], outputs[2] if pooler else None
 
 
@@ -267,30 +265,8 @@ def checkpoint_variables(encoder, files):
     if not bert.pooler:
         pooler = sorted(name for name in files.variable_shapes if name.startswith("bert/pooler/"))
         with _checkpoint_errors(files):
-            read = _variable_reader(files)
-            variables.update((name, read(name)) for name in pooler)
+            variables.update((name, files.variables[name]) for name in pooler)
     return variables
-
-
-def _variable_reader(files):
-    """name -> array of the model ``files``' weights, each read when asked (from a Google
-    checkpoint's prefix, or `bert_whitening.checkpoints.huggingface.SafetensorsVariables`) and
-    refused unless it is of the shape the checks before the build read
-    (`ModelFiles.variable_shapes`): a file replaced since then failed in the assignment, with a
-    traceback."""
-    weights = files.weights
-    read = weights.__getitem__ if isinstance(weights, Mapping) else tf.train.load_checkpoint(weights).get_tensor
-
-    def checked(name):
-        value = read(name)
-        if value.shape != files.variable_shapes[name]:
-            raise CheckpointError(
-                "%s: %s holds %s, where it held %s when it was checked: the file changed while the model loaded"
-                % (files.weights_path, name, value.shape, files.variable_shapes[name])
-            )
-        return value
-
-    return checked
 
 
 def _bert4keras_bert(files, architecture, pooler, described):
@@ -308,8 +284,8 @@ def _bert4keras_bert(files, architecture, pooler, described):
     needed = _needed_variables(transformer)
     files.check_variables(needed, described)
     with _checkpoint_errors(files):
-        read = _variable_reader(files)  # bert4keras reads every value before it assigns any
-        transformer.load_weights_from_checkpoint({name: read(name) for name in needed})
+        # bert4keras reads every value before it assigns any
+        transformer.load_weights_from_checkpoint({name: files.variables[name] for name in needed})
     bert = transformer.model
     blocks = _block_outputs(bert)
     return bert.inputs, blocks[0], blocks[-1], bert.get_layer("Pooler-Dense").output if pooler else None

@@ -67,7 +67,7 @@ def original_sample_vectors(tiny_model, sample_task):
     """The original procedure's vectors of SAMPLE for every pooling, from one bert4keras model
     (built with the pooler) in one pass, as `original_split_vectors` gives them per pooling."""
     files = find_model(tiny_model[0])
-    bert = build_transformer_model(None, files.weights, with_pool="linear", **files.config)
+    bert = build_transformer_model(None, files.weights_path, with_pool="linear", **files.config)
     tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
     vectors = original_split_vectors(bert, tokenizer, load_task("SAMPLE", sample_task), tuple(POOLINGS))
     return {

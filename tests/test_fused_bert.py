@@ -116,7 +116,7 @@ def test_a_bert_it_does_not_mirror_keeps_bert4keras_graph(tmp_path, change):
     write_checkpoint(directory, config, random_weights(TINY_CONFIG), TINY_VOCAB)
     encoders = build_encoders(directory, poolings=POOLINGS)
     files = find_model(directory)
-    bert = build_transformer_model(None, files.weights, with_pool="linear", **files.config)
+    bert = build_transformer_model(None, files.weights_path, with_pool="linear", **files.config)
     tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
     for pooling, encoder in encoders.items():
         assert not fused_layers(encoder), pooling

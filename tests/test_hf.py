@@ -126,7 +126,7 @@ def tensors_never_read(monkeypatch):
     def read(path):
         raise AssertionError("the tensors of %s were read" % path)
 
-    monkeypatch.setattr(huggingface.SafetensorsVariables, "__getitem__", lambda self, name: read(self.path))
+    monkeypatch.setattr(huggingface, "variable_reader", lambda path: lambda name: read(path))
 
 
 def test_hf_shapes_and_sizes_come_from_the_header_alone(tiny_hf, tmp_path, tensors_never_read):
@@ -343,6 +343,46 @@ def test_convert_hf_refuses_what_encode_refuses_before_writing(tiny_hf, tmp_path
     refused(here("encode", "--model", directory, "--output", tmp_path / "v.npy", sentences), said)
     refused(here("convert-hf", directory, tmp_path / "google"), said)
     assert sorted(os.listdir(tmp_path)) == ["hf", "sentences.txt"]
+
+
+def test_a_safetensors_file_truncated_while_its_tensors_are_read_is_one_line(tiny_hf, tmp_path):
+    """The tensors are read as they are asked for, so the file can change between two reads: cut
+    short in place, it is one line naming it (a file read through a mapping killed the process
+    with SIGBUS)."""
+    directory = write_hf(str(tmp_path / "hf"), tiny_hf[1])
+    files = find_model(directory)
+    variables = files.variables
+    np.testing.assert_array_equal(
+        variables["bert/encoder/layer_0/output/dense/kernel"], tiny_hf[1]["encoder.layer.0.output.dense.weight"].T
+    )
+    os.truncate(files.weights_path, 1000)
+    with pytest.raises(CheckpointError) as raised:
+        variables["bert/encoder/layer_1/output/dense/kernel"]
+    message = str(raised.value)
+    assert message.startswith(files.weights_path + ": cannot read the tensors (") and "\n" not in message
+    assert message.endswith("the file is truncated or not safetensors")
+
+
+def test_convert_hf_writes_the_tensors_of_the_file_it_checked(tiny_hf, tmp_path, monkeypatch):
+    """A model.safetensors replaced by another model's once convert-hf has built and checked the
+    model is not the one written: the file stays open from the build on, and what is written is
+    the checked file's tensors."""
+    from bert_whitening import models
+    from bert_whitening.checkpoints.convert import convert_hf
+
+    directory = write_hf(str(tmp_path / "hf"), tiny_hf[1])
+    other = write_hf(str(tmp_path / "other"), hf_tensors(dict(TINY_CONFIG, intermediate_size=40), seed=9))
+    built = models.load_transformer
+
+    def build_then_replace(*arguments, **options):
+        built(*arguments, **options)
+        os.replace(os.path.join(other, "model.safetensors"), os.path.join(directory, "model.safetensors"))
+
+    monkeypatch.setattr(models, "load_transformer", build_then_replace)
+    convert_hf(directory, str(tmp_path / "google"))
+    prefix = str(tmp_path / "google" / "bert_model.ckpt")
+    for name, value in google_named(tiny_hf[1]).items():
+        np.testing.assert_array_equal(tf.train.load_variable(prefix, name), value, err_msg=name)
 
 
 def test_convert_hf_counts_the_model_beside_every_tensor_it_writes(tiny_hf, tmp_path, monkeypatch, tensors_never_read):

@@ -189,7 +189,7 @@ def test_original_global_padding_procedure_gives_the_same_vectors(encoders, tiny
     mask-aware GlobalAveragePooling1D over bert4keras' own model (tests/reference.py)."""
     files = find_model(tiny_model[0])
     bert = build_transformer_model(
-        None, files.weights, with_pool="linear" if pooling == "pooler" else False, **files.config
+        None, files.weights_path, with_pool="linear" if pooling == "pooler" else False, **files.config
     )
     tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
     original = original_encode(bert, tokenizer, SENTENCES, pooling)
@@ -507,25 +507,20 @@ def test_a_fused_bert_reads_its_weights_one_at_a_time(tiny_model, tmp_path, monk
     every weight first held a second copy of the whole model."""
     from test_hf import hf_tensors, write_hf
 
-    from bert_whitening import models
+    from bert_whitening.checkpoints import CheckedVariables
 
     directory = tiny_model[0] if model == "google" else write_hf(str(tmp_path / "hf"), hf_tensors(TINY_CONFIG))
     alive, most = [], []
-    reader = models._variable_reader
+    read = CheckedVariables.__getitem__
 
-    def tracked(weights):
-        read = reader(weights)
+    def counted(variables, name):
+        alive[:] = [value for value in alive if value() is not None]
+        most.append(len(alive))
+        value = read(variables, name)
+        alive.append(weakref.ref(value))
+        return value
 
-        def counted(name):
-            alive[:] = [value for value in alive if value() is not None]
-            most.append(len(alive))
-            value = read(name)
-            alive.append(weakref.ref(value))
-            return value
-
-        return counted
-
-    monkeypatch.setattr(models, "_variable_reader", tracked)
+    monkeypatch.setattr(CheckedVariables, "__getitem__", counted)
     build_encoder(directory, pooling="cls")
     assert len(most) == len(find_model(directory).variable_shapes) - 2  # every variable but the pooler's
     assert max(most) == 2

@@ -30,8 +30,8 @@ def sts_b():
 def original_vectors(sts_b):
     """The original procedure's vectors of every pooling, from one bert4keras model (built with
     the pooler) in one pass: ``{split: ({pooling: first}, {pooling: second})}``."""
-    files = find_model("minilm")
-    bert = build_transformer_model(None, files.weights, with_pool="linear", **files.config)
+    files = find_model("minilm")  # a Hugging Face directory: bert4keras loads a dict of its arrays
+    bert = build_transformer_model(None, dict(files.variables), with_pool="linear", **files.config)
     tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
     return original_split_vectors(bert, tokenizer, sts_b, tuple(POOLINGS))
 

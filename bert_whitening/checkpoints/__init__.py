@@ -14,6 +14,7 @@ against the model (hidden size, position table) before it loads any weights.
 """
 
 import collections
+import collections.abc
 import dataclasses
 import functools
 import hashlib
@@ -73,13 +74,12 @@ UNUSED_VARIABLES = re.compile(
 
 @dataclasses.dataclass
 class ModelFiles:
-    """A checked model directory. ``weights`` is read on first use: a checkpoint prefix (Google
-    format) or a dict of Google-named arrays (Hugging Face format); `bert_whitening.models`
-    reads either. ``config_path``, ``weights_path`` and ``vocab_path`` are the files that errors
-    name; the configuration and the vocabulary are the ones checked, kept (``vocab``: token ->
-    id, as bert4keras' ``load_vocab`` maps them; ``vocab_bytes``: the file's bytes, which
-    ``vocab_sha256`` digests), so nothing reads those files again: a file swapped after the
-    check is never the one used."""
+    """A checked model directory. ``variables`` gives its weights by Google name, each read when
+    asked and held to the shape checked (`CheckedVariables`). ``config_path``, ``weights_path``
+    and ``vocab_path`` are the files that errors name; the configuration and the vocabulary are
+    the ones checked, kept (``vocab``: token -> id, as bert4keras' ``load_vocab`` maps them;
+    ``vocab_bytes``: the file's bytes, which ``vocab_sha256`` digests), so nothing reads those
+    files again: a file swapped after the check is never the one used."""
 
     directory: str
     name: str
@@ -90,7 +90,8 @@ class ModelFiles:
     vocab_path: str
     vocab: dict = dataclasses.field(repr=False)
     vocab_bytes: bytes = dataclasses.field(repr=False)
-    load_weights: Callable[[], object] = dataclasses.field(repr=False)
+    #: Opens the weights: gives their reader, a function Google name -> array.
+    open_weights: Callable[[], Callable[[str], object]] = dataclasses.field(repr=False)
 
     @functools.cached_property
     def config_sha256(self):
@@ -102,8 +103,8 @@ class ModelFiles:
         return hashlib.sha256(self.vocab_bytes).hexdigest()
 
     @functools.cached_property
-    def weights(self):
-        return self.load_weights()
+    def variables(self):
+        return CheckedVariables(self)
 
     @functools.cached_property
     def variable_shapes(self):
@@ -294,6 +295,33 @@ class ModelFiles:
         }
 
 
+class CheckedVariables(collections.abc.Mapping):
+    """The weights of the model ``files`` by Google name (those `ModelFiles.variable_shapes` lists),
+    each read from its file when it is asked for (a model loads them one at a time), and refused
+    unless it is of the shape the checks before the build read: a file replaced since then failed
+    in the assignment, with a traceback, or was written by ``convert-hf`` unchecked."""
+
+    def __init__(self, files):
+        self._files = files
+        self._read = files.open_weights()
+
+    def __getitem__(self, name):
+        checked = self._files.variable_shapes[name]
+        value = self._read(name)
+        if value.shape != checked:
+            raise CheckpointError(
+                "%s: %s holds %s, where it held %s when it was checked: the file changed while the model loaded"
+                % (self._files.weights_path, name, value.shape, checked)
+            )
+        return value
+
+    def __iter__(self):
+        return iter(self._files.variable_shapes)
+
+    def __len__(self):
+        return len(self._files.variable_shapes)
+
+
 #: (path, size, modification time, inode) of each weight file -> its digest: a process hashes a
 #: model's weights once, however many records it writes or compares.
 _WEIGHT_DIGESTS = {}
@@ -339,8 +367,8 @@ def model_directory(model=None):
 def find_model(model=None):
     """Check a model directory of either format, or the built-in model for None or ``minilm``.
 
-    Reads the configuration and the vocabulary; the weights are read when ``weights`` is first
-    used (when `bert_whitening.models.build` builds the model).
+    Reads the configuration and the vocabulary; the weights are read from ``variables`` when
+    `bert_whitening.models` builds the model.
     """
     from bert_whitening.checkpoints import google, huggingface
 
@@ -359,7 +387,7 @@ def find_model(model=None):
             "bert_model.ckpt.index and .data-*, vocab.txt) and Hugging Face BERT (config.json "
             "with model_type bert, model.safetensors, vocab.txt)" % directory
         )
-    config, weights_path, load = reader.read(directory)
+    config, weights_path, open_weights = reader.read(directory)
     config_path = os.path.join(directory, config_path)
     check_model_sizes(config, config_path, CheckpointError)
     vocab_path = os.path.join(directory, "vocab.txt")
@@ -385,7 +413,7 @@ def find_model(model=None):
         vocab_path=vocab_path,
         vocab={token: number for number, token in enumerate(tokens)},
         vocab_bytes=vocab_bytes,
-        load_weights=load,
+        open_weights=open_weights,
     )
 
 

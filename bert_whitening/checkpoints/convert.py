@@ -35,6 +35,6 @@ def convert_hf(hf_directory, output_directory, overwrite=False):
     files.check_load_memory(one_at_a_time=False)  # the built model, then every tensor written at once
     load_transformer(files, "bert", pooler, "a bert model" + (" with its pooler" if pooler else ""))
     with staged_directory(output_directory) as staging:
-        write_checkpoint(staging, files.config, files.weights, files.vocab_bytes, output_directory)
+        write_checkpoint(staging, files.config, files.variables, files.vocab_bytes, output_directory)
         publish_directory(staging, output_directory, overwrite=overwrite)
     return output_directory

@@ -28,9 +28,9 @@ ACTIVATIONS = ("gelu", "gelu_erf", "gelu_tanh", "relu", "relu6", "leaky_relu", "
 
 
 def read(directory):
-    """``(config, prefix, load)``: the configuration, the checkpoint prefix, and a function giving
-    that prefix (the files are checked to exist now; bert4keras reads the variables when the
-    model is built)."""
+    """``(config, prefix, open)``: the configuration, the checkpoint prefix, and a function giving
+    the `variable_reader` of its variables (the files are checked to exist now; the variables
+    are read when the model is built)."""
     config_path = os.path.join(directory, CONFIG)
     config = read_json(config_path)
     if config.get("hidden_act") not in ACTIVATIONS:
@@ -39,7 +39,15 @@ def read(directory):
             % (config_path, config.get("hidden_act"), ", ".join(ACTIVATIONS))
         )
     prefix = checkpoint_prefix(directory)
-    return config, prefix, lambda: prefix
+    return config, prefix, lambda: variable_reader(prefix)
+
+
+def variable_reader(prefix):
+    """name -> array of the checkpoint ``prefix``, each variable read when it is asked for
+    (TensorFlow is imported here only)."""
+    from bert_whitening.backend import tf
+
+    return tf.train.load_checkpoint(prefix).get_tensor
 
 
 def variable_shapes(prefix):

@@ -1,6 +1,6 @@
 """Hugging Face BERT directories (``config.json``, ``model.safetensors``, ``vocab.txt``).
 
-`SafetensorsVariables` reads the safetensors tensors one at a time, under google-research/bert
+`variable_reader` reads the safetensors tensors one at a time, under google-research/bert
 variable names (linear weights are stored ``(out, in)`` by PyTorch and ``(in, out)`` by
 TensorFlow, so they are transposed); `variable_shapes` gives their shapes from the file's header
 alone, so the checks before a model is built read no weights; `read` refuses a configuration that transformers would
@@ -9,7 +9,6 @@ checkpoint: `bert_whitening.checkpoints.convert`). Reading needs numpy and ``saf
 no PyTorch.
 """
 
-import collections.abc
 import json
 import math
 import os
@@ -77,40 +76,32 @@ def _google_names(names):
             yield name, google, google.endswith("/kernel")
 
 
-class SafetensorsVariables(collections.abc.Mapping):
-    """The Google-named arrays of a safetensors file (heads and buffers dropped), each tensor read
-    from the file when it is asked for: a model loads its weights one at a time, so that loading
-    holds the model's variables and one weight more, never the whole file beside them
-    (`bert_whitening.checkpoints.ModelFiles.check_load_memory`)."""
+def variable_reader(path):
+    """name -> array: the tensor of the safetensors file ``path`` under its Google name (heads and
+    buffers have none), read from the file when it is asked for. A model loads its weights one at
+    a time, so that loading holds the model's variables and one weight more, never the whole file
+    beside them (`bert_whitening.checkpoints.ModelFiles.check_load_memory`)."""
+    from safetensors import safe_open
 
-    def __init__(self, path):
-        from safetensors import safe_open
+    try:  # read with pread(2), not mapped: a mapped file truncated meanwhile kills the process (SIGBUS)
+        opened = safe_open(path, framework="numpy", backend="pread")
+        sources = {google: (name, transposed) for name, google, transposed in _google_names(opened.keys())}
+    except Exception as error:  # safetensors raises its own SafetensorError (not importable here)
+        _not_safetensors(path, error)
 
-        self.path = path
+    def read(google):
+        name, transposed = sources[google]
         try:
-            self._file = safe_open(path, framework="numpy")
-            names = self._file.keys()
-        except Exception as error:  # safetensors raises its own SafetensorError (not importable here)
-            _not_safetensors(path, error)
-        self._sources = {google: (name, transposed) for name, google, transposed in _google_names(names)}
-
-    def __getitem__(self, google):
-        name, transposed = self._sources[google]
-        try:
-            tensor = self._file.get_tensor(name)
+            tensor = opened.get_tensor(name)
         except Exception as error:
-            _not_safetensors(self.path, error)
+            _not_safetensors(path, error)
         return tensor.T if transposed else tensor
 
-    def __iter__(self):
-        return iter(self._sources)
-
-    def __len__(self):
-        return len(self._sources)
+    return read
 
 
 def variable_shapes(path):
-    """Google name -> shape of the arrays `SafetensorsVariables` reads of the safetensors file
+    """Google name -> shape of the arrays `variable_reader` reads of the safetensors file
     ``path``, from its header alone (`tensor_shapes`): no weight is read."""
     shapes = tensor_shapes(path)
     return {
@@ -202,8 +193,8 @@ def _not_safetensors(path, problem):
 
 
 def read(directory):
-    """``(bert_config, weights_path, load)`` of a Hugging Face BERT directory; ``load()`` opens
-    the tensors as Google-named arrays (`SafetensorsVariables`)."""
+    """``(bert_config, weights_path, open)`` of a Hugging Face BERT directory; ``open()`` gives
+    the `variable_reader` of its tensors."""
     config_path = os.path.join(directory, CONFIG)
     weights_path = os.path.join(directory, WEIGHTS)
     hf_config = read_json(config_path)
@@ -225,7 +216,7 @@ def read(directory):
         )
     check_file(weights_path)
     config = {key: hf_config[key] for key in CONFIG_KEYS if key in hf_config}
-    return config, weights_path, lambda: SafetensorsVariables(weights_path)
+    return config, weights_path, lambda: variable_reader(weights_path)
 
 
 def _refuse_what_bert4keras_computes_otherwise(config_path, hf_config):
