@@ -2,7 +2,7 @@
 
     python benchmarks/bench_load_memory.py [--size base] [--workdir out/bench_load_memory]
 
-Writes a Hugging Face BERT directory of random float32 weights (``--size base``: Chinese
+Writes a Hugging Face BERT directory of random float32 weights (tests/test_hf.py's) (``--size base``: Chinese
 BERT-base's sizes, 21,128 tokens, 12 blocks of 768; ``small``: 4 blocks of 256), converts it to a
 Google-format directory with ``convert-hf``, then loads each in a process of its own and encodes
 one sentence:
@@ -30,6 +30,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 SIZES = {
     "base": {"vocab_size": 21128, "hidden_size": 768, "num_hidden_layers": 12, "intermediate_size": 3072},
@@ -84,42 +85,12 @@ report()
 """
 
 
-def write_hf(directory, sizes, rng):
-    """A Hugging Face BERT directory of random float32 weights of ``sizes``; its float32 bytes."""
+def write_hf(directory, sizes):
+    """A Hugging Face BERT directory of random float32 weights of ``sizes`` (tests/test_hf.py's);
+    the bytes of its float32 weights."""
     from safetensors.numpy import save_file
+    from test_hf import hf_tensors
 
-    hidden, inner, vocab = sizes["hidden_size"], sizes["intermediate_size"], sizes["vocab_size"]
-
-    def normal(*shape):
-        return rng.normal(0.0, 0.02, shape).astype(np.float32)
-
-    tensors = {
-        "embeddings.word_embeddings.weight": normal(vocab, hidden),
-        "embeddings.position_embeddings.weight": normal(512, hidden),
-        "embeddings.token_type_embeddings.weight": normal(2, hidden),
-        "embeddings.LayerNorm.weight": np.ones(hidden, np.float32),
-        "embeddings.LayerNorm.bias": np.zeros(hidden, np.float32),
-        "pooler.dense.weight": normal(hidden, hidden),
-        "pooler.dense.bias": np.zeros(hidden, np.float32),
-    }
-    linear = {
-        "attention.self.query": (hidden, hidden),
-        "attention.self.key": (hidden, hidden),
-        "attention.self.value": (hidden, hidden),
-        "attention.output.dense": (hidden, hidden),
-        "intermediate.dense": (inner, hidden),
-        "output.dense": (hidden, inner),
-    }
-    for layer in range(sizes["num_hidden_layers"]):
-        prefix = "encoder.layer.%d." % layer
-        for name, shape in linear.items():
-            tensors[prefix + name + ".weight"] = normal(*shape)
-            tensors[prefix + name + ".bias"] = np.zeros(shape[0], np.float32)
-        for name in ("attention.output.LayerNorm", "output.LayerNorm"):
-            tensors[prefix + name + ".weight"] = np.ones(hidden, np.float32)
-            tensors[prefix + name + ".bias"] = np.zeros(hidden, np.float32)
-    os.makedirs(directory)
-    save_file(tensors, os.path.join(directory, "model.safetensors"))
     config = dict(
         sizes,
         model_type="bert",
@@ -133,12 +104,16 @@ def write_hf(directory, sizes, rng):
         initializer_range=0.02,
         layer_norm_eps=1e-12,
     )
+    tensors = hf_tensors(config)
+    os.makedirs(directory)
+    save_file(tensors, os.path.join(directory, "model.safetensors"))
     with open(os.path.join(directory, "config.json"), "w") as stream:
         json.dump(config, stream)
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokens = special + ["t%d" % i for i in range(sizes["vocab_size"] - len(special))]
     with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as stream:
-        stream.writelines(token + "\n" for token in special + ["t%d" % i for i in range(vocab - len(special))])
-    return 4 * sum(value.size for value in tensors.values())
+        stream.writelines(token + "\n" for token in tokens)
+    return sum(value.nbytes for value in tensors.values() if value.dtype == np.float32)
 
 
 def measure(python, code, environment=None):
@@ -163,7 +138,7 @@ def main():
         os.path.abspath(os.path.join(args.workdir, "hf")),
         os.path.abspath(os.path.join(args.workdir, "google")),
     )
-    model_bytes = write_hf(hf, SIZES[args.size], np.random.default_rng(0))
+    model_bytes = write_hf(hf, SIZES[args.size])
     environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
     runs = [("ours, convert-hf", measure(sys.executable, CONVERT.format(directory=hf, output=google), environment))]
     runs += [
