@@ -1,5 +1,6 @@
 """Encoders from a real Google-format checkpoint against the numpy BERT of tests/reference.py."""
 
+import dataclasses
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ from bert_whitening.encoding import (
     vectors_from_files,
 )
 from bert_whitening.errors import BertWhiteningError
-from bert_whitening.models import build_encoder, build_encoders, with_whitening
+from bert_whitening.models import build_encoder, build_encoders, finish, with_whitening
 from bert_whitening.names import POOLINGS
 from bert_whitening.precision import precision_scope, set_precision
 from bert_whitening.whitening import WhiteningStats, fit_whitening
@@ -123,7 +124,81 @@ def test_in_flight_keeps_the_order_and_stops_at_an_error():
         for result in in_flight(call, range(100), 3):
             results.append(result)
     assert results == [i * i for i in range(7)]
-    assert max(started) <= 7 + 3  # no call started once the error was seen
+    assert max(started) <= 7 + 2  # 7, 8 and 9 under way when the error was seen; no call started after it
+    assert list(in_flight(lambda item: item * item, range(10), 3)) == [i * i for i in range(10)]  # the last too
+
+
+def test_each_call_is_sentences_of_similar_length_padded_to_the_longest_of_them(encoders, monkeypatch):
+    """The point of `encode`: its sentences sorted by token count (bert4keras' own tokenizer and
+    truncation here), cut into calls of ``batch_size`` in that order, each call padded to its own
+    longest sentence only; the vectors float32 and back in input order."""
+    encoder = encoders["cls"]
+    texts = SENTENCES + ["the cat runs " * 30, "a b"]
+    expected_ids = [encoder.tokenizer.encode(text, maxlen=encoder.maxlen)[0] for text in texts]
+    order = sorted(range(len(texts)), key=lambda row: len(expected_ids[row]))  # sorted() is stable
+    calls, model_call = [], encoding.compiled(encoder.model)
+
+    def recorded(ids, segments):
+        calls.append(ids.numpy())
+        return model_call(ids, segments)
+
+    monkeypatch.setattr(encoding, "compiled", lambda model, bfloat16=False: recorded)
+    monkeypatch.setattr(encoding, "BATCHES_IN_FLIGHT", 1)  # the calls in the order they are made
+    vectors = encode(encoder, texts, batch_size=5)
+    expected_calls = []
+    for start in range(0, len(order), 5):
+        rows = order[start : start + 5]
+        padded = np.zeros((len(rows), max(len(expected_ids[row]) for row in rows)), np.int32)
+        for number, row in enumerate(rows):
+            padded[number, : len(expected_ids[row])] = expected_ids[row]
+        expected_calls.append(padded)
+    assert [call.shape for call in calls] == [call.shape for call in expected_calls]
+    for call, expected in zip(calls, expected_calls, strict=True):
+        np.testing.assert_array_equal(call, expected)
+    assert vectors.dtype == np.float32 and vectors.shape == (len(texts), encoder.dim)
+    alone = np.concatenate([encode(encoder, [text]) for text in texts])
+    np.testing.assert_allclose(vectors, alone, atol=1e-5)
+
+
+def test_one_trace_serves_every_length_and_batch_size(encoders):
+    """The model runs under one ``tf.function`` whose signature leaves batch and length free:
+    sentences of other lengths, in batches of other sizes, trace nothing more."""
+    encoder = encoders["last-avg"]
+    for batch_size in (1, 3, 16):
+        encode(encoder, SENTENCES + ["the cat runs " * 30], batch_size=batch_size)
+    function = encoding.compiled(encoder.model)
+    assert function is encoding.compiled(encoder.model)
+    assert function.experimental_get_tracing_count() == 1
+
+
+def test_a_stream_counts_its_truncated_sentences_once_at_its_end(encoders, monkeypatch, caplog):
+    """Chunks of 3 sentences, the long ones in two chunks: one line for the whole stream, with
+    the count bert4keras' tokenizer gives (ids longer than maxlen before the cut)."""
+    encoder = encoders["cls"]
+    monkeypatch.setattr(encoding, "CHUNK_SENTENCES", 3)
+    texts = SENTENCES + ["the cat runs " * 30, "今天天气很好" * 20, "the dog " * 40]
+    longer = sum(len(encoder.tokenizer.encode(text)[0]) > encoder.maxlen for text in texts)
+    assert longer == 3
+    with caplog.at_level(logging.INFO, logger="bert_whitening"):
+        blocks = list(encoding.encode_stream(encoder, iter(texts)))
+    assert [len(block) for block in blocks] == [3] * 6 + [1]
+    assert caplog.messages == ["3 of 19 sentences were longer than maxlen 64 tokens and were truncated"]
+
+
+def test_the_progress_bar_advances_once_per_sentence(encoders, capsys):
+    class Bar:
+        n = 0
+
+        def update(self, done):
+            self.n += done
+
+    bar = Bar()
+    encode(encoders["cls"], SENTENCES, batch_size=5, progress=bar)  # 5, 5, 5 and 1
+    assert bar.n == len(SENTENCES)
+    encode(encoders["cls"], SENTENCES, progress=False)
+    assert capsys.readouterr().err == ""
+    encode(encoders["cls"], SENTENCES, progress=True)  # a bar of its own, shown off a terminal too
+    assert "sent" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -158,9 +233,60 @@ def test_encode_together_refuses_what_one_pass_cannot_give(encoders, together):
         ([cls, with_whitening(last)], "last-avg pooling is not one of them"),  # normalised
         ([cls, last.with_maxlen(8)], "needs one maxlen: 64 and 8 given"),
         ([], "at least one encoder"),
+        ([cls, whitened_alone(last)], "last-avg pooling is not one of them"),  # whitened, not normalised
     ]:
         with pytest.raises(BertWhiteningError, match=why):
             encode_together(given, SENTENCES)
+
+
+def whitened_alone(encoder):
+    """``encoder`` with a whitening (k = 8) and no normalisation, on its own graph."""
+    rng = np.random.default_rng(0)
+    vectors = encode(encoder, SENTENCES * 4) + rng.normal(scale=0.05, size=(64, encoder.dim))
+    whitening = fit_whitening(WhiteningStats().update(vectors), pooling=encoder.pooling)
+    return finish(encoder, dataclasses.replace(encoder.config, whitening=whitening, n_components=8))
+
+
+def test_one_encoder_encodes_together_as_itself_whitened_or_not(whitened, together):
+    np.testing.assert_allclose(encode_together([whitened], SENTENCES)[0], encode(whitened, SENTENCES), atol=1e-6)
+    alone = whitened_alone(together["cls"])
+    np.testing.assert_allclose(encode_together([alone], SENTENCES)[0], encode(alone, SENTENCES), atol=1e-6)
+
+
+def test_each_set_of_poolings_gets_its_own_joint_model(encoders, together):
+    """Two sets that start with the same encoder: the second's vectors are its own poolings'."""
+    for second in ("last-avg", "first-last-avg", "pooler"):
+        _, got = encode_together([together["cls"], together[second]], SENTENCES)
+        np.testing.assert_allclose(got, encode(encoders[second], SENTENCES), atol=1e-5, err_msg=second)
+
+
+def test_a_vector_that_is_not_a_number_is_named_by_its_file_and_line(encoders, tmp_path, monkeypatch):
+    """Files read in chunks (of 3 sentences here): every vector kept, in order, and a NaN
+    refused naming the file (or standard input) and the line it came from."""
+    import io
+
+    encoder = encoders["cls"]
+    path = tmp_path / "sentences.txt"
+    path.write_text("".join(sentence + "\n" for sentence in SENTENCES[:8]), encoding="utf-8")
+    monkeypatch.setattr(encoding, "CHUNK_SENTENCES", 3)
+    np.testing.assert_allclose(vectors_from_files(encoder, [str(path)]), encode(encoder, SENTENCES[:8]), atol=1e-5)
+    run_batches = encoding._run_batches
+
+    def poisoned(encoder, sequences, *rest):
+        vectors = run_batches(encoder, sequences, *rest)
+        if len(vectors) == 3:
+            vectors[1, 4] = np.nan  # the second line of a chunk
+        return vectors
+
+    monkeypatch.setattr(encoding, "_run_batches", poisoned)
+    with pytest.raises(BertWhiteningError, match=r"^%s:2: the vector holds nan \(column 4\)" % re.escape(str(path))):
+        statistics_from_files_together([encoder], [str(path)])
+    read_end, write_end = os.pipe()
+    os.write(write_end, path.read_bytes())
+    os.close(write_end)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(os.fdopen(read_end, "rb")))
+    with pytest.raises(BertWhiteningError, match=r"^standard input:2: the vector holds nan"):
+        statistics_from_files_together([encoder], ["-"])
 
 
 def test_files_are_encoded_once_for_every_encoder_built_together(encoders, together, tmp_path, monkeypatch):

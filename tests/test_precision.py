@@ -334,3 +334,13 @@ def test_a_command_that_fits_on_its_vectors_decides_float32_before_it_encodes(
     said = "--precision auto chose float32: the vectors it encodes are fitted on"
     assert (said in caplog.text) != checked
     assert (len(calls) > 1 and calls[0] == calls[1]) == checked  # the check's two encodings of one sample
+
+
+def test_an_encoding_of_no_sentence_leaves_auto_to_the_sentences_that_follow(fresh_process, encoders, caplog):
+    """``encode([])`` has no sentence to check bfloat16 on: it decides nothing (the command's first
+    real sentences do), rather than float32 for want of a sample."""
+    fresh_process.setattr(precision, "cpu_has_bfloat16", lambda: True)
+    precision.set_precision("auto")
+    with caplog.at_level(logging.INFO, logger="bert_whitening"):
+        assert encode(encoders["cls"], []).shape == (0, encoders["cls"].dim)
+    assert process_precision() == "auto" and caplog.messages == []
