@@ -47,10 +47,15 @@ def test_combine_fn_merges_as_one_pass():
     combine = WhiteningStatsFn()
     left = combine.add_input(combine.add_input(combine.create_accumulator(), batches[0]), batches[1])
     right = combine.add_input(combine.add_input(combine.create_accumulator(), batches[2]), batches[3])
-    merged = combine.extract_output(combine.merge_accumulators([left, combine.create_accumulator(), right]))
     whole = WhiteningStats().update(np.concatenate(batches))
-    assert merged.count == whole.count == 21
-    assert relative_error(merged.covariance, whole.covariance) <= 1e-12
+    outer = combine.create_accumulator()
+    for batch in (batches[0], batches[2], batches[3]):
+        outer = combine.add_input(outer, batch)
+    middle = combine.add_input(combine.create_accumulator(), batches[1])
+    for accumulators in ([left, combine.create_accumulator(), right], [outer, middle]):  # the second one counts
+        merged = combine.extract_output(combine.merge_accumulators(accumulators))
+        assert merged.count == whole.count == 21
+        assert relative_error(merged.covariance, whole.covariance) <= 1e-12
 
 
 def test_sorted_lists_sort_each_window_by_length_and_cut_it_into_calls(monkeypatch):
@@ -590,3 +595,66 @@ def test_a_refusal_after_beam_logged_through_the_root_logger_keeps_the_command_s
     )
     assert result.returncode == 1
     assert "\nERROR: --job_endpoint is a portable runner's option" in "\n" + result.stderr, result.stderr
+
+
+def test_a_file_s_sentences_are_keyed_by_their_line_counting_from_1(tmp_path):
+    from bert_whitening.data import ReadOptions
+
+    lines = ["first", "", "third one", "fourth"]
+    path = tmp_path / "a.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    read = list(beam._read_file(str(path), ReadOptions("lines")))
+    assert read == [((str(path), number), line) for number, line in enumerate(lines, 1)]
+
+
+def test_each_input_file_is_read_once_and_an_empty_one_beside_others_is_taken(tmp_path):
+    """Two patterns (one through a symbolic link) naming one file: read once; an empty file is
+    refused only when every input is empty."""
+    (tmp_path / "a.txt").write_text("one\ntwo\n", encoding="utf-8")
+    (tmp_path / "empty.txt").write_bytes(b"")
+    os.symlink(tmp_path / "a.txt", tmp_path / "link.txt")
+    found = beam.matched_files([str(tmp_path / "a.txt"), str(tmp_path / "link.txt"), str(tmp_path / "empty.txt")])
+    assert found == [str(tmp_path / "a.txt"), str(tmp_path / "empty.txt")]
+    with pytest.raises(DataError, match="empty.txt: empty input"):
+        beam.matched_files([str(tmp_path / "empty.txt")])
+
+
+def test_read_encoded_refuses_vectors_of_two_sizes_and_the_shards_of_another_encoder(tmp_path, tiny_model):
+    import dataclasses
+
+    from bert_whitening.backend import tf
+    from bert_whitening.config import EncoderConfig
+
+    vectors = [np.ones(2, np.float32), np.ones(3, np.float32)]
+    with tf.io.TFRecordWriter(str(shard(tmp_path, 0, 1))) as writer:
+        for example in beam._examples(([("a.txt", 1), ("a.txt", 2)], vectors)):
+            writer.write(example)
+    write_manifest(tmp_path / "v")
+    with pytest.raises(
+        DataError, match=r"v-00000-of-00001.tfrecord: record 2 holds a vector of 3 numbers, .*'s first 2"
+    ):
+        beam.read_encoded(str(tmp_path / "v-*"))
+    ours = EncoderConfig(tiny_model[0], pooling="cls")
+    write_shards(tmp_path / "w", [[("a.txt", 1)]], ours.to_config())
+    assert beam.read_encoded(str(tmp_path / "w-*"), ours)[0] == [("a.txt", 1)]
+    with pytest.raises(DataError, match=r"w-\*.tfrecord were encoded with another encoder than this one .*maxlen"):
+        beam.read_encoded(str(tmp_path / "w-*"), dataclasses.replace(ours, maxlen=32))
+
+
+def test_a_shard_numbered_beyond_its_count_is_not_part_of_a_whole_set(tmp_path):
+    """What `_settle_shards` checks before it writes a manifest for the shards it finds."""
+    names = [str(shard(tmp_path, number)) for number in (0, 1, 2)]
+    assert beam._check_whole_sets(names[:2]) == [str(tmp_path / "v")]
+    with pytest.raises(DataError, match=r"v-\*-of-00002.tfrecord: shard 00002 of 2 is beyond the count"):
+        beam._check_whole_sets(names)
+
+
+def test_a_record_without_an_embedding_is_refused(tmp_path):
+    from bert_whitening.backend import tf
+
+    with tf.io.TFRecordWriter(str(shard(tmp_path, 0, 1))) as writer:
+        for example in beam._examples(([("a.txt", 1)], [np.zeros(0, np.float32)])):
+            writer.write(example)
+    write_manifest(tmp_path / "v")
+    with pytest.raises(DataError, match=r"v-00000-of-00001.tfrecord: record 1 is not an encoded line \(no embedding\)"):
+        beam.read_encoded(str(tmp_path / "v-*"))
