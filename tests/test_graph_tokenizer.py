@@ -59,6 +59,29 @@ def test_edge_cases_match_on_the_tiny_vocabulary(tiny_model, lowercase, maxlen):
     assert mismatches(vocab, EDGE_CASES, maxlen, lowercase) == []
 
 
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_each_rule_s_own_characters_split_and_drop_as_bert4keras_does(tmp_path, lowercase):
+    """What the edge cases above do not reach: words of exactly 200 characters (of one and of two
+    bytes each: split into pieces, one of 201 is [UNK]), combining marks kept when not lower-casing,
+    ASCII symbols that are not Unicode punctuation (``~`` is Sm), connector punctuation past ASCII (Pc)
+    and the CJK blocks past the first,
+    each inside a word, where splitting on them or not changes the tokens."""
+    words = ["run" + "s" * 197, "run" + "s" * 198, "\u03c9" * 200, "\u03c9" * 201, "\u03c9" * 150 + " ok"]
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(TINY_VOCAB + ["\u03c9", "##\u03c9"]), encoding="utf-8")
+    reference = Tokenizer(str(path), do_lower_case=lowercase)
+    unknown = reference.token_to_id("[UNK]")
+    assert [reference.encode(word)[0][1] == unknown for word in words[:4]] == [False, True, False, True]
+    sentences = words + ["%s %s" % (word, word) for word in words]
+    sentences += [
+        "the cat\u0301 is on the mat\u0308",
+        "a~b c{d}e f|g",
+        "a\u3400b a\uf900b a\U00020000b a\U0002f800b a\u203fb a\uff3fb",
+    ]
+    for maxlen in (64, 512):
+        assert mismatches(str(path), sentences, maxlen, lowercase) == []
+
+
 def shared_sentences():
     """Every distinct sentence of the senteval_cn tasks and the English STS benchmark."""
     directory = shared_data("senteval_cn")
