@@ -162,6 +162,41 @@ def test_a_served_graph_wrong_on_packed_or_on_unpacked_batches_is_refused(
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("signature", ["_embed", "_embed_text"])
+def test_a_signature_off_by_more_than_float_noise_is_refused_by_default(encoders, tmp_path, monkeypatch, signature):
+    """The default tolerance is float32's noise (1e-5): ``serving_default`` or ``serve_text`` alone
+    off by 1e-4 is not published; a tolerance given is the one applied."""
+    from bert_whitening.export.saved_model import ServingModule
+
+    pooled = encoders["first-last-avg"]  # not normalised: any vector is one it could give
+
+    original = getattr(ServingModule, signature)
+
+    def off(self, *inputs):
+        return {"embedding": original(self, *inputs)["embedding"] + 1e-4}
+
+    monkeypatch.setattr(ServingModule, signature, off)
+    with pytest.raises(ExportError, match=r"differs from the Keras model by 0.000[01]\d* \(tolerance 1e-05\)"):
+        export_saved_model(pooled, str(tmp_path / "m"), text=True)
+    assert os.listdir(tmp_path) == []
+    path, difference = export_saved_model(pooled, str(tmp_path / "m"), text=True, tolerance=2e-4)
+    assert 0.5e-4 <= difference <= 1.5e-4 and os.path.isdir(path)
+
+
+def test_a_cased_encoder_s_serve_text_keeps_the_case(tiny_model, tmp_path):
+    """``serve_text`` tokenises as the encoder's bert4keras Tokenizer does, lower-casing only
+    when the encoder does."""
+    from bert_whitening.backend import Tokenizer
+
+    encoder = build_encoder(tiny_model[0], pooling="cls", lowercase=False)
+    path, _ = export_saved_model(encoder, str(tmp_path / "m"), text=True)
+    reference = Tokenizer(os.path.join(tiny_model[0], "vocab.txt"), do_lower_case=False)
+    sentences = ["The CAT is on the Mat", "the cat is on the mat", "Caf\u00e9 \u00c9COLE"]
+    expected = pad_ids([reference.encode(sentence, maxlen=encoder.maxlen)[0] for sentence in sentences])
+    np.testing.assert_array_equal(tf.saved_model.load(path).tokenize(tf.constant(sentences)).numpy(), expected)
+    assert (expected[0] != expected[1]).any()  # the case matters to these ids
+
+
 def test_a_bert_on_bert4keras_graph_exports_and_serves_encodes_vectors(tmp_path):
     """A BERT that `FusedBert` does not mirror (here a ReLU feed-forward) keeps bert4keras' graph:
     its export is verified as any other and serves the vectors ``encode`` gives."""
