@@ -368,6 +368,15 @@ def test_whitening_from_another_model_or_pooling_is_refused(encoders):
     )
 
 
+def test_no_sentences_are_no_rows_of_the_encoders_dimension(encoders, whitened):
+    """An empty list encodes to ``(0, dim)``, as ``np.concatenate`` of the vectors of any number
+    of sentences would stack with it (a whitened encoder's dim is its k)."""
+    for encoder in (encoders["first-last-avg"], whitened):
+        vectors = encode(encoder, [])
+        assert vectors.shape == (0, encoder.dim) and vectors.dtype == np.float32
+    assert whitened.dim == 16
+
+
 def test_truncation_matches_bert4keras_and_empty_sentences_are_cls_sep(encoders):
     tokenizer = encoders["cls"].tokenizer
     for sentence in SENTENCES + ["今天天气很好" * 20, "the cat is on the mat " * 30]:
