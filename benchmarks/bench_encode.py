@@ -312,7 +312,7 @@ def main():
         if not args.skip_original:
             from reference import original_encode, original_transform_and_normalize
 
-            bert = build_transformer_model(None, files.weights, **files.config)
+            bert = build_transformer_model(None, dict(files.variables), **files.config)
             tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
             paths[ORIGINAL] = lambda: seconds(
                 lambda: original_transform_and_normalize(

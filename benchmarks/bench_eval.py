@@ -41,7 +41,7 @@ def main():
     sentences = 2 * sum(len(pairs) for pairs in splits.values())
     files = find_model("minilm")
     bert = build_transformer_model(
-        None, files.weights, with_pool="linear" if args.pooling == "pooler" else False, **files.config
+        None, dict(files.variables), with_pool="linear" if args.pooling == "pooler" else False, **files.config
     )
     tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
     encoder = build_encoder("minilm", pooling=args.pooling)

@@ -75,7 +75,7 @@ def main():
     tokenizer = Tokenizer(files.vocab_path, do_lower_case=True)
     sentences = real_sentences(args.sentences)
     ids = pad_ids([token_ids(tokenizer, s, args.maxlen)[0] for s in sentences])
-    bert = build_transformer_model(None, files.weights, **files.config)
+    bert = build_transformer_model(None, dict(files.variables), **files.config)
     layers = files.config["num_hidden_layers"]
     states = keras.Model(
         bert.inputs, [bert.get_layer("Transformer-%d-FeedForward-Norm" % i).output for i in range(layers)]
