@@ -44,7 +44,7 @@ def read(directory):
 
 def variable_reader(prefix):
     """name -> array of the checkpoint ``prefix``, each variable read when it is asked for
-    (TensorFlow is imported here only)."""
+    (TensorFlow's reader, imported when the checkpoint is opened)."""
     from bert_whitening.backend import tf
 
     return tf.train.load_checkpoint(prefix).get_tensor
