@@ -296,10 +296,11 @@ class ModelFiles:
 
 
 class CheckedVariables(collections.abc.Mapping):
-    """The weights of the model ``files`` by Google name (those `ModelFiles.variable_shapes` lists),
-    each read from its file when it is asked for (a model loads them one at a time), and refused
-    unless it is of the shape the checks before the build read: a file replaced since then failed
-    in the assignment, with a traceback, or was written by ``convert-hf`` unchecked."""
+    """The weights of the model ``files`` by Google name (those `ModelFiles.variable_shapes`
+    lists), each read from its file when it is asked for (a model loads them one at a time), and
+    refused unless it is of the shape the checks before the build read: a file replaced since
+    then failed in the assignment, with a traceback, or was written by ``convert-hf`` unchecked.
+    The file stays open from the first read on, so one replaced after that is not read."""
 
     def __init__(self, files):
         self._files = files

@@ -3,10 +3,10 @@
 `variable_reader` reads the safetensors tensors one at a time, under google-research/bert
 variable names (linear weights are stored ``(out, in)`` by PyTorch and ``(in, out)`` by
 TensorFlow, so they are transposed); `variable_shapes` gives their shapes from the file's header
-alone, so the checks before a model is built read no weights; `read` refuses a configuration that transformers would
-compute otherwise than bert4keras (``convert-hf`` writes what it reads as a Google-format
-checkpoint: `bert_whitening.checkpoints.convert`). Reading needs numpy and ``safetensors`` only,
-no PyTorch.
+alone, so the checks before a model is built read no weights; `read` refuses a configuration
+that transformers would compute otherwise than bert4keras (``convert-hf`` writes what it reads
+as a Google-format checkpoint: `bert_whitening.checkpoints.convert`). Reading needs numpy and
+``safetensors`` only, no PyTorch.
 """
 
 import json
