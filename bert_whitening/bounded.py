@@ -393,6 +393,24 @@ def usable_memory():
     return min(limits, key=lambda limit: limit.bytes)
 
 
+def check_memory(what, needs, error, advice=""):
+    """Refuse ``what`` (a phrase naming the work: "a model call of 64 sentences at maxlen 128")
+    when what it holds at once, ``needs`` (``{what a part is: bytes}``, in the order said),
+    adds up to more than `usable_memory`, before any of it is allocated: the one check of a size
+    against memory, so that every refusal says what it counted and which limit it met. A part
+    counts only the arrays the work is known to hold, so the sum is a lower bound: what it
+    refuses cannot fit, and the allocator (deep in TensorFlow, FAISS or numpy, with a traceback
+    or the kernel's OOM killer) is not met first. ``advice`` (what to change) ends the line."""
+    total = sum(needs.values())
+    memory = usable_memory()
+    if total > memory.bytes:
+        parts = ", ".join("%.1f GB %s" % (size / 1e9, part) for part, size in needs.items())
+        raise error(
+            "%s needs at least %.1f GB (%s), more than %s%s"
+            % (what, total / 1e9, parts, memory, "; " + advice if advice else "")
+        )
+
+
 def _cgroup_limits():
     """``(file, bytes)`` of each memory limit set on this process's cgroups (v2, v1): in the
     group's directory as `_OWN_CGROUPS` names it, in each directory above it, and at the

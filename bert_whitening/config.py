@@ -24,7 +24,7 @@ import sys
 from typing import Optional
 
 from bert_whitening.arguments import boolean, integer, optional_integer, optional_path, positive_int, shown, text
-from bert_whitening.bounded import MODEL_SIZES, usable_memory
+from bert_whitening.bounded import MODEL_SIZES, check_memory
 from bert_whitening.checkpoints import BUILTIN_MODEL, find_model, model_directory
 from bert_whitening.errors import BertWhiteningError, ExportError, WhiteningError
 from bert_whitening.names import DEFAULT_POOLING, MODEL_TYPES, POOLINGS, check_choice
@@ -489,27 +489,27 @@ class EncoderConfig:
                     % (k, hidden, self.identity["name"])
                 )
 
-    def check_batch_size(self, sentences, calls_at_once):
-        """Refuse a model call of ``sentences`` sentences (``calls_at_once`` under way) whose
+    def check_encoding_memory(self, sentences, dim, batch_size, calls_at_once):
+        """Refuse encoding ``sentences`` sentences into one array of vectors of dimension ``dim``
+        (the model's output: several poolings side by side when encoded together),
+        ``batch_size`` a model call and ``calls_at_once`` calls under way, whose vectors and
         activations at this ``maxlen`` could not fit in the memory this process may use
-        (`usable_memory`), before any is allocated: the largest tensors a call holds at once are
-        one block's (`block_bytes_per_token`)."""
-        per_call = sentences * self.maxlen * block_bytes_per_token(self.files.config, self.maxlen)
-        memory = usable_memory()
-        if per_call * calls_at_once > memory.bytes:
-            raise BertWhiteningError(
-                "a model call of %d sentences at maxlen %d needs about %.1f GB for %s's activations, %.1f GB for "
-                "the %d calls at once, more than %s; give a smaller batch size"
-                % (
-                    sentences,
-                    self.maxlen,
-                    per_call / 1e9,
-                    self.identity["name"],
-                    per_call * calls_at_once / 1e9,
-                    calls_at_once,
-                    memory,
-                )
-            )
+        (`check_memory`): the largest tensors a call holds at once are one block's
+        (`block_bytes_per_token`), and the vectors are float32."""
+        per_call = min(batch_size, sentences)
+        activations = calls_at_once * per_call * self.maxlen * block_bytes_per_token(self.files.config, self.maxlen)
+        vectors = 4 * sentences * dim
+        check_memory(
+            "encoding %d sentences, %d a model call at maxlen %d" % (sentences, per_call, self.maxlen),
+            {
+                "of %s's activations for %d calls at once" % (self.identity["name"], calls_at_once): activations,
+                "of float32 vectors of dimension %d" % dim: vectors,
+            },
+            BertWhiteningError,
+            "give a smaller batch size"
+            if activations >= vectors
+            else "encode them in parts (encode_stream, or the encode command, writes the vectors as they come)",
+        )
 
     def __getstate__(self):
         """Pickled without the found `ModelFiles` (it holds a reader; a Beam worker finds the

@@ -26,8 +26,9 @@ from tqdm.auto import tqdm
 from bert_whitening import precision
 from bert_whitening.arguments import container, positive_int, sentence_list, sentence_stream, shown
 from bert_whitening.backend import graph_function, keras, tf
+from bert_whitening.bounded import check_memory
 from bert_whitening.data import ReadOptions, chunked, display_name, read_sentences
-from bert_whitening.errors import BertWhiteningError
+from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.layers.fused_bert import FusedBert, bfloat16_products
 from bert_whitening.token_ids import log_truncated, pad_ids, token_ids
 from bert_whitening.whitening import WhiteningStats, check_vectors
@@ -132,7 +133,7 @@ def encode_ids(
             on a terminal only.
     """
     batch_size = positive_int(batch_size, "batch_size")
-    checked_encoder(encoder).config.check_batch_size(min(batch_size, len(sequences)), BATCHES_IN_FLIGHT)
+    checked_encoder(encoder).config.check_encoding_memory(len(sequences), encoder.dim, batch_size, BATCHES_IN_FLIGHT)
     if len(sequences) and precision.process_precision() == "auto":
         precision.resolve_auto(
             _distinct(sequences, precision.AUTO_CHECK_SENTENCES),
@@ -211,7 +212,10 @@ def encode_counted(encoder: "Encoder", texts: Sequence[str], batch_size: int = 1
     ``encoder.maxlen``, not logged: for a caller that counts over many calls (a Beam job's
     workers, whose driver logs the job's count once)."""
     texts = sentence_list(texts, "texts")
-    sequences, truncated = tokenize(checked_encoder(encoder), texts)
+    checked_encoder(encoder).config.check_encoding_memory(
+        len(texts), encoder.dim, positive_int(batch_size, "batch_size"), BATCHES_IN_FLIGHT
+    )  # before the tokenizer's minutes on a list too large to encode at once
+    sequences, truncated = tokenize(encoder, texts)
     return encode_ids(encoder, sequences, batch_size, progress), truncated
 
 
@@ -332,8 +336,11 @@ def statistics_and_vectors_from_files_together(
 def _statistics_of_blocks(encoders, paths, read, progress, keep_vectors):
     """``[(statistics, vectors or None)]`` of each encoder, updated block by block (`_file_blocks`)
     whether the vectors are kept or not: the statistics do not depend on it."""
-    stats, kept = [WhiteningStats() for _ in encoders], [[] for _ in encoders]
+    stats, kept, rows = [WhiteningStats() for _ in encoders], [[] for _ in encoders], 0
     for blocks in _file_blocks(encoders, paths, read, progress):
+        if keep_vectors:
+            rows += len(blocks[0])
+            check_kept_vectors(rows, sum(block.shape[1] for block in blocks))
         for accumulator, held, block in zip(stats, kept, blocks, strict=True):
             accumulator.update(block)
             if keep_vectors:
@@ -346,14 +353,29 @@ def _statistics_of_blocks(encoders, paths, read, progress, keep_vectors):
     ]
 
 
-def vectors_from_files(
+def vector_blocks_from_files(
     encoder: "Encoder", paths: Sequence[str], read: ReadOptions = ReadOptions(), progress=None
-) -> np.ndarray:
-    """The vectors of every sentence of ``paths``, as one array, as `statistics_from_files` reads
-    them: what ``SentenceEncoder.fit(method="flow")`` trains a flow on (a flow needs the vectors
-    themselves)."""
-    ((_, vectors),) = statistics_and_vectors_from_files_together([encoder], paths, read, progress)
-    return vectors
+) -> Iterator[np.ndarray]:
+    """The vectors of every sentence of ``paths``, block by block, as `statistics_from_files`
+    reads them: what ``SentenceEncoder.fit_flow`` trains a flow on (a flow needs the vectors
+    themselves, kept as `check_kept_vectors` allows)."""
+    for (block,) in _file_blocks([encoder], paths, read, progress):
+        yield block
+
+
+def check_kept_vectors(rows, width):
+    """Refuse keeping ``rows`` float32 vectors of ``width`` columns (several poolings side by
+    side) in memory, held block by block and then joined into one array (twice their bytes),
+    when that is more than this process may use (`check_memory`): a flow trains on every
+    vector at once, and a stream's length is known only as it is read, so each block is checked
+    with those before it, before it is kept, and a file too large is refused at the block that
+    does not fit, not by the allocator once all of it is encoded."""
+    check_memory(
+        "keeping the vectors of %d sentences" % rows,
+        {"of float32 vectors of %d columns, held and joined" % width: 2 * 4 * rows * width},
+        DataError,
+        "a flow trains on every vector at once: train it on fewer sentences",
+    )
 
 
 def _file_blocks(encoders, paths, read, progress):

@@ -356,7 +356,7 @@ class SentenceEncoder:
         (normalised). Returns the `bert_whitening.flow.Flow` (``flow.save(path)`` writes the file
         ``--flow`` reads). A flow trains on every vector at once: they are held in memory, unlike
         `fit`'s statistics."""
-        from bert_whitening.encoding import encode_stream, vectors_from_files
+        from bert_whitening.encoding import check_kept_vectors, encode_stream, vector_blocks_from_files
         from bert_whitening.flow import check_flow_options, fit_flow, training_steps
 
         options = check_flow_options(
@@ -364,12 +364,15 @@ class SentenceEncoder:
         )
         files, sentences, read = _fit_inputs(sentences, files, format, skip_bad_lines, batch_size)
         pooled = self._pooled_encoder()
-        blocks = []
-        if sentences is not None:
-            blocks.extend(encode_stream(pooled, sentences, read.batch_size, progress))
-        if files:
-            blocks.append(vectors_from_files(pooled, files, read, progress))
-        if not blocks or not sum(len(block) for block in blocks):
+        blocks, rows = [], 0
+        for block in itertools.chain(
+            encode_stream(pooled, sentences, read.batch_size, progress) if sentences is not None else (),
+            vector_blocks_from_files(pooled, files, read, progress),
+        ):
+            rows += len(block)
+            check_kept_vectors(rows, pooled.dim)
+            blocks.append(block)
+        if not rows:
             raise DataError("no sentences to train a flow on")
         vectors = np.concatenate(blocks)
         training_steps(len(vectors), options["epochs"], options["batch_size"], "flow_batch_size")

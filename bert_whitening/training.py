@@ -57,7 +57,7 @@ from bert_whitening.atomic import (
     staged_directory,
     write_stream_atomically,
 )
-from bert_whitening.bounded import JSON_BYTES, NpzMembers, first_few, usable_memory
+from bert_whitening.bounded import JSON_BYTES, NpzMembers, check_memory, first_few
 from bert_whitening.checkpoints import TRAINING_FILE
 from bert_whitening.config import (
     EncoderConfig,
@@ -343,7 +343,7 @@ def _checked(**options):
 
 def check_step_memory(files, maxlen, batch_size, pairs):
     """Refuse, before TensorFlow is imported, a ``batch_size`` whose training step could not fit
-    in the memory this process may use (`usable_memory`): the allocator would refuse it deep in
+    in the memory this process may use (`check_memory`): the allocator would refuse it deep in
     the first step, after the model is built, with a long traceback. A step of the model
     ``files`` is counted on ``min(batch_size, pairs)`` pairs, both sentences of each at
     ``maxlen`` tokens (the longest a batch pads to), float32: the largest tensors a block holds
@@ -355,22 +355,16 @@ def check_step_memory(files, maxlen, batch_size, pairs):
     blocks = fused_bert_sizes(files.config)["blocks"]
     activations = BACKWARD_COPIES * blocks * sentences * maxlen * block_bytes_per_token(files.config, maxlen)
     weights = WEIGHT_COPIES * 4 * parameter_count(files.config)
-    memory = usable_memory()
-    if activations + weights > memory.bytes:
-        raise TrainingError(
-            "--batch-size %d (batch_size): a training step of %d pairs%s at maxlen %d needs at least %.1f GB for "
-            "%s's activations, gradients, weights and Adam's moments, more than %s; give a smaller batch size "
-            "or maxlen"
-            % (
-                batch_size,
-                sentences // 2,
-                " (the whole train file)" if pairs < batch_size else "",
-                maxlen,
-                (activations + weights) / 1e9,
-                files.name,
-                memory,
-            )
-        )
+    check_memory(
+        "--batch-size %d (batch_size): a training step of %d pairs%s at maxlen %d"
+        % (batch_size, sentences // 2, " (the whole train file)" if pairs < batch_size else "", maxlen),
+        {
+            "of %s's activations and their gradients" % files.name: activations,
+            "of weights, gradients and Adam's moments": weights,
+        },
+        TrainingError,
+        "give a smaller batch size or maxlen",
+    )
 
 
 def parameter_count(config):

@@ -191,6 +191,20 @@ def run(*argv):
     return cli.main([str(a) for a in argv])
 
 
+def limit_memory_in(monkeypatch, module, limit):
+    """``module``'s memory checks (`bert_whitening.bounded.check_memory`, as it imported it) held
+    to the `MemoryLimit` ``limit``, the others to the process's: a small corpus's needs are
+    far below a model's, which the same limit would refuse first."""
+    from bert_whitening import bounded
+
+    def check_memory(*arguments, **options):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(bounded, "usable_memory", lambda: limit)
+            return bounded.check_memory(*arguments, **options)
+
+    monkeypatch.setattr(module, "check_memory", check_memory)
+
+
 def assert_equals_numpy_bert(encoder, vectors, params, pooling):
     """``encoder``'s ``vectors`` of SENTENCES, in order, each against the numpy BERT of
     tests/reference.py for its unpadded token ids."""

@@ -344,19 +344,27 @@ def test_the_memory_this_process_may_use_is_at_most_the_machines():
 
 def test_a_model_call_is_held_to_the_memory_the_process_may_use(tiny_model, monkeypatch):
     """``encode --maxlen 256 --batch-size 1024`` under ``ulimit -v`` passed a check against the
-    machine's memory and died in a ResourceExhaustedError traceback."""
-    from bert_whitening import config
+    machine's memory and died in a ResourceExhaustedError traceback. The refusal counts the
+    calls under way and the vectors, and says which of them to make smaller."""
+    from bert_whitening import bounded
     from bert_whitening.bounded import MemoryLimit
 
     encoder_config = EncoderConfig(tiny_model[0], maxlen=32)
     sizes = TINY_CONFIG["intermediate_size"] + 3 * TINY_CONFIG["hidden_size"]
     call = 4 * 100 * 32 * (sizes + TINY_CONFIG["num_attention_heads"] * 32)  # 100 sentences at maxlen 32
-    limit = MemoryLimit(2 * call, "the {} this process may address (ulimit -v)")
-    monkeypatch.setattr(config, "usable_memory", lambda: limit)
-    encoder_config.check_batch_size(100, 2)
+    vectors = 4 * 1000 * 24  # 1000 vectors of dimension 24
+    limit = MemoryLimit(2 * call + vectors, "the {} this process may address (ulimit -v)")
+    monkeypatch.setattr(bounded, "usable_memory", lambda: limit)
+    encoder_config.check_encoding_memory(1000, 24, 100, 2)
     with pytest.raises(BertWhiteningError) as raised:
-        encoder_config.check_batch_size(100, 3)
+        encoder_config.check_encoding_memory(1000, 24, 100, 3)
     assert str(raised.value) == (
-        "a model call of 100 sentences at maxlen 32 needs about %.1f GB for tiny_bert's activations, %.1f GB for "
-        "the 3 calls at once, more than %s; give a smaller batch size" % (call / GB, 3 * call / GB, limit)
+        "encoding 1000 sentences, 100 a model call at maxlen 32 needs at least %.1f GB (%.1f GB of tiny_bert's "
+        "activations for 3 calls at once, %.1f GB of float32 vectors of dimension 24), more than %s; give a smaller "
+        "batch size" % ((3 * call + vectors) / GB, 3 * call / GB, vectors / GB, limit)
     )
+    many = 10**6  # whose vectors take more than the calls
+    monkeypatch.setattr(bounded, "usable_memory", lambda: MemoryLimit(2 * call + 4 * 24 * many, limit.source))
+    encoder_config.check_encoding_memory(many, 24, 100, 2)
+    with pytest.raises(BertWhiteningError, match=r"float32 vectors of dimension 24\), .*; encode them in parts"):
+        encoder_config.check_encoding_memory(many + 1, 24, 100, 2)

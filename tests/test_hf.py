@@ -390,18 +390,19 @@ def test_convert_hf_counts_the_model_beside_every_tensor_it_writes(tiny_hf, tmp_
     the model for encoding (a weight at a time) but is one byte short of both is refused before
     anything is read or written; at both, the conversion goes on (and reads the tensors, which
     this test forbids)."""
-    from bert_whitening import checkpoints
+    from bert_whitening import bounded
     from bert_whitening.bounded import MemoryLimit
     from bert_whitening.checkpoints.convert import convert_hf
 
     directory, tensors = tiny_hf
     model_bytes = 4 * sum(value.size for name, value in google_named(tensors).items() if "pooler" not in name)
     needed = model_bytes + os.path.getsize(os.path.join(directory, "model.safetensors"))
-    monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed - 1, "the {} of a test"))
-    with pytest.raises(CheckpointError, match=r"loading model.safetensors needs about .*, more than the .* of a test$"):
+    monkeypatch.setattr(bounded, "usable_memory", lambda: MemoryLimit(needed - 1, "the {} of a test"))
+    refused = r"loading model.safetensors needs at least .*, more than the .* of a test$"
+    with pytest.raises(CheckpointError, match=refused):
         convert_hf(directory, str(tmp_path / "google"))
     assert not os.path.exists(tmp_path / "google")
-    monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed, "the {} of a test"))
+    monkeypatch.setattr(bounded, "usable_memory", lambda: MemoryLimit(needed, "the {} of a test"))
     with pytest.raises(AssertionError, match="were read"):
         convert_hf(directory, str(tmp_path / "google"))
 
@@ -479,15 +480,16 @@ def test_weights_that_could_not_be_loaded_in_memory_are_refused_before_they_are_
     largest weight twice (as read and joined), not the whole model.safetensors. At one byte less
     than that, the model is refused from the header, naming the limit; at that, the load goes on
     (and reads the tensors, which this test forbids)."""
-    from bert_whitening import checkpoints
+    from bert_whitening import bounded
     from bert_whitening.bounded import MemoryLimit
 
     directory, tensors = tiny_hf
     sizes = [4 * value.size for name, value in google_named(tensors).items() if "pooler" not in name]
     needed = sum(sizes) + 2 * max(*sizes, 3 * 4 * TINY_CONFIG["hidden_size"] ** 2)
-    monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed - 1, "the {} of a test"))
-    with pytest.raises(CheckpointError, match=r"loading model.safetensors needs about .*, more than the .* of a test$"):
+    monkeypatch.setattr(bounded, "usable_memory", lambda: MemoryLimit(needed - 1, "the {} of a test"))
+    refused = r"loading model.safetensors needs at least .*, more than the .* of a test$"
+    with pytest.raises(CheckpointError, match=refused):
         build_encoder(directory, pooling="cls")
-    monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed, "the {} of a test"))
+    monkeypatch.setattr(bounded, "usable_memory", lambda: MemoryLimit(needed, "the {} of a test"))
     with pytest.raises(AssertionError, match="were read"):
         build_encoder(directory, pooling="cls")

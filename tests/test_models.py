@@ -24,7 +24,7 @@ from bert_whitening.encoding import (
     statistics_and_vectors_from_files_together,
     statistics_from_files_together,
     token_ids,
-    vectors_from_files,
+    vector_blocks_from_files,
 )
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.models import build_encoder, build_encoders, finish, with_whitening
@@ -32,7 +32,7 @@ from bert_whitening.names import POOLINGS
 from bert_whitening.precision import precision_scope, set_precision
 from bert_whitening.whitening import WhiteningStats, fit_whitening
 
-from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, assert_equals_numpy_bert, random_weights
+from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, assert_equals_numpy_bert, limit_memory_in, random_weights
 from reference import original_encode, original_transform_and_normalize
 
 
@@ -85,28 +85,49 @@ def test_batches_run_concurrently_with_the_vectors_of_one_at_a_time(encoders, mo
 
 
 def test_a_batch_larger_than_memory_is_refused_before_the_model_runs(encoders, monkeypatch):
-    """The activations of a call grow with sentences x maxlen (and maxlen^2 for the scores): a
-    batch size that cannot fit is refused in one line, not left to the allocator; a batch
-    larger than the input counts as the input (what is allocated)."""
+    """The activations of a call grow with sentences x maxlen (and maxlen^2 for the scores), and
+    the vectors with the sentences: a batch size or a list that cannot fit is refused in one
+    line, not left to the allocator; a batch larger than the input counts as the input (what is
+    allocated)."""
     from bert_whitening import bounded
 
     encoder = encoders["first-last-avg"]
-    encoder.config.check_batch_size(10**4, 2)  # about 2 GB for a tiny model: fits
-    with pytest.raises(BertWhiteningError, match="a model call of 1000000000 sentences at maxlen"):
-        encoder.config.check_batch_size(10**9, 2)
+    encoder.config.check_encoding_memory(10**4, encoder.dim, 10**4, 2)  # about 2 GB for a tiny model: fits
+    with pytest.raises(BertWhiteningError, match="^encoding 1000000000 sentences, 1000000000 a model call at maxlen"):
+        encoder.config.check_encoding_memory(10**9, encoder.dim, 10**9, 2)
     calls = []
     monkeypatch.setattr(encoding, "_run_batches", lambda *arguments, **options: calls.append(1))
     ids = [encoder.tokenizer.encode(s)[0] for s in SENTENCES]
     sizes = TINY_CONFIG["intermediate_size"] + 3 * TINY_CONFIG["hidden_size"]
     call = 4 * len(ids) * encoder.maxlen * (sizes + TINY_CONFIG["num_attention_heads"] * encoder.maxlen)
-    memory = {"SC_PAGE_SIZE": 1, "SC_PHYS_PAGES": encoding.BATCHES_IN_FLIGHT * call}  # calls of len(ids) just fit
+    vectors = 4 * 3 * len(ids) * TINY_CONFIG["hidden_size"]
+    memory = {"SC_PAGE_SIZE": 1, "SC_PHYS_PAGES": encoding.BATCHES_IN_FLIGHT * call + vectors}  # just fits
     real_sysconf = os.sysconf
     monkeypatch.setattr(bounded.os, "sysconf", lambda name: memory.get(name) or real_sysconf(name))
     with pytest.raises(BertWhiteningError, match="more than this machine's"):
         encoding.encode_ids(encoder, ids * 3, batch_size=len(ids) + 1)
+    with pytest.raises(BertWhiteningError, match="more than this machine's"):
+        encoding.encode_ids(encoder, ids * 3 + ids[:1], batch_size=len(ids))  # a vector more
     encoding.encode_ids(encoder, ids * 3, batch_size=len(ids))
     encoding.encode_ids(encoder, ids, batch_size=10**9)  # as many sentences as given: fits
     assert calls
+
+
+def test_a_list_whose_vectors_cannot_fit_is_refused_before_it_is_tokenized(tiny_model, encoders, monkeypatch):
+    """``encode`` of a list holds a float32 vector per sentence: a list whose vectors cannot fit
+    is refused before the tokenizer spends its minutes on it, and so is a joint encoding of
+    several poolings, counted at their dimensions side by side."""
+    from bert_whitening import bounded
+    from bert_whitening.bounded import MemoryLimit
+
+    texts = ["x"] * 10**5
+    monkeypatch.setattr(encoding, "tokenize", lambda *arguments: pytest.fail("tokenized"))
+    monkeypatch.setattr(bounded, "usable_memory", lambda: MemoryLimit(4 * len(texts) * 24, "the {} of a test"))
+    with pytest.raises(BertWhiteningError, match=r"^encoding 100001 sentences, .*dimension 24\), more than"):
+        encoding.encode(encoders["cls"], texts + ["one more"], batch_size=1)
+    pair = list(build_encoders(tiny_model[0], poolings=("cls", "last-avg")).values())
+    with pytest.raises(BertWhiteningError, match=r"^encoding 50001 sentences, .*dimension 48\), more than"):
+        encoding.encode_together(pair, texts[: len(texts) // 2 + 1], batch_size=1)
 
 
 def test_in_flight_keeps_the_order_and_stops_at_an_error():
@@ -269,7 +290,9 @@ def test_a_vector_that_is_not_a_number_is_named_by_its_file_and_line(encoders, t
     path = tmp_path / "sentences.txt"
     path.write_text("".join(sentence + "\n" for sentence in SENTENCES[:8]), encoding="utf-8")
     monkeypatch.setattr(encoding, "CHUNK_SENTENCES", 3)
-    np.testing.assert_allclose(vectors_from_files(encoder, [str(path)]), encode(encoder, SENTENCES[:8]), atol=1e-5)
+    blocks = list(vector_blocks_from_files(encoder, [str(path)]))
+    assert [len(block) for block in blocks] == [3, 3, 2]
+    np.testing.assert_allclose(np.concatenate(blocks), encode(encoder, SENTENCES[:8]), atol=1e-5)
     run_batches = encoding._run_batches
 
     def poisoned(encoder, sequences, *rest):
@@ -289,6 +312,25 @@ def test_a_vector_that_is_not_a_number_is_named_by_its_file_and_line(encoders, t
         statistics_from_files_together([encoder], ["-"])
 
 
+def test_vectors_kept_from_files_for_several_poolings_are_counted_side_by_side(together, tmp_path, monkeypatch):
+    """``eval --fit-on FILE`` with a flow keeps the files' vectors of every pooling: 8 sentences
+    of two poolings of 24 columns, held and joined, take 2 x 4 x 8 x 48 bytes; a byte less is
+    refused at the block that does not fit."""
+    from bert_whitening.bounded import MemoryLimit
+
+    path = tmp_path / "sentences.txt"
+    path.write_text("".join(sentence + "\n" for sentence in SENTENCES[:8]), encoding="utf-8")
+    monkeypatch.setattr(encoding, "CHUNK_SENTENCES", 3)
+    chosen = [together["cls"], together["first-last-avg"]]
+    limit_memory_in(monkeypatch, encoding, MemoryLimit(2 * 4 * 8 * 48 - 1, "the {} of a test"))
+    with pytest.raises(BertWhiteningError, match=r"^keeping the vectors of 8 sentences .* of 48 columns, held"):
+        statistics_and_vectors_from_files_together(chosen, [str(path)])
+    limit_memory_in(monkeypatch, encoding, MemoryLimit(2 * 4 * 8 * 48, "the {} of a test"))
+    kept = statistics_and_vectors_from_files_together(chosen, [str(path)])
+    assert [vectors.shape for _, vectors in kept] == [(8, 24), (8, 24)]
+    statistics_from_files_together(chosen, [str(path)] * 4)  # statistics alone keep no vector: not counted
+
+
 def test_files_are_encoded_once_for_every_encoder_built_together(encoders, together, tmp_path, monkeypatch):
     path = tmp_path / "sentences.txt"
     path.write_text("".join(sentence + "\n" for sentence in SENTENCES), encoding="utf-8")
@@ -301,7 +343,7 @@ def test_files_are_encoded_once_for_every_encoder_built_together(encoders, toget
     assert len(passes) == 2  # one pass over the file for each call, both poolings in it
     for encoder, (both_stats, got), accumulated in zip(chosen, both, stats, strict=True):
         assert both_stats.count == accumulated.count and np.array_equal(both_stats.scatter, accumulated.scatter)
-        alone = vectors_from_files(encoders[encoder.pooling], [str(path)])
+        alone = np.concatenate(list(vector_blocks_from_files(encoders[encoder.pooling], [str(path)])))
         np.testing.assert_allclose(got, alone, atol=1e-5, err_msg=encoder.pooling)
         expected = WhiteningStats().update(alone)
         assert accumulated.count == expected.count == len(alone)
@@ -702,7 +744,7 @@ def test_a_checkpoint_that_could_not_be_loaded_in_memory_is_refused_before_the_b
     embeddings, or the query, key and value kernels joined); bert4keras' graph (relu) reads
     every variable before it assigns any. At one byte less, the model is refused naming the
     limit; at the sum, it loads."""
-    from bert_whitening import checkpoints
+    from bert_whitening import bounded
     from bert_whitening.bounded import MemoryLimit
 
     config = dict(TINY_CONFIG, hidden_act=hidden_act)
@@ -712,8 +754,9 @@ def test_a_checkpoint_that_could_not_be_loaded_in_memory_is_refused_before_the_b
     sizes = [4 * np.size(value) for name, value in weights.items() if not name.startswith("bert/pooler/")]
     joined = 3 * 4 * config["hidden_size"] ** 2
     needed = sum(sizes) + (2 * max(max(sizes), joined) if hidden_act == "gelu" else sum(sizes))
-    monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed - 1, "the {} of a test"))
-    with pytest.raises(CheckpointError, match=r"loading bert_model.ckpt needs about .*, more than the .* of a test$"):
+    monkeypatch.setattr(bounded, "usable_memory", lambda: MemoryLimit(needed - 1, "the {} of a test"))
+    refused = r"loading bert_model.ckpt needs at least .*, more than the .* of a test$"
+    with pytest.raises(CheckpointError, match=refused):
         build_encoder(directory, pooling="cls")
-    monkeypatch.setattr(checkpoints, "usable_memory", lambda: MemoryLimit(needed, "the {} of a test"))
+    monkeypatch.setattr(bounded, "usable_memory", lambda: MemoryLimit(needed, "the {} of a test"))
     assert build_encoder(directory, pooling="cls").model is not None

@@ -18,6 +18,8 @@ from bert_whitening.retrieval import search as search_module
 from bert_whitening.retrieval.index_directory import IndexDirectory
 from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
 
+from helpers import limit_memory_in
+
 WORDS = ["今天", "天气", "很好", "我们", "在北京", "喝茶", "the cat", "is on", "the mat", "hello"]
 MANY = ["".join(parts) for parts in itertools.permutations(WORDS, 3)][::7][:80]  # 80 sentences
 
@@ -241,6 +243,43 @@ def test_eval_retrieval_refuses_a_missing_split_and_odd_labels(task_dir, tiny_mo
         "%s: pair 21's label is 4.5, where 20 of the 21 labels are 0 or 1: a 0/1 task with a stray label? "
         "(0/1 labels: positive at 1; 0-5 scores: at 4 and above)" % test_file
     )
+
+
+@pytest.mark.parametrize("ks, kept", [("0,8", 24), ("8,4", 8)])
+def test_eval_retrieval_refuses_a_corpus_that_cannot_be_scored_in_memory_before_encoding(
+    task_dir, tiny_model, caplog, monkeypatch, ks, kept
+):
+    """With many distractors, the vectors and indexes of the corpus outgrew the memory after
+    every sentence was encoded. Counted before: the distractors' float32 vectors of both
+    poolings (24 columns each), each pooling's corpus in float64, and at the largest k asked (0
+    keeps all 24) a setting's float64 corpus, its float32 copy and two indexes of 4 bytes a
+    dimension. A byte less than that is refused, naming the limit; at that, the task is scored."""
+    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.retrieval import evaluate
+
+    tmp_path, rows, distractors = task_dir
+    corpus = len(dict.fromkeys([b for _, b, _ in rows] + MANY[70:80] + MANY[20:22]))
+    needs = {
+        "of the distractors' float32 vectors, 48 columns": 4 * 10 * 48,
+        "of the corpus in float64": 8 * corpus * 24,
+        "of a setting's k=%d corpus: float64, float32, flat and HNSW indexes" % kept: 20 * corpus * kept,
+    }
+    argv = ["eval-retrieval", "--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path, "--n-components", ks]
+    argv += ["--pooling", "first-last-avg,cls", "--distractors", distractors, "--hnsw-m", 8]
+    limit = MemoryLimit(sum(needs.values()) - 1, "the {} of a test")
+    limit_memory_in(monkeypatch, evaluate, limit)
+    real_encode = encoding.encode
+    monkeypatch.setattr(encoding, "encode", lambda *arguments, **options: pytest.fail("encoded"))
+    assert run(*argv) == 1
+    assert one_error(caplog) == (
+        "TINY: scoring a corpus of %d sentences (10 distractors) needs at least %.1f GB (%s), more than %s; "
+        "give fewer distractors"
+        % (corpus, sum(needs.values()) / 1e9, ", ".join("%.1f GB %s" % (v / 1e9, k) for k, v in needs.items()), limit)
+    )
+    if kept == 8:  # scored at the bound (once: a run of two poolings takes a while)
+        monkeypatch.setattr(encoding, "encode", real_encode)
+        limit_memory_in(monkeypatch, evaluate, MemoryLimit(limit.bytes + 1, limit.source))
+        assert run(*argv, "--json", tmp_path / "r.json") == 0
 
 
 @pytest.fixture(scope="module")
@@ -743,6 +782,73 @@ def test_export_corpus_records_the_index_it_serves(indexed):
     served, record = search_module.corpus_for_export(str(index), config)
     np.testing.assert_allclose(served, np.load(vectors), atol=1e-6)
     assert record == {"index": str(index), "count": 60, "dim": 12, "keys": "keys.tsv", "texts": "texts.jsonl"}
+
+
+@pytest.mark.parametrize("hnsw", [0, 8])
+def test_an_index_that_outgrows_memory_is_refused_at_the_block_that_does_not_fit(
+    indexed, tmp_path, caplog, monkeypatch, hnsw
+):
+    """An index is held in memory until it is written, and a stream's size is not known before
+    it is read: 60 vectors added in blocks of 7 (float32 of dimension 12, and for HNSW 2 M
+    neighbour ids of 4 bytes a row) are refused at the block whose total does not fit, in one
+    line, and nothing is left at the output; with room for all 60, the index is written."""
+    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.retrieval import index_directory
+
+    model, corpus, whitening, vectors, _ = indexed
+    per_row = 4 * 12 + 4 * 2 * hnsw
+    monkeypatch.setattr(search_module, "NPY_BLOCK_ROWS", 7)
+    limit_memory_in(monkeypatch, index_directory, MemoryLimit(per_row * 60 - 1, "the {} of a test"))
+    argv = ["index", "--model", model, "--whitening", whitening, "--n-components", 12, "--from-vectors", vectors]
+    argv += ["--hnsw", hnsw, corpus]
+    assert run(*argv, "--output", tmp_path / "index") == 1
+    needs = "%.1f GB of float32 vectors of dimension 12" % (4 * 12 * 60 / 1e9)
+    needs += ", %.1f GB of HNSW links (M 8)" % (4 * 16 * 60 / 1e9) if hnsw else ""
+    assert one_error(caplog).endswith(
+        "%s: an index of 60 vectors needs at least %.1f GB (%s), more than the %.1f GB of a test; index fewer "
+        "sentences at a time, or keep fewer dimensions (--n-components)"
+        % (vectors, per_row * 60 / 1e9, needs, (per_row * 60 - 1) / 1e9)
+    )
+    assert os.listdir(tmp_path) == []  # nor a staging directory
+    limit_memory_in(monkeypatch, index_directory, MemoryLimit(per_row * 60, "the {} of a test"))
+    assert run(*argv, "--output", tmp_path / "index") == 0
+    assert IndexDirectory(str(tmp_path / "index")).count == 60
+
+
+def test_an_index_that_cannot_be_read_into_memory_is_refused_before_faiss_reads_it(indexed, caplog, monkeypatch):
+    """``search`` (and ``export --corpus``) read the whole FAISS index: one larger than the
+    memory this process may use is refused, naming the directory; at its size, it is searched."""
+    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.retrieval import index_directory
+
+    model, corpus, whitening, vectors, index = indexed
+    size = os.path.getsize(index / "index.faiss")
+    limit_memory_in(monkeypatch, index_directory, MemoryLimit(size - 1, "the {} of a test"))
+    assert run("search", "--index", index, "今天天气很好") == 1
+    assert one_error(caplog) == (
+        "%s: reading index.faiss needs at least %.1f GB (%.1f GB of its FAISS index), more than the %.1f GB of a test"
+        % (index, size / 1e9, size / 1e9, (size - 1) / 1e9)
+    )
+    limit_memory_in(monkeypatch, index_directory, MemoryLimit(size, "the {} of a test"))
+    assert run("search", "--index", index, "今天天气很好") == 0
+
+
+def test_export_corpus_refuses_a_corpus_whose_copies_cannot_fit(indexed, monkeypatch):
+    """``export --corpus`` holds the index's vectors read back and the SavedModel's variable of
+    them (float32, 60 x 12 each) at once: a byte less is refused before the index is read."""
+    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.errors import DataError
+
+    model, corpus, whitening, vectors, index = indexed
+    config = search_module.query_config(IndexDirectory(str(index)))
+    limit_memory_in(monkeypatch, search_module, MemoryLimit(2 * 4 * 60 * 12 - 1, "the {} of a test"))
+    monkeypatch.setattr(IndexDirectory, "vectors", lambda self: pytest.fail("read"))
+    with pytest.raises(DataError, match=r"^%s: serving its corpus of 60 vectors needs at least " % index):
+        search_module.corpus_for_export(str(index), config)
+    monkeypatch.undo()
+    limit_memory_in(monkeypatch, search_module, MemoryLimit(2 * 4 * 60 * 12, "the {} of a test"))
+    served, _ = search_module.corpus_for_export(str(index), config)
+    np.testing.assert_allclose(served, np.load(vectors), atol=1e-6)
 
 
 def test_the_python_searches_refuse_an_empty_query_too(indexed):

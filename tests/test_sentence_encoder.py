@@ -15,7 +15,7 @@ from bert_whitening.encoding import encode
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.whitening import WhiteningStats, fit_whitening, transform_and_normalize
 
-from helpers import SENTENCES
+from helpers import SENTENCES, limit_memory_in
 
 
 @pytest.fixture(scope="module")
@@ -337,6 +337,32 @@ def test_fit_flow_takes_the_flow_batch_size_apart_from_the_encoding_one(tiny_mod
     )
     assert flow.training_summary["batch_size"] == 8
     assert flow.training_summary["steps"] == len(sentences) // 8
+
+
+def test_fit_flow_refuses_vectors_that_cannot_be_kept_at_the_block_that_does_not_fit(tiny_model, tmp_path, monkeypatch):
+    """A flow trains on every vector at once: the sentences given and the files' (in chunks of 3)
+    are kept block by block, each block checked with those before it as held and joined
+    (twice 4 bytes a column of dimension 24). A byte short of the 13 given, the last block is
+    refused and no flow trains; with room for them, the flow trains on all 13, in order."""
+    from bert_whitening import encoding, flow
+    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.errors import DataError
+
+    path = tmp_path / "sentences.txt"
+    path.write_text("".join(sentence + "\n" for sentence in SENTENCES[:8]), encoding="utf-8")
+    monkeypatch.setattr(encoding, "CHUNK_SENTENCES", 3)
+    trained = []
+    monkeypatch.setattr(flow, "fit_flow", lambda vectors, **options: trained.append(vectors) or pytest.fail("trained"))
+    encoder = SentenceEncoder.load(tiny_model[0])
+    limit_memory_in(monkeypatch, encoding, MemoryLimit(2 * 4 * 13 * 24 - 1, "the {} of a test"))
+    with pytest.raises(DataError, match=r"^keeping the vectors of 13 sentences needs at least .*24 columns, held and"):
+        encoder.fit_flow(SENTENCES[:5], files=[str(path)], progress=False, flow_batch_size=4)
+    assert not trained
+    limit_memory_in(monkeypatch, encoding, MemoryLimit(2 * 4 * 13 * 24, "the {} of a test"))
+    with pytest.raises(pytest.fail.Exception, match="trained"):
+        encoder.fit_flow(SENTENCES[:5], files=[str(path)], progress=False, flow_batch_size=4)
+    expected = encoding.encode(encoder._pooled_encoder(), SENTENCES[:5] + SENTENCES[:8])
+    np.testing.assert_allclose(trained[0], expected, atol=1e-5)
 
 
 def test_encode_file_refuses_its_batch_size_before_the_model_is_built(tiny_model, tmp_path, monkeypatch):

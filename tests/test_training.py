@@ -806,39 +806,42 @@ def test_the_command_refuses_in_one_line_before_tensorflow(tiny_model, pair_file
 
 
 def step_bytes(weights, pairs, maxlen):
-    """What a training step of the model of ``weights`` (TINY_CONFIG's sizes) needs at least, as
-    `training.check_step_memory` counts it, float32: the largest tensors of a block per token
-    (the feed-forward's inner layer, three hidden-wide tensors, a row of attention scores per
-    head) for every block, twice (kept for the backward pass, and their gradients), for both
-    sentences of each pair at maxlen; every weight but the pooler's four times (with its gradient
-    and Adam's two moments)."""
+    """``(activations, weights)``: what a training step of the model of ``weights``
+    (TINY_CONFIG's sizes) needs at least, as `training.check_step_memory` counts it, float32:
+    the largest tensors of a block per token (the feed-forward's inner layer, three hidden-wide
+    tensors, a row of attention scores per head) for every block, twice (kept for the backward
+    pass, and their gradients), for both sentences of each pair at maxlen; every weight but the
+    pooler's four times (with its gradient and Adam's two moments)."""
     config = TINY_CONFIG
     per_token = 4 * (config["intermediate_size"] + 3 * config["hidden_size"] + config["num_attention_heads"] * maxlen)
     trained = sum(value.size for name, value in weights.items() if not name.startswith("bert/pooler/"))
-    return 2 * config["num_hidden_layers"] * 2 * pairs * maxlen * per_token + 4 * 4 * trained
+    return 2 * config["num_hidden_layers"] * 2 * pairs * maxlen * per_token, 4 * 4 * trained
 
 
 def test_a_training_step_is_held_to_the_memory_the_process_may_use(tiny_model, monkeypatch):
     """Counted on the pairs a step takes (no more than the file has), at maxlen."""
+    from bert_whitening import bounded
     from bert_whitening.bounded import MemoryLimit
     from bert_whitening.checkpoints import find_model
 
     files, weights = find_model(tiny_model[0]), tiny_model[1]
-    limit = MemoryLimit(step_bytes(weights, 8, 32), "the {} of a test's limit")
-    monkeypatch.setattr(training, "usable_memory", lambda: limit)
+    limit = MemoryLimit(sum(step_bytes(weights, 8, 32)), "the {} of a test's limit")
+    monkeypatch.setattr(bounded, "usable_memory", lambda: limit)
     training.check_step_memory(files, 32, 8, 24)
     training.check_step_memory(files, 32, 1000, 8)
     training.check_step_memory(files, 28, 9, 24)  # more pairs of fewer tokens
-    monkeypatch.setattr(training, "usable_memory", lambda: MemoryLimit(limit.bytes - 1, limit.source))
+    monkeypatch.setattr(bounded, "usable_memory", lambda: MemoryLimit(limit.bytes - 1, limit.source))
     with pytest.raises(TrainingError, match="a training step of 8 pairs at maxlen 32"):
         training.check_step_memory(files, 32, 8, 24)  # every weight counted: a byte less is too little
-    monkeypatch.setattr(training, "usable_memory", lambda: limit)
+    monkeypatch.setattr(bounded, "usable_memory", lambda: limit)
     with pytest.raises(TrainingError) as raised:
         training.check_step_memory(files, 32, 9, 24)
+    activations, weight_bytes = step_bytes(weights, 9, 32)
     assert str(raised.value) == (
-        "--batch-size 9 (batch_size): a training step of 9 pairs at maxlen 32 needs at least %.1f GB for tiny_bert's "
-        "activations, gradients, weights and Adam's moments, more than %s; give a smaller batch size or maxlen"
-        % (step_bytes(weights, 9, 32) / 1e9, limit)
+        "--batch-size 9 (batch_size): a training step of 9 pairs at maxlen 32 needs at least %.1f GB (%.1f GB of "
+        "tiny_bert's activations and their gradients, %.1f GB of weights, gradients and Adam's moments), more than "
+        "%s; give a smaller batch size or maxlen"
+        % ((activations + weight_bytes) / 1e9, activations / 1e9, weight_bytes / 1e9, limit)
     )
 
 
@@ -847,9 +850,10 @@ def test_a_batch_whose_training_step_cannot_fit_is_refused_before_training(
 ):
     """``train --maxlen 256 --batch-size 100000`` built the model, ran 27 s and died in a
     ResourceExhaustedError traceback: the step's memory is now checked with the options."""
+    from bert_whitening import bounded
     from bert_whitening.bounded import MemoryLimit
 
-    monkeypatch.setattr(training, "usable_memory", lambda: MemoryLimit(10**6, "the {} this process may address"))
+    monkeypatch.setattr(bounded, "usable_memory", lambda: MemoryLimit(10**6, "the {} this process may address"))
     monkeypatch.setattr(training, "_train_and_write", lambda *arguments: pytest.fail("training started"))
     output = tmp_path / "out"
     with pytest.raises(

@@ -29,11 +29,11 @@ from typing import Callable
 from bert_whitening.bounded import (
     JSON_BYTES,
     VOCAB_BYTES,
+    check_memory,
     check_model_sizes,
     first_few,
     open_regular,
     read_limited,
-    usable_memory,
 )
 from bert_whitening.errors import CheckpointError
 from bert_whitening.files import file_sha256
@@ -224,7 +224,7 @@ class ModelFiles:
 
     def check_load_memory(self, one_at_a_time):
         """Refuse weights that could not be loaded in the memory this process may use
-        (`bert_whitening.bounded.usable_memory`), from the variables' shapes alone, before any is
+        (`bert_whitening.bounded.check_memory`), from the variables' shapes alone, before any is
         read (a file larger than the memory was read until the allocator failed). Loading holds
         the model's float32 variables and the values read: ``one_at_a_time`` (a `FusedBert`'s
         load), the largest weight as read and as joined for its variable; else (bert4keras'
@@ -238,19 +238,11 @@ class ModelFiles:
             read_size = 2 * max(*sizes, 3 * 4 * self.config["hidden_size"] ** 2)
         else:
             read_size = os.path.getsize(self.weights_path) if self.format == "huggingface" else model_bytes
-        memory = usable_memory()
-        if model_bytes + read_size > memory.bytes:
-            raise CheckpointError(
-                "%s: loading %s needs about %.1f GB (%.1f GB of float32 variables, %.1f GB read at once), more than %s"
-                % (
-                    self.directory,
-                    os.path.basename(self.weights_path),
-                    (model_bytes + read_size) / 1e9,
-                    model_bytes / 1e9,
-                    read_size / 1e9,
-                    memory,
-                )
-            )
+        check_memory(
+            "%s: loading %s" % (self.directory, os.path.basename(self.weights_path)),
+            {"of float32 variables": model_bytes, "read at once": read_size},
+            CheckpointError,
+        )
 
     @functools.cached_property
     def trained_as(self):

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from bert_whitening.bounded import check_memory
 from bert_whitening.config import EncoderConfig, versions
 from bert_whitening.data import DataError, ReadOptions, data_dir
 from bert_whitening.evaluation import (
@@ -75,6 +76,7 @@ def evaluate_task(
             split,
             len(queried),
         )
+    _check_memory(task, bench, [setting.n_components for setting in requested])
     encoded = encode_splits_together(task.encoders, _splits_to_encode(splits, split, fit_on), task.read.batch_size)
     extra = {pooling: np.zeros((0, encoder.dim)) for pooling, encoder in task.encoders.items()}
     if bench.distractors:
@@ -104,6 +106,32 @@ def evaluate_task(
         }
         found[pooling] = (results, counts)
     return found
+
+
+def _check_memory(task, bench, ks):
+    """Refuse a benchmark whose corpus could not be scored in the memory this process may use
+    (`check_memory`), before anything is encoded: the distractors' float32 vectors of every
+    pooling (encoded together) are held while each pooling's corpus is scored, in float64, and
+    each setting's (``ks``: the ``n_components`` asked; 0 or negative keep every dimension)
+    transformed float64 corpus beside its float32 copy and its flat and HNSW indexes (four bytes
+    a dimension each), at the largest such ``k``. A lower bound (HNSW's links, the queries and
+    the search's scores are left out), so that only what cannot fit is refused, by far the
+    likelier with a large ``--distractors`` file than an out-of-memory kill after hours of
+    encoding."""
+    dims = [encoder.dim for encoder in task.encoders.values()]
+    largest = max(dims)
+    k = max(largest if n <= 0 else min(n, largest) for n in ks)
+    corpus = len(bench.corpus)
+    check_memory(
+        "scoring a corpus of %d sentences (%d distractors)" % (corpus, len(bench.distractors)),
+        {
+            "of the distractors' float32 vectors, %d columns" % sum(dims): 4 * len(bench.distractors) * sum(dims),
+            "of the corpus in float64": 8 * corpus * largest,
+            "of a setting's k=%d corpus: float64, float32, flat and HNSW indexes" % k: (8 + 3 * 4) * corpus * k,
+        },
+        DataError,
+        "give fewer distractors" if bench.distractors else "",
+    )
 
 
 def _check_split(task, split):

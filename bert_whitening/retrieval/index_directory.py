@@ -40,7 +40,7 @@ import numpy as np
 
 from bert_whitening.arguments import vector_array
 from bert_whitening.atomic import check_output_directory, publish_directory, staged_directory
-from bert_whitening.bounded import FLOW_FILE_BYTES, JSON_BYTES, LINE_BYTES, whitening_file_bytes
+from bert_whitening.bounded import FLOW_FILE_BYTES, JSON_BYTES, LINE_BYTES, check_memory, whitening_file_bytes
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.files import CheckedFile, file_sha256, open_directory, read_limited_at
@@ -112,6 +112,7 @@ class IndexWriter:
         if len(keys) != len(vectors):
             raise BertWhiteningError("%d keys for %d vectors" % (len(keys), len(vectors)))
         check_vectors(vectors, self.source, normalized=True, keys=keys, stages=stages)
+        self._check_memory(self.index.ntotal + len(vectors))
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         for (path, line), text in zip(keys, texts or [None] * len(keys), strict=True):
             key_row = "%s\t%d" % (shown_name(path).replace("\t", "\\t").replace("\n", "\\n"), line)
@@ -125,6 +126,22 @@ class IndexWriter:
             self.keys.write(key_row + "\n")
             self.texts.write(text_row + "\n")
         self.index.add(vectors)
+
+    def _check_memory(self, rows):
+        """Refuse, before it is added, a block that would take the index (held in memory until
+        it is written) past the memory this process may use (`check_memory`): its float32
+        vectors, and an HNSW graph's 2 M neighbour ids of 4 bytes a row on its lowest level. A
+        stream's size is not known before it is read, so the refusal comes at the block that does
+        not fit, in one line (the staging removed), not from the kernel's OOM killer."""
+        needs = {"of float32 vectors of dimension %d" % self.dim: 4 * rows * self.dim}
+        if self.hnsw_m:
+            needs["of HNSW links (M %d)" % self.hnsw_m] = 4 * 2 * self.hnsw_m * rows
+        check_memory(
+            "%s: an index of %d vectors" % (self.source, rows),
+            needs,
+            DataError,
+            "index fewer sentences at a time, or keep fewer dimensions (--n-components)",
+        )
 
     def _refuse_dimension(self, found):
         """Refuse vectors of dimension ``found``, not this index's, naming their input, what the
@@ -324,6 +341,8 @@ class IndexDirectory:
         refuses the rest if it changed since, and an HNSW graph must have index.json's M
         (`check_graph_m`)."""
         if self._index is None:
+            size = self._files[INDEX_FILE].size
+            check_memory("%s: reading %s" % (self.directory, INDEX_FILE), {"of its FAISS index": size}, DataError)
             with self._files[INDEX_FILE].reading() as stream:
                 try:
                     index = faiss().read_index(

@@ -11,6 +11,7 @@ import logging
 import os
 
 from bert_whitening.arguments import path_list, positive_int, sentence_list
+from bert_whitening.bounded import check_memory
 from bert_whitening.config import EncoderConfig, whitening_digest
 from bert_whitening.data import check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
@@ -255,6 +256,14 @@ def corpus_for_export(directory: str, config: EncoderConfig):
             "%s was indexed with another encoder than the export's (export vs index: %s): "
             "refused" % (directory, "; ".join(differences))
         )
+    check_memory(
+        "%s: serving its corpus of %d vectors" % (directory, index.count),
+        {
+            "of the vectors read from the index": 4 * index.count * index.dim,
+            "of the SavedModel's corpus variable": 4 * index.count * index.dim,
+        },
+        DataError,
+    )
     vectors = index.vectors()
     logger.info(
         "serve_search corpus: %d x %d float32 = %.1f MB resident in the server",
