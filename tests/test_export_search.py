@@ -1,4 +1,5 @@
-"""export --corpus: the serve_search signature against FAISS and numpy, and its verification."""
+"""export --corpus: the serve_search signature against FAISS and numpy, and its verification; the
+verification's numpy helpers."""
 
 import json
 import os
@@ -8,8 +9,9 @@ import pytest
 
 from bert_whitening.encoding import encode
 from bert_whitening.export import ExportError, ServingModule, export_saved_model
-from bert_whitening.export.verify import mismatches
+from bert_whitening.export.verify import mismatches, unpadded_rows
 from bert_whitening.retrieval.index_directory import IndexDirectory
+from bert_whitening.token_ids import pad_ids
 
 from helpers import SENTENCES
 
@@ -76,6 +78,15 @@ def test_ties_are_accepted_and_other_differences_are_not():
     assert found == [(0, 2, 3, 2)]  # row 3's cosine is 0, not 0.6: right score, wrong id
     found, difference = mismatches(ids, np.array([[1.0, 0.6, 0.5]]), ids, scores, queries, corpus, 1e-5)
     assert found == [(0, 2, 2, 2)] and difference == pytest.approx(0.1)
+
+
+def test_the_verification_runs_each_row_alone_cut_to_its_tokens():
+    """``serving_default``'s second check runs each row as a batch of its own with no padding,
+    which a server's graph runs unpacked; rows left with their padding would mostly run packed,
+    as the padded batch does, and leave the unpacked pass unchecked."""
+    sequences = [[2, 7, 3], [2, 3], [2, 9, 4, 6, 5, 8, 3], [2, 1, 1, 3]]
+    rows = unpadded_rows(pad_ids(sequences))
+    assert [row.tolist() for row in rows] == [[sequence] for sequence in sequences]
 
 
 def test_a_wrong_serve_search_fails_verification_and_leaves_nothing(whitened, corpus, tmp_path, monkeypatch):
