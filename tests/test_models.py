@@ -27,6 +27,7 @@ from bert_whitening.encoding import (
     vector_blocks_from_files,
 )
 from bert_whitening.errors import BertWhiteningError
+from bert_whitening.flow import Flow
 from bert_whitening.models import build_encoder, build_encoders, finish, with_whitening
 from bert_whitening.names import POOLINGS
 from bert_whitening.precision import precision_scope, set_precision
@@ -255,6 +256,7 @@ def test_encode_together_refuses_what_one_pass_cannot_give(encoders, together):
         ([cls, last.with_maxlen(8)], "needs one maxlen: 64 and 8 given"),
         ([], "at least one encoder"),
         ([cls, whitened_alone(last)], "last-avg pooling is not one of them"),  # whitened, not normalised
+        ([cls, flowed_alone(last)], "last-avg pooling is not one of them"),  # a flow, not normalised
     ]:
         with pytest.raises(BertWhiteningError, match=why):
             encode_together(given, SENTENCES)
@@ -266,6 +268,14 @@ def whitened_alone(encoder):
     vectors = encode(encoder, SENTENCES * 4) + rng.normal(scale=0.05, size=(64, encoder.dim))
     whitening = fit_whitening(WhiteningStats().update(vectors), pooling=encoder.pooling)
     return finish(encoder, dataclasses.replace(encoder.config, whitening=whitening, n_components=8))
+
+
+def flowed_alone(encoder):
+    """``encoder`` followed by a new one-step flow, not normalised: on the same inputs, so that
+    only the flow keeps it out of a joint pass."""
+    flow = Flow(encoder.dim, {"n_levels": 1, "depth": 1})
+    flow.pooling = encoder.pooling
+    return finish(encoder, dataclasses.replace(encoder.config, flow=flow))
 
 
 def test_one_encoder_encodes_together_as_itself_whitened_or_not(whitened, together):
