@@ -187,6 +187,40 @@ def test_bfloat16_vectors_are_close_to_float32_and_not_equal(encoders):
         assert np.abs(exact - low).max() > 1e-4, pooling
 
 
+def test_grappler_s_bfloat16_rewrite_runs_only_a_graph_fused_bert_does_not_cover(encoders, tmp_path, monkeypatch):
+    """In bfloat16 a FusedBert rounds its own products and Grappler's rewrite (which would round
+    its layer norms too) is off; bert4keras' graph (a ReLU BERT) runs under the rewrite: its
+    vectors move by bfloat16's rounding (on a CPU with bfloat16), within cosine 0.99. In float32
+    the rewrite is off for both, and its vectors are float32's again afterwards."""
+    directory = str(tmp_path / "relu_bert")
+    write_checkpoint(directory, {**TINY_CONFIG, "hidden_act": "relu"}, random_weights(TINY_CONFIG), TINY_VOCAB)
+    other, fused = build_encoder(directory, pooling="first-last-avg"), encoders["first-last-avg"]
+    option = encoding._MIXED_PRECISION_OPTION
+    before = tf.config.optimizer.get_experimental_options().get(option, False)
+    monkeypatch.setattr(encoding, "_rewrite_on", encoding._rewrite_on)
+    states, vectors = [], []
+    try:
+        for running in ("float32", "bfloat16", "float32"):
+            with precision_module.precision_scope(running):
+                for name, encoder in (("fused", fused), ("other", other), ("fused", fused)):
+                    encoding._graph_for(encoder.model)
+                    states.append((running, name, tf.config.optimizer.get_experimental_options().get(option, False)))
+                vectors.append(encode(other, SENTENCES))
+    finally:
+        tf.config.optimizer.set_experimental_options({option: before})
+    assert states == [
+        (running, name, running == "bfloat16" and name == "other")
+        for running in ("float32", "bfloat16", "float32")
+        for name in ("fused", "other", "fused")
+    ]
+    exact, rounded, again = vectors
+    np.testing.assert_allclose(again, exact, atol=1e-6)
+    cosines = (exact * rounded).sum(1) / np.linalg.norm(exact, axis=1) / np.linalg.norm(rounded, axis=1)
+    assert cosines.min() >= 0.99, cosines
+    if precision_module.cpu_has_bfloat16():
+        assert np.abs(rounded - exact).max() > 1e-4
+
+
 def traced_ops(encoder):
     """The op types of a new trace of ``encoder``'s model, those of the functions it calls
     included (a serving graph's packed and padded passes are the branches of a ``tf.cond``)."""
