@@ -41,7 +41,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from bert_whitening.arguments import MAX_SHARDS, shard_count
 from bert_whitening.atomic import PREFIX, check_outputs, claimed_prefix, mark_placed, write_stream_atomically
-from bert_whitening.bounded import JSON_BYTES, MODEL_SIZES, open_regular
+from bert_whitening.bounded import JSON_BYTES, MODEL_SIZES, check_memory, open_regular
 from bert_whitening.data import ReadOptions, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
 from bert_whitening.names import EXPORT_PRECISIONS
@@ -649,7 +649,9 @@ def read_encoded(pattern, encoder=None):
     record's end, another run's), a record that is damaged or not an encoded line, a key twice,
     vectors of two sizes; and, given the ``encoder`` (an `EncoderConfig`) the vectors are for,
     shards another encoder made. A record claiming more than it can hold is refused before
-    TensorFlow reads its shard (`_walk_shard`)."""
+    TensorFlow reads its shard (`_walk_shard`). Given the ``encoder``, the vectors the manifests
+    record are held to the memory this process may use before a shard is read (`check_memory`:
+    read one by one, then joined into one array)."""
     from bert_whitening.backend import tf
 
     found = sorted(match.path for match in FileSystems.match([pattern])[0].metadata_list)
@@ -662,6 +664,13 @@ def read_encoded(pattern, encoder=None):
                 "%s-*%s were encoded with another encoder than this one (ours vs the shards': %s)"
                 % (prefix, SUFFIX, "; ".join(differences))
             )
+    if encoder is not None:  # the records each manifest says its shards hold: each shard is checked against it
+        count = sum(entry["records"] for manifest in manifests.values() for entry in manifest["shards"].values())
+        check_memory(
+            "%s: reading %d encoded lines" % (pattern, count),
+            {"of float32 vectors of dimension %d, read and joined" % encoder.dim: 2 * 4 * count * encoder.dim},
+            DataError,
+        )
     records, where = [], {}
     for path in paths:
         _check_shard(path, manifests[_SHARD_NAME.match(path)["prefix"]])

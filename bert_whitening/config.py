@@ -508,7 +508,8 @@ class EncoderConfig:
             BertWhiteningError,
             "give a smaller batch size"
             if activations >= vectors
-            else "encode them in parts (encode_stream, or the encode command, writes the vectors as they come)",
+            else "encode them in parts (encode_stream yields a block at a time; SentenceEncoder.encode_file and the "
+            "encode command write the vectors as they come)",
         )
 
     def __getstate__(self):

@@ -15,7 +15,7 @@ from bert_whitening.beam import WhiteningStatsFn
 from bert_whitening.errors import DataError
 from bert_whitening.whitening import Whitening, WhiteningStats
 
-from helpers import SENTENCES, commands_in_a_fresh_process, relative_error, run
+from helpers import SENTENCES, commands_in_a_fresh_process, limit_memory_in, relative_error, run
 
 LINES = SENTENCES + ["%s %s" % (SENTENCES[i], SENTENCES[-1 - i]) for i in range(14)]
 
@@ -639,6 +639,26 @@ def test_read_encoded_refuses_vectors_of_two_sizes_and_the_shards_of_another_enc
     assert beam.read_encoded(str(tmp_path / "w-*"), ours)[0] == [("a.txt", 1)]
     with pytest.raises(DataError, match=r"w-\*.tfrecord were encoded with another encoder than this one .*maxlen"):
         beam.read_encoded(str(tmp_path / "w-*"), dataclasses.replace(ours, maxlen=32))
+
+
+def test_read_encoded_refuses_shards_whose_vectors_cannot_fit_before_reading_one(tmp_path, tiny_model, monkeypatch):
+    """``index --from-beam`` reads every encoded line into memory: the 5 records the manifest
+    gives its two shards, float32 vectors of the encoder's dimension (24), read one by one and
+    joined, are held to the memory the process may use before a shard is opened."""
+    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.config import EncoderConfig
+
+    ours = EncoderConfig(tiny_model[0], pooling="cls")
+    write_shards(
+        tmp_path / "w", [[("a.txt", 1), ("a.txt", 2), ("a.txt", 3)], [("b.txt", 1), ("b.txt", 2)]], ours.to_config()
+    )
+    limit_memory_in(monkeypatch, beam, MemoryLimit(2 * 4 * 5 * 24 - 1, "the {} of a test"))
+    monkeypatch.setattr(beam, "_check_shard", lambda *arguments: pytest.fail("a shard was read"))
+    with pytest.raises(DataError, match=r"w-\*: reading 5 encoded lines needs at least .* dimension 24, read and"):
+        beam.read_encoded(str(tmp_path / "w-*"), ours)
+    monkeypatch.undo()
+    limit_memory_in(monkeypatch, beam, MemoryLimit(2 * 4 * 5 * 24, "the {} of a test"))
+    assert len(beam.read_encoded(str(tmp_path / "w-*"), ours)[0]) == 5
 
 
 def test_a_shard_numbered_beyond_its_count_is_not_part_of_a_whole_set(tmp_path):
