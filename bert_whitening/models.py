@@ -179,15 +179,23 @@ def load_transformer(files, model_type, with_pooler, described, trainable=False)
     ``trainable`` or not; any other model is bert4keras' graph, which cannot be trained. Every
     encoder is built on it, and ``convert-hf`` checks what it converts with it
     (`bert_whitening.checkpoints.huggingface`)."""
+    if check_loadable(files, model_type):
+        return _fused_bert(files, with_pooler, described, trainable)
+    if trainable:
+        check_trainable(files, model_type)
+    return _bert4keras_bert(files, MODEL_TYPES[model_type].architecture, with_pooler, described)
+
+
+def check_loadable(files, model_type):
+    """Refuse the model ``files`` as ``model_type`` before a layer is built or a weight read, as
+    `load_transformer` does first: no size larger than the weights hold, weights that fit in
+    memory as it would load them. Returns whether it would build a `FusedBert` (which reads a
+    weight at a time)."""
     family = MODEL_TYPES[model_type]
     files.check_sizes(family.absolute_positions)
     fused = _runs_fused(family, files.config)
     files.check_load_memory(one_at_a_time=fused)
-    if fused:
-        return _fused_bert(files, with_pooler, described, trainable)
-    if trainable:
-        check_trainable(files, model_type)
-    return _bert4keras_bert(files, family.architecture, with_pooler, described)
+    return fused
 
 
 def _pooled(input_ids, first, last, pooler, pooling):

@@ -18,10 +18,13 @@ def convert_hf(hf_directory, output_directory, overwrite=False):
     directory, all at once: staged beside it and renamed into place, so a failure leaves none.
 
     The model is read as ``encode --model`` reads it: `find_model` (configuration, vocabulary,
-    safetensors header) and the transformer loaded from it (`bert_whitening.models.load_transformer`:
-    sizes and every tensor's shape against the configuration), so whatever the loaders refuse is
-    refused here before anything is written, and what is written holds the configuration, the
-    vocabulary bytes and the arrays that were checked."""
+    safetensors header), its sizes and memory (`bert_whitening.models.check_loadable`) before
+    anything is written, every tensor's shape as it is written (`ModelFiles.variables`), and the
+    transformer loaded from the same file (`bert_whitening.models.load_transformer`) before the
+    directory is put in place: whatever the loaders refuse is refused here and nothing is left,
+    and what is written holds the configuration, the vocabulary bytes and the arrays that were
+    checked. The tensors are written before the model is built, not beside it: TensorFlow's
+    ``SaveV2`` holds every tensor at once, and the built model stays in Keras' graph."""
     check_output_directory(output_directory, [hf_directory], overwrite)
     files = find_model(hf_directory)
     if files.format != "huggingface":
@@ -29,12 +32,12 @@ def convert_hf(hf_directory, output_directory, overwrite=False):
             "%s is a Google-format directory already (%s): convert-hf reads Hugging Face BERT directories"
             % (files.directory, os.path.basename(files.config_path))
         )
-    from bert_whitening.models import load_transformer  # TensorFlow, once the files read are known good
+    from bert_whitening.models import check_loadable, load_transformer  # TensorFlow, once the files are known good
 
     pooler = any(name.startswith("bert/pooler/") for name in files.variable_shapes)
-    files.check_load_memory(one_at_a_time=False)  # the built model, then every tensor written at once
-    load_transformer(files, "bert", pooler, "a bert model" + (" with its pooler" if pooler else ""))
+    check_loadable(files, "bert")  # what loading holds is more than every tensor written at once, read a time
     with staged_directory(output_directory) as staging:
         write_checkpoint(staging, files.config, files.variables, files.vocab_bytes, output_directory)
+        load_transformer(files, "bert", pooler, "a bert model" + (" with its pooler" if pooler else ""))
         publish_directory(staging, output_directory, overwrite=overwrite)
     return output_directory

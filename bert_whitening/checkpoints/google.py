@@ -177,5 +177,6 @@ def write_checkpoint(directory, config, variables, vocab, output=None):
             prefix=os.path.join(directory, CHECKPOINT),
             tensor_names=names,
             shape_and_slices=[""] * len(names),
-            tensors=[tf.constant(variables[name]) for name in names],
+            # an Identity of each array holds it once, where tf.constant of an array holds two copies
+            tensors=[tf.raw_ops.Identity(input=variables[name]) for name in names],
         )
