@@ -1172,6 +1172,21 @@ def test_rows_of_another_width_a_writer_that_failed_or_a_file_cut_short_are_refu
     assert str(raised.value) == "%s has 1000 bytes, expected 20128 for 1000 rows" % path
 
 
+def test_a_row_file_another_writer_added_to_meanwhile_is_refused_when_closed(tmp_path):
+    """Only a file cut short was refused: bytes added after the rows made a file whose header
+    declares fewer rows than it holds."""
+    from bert_whitening.npy_rows import NpyRowWriter
+
+    path = str(tmp_path / "v.npy")
+    out = NpyRowWriter(path, 5)
+    out.append(np.ones((1000, 5)))  # more than the stream's buffer: written
+    with open(path, "ab") as other:
+        other.write(bytes(7))
+    with pytest.raises(OSError) as raised:
+        out.close()
+    assert str(raised.value) == "%s has %d bytes, expected %d for 1000 rows" % (path, 128 + 20000 + 7, 128 + 20000)
+
+
 @pytest.mark.parametrize(
     "shape, refused", [((1, 8), False), ((10, 1), False), ((3, 4), True)], ids=["one row", "one column", "matrix"]
 )
@@ -1201,6 +1216,45 @@ def test_a_npy_file_is_read_as_vectors_only_of_floats_as_wide_as_a_hidden_size(t
     with pytest.raises(DataError) as raised:
         list(npy_blocks(str(tmp_path / "none.npy"), 5))
     assert str(raised.value) == "%s: no such .npy file" % (tmp_path / "none.npy")
+
+
+@pytest.mark.parametrize(
+    "array, said",
+    [
+        (np.ones((2, 3), np.complex64), "holds complex64, expected floating-point vectors"),
+        (
+            np.ones((3, 0), np.float32),
+            "expected a 2-D array of vectors (one a row, at least one column), got shape (3, 0)",
+        ),
+        (np.ones(5, np.float32), "expected a 2-D array of vectors (one a row, at least one column), got shape (5,)"),
+        (
+            np.ones((2, 3, 4), np.float32),
+            "expected a 2-D array of vectors (one a row, at least one column), got shape (2, 3, 4)",
+        ),
+    ],
+    ids=["complex", "no columns", "1-D", "3-D"],
+)
+def test_a_npy_array_that_is_not_a_matrix_of_real_vectors_is_refused_saying_what_it_holds(tmp_path, array, said):
+    """Complex numbers would lose their imaginary parts; rows of no columns divided by zero; a
+    3-D array was refused as bytes after its rows, not for its shape."""
+    path = saved(tmp_path / "v.npy", array)
+    with pytest.raises(DataError) as raised:
+        list(npy_blocks(path, 5))
+    assert str(raised.value) == "%s: %s" % (path, said)
+
+
+def test_a_file_that_is_not_a_npy_array_or_a_count_of_rows_that_is_not_one_is_refused(tmp_path):
+    from bert_whitening.errors import BertWhiteningError
+
+    path = tmp_path / "v.npy"
+    path.write_bytes(b"PK\x03\x04 a zip, not an array")
+    with pytest.raises(DataError) as raised:
+        list(npy_blocks(str(path), 5))
+    assert str(raised.value) == "%s: not a .npy file (it does not start with the .npy magic string)" % path
+    for rows, shown in ((0, "0"), (2.0, "2.0")):  # refused before the file is looked at
+        with pytest.raises(BertWhiteningError) as raised:
+            list(npy_blocks(str(tmp_path / "none.npy"), rows))
+        assert str(raised.value) == "rows must be a positive integer, got %s" % shown
 
 
 def test_a_npy_file_cut_short_rows_into_a_block_is_refused_naming_the_row(tmp_path):

@@ -232,3 +232,62 @@ def test_a_files_sha256_is_read_through_the_directory_and_a_missing_one_named(tm
     finally:
         os.close(descriptor)
     assert str(raised.value) == "the index: no none"
+
+
+@pytest.mark.parametrize("name", ["", ".", "./f", "sub/./f", "sub//f", "sub/", "../f"])
+def test_a_name_with_an_empty_or_dot_component_is_refused_though_it_would_open_a_file(tmp_path, name):
+    """``./f`` and ``sub//f`` open files of the directory, but a record's name must be the one
+    the file has: each is refused by name, before anything is opened."""
+    from bert_whitening.files import open_regular_at
+
+    (tmp_path / "f").write_bytes(b"bytes")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "f").write_bytes(b"bytes")
+    descriptor = open_directory(str(tmp_path))
+    try:
+        with pytest.raises(DataError) as raised:
+            open_regular_at(descriptor, name, "the index")
+    finally:
+        os.close(descriptor)
+    assert str(raised.value) == "the index: %r is not a file name inside the directory" % name
+
+
+def test_a_record_is_read_up_to_its_limit_and_refused_beyond_it_naming_the_directory(tmp_path):
+    from bert_whitening.files import read_limited_at
+
+    (tmp_path / "at").write_bytes(b"{}" * 5)
+    (tmp_path / "beyond").write_bytes(b"{}" * 5 + b" ")
+    descriptor = open_directory(str(tmp_path))
+    try:
+        assert read_limited_at(descriptor, "at", 10, "the export") == b"{}" * 5
+        with pytest.raises(DataError) as raised:
+            read_limited_at(descriptor, "beyond", 10, "the export")
+    finally:
+        os.close(descriptor)
+    assert str(raised.value) == "the export: beyond is larger than 10 bytes: not the record it should be"
+
+
+def test_a_line_that_ends_at_a_block_boundary_is_read_from_its_own_blocks_alone(tmp_path, monkeypatch):
+    """The block after a line's end holds none of it: another line's block written over does not
+    refuse it, and the last line of a file of whole blocks is read."""
+    from bert_whitening import files
+
+    monkeypatch.setattr(files, "LINE_BLOCK", 16)
+    lines = [b"a" * 15, b"b" * 15]  # each line with its line end one block
+    (tmp_path / "rows").write_bytes(b"\n".join(lines) + b"\n")
+    opened = lines_of(tmp_path, "rows", 2)
+    assert [opened.line(0), opened.line(1)] == [lines[0] + b"\n", lines[1] + b"\n"]
+    with open(tmp_path / "rows", "r+b") as stream:
+        stream.seek(20)
+        stream.write(b"c")  # in the second line's block
+    assert opened.line(0) == lines[0] + b"\n"
+    with pytest.raises(DataError, match="rows changed after it was checked against record"):
+        opened.line(1)
+
+
+def test_a_directory_that_cannot_be_opened_is_named(tmp_path):
+    (tmp_path / "file").write_bytes(b"")
+    for path, said in ((tmp_path / "none", "the directory does not exist"), (tmp_path / "file", "not a directory")):
+        with pytest.raises(DataError) as raised:
+            open_directory(str(path))
+        assert str(raised.value) == "%s: %s" % (path, said)

@@ -1,4 +1,5 @@
 import logging
+import os
 import re
 
 import pytest
@@ -32,6 +33,7 @@ def test_pairs_are_read_with_float_labels_and_crlf_stripped(tmp_path):
         "a\tb\t\uff13",
         "a\tb\t\u0663",
         "a\tb\t1e400",
+        "a\tb\t1\t2",  # four fields, the third a number
     ],
 )
 def test_a_malformed_pair_line_names_file_line_and_content(tmp_path, line):
@@ -371,3 +373,153 @@ def test_utf16_without_a_byte_order_mark_is_refused_not_read_as_extra_rows(tmp_p
     path.write_bytes("good weather\nhello\n".encode("utf-16-le"))  # no BOM: NUL after each ASCII byte
     with pytest.raises(DataError, match=r"utf16.txt:1: a NUL byte at byte \d+ of the line: not UTF-8"):
         list(read_sentences(str(path), "lines"))
+
+
+def test_a_utf8_byte_order_mark_is_dropped_from_the_first_line_only(tmp_path):
+    """Line 1's mark is the file's; one further down is a character of that line."""
+    path = write(tmp_path, "bom.txt", "\ufeffone\n\ufefftwo\n")
+    assert list(read_sentences(path, "lines")) == ["one", "\ufefftwo"]
+    pairs = write(tmp_path, "bom.data", "\ufeffa\tb\t1\n")
+    assert list(read_pairs(pairs)) == [("a", "b", 1.0)]
+
+
+def test_refusals_of_bytes_that_are_not_utf8_text_say_where_and_hint_only_at_chinese(tmp_path):
+    nul = write(tmp_path, "nul.txt", "fine\nab\0c\n")
+    assert message(DataError, lambda: list(read_sentences(nul, "lines"))) == (
+        "%s:2: a NUL byte at byte 2 of the line: not UTF-8 text (UTF-16 without a byte-order mark?)" % nul
+    )
+    greek = write(tmp_path, "greek.txt", "\u03b1\u03b2\u03b3\n", "gbk")  # GB18030 text, not Chinese: no hint
+    assert message(DataError, lambda: list(read_sentences(greek, "lines"))) == (
+        "%s:1: not UTF-8 text (byte 0xa6 at byte 0 of the line)" % greek
+    )
+
+
+def test_auto_detection_reads_half_pair_lines_as_pairs_and_decides_on_the_hundredth_line(tmp_path, caplog):
+    from bert_whitening.data import DETECT_LINES
+
+    tie = write(tmp_path, "tie.data", "a\tb\t1\nnot a pair\n")
+    with caplog.at_level(logging.INFO):
+        assert message(DataError, lambda: list(read_sentences(tie))) == "%s:2: %s, got 'not a pair'" % (
+            tie,
+            "expected sentence1<TAB>sentence2<TAB>label with a finite numeric label",
+        )
+    assert "tie.data: read as senteval_cn pairs (1 of the first 2 non-empty lines are pair lines)" in caplog.text
+    sentences = ["line %d\n" % i for i in range(DETECT_LINES - 1)]
+    last = write(tmp_path, "last.txt", "".join(sentences) + "\nx\ty\t3\n")  # the pair: non-empty line 100
+    assert message(DataError, lambda: list(read_sentences(last))) == (
+        "%s:%d: a sentence1<TAB>sentence2<TAB>label line in a file whose other lines are sentences "
+        "(1 of the first %d non-empty lines are pairs); give --format lines or --format pairs"
+        % (last, DETECT_LINES + 1, DETECT_LINES)
+    )
+
+
+def test_an_english_sts_line_without_its_second_sentence_is_a_malformed_line(tmp_path):
+    from bert_whitening.data import load_task
+
+    folder = tmp_path / "STS-B-en"
+    folder.mkdir()
+    (folder / "sts-test.csv").write_text("g\tf\t2012\t0001\t4.0\ta\tb\ng\tf\t2012\t0002\t3.0\ta\n", encoding="utf-8")
+    assert message(DataError, lambda: load_task("STS-B-en", str(tmp_path))) == (
+        "%s:2: malformed line: expected genre<TAB>file<TAB>year<TAB>id<TAB>score<TAB>s1<TAB>s2, got %r"
+        % (folder / "sts-test.csv", "g\tf\t2012\t0002\t3.0\ta")
+    )
+
+
+def test_pairs_with_one_distinct_label_are_refused_saying_what_the_file_is_for():
+    from bert_whitening.data import check_labels
+
+    pairs = [("a", "b", 2.0), ("c", "d", 2.0), ("e", "f", 2.0)]
+    assert message(DataError, lambda: check_labels(pairs, "t.data", "train")) == (
+        "t.data:1-3: every label is 2, one distinct label: the train file has nothing to rank"
+    )
+    assert message(DataError, lambda: check_labels(pairs, "v.data", "valid")) == (
+        "v.data:1-3: every label is 2, one distinct label: the valid file has nothing to correlate with"
+    )
+    assert message(DataError, lambda: check_labels([], "e.data", "train")) == "e.data: the train file holds no pairs"
+    check_labels(pairs + [("g", "h", 2.5)], "t.data", "train")
+
+
+def test_a_task_folder_wins_over_a_file_of_the_same_name_in_the_working_directory(tmp_path, monkeypatch):
+    from bert_whitening.data import load_task, split_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ATEC").write_text("x\ty\t1\nz\tw\t0\n", encoding="utf-8")  # a pair file named as the task
+    (tmp_path / "data" / "ATEC").mkdir(parents=True)
+    (tmp_path / "data" / "ATEC" / "ATEC.test.data").write_text("a\tb\t1\nc\td\t0\n", encoding="utf-8")
+    assert load_task("ATEC", "data") == {"test": [("a", "b", 1.0), ("c", "d", 0.0)]}
+    assert split_file("data", "ATEC", "test") == os.path.join("data", "ATEC", "ATEC.test.data")
+    assert load_task("ATEC", "elsewhere") == {"test": [("x", "y", 1.0), ("z", "w", 0.0)]}  # no folder: the file
+    assert split_file("elsewhere", "ATEC", "test") == "ATEC"
+    assert split_file("elsewhere", "ATEC", "valid") == "ATEC (a pair file: its test split alone)"
+
+
+def test_the_files_of_tasks_are_their_folders_and_the_english_benchmark_beside_the_data(tmp_path):
+    from bert_whitening.data import task_files
+
+    data = tmp_path / "senteval_cn"
+    (data / "ATEC").mkdir(parents=True)
+    (data / "ATEC" / "ATEC.test.data").write_text("a\tb\t1\n", encoding="utf-8")
+    (data / "report.json").write_text("{}", encoding="utf-8")  # beside the tasks: no input
+    (tmp_path / "stsbenchmark").mkdir()
+    (tmp_path / "stsbenchmark" / "sts-test.csv").write_text("", encoding="utf-8")
+    expected = [
+        str(data / "ATEC" / "ATEC.test.data"),
+        os.path.join(str(data), os.pardir, "stsbenchmark", "sts-test.csv"),
+    ]
+    assert task_files(str(data), ["ATEC", "STS-B-en"]) == expected
+
+
+def test_the_tasks_a_refusal_lists_are_sorted(tmp_path):
+    from bert_whitening.data import load_task
+
+    names = ["T%02d" % i for i in range(12)]
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / ("%s.valid.data" % name)).write_text("a\tb\t1\n", encoding="utf-8")
+    (tmp_path / "empty").mkdir()  # no split: no task
+    assert message(DataError, lambda: load_task("BQ", str(tmp_path))) == (
+        "BQ: no BQ.{train,valid,test}.data under %s (tasks there: %s; a pair file is taken as a task too)"
+        % (tmp_path / "BQ", ", ".join(names))
+    )
+
+
+def test_a_stream_named_twice_is_refused_and_a_file_named_twice_is_not(tmp_path):
+    from bert_whitening.data import check_read_once
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "link").symlink_to(fifo)
+    (tmp_path / "file.txt").write_text("a\n", encoding="utf-8")
+    assert message(DataError, lambda: check_read_once([str(fifo), "x", str(tmp_path / "link")])) == (
+        "cannot read %s twice (as %s and %s): standard input, a pipe or a FIFO can be read only once"
+        % (tmp_path / "link", fifo, tmp_path / "link")
+    )
+    assert message(DataError, lambda: check_read_once(["/dev/null", "/dev/null"])).startswith(
+        "cannot read /dev/null twice (as /dev/null and /dev/null)"  # a character device
+    )
+    check_read_once([str(tmp_path / "file.txt")] * 2)
+
+
+def test_inputs_that_are_no_readable_files_are_refused_before_any_work(tmp_path):
+    from bert_whitening.data import check_readable
+
+    assert message(DataError, lambda: check_readable([str(tmp_path)])) == "%s: is a directory, not a file" % tmp_path
+    missing = str(tmp_path / "none")
+    assert message(DataError, lambda: check_readable([missing])) == "%s: no such file" % missing
+
+
+def test_a_read_that_fails_names_the_last_line_read(tmp_path):
+    import errno
+    import io
+
+    class Failing(io.BytesIO):
+        def readline(self, size=-1):
+            line = super().readline(size)
+            if not line:
+                raise OSError(errno.EIO, "Input/output error")
+            return line
+
+    opener = lambda path: Failing(b"a\nb\nc\n")
+    assert message(DataError, lambda: list(read_sentences("mem://s", "lines", opener=opener))) == (
+        "mem://s: cannot read after line 3 (Input/output error)"
+    )
