@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 import numpy as np
 import scipy.stats
 
+from bert_whitening.arguments import path_list
 from bert_whitening.atomic import check_outputs, write_atomically
 from bert_whitening.data import (  # noqa: F401  TASKS: named here too
     TASKS,
@@ -146,7 +147,8 @@ def _pairs(vectors, sentences, splits):
 
 def _check_fit_on(fit_on, loaded):
     """Refuse, before a model is built, a ``fit_on`` the fit could not read: ``train`` for a task
-    without a train split, ``all`` or ``train`` among files, a file that cannot be read."""
+    without a train split, a path that is not in a list, ``all`` or ``train`` among files, a file
+    that cannot be read."""
     if fit_on == "train":
         for task, splits in loaded.items():
             if "train" not in splits:
@@ -154,6 +156,7 @@ def _check_fit_on(fit_on, loaded):
                     "--fit-on train: %s has no train split (splits: %s)" % (task, ", ".join(splits))
                 )
     elif fit_on != "all":
+        path_list(fit_on, "fit_on")  # one path, not in a list, was read as its characters, each a file
         named = [path for path in fit_on if path in ("all", "train") and not os.path.exists(path)]
         if named:
             raise BertWhiteningError("--fit-on %s is given alone, not among files" % named[0])

@@ -491,6 +491,8 @@ def test_evaluate_equals_plain_numpy_9079_for_every_setting():
         k = setting.n_components
         assert (result["setting"], result["n_components"]) == (setting.label, 6 if k < 0 else k)
         assert (result["beta"], result["gamma"]) == (setting.beta, setting.gamma)
+        assert (result["method"], result["seed"]) == ("whitening" if k else "raw", None)
+        assert (result["fit_seconds"] is None) == (k == 0)
         if k:
             shift, kernel, _ = su_9079_kernel(everything, setting.beta, setting.gamma)
             kernel = kernel[:, :k] if k > 0 else kernel
@@ -613,3 +615,102 @@ def test_the_table_widens_its_task_column_to_a_long_task_name():
     task = "data/sample/pairs.data"
     lines = format_table(task, {"tasks": {task: {"results": [result], "counts": {"test": 210}}}}).splitlines()
     assert len({len(line) for line in lines}) == 1 and lines[1].startswith(task + " test       210")
+
+
+def test_each_task_is_cut_to_the_original_maxlen_unless_one_is_given():
+    from bert_whitening.evaluation import task_maxlen
+
+    tasks = ("ATEC", "BQ", "LCQMC", "PAWSX", "STS-B", "STS-B-en", "mine.data")
+    assert [task_maxlen(task) for task in tasks] == [64, 64, 64, 128, 64, 64, 64]  # chn/eval.py's
+    assert (task_maxlen("PAWSX", 32), task_maxlen("ATEC", 256)) == (32, 256)
+
+
+def test_the_model_is_checked_against_the_longest_maxlen_its_tasks_need(tiny_model, sample_task, tmp_path, caplog):
+    """PAWSX's 128 tokens beside another task's 64, on a model of 64 positions: refused before
+    the model is built, not checked at the shorter one."""
+    from bert_whitening import models
+
+    for task in ("SAMPLE", "PAWSX"):
+        shutil.copytree(os.path.join(sample_task, "SAMPLE"), tmp_path / task)
+        for split in ("train", "valid", "test"):
+            os.rename(tmp_path / task / ("SAMPLE.%s.data" % split), tmp_path / task / ("%s.%s.data" % (task, split)))
+    argv = ["eval", "--model", tiny_model[0], "--data-dir", str(tmp_path), "--task", "SAMPLE", "--task", "PAWSX"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(models, "build", lambda *arguments, **options: pytest.fail("the model was built"))
+        assert cli.main(argv + ["--n-components", "0,8"]) == 1
+    assert "maxlen 128 is larger than the 64 positions of" in caplog.text
+
+
+def test_fit_on_files_named_all_or_train_is_a_file_only_where_one_exists(tmp_path, monkeypatch):
+    from bert_whitening.errors import BertWhiteningError
+    from bert_whitening.evaluation import _check_fit_on
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train").write_text("a sentence\n", encoding="utf-8")
+    _check_fit_on(["train"], {"T": {"test": []}})  # a file of that name: read as one
+    with pytest.raises(BertWhiteningError) as raised:
+        _check_fit_on(["train", "all"], {"T": {"test": []}})
+    assert str(raised.value) == "--fit-on all is given alone, not among files"
+
+
+def test_the_table_has_a_row_per_split_then_both_averages_and_the_fit_seconds():
+    from bert_whitening.evaluation import format_table
+
+    results = [
+        {"setting": "raw", "splits": {"train": 0.1, "test": 0.3}, "avg": 0.2, "w-avg": 0.25, "fit_seconds": None},
+        {"setting": "k=8", "splits": {"train": 0.5, "test": -0.7}, "avg": -0.1, "w-avg": 0.05, "fit_seconds": 0.0},
+    ]
+    report = {"tasks": {"T": {"results": results, "counts": {"train": 10, "test": 30}}}}
+    assert format_table("T", report).splitlines() == [
+        "task       split    pairs        raw        k=8",
+        "T          train       10     0.1000     0.5000",
+        "T          test        30     0.3000    -0.7000",
+        "T          avg                0.2000    -0.1000",
+        "T          w-avg              0.2500     0.0500",
+        "T          fit s                   -       0.00",  # a fit that took no measurable time is no raw
+    ]
+
+
+def test_a_report_is_never_written_over_a_file_it_was_made_from(tmp_path):
+    from bert_whitening.errors import BertWhiteningError
+    from bert_whitening.evaluation import report_inputs, write_report
+
+    (tmp_path / "data" / "T").mkdir(parents=True)
+    task, fit_on, distractors = tmp_path / "data" / "T" / "T.test.data", tmp_path / "fit.txt", tmp_path / "d.txt"
+    for path in (task, fit_on, distractors):
+        path.write_text("a\tb\t1\n", encoding="utf-8")
+    one = {"data_dir": str(tmp_path / "data"), "tasks": {"T": {}}, "fit_on": [str(fit_on)]}
+    other = {"data_dir": str(tmp_path / "data"), "tasks": {}, "fit_on": "train", "distractor_files": [str(distractors)]}
+    assert report_inputs(one) == [str(task), str(fit_on)]
+    assert report_inputs({"poolings": [other, one]}) == [str(distractors), str(task), str(fit_on)]
+    for path in (task, fit_on, distractors):
+        with pytest.raises(BertWhiteningError) as raised:
+            write_report({"poolings": [other, one]}, json_path=str(path))
+        assert str(raised.value).startswith("cannot write %s: it is the input" % path)
+        assert path.read_text(encoding="utf-8") == "a\tb\t1\n"
+
+
+def test_a_flow_asked_for_without_the_vectors_it_is_trained_on_is_refused_before_training():
+    from bert_whitening.errors import BertWhiteningError
+
+    encoded = synthetic_encoded()
+    with pytest.raises(BertWhiteningError) as raised:
+        evaluate(encoded, fit_statistics(encoded), [Setting(0), Setting(-1, method="flow")])
+    assert str(raised.value) == "a flow is trained on the vectors themselves: pass vectors"
+
+
+def test_a_fit_on_file_not_in_a_list_is_refused_as_such_before_the_model_is_built(
+    tiny_model, sample_task, tmp_path, monkeypatch
+):
+    """The path's characters were taken for files: "/: is a directory, not a file"."""
+    from bert_whitening import models
+    from bert_whitening.config import EncoderConfig
+    from bert_whitening.errors import BertWhiteningError
+    from bert_whitening.evaluation import evaluate_tasks
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text("a sentence\n", encoding="utf-8")
+    monkeypatch.setattr(models, "build", lambda *arguments, **options: pytest.fail("the model was built"))
+    with pytest.raises(BertWhiteningError) as raised:
+        evaluate_tasks(EncoderConfig(model=tiny_model[0]), ["SAMPLE"], directory=sample_task, fit_on="corpus.txt")
+    assert str(raised.value) == "fit_on must be a list of file paths, got str 'corpus.txt' (one file: put it in a list)"
