@@ -217,9 +217,11 @@ def test_a_fit_on_files_names_the_file_and_line_of_a_vector_that_is_not_a_number
     assert os.listdir(tmp_path) == ["fit.txt"]
 
 
-def test_a_fit_on_sentences_names_the_row_of_a_vector_that_is_not_a_number(cat_model):
-    from bert_whitening import SentenceEncoder
+def test_a_fit_on_sentences_names_the_row_of_a_vector_that_is_not_a_number(cat_model, monkeypatch):
+    """Its row among all the sentences, in a later chunk too (of 3 sentences here)."""
+    from bert_whitening import SentenceEncoder, encoding
 
+    monkeypatch.setattr(encoding, "CHUNK_SENTENCES", 3)
     with pytest.raises(BertWhiteningError) as raised:
         SentenceEncoder.load(cat_model).fit(SENTENCES)
     assert str(raised.value) == (

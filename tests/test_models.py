@@ -284,6 +284,26 @@ def test_one_encoder_encodes_together_as_itself_whitened_or_not(whitened, togeth
     np.testing.assert_allclose(encode_together([alone], SENTENCES)[0], encode(alone, SENTENCES), atol=1e-6)
 
 
+def test_encoders_built_together_share_the_model_and_how_it_reads_text(tiny_model):
+    """One transformer and one tokenizer serve every encoder of a `build`: configurations that
+    differ in maxlen or case are refused, naming what differs, before any weights are read."""
+    from bert_whitening.config import EncoderConfig
+    from bert_whitening.models import build
+
+    cls = EncoderConfig(tiny_model[0], pooling="cls")
+    for change, differ in (
+        (dict(maxlen=32), "maxlen"),
+        (dict(lowercase=False), "lowercase"),
+        (dict(maxlen=32, lowercase=False), "maxlen, lowercase"),
+    ):
+        with pytest.raises(
+            BertWhiteningError, match="^encoders built together share one model; these differ in %s$" % differ
+        ):
+            build([cls, dataclasses.replace(cls, pooling="last-avg", **change)])
+    with pytest.raises(BertWhiteningError, match="^no encoder to build: give at least one EncoderConfig$"):
+        build([])
+
+
 def test_each_set_of_poolings_gets_its_own_joint_model(encoders, together):
     """Two sets that start with the same encoder: the second's vectors are its own poolings'."""
     for second in ("last-avg", "first-last-avg", "pooler"):
@@ -384,6 +404,8 @@ def test_whitened_encoder_equals_the_numpy_pipeline(encoders, pooling, k):
     whitening = fit_whitening(WhiteningStats().update(fit_on), pooling=pooling)
     whitened = with_whitening(encoder, whitening, k)
     assert whitened.dim == (k if k > 0 else 24 if k < 0 else 24)
+    # the whitened dimensions it keeps, as its configuration (what an export or index records) says
+    assert whitened.n_components == whitened.config.components == (k if k > 0 else 24 if k < 0 else 0)
     cols = slice(None) if k < 0 else slice(0, k)
     expected = original_transform_and_normalize(
         pooled[: len(SENTENCES)], whitening.kernel[:, cols] if k else None, whitening.bias
@@ -446,6 +468,17 @@ def test_truncated_sentences_are_counted_in_the_log(encoders, caplog):
     assert "2 of 3 sentences were longer than maxlen 64 tokens" in caplog.text
 
 
+def test_a_cased_encoder_reads_text_as_it_is_written(tiny_model, encoders):
+    """``lowercase=False``: its tokenizer keeps the case (the vocabulary's "hello" is not
+    "Hello"), and its configuration says so (an export's ``serve_text`` and a whitening's record
+    read it there)."""
+    cased = build_encoder(tiny_model[0], pooling="cls", lowercase=False)
+    ids = load_vocab(os.path.join(tiny_model[0], "vocab.txt"))
+    assert cased.config.lowercase is False and cased.lowercase is False
+    assert cased.tokenizer.encode("Hello")[0] == [ids["[CLS]"], ids["[UNK]"], ids["[SEP]"]]
+    assert encoders["cls"].tokenizer.encode("Hello")[0] == [ids["[CLS]"], ids["hello"], ids["[SEP]"]]
+
+
 def test_model_type_is_case_insensitive(tiny_model):
     """Each family against bert4keras' model of it, from its release layout: test_model_families.py."""
     assert build_encoder(tiny_model[0], model_type="BERT", pooling="cls").model_identity["type"] == "bert"
@@ -457,6 +490,15 @@ def test_word_level_models_split_words_with_jieba(tiny_model):
     chars = build_encoder(directory, model_type="bert", pooling="cls").tokenizer.tokenize("我们在北京")
     assert chars == ["[CLS]", "我", "们", "在", "北", "京", "[SEP]"]
     assert words == ["[CLS]", "我们", "在", "北京", "[SEP]"]  # words of the tiny vocabulary
+
+
+def test_word_level_models_cut_words_without_jieba_s_hmm(tmp_path):
+    """As WoBERT's release cuts them (bert4keras' example: ``jieba.cut(s, HMM=False)``): a word
+    that jieba's HMM finds and its dictionary lacks ("杭研") is cut into characters, even where
+    the vocabulary holds it."""
+    vocab = ["杭研" if token == "mat" else token for token in TINY_VOCAB]
+    encoder = build_encoder(tiny_checkpoint(tmp_path, vocab=vocab), model_type="wobert", pooling="cls")
+    assert encoder.tokenizer.tokenize("网易杭研大厦") == ["[CLS]", "网", "易", "杭", "研", "大", "厦", "[SEP]"]
 
 
 @pytest.fixture
@@ -711,6 +753,39 @@ def test_a_fused_bert_reads_its_weights_one_at_a_time(tiny_model, tmp_path, monk
     build_encoder(directory, pooling="cls")
     assert len(most) == len(find_model(directory).variable_shapes) - 2  # every variable but the pooler's
     assert max(most) == 2
+
+
+def test_a_checkpoint_read_that_fails_while_it_loads_is_one_line_naming_the_file(tiny_model, monkeypatch):
+    """What the checks before a build cannot see (the data cut short while it loads, a checksum
+    that does not match) is TensorFlow's reader's first line, naming the file, as a
+    `CheckpointError`; any other IndexError is a bug, raised as it is."""
+    from bert_whitening.backend import tf
+    from bert_whitening.checkpoints import CheckedVariables
+
+    def failing(error):
+        def read(variables, name):
+            raise error
+
+        return read
+
+    weights_path = find_model(tiny_model[0]).weights_path
+    for error, said in (
+        (
+            IndexError("Read less bytes than requested"),
+            "the checkpoint data is truncated (Read less bytes than requested)",
+        ),
+        (
+            tf.errors.DataLossError(None, None, "Checksum does not match\n\t [[node RestoreV2]]"),
+            "Checksum does not match",
+        ),
+    ):
+        monkeypatch.setattr(CheckedVariables, "__getitem__", failing(error))
+        with pytest.raises(CheckpointError) as refused:
+            build_encoder(tiny_model[0], pooling="cls")
+        assert str(refused.value) == "%s: %s" % (weights_path, said)
+    monkeypatch.setattr(CheckedVariables, "__getitem__", failing(IndexError("list index out of range")))
+    with pytest.raises(IndexError, match="^list index out of range$"):
+        build_encoder(tiny_model[0], pooling="cls")
 
 
 @pytest.mark.parametrize("hidden_act", ["gelu", "relu"])

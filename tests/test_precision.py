@@ -5,6 +5,7 @@ The suite pins ``BERT_WHITENING_PRECISION=float32`` (conftest.py) so that every 
 vectors are float32 on any CPU; these tests take the pin off."""
 
 import logging
+import threading
 
 import numpy as np
 import pytest
@@ -168,6 +169,7 @@ def check_vectors_of(calls, moved=0.0):
         (True, 64, 1.0, "float32", True, "bfloat16 moved a check vector to cosine 0.912871 of float32 (below 0.999)"),
         (True, 63, 0.0, "float32", False, "only 63 distinct sentences to check bfloat16 on, fewer than 64"),
         (False, 64, 0.0, "float32", False, "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16)"),
+        (None, 64, 0.0, "float32", False, "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16)"),  # unknown
     ],
 )
 def test_auto_decides_on_its_check_once_and_says_why(fresh_process, caplog, cpu, distinct, moved, chosen, checked, why):
@@ -181,6 +183,57 @@ def test_auto_decides_on_its_check_once_and_says_why(fresh_process, caplog, cpu,
     assert calls == ([("float32", sample), ("bfloat16", sample)] if checked else [])
     assert process_precision() == chosen and precision.running() == chosen
     assert caplog.messages == ["--precision auto chose %s: %s" % (chosen, why)]
+
+
+class SignallingLock:
+    """`precision._auto_lock` that sets ``contended`` when a thread finds it held and waits."""
+
+    def __init__(self):
+        self.lock, self.contended = threading.Lock(), threading.Event()
+
+    def __enter__(self):
+        if not self.lock.acquire(blocking=False):
+            self.contended.set()
+            self.lock.acquire()
+
+    def __exit__(self, *exception):
+        self.lock.release()
+
+
+@pytest.mark.parametrize("second", ["resolve_auto", "resolve_before_fitting"])
+def test_a_thread_that_waited_for_the_check_keeps_its_decision(fresh_process, caplog, second):
+    """Two threads start encoding while ``auto`` is pending: the second waits on the lock while
+    the first checks, then finds the precision decided. It checked bfloat16 again (two checks,
+    two lines), or a fit's float32 replaced the bfloat16 the first had chosen and run with."""
+    fresh_process.setattr(precision, "cpu_has_bfloat16", lambda: True)
+    lock = SignallingLock()
+    fresh_process.setattr(precision, "_auto_lock", lock)
+    precision.set_precision("auto")
+    sample, calls = [[2] + [5] * length + [3] for length in range(64)], []
+    check = check_vectors_of(calls)
+
+    checking = threading.Event()
+
+    def first_check(sample):
+        if not calls:  # the first thread's first encoding, under the lock: once the second waits for it
+            checking.set()
+            lock.contended.wait(10)
+        return check(sample)
+
+    first = threading.Thread(target=precision.resolve_auto, args=(sample, first_check))
+    with caplog.at_level(logging.INFO, logger="bert_whitening"):
+        first.start()
+        assert checking.wait(10)
+        if second == "resolve_auto":
+            precision.resolve_auto(sample, check)
+        else:
+            precision.resolve_before_fitting()
+        first.join()
+    assert calls == [("float32", sample), ("bfloat16", sample)]
+    assert process_precision() == "bfloat16" and precision.running() == "bfloat16"
+    assert caplog.messages == [
+        "--precision auto chose bfloat16: every vector of 64 check sentences within cosine 1.000000 of float32"
+    ]
 
 
 @pytest.mark.parametrize("chosen", [None, "float32", "bfloat16"])
@@ -288,6 +341,20 @@ def test_the_check_takes_distinct_sentences_and_enough_of_them(fresh_process, ti
         assert run("encode", "--model", tiny_model[0], "--output", tmp_path / "o.npy", tmp_path / "in.txt") == 0
     assert [len(call) for call in calls] == [10, 10, len(lines)]
     assert len(set(calls[0])) == 10 and calls[0] == calls[1]  # the first 10 distinct, in both precisions
+
+
+def test_the_check_takes_the_first_256_distinct_sentences_of_a_call(fresh_process, encoders):
+    """At the defaults docs/cli.md gives: the first 256 distinct sentences (a repeated one counted
+    once), encoded in float32 and in bfloat16, then the whole call."""
+    fresh_process.setattr(precision, "cpu_has_bfloat16", lambda: True)
+    precision.set_precision("auto")
+    calls = counted_batches(fresh_process)
+    characters = "今天气很好我们你他她是的不在有一个人中国北京上海爱喝茶"
+    texts = [first + second for first in characters for second in characters][:300]  # 300 distinct
+    encode(encoders["cls"], texts[:1] * 10 + texts)
+    assert [len(call) for call in calls] == [256, 256, 310]
+    expected = [tuple(encoders["cls"].tokenizer.encode(text)[0]) for text in texts[:256]]
+    assert calls[0] == calls[1] == expected
 
 
 def test_too_few_distinct_sentences_keep_float32_without_a_check(fresh_process, tiny_model, tmp_path, caplog):

@@ -38,6 +38,67 @@ def test_fit_then_encode_is_the_numpy_whitening_of_the_pooled_vectors(fitted, en
     np.testing.assert_allclose(actual @ actual.T, expected @ expected.T, atol=1e-5)
 
 
+def test_fit_reads_the_sentences_and_every_file_in_calls_of_its_batch_size(tiny_model, encoders, tmp_path, monkeypatch):
+    """The sentences and the files given (an empty file among them is no input, not an error)
+    are one set of vectors fitted on; every model call holds ``batch_size`` sentences at most."""
+    from bert_whitening import encoding
+
+    empty, lines = tmp_path / "empty.txt", tmp_path / "lines.txt"
+    empty.write_text("", encoding="utf-8")
+    lines.write_text("".join(s + "\n" for s in SENTENCES[8:]), encoding="utf-8")
+    batch_sizes, run_batches = [], encoding._run_batches
+
+    def recorded(encoder, sequences, batch_size, *rest):
+        batch_sizes.append(batch_size)
+        return run_batches(encoder, sequences, batch_size, *rest)
+
+    monkeypatch.setattr(encoding, "_run_batches", recorded)
+    encoder = SentenceEncoder.load(tiny_model[0])
+    whitening = encoder.fit(SENTENCES * 2, files=[str(empty), str(lines)], batch_size=5)
+    assert set(batch_sizes) == {5}
+    pooled = encode(encoders["first-last-avg"], SENTENCES * 2 + SENTENCES[8:]).astype(np.float64)
+    assert whitening.count == len(pooled)
+    np.testing.assert_allclose(whitening.mean, pooled.mean(axis=0), atol=1e-6)
+    assert encoder.fit(files=[str(empty), str(lines)]).count == len(SENTENCES[8:])
+    assert encoder.fit(SENTENCES * 2, files=[str(empty)]).count == 2 * len(SENTENCES)  # sentences, and no line
+
+
+def test_a_fit_whitens_from_then_on_with_the_encoder_s_pooling_and_normalised(tiny_model, encoders):
+    """An encoder of cls pooling and normalize=False, already used: the fit is of its cls
+    vectors, and from then on it gives them whitened and L2-normalised (not with the Keras
+    encoder it had built before the fit)."""
+    encoder = SentenceEncoder.load(tiny_model[0], pooling="cls", normalize=False)
+    pooled = encode(encoders["cls"], SENTENCES * 3).astype(np.float64)
+    np.testing.assert_allclose(encoder.encode(SENTENCES), pooled[: len(SENTENCES)], atol=1e-5)  # as pooled
+    whitening = encoder.fit(SENTENCES * 3, n_components=12)
+    assert whitening.pooling == "cls" and encoder.config.normalize and encoder.dim == 12
+    reference = fit_whitening(WhiteningStats().update(pooled))
+    expected = transform_and_normalize(pooled[: len(SENTENCES)], reference.kernel[:, :12], reference.bias)
+    actual = encoder.encode(SENTENCES)
+    assert actual.shape == (len(SENTENCES), 12)
+    np.testing.assert_allclose(actual @ actual.T, expected @ expected.T, atol=1e-5)
+
+
+def test_fit_keeps_more_components_than_the_rank_only_when_the_encoder_allows_it(tiny_model):
+    from bert_whitening.errors import WhiteningError
+
+    few = SENTENCES[:8]  # 8 vectors: rank 7 at most, of 24 dimensions
+    with pytest.raises(WhiteningError, match="or allow it explicitly"):
+        SentenceEncoder.load(tiny_model[0]).fit(few, n_components=12)
+    allowing = SentenceEncoder.load(tiny_model[0], allow_rank_deficient=True)
+    assert allowing.fit(few, n_components=12).rank < 12
+    assert allowing.encode(SENTENCES).shape == (len(SENTENCES), 12)
+
+
+def test_a_fit_records_the_precision_its_vectors_were_encoded_in(tiny_model):
+    from bert_whitening.precision import precision_scope, running
+
+    encoder = SentenceEncoder.load(tiny_model[0])
+    assert encoder.fit(SENTENCES * 3).precision == running() == "float32"
+    with precision_scope("bfloat16"):
+        assert encoder.fit(SENTENCES * 3).precision == "bfloat16"
+
+
 def test_a_fit_records_how_the_text_was_cut_and_cased_and_another_encoder_refuses_it(fitted, tiny_model, tmp_path):
     """A whitening fitted with --cased --maxlen 16 was applied by an uncased encoder of maxlen 64
     without a word."""
@@ -58,6 +119,8 @@ def test_save_and_load_give_the_same_encoder(fitted, tmp_path):
     encoder.save(str(tmp_path / "saved"))
     again = SentenceEncoder.load(str(tmp_path / "saved"))
     assert again.config.differences(encoder.config.to_config()) == []
+    # what it reads: the model and the saved whitening, no flow
+    assert again.config.read_paths() == encoder.config.read_paths() + [str(tmp_path / "saved" / "whitening.npz")]
     np.testing.assert_allclose(again.encode(SENTENCES[:5]), encoder.encode(SENTENCES[:5]), atol=1e-6)
     with pytest.raises(ValueError, match="already exists"):
         encoder.save(str(tmp_path / "saved"))
@@ -71,7 +134,19 @@ def test_an_encoder_keeping_no_whitened_dimension_saves_and_loads(fitted, tiny_m
     unwhitened.save(str(tmp_path / "saved"))
     again = SentenceEncoder.load(str(tmp_path / "saved"))
     assert os.listdir(tmp_path / "saved") == ["sentence_encoder.json"] and again.dim == 24
+    assert again.config.read_paths() == unwhitened.config.read_paths()  # no whitening file it does not read
     np.testing.assert_allclose(again.encode(SENTENCES[:5]), unwhitened.encode(SENTENCES[:5]), atol=1e-6)
+
+
+def test_an_encoder_with_a_flow_saves_and_loads_it(tiny_model, tmp_path):
+    encoder = SentenceEncoder.load(tiny_model[0], pooling="cls")
+    encoder.fit_flow(SENTENCES * 3, flow_batch_size=8, config={"n_levels": 2, "depth": 1}, progress=False)
+    saved = tmp_path / "saved"
+    encoder.save(str(saved))
+    assert sorted(os.listdir(saved)) == ["flow.npz", "sentence_encoder.json"]
+    again = SentenceEncoder.load(str(saved))
+    assert again.config.read_paths() == encoder.config.read_paths() + [str(saved / "flow.npz")]
+    np.testing.assert_allclose(again.encode(SENTENCES), encoder.encode(SENTENCES), atol=1e-6)
 
 
 def test_encode_file_writes_one_row_per_line(fitted, tmp_path):
@@ -80,6 +155,26 @@ def test_encode_file_writes_one_row_per_line(fitted, tmp_path):
     lines.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
     assert encoder.encode_file(str(lines), str(tmp_path / "v.npy")) == len(SENTENCES)
     np.testing.assert_allclose(np.load(tmp_path / "v.npy"), encoder.encode(SENTENCES), atol=1e-6)
+
+
+def test_encode_file_writes_nothing_when_the_rows_are_not_one_per_line(fitted, tmp_path, monkeypatch):
+    """Row i is line i's vector: an encoding that lost a sentence must not leave a file whose
+    rows are shifted against the lines."""
+    from bert_whitening import encoding
+
+    stream = encoding.encode_stream
+
+    def losing_the_last(*arguments):
+        blocks = list(stream(*arguments))
+        yield from blocks[:-1]
+        yield blocks[-1][:-1]
+
+    monkeypatch.setattr(encoding, "encode_stream", losing_the_last)
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(s + "\n" for s in SENTENCES), encoding="utf-8")
+    with pytest.raises(BertWhiteningError, match="^wrote 15 rows for 16 input lines$"):
+        fitted[0].encode_file(str(lines), str(tmp_path / "v.npy"))
+    assert os.listdir(tmp_path) == ["lines.txt"]
 
 
 def test_load_refuses_what_does_not_fit_before_building(tiny_model, tmp_path):
@@ -97,11 +192,17 @@ def test_fit_refuses_more_components_than_the_model_has_before_encoding(tiny_mod
         SentenceEncoder.load(tiny_model[0]).fit(SENTENCES, n_components=1000)
 
 
+def cosines(a, b):
+    """The cosine matrix of the rows of ``a`` and ``b``, by numpy in float64."""
+    a, b = (np.asarray(vectors, np.float64) for vectors in (a, b))
+    return (a / np.linalg.norm(a, axis=1, keepdims=True)) @ (b / np.linalg.norm(b, axis=1, keepdims=True)).T
+
+
 def test_similarity_is_the_cosine_matrix_of_sentences_or_vectors(fitted):
     encoder, _ = fitted
     a, b = SENTENCES[:3], SENTENCES[2:7]
     va, vb = encoder.encode(a).astype(np.float64), encoder.encode(b).astype(np.float64)
-    expected = (va / np.linalg.norm(va, axis=1, keepdims=True)) @ (vb / np.linalg.norm(vb, axis=1, keepdims=True)).T
+    expected = cosines(va, vb)
     np.testing.assert_allclose(encoder.similarity(a, b), expected, atol=1e-6)
     np.testing.assert_allclose(encoder.similarity(va * 7, vb.astype(np.float32)), expected, atol=1e-6)
     assert encoder.similarity(a, b).shape == (3, 5) and abs(encoder.similarity(a, a)[2, 2] - 1) < 1e-6
@@ -110,6 +211,9 @@ def test_similarity_is_the_cosine_matrix_of_sentences_or_vectors(fitted):
     with pytest.raises(BertWhiteningError, match="a must be a list of sentences"):
         encoder.similarity("今天天气很好", b)
     np.testing.assert_allclose(encoder.similarity(np.array(a), np.array(b)), expected, atol=1e-6)  # strings
+    np.testing.assert_allclose(encoder.similarity(np.array(a, dtype=object), b), expected, atol=1e-6)  # pandas' text
+    half_a, half_b = va.astype(np.float16), vb.astype(np.float16)  # normalised in float64, not in float16
+    np.testing.assert_allclose(encoder.similarity(half_a, half_b), cosines(half_a, half_b), atol=1e-6)
     broken = va.copy()
     broken[1, 3] = np.nan
     with pytest.raises(BertWhiteningError, match=r"^a: row 1 \(0-based\): the vector holds nan \(column 3\)$"):
@@ -150,6 +254,19 @@ def test_index_search_finds_what_brute_force_finds(fitted, tmp_path, on_disk):
             encoder.index(corpus, path=str(tmp_path / "index"))
     with pytest.raises(BertWhiteningError, match="top_k must be a positive integer"):
         index.search(queries, top_k=0)
+    # a top_k beyond the corpus gives every row once (FAISS would allocate top_k results a query)
+    for result in index.search(queries, top_k=10**12):
+        assert sorted(hit["line"] for hit in result["hits"]) == list(range(1, len(corpus) + 1))
+
+
+def test_an_encoder_that_does_not_normalise_writes_an_index_of_cosines(tiny_model, tmp_path):
+    """An index holds L2-normalised vectors: an encoder of normalize=False writes its vectors
+    normalised (an index directory refuses unnormalised ones), and scores cosines."""
+    encoder = SentenceEncoder.load(tiny_model[0], normalize=False)
+    corpus, queries = SENTENCES, SENTENCES[:3]
+    on_disk = encoder.index(corpus, path=str(tmp_path / "index")).search(queries, top_k=4)
+    for result, expected_cosines in zip(on_disk, brute_force(encoder, corpus, queries, 4), strict=True):
+        np.testing.assert_allclose([hit["score"] for hit in result["hits"]], expected_cosines, atol=1e-5)
 
 
 def test_an_index_on_disk_searches_what_it_wrote_whatever_bears_its_name_since(fitted, tmp_path):
@@ -228,14 +345,36 @@ def test_export_refuses_its_options_before_the_model_is_built(tiny_model, tmp_pa
     assert os.listdir(tmp_path) == []
 
 
+def test_export_refuses_a_version_it_would_replace_that_holds_its_corpus(fitted, tmp_path, monkeypatch):
+    """The corpus index is an input of the export: one inside the version that ``overwrite``
+    replaces is refused before the model is built, not removed with that version."""
+    from bert_whitening import models
+
+    index = tmp_path / "served" / "1" / "index"
+    index.parent.mkdir(parents=True)
+    fitted[0].index(SENTENCES, path=str(index))
+    monkeypatch.setattr(models, "build", lambda *arguments, **options: pytest.fail("the model was built"))
+    with pytest.raises(BertWhiteningError) as raised:
+        SentenceEncoder(fitted[0].config).export(str(tmp_path / "served"), 1, overwrite=True, corpus=str(index))
+    assert str(raised.value) == "cannot write %s: it contains the input directory %s; choose another output" % (
+        index.parent,
+        index,
+    )
+    assert os.listdir(index.parent) == ["index"]
+
+
 def test_a_saved_encoder_is_loaded_as_saved_and_refuses_other_arguments(fitted, tmp_path):
     """Arguments given with a saved encoder's directory were ignored (its dim, pooling, maxlen
     and normalisation kept): they are refused, naming each."""
     encoder, _ = fitted
     saved = str(tmp_path / "saved")
     encoder.save(saved)
-    with pytest.raises(BertWhiteningError, match="loaded as saved: n_components, pooling, maxlen, normalize given"):
+    with pytest.raises(BertWhiteningError) as raised:
         SentenceEncoder.load(saved, n_components=16, pooling="cls", maxlen=8, normalize=False)
+    assert str(raised.value) == (
+        "%s: a saved encoder is loaded as saved: n_components, pooling, maxlen, normalize given (load it alone, "
+        "or load its model with them)" % saved
+    )
     for default in ({"maxlen": 64}, {"normalize": True}, {"whitening": None}):  # a default, given, is given
         with pytest.raises(BertWhiteningError, match="loaded as saved: %s given" % next(iter(default))):
             SentenceEncoder.load(saved, **default)
@@ -337,6 +476,13 @@ def test_fit_flow_takes_the_flow_batch_size_apart_from_the_encoding_one(tiny_mod
     )
     assert flow.training_summary["batch_size"] == 8
     assert flow.training_summary["steps"] == len(sentences) // 8
+
+
+def test_fit_flow_on_no_sentence_is_refused_in_one_line(tiny_model):
+    from bert_whitening.errors import DataError
+
+    with pytest.raises(DataError, match="^no sentences to train a flow on$"):
+        SentenceEncoder.load(tiny_model[0]).fit_flow([])
 
 
 def test_fit_flow_refuses_vectors_that_cannot_be_kept_at_the_block_that_does_not_fit(tiny_model, tmp_path, monkeypatch):

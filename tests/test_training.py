@@ -867,6 +867,7 @@ def test_sentence_encoder_train_continues_with_the_trained_model(tiny_model, pai
     from bert_whitening import SentenceEncoder
 
     encoder = SentenceEncoder.load(tiny_model[0], pooling="last-avg")
+    encoder.encode(SENTENCES[:1])  # the base model's Keras encoders built: not used after the training
     record = encoder.train(pair_files[0], str(tmp_path / "model"), epochs=1, learning_rate=1e-3, batch_size=8)
     assert record["hyperparameters"]["pooling"] == "last-avg" and record["kept_epoch"] == 1
     assert encoder.config.model == str(tmp_path / "model") and encoder.config.whitening is None
