@@ -134,6 +134,12 @@ def encode_ids(
     """
     batch_size = positive_int(batch_size, "batch_size")
     checked_encoder(encoder).config.check_encoding_memory(len(sequences), encoder.dim, batch_size, BATCHES_IN_FLIGHT)
+    return _encode_checked(encoder, sequences, batch_size, progress)
+
+
+def _encode_checked(encoder, sequences, batch_size, progress):
+    """`encode_ids` once its arguments and memory are checked (`encode_counted` checks them
+    before it tokenizes, and does not check them again)."""
     if len(sequences) and precision.process_precision() == "auto":
         precision.resolve_auto(
             _distinct(sequences, precision.AUTO_CHECK_SENTENCES),
@@ -212,11 +218,12 @@ def encode_counted(encoder: "Encoder", texts: Sequence[str], batch_size: int = 1
     ``encoder.maxlen``, not logged: for a caller that counts over many calls (a Beam job's
     workers, whose driver logs the job's count once)."""
     texts = sentence_list(texts, "texts")
+    batch_size = positive_int(batch_size, "batch_size")
     checked_encoder(encoder).config.check_encoding_memory(
-        len(texts), encoder.dim, positive_int(batch_size, "batch_size"), BATCHES_IN_FLIGHT
+        len(texts), encoder.dim, batch_size, BATCHES_IN_FLIGHT
     )  # before the tokenizer's minutes on a list too large to encode at once
     sequences, truncated = tokenize(encoder, texts)
-    return encode_ids(encoder, sequences, batch_size, progress), truncated
+    return _encode_checked(encoder, sequences, batch_size, progress), truncated
 
 
 def encode_together(
