@@ -1,6 +1,6 @@
 """bfloat16 at serving time: TF Serving's ``--mixed_precision=bfloat16`` against ``export --precision bfloat16``.
 
-    python benchmarks/bench_serving_precision.py [--sentences 4000] [--repeats 3]
+    python benchmarks/bench_serving_precision.py [--sentences 4000] [--repeats 3] [--frozen-weights]
 
 TF Serving's ``--mixed_precision=bfloat16`` turns on Grappler's
 ``auto_mixed_precision_onednn_bfloat16`` rewrite for the graphs it loads; here the same option is
@@ -12,7 +12,9 @@ sorted by length, as ``encode`` cuts them) and ``serve_text`` (128 sentences a c
 order) with the rewrite off and on. Printed: sentences/s (median of --repeats after a warm-up),
 its ratio to the float32 export without the rewrite, the median latency of a call on one
 sentence, and the smallest cosine of every vector to that export's. Run it on an idle machine,
-and on a CPU with AVX512_BF16 or AMX (elsewhere oneDNN emulates bfloat16).
+and on a CPU with AVX512_BF16 or AMX (elsewhere oneDNN emulates bfloat16). ``--frozen-weights``
+lets oneDNN keep each product's weights in its blocked layout from the first call on, which a
+server may (its weights never change) and which AMX needs.
 """
 
 import argparse
@@ -35,7 +37,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sentences", type=int, default=4000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--frozen-weights",
+        action="store_true",
+        help="set TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 before TensorFlow starts, as docs/serving.md has a server do",
+    )
     args = parser.parse_args()
+    if args.frozen_weights:
+        os.environ["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
 
     from bench_encode import cpu_name
     from bench_serving import sts_sentences
@@ -105,8 +114,16 @@ def main():
     ]
     print(
         "%d distinct English STS-benchmark sentences, all-MiniLM-L6-v2, first-last-avg + whitening (k=%d) + L2; "
-        "%s, %d cores, tensorflow %s; median of %d"
-        % (len(sentences), encoder.n_components, cpu_name(), os.cpu_count(), tf.__version__, args.repeats)
+        "%s, %d cores, tensorflow %s; median of %d; TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=%s"
+        % (
+            len(sentences),
+            encoder.n_components,
+            cpu_name(),
+            os.cpu_count(),
+            tf.__version__,
+            args.repeats,
+            os.environ.get("TF_ONEDNN_ASSUME_FROZEN_WEIGHTS", "unset"),
+        )
     )
     print(
         "%-58s %-16s %11s %9s %12s %9s"
