@@ -29,7 +29,7 @@ from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.bounded import check_memory
 from bert_whitening.data import ReadOptions, chunked, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
-from bert_whitening.layers.fused_bert import FusedBert, bfloat16_constants, bfloat16_products
+from bert_whitening.layers.fused_bert import FusedBert, bfloat16_products
 from bert_whitening.token_ids import log_truncated, pad_ids, token_ids
 from bert_whitening.whitening import WhiteningStats, check_vectors
 
@@ -64,7 +64,7 @@ def compiled(model, bfloat16=False):
         spec = tf.TensorSpec([None, None], tf.int32)
 
         def call(ids, segments):
-            with bfloat16_products(bfloat16_constants(model)) if bfloat16 else contextlib.nullcontext():
+            with bfloat16_products() if bfloat16 else contextlib.nullcontext():
                 return model([ids, segments], training=False)
 
         functions[bfloat16] = graph_function(call, [spec, spec])

@@ -36,8 +36,6 @@ import functools
 import numpy as np
 
 from bert_whitening.backend import keras, tf
-from bert_whitening.bounded import check_memory
-from bert_whitening.errors import BertWhiteningError
 
 #: bert4keras' LayerNormalization epsilon for BERT.
 LAYER_NORM_EPSILON = 1e-12
@@ -211,9 +209,10 @@ def bfloat16_products(copies=None):
         _KERNELS.reset(tokens[1])
 
 
-def _product_weights(model):
-    """The weights of every matrix product of ``model``'s `FusedBert` layers, and whether each
-    layer's weights are trainable."""
+def bfloat16_copies(model):
+    """``{weight.ref(): bfloat16 variable}`` of the weights of every product of ``model``'s
+    `FusedBert` layers: the copies a bfloat16 SavedModel stores in place of the float32 ones."""
+    copies = {}
     for layer in model.layers:
         if isinstance(layer, FusedBert):
             dense = [
@@ -223,36 +222,9 @@ def _product_weights(model):
             ]
             if layer.pooler:
                 dense.append(layer.pooler_dense)
-            yield layer, [weight for pair in dense for weight in pair]
-
-
-def bfloat16_copies(model):
-    """``{weight.ref(): bfloat16 variable}`` of the weights of every product of ``model``'s
-    `FusedBert` layers: the copies a bfloat16 SavedModel stores in place of the float32 ones."""
-    return {
-        weight.ref(): tf.Variable(tf.cast(weight, tf.bfloat16), trainable=False)
-        for _, weights in _product_weights(model)
-        for weight in weights
-    }
-
-
-def bfloat16_constants(model):
-    """``{weight.ref(): bfloat16 array}`` of the product weights of ``model``'s `FusedBert`
-    layers whose weights are not trainable: traced in their place, each is a constant of the
-    graph, which oneDNN keeps in its own blocked layout from the first call on (with AMX, only a
-    product whose weights are constant runs on it; docs/performance.md). The graph holds the
-    weights as they are when it is traced; a layer being trained gets none. Refused
-    (`check_memory`) when three bfloat16 copies of them could not fit: the graph's constants,
-    the running graph's, and oneDNN's blocked copies (building the graph holds more for a while)."""
-    weights = [weight for layer, kept in _product_weights(model) if not layer.trainable for weight in kept]
-    check_memory(
-        "a bfloat16 graph of %s" % model.name,
-        {"of its products' weights in bfloat16, three times": 3 * 2 * sum(w.shape.num_elements() for w in weights)},
-        BertWhiteningError,
-        "encode in float32 (precision float32)",
-    )
-    with tf.init_scope():  # eager, also while a graph is traced
-        return {weight.ref(): tf.cast(weight, tf.bfloat16).numpy() for weight in weights}
+            for weight in (weight for pair in dense for weight in pair):
+                copies[weight.ref()] = tf.Variable(tf.cast(weight, tf.bfloat16), trainable=False)
+    return copies
 
 
 #: True while a graph is traced for a server to run (`serving_graph`).
