@@ -70,7 +70,7 @@ def _apply(precision):
     check_choice("precision", precision, PRECISIONS)
     if precision == "bfloat16" and cpu_has_bfloat16() is False:
         logger.warning(
-            "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): oneDNN "
+            "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): TensorFlow "
             "emulates them, so --precision bfloat16 is likely slower than float32"
         )
     _running_precision = "bfloat16" if precision == "bfloat16" else "float32"

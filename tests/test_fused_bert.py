@@ -206,6 +206,7 @@ def test_an_encoder_s_graphs_hold_no_copy_of_its_weights(encoders):
             read = {id(captured) for captured in concrete.captured_inputs}
             assert all(id(weight.handle) in read for weight in model.weights), (pooling, bfloat16)
 
+
 def test_grappler_s_bfloat16_rewrite_runs_only_a_graph_fused_bert_does_not_cover(encoders, tmp_path, monkeypatch):
     """In bfloat16 a FusedBert rounds its own products and Grappler's rewrite (which would round
     its layer norms too) is off; bert4keras' graph (a ReLU BERT) runs under the rewrite: its

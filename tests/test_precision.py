@@ -122,7 +122,7 @@ def test_bfloat16_on_a_cpu_without_its_instructions_is_run_with_a_warning(fresh_
         precision.set_precision("bfloat16")
     assert precision.running() == "bfloat16"
     said = (
-        "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): oneDNN emulates them, so --precision "
+        "this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): TensorFlow emulates them, so --precision "
         "bfloat16 is likely slower than float32"
     )
     assert caplog.messages == ([said] if warned else [])
