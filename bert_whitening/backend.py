@@ -14,12 +14,18 @@ are swallowed while TensorFlow is imported (and shown if the import fails). Set
 import contextlib
 import logging
 import os
+import platform
 import sys
 import tempfile
 import warnings
 
 os.environ["TF_KERAS"] = "1"
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
+if platform.machine().lower() in ("x86_64", "amd64"):
+    # TensorFlow runs oneDNN's kernels by default only on x86 CPUs with AVX512_VNNI or later; on
+    # one with AVX2 only they encode and train faster as well (docs/performance.md). A value set
+    # in the environment is kept.
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 _QUIET = os.environ["TF_CPP_MIN_LOG_LEVEL"] == "3"
 

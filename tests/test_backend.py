@@ -2,6 +2,7 @@
 they can explain a failed import."""
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -28,3 +29,20 @@ def test_start_up_lines_are_shown_for_a_failed_import_not_for_a_signal(capfd, ra
             os.write(2, b"a start-up line\n")
             raise raised
     assert ("a start-up line" in capfd.readouterr().err) == shown
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="oneDNN's x86 kernels")
+@pytest.mark.parametrize("setting, expected", [(None, True), ("0", False), ("1", True)])
+def test_onednn_runs_on_every_x86_cpu_unless_the_environment_says_otherwise(setting, expected):
+    """TensorFlow turns oneDNN on by itself only on CPUs with AVX512_VNNI or later; the backend
+    turns it on for the others (AVX2 only), and keeps a value the user set."""
+    environment = {key: value for key, value in os.environ.items() if key != "TF_ENABLE_ONEDNN_OPTS"}
+    if setting is not None:
+        environment["TF_ENABLE_ONEDNN_OPTS"] = setting
+    code = (
+        "import os; from bert_whitening.layers import fused_bert as f; print(f._onednn_rewrites(), os.environ.get(%r))"
+    )
+    code %= "TF_ENABLE_ONEDNN_OPTS"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == [str(expected), setting or "1"]

@@ -245,8 +245,9 @@ def serving_graph():
 
 @functools.lru_cache(maxsize=None)
 def _onednn_rewrites():
-    """Whether this process's TensorFlow runs oneDNN's graph rewrites: by default on Linux CPUs
-    with AVX512_VNNI, AVX512_BF16 or AMX; ``TF_ENABLE_ONEDNN_OPTS`` decides otherwise."""
+    """Whether this process's TensorFlow runs oneDNN's graph rewrites: on x86 unless
+    ``TF_ENABLE_ONEDNN_OPTS=0`` (`bert_whitening.backend` turns them on where TensorFlow would
+    not, on CPUs without AVX512_VNNI)."""
     from tensorflow.python.util import _pywrap_util_port
 
     return bool(_pywrap_util_port.IsMklEnabled())
