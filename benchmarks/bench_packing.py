@@ -34,26 +34,20 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
     parser.add_argument("--precisions", nargs="+", default=["float32", "bfloat16"])
-    parser.add_argument("--frozen-weights", action="store_true", help="set TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1")
-    args = parser.parse_args()
-    if args.frozen_weights:
-        os.environ["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
+    from bench_serving import parse_with_frozen_weights, sts_sentences, whitened_minilm
+
+    args = parse_with_frozen_weights(parser)
 
     from bench_encode import cpu_name, seconds
-    from bench_serving import sts_sentences
 
     from bert_whitening.backend import tf
-    from bert_whitening.encoding import encode, tokenize
+    from bert_whitening.encoding import tokenize
     from bert_whitening.export import export_saved_model
     from bert_whitening.layers import fused_bert
-    from bert_whitening.models import build_encoder, with_whitening
     from bert_whitening.token_ids import pad_ids
-    from bert_whitening.whitening import WhiteningStats, fit_whitening
 
     sentences = sts_sentences(args.sentences)
-    pooled = build_encoder("minilm", pooling="first-last-avg")
-    whitening = fit_whitening(WhiteningStats().update(encode(pooled, sentences)), pooling="first-last-avg")
-    encoder = with_whitening(pooled, whitening)
+    encoder = whitened_minilm(sentences)
     sequences, _ = tokenize(encoder, sentences)
     workdir = tempfile.mkdtemp()
     print(

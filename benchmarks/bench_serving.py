@@ -37,16 +37,33 @@ def sts_sentences(limit=None):
     return distinct_sentences(load_task(ENGLISH_STS, os.path.join(SHARED, "senteval_cn")))[:limit]
 
 
-def export_minilm(workdir):
+def whitened_minilm(sentences, n_components=None):
+    """all-MiniLM-L6-v2 from the installed package (read in place), first-last-avg pooling, with
+    a whitening fitted on ``sentences`` (``n_components`` kept)."""
     from bert_whitening.encoding import encode
-    from bert_whitening.export import export_saved_model
     from bert_whitening.models import build_encoder, with_whitening
     from bert_whitening.whitening import WhiteningStats, fit_whitening
 
-    encoder = build_encoder("minilm", pooling="first-last-avg")  # the installed package's model, read in place
-    stats = WhiteningStats().update(encode(encoder, sts_sentences(4000)))
-    whitening = fit_whitening(stats, pooling="first-last-avg")
-    path, _ = export_saved_model(with_whitening(encoder, whitening, 256), os.path.join(workdir, "served"), text=True)
+    pooled = build_encoder("minilm", pooling="first-last-avg")
+    whitening = fit_whitening(WhiteningStats().update(encode(pooled, sentences)), pooling="first-last-avg")
+    return with_whitening(pooled, whitening, n_components)
+
+
+def parse_with_frozen_weights(parser):
+    """``parser``'s arguments, with --frozen-weights, which sets TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1
+    before TensorFlow starts, as docs/serving.md has a server on a CPU with AMX do."""
+    parser.add_argument("--frozen-weights", action="store_true", help="set TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1")
+    args = parser.parse_args()
+    if args.frozen_weights:
+        os.environ["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
+    return args
+
+
+def export_minilm(workdir):
+    from bert_whitening.export import export_saved_model
+
+    encoder = whitened_minilm(sts_sentences(4000), 256)
+    path, _ = export_saved_model(encoder, os.path.join(workdir, "served"), text=True)
     return path
 
 

@@ -37,29 +37,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sentences", type=int, default=4000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument(
-        "--frozen-weights",
-        action="store_true",
-        help="set TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 before TensorFlow starts, as docs/serving.md has a server do",
-    )
-    args = parser.parse_args()
-    if args.frozen_weights:
-        os.environ["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
+    from bench_serving import parse_with_frozen_weights, sts_sentences, whitened_minilm
+
+    args = parse_with_frozen_weights(parser)
 
     from bench_encode import cpu_name
-    from bench_serving import sts_sentences
 
     from bert_whitening.backend import tf
-    from bert_whitening.encoding import batches, encode, tokenize
+    from bert_whitening.encoding import batches, tokenize
     from bert_whitening.export import check_export, export_saved_model
-    from bert_whitening.models import build_encoder, with_whitening
     from bert_whitening.token_ids import pad_ids
-    from bert_whitening.whitening import WhiteningStats, fit_whitening
 
     sentences = sts_sentences(args.sentences)
-    pooled = build_encoder("minilm", pooling="first-last-avg")
-    whitening = fit_whitening(WhiteningStats().update(encode(pooled, sentences)), pooling="first-last-avg")
-    encoder = with_whitening(pooled, whitening)
+    encoder = whitened_minilm(sentences)
     sequences, _ = tokenize(encoder, sentences)
     padded = list(batches(sequences, 128))
     padded_one = [pad_ids([ids]) for ids in sequences[:SINGLE_SENTENCES]]
@@ -100,7 +90,7 @@ def main():
             once()
             times.append(time.perf_counter() - start)
         latencies = []
-        for index in range(SINGLE_SENTENCES):
+        for index in range(len(padded_one)):
             start = time.perf_counter()
             one_sentence(index)
             latencies.append(time.perf_counter() - start)
