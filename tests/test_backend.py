@@ -40,9 +40,10 @@ def test_onednn_runs_on_every_x86_cpu_unless_the_environment_says_otherwise(sett
     if setting is not None:
         environment["TF_ENABLE_ONEDNN_OPTS"] = setting
     code = (
-        "import os; from bert_whitening.layers import fused_bert as f; print(f._onednn_rewrites(), os.environ.get(%r))"
+        "import os\n"
+        "from bert_whitening.layers import fused_bert\n"
+        "print(fused_bert._onednn_rewrites(), os.environ.get('TF_ENABLE_ONEDNN_OPTS'))\n"
     )
-    code %= "TF_ENABLE_ONEDNN_OPTS"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == [str(expected), setting or "1"]

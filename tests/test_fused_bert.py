@@ -190,8 +190,7 @@ def test_bfloat16_vectors_are_close_to_float32_and_not_equal(encoders):
 def test_an_encoder_s_graphs_hold_no_copy_of_its_weights(encoders):
     """In float32 and in bfloat16 the encoder's graph reads every weight from its variable and holds
     none as a constant: a constant weight is copied at each stage of building and optimising the
-    graph (a BERT-base `encode --precision bfloat16` then peaked at 7.2 GB against 1.7 GB;
-    docs/performance.md)."""
+    graph, several times the model's memory (docs/performance.md, "On a CPU with AMX")."""
     spec = tf.TensorSpec([None, None], tf.int32)
     for pooling in ("first-last-avg", "pooler"):
         model = keras.Model(encoders[pooling].model.inputs, encoders[pooling].model.outputs)
