@@ -900,13 +900,48 @@ def _check_n_components(args, config):
 
 
 def _start(args):
-    """Once every check has passed: the process's precision (this imports TensorFlow). Not for
-    the Beam commands: the model runs where `beam.EncodeFn.setup` sets it, and a worker starts
-    only once the pipeline is built, so TensorFlow's import here would delay it."""
+    """Once every check has passed: the process's precision (this imports TensorFlow), and
+    whether oneDNN may keep its reordered weights (`_weights_frozen`). Not for the Beam
+    commands: the model runs where `beam.EncodeFn.setup` sets it, and a worker starts only once
+    the pipeline is built, so TensorFlow's import here would delay it."""
     if getattr(args, "precision", None):
         from bert_whitening.precision import set_precision
 
+        if args.own_process and _weights_frozen(args):
+            os.environ.setdefault(FROZEN_WEIGHTS_VARIABLE, "1")
+            logger.debug(
+                "%s=%s: this command changes no weight", FROZEN_WEIGHTS_VARIABLE, os.environ[FROZEN_WEIGHTS_VARIABLE]
+            )
         set_precision(args.precision)
+
+
+#: TensorFlow's promise to oneDNN that no weight changes once a product has read it: oneDNN then
+#: reorders each product's weights once and keeps the copy, instead of at every call. Only with
+#: it do bfloat16 products run on AMX when their weights are variables (docs/performance.md). It
+#: is read once per process, at the first product, and holds for every graph of the process:
+#: a weight changed later goes unseen (the product keeps its first copy).
+FROZEN_WEIGHTS_VARIABLE = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
+#: The commands that change no weight of a model once it has run, a flow's aside (`_weights_frozen`).
+WEIGHTS_READ_ONLY = ("encode", "fit", "eval", "eval-retrieval", "index")
+
+
+def _weights_frozen(args):
+    """Whether the command's process promises oneDNN that its weights never change
+    (`FROZEN_WEIGHTS_VARIABLE`): where bfloat16 may run (``fit``'s ``auto`` runs float32) on a
+    CPU with bfloat16 instructions, in a command that changes no weight. Not where a flow is
+    trained (``--method flow``), not in ``train``, and never in the Python API or the Beam
+    workers: the promise cannot be taken back in a process. On other CPUs, or in float32, the
+    kept copies cost a copy of the weights and gain nothing measured."""
+    from bert_whitening.precision import cpu_has_bfloat16
+
+    method = getattr(args, "method", "whitening")  # fit's one method, or eval's list
+    trains_a_flow = "flow" in (method if isinstance(method, list) else [method])
+    return (
+        args.command in WEIGHTS_READ_ONLY
+        and not trains_a_flow
+        and (args.precision == "bfloat16" or (args.precision == "auto" and args.command != "fit"))
+        and bool(cpu_has_bfloat16())
+    )
 
 
 def _fit_and_read(args):
@@ -1252,9 +1287,13 @@ def _raise_interrupted(number, frame):
 # status 128 + the number; SIGHUP is a closed terminal or a stopped session.
 
 
-def main(argv=None):
+def main(argv=None, own_process=False):
+    """Run the command of ``argv`` (the process's arguments if None) and return its exit status.
+    ``own_process``: the process is the command's alone (`console_main`), so process-wide
+    settings that cannot be taken back may be made (`_weights_frozen`)."""
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
+    args.own_process = own_process
     # The log is set up before anything is imported to check the options (Beam, for its option
     # names): a library logging through the root logger first would give it a handler of its own
     # format, and this one would never be set.
@@ -1319,7 +1358,7 @@ def console_main():
 
         for number in STOPPING:
             signal.signal(number, stop)
-        status = main()
+        status = main(own_process=True)
     if status in [128 + number for number in STOPPING]:
         _exit(status)
     gc.freeze()

@@ -1,0 +1,128 @@
+"""The promise to oneDNN that weights never change (``TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1``,
+`bert_whitening.cli._weights_frozen`): made by the command line's own process alone, for the
+commands that change no weight, where bfloat16 may run on a CPU with bfloat16 instructions; and
+those commands compute the same under it.
+
+The promise holds for a whole process and cannot be taken back, so nothing here makes it in the
+test process: the cases that run TensorFlow under it run in a process of their own."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bert_whitening import cli, precision
+from bert_whitening.cli import FROZEN_WEIGHTS_VARIABLE
+from bert_whitening.encoding import encode
+from bert_whitening.names import PRECISION_VARIABLE
+
+from helpers import SENTENCES, commands_in_a_fresh_process
+
+ENCODE = ["encode", "--output", "v.npy", "in.txt"]
+
+
+@pytest.mark.parametrize(
+    "argv, bfloat16_cpu, frozen",
+    [
+        (ENCODE, True, True),  # auto may pick bfloat16
+        (ENCODE, False, False),  # ... but not on this CPU
+        (ENCODE + ["--precision", "bfloat16"], True, True),
+        (ENCODE + ["--precision", "float32"], True, False),
+        (["index", "--output", "ix", "in.txt"], True, True),
+        (["eval", "--task", "STS-B"], True, True),
+        (["eval", "--task", "STS-B", "--method", "whitening,flow"], True, False),  # trains a flow
+        (["eval-retrieval", "--task", "STS-B", "--precision", "bfloat16"], True, True),
+        (["fit", "--output", "w.npz", "in.txt"], True, False),  # fit's auto runs float32
+        (["fit", "--output", "w.npz", "--precision", "bfloat16", "in.txt"], True, True),
+        (["fit", "--output", "f.npz", "--method", "flow", "--precision", "bfloat16", "in.txt"], True, False),
+        (["beam-encode", "--input", "in.txt", "--output", "v", "--precision", "bfloat16"], True, False),
+    ],
+)
+def test_only_a_command_that_changes_no_weight_promises_it_where_bfloat16_may_run(
+    monkeypatch, argv, bfloat16_cpu, frozen
+):
+    monkeypatch.setattr(precision, "cpu_has_bfloat16", lambda: bfloat16_cpu)
+    monkeypatch.delenv(PRECISION_VARIABLE)
+    args = cli.build_parser().parse_args(argv)
+    assert cli._weights_frozen(args) is frozen
+
+
+def test_train_cannot_promise_it():
+    """``train`` changes every weight: its command has no precision to start from and is not
+    among the commands that may promise."""
+    args = cli.build_parser().parse_args(["train", "--train", "pairs.txt", "--output", "model"])
+    assert getattr(args, "precision", None) is None
+    args.precision = "bfloat16"
+    assert not cli._weights_frozen(args)
+
+
+@pytest.mark.parametrize(
+    "own_process, given, promised",
+    [(True, None, "1"), (False, None, None), (True, "0", "0")],
+)
+def test_the_promise_is_the_command_line_s_own_process_s_and_a_value_set_by_the_user_stands(
+    monkeypatch, own_process, given, promised
+):
+    """`cli._start` only (nothing runs TensorFlow here): the Python API and tests that call
+    `cli.main` in a process of theirs never promise."""
+    monkeypatch.setattr(precision, "cpu_has_bfloat16", lambda: True)
+    monkeypatch.setattr(precision, "set_precision", lambda chosen: None)
+    monkeypatch.delenv(FROZEN_WEIGHTS_VARIABLE, raising=False)
+    if given is not None:
+        monkeypatch.setenv(FROZEN_WEIGHTS_VARIABLE, given)
+    args = argparse.Namespace(command="encode", precision="bfloat16", own_process=own_process)
+    cli._start(args)
+    assert os.environ.get(FROZEN_WEIGHTS_VARIABLE) == promised
+
+
+CONSOLE_ON_A_BFLOAT16_CPU = (
+    """
+import json, os, sys
+from bert_whitening import precision
+precision.cpu_has_bfloat16 = lambda: True
+from bert_whitening.cli import console_main
+sys.argv = ["bert-whitening"] + sys.argv[1:]
+status = console_main()
+print(json.dumps([status, os.environ.get("%s")]))
+"""
+    % FROZEN_WEIGHTS_VARIABLE
+)
+
+
+def test_the_program_promises_it_in_bfloat16_on_a_bfloat16_cpu_and_encodes_as_without(tiny_model, encoders, tmp_path):
+    """The ``bert-whitening`` program (`cli.console_main`), the CPU's answer forced: the promise
+    is made, and the vectors are bfloat16's of this process, where no promise was made."""
+    (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    environment = {key: value for key, value in os.environ.items() if key != FROZEN_WEIGHTS_VARIABLE}
+    argv = ["encode", "--model", tiny_model[0], "--precision", "bfloat16", "--output", tmp_path / "v.npy"]
+    result = subprocess.run(
+        [sys.executable, "-c", CONSOLE_ON_A_BFLOAT16_CPU, *map(str, argv), str(tmp_path / "in.txt")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+    )
+    assert json.loads(result.stdout.splitlines()[-1]) == [0, "1"], result.stderr[-2000:]
+    with precision.precision_scope("bfloat16"):
+        expected = encode(encoders["first-last-avg"], SENTENCES)
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-5)
+
+
+def test_a_command_that_promises_it_computes_the_same_under_it(tiny_model, tmp_path):
+    """Under the promise oneDNN keeps the weights a product read first (on x86 CPUs also in
+    float32, which this runs in): an encoder that changed a weight after a first product (a
+    call before its weights are loaded, say) would go on with the old one here, and differ
+    from the same command run without it."""
+    (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    for output, promise in (("promised.npy", "1"), ("not.npy", "0")):
+        command = ["encode", "--model", tiny_model[0], "--precision", "float32", "--batch-size", "2"]
+        command += ["--output", tmp_path / output, tmp_path / "in.txt"]
+        prelude = "import os; os.environ[%r] = %r" % (FROZEN_WEIGHTS_VARIABLE, promise)
+        statuses, _, stderr = commands_in_a_fresh_process([command], prelude)
+        assert statuses == [0], stderr[-2000:]
+    np.testing.assert_allclose(np.load(tmp_path / "promised.npy"), np.load(tmp_path / "not.npy"), atol=1e-5)
