@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SAMPLE := data/sample
 
-.PHONY: demo test lint verify-hf verify-train mutation clean
+.PHONY: demo test test-all lint verify-hf verify-train mutation clean
 
 # pip installs uv, uv the rest: quicker than pip for the same packages (docs/performance.md; uv is told
 # where pip would look: scripts/uv_options.py, written to a file first so that its failure stops make),
@@ -29,10 +29,15 @@ $(BIN)/.installed: setup.py requirements.txt requirements-nodeps.txt scripts/uv_
 demo: $(BIN)/.installed
 	$(BIN)/python scripts/demo.py
 
-## Test suite (what CI runs), in two processes (pytest-xdist). PYTEST_ARGS="-m 'not slow'" skips the real-model tests.
+## Test suite without the slow tests (what CI runs), in two processes (pytest-xdist); test-all runs every test,
+## the real-model and whole-command tests (marked slow) included. PYTEST_ARGS passes anything to pytest.
 ## loadgroup: each test goes to the next free process, an xdist_group's tests to one process, the largest group first.
+PYTEST = $(BIN)/python -m pytest -n 2 --dist loadgroup
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
+
+test-all: $(BIN)/.installed
+	$(PYTEST) $(PYTEST_ARGS)
 
 ## Lint (what CI runs before the tests): ruff's formatter, then pyflakes, pycodestyle, isort and bugbear rules (pyproject.toml).
 lint: $(BIN)/.installed

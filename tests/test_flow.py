@@ -456,6 +456,7 @@ def test_fit_method_flow_writes_a_flow_of_that_encoder(flow_file):
     assert flow.training_summary["seed"] == 1 and flow.training_summary["vectors"] == 128
 
 
+@pytest.mark.slow  # an export
 def test_encode_and_an_export_with_the_flow_give_its_latents(flow_file, tmp_path):
     import json
 
