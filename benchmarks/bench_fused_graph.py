@@ -18,19 +18,14 @@ import os
 from unittest import mock
 
 import numpy as np
-from bench_encode import SENTEVAL, interleaved, seconds  # also puts the checkout on sys.path
+from bench_encode import SENTEVAL, interleaved, parse_with_frozen_weights, seconds  # also puts the checkout on sys.path
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=4000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument(
-        "--frozen-weights", action="store_true", help="set TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 before TensorFlow starts"
-    )
-    args = parser.parse_args()
-    if args.frozen_weights:
-        os.environ["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
+    args = parse_with_frozen_weights(parser)
 
     from bert_whitening import encoding, models
     from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task

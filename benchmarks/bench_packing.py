@@ -34,11 +34,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
     parser.add_argument("--precisions", nargs="+", default=["float32", "bfloat16"])
-    from bench_serving import parse_with_frozen_weights, sts_sentences, whitened_minilm
+    from bench_encode import cpu_name, parse_with_frozen_weights, seconds
+    from bench_serving import sts_sentences, whitened_minilm
 
     args = parse_with_frozen_weights(parser)
-
-    from bench_encode import cpu_name, seconds
 
     from bert_whitening.backend import tf
     from bert_whitening.encoding import tokenize

@@ -49,16 +49,6 @@ def whitened_minilm(sentences, n_components=None):
     return with_whitening(pooled, whitening, n_components)
 
 
-def parse_with_frozen_weights(parser):
-    """``parser``'s arguments, with --frozen-weights, which sets TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1
-    before TensorFlow starts, as docs/serving.md has a server on a CPU with AMX do."""
-    parser.add_argument("--frozen-weights", action="store_true", help="set TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1")
-    args = parser.parse_args()
-    if args.frozen_weights:
-        os.environ["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
-    return args
-
-
 def export_minilm(workdir):
     from bert_whitening.export import export_saved_model
 

@@ -37,11 +37,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sentences", type=int, default=4000)
     parser.add_argument("--repeats", type=int, default=3)
-    from bench_serving import parse_with_frozen_weights, sts_sentences, whitened_minilm
+    from bench_encode import cpu_name, parse_with_frozen_weights
+    from bench_serving import sts_sentences, whitened_minilm
 
     args = parse_with_frozen_weights(parser)
-
-    from bench_encode import cpu_name
 
     from bert_whitening.backend import tf
     from bert_whitening.encoding import batches, tokenize
