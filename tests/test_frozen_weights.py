@@ -20,7 +20,7 @@ from bert_whitening.cli import FROZEN_WEIGHTS_VARIABLE
 from bert_whitening.encoding import encode
 from bert_whitening.names import PRECISION_VARIABLE
 
-from helpers import SENTENCES, commands_in_a_fresh_process
+from helpers import SENTENCES, commands_in_a_fresh_process, run
 
 ENCODE = ["encode", "--output", "v.npy", "in.txt"]
 
@@ -116,13 +116,16 @@ def test_the_program_promises_it_in_bfloat16_on_a_bfloat16_cpu_and_encodes_as_wi
 def test_a_command_that_promises_it_computes_the_same_under_it(tiny_model, tmp_path):
     """Under the promise oneDNN keeps the weights a product read first (on x86 CPUs also in
     float32, which this runs in): an encoder that changed a weight after a first product (a
-    call before its weights are loaded, say) would go on with the old one here, and differ
-    from the same command run without it."""
+    call before its weights are loaded, say) would go on with the old one there, and differ
+    from the same command run here, where no promise was made."""
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
-    for output, promise in (("promised.npy", "1"), ("not.npy", "0")):
-        command = ["encode", "--model", tiny_model[0], "--precision", "float32", "--batch-size", "2"]
-        command += ["--output", tmp_path / output, tmp_path / "in.txt"]
-        prelude = "import os; os.environ[%r] = %r" % (FROZEN_WEIGHTS_VARIABLE, promise)
-        statuses, _, stderr = commands_in_a_fresh_process([command], prelude)
-        assert statuses == [0], stderr[-2000:]
-    np.testing.assert_allclose(np.load(tmp_path / "promised.npy"), np.load(tmp_path / "not.npy"), atol=1e-5)
+
+    def command(output):
+        options = ["--model", tiny_model[0], "--precision", "float32", "--batch-size", "2"]
+        return ["encode", *options, "--output", tmp_path / output, tmp_path / "in.txt"]
+
+    prelude = "import os; os.environ[%r] = '1'" % FROZEN_WEIGHTS_VARIABLE
+    statuses, _, stderr = commands_in_a_fresh_process([command("promised.npy")], prelude)
+    assert statuses == [0], stderr[-2000:]
+    assert run(*command("here.npy")) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "promised.npy"), np.load(tmp_path / "here.npy"), atol=1e-5)
