@@ -11,7 +11,7 @@ count, each path timed --repeats times after a warm-up, median reported:
   `bert_whitening.layers.FusedBert`), then bfloat16 (the same FusedBert with its matrix products
   in bfloat16), and float32 again with one batch at a time instead of
   `encoding.BATCHES_IN_FLIGHT`; with --frozen-weights as the command line runs them where
-  bfloat16 may run on a CPU with bfloat16 instructions (TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1);
+  bfloat16 may run on a CPU with AMX (TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1);
 - the exported SavedModel's serving_default on the same padded batches, against the Keras
   model under the in-process tf.function on those batches (the Export target: within 10%);
 - sentence-transformers 6.2 (mean pooling + normalisation, its default batch of 32) on each of
@@ -194,8 +194,7 @@ class Peer:
 def parse_with_frozen_weights(parser):
     """``parser``'s arguments, with --frozen-weights, which sets TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1
     before TensorFlow starts, as a server on a CPU with AMX does (docs/serving.md), and as the
-    command line does where bfloat16 may run on a CPU with bfloat16 instructions
-    (`bert_whitening.cli._weights_frozen`)."""
+    command line does where bfloat16 may run on a CPU with AMX (`bert_whitening.cli._weights_frozen`)."""
     parser.add_argument("--frozen-weights", action="store_true", help="set TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1")
     args = parser.parse_args()
     if args.frozen_weights:

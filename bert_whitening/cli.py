@@ -928,11 +928,12 @@ WEIGHTS_READ_ONLY = ("encode", "fit", "eval", "eval-retrieval", "index")
 def _weights_frozen(args):
     """Whether the command's process promises oneDNN that its weights never change
     (`FROZEN_WEIGHTS_VARIABLE`): where bfloat16 may run (``fit``'s ``auto`` runs float32) on a
-    CPU with bfloat16 instructions, in a command that changes no weight. Not where a flow is
-    trained (``--method flow``), not in ``train``, and never in the Python API or the Beam
-    workers: the promise cannot be taken back in a process. On other CPUs, or in float32, the
-    kept copies cost a copy of the weights and gain nothing measured."""
-    from bert_whitening.precision import cpu_has_bfloat16
+    CPU with AMX, in a command that changes no weight. Not where a flow is trained (``--method
+    flow``), not in ``train``, and never in the Python API or the Beam workers: the promise
+    cannot be taken back in a process. Elsewhere, or in float32, the kept copies cost a copy of
+    the weights and gain nothing measured (docs/performance.md): without AMX, the bfloat16
+    products ran the same kernel on constant weights as on variables."""
+    from bert_whitening.precision import cpu_has_amx
 
     method = getattr(args, "method", "whitening")  # fit's one method, or eval's list
     trains_a_flow = "flow" in (method if isinstance(method, list) else [method])
@@ -940,7 +941,7 @@ def _weights_frozen(args):
         args.command in WEIGHTS_READ_ONLY
         and not trains_a_flow
         and (args.precision == "bfloat16" or (args.precision == "auto" and args.command != "fit"))
-        and bool(cpu_has_bfloat16())
+        and bool(cpu_has_amx())
     )
 
 

@@ -54,14 +54,27 @@ _auto_lock = threading.Lock()
 
 
 @functools.lru_cache(maxsize=None)
-def cpu_has_bfloat16():
-    """Whether /proc/cpuinfo lists AVX512_BF16 or AMX-BF16; None where it cannot be read."""
+def _cpuinfo():
+    """/proc/cpuinfo's text (its flags); None where it cannot be read."""
     try:
         with open("/proc/cpuinfo") as stream:
-            flags = stream.read()
+            return stream.read()
     except OSError:
         return None
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def cpu_has_bfloat16():
+    """Whether /proc/cpuinfo lists AVX512_BF16 or AMX-BF16; None where it cannot be read."""
+    flags = _cpuinfo()
+    return None if flags is None else ("avx512_bf16" in flags or "amx_bf16" in flags)
+
+
+def cpu_has_amx():
+    """Whether /proc/cpuinfo lists AMX-BF16 (Intel's tile instructions, which oneDNN runs bfloat16
+    products on only with weights it may keep: `bert_whitening.cli._weights_frozen`); None where
+    it cannot be read."""
+    flags = _cpuinfo()
+    return None if flags is None else "amx_bf16" in flags
 
 
 def _apply(precision):

@@ -1,6 +1,6 @@
 """The promise to oneDNN that weights never change (``TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1``,
 `bert_whitening.cli._weights_frozen`): made by the command line's own process alone, for the
-commands that change no weight, where bfloat16 may run on a CPU with bfloat16 instructions; and
+commands that change no weight, where bfloat16 may run on a CPU with AMX; and
 those commands compute the same under it.
 
 The promise holds for a whole process and cannot be taken back, so nothing here makes it in the
@@ -26,7 +26,7 @@ ENCODE = ["encode", "--output", "v.npy", "in.txt"]
 
 
 @pytest.mark.parametrize(
-    "argv, bfloat16_cpu, frozen",
+    "argv, amx, frozen",
     [
         (ENCODE, True, True),  # auto may pick bfloat16
         (ENCODE, False, False),  # ... but not on this CPU
@@ -42,10 +42,8 @@ ENCODE = ["encode", "--output", "v.npy", "in.txt"]
         (["beam-encode", "--input", "in.txt", "--output", "v", "--precision", "bfloat16"], True, False),
     ],
 )
-def test_only_a_command_that_changes_no_weight_promises_it_where_bfloat16_may_run(
-    monkeypatch, argv, bfloat16_cpu, frozen
-):
-    monkeypatch.setattr(precision, "cpu_has_bfloat16", lambda: bfloat16_cpu)
+def test_only_a_command_that_changes_no_weight_promises_it_where_bfloat16_may_run(monkeypatch, argv, amx, frozen):
+    monkeypatch.setattr(precision, "cpu_has_amx", lambda: amx)
     monkeypatch.delenv(PRECISION_VARIABLE)
     args = cli.build_parser().parse_args(argv)
     assert cli._weights_frozen(args) is frozen
@@ -69,7 +67,7 @@ def test_the_promise_is_the_command_line_s_own_process_s_and_a_value_set_by_the_
 ):
     """`cli._start` only (nothing runs TensorFlow here): the Python API and tests that call
     `cli.main` in a process of theirs never promise."""
-    monkeypatch.setattr(precision, "cpu_has_bfloat16", lambda: True)
+    monkeypatch.setattr(precision, "cpu_has_amx", lambda: True)
     monkeypatch.setattr(precision, "set_precision", lambda chosen: None)
     monkeypatch.delenv(FROZEN_WEIGHTS_VARIABLE, raising=False)
     if given is not None:
@@ -79,11 +77,11 @@ def test_the_promise_is_the_command_line_s_own_process_s_and_a_value_set_by_the_
     assert os.environ.get(FROZEN_WEIGHTS_VARIABLE) == promised
 
 
-CONSOLE_ON_A_BFLOAT16_CPU = (
+CONSOLE_ON_AN_AMX_CPU = (
     """
 import json, os, sys
 from bert_whitening import precision
-precision.cpu_has_bfloat16 = lambda: True
+precision.cpu_has_bfloat16 = precision.cpu_has_amx = lambda: True
 from bert_whitening.cli import console_main
 sys.argv = ["bert-whitening"] + sys.argv[1:]
 status = console_main()
@@ -93,14 +91,14 @@ print(json.dumps([status, os.environ.get("%s")]))
 )
 
 
-def test_the_program_promises_it_in_bfloat16_on_a_bfloat16_cpu_and_encodes_as_without(tiny_model, encoders, tmp_path):
+def test_the_program_promises_it_in_bfloat16_on_an_amx_cpu_and_encodes_as_without(tiny_model, encoders, tmp_path):
     """The ``bert-whitening`` program (`cli.console_main`), the CPU's answer forced: the promise
     is made, and the vectors are bfloat16's of this process, where no promise was made."""
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
     environment = {key: value for key, value in os.environ.items() if key != FROZEN_WEIGHTS_VARIABLE}
     argv = ["encode", "--model", tiny_model[0], "--precision", "bfloat16", "--output", tmp_path / "v.npy"]
     result = subprocess.run(
-        [sys.executable, "-c", CONSOLE_ON_A_BFLOAT16_CPU, *map(str, argv), str(tmp_path / "in.txt")],
+        [sys.executable, "-c", CONSOLE_ON_AN_AMX_CPU, *map(str, argv), str(tmp_path / "in.txt")],
         capture_output=True,
         text=True,
         timeout=120,

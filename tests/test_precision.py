@@ -129,25 +129,25 @@ def test_bfloat16_on_a_cpu_without_its_instructions_is_run_with_a_warning(fresh_
 
 
 @pytest.mark.parametrize(
-    "cpuinfo, found",
+    "cpuinfo, bfloat16, amx",
     [
-        ("flags\t: fpu avx512f avx512_bf16 sse\n", True),
-        ("flags\t: amx_bf16 amx_tile\n", True),
-        ("flags\t: avx2\n", False),
+        ("flags\t: fpu avx512f avx512_bf16 sse\n", True, False),
+        ("flags\t: amx_bf16 amx_tile\n", True, True),
+        ("flags\t: avx2\n", False, False),
     ],
 )
-def test_the_cpu_has_bfloat16_when_its_flags_say_so(monkeypatch, tmp_path, cpuinfo, found):
+def test_the_cpu_has_bfloat16_and_amx_when_its_flags_say_so(monkeypatch, tmp_path, cpuinfo, bfloat16, amx):
     (tmp_path / "cpuinfo").write_text(cpuinfo)
     real_open = open
     monkeypatch.setattr(precision, "open", lambda path, *rest: real_open(tmp_path / "cpuinfo", *rest), raising=False)
-    precision.cpu_has_bfloat16.cache_clear()
+    precision._cpuinfo.cache_clear()
     try:
-        assert precision.cpu_has_bfloat16() is found
+        assert (precision.cpu_has_bfloat16(), precision.cpu_has_amx()) == (bfloat16, amx)
         monkeypatch.setattr(precision, "open", lambda *args: (_ for _ in ()).throw(PermissionError()), raising=False)
-        precision.cpu_has_bfloat16.cache_clear()
-        assert precision.cpu_has_bfloat16() is None  # unreadable: not known
+        precision._cpuinfo.cache_clear()
+        assert (precision.cpu_has_bfloat16(), precision.cpu_has_amx()) == (None, None)  # unreadable: not known
     finally:
-        precision.cpu_has_bfloat16.cache_clear()
+        precision._cpuinfo.cache_clear()
 
 
 def check_vectors_of(calls, moved=0.0):
