@@ -1,13 +1,19 @@
 """`encode` through the command line in float32 and in bfloat16: the marginal rate users get.
 
     python benchmarks/bench_cli_precision.py [--small 4000] [--large 12000] [--rounds 2]
+        [--model minilm] [--precisions float32 bfloat16 auto] [--without-frozen-weights]
 
-Each precision runs ``bert-whitening encode --model minilm --pooling last-avg --precision P`` as a
+Each precision runs ``bert-whitening encode --model MODEL --pooling last-avg --precision P`` as a
 user would (a new process, the model loaded, vectors written) on the first --small and the first
 --large distinct English STS-benchmark sentences; the marginal rate, (large - small) sentences
-over the difference of the two wall times, leaves out the start-up both pay. Rounds are
-interleaved, and each precision's best round is printed with the bfloat16/float32 ratio, to hold
-beside bench_encode.py's in-process ratio. Run it on an idle machine with AVX512_BF16 or AMX.
+over the difference of the two wall times, leaves out the start-up both pay, and each run's peak
+resident memory is printed. Rounds are interleaved, and each precision's best round is printed
+with its ratio to float32, to hold beside bench_encode.py's in-process ratio. On a CPU with AMX
+the command line promises oneDNN frozen weights where bfloat16 may run
+(`bert_whitening.cli._weights_frozen`); --without-frozen-weights runs the commands with
+TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=0, to measure what the promise gives and costs. --model takes any
+model directory (bench_load_memory.py writes one of BERT-base's sizes). Run it on an idle
+machine with AVX512_BF16 or AMX.
 """
 
 import argparse
@@ -19,7 +25,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
-PRECISIONS = ("float32", "bfloat16")
 
 
 def main():
@@ -27,7 +32,14 @@ def main():
     parser.add_argument("--small", type=int, default=4000)
     parser.add_argument("--large", type=int, default=12000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--precisions", nargs="+", default=["float32", "bfloat16"], help="float32 comes first")
+    parser.add_argument("--without-frozen-weights", action="store_true", help="TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=0")
     args = parser.parse_args()
+    precisions = ["float32"] + [precision for precision in args.precisions if precision != "float32"]
+    environment = dict(os.environ)
+    if args.without_frozen_weights:
+        environment["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "0"
 
     from bench_encode import cpu_name
     from bench_serving import sts_sentences
@@ -43,29 +55,45 @@ def main():
             stream.write("".join(sentence + "\n" for sentence in sentences[:size]))
     program = os.path.join(os.path.dirname(sys.executable), "bert-whitening")
 
-    def seconds(precision, size):
-        command = [program, "--log-level", "WARNING", "encode", "--model", "minilm", "--pooling", "last-avg"]
+    def run(precision, size):
+        """The command's wall time and peak resident memory (MB)."""
+        command = [program, "--log-level", "WARNING", "encode", "--model", args.model, "--pooling", "last-avg"]
         command += ["--precision", precision, "--output", os.path.join(workdir, "v.npy"), files[size]]
         start = time.perf_counter()
-        subprocess.run(command, check=True)
-        return time.perf_counter() - start
+        process = subprocess.Popen(command, env=environment)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode:
+            sys.exit("%s failed with status %d" % (" ".join(command), process.returncode))
+        return time.perf_counter() - start, usage.ru_maxrss / 1024
 
-    rates = {precision: [] for precision in PRECISIONS}
+    rates = {precision: [] for precision in precisions}
+    peaks = {precision: 0.0 for precision in precisions}
     for _ in range(args.rounds):
-        for precision in PRECISIONS:
-            small, large = seconds(precision, args.small), seconds(precision, args.large)
+        for precision in precisions:
+            (small, small_peak), (large, large_peak) = run(precision, args.small), run(precision, args.large)
             rates[precision].append((args.large - args.small) / (large - small))
+            peaks[precision] = max(peaks[precision], small_peak, large_peak)
             print(
-                "%-9s %5d sentences %6.1f s, %5d sentences %6.1f s" % (precision, args.small, small, args.large, large)
+                "%-9s %5d sentences %6.1f s (peak %5.0f MB), %5d sentences %6.1f s (peak %5.0f MB)"
+                % (precision, args.small, small, small_peak, args.large, large, large_peak)
             )
     best = {precision: max(found) for precision, found in rates.items()}
     print(
-        "%s, %d cores; encode --model minilm --pooling last-avg; best of %d rounds"
-        % (cpu_name(), os.cpu_count(), args.rounds)
+        "%s, %d cores; encode --model %s --pooling last-avg; best of %d rounds%s"
+        % (
+            cpu_name(),
+            os.cpu_count(),
+            args.model,
+            args.rounds,
+            "; TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=0" if args.without_frozen_weights else "",
+        )
     )
-    for precision in PRECISIONS:
-        print("%-9s marginal %6.0f sentences/s" % (precision, best[precision]))
-    print("bfloat16 / float32 through the command line: %.2fx" % (best["bfloat16"] / best["float32"]))
+    for precision in precisions:
+        print(
+            "%-9s marginal %6.0f sentences/s, %.2fx float32, peak %5.0f MB"
+            % (precision, best[precision], best[precision] / best["float32"], peaks[precision])
+        )
 
 
 if __name__ == "__main__":
