@@ -12,7 +12,8 @@ with its ratio to float32, to hold beside bench_encode.py's in-process ratio. On
 the command line promises oneDNN frozen weights where bfloat16 may run
 (`bert_whitening.cli._weights_frozen`); --without-frozen-weights runs the commands with
 TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=0, to measure what the promise gives and costs. --model takes any
-model directory (bench_load_memory.py writes one of BERT-base's sizes). Run it on an idle
+model directory (bench_load_memory.py leaves one of BERT-base's sizes in
+out/bench_load_memory/hf). Run it on an idle
 machine with AVX512_BF16 or AMX.
 """
 
