@@ -256,3 +256,22 @@ def random_weights(config, seed=0, with_pooler=True, scale=0.3):
         weights["bert/pooler/dense/kernel"] = normal(hidden, hidden)
         weights["bert/pooler/dense/bias"] = normal(hidden)
     return weights
+
+
+def synthetic_pairs(count, seed=0):
+    """Pairs over the tiny vocabulary: a random sentence and a copy with m random token edits,
+    labelled 5 - m. Every sentence distinct, so there are no cosine ties to break by noise."""
+    rng = np.random.default_rng(seed)
+    words = [t for t in TINY_VOCAB[5:] if not t.startswith("##")]
+    pairs, seen = [], set()
+    while len(pairs) < count:
+        first = list(rng.choice(words, size=rng.integers(4, 14)))
+        edits = int(rng.integers(0, 6))
+        second = list(first)
+        for position in rng.choice(len(second), size=min(edits, len(second)), replace=False):
+            second[position] = rng.choice(words)
+        a, b = " ".join(first), " ".join(second)
+        if a != b and a not in seen and b not in seen:
+            seen.update((a, b))
+            pairs.append((a, b, 5 - edits))
+    return pairs

@@ -20,29 +20,10 @@ from bert_whitening.encoding import encode
 from bert_whitening.evaluation import Setting, encode_splits, evaluate, fit_statistics, settings
 from bert_whitening.names import POOLINGS
 
-from helpers import TINY_VOCAB
+from helpers import synthetic_pairs
 from reference import original_scores, original_split_vectors, spearman, su_9079_kernel
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
-
-
-def synthetic_pairs(count, seed=0):
-    """Pairs over the tiny vocabulary: a random sentence and a copy with m random token edits,
-    labelled 5 - m. Every sentence distinct, so there are no cosine ties to break by noise."""
-    rng = np.random.default_rng(seed)
-    words = [t for t in TINY_VOCAB[5:] if not t.startswith("##")]
-    pairs, seen = [], set()
-    while len(pairs) < count:
-        first = list(rng.choice(words, size=rng.integers(4, 14)))
-        edits = int(rng.integers(0, 6))
-        second = list(first)
-        for position in rng.choice(len(second), size=min(edits, len(second)), replace=False):
-            second[position] = rng.choice(words)
-        a, b = " ".join(first), " ".join(second)
-        if a != b and a not in seen and b not in seen:
-            seen.update((a, b))
-            pairs.append((a, b, 5 - edits))
-    return pairs
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from bert_whitening.cli import FROZEN_WEIGHTS_VARIABLE
 from bert_whitening.encoding import encode
 from bert_whitening.names import PRECISION_VARIABLE
 
-from helpers import SENTENCES, commands_in_a_fresh_process, run
+from helpers import SENTENCES, commands_in_a_fresh_process, run, synthetic_pairs
 
 ENCODE = ["encode", "--output", "v.npy", "in.txt"]
 
@@ -111,19 +111,39 @@ def test_the_program_promises_it_in_bfloat16_on_an_amx_cpu_and_encodes_as_withou
     np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-5)
 
 
-def test_a_command_that_promises_it_computes_the_same_under_it(tiny_model, tmp_path):
+def test_the_commands_that_promise_it_compute_the_same_under_it(tiny_model, tmp_path):
     """Under the promise oneDNN keeps the weights a product read first (on x86 CPUs also in
     float32, which this runs in): an encoder that changed a weight after a first product (a
     call before its weights are loaded, say) would go on with the old one there, and differ
-    from the same command run here, where no promise was made."""
+    from the same commands run here, where no promise was made. ``encode``, and ``eval`` of
+    two poolings on one pass (a joint model over the first encoder's layers)."""
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    pairs = "".join("%s\t%s\t%d\n" % pair for pair in synthetic_pairs(60))  # more sentences than dimensions
+    (tmp_path / "pairs.txt").write_text(pairs, encoding="utf-8")
 
-    def command(output):
+    def commands(name):
         options = ["--model", tiny_model[0], "--precision", "float32", "--batch-size", "2"]
-        return ["encode", *options, "--output", tmp_path / output, tmp_path / "in.txt"]
+        return [
+            ["encode", *options, "--output", tmp_path / (name + ".npy"), tmp_path / "in.txt"],
+            ["eval", *options, "--task", tmp_path / "pairs.txt", "--pooling", "first-last-avg,cls"]
+            + ["--n-components", "0,-1,4", "--json", tmp_path / (name + ".json")],
+        ]
 
     prelude = "import os; os.environ[%r] = '1'" % FROZEN_WEIGHTS_VARIABLE
-    statuses, _, stderr = commands_in_a_fresh_process([command("promised.npy")], prelude)
-    assert statuses == [0], stderr[-2000:]
-    assert run(*command("here.npy")) == 0
+    statuses, _, stderr = commands_in_a_fresh_process(commands("promised"), prelude)
+    assert statuses == [0, 0], stderr[-2000:]
+    assert [run(*command) for command in commands("here")] == [0, 0]
     np.testing.assert_allclose(np.load(tmp_path / "promised.npy"), np.load(tmp_path / "here.npy"), atol=1e-5)
+
+    def scores(name):
+        report = json.loads((tmp_path / (name + ".json")).read_text())
+        return [
+            (result["setting"], result["splits"]["test"])
+            for pooling in report["poolings"]
+            for task in pooling["tasks"].values()
+            for result in task["results"]
+        ]
+
+    promised, here = scores("promised"), scores("here")
+    assert [setting for setting, _ in promised] == [setting for setting, _ in here] and len(here) == 6
+    np.testing.assert_allclose([score for _, score in promised], [score for _, score in here], atol=1e-6)
