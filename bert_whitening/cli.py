@@ -921,7 +921,8 @@ def _start(args):
 #: is read once per process, at the first product, and holds for every graph of the process:
 #: a weight changed later goes unseen (the product keeps its first copy).
 FROZEN_WEIGHTS_VARIABLE = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
-#: The commands that change no weight of a model once it has run, a flow's aside (`_weights_frozen`).
+#: The commands that change no weight of a model once it has run (but for a flow that fit or eval
+#: trains: `_weights_frozen`).
 WEIGHTS_READ_ONLY = ("encode", "fit", "eval", "eval-retrieval", "index")
 
 
