@@ -13,8 +13,7 @@ the command line promises oneDNN frozen weights where bfloat16 may run
 (`bert_whitening.cli._weights_frozen`); --without-frozen-weights runs the commands with
 TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=0, to measure what the promise gives and costs. --model takes any
 model directory (bench_load_memory.py leaves one of BERT-base's sizes in
-out/bench_load_memory/hf). Run it on an idle
-machine with AVX512_BF16 or AMX.
+out/bench_load_memory/hf). Run it on an idle machine with AVX512_BF16 or AMX.
 """
 
 import argparse
@@ -35,15 +34,18 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--precisions", nargs="+", default=["float32", "bfloat16"], help="float32 comes first")
-    parser.add_argument("--without-frozen-weights", action="store_true", help="TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=0")
+    parser.add_argument("--without-frozen-weights", action="store_true", help="the commands' promise turned off")
     args = parser.parse_args()
-    precisions = ["float32"] + [precision for precision in args.precisions if precision != "float32"]
-    environment = dict(os.environ)
-    if args.without_frozen_weights:
-        environment["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "0"
 
     from bench_encode import cpu_name
     from bench_serving import sts_sentences
+
+    from bert_whitening.names import FROZEN_WEIGHTS_VARIABLE
+
+    precisions = ["float32"] + [precision for precision in args.precisions if precision != "float32"]
+    environment = dict(os.environ)
+    if args.without_frozen_weights:
+        environment[FROZEN_WEIGHTS_VARIABLE] = "0"
 
     sentences = sts_sentences(args.large)
     if len(sentences) < args.large:
@@ -87,7 +89,7 @@ def main():
             os.cpu_count(),
             args.model,
             args.rounds,
-            "; TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=0" if args.without_frozen_weights else "",
+            "; %s=0" % FROZEN_WEIGHTS_VARIABLE if args.without_frozen_weights else "",
         )
     )
     for precision in precisions:

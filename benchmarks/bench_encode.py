@@ -195,10 +195,12 @@ def parse_with_frozen_weights(parser):
     """``parser``'s arguments, with --frozen-weights, which sets TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1
     before TensorFlow starts, as a server on a CPU with AMX does (docs/serving.md), and as the
     command line does where bfloat16 may run on a CPU with AMX (`bert_whitening.cli._weights_frozen`)."""
-    parser.add_argument("--frozen-weights", action="store_true", help="set TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1")
+    from bert_whitening.names import FROZEN_WEIGHTS_VARIABLE
+
+    parser.add_argument("--frozen-weights", action="store_true", help="set %s=1" % FROZEN_WEIGHTS_VARIABLE)
     args = parser.parse_args()
     if args.frozen_weights:
-        os.environ["TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"] = "1"
+        os.environ[FROZEN_WEIGHTS_VARIABLE] = "1"
     return args
 
 

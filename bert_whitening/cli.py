@@ -65,6 +65,7 @@ from bert_whitening.names import (
     COSENT_SCALE,
     DEFAULT_POOLING,
     EXPORT_PRECISIONS,
+    FROZEN_WEIGHTS_VARIABLE,
     LOSSES,
     METHODS,
     MODEL_TYPES,
@@ -915,12 +916,6 @@ def _start(args):
         set_precision(args.precision)
 
 
-#: TensorFlow's promise to oneDNN that no weight changes once a product has read it: oneDNN then
-#: reorders each product's weights once and keeps the copy, instead of at every call. Only with
-#: it do bfloat16 products run on AMX when their weights are variables (docs/performance.md). It
-#: is read once per process, at the first product, and holds for every graph of the process:
-#: a weight changed later goes unseen (the product keeps its first copy).
-FROZEN_WEIGHTS_VARIABLE = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
 #: The commands that change no weight of a model once it has run (but for a flow that fit or eval
 #: trains: `_weights_frozen`).
 WEIGHTS_READ_ONLY = ("encode", "fit", "eval", "eval-retrieval", "index")

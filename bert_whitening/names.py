@@ -80,6 +80,14 @@ COSENT_SCALE = 20.0
 #: command of a job, its Beam workers included).
 PRECISION_VARIABLE = "BERT_WHITENING_PRECISION"
 
+#: TensorFlow's promise to oneDNN that no weight changes once a product has read it: oneDNN then
+#: reorders each product's weights once and keeps the copy, instead of at every call. Only with
+#: it do bfloat16 products run on AMX when their weights are variables (docs/performance.md). It
+#: is read once per process, at the first product, and holds for every graph of the process:
+#: a weight changed later goes unseen (the product keeps its first copy). The command line sets
+#: it where it may (`bert_whitening.cli._weights_frozen`).
+FROZEN_WEIGHTS_VARIABLE = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
+
 
 def check_choice(name, value, choices):
     """Raise a `BertWhiteningError` (a ValueError) that lists the choices when ``value`` is not one of them."""

@@ -63,18 +63,22 @@ def _cpuinfo():
         return None
 
 
+def _cpu_lists_any(*flags):
+    """Whether /proc/cpuinfo lists any of ``flags``; None where it cannot be read."""
+    listed = _cpuinfo()
+    return None if listed is None else any(flag in listed for flag in flags)
+
+
 def cpu_has_bfloat16():
     """Whether /proc/cpuinfo lists AVX512_BF16 or AMX-BF16; None where it cannot be read."""
-    flags = _cpuinfo()
-    return None if flags is None else ("avx512_bf16" in flags or "amx_bf16" in flags)
+    return _cpu_lists_any("avx512_bf16", "amx_bf16")
 
 
 def cpu_has_amx():
     """Whether /proc/cpuinfo lists AMX-BF16 (Intel's tile instructions, which oneDNN runs bfloat16
     products on only with weights it may keep: `bert_whitening.cli._weights_frozen`); None where
     it cannot be read."""
-    flags = _cpuinfo()
-    return None if flags is None else "amx_bf16" in flags
+    return _cpu_lists_any("amx_bf16")
 
 
 def _apply(precision):
