@@ -923,20 +923,26 @@ WEIGHTS_READ_ONLY = ("encode", "fit", "eval", "eval-retrieval", "index")
 
 def _weights_frozen(args):
     """Whether the command's process promises oneDNN that its weights never change
-    (`FROZEN_WEIGHTS_VARIABLE`): where bfloat16 may run (``fit``'s ``auto`` runs float32) on a
-    CPU with AMX, in a command that changes no weight. Not where a flow is trained (``--method
+    (`FROZEN_WEIGHTS_VARIABLE`): where bfloat16 may run (``auto`` runs float32 in ``fit``, and
+    in an ``eval`` or ``eval-retrieval`` that whitens) on a CPU with AMX, in a command that
+    changes no weight. Not where a flow is trained (``--method
     flow``), not in ``train``, and never in the Python API or the Beam workers: the promise
     cannot be taken back in a process. Elsewhere, or in float32, the kept copies cost a copy of
     the weights and gain nothing measured (docs/performance.md): without AMX, the bfloat16
     products ran the same kernel on constant weights as on variables."""
+    from bert_whitening.evaluation import fits_whitening
     from bert_whitening.precision import cpu_has_amx
 
     method = getattr(args, "method", "whitening")  # fit's one method, or eval's list
     trains_a_flow = "flow" in (method if isinstance(method, list) else [method])
+    # `auto` runs float32 where the vectors are fitted on (`precision.resolve_before_fitting`).
+    auto_runs_float32 = args.command == "fit" or (
+        args.command in ("eval", "eval-retrieval") and fits_whitening(args.n_components)
+    )
     return (
         args.command in WEIGHTS_READ_ONLY
         and not trains_a_flow
-        and (args.precision == "bfloat16" or (args.precision == "auto" and args.command != "fit"))
+        and (args.precision == "bfloat16" or (args.precision == "auto" and not auto_runs_float32))
         and bool(cpu_has_amx())
     )
 

@@ -487,6 +487,13 @@ def _correlatable(split, pairs, file):
     check_labels(pairs, file, "evaluation")
 
 
+def fits_whitening(n_components: Sequence[int]) -> bool:
+    """Whether an evaluation of these ``n_components`` settings fits a whitening on the vectors it
+    encodes (one setting other than 0, raw): then `load_tasks` decides a pending ``--precision
+    auto`` as float32, and the command line knows it before TensorFlow starts (`cli._start`)."""
+    return any(n_components)
+
+
 def load_tasks(
     spec: "EncoderConfig",
     tasks: Sequence[str],
@@ -522,7 +529,7 @@ def load_tasks(
     spec.check()
     spec.check_n_components(n_components)
     configs = [dataclasses.replace(spec, pooling=pooling) for pooling in poolings]
-    if any(n_components):
+    if fits_whitening(n_components):
         resolve_before_fitting()
     encoders = dict(zip(poolings, build(configs), strict=True))
     found = [

@@ -32,7 +32,11 @@ ENCODE = ["encode", "--output", "v.npy", "in.txt"]
         (ENCODE + ["--precision", "bfloat16"], True, True),
         (ENCODE + ["--precision", "float32"], True, False),
         (["index", "--output", "ix", "in.txt"], True, True),
-        (["eval", "--task", "STS-B"], True, True),
+        (["eval", "--task", "STS-B", "--n-components", "0"], True, True),  # raw vectors only
+        (["eval", "--task", "STS-B"], True, False),  # its whitening settings run float32 under auto
+        (["eval", "--task", "STS-B", "--n-components", "0,256", "--precision", "bfloat16"], True, True),
+        (["eval-retrieval", "--task", "STS-B", "--n-components", "0"], True, True),
+        (["eval-retrieval", "--task", "STS-B", "--n-components", "0,-1"], True, False),
         (["eval", "--task", "STS-B", "--method", "whitening,flow"], True, False),  # trains a flow
         (["eval-retrieval", "--task", "STS-B", "--precision", "bfloat16"], True, True),
         (["fit", "--output", "w.npz", "in.txt"], True, False),  # fit's auto runs float32
