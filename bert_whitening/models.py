@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from bert_whitening.arguments import str_list
-from bert_whitening.backend import ARCHITECTURES, Tokenizer, build_transformer_model, keras, tf
+from bert_whitening.backend import ARCHITECTURES, build_transformer_model, keras, tf
 from bert_whitening.checkpoints import CheckpointError
 from bert_whitening.config import EncoderConfig, check_trainable
 from bert_whitening.config import fused_bert_sizes as _fused_bert_sizes
@@ -32,6 +32,7 @@ from bert_whitening.layers import (
     WhiteningDense,
 )
 from bert_whitening.names import DEFAULT_POOLING, MODEL_TYPES, POOLINGS
+from bert_whitening.tokenizer import Tokenizer
 
 
 @dataclasses.dataclass

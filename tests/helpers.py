@@ -75,6 +75,23 @@ SENTENCES = [
     "the cat runs, the dog runs.",
 ]
 
+#: Texts where tokenizers are easy to get wrong: marks, controls, spaces of every kind, long words.
+EDGE_CASES = SENTENCES + [
+    "Ünïcödé ÀÉÎ café naïve",
+    "tab\there\x0bvt\x0cff\u2028ls\u2029ps  \u3000wide space",
+    "zero\x00width\u200bjoin\ufeffbom\ufffd",
+    "İstanbul ǅ ß ﬁ",
+    "x" * 250,
+    "a" * 201 + " ok",
+    "hello$world+1<2=3>^`|~",
+    "全角，标点！＂＃",
+    "emoji 😀👍 ok",
+    "   ",
+    "mixed中文english混合123",
+    "今天天气很好" * 30,
+    "THE CAT Is On The MAT",
+]
+
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 SHARED = os.path.join(ROOT, "..", "shared", "data")
@@ -88,6 +105,17 @@ def shared_data(*parts):
             pytest.fail("../shared/data must lie beside the checkout in CI")
         pytest.skip("../shared/data is not beside this checkout")
     return os.path.join(SHARED, *parts)
+
+
+def shared_sentences():
+    """Every distinct sentence of the senteval_cn tasks and the English STS benchmark."""
+    from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
+
+    directory = shared_data("senteval_cn")
+    tasks = sorted(os.listdir(directory)) + [ENGLISH_STS]
+    return distinct_sentences(
+        {(task, split): pairs for task in tasks for split, pairs in load_task(task, directory).items()}
+    )
 
 
 def original_eval_script():

@@ -11,29 +11,12 @@ import numpy as np
 import pytest
 
 from bert_whitening.backend import Tokenizer, graph_function, load_vocab, tf
-from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
 from bert_whitening.encoding import token_ids
 from bert_whitening.graph_tokenizer import GraphTokenizer
 
-from helpers import SENTENCES, TINY_VOCAB, shared_data
+from helpers import EDGE_CASES, TINY_VOCAB, shared_data, shared_sentences
 
 COUNTER = os.path.join(os.path.dirname(__file__), "..", "scripts", "count_shared_sentences.py")
-
-EDGE_CASES = SENTENCES + [
-    "Ünïcödé ÀÉÎ café naïve",
-    "tab\there\x0bvt\x0cff\u2028ls\u2029ps  \u3000wide space",
-    "zero\x00width\u200bjoin\ufeffbom\ufffd",
-    "İstanbul ǅ ß ﬁ",
-    "x" * 250,
-    "a" * 201 + " ok",
-    "hello$world+1<2=3>^`|~",
-    "全角，标点！＂＃",
-    "emoji 😀👍 ok",
-    "   ",
-    "mixed中文english混合123",
-    "今天天气很好" * 30,
-    "THE CAT Is On The MAT",
-]
 
 
 def mismatches(vocab_path, sentences, maxlen=64, lowercase=True):
@@ -80,15 +63,6 @@ def test_each_rule_s_own_characters_split_and_drop_as_bert4keras_does(tmp_path, 
     ]
     for maxlen in (64, 512):
         assert mismatches(str(path), sentences, maxlen, lowercase) == []
-
-
-def shared_sentences():
-    """Every distinct sentence of the senteval_cn tasks and the English STS benchmark."""
-    directory = shared_data("senteval_cn")
-    tasks = sorted(os.listdir(directory)) + [ENGLISH_STS]
-    return distinct_sentences(
-        {(task, split): pairs for task in tasks for split, pairs in load_task(task, directory).items()}
-    )
 
 
 @pytest.mark.slow
