@@ -925,11 +925,11 @@ def _weights_frozen(args):
     """Whether the command's process promises oneDNN that its weights never change
     (`FROZEN_WEIGHTS_VARIABLE`): where bfloat16 may run (``auto`` runs float32 in ``fit``, and
     in an ``eval`` or ``eval-retrieval`` that whitens) on a CPU with AMX, in a command that
-    changes no weight. Not where a flow is trained (``--method
-    flow``), not in ``train``, and never in the Python API or the Beam workers: the promise
-    cannot be taken back in a process. Elsewhere, or in float32, the kept copies cost a copy of
-    the weights and gain nothing measured (docs/performance.md): without AMX, the bfloat16
-    products ran the same kernel on constant weights as on variables."""
+    changes no weight. Not where a flow is trained (``--method flow``), not in ``train``, and
+    never in the Python API or the Beam workers: the promise cannot be taken back in a process.
+    Elsewhere, or in float32, the kept copies cost a copy of the weights and gain nothing
+    measured (docs/performance.md): without AMX, the bfloat16 products ran the same kernel on
+    constant weights as on variables."""
     from bert_whitening.evaluation import fits_whitening
     from bert_whitening.precision import cpu_has_amx
 

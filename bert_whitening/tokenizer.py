@@ -25,8 +25,8 @@ class _Spacing(dict):
     ``str.translate``; each answer computed on the character's first sight, from bert4keras'
     own tests in their order. One table for every tokenizer: the answers depend on no
     vocabulary or setting. Only the Basic Multilingual Plane's are kept (`REMEMBERED_BELOW`),
-    which bounds the table whatever the text (all 1.1 million code points would take 170 MB);
-    rarer characters are answered afresh each time."""
+    which bounds the table whatever the text (a text of every code point would add over a
+    million entries); rarer characters are answered afresh each time."""
 
     def __missing__(self, code):
         character, rules = chr(code), Bert4kerasTokenizer
