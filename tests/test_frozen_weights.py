@@ -103,6 +103,7 @@ print(json.dumps([status, os.environ.get("%s"), kept, _onednn_rewrites()]))
 )
 
 
+@pytest.mark.slow  # whole commands in processes of their own
 def test_the_program_promises_it_in_bfloat16_on_an_amx_cpu_and_encodes_as_without(tiny_model, encoders, tmp_path):
     """The ``bert-whitening`` program (`cli.console_main`), the CPU's answer forced: the promise
     is made in time for TensorFlow to hold to it (where oneDNN runs the products), and
@@ -126,6 +127,7 @@ def test_the_program_promises_it_in_bfloat16_on_an_amx_cpu_and_encodes_as_withou
     np.testing.assert_allclose(np.load(tmp_path / "v.npy"), expected, atol=1e-5)
 
 
+@pytest.mark.slow  # whole commands in processes of their own
 def test_the_commands_that_promise_it_compute_the_same_under_it(tiny_model, tmp_path):
     """Under the promise oneDNN keeps the weights a product read first (on x86 CPUs also in
     float32, which this runs in): an encoder that changed a weight after a first product (a
