@@ -7,7 +7,8 @@ Each precision runs ``bert-whitening encode --model MODEL --pooling last-avg --p
 user would (a new process, the model loaded, vectors written) on the first --small and the first
 --large distinct English STS-benchmark sentences; the marginal rate, (large - small) sentences
 over the difference of the two wall times, leaves out the start-up both pay, and each run's peak
-resident memory is printed. Rounds are interleaved, and each precision's best round is printed
+resident memory is printed (as the kernel counts a child's: never below this process's own peak,
+printed with it). Rounds are interleaved, and each precision's best round is printed
 with its ratio to float32, to hold beside bench_encode.py's in-process ratio. On a CPU with AMX
 the command line promises oneDNN frozen weights where bfloat16 may run
 (`bert_whitening.cli._weights_frozen`); --without-frozen-weights runs the commands with
@@ -38,6 +39,7 @@ def main():
     args = parser.parse_args()
 
     from bench_encode import cpu_name
+    from bench_fit import peak_rss_mib
     from bench_serving import sts_sentences
 
     from bert_whitening.names import FROZEN_WEIGHTS_VARIABLE
@@ -82,6 +84,9 @@ def main():
                 % (precision, args.small, small, small_peak, args.large, large, large_peak)
             )
     best = {precision: max(found) for precision, found in rates.items()}
+    # A child's ru_maxrss starts from its parent's peak (Linux carries it across fork and exec,
+    # bench_fit.peak_rss_mib): a command's peak at or below this process's own was not measured.
+    print("this process's own peak: %.0f MB (the floor of each command's peak above)" % peak_rss_mib())
     print(
         "%s, %d cores; encode --model %s --pooling last-avg; best of %d rounds%s"
         % (

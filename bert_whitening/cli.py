@@ -77,7 +77,7 @@ from bert_whitening.precision import AUTO_CHECK_SENTENCES, AUTO_MIN_COSINE, AUTO
 from bert_whitening.retrieval.faiss_indexes import HNSW_M, HNSW_M_RANGE
 from bert_whitening.sentence_encoder import SentenceEncoder
 from bert_whitening.training import DEFAULT_THRESHOLD
-from bert_whitening.whitening import FitOptions
+from bert_whitening.whitening import FitOptions, fits_whitening
 
 logger = logging.getLogger("bert_whitening")
 
@@ -930,7 +930,6 @@ def _weights_frozen(args):
     Elsewhere, or in float32, the kept copies cost a copy of the weights and gain nothing
     measured (docs/performance.md): without AMX, the bfloat16 products ran the same kernel on
     constant weights as on variables."""
-    from bert_whitening.evaluation import fits_whitening
     from bert_whitening.precision import cpu_has_amx
 
     method = getattr(args, "method", "whitening")  # fit's one method, or eval's list

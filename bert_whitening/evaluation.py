@@ -42,7 +42,7 @@ from bert_whitening.data import (  # noqa: F401  TASKS: named here too
 )
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.names import METHODS, POOLINGS, check_choice
-from bert_whitening.whitening import FitOptions, Whitening, WhiteningStats, fit_whitening, l2_normalize
+from bert_whitening.whitening import FitOptions, Whitening, WhiteningStats, fit_whitening, fits_whitening, l2_normalize
 
 if TYPE_CHECKING:
     from bert_whitening.config import EncoderConfig
@@ -485,13 +485,6 @@ class Task:
 def _correlatable(split, pairs, file):
     """Refuse a split ``eval`` cannot score: a Spearman with its labels needs pairs of two labels."""
     check_labels(pairs, file, "evaluation")
-
-
-def fits_whitening(n_components: Sequence[int]) -> bool:
-    """Whether an evaluation of these ``n_components`` settings fits a whitening on the vectors it
-    encodes (one setting other than 0, raw): then `load_tasks` decides a pending ``--precision
-    auto`` as float32, and the command line knows it before TensorFlow starts (`cli._start`)."""
-    return any(n_components)
 
 
 def load_tasks(

@@ -22,7 +22,7 @@ import json
 import logging
 import math
 import numbers
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -605,6 +605,15 @@ class FitOptions:
         object.__setattr__(self, "n_components", int(self.n_components))
         object.__setattr__(self, "beta", float(self.beta))
         object.__setattr__(self, "gamma", float(self.gamma))
+
+
+def fits_whitening(n_components: Sequence[int]) -> bool:
+    """Whether an evaluation of these ``n_components`` settings fits a whitening on the vectors it
+    encodes (one setting other than 0, raw): then `bert_whitening.evaluation.load_tasks` decides
+    a pending ``--precision auto`` as float32, and the command line knows it before TensorFlow
+    starts (`bert_whitening.cli._weights_frozen`). Here, not in evaluation, whose import (scipy)
+    the command line would otherwise pay in every command that sets a precision."""
+    return any(n_components)
 
 
 def fit_whitening(

@@ -52,6 +52,18 @@ def test_only_a_command_that_changes_no_weight_promises_it_where_bfloat16_may_ru
     assert cli._weights_frozen(args) is frozen
 
 
+def test_deciding_it_imports_nothing_the_command_would_not():
+    """`_start` decides the promise in every command that sets a precision: asking whether an
+    ``eval`` whitens must not import the evaluation module (and scipy with it) into ``encode``."""
+    code = (
+        "import sys; from bert_whitening import cli; "
+        "cli._weights_frozen(cli.build_parser().parse_args(['eval', '--task', 'STS-B'])); "
+        "print(sorted({'bert_whitening.evaluation', 'scipy.stats', 'tensorflow'} & set(sys.modules)))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["[]"], result.stderr[-2000:]
+
+
 def test_train_cannot_promise_it():
     """``train`` changes every weight: its command has no precision to start from and is not
     among the commands that may promise."""
