@@ -40,10 +40,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
 from bert_whitening.arguments import MAX_SHARDS, shard_count
-from bert_whitening.atomic import PREFIX, check_outputs, claimed_prefix, mark_placed, write_stream_atomically
-from bert_whitening.bounded import JSON_BYTES, MODEL_SIZES, check_memory, open_regular
 from bert_whitening.data import ReadOptions, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
+from bert_whitening.io.atomic import PREFIX, check_outputs, claimed_prefix, mark_placed, write_stream_atomically
+from bert_whitening.io.bounded import JSON_BYTES, MODEL_SIZES, check_memory, open_regular
 from bert_whitening.names import EXPORT_PRECISIONS
 from bert_whitening.token_ids import log_truncated
 from bert_whitening.whitening import FitOptions, WhiteningStats, check_vectors, fit_reported

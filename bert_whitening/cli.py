@@ -11,8 +11,8 @@ Errors: a refused input (`bert_whitening.errors.BertWhiteningError`) or an ``OSE
 line on standard error and exit status 1 (the traceback with ``--log-level DEBUG``); a bad
 command line is argparse's message and status 2; SIGINT and SIGTERM stop the command with one
 line, status 130, 143 or 129 (SIGHUP, as SIGTERM), after removing what it had staged and its own
-temporary directory (`bert_whitening.atomic.private_temporary_directory`); the line names the
-outputs already put in place in full, if any (`bert_whitening.atomic.placed_outputs`). A closed
+temporary directory (`bert_whitening.io.atomic.private_temporary_directory`); the line names the
+outputs already put in place in full, if any (`bert_whitening.io.atomic.placed_outputs`). A closed
 standard input that a command would read (``-``), or a closed standard output that it prints its
 results to, is refused before any work; a reader of standard output that goes away (``| head``)
 ends the command quietly with status 141, as SIGPIPE would. Anything else is a bug and keeps its
@@ -37,15 +37,6 @@ import sys
 
 from bert_whitening import __version__
 from bert_whitening.arguments import MAX_SHARDS, MAX_VERSION
-from bert_whitening.atomic import (
-    BASE,
-    DIRECTORY,
-    FILE,
-    PREFIX,
-    check_outputs,
-    placed_outputs,
-    private_temporary_directory,
-)
 from bert_whitening.checkpoints import CheckpointError, model_directory
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import (
@@ -61,6 +52,15 @@ from bert_whitening.data import (
     task_files,
 )
 from bert_whitening.errors import STOPPING, BertWhiteningError, Interrupted, interrupted
+from bert_whitening.io.atomic import (
+    BASE,
+    DIRECTORY,
+    FILE,
+    PREFIX,
+    check_outputs,
+    placed_outputs,
+    private_temporary_directory,
+)
 from bert_whitening.names import (
     COSENT_SCALE,
     DEFAULT_POOLING,
@@ -707,7 +707,7 @@ def add_train(commands):
 @dataclasses.dataclass(frozen=True)
 class Paths:
     """What a command writes and reads, by argparse destination: `check_paths` checks every
-    output against every input (`bert_whitening.atomic.check_outputs`) before the command's
+    output against every input (`bert_whitening.io.atomic.check_outputs`) before the command's
     work. Every command has an entry (`build_parser` refuses one without), so a new command
     cannot forget an output or an input.
 
@@ -761,7 +761,7 @@ def _values(args, names):
 
 
 def check_paths(args):
-    """`bert_whitening.atomic.check_outputs` on the outputs and inputs `PATHS` gives for the
+    """`bert_whitening.io.atomic.check_outputs` on the outputs and inputs `PATHS` gives for the
     command ``args`` was parsed for: before any work, so a refused output costs nothing."""
     paths = PATHS[args.command]
     outputs = [(getattr(args, name), kind) for name, kind in paths.outputs.items()]
@@ -1351,7 +1351,7 @@ def console_main():
 
     Otherwise it exits without the interpreter's last garbage collection (`gc.freeze`): after
     TensorFlow was imported, that pass over its objects is slow, and every file
-    the command wrote is closed by then (`bert_whitening.atomic`)."""
+    the command wrote is closed by then (`bert_whitening.io.atomic`)."""
     with placed_outputs() as placed:
 
         def stop(number, frame):

@@ -24,9 +24,9 @@ import sys
 from typing import Optional
 
 from bert_whitening.arguments import boolean, integer, optional_integer, optional_path, positive_int, shown, text
-from bert_whitening.bounded import MODEL_SIZES, check_memory
 from bert_whitening.checkpoints import BUILTIN_MODEL, find_model, model_directory
 from bert_whitening.errors import BertWhiteningError, ExportError, WhiteningError
+from bert_whitening.io.bounded import MODEL_SIZES, check_memory
 from bert_whitening.names import DEFAULT_POOLING, MODEL_TYPES, POOLINGS, check_choice
 
 logger = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ def not_fused_because(family, config):
     """Why bert4keras would not build ``config`` as the plain BERT `FusedBert` computes, or None
     when it would: the BERT architecture, only the keys of a BERT configuration (any other, such
     as ``embedding_size`` or ``hierarchical_position``, changes what bert4keras builds), erf-GELU.
-    Its sizes are a model directory's (`bert_whitening.bounded.check_model_sizes`: whole, the
+    Its sizes are a model directory's (`bert_whitening.io.bounded.check_model_sizes`: whole, the
     heads splitting the hidden size)."""
     other_keys = sorted(set(config) - PLAIN_BERT_KEYS)
     if family.architecture != "bert":
@@ -522,7 +522,7 @@ class EncoderConfig:
     def read_paths(self):
         """The directory and files these vectors are made from (the model directory, the
         whitening and flow files), which no output of a run may be or lie in
-        (`bert_whitening.atomic.check_outputs`); the built-in model's is the installed package's."""
+        (`bert_whitening.io.atomic.check_outputs`); the built-in model's is the installed package's."""
         return [path for path in (model_directory(self.model), self.whitening_path, self.flow_path) if path]
 
     @property
@@ -671,7 +671,7 @@ def _file_record(path):
     """``path`` and ``sha256`` of the file a whitening or flow was read from (none: empty)."""
     if not path:
         return {}
-    from bert_whitening.files import file_sha256
+    from bert_whitening.io.files import file_sha256
 
     return {"path": os.path.abspath(path), "sha256": file_sha256(path)}
 

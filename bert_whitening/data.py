@@ -3,7 +3,7 @@
 A pair file has one ``sentence1<TAB>sentence2<TAB>label`` per line, the label a finite number
 (0/1, or a 0-5 score). A sentence file has one sentence per line; an empty line is an empty
 sentence. Every input is read once, line by line, never whole, so standard input (``-``), a pipe
-or a FIFO works like a file; a line longer than `bert_whitening.bounded.LINE_BYTES` is refused
+or a FIFO works like a file; a line longer than `bert_whitening.io.bounded.LINE_BYTES` is refused
 before it is read whole (``/dev/zero``, a compressed file that inflates to one endless line).
 Lines end at ``\n`` only (one ``\r`` before it is dropped), so a stray ``\r`` inside a line
 cannot shift the line numbers, and line *i* of a file is row *i* of what ``encode`` writes.
@@ -23,8 +23,8 @@ import sys
 import zlib
 
 from bert_whitening.arguments import positive_int
-from bert_whitening.bounded import LINE_BYTES
 from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.io.bounded import LINE_BYTES
 from bert_whitening.names import check_choice
 
 logger = logging.getLogger(__name__)

@@ -26,9 +26,9 @@ from tqdm.auto import tqdm
 from bert_whitening import precision
 from bert_whitening.arguments import container, positive_int, sentence_list, sentence_stream, shown
 from bert_whitening.backend import graph_function, keras, tf
-from bert_whitening.bounded import check_memory
 from bert_whitening.data import ReadOptions, chunked, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.io.bounded import check_memory
 from bert_whitening.layers.fused_bert import FusedBert, bfloat16_products
 from bert_whitening.token_ids import log_truncated, pad_ids, token_ids
 from bert_whitening.whitening import WhiteningStats, check_vectors

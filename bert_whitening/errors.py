@@ -8,7 +8,7 @@ message names the file (and the line, for text) and the value at fault.
 import signal
 
 #: The signals that stop a command: the command line turns each into a clean stop with one line
-#: (`bert_whitening.__main__`, `bert_whitening.cli.main`), and `bert_whitening.atomic` holds them
+#: (`bert_whitening.__main__`, `bert_whitening.cli.main`), and `bert_whitening.io.atomic` holds them
 #: back across steps that must not be parted.
 STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -47,7 +47,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 def interrupted(number, placed=()):
-    """The line for a command stopped by signal ``number`` once ``placed`` (`bert_whitening.atomic.placed_outputs`)
+    """The line for a command stopped by signal ``number`` once ``placed`` (`bert_whitening.io.atomic.placed_outputs`)
     were put in place: a signal after an output is published must not say nothing was written."""
     name = signal.Signals(number).name
     if not placed:

@@ -28,7 +28,6 @@ import numpy as np
 import scipy.stats
 
 from bert_whitening.arguments import path_list
-from bert_whitening.atomic import check_outputs, write_atomically
 from bert_whitening.data import (  # noqa: F401  TASKS: named here too
     TASKS,
     ReadOptions,
@@ -41,6 +40,7 @@ from bert_whitening.data import (  # noqa: F401  TASKS: named here too
     task_files,
 )
 from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.io.atomic import check_outputs, write_atomically
 from bert_whitening.names import METHODS, POOLINGS, check_choice
 from bert_whitening.whitening import FitOptions, Whitening, WhiteningStats, fit_whitening, fits_whitening, l2_normalize
 

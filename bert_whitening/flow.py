@@ -66,10 +66,10 @@ import scipy.linalg
 from tqdm.auto import tqdm
 
 from bert_whitening.arguments import boolean, positive_int, shown, vector_array
-from bert_whitening.atomic import write_stream_atomically
 from bert_whitening.backend import graph_function, keras, tf
-from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, JSON_BYTES, MODEL_SIZES, NpzMembers, first_few
 from bert_whitening.errors import FlowError
+from bert_whitening.io.atomic import write_stream_atomically
+from bert_whitening.io.bounded import FLOW_BYTES, FLOW_SIZES, JSON_BYTES, MODEL_SIZES, NpzMembers, first_few
 from bert_whitening.names import RECORDED_POOLINGS, check_recorded, checked_tokenization
 from bert_whitening.whitening import check_vectors
 

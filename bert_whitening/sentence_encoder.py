@@ -33,17 +33,17 @@ from bert_whitening.arguments import (
     vector_array,
 )
 from bert_whitening.arguments import path as path_argument
-from bert_whitening.atomic import (
+from bert_whitening.config import EncoderConfig
+from bert_whitening.data import ReadOptions, check_readable, display_name, read_sentences
+from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.io.atomic import (
     check_output_directory,
     check_outputs,
     publish_directory,
     staged_directory,
     write_atomically,
 )
-from bert_whitening.bounded import JSON_BYTES, read_limited
-from bert_whitening.config import EncoderConfig
-from bert_whitening.data import ReadOptions, check_readable, display_name, read_sentences
-from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.io.bounded import JSON_BYTES, read_limited
 from bert_whitening.names import COSENT_SCALE, EXPORT_PRECISIONS, check_choice
 from bert_whitening.precision import resolve_before_fitting
 from bert_whitening.precision import running as running_precision
@@ -257,7 +257,7 @@ class SentenceEncoder:
         """Write one vector per line of the sentence file ``path`` (``-``: standard input, read
         once) to the ``.npy`` ``output``, row *i* for line *i*, atomically; returns the rows."""
         from bert_whitening.encoding import encode_stream
-        from bert_whitening.npy_rows import NpyRowWriter
+        from bert_whitening.io.npy_rows import NpyRowWriter
 
         path, output = path_argument(path, "path"), path_argument(output, "output")
         batch_size = positive_int(batch_size, "batch_size")  # before the model is built

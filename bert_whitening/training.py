@@ -23,7 +23,7 @@ The output is a Google-format directory (`bert_whitening.checkpoints.google`): t
 configuration, ``vocab.txt`` copied byte for byte, the fine-tuned weights under
 google-research/bert names (the base's pooler kept where the pooling trained none), and
 ``training.json``, the record of what made it. It is staged beside its target and renamed into
-place at the end (`bert_whitening.atomic.staged_directory`): a refusal, a loss that is not
+place at the end (`bert_whitening.io.atomic.staged_directory`): a refusal, a loss that is not
 finite, an error or SIGINT/SIGTERM leaves no directory.
 
 With ``resume``, each completed epoch is checkpointed in ``.NAME.bert-whitening-resume/`` beside
@@ -50,14 +50,6 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from bert_whitening.atomic import (
-    check_output_directory,
-    kept_directory,
-    publish_directory,
-    staged_directory,
-    write_stream_atomically,
-)
-from bert_whitening.bounded import JSON_BYTES, NpzMembers, check_memory, first_few
 from bert_whitening.checkpoints import TRAINING_FILE
 from bert_whitening.config import (
     EncoderConfig,
@@ -69,6 +61,14 @@ from bert_whitening.config import (
 )
 from bert_whitening.data import STDIN, check_labels, check_readable, display_name, open_local, read_pairs
 from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
+from bert_whitening.io.atomic import (
+    check_output_directory,
+    kept_directory,
+    publish_directory,
+    staged_directory,
+    write_stream_atomically,
+)
+from bert_whitening.io.bounded import JSON_BYTES, NpzMembers, check_memory, first_few
 from bert_whitening.names import COSENT_SCALE, DEFAULT_POOLING, LOSSES, check_choice
 
 logger = logging.getLogger(__name__)

@@ -27,9 +27,9 @@ from typing import Optional, Sequence
 import numpy as np
 
 from bert_whitening.arguments import integer, positive_int, vector_array
-from bert_whitening.atomic import write_stream_atomically
-from bert_whitening.bounded import JSON_BYTES, MODEL_SIZES, NpzMembers
 from bert_whitening.errors import BertWhiteningError, DataError, WhiteningError
+from bert_whitening.io.atomic import write_stream_atomically
+from bert_whitening.io.bounded import JSON_BYTES, MODEL_SIZES, NpzMembers
 from bert_whitening.names import RECORDED_POOLINGS, check_recorded, checked_tokenization
 
 logger = logging.getLogger(__name__)
@@ -115,8 +115,8 @@ class WhiteningStats:
 
     def update_from_npy(self, path, rows=UPDATE_CHUNK_ROWS):
         """Add every row of a 2-D ``.npy`` file, ``rows`` at a time, in bounded memory
-        (`bert_whitening.files.npy_blocks`); a refusal names the file and its row."""
-        from bert_whitening.files import npy_blocks
+        (`bert_whitening.io.files.npy_blocks`); a refusal names the file and its row."""
+        from bert_whitening.io.files import npy_blocks
 
         for first, block in npy_blocks(path, rows):
             self.update(block, path, first)

@@ -1,10 +1,10 @@
 """Mutation testing of the numpy modules with mutmut (requirements-dev.txt; `make mutation`).
 
     python scripts/mutation.py [MODULE ...]     # default: whitening serving data evaluation
-    python scripts/mutation.py bounded arguments files npy_rows token_ids precision names  # shared
+    python scripts/mutation.py io.bounded arguments io.files io.npy_rows token_ids precision names  # shared
 
 For each module, a copy of the checkout is made under out/mutation/MODULE (mutmut writes its
-mutants/ tree there), mutmut mutates bert_whitening/MODULE.py and runs against each mutant the
+mutants/ tree there), mutmut mutates bert_whitening/MODULE.py (io.bounded: io/bounded.py) and runs against each mutant the
 fast tests that cover the mutated function and need no TensorFlow (scripts/mutation_numpy_only.py
 says why). It prints, per module, the counts by outcome and the score killed / tested, and writes
 each surviving mutant's diff to out/mutation/MODULE/survivors.txt for review.
@@ -57,7 +57,7 @@ def write_config(target, module):
     lines = [
         "[mutmut]",
         "source_paths = bert_whitening",
-        "only_mutate = bert_whitening/%s.py" % module,
+        "only_mutate = bert_whitening/%s.py" % module.replace(".", "/"),
         "also_copy =",
         "    scripts",
         "pytest_add_cli_args_test_selection =",

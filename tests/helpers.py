@@ -220,10 +220,10 @@ def run(*argv):
 
 
 def limit_memory_in(monkeypatch, module, limit):
-    """``module``'s memory checks (`bert_whitening.bounded.check_memory`, as it imported it) held
+    """``module``'s memory checks (`bert_whitening.io.bounded.check_memory`, as it imported it) held
     to the `MemoryLimit` ``limit``, the others to the process's: a small corpus's needs are
     far below a model's, which the same limit would refuse first."""
-    from bert_whitening import bounded
+    from bert_whitening.io import bounded
 
     def check_memory(*arguments, **options):
         with pytest.MonkeyPatch.context() as patch:

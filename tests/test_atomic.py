@@ -1,4 +1,4 @@
-"""What an output path means, decided once in `bert_whitening.atomic`: links written through,
+"""What an output path means, decided once in `bert_whitening.io.atomic`: links written through,
 special files and the inputs themselves refused, temporaries kept alive by a lock."""
 
 import errno
@@ -9,8 +9,9 @@ import stat
 
 import pytest
 
-from bert_whitening import atomic
-from bert_whitening.atomic import (
+from bert_whitening.errors import BertWhiteningError
+from bert_whitening.io import atomic
+from bert_whitening.io.atomic import (
     CLAIM,
     MARK,
     OutputAppeared,
@@ -23,7 +24,6 @@ from bert_whitening.atomic import (
     staged_directory,
     write_atomically,
 )
-from bert_whitening.errors import BertWhiteningError
 
 
 def write_text(text):
@@ -121,7 +121,7 @@ def test_a_locked_temporary_survives_whatever_its_pid_says(tmp_path):
 def test_a_temporary_another_run_removes_first_is_not_an_error(tmp_path, monkeypatch):
     """Two runs clean the same directory: one may lock a leftover file just after the other
     has removed it (the lock is on the inode, the name is gone)."""
-    import bert_whitening.atomic as atomic
+    import bert_whitening.io.atomic as atomic
 
     leftover = temporary_of(tmp_path, 4_000_000)
     taken = atomic._lock
@@ -354,7 +354,7 @@ def test_a_full_disk_names_the_output_once_and_no_temporary(tmp_path):
     over, the staging's temporary name among them, and the path repeated after the reason."""
     import errno
 
-    from bert_whitening.atomic import staged_directory, write_atomically
+    from bert_whitening.io.atomic import staged_directory, write_atomically
 
     def full(path):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
@@ -482,7 +482,7 @@ def test_an_output_set_aside_just_now_is_left_to_the_run_that_set_it_aside(tmp_p
 
 def test_an_output_under_a_file_or_in_a_directory_not_writable_is_refused_up_front(tmp_path, monkeypatch):
     """Under a file, the refusal was a bare NotADirectoryError (stat's), not the guard's line."""
-    from bert_whitening.atomic import DIRECTORY, PREFIX, check_outputs
+    from bert_whitening.io.atomic import DIRECTORY, PREFIX, check_outputs
 
     (tmp_path / "f.txt").write_text("mine", encoding="utf-8")
     os.chmod(tmp_path / "f.txt", 0o755)  # even one root could search

@@ -87,7 +87,7 @@ def test_beam_encode_refuses_a_prefix_another_run_writes_and_clears_what_a_kille
 ):
     """Two runs at once under one prefix both succeeded, with shards of two sets mixed
     (``-of-00002`` beside ``-of-00003``); a run killed with SIGKILL left Beam's sink directory."""
-    from bert_whitening.atomic import claimed_prefix
+    from bert_whitening.io.atomic import claimed_prefix
 
     prefix = tmp_path / "vectors"
     command = ("beam-encode", "--model", tiny_model[0], "--input", corpus / "a.txt", "--output", prefix)
@@ -470,8 +470,8 @@ def test_beam_fit_writes_its_output_as_every_local_output_is_written(tiny_model,
 def test_a_stopped_beam_job_says_what_its_workers_put_in_place(tiny_model, corpus, tmp_path, monkeypatch):
     """A worker renamed the whitening into place, or the sink its shards, then the driver was
     stopped: it said "nothing was written". A part of a set of shards is removed."""
-    from bert_whitening.atomic import placed_outputs
     from bert_whitening.config import EncoderConfig
+    from bert_whitening.io.atomic import placed_outputs
 
     spec = EncoderConfig(model=tiny_model[0])
 
@@ -645,8 +645,8 @@ def test_read_encoded_refuses_shards_whose_vectors_cannot_fit_before_reading_one
     """``index --from-beam`` reads every encoded line into memory: the 5 records the manifest
     gives its two shards, float32 vectors of the encoder's dimension (24), read one by one and
     joined, are held to the memory the process may use before a shard is opened."""
-    from bert_whitening.bounded import MemoryLimit
     from bert_whitening.config import EncoderConfig
+    from bert_whitening.io.bounded import MemoryLimit
 
     ours = EncoderConfig(tiny_model[0], pooling="cls")
     write_shards(

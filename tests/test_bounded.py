@@ -1,4 +1,4 @@
-"""Sizes are checked before they are allocated (`bert_whitening.bounded`): a model configuration,
+"""Sizes are checked before they are allocated (`bert_whitening.io.bounded`): a model configuration,
 a whitening or flow ``.npz``, a model file and an input line that claim or hold too much are
 refused in bounded time and memory, by a one-line error naming the file, whichever path reads them."""
 
@@ -20,10 +20,10 @@ import zipfile
 import numpy as np
 import pytest
 
-from bert_whitening.bounded import FLOW_BYTES, FLOW_SIZES, FLOW_WEIGHTS_PER_STEP, LINE_BYTES, MODEL_SIZES
 from bert_whitening.data import read_pairs, read_sentences
 from bert_whitening.errors import CheckpointError, DataError, FlowError, WhiteningError
-from bert_whitening.files import npy_blocks
+from bert_whitening.io.bounded import FLOW_BYTES, FLOW_SIZES, FLOW_WEIGHTS_PER_STEP, LINE_BYTES, MODEL_SIZES
+from bert_whitening.io.files import npy_blocks
 from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening
 
 from helpers import TINY_CONFIG, TINY_VOCAB, here, random_weights, refused
@@ -192,7 +192,7 @@ SMALLEST = {"vocab_size": 1, "hidden_size": 1, "num_hidden_layers": 1, "num_atte
 )
 def test_a_config_is_held_to_whole_sizes_within_the_bounds_before_anything_is_built(config, said):
     """The check itself, numpy only: a size left out (but the required ones) is 1."""
-    from bert_whitening.bounded import check_model_sizes
+    from bert_whitening.io.bounded import check_model_sizes
 
     if said is None:
         check_model_sizes(config, "m/bert_config.json", CheckpointError)
@@ -246,7 +246,7 @@ def test_a_model_file_that_is_a_fifo_a_device_or_too_large_is_refused(model_copy
 
 def test_a_file_is_read_whole_up_to_its_limit(tmp_path):
     """Over several reads (of 64 KB), and at exactly the limit."""
-    from bert_whitening.bounded import read_limited
+    from bert_whitening.io.bounded import read_limited
 
     data = np.random.default_rng(0).bytes(150_000)
     (tmp_path / "f").write_bytes(data)
@@ -257,7 +257,7 @@ def test_a_file_is_read_whole_up_to_its_limit(tmp_path):
 
 
 def test_a_file_larger_than_its_limit_is_refused_before_it_is_read(tmp_path):
-    from bert_whitening.bounded import read_limited
+    from bert_whitening.io.bounded import read_limited
 
     with open(tmp_path / "f", "wb") as stream:
         stream.truncate((32 << 20) + 1)  # sparse
@@ -277,7 +277,7 @@ def test_a_file_larger_than_its_limit_is_refused_before_it_is_read(tmp_path):
 def test_a_file_that_grew_past_its_limit_after_it_was_opened_is_refused_when_read(tmp_path, monkeypatch, limit):
     """The size checked on opening is the file's then (here: empty); what is read counts too, a
     piece at a time: no more than the limit and a piece is read."""
-    from bert_whitening import bounded
+    from bert_whitening.io import bounded
 
     with open(tmp_path / "f", "wb") as stream:
         stream.truncate(64 << 20)  # sparse
@@ -295,7 +295,7 @@ def test_a_file_that_grew_past_its_limit_after_it_was_opened_is_refused_when_rea
 
 
 def test_an_io_error_while_a_file_is_read_whole_names_the_file_and_the_error(tmp_path, monkeypatch):
-    from bert_whitening import bounded
+    from bert_whitening.io import bounded
 
     class Failing(io.RawIOBase):
         def readable(self):
@@ -311,7 +311,7 @@ def test_an_io_error_while_a_file_is_read_whole_names_the_file_and_the_error(tmp
 
 
 def test_a_file_that_cannot_be_opened_is_named_with_why(tmp_path):
-    from bert_whitening.bounded import open_regular, read_limited
+    from bert_whitening.io.bounded import open_regular, read_limited
 
     (tmp_path / "f").write_bytes(b"x")
     for read in (lambda path: open_regular(path, DataError), lambda path: read_limited(path, 10, DataError)):
@@ -583,7 +583,7 @@ def test_a_member_is_read_as_it_arrives_not_into_room_made_for_its_claimed_size(
     """Inflation bounded far above what a file holds (so that only the reading is tested): a
     member of a hundred kilobytes that claims a hundred megabytes is refused when its data ends,
     having taken the memory of what it held."""
-    import bert_whitening.bounded as bounded
+    import bert_whitening.io.bounded as bounded
 
     monkeypatch.setattr(bounded, "INFLATION_LIMIT", 10**4)
     count = (100 << 20) // 8
@@ -604,7 +604,7 @@ def test_a_member_is_read_as_it_arrives_not_into_room_made_for_its_claimed_size(
 def test_a_member_that_runs_past_the_end_of_the_file_is_named_with_what_went_wrong(tmp_path):
     """Its claimed size within the file's but its data starting late enough to run past the
     end: zipfile's ``EOFError()`` says nothing, the refusal names the member and why."""
-    from bert_whitening.bounded import NpzMembers
+    from bert_whitening.io.bounded import NpzMembers
 
     path = str(tmp_path / "late.npz")
     header = npy_header((1,))
@@ -669,7 +669,7 @@ def encrypted(path):
     ids=["broken deflate stream", "header keys of two types", "header cut short", "encrypted", "line end in name"],
 )
 def test_a_damaged_member_is_one_line_naming_the_file_and_the_member(tmp_path, make, said):
-    from bert_whitening.bounded import NpzMembers
+    from bert_whitening.io.bounded import NpzMembers
 
     path = str(tmp_path / "damaged.npz")
     make(path)
@@ -791,7 +791,7 @@ def deflated_zeros(path, inflated):
     ids=["twice", "three missing", "line end in name", "text", "objects", "beyond limit", "longer", "bomb", "five"],
 )
 def test_each_refusal_of_an_npz_member_is_its_one_exact_line(tmp_path, make, read, said):
-    from bert_whitening.bounded import NpzMembers
+    from bert_whitening.io.bounded import NpzMembers
 
     path = str(tmp_path / "a.npz")
     stored = make(path)
@@ -806,7 +806,7 @@ def test_each_refusal_of_an_npz_member_is_its_one_exact_line(tmp_path, make, rea
 def test_a_member_at_each_bound_is_read(tmp_path):
     """Inflated to exactly the size exempt from the inflation bound, and holding exactly the
     bytes its limit allows."""
-    from bert_whitening.bounded import INFLATION_EXEMPT_BYTES, NpzMembers
+    from bert_whitening.io.bounded import INFLATION_EXEMPT_BYTES, NpzMembers
 
     path = str(tmp_path / "a.npz")
     stored = deflated_zeros(path, INFLATION_EXEMPT_BYTES)
@@ -817,7 +817,7 @@ def test_a_member_at_each_bound_is_read(tmp_path):
 
 
 def test_what_an_error_says_is_never_empty():
-    from bert_whitening.bounded import described
+    from bert_whitening.io.bounded import described
 
     assert described(ValueError("bad header")) == "bad header"
     assert described(EOFError()) == "cut short"
@@ -999,7 +999,7 @@ def test_a_block_stays_what_was_read_when_the_file_is_cut_short_meanwhile(tmp_pa
     path = saved(tmp_path / "v.npy", np.random.default_rng(0).normal(size=(1000, 256)).astype(np.float32))
     script = (
         "import os, sys, numpy as np\n"
-        "from bert_whitening.files import npy_blocks\n"
+        "from bert_whitening.io.files import npy_blocks\n"
         "path = sys.argv[1]\n"
         "expected = np.load(path)[:500].astype(np.float64).sum()\n"
         "_, block = next(npy_blocks(path, 500))\n"
@@ -1126,7 +1126,7 @@ def test_a_npy_header_numpy_would_misread_is_refused_saying_what_it_holds(tmp_pa
 
 
 def test_rows_written_as_they_arrive_are_the_array_numpy_and_npy_blocks_read(tmp_path):
-    from bert_whitening.npy_rows import NpyRowWriter
+    from bert_whitening.io.npy_rows import NpyRowWriter
 
     rows = np.random.default_rng(0).normal(size=(7, 5))
     path = str(tmp_path / "v.npy")
@@ -1151,7 +1151,7 @@ def test_rows_written_as_they_arrive_are_the_array_numpy_and_npy_blocks_read(tmp
 
 
 def test_rows_of_another_width_a_writer_that_failed_or_a_file_cut_short_are_refused(tmp_path):
-    from bert_whitening.npy_rows import NpyRowWriter
+    from bert_whitening.io.npy_rows import NpyRowWriter
 
     path = str(tmp_path / "v.npy")
     with pytest.raises(KeyError):
@@ -1175,7 +1175,7 @@ def test_rows_of_another_width_a_writer_that_failed_or_a_file_cut_short_are_refu
 def test_a_row_file_another_writer_added_to_meanwhile_is_refused_when_closed(tmp_path):
     """Only a file cut short was refused: bytes added after the rows made a file whose header
     declares fewer rows than it holds."""
-    from bert_whitening.npy_rows import NpyRowWriter
+    from bert_whitening.io.npy_rows import NpyRowWriter
 
     path = str(tmp_path / "v.npy")
     out = NpyRowWriter(path, 5)
@@ -1272,7 +1272,7 @@ def test_a_npy_file_cut_short_rows_into_a_block_is_refused_naming_the_row(tmp_pa
 
 
 def test_an_io_error_while_a_npy_file_is_read_names_the_file_and_the_error(tmp_path, monkeypatch):
-    from bert_whitening import files
+    from bert_whitening.io import files
 
     path = saved(tmp_path / "v.npy", np.ones((3, 2), np.float32))
 
@@ -1303,7 +1303,7 @@ def test_a_large_npy_file_is_read_in_the_memory_of_a_block(tmp_path):
 
 def test_a_npy_header_of_rows_wider_than_any_vector_is_refused_before_a_block_is_read(tmp_path, monkeypatch):
     """Its one row of 2**31 columns was allocated whole before its width was compared with anything."""
-    from bert_whitening import files
+    from bert_whitening.io import files
 
     path, width = str(tmp_path / "v.npy"), MODEL_SIZES["hidden_size"] + 1
     with open(path, "wb") as stream:  # the size its header says, sparse
@@ -1323,7 +1323,7 @@ def test_a_npy_header_of_rows_wider_than_any_vector_is_refused_before_a_block_is
 
 def test_a_npy_block_holds_at_most_its_bytes_whatever_rows_are_asked_for(tmp_path, monkeypatch):
     """Rows of the widest vectors in the widest floats, a caller's block of rows took gigabytes."""
-    from bert_whitening import files
+    from bert_whitening.io import files
 
     array = np.arange(80, dtype=np.float32).reshape(10, 8)
     monkeypatch.setattr(files, "NPY_BLOCK_BYTES", 3 * array[0].nbytes + 5)

@@ -10,7 +10,7 @@ import pytest
 
 from bert_whitening.errors import DataError, ExportError
 from bert_whitening.export.record import RECORD, check_export, file_digests
-from bert_whitening.files import CheckedFile, file_sha256_at, open_directory
+from bert_whitening.io.files import CheckedFile, file_sha256_at, open_directory
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def checked(directory, name, limit, sha256=None):
 
 def test_a_file_read_whole_is_read_up_to_its_limit_and_refused_beyond_it_before_it_is_hashed(tmp_path, monkeypatch):
     """A whitening.npz behind three sparse gigabytes was read whole to check its sha256."""
-    from bert_whitening import files
+    from bert_whitening.io import files
 
     (tmp_path / "at").write_bytes(b"x" * 10)
     read = checked(tmp_path, "at", 10).read()
@@ -152,7 +152,7 @@ def lines_of(directory, name, most):
 def test_a_line_is_read_alone_from_the_blocks_checked_at_opening(tmp_path, monkeypatch, end):
     """A search read the whole keys and texts files for the few rows it shows: once per 8,192
     queries, and once for every search of an index opened from Python."""
-    from bert_whitening import files
+    from bert_whitening.io import files
 
     monkeypatch.setattr(files, "LINE_BLOCK", 16)
     lines = [b"%d" % number * number for number in range(12)]  # 0 to 11 repeated: lines across blocks, and ""
@@ -201,7 +201,7 @@ def test_a_file_that_grows_by_far_after_it_was_checked_is_refused_having_read_no
 ):
     """A file grown by 3 GB since its check was hashed to its end to say it changed (10 s), read
     whole or a line at a time: another size says it at once."""
-    from bert_whitening import files
+    from bert_whitening.io import files
 
     (tmp_path / "grows").write_bytes(b"x" * 10)
     (tmp_path / "rows").write_bytes(b"a\nb\n")
@@ -238,7 +238,7 @@ def test_a_files_sha256_is_read_through_the_directory_and_a_missing_one_named(tm
 def test_a_name_with_an_empty_or_dot_component_is_refused_though_it_would_open_a_file(tmp_path, name):
     """``./f`` and ``sub//f`` open files of the directory, but a record's name must be the one
     the file has: each is refused by name, before anything is opened."""
-    from bert_whitening.files import open_regular_at
+    from bert_whitening.io.files import open_regular_at
 
     (tmp_path / "f").write_bytes(b"bytes")
     (tmp_path / "sub").mkdir()
@@ -253,7 +253,7 @@ def test_a_name_with_an_empty_or_dot_component_is_refused_though_it_would_open_a
 
 
 def test_a_record_is_read_up_to_its_limit_and_refused_beyond_it_naming_the_directory(tmp_path):
-    from bert_whitening.files import read_limited_at
+    from bert_whitening.io.files import read_limited_at
 
     (tmp_path / "at").write_bytes(b"{}" * 5)
     (tmp_path / "beyond").write_bytes(b"{}" * 5 + b" ")
@@ -270,7 +270,7 @@ def test_a_record_is_read_up_to_its_limit_and_refused_beyond_it_naming_the_direc
 def test_a_line_that_ends_at_a_block_boundary_is_read_from_its_own_blocks_alone(tmp_path, monkeypatch):
     """The block after a line's end holds none of it: another line's block written over does not
     refuse it, and the last line of a file of whole blocks is read."""
-    from bert_whitening import files
+    from bert_whitening.io import files
 
     monkeypatch.setattr(files, "LINE_BLOCK", 16)
     lines = [b"a" * 15, b"b" * 15]  # each line with its line end one block

@@ -287,7 +287,7 @@ def test_the_memory_a_process_may_use_is_the_least_of_its_limits(tmp_path, monke
     """A batch checked against the machine's memory alone passed under a smaller ``ulimit -v``
     or container limit, and ran into the allocator's traceback. Every cgroup from the process's
     up to the mount counts (v2's ``max`` and v1's near-2**63 are no limit)."""
-    from bert_whitening import bounded
+    from bert_whitening.io import bounded
 
     v2 = cgroup_tree(tmp_path / "v2", {"memory.max": "max", "a/memory.max": "5000000000", "a/b/memory.max": "max"})
     v1 = cgroup_tree(
@@ -324,7 +324,7 @@ def test_the_memory_a_process_may_use_is_the_least_of_its_limits(tmp_path, monke
 )
 def test_a_cgroup_limit_is_found_however_the_process_names_its_group(tmp_path, monkeypatch, own, limits, found):
     """Read from the process's group up to the mount, skipping the groups that set none."""
-    from bert_whitening import bounded
+    from bert_whitening.io import bounded
 
     v2 = cgroup_tree(tmp_path / "v2", limits)
     if own is not None:
@@ -335,7 +335,7 @@ def test_a_cgroup_limit_is_found_however_the_process_names_its_group(tmp_path, m
 
 
 def test_the_memory_this_process_may_use_is_at_most_the_machines():
-    from bert_whitening.bounded import usable_memory
+    from bert_whitening.io.bounded import usable_memory
 
     limit = usable_memory()
     assert 0 < limit.bytes <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -346,8 +346,8 @@ def test_a_model_call_is_held_to_the_memory_the_process_may_use(tiny_model, monk
     """``encode --maxlen 256 --batch-size 1024`` under ``ulimit -v`` passed a check against the
     machine's memory and died in a ResourceExhaustedError traceback. The refusal counts the
     calls under way and the vectors, and says which of them to make smaller."""
-    from bert_whitening import bounded
-    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.io import bounded
+    from bert_whitening.io.bounded import MemoryLimit
 
     encoder_config = EncoderConfig(tiny_model[0], maxlen=32)
     sizes = TINY_CONFIG["intermediate_size"] + 3 * TINY_CONFIG["hidden_size"]

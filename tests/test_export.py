@@ -79,8 +79,8 @@ def over_version_7(whitened, tmp_path_factory):
 def test_a_version_taken_meanwhile_is_kept_and_an_automatic_one_moves_on_even_with_overwrite(tmp_path):
     """``export --overwrite`` without ``--version``: the number it chose was taken by another
     export since; overwrite is for a version the user names, so that one is left as it is."""
-    from bert_whitening.atomic import staged_directory
     from bert_whitening.export.layout import publish
+    from bert_whitening.io.atomic import staged_directory
 
     base = tmp_path / "m"
     (base / "1").mkdir(parents=True)

@@ -460,7 +460,7 @@ def test_fit_method_flow_writes_a_flow_of_that_encoder(flow_file):
 def test_encode_and_an_export_with_the_flow_give_its_latents(flow_file, tmp_path):
     import json
 
-    from bert_whitening.files import file_sha256
+    from bert_whitening.io.files import file_sha256
 
     model, sentences, path = flow_file
     expected = flow_vectors(model, SENTENCES, path)

@@ -392,9 +392,9 @@ def test_convert_hf_counts_what_loading_holds_before_it_writes(tiny_hf, tmp_path
     largest weight twice, more than the write): one byte short of the load is refused before
     anything is read or written; at it, the conversion goes on (and reads the tensors, which
     this test forbids)."""
-    from bert_whitening import bounded
-    from bert_whitening.bounded import MemoryLimit
     from bert_whitening.checkpoints.convert import convert_hf
+    from bert_whitening.io import bounded
+    from bert_whitening.io.bounded import MemoryLimit
 
     directory, tensors = tiny_hf
     sizes = [4 * value.size for name, value in google_named(tensors).items() if "pooler" not in name]
@@ -482,8 +482,8 @@ def test_weights_that_could_not_be_loaded_in_memory_are_refused_before_they_are_
     largest weight twice (as read and joined), not the whole model.safetensors. At one byte less
     than that, the model is refused from the header, naming the limit; at that, the load goes on
     (and reads the tensors, which this test forbids)."""
-    from bert_whitening import bounded
-    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.io import bounded
+    from bert_whitening.io.bounded import MemoryLimit
 
     directory, tensors = tiny_hf
     sizes = [4 * value.size for name, value in google_named(tensors).items() if "pooler" not in name]

@@ -511,7 +511,8 @@ def test_a_signal_while_the_command_line_is_imported_is_one_line(number, name):
 
 SIGNAL_AFTER_WRITING = """
 import signal, sys
-from bert_whitening import atomic, cli
+from bert_whitening import cli
+from bert_whitening.io import atomic
 
 when = sys.argv.pop(1)
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from test_retrieval import RECORD, unit
 
-from bert_whitening.bounded import FLOW_FILE_BYTES, LINE_BYTES, MODEL_SIZES, whitening_file_bytes
+from bert_whitening.io.bounded import FLOW_FILE_BYTES, LINE_BYTES, MODEL_SIZES, whitening_file_bytes
 from bert_whitening.retrieval.index_directory import (
     FLOW_FILE,
     INDEX_FILE,

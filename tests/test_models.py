@@ -90,7 +90,7 @@ def test_a_batch_larger_than_memory_is_refused_before_the_model_runs(encoders, m
     the vectors with the sentences: a batch size or a list that cannot fit is refused in one
     line, not left to the allocator; a batch larger than the input counts as the input (what is
     allocated)."""
-    from bert_whitening import bounded
+    from bert_whitening.io import bounded
 
     encoder = encoders["first-last-avg"]
     encoder.config.check_encoding_memory(10**4, encoder.dim, 10**4, 2)  # about 2 GB for a tiny model: fits
@@ -118,8 +118,8 @@ def test_a_list_whose_vectors_cannot_fit_is_refused_before_it_is_tokenized(tiny_
     """``encode`` of a list holds a float32 vector per sentence: a list whose vectors cannot fit
     is refused before the tokenizer spends its minutes on it, and so is a joint encoding of
     several poolings, counted at their dimensions side by side."""
-    from bert_whitening import bounded
-    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.io import bounded
+    from bert_whitening.io.bounded import MemoryLimit
 
     texts = ["x"] * 10**5
     monkeypatch.setattr(encoding, "tokenize", lambda *arguments: pytest.fail("tokenized"))
@@ -346,7 +346,7 @@ def test_vectors_kept_from_files_for_several_poolings_are_counted_side_by_side(t
     """``eval --fit-on FILE`` with a flow keeps the files' vectors of every pooling: 8 sentences
     of two poolings of 24 columns, held and joined, take 2 x 4 x 8 x 48 bytes; a byte less is
     refused at the block that does not fit."""
-    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.io.bounded import MemoryLimit
 
     path = tmp_path / "sentences.txt"
     path.write_text("".join(sentence + "\n" for sentence in SENTENCES[:8]), encoding="utf-8")
@@ -829,8 +829,8 @@ def test_a_checkpoint_that_could_not_be_loaded_in_memory_is_refused_before_the_b
     embeddings, or the query, key and value kernels joined); bert4keras' graph (relu) reads
     every variable before it assigns any. At one byte less, the model is refused naming the
     limit; at the sum, it loads."""
-    from bert_whitening import bounded
-    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.io import bounded
+    from bert_whitening.io.bounded import MemoryLimit
 
     config = dict(TINY_CONFIG, hidden_act=hidden_act)
     weights = random_weights(config)

@@ -1,4 +1,4 @@
-"""One output guard (`bert_whitening.atomic.check_outputs`) for every command that writes and
+"""One output guard (`bert_whitening.io.atomic.check_outputs`) for every command that writes and
 every public writer: an output that is one of the run's inputs by another name, lies in or
 around an input directory, is a FIFO or a device, or is another output of the same run, is
 refused in one line before any work, and the input is left byte for byte as it was."""
@@ -177,7 +177,7 @@ def test_an_output_directory_around_an_input_directory_is_refused(work, tmp_path
 
 
 def test_an_export_base_is_kept_and_may_hold_inputs_but_not_in_the_version_it_writes(tmp_path):
-    from bert_whitening.atomic import BASE, check_outputs
+    from bert_whitening.io.atomic import BASE, check_outputs
 
     base = tmp_path / "base"
     (base / "model").mkdir(parents=True)
@@ -190,7 +190,7 @@ def test_an_export_base_is_kept_and_may_hold_inputs_but_not_in_the_version_it_wr
 def test_a_directory_beside_an_input_directory_is_not_inside_it_and_a_file_deeper_in_one_is_its(tmp_path):
     """``model-tuned`` beside ``model`` shares its name's beginning, not its files; a file an
     input directory holds one directory down (a task of a data directory) is the input's."""
-    from bert_whitening.atomic import BASE, DIRECTORY, check_outputs
+    from bert_whitening.io.atomic import BASE, DIRECTORY, check_outputs
 
     (tmp_path / "model" / "T").mkdir(parents=True)
     (tmp_path / "model" / "T" / "T.test.data").write_text("pairs", encoding="utf-8")
@@ -379,8 +379,8 @@ def test_a_directory_output_that_holds_an_input_file_is_refused(tmp_path):
     """Replacing it would remove the input: ``export --overwrite`` of BASE/3 deleted the
     whitening it exported, read from BASE/3/w.npz (train --overwrite alike). A base is kept, so
     an input in it is no output's."""
-    from bert_whitening.atomic import DIRECTORY, check_outputs
     from bert_whitening.export import target_version
+    from bert_whitening.io.atomic import DIRECTORY, check_outputs
 
     (tmp_path / "base" / "3").mkdir(parents=True)
     inside = tmp_path / "base" / "3" / "w.npz"
@@ -451,7 +451,7 @@ def test_a_directory_output_is_new_unless_overwrite_and_overwrite_replaces_it_wh
     link = tmp_path / "link"
     link.symlink_to(output)
     with pytest.raises(BertWhiteningError, match="it is a symbolic link; name the directory itself"):
-        from bert_whitening.atomic import check_output_directory
+        from bert_whitening.io.atomic import check_output_directory
 
         check_output_directory(str(link), overwrite=True)
 
@@ -484,7 +484,7 @@ def test_an_export_version_that_is_a_link_is_not_replaced_even_with_overwrite(tm
 def test_overwrite_replaces_neither_a_dot_nor_the_directory_the_run_is_in(tmp_path, monkeypatch, output, said):
     """``train --output . --overwrite`` trained, then failed renaming onto "." (EBUSY), and
     ``--output "$PWD" --overwrite`` replaced the directory the user was in, files and all."""
-    from bert_whitening.atomic import check_output_directory
+    from bert_whitening.io.atomic import check_output_directory
 
     here = tmp_path / "here"
     (here / "sub").mkdir(parents=True)
@@ -501,7 +501,7 @@ def test_overwrite_replaces_neither_a_dot_nor_the_directory_the_run_is_in(tmp_pa
 @pytest.mark.parametrize("prefix", ["out/", "out/.", "."])
 def test_a_prefix_that_ends_in_a_directory_is_refused(tmp_path, monkeypatch, prefix):
     """``beam-encode --output out/`` wrote ``out/-00000-of-00001.tfrecord``."""
-    from bert_whitening.atomic import PREFIX, check_outputs
+    from bert_whitening.io.atomic import PREFIX, check_outputs
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "out").mkdir()

@@ -254,7 +254,7 @@ def test_eval_retrieval_refuses_a_corpus_that_cannot_be_scored_in_memory_before_
     poolings (24 columns each), each pooling's corpus in float64, and at the largest k asked (0
     keeps all 24) a setting's float64 corpus, its float32 copy and two indexes of 4 bytes a
     dimension. A byte less than that is refused, naming the limit; at that, the task is scored."""
-    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.io.bounded import MemoryLimit
     from bert_whitening.retrieval import evaluate
 
     tmp_path, rows, distractors = task_dir
@@ -792,7 +792,7 @@ def test_an_index_that_outgrows_memory_is_refused_at_the_block_that_does_not_fit
     it is read: 60 vectors added in blocks of 7 (float32 of dimension 12, and for HNSW 2 M
     neighbour ids of 4 bytes a row) are refused at the block whose total does not fit, in one
     line, and nothing is left at the output; with room for all 60, the index is written."""
-    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.io.bounded import MemoryLimit
     from bert_whitening.retrieval import index_directory
 
     model, corpus, whitening, vectors, _ = indexed
@@ -818,7 +818,7 @@ def test_an_index_that_outgrows_memory_is_refused_at_the_block_that_does_not_fit
 def test_an_index_that_cannot_be_read_into_memory_is_refused_before_faiss_reads_it(indexed, caplog, monkeypatch):
     """``search`` (and ``export --corpus``) read the whole FAISS index: one larger than the
     memory this process may use is refused, naming the directory; at its size, it is searched."""
-    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.io.bounded import MemoryLimit
     from bert_whitening.retrieval import index_directory
 
     model, corpus, whitening, vectors, index = indexed
@@ -836,8 +836,8 @@ def test_an_index_that_cannot_be_read_into_memory_is_refused_before_faiss_reads_
 def test_export_corpus_refuses_a_corpus_whose_copies_cannot_fit(indexed, monkeypatch):
     """``export --corpus`` holds the index's vectors read back and the SavedModel's variable of
     them (float32, 60 x 12 each) at once: a byte less is refused before the index is read."""
-    from bert_whitening.bounded import MemoryLimit
     from bert_whitening.errors import DataError
+    from bert_whitening.io.bounded import MemoryLimit
 
     model, corpus, whitening, vectors, index = indexed
     config = search_module.query_config(IndexDirectory(str(index)))

@@ -491,8 +491,8 @@ def test_fit_flow_refuses_vectors_that_cannot_be_kept_at_the_block_that_does_not
     (twice 4 bytes a column of dimension 24). A byte short of the 13 given, the last block is
     refused and no flow trains; with room for them, the flow trains on all 13, in order."""
     from bert_whitening import encoding, flow
-    from bert_whitening.bounded import MemoryLimit
     from bert_whitening.errors import DataError
+    from bert_whitening.io.bounded import MemoryLimit
 
     path = tmp_path / "sentences.txt"
     path.write_text("".join(sentence + "\n" for sentence in SENTENCES[:8]), encoding="utf-8")
@@ -526,8 +526,8 @@ def test_a_fitted_file_of_another_dimension_is_refused_before_its_arrays_are_rea
 ):
     """A crafted 8192-dimensional whitening was read and checked whole (25 s, 2.3 GB), and a
     4096-dimensional flow built (81 s), before the model's hidden size refused them."""
-    from bert_whitening import bounded
     from bert_whitening.flow import fit_flow
+    from bert_whitening.io import bounded
 
     vectors = np.random.default_rng(0).normal(size=(80, 40))
     path = str(tmp_path / ("%s.npz" % kind))

@@ -159,7 +159,7 @@ def test_the_record(tiny_model, pair_files, trained):
     assert record == json.loads(json.dumps(result.record))
     assert record["base_model"]["directory"] == os.path.abspath(tiny_model[0])
     assert record["base_model"]["hidden_size"] == TINY_CONFIG["hidden_size"]
-    from bert_whitening.files import file_sha256
+    from bert_whitening.io.files import file_sha256
 
     assert record["train"]["sha256"] == file_sha256(pair_files[0]) and record["train"]["pairs"] == 24
     assert record["valid"]["sha256"] == file_sha256(pair_files[1])
@@ -364,7 +364,7 @@ def test_a_state_is_taken_up_only_by_the_same_run(tiny_model, pair_files, tmp_pa
     """Another setting, another train file or fewer epochs than the state has done are refused
     in one line naming what differs, and leave the state; so does a second run while one holds
     it; the clean-up of temporaries leaves it too."""
-    from bert_whitening import atomic
+    from bert_whitening.io import atomic
 
     output = tmp_path / "model"
     with monkeypatch.context() as patch:
@@ -820,9 +820,9 @@ def step_bytes(weights, pairs, maxlen):
 
 def test_a_training_step_is_held_to_the_memory_the_process_may_use(tiny_model, monkeypatch):
     """Counted on the pairs a step takes (no more than the file has), at maxlen."""
-    from bert_whitening import bounded
-    from bert_whitening.bounded import MemoryLimit
     from bert_whitening.checkpoints import find_model
+    from bert_whitening.io import bounded
+    from bert_whitening.io.bounded import MemoryLimit
 
     files, weights = find_model(tiny_model[0]), tiny_model[1]
     limit = MemoryLimit(sum(step_bytes(weights, 8, 32)), "the {} of a test's limit")
@@ -850,8 +850,8 @@ def test_a_batch_whose_training_step_cannot_fit_is_refused_before_training(
 ):
     """``train --maxlen 256 --batch-size 100000`` built the model, ran 27 s and died in a
     ResourceExhaustedError traceback: the step's memory is now checked with the options."""
-    from bert_whitening import bounded
-    from bert_whitening.bounded import MemoryLimit
+    from bert_whitening.io import bounded
+    from bert_whitening.io.bounded import MemoryLimit
 
     monkeypatch.setattr(bounded, "usable_memory", lambda: MemoryLimit(10**6, "the {} this process may address"))
     monkeypatch.setattr(training, "_train_and_write", lambda *arguments: pytest.fail("training started"))

@@ -26,7 +26,8 @@ import os
 import re
 from typing import Callable
 
-from bert_whitening.bounded import (
+from bert_whitening.errors import CheckpointError
+from bert_whitening.io.bounded import (
     JSON_BYTES,
     VOCAB_BYTES,
     check_memory,
@@ -35,8 +36,7 @@ from bert_whitening.bounded import (
     open_regular,
     read_limited,
 )
-from bert_whitening.errors import CheckpointError
-from bert_whitening.files import file_sha256
+from bert_whitening.io.files import file_sha256
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ class ModelFiles:
 
     def check_load_memory(self, one_at_a_time):
         """Refuse weights that could not be loaded in the memory this process may use
-        (`bert_whitening.bounded.check_memory`), from the variables' shapes alone, before any is
+        (`bert_whitening.io.bounded.check_memory`), from the variables' shapes alone, before any is
         read (a file larger than the memory was read until the allocator failed). Loading holds
         the model's float32 variables and the values read: ``one_at_a_time`` (a `FusedBert`'s
         load), the largest weight as read and as joined for its variable; else (bert4keras'
@@ -464,7 +464,7 @@ def _count(items, singular, plural=None):
 
 def read_bytes(path, limit):
     """The bytes of a model file, refused when it holds more than ``limit``
-    (`bert_whitening.bounded`) or is not a regular file, with errors that name it."""
+    (`bert_whitening.io.bounded`) or is not a regular file, with errors that name it."""
     return read_limited(path, limit, CheckpointError, "model file")
 
 

@@ -8,9 +8,9 @@ checkpoint readers themselves must not import (the model builder reads them).
 
 import os
 
-from bert_whitening.atomic import check_output_directory, publish_directory, staged_directory
 from bert_whitening.checkpoints import CheckpointError, find_model
 from bert_whitening.checkpoints.google import write_checkpoint
+from bert_whitening.io.atomic import check_output_directory, publish_directory, staged_directory
 
 
 def convert_hf(hf_directory, output_directory, overwrite=False):

@@ -6,8 +6,8 @@ import math
 import os
 import re
 
-from bert_whitening.bounded import INDEX_BYTES, first_few
 from bert_whitening.checkpoints import CheckpointError, check_file, read_json
+from bert_whitening.io.bounded import INDEX_BYTES, first_few
 
 CONFIG = "bert_config.json"
 CHECKPOINT = "bert_model.ckpt"

@@ -14,8 +14,8 @@ import math
 import os
 import re
 
-from bert_whitening.bounded import SAFETENSORS_HEADER_BYTES, open_regular
 from bert_whitening.checkpoints import CheckpointError, check_file, read_json
+from bert_whitening.io.bounded import SAFETENSORS_HEADER_BYTES, open_regular
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"

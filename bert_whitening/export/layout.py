@@ -4,7 +4,7 @@ without ``--overwrite``, a base that is a file) before TensorFlow is imported.
 
 Concurrent exports to one ``BASE`` cannot collide: the version is taken by the final rename of
 the staged export (`publish`), which never replaces a version that exists by then, of any kind
-(`bert_whitening.atomic.publish_directory`). When the next free number was taken meanwhile, an
+(`bert_whitening.io.atomic.publish_directory`). When the next free number was taken meanwhile, an
 export without ``--version`` takes the one after; with ``--version`` it fails.
 """
 
@@ -12,8 +12,8 @@ import os
 import re
 
 from bert_whitening.arguments import MAX_VERSION, serving_version
-from bert_whitening.atomic import OutputAppeared, check_output_directory, publish_directory
 from bert_whitening.errors import ExportError
+from bert_whitening.io.atomic import OutputAppeared, check_output_directory, publish_directory
 
 #: A version's name: ASCII digits only, as TF Serving reads them (``str.isdigit`` takes "²" and
 #: "١", which ``int`` refuses or reads as another number).
@@ -22,7 +22,7 @@ _VERSION_NAME = re.compile("[0-9]+")
 
 def target_version(base, version=None, overwrite=False, inputs=()):
     """The version to write: ``version``, or one more than the highest in ``base``; ``BASE/N``
-    checked as the run's output against its ``inputs`` (`bert_whitening.atomic.check_output_directory`),
+    checked as the run's output against its ``inputs`` (`bert_whitening.io.atomic.check_output_directory`),
     so that an input inside a version ``overwrite`` replaces is refused, not removed with it.
     ``base`` itself is kept: files in it may be inputs."""
     if os.path.exists(base) and not os.path.isdir(base):

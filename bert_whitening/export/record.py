@@ -12,9 +12,9 @@ load it.
 import json
 import os
 
-from bert_whitening.bounded import JSON_BYTES
 from bert_whitening.errors import DataError, ExportError
-from bert_whitening.files import CheckedFile, file_sha256_at, open_directory, read_limited_at
+from bert_whitening.io.bounded import JSON_BYTES
+from bert_whitening.io.files import CheckedFile, file_sha256_at, open_directory, read_limited_at
 
 #: The record's name inside an export directory.
 RECORD = "assets/bert_whitening.json"

@@ -14,7 +14,7 @@ sentences; only then is it renamed to ``BASE/N``. A failure at any step leaves n
 Concurrent exports to one ``BASE`` cannot collide (`bert_whitening.export.layout`). The staging
 directory is named ``.N.bert-whitening-tmp-PID-...`` beside the versions (TF Serving ignores
 names that are not integers), and the next export removes those of a process that was killed
-(`bert_whitening.atomic`).
+(`bert_whitening.io.atomic`).
 """
 
 import contextlib
@@ -25,14 +25,14 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from bert_whitening.atomic import staged_directory
 from bert_whitening.backend import graph_function, refuse_rows, tf, tf_writing
 from bert_whitening.config import versions
 from bert_whitening.errors import BertWhiteningError, ExportError
 from bert_whitening.export.layout import publish, target_version
 from bert_whitening.export.record import RECORD, checked_record, file_digests
 from bert_whitening.export.verify import TOLERANCE, FreshProcess, verify
-from bert_whitening.files import open_directory
+from bert_whitening.io.atomic import staged_directory
+from bert_whitening.io.files import open_directory
 from bert_whitening.layers.fused_bert import bfloat16_copies, bfloat16_products, serving_graph
 from bert_whitening.names import EXPORT_PRECISIONS, check_choice
 

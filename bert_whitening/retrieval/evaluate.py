@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bert_whitening.bounded import check_memory
 from bert_whitening.config import EncoderConfig, versions
 from bert_whitening.data import DataError, ReadOptions, data_dir
 from bert_whitening.evaluation import (
@@ -21,6 +20,7 @@ from bert_whitening.evaluation import (
     settings,
     whitened_settings,
 )
+from bert_whitening.io.bounded import check_memory
 from bert_whitening.retrieval.benchmark import (
     CUTOFF,
     build_benchmark,

@@ -39,11 +39,11 @@ import os
 import numpy as np
 
 from bert_whitening.arguments import vector_array
-from bert_whitening.atomic import check_output_directory, publish_directory, staged_directory
-from bert_whitening.bounded import FLOW_FILE_BYTES, JSON_BYTES, LINE_BYTES, check_memory, whitening_file_bytes
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
-from bert_whitening.files import CheckedFile, file_sha256, open_directory, read_limited_at
+from bert_whitening.io.atomic import check_output_directory, publish_directory, staged_directory
+from bert_whitening.io.bounded import FLOW_FILE_BYTES, JSON_BYTES, LINE_BYTES, check_memory, whitening_file_bytes
+from bert_whitening.io.files import CheckedFile, file_sha256, open_directory, read_limited_at
 from bert_whitening.retrieval.faiss_indexes import (
     FOURCC,
     check_graph_m,

@@ -11,11 +11,11 @@ import logging
 import os
 
 from bert_whitening.arguments import path_list, positive_int, sentence_list
-from bert_whitening.bounded import check_memory
 from bert_whitening.config import EncoderConfig, whitening_digest
 from bert_whitening.data import check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
-from bert_whitening.files import npy_blocks
+from bert_whitening.io.bounded import check_memory
+from bert_whitening.io.files import npy_blocks
 from bert_whitening.retrieval.faiss_indexes import check_hnsw_m
 from bert_whitening.retrieval.index_directory import KEYS_FILE, RECORD_FILE, TEXTS_FILE, IndexDirectory, IndexWriter
 

@@ -24,7 +24,7 @@ import zlib
 
 import numpy as np
 
-from bert_whitening.atomic import file_kind
+from bert_whitening.io.atomic import file_kind
 
 #: Bytes read at a time from a file of any size: what a reader holds besides what it returns.
 BLOCK = 1 << 20
@@ -141,7 +141,7 @@ ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedE
 def npy_header(stream):
     """``(shape, fortran, dtype)`` of the ``.npy`` header at ``stream``'s position, the stream
     left on the data's first byte; one of `HEADER_ERRORS` when it is not such a header or gives
-    a negative size. The one reader of `NpzMembers` and `bert_whitening.files.npy_blocks`.
+    a negative size. The one reader of `NpzMembers` and `bert_whitening.io.files.npy_blocks`.
 
     The header's length is checked before the header is read: numpy reads as many bytes as a
     header claims (up to 4 GB in 2.0) before it compares them with its ``max_header_size``, and
@@ -231,7 +231,7 @@ class NpzMembers:
 
     def __init__(self, path, error, what):
         """``path``: a file's path, or a binary stream of bytes already read and checked (an
-        index directory's `bert_whitening.files.NamedBytes`)."""
+        index directory's `bert_whitening.io.files.NamedBytes`)."""
         self.path, self.error, self.what = path, error, what
         self._stream = path if isinstance(path, io.IOBase) else open_regular(path, error, what)
         try:

@@ -14,8 +14,8 @@ import stat
 import numpy as np
 
 from bert_whitening.arguments import positive_int
-from bert_whitening.bounded import BLOCK, HEADER_ERRORS, MODEL_SIZES, described, npy_header, open_regular
 from bert_whitening.errors import DataError
+from bert_whitening.io.bounded import BLOCK, HEADER_ERRORS, MODEL_SIZES, described, npy_header, open_regular
 
 #: The most bytes of a ``.npy`` matrix `npy_blocks` reads at a time, whatever rows its caller asks
 #: for: with the widest vectors of the widest floats, a block of a caller's rows would hold
