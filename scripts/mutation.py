@@ -4,11 +4,11 @@
     python scripts/mutation.py io.bounded arguments io.files io.npy_rows token_ids precision names  # shared
 
 For each module, a copy of the checkout is made under out/mutation/MODULE (mutmut writes its
-mutants/ tree there), mutmut mutates bert_whitening/MODULE.py (io.bounded: io/bounded.py) and runs against each mutant the
-fast tests that cover the mutated function and need no TensorFlow (scripts/mutation_numpy_only.py
-says why). It prints, per module, the counts by outcome and the score killed / tested, and writes
-each surviving mutant's diff to out/mutation/MODULE/survivors.txt for review.
-"""
+mutants/ tree there), mutmut mutates bert_whitening/MODULE.py (io.bounded: io/bounded.py) and runs
+against each mutant the fast tests that cover the mutated function and need no TensorFlow
+(scripts/mutation_numpy_only.py says why). It prints, per module, the counts by outcome and the
+score killed / tested, and writes each surviving mutant's diff to out/mutation/MODULE/survivors.txt
+for review. """
 
 import collections
 import os
