@@ -29,7 +29,7 @@ $(BIN)/.installed: setup.py requirements.txt requirements-nodeps.txt scripts/uv_
 demo: $(BIN)/.installed
 	$(BIN)/python scripts/demo.py
 
-## Test suite without the slow tests (what CI runs), in two processes (pytest-xdist); test-all runs every test,
+## Test suite without the slow tests, in two processes (pytest-xdist); test-all (what CI runs) runs every test,
 ## the real-model and whole-command tests (marked slow) included. PYTEST_ARGS passes anything to pytest.
 ## loadgroup: each test goes to the next free process, an xdist_group's tests to one process, the largest group first.
 PYTEST = $(BIN)/python -m pytest -n 2 --dist loadgroup
