@@ -13,7 +13,7 @@ of --repeats rounds):
 - ``run_encode`` and ``run_fit`` (what ``bert-whitening beam-encode`` and ``beam-fit`` run) on
   DirectRunner with ``--direct_running_mode multi_processing --direct_num_workers N`` for each
   --workers N, and on the PortableRunner against Beam's Python job service with an EXTERNAL
-  worker pool on loopback (`bert_whitening.beam_portable`; the services start before the clock,
+  worker pool on loopback (`tests/beam_portable.py`; the services start before the clock,
   the worker the pool starts for each job is timed). Each worker starts, imports TensorFlow and
   loads the model, then encodes its share.
 Every path runs on every other sentence and on all of them (the same mix of lengths), and on
@@ -47,6 +47,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # beam_portable, the portable runner the tests start too
 SENTEVAL = os.path.join(ROOT, "..", "shared", "data", "senteval_cn")
 CHINESE_TASKS = ["ATEC", "LCQMC", "STS-B"]  # the shared data's; BQ and PAWSX are held out
 FIT_SENTENCES = 8000  # the whitening ``encode`` applies is fitted on these first sentences
@@ -82,11 +83,11 @@ def main():
         [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     )
 
+    from beam_portable import local_portable_runner  # tests/: a test and benchmark helper
     from bench_encode import cpu_name
 
     from bert_whitening.backend import tf
     from bert_whitening.beam import read_encoded, run_encode, run_fit, shards
-    from bert_whitening.beam_portable import local_portable_runner
     from bert_whitening.config import EncoderConfig
     from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
     from bert_whitening.encoding import encode

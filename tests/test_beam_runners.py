@@ -6,7 +6,7 @@ nor runs ``setup`` in a fresh one, so the same checks also run on
   workers started as subprocesses of the test;
 - PortableRunner against Beam's Python local job service, with ``--environment_type EXTERNAL``
   workers from ``worker_pool_main``: the job service and the worker pool are processes that the
-  fixture starts on loopback ports (`bert_whitening.beam_portable`), and the pool starts one
+  fixture starts on loopback ports (`tests/beam_portable.py`), and the pool starts one
   process per worker.
 `ProbedEncodeFn` records the id of every process that encodes, so each test proves where the
 vectors were made (outside the test's own process, but for the in-process runner).
@@ -20,12 +20,13 @@ import threading
 import time
 
 import apache_beam
+import beam_portable
 import numpy as np
 import pytest
+from beam_portable import local_portable_runner
 from test_beam import LINES, covariance, write_corpus
 
-from bert_whitening import beam, beam_portable
-from bert_whitening.beam_portable import local_portable_runner
+from bert_whitening import beam
 from bert_whitening.data import ReadOptions
 from bert_whitening.whitening import Whitening
 
