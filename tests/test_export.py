@@ -230,7 +230,7 @@ def test_cli_refuses_a_mismatched_whitening_before_writing(tiny_model, tmp_path,
 
 def saved_model_cli(*args, wrapper=False):
     command = (
-        [sys.executable, "-m", "bert_whitening.saved_model_cli"]
+        [sys.executable, "-m", "bert_whitening.export.saved_model_cli"]
         if wrapper
         else [os.path.join(os.path.dirname(sys.executable), "saved_model_cli")]
     )

@@ -2,7 +2,7 @@
 
 An export with the ``serve_text`` signature holds tensorflow-text ops (``RegexSplitWithOffsets``,
 ``WordpieceTokenizeWithOffsets``) that the plain ``saved_model_cli`` binary does not know, so
-its ``run`` fails with "Op type not registered". Use ``python -m bert_whitening.saved_model_cli
+its ``run`` fails with "Op type not registered". Use ``python -m bert_whitening.export.saved_model_cli
 run ...`` with the same arguments instead.
 """
 
