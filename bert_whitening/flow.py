@@ -1,50 +1,10 @@
 """BERT-flow (Li et al., EMNLP 2020, arXiv:2011.05864) beside whitening: a Glow-style normalising
 flow trained by maximum likelihood on pooled sentence vectors, whose latent is the sentence vector.
 
-What bohanli/BERT-flow (commit 7fa8f6d) does, and so what this module does:
-
-- Configuration: ``flow/config/config_l3_d3_w32.json``, the default of ``--flow_model_config`` in
-  ``run_siamese.py``: 3 levels of 3 steps, additive coupling whose network is 32 wide,
-  ``permutation: true``. `FlowConfig` holds those keys and reads that directory's files. The five
-  others differ only in levels (2-3), depth (2-3) and width (16-32; ``config_l2_d3_w16.json``
-  in fact holds 32). Affine coupling and the LU-parameterised 1x1 convolution are what
-  ``flow/glow_ops_1x1.py`` does with ``coupling: "affine"`` and without ``permutation``.
-- Shape: ``flow/glow_1x1.py`` (``objective_tower``) makes the vector a 1x1 image,
-  ``[batch, 1, 1, hidden]``, so every 1x1 convolution is a matrix product, and Glow's squeeze is
-  commented out (``encoder_decoder`` in ``glow_ops_1x1.py``): levels only split channels. Here
-  the vector stays ``[batch, hidden]``.
-- A step (``revnet_step``): actnorm ``(x + b) * exp(3 logs)``; the 1x1 convolution, with
-  ``permutation`` a fixed reversal of the channels (log-determinant 0); the coupling. Coupling:
-  the first half ``x1`` passes, ``h = NN(x1)``: twice (matrix product with weights drawn from
-  N(0, 0.05), no bias, actnorm, relu), then a zero-initialised product with a bias and a scale
-  ``exp(3 logs)``; additive: ``x2 + h``; affine: ``(x2 + h[:, 0::2]) * sigmoid(h[:, 1::2] + 2)``.
-- Levels: after each level but the last, the second half of the channels is split off under the
-  standard normal prior (the split priors are fixed, not learned). The latent is the split-off
-  halves then the top, ``tf.concat(self.eps + [self.z])``, and ``run_siamese.py``
-  (``get_embedding``) takes it as the sentence vector as it is, with no normalisation ("no l2
-  normalization here any more"); cosine L2-normalises it.
-- Objective: negative log-likelihood under the standard normal, in bits per dimension.
-- Initialisation: ``run_siamese.py`` imports ``GlowInitHook`` but never attaches it, so Glow's
-  data-dependent actnorm initialisation never runs: actnorm's ``b`` and ``logs`` keep
-  ``tf.get_variable``'s default glorot-uniform, U(+-sqrt(6 / (1 + channels))) for their
-  ``[1, 1, 1, channels]`` shape. The same here (``data_init=False``); ``data_init=True`` is
-  Glow's (zero mean and unit variance per channel on the first batch).
-- Training (``optimization_bert_flow.py``; the README's "Unsupervised learning" command):
-  flow learning rate 1e-3, constant; AdamWeightDecay (0.9, 0.999, epsilon 1e-6, no bias
-  correction, weight decay 0.01, which reaches every flow variable: none matches its
-  LayerNorm/bias exclusions); gradients clipped to global norm 1; one epoch; batches of 32 pairs
-  (``train_batch_size``), so 64 vectors, the last partial batch dropped. Its step loss is the mean
-  NLL of the 32 first sentences plus that of the 32 second ones, twice the mean over the 64: here
-  the loss is that mean and the clip 0.5, the same update up to Adam's epsilon. BERT is frozen
-  (``--num_examples=0`` makes its loss zero, with no gradient).
-- Vectors: ``--sentence_embedding_type=avg-last-2`` averages ``all_encoder_layers[-i]`` for
-  ``i`` in 0, 1, that is the first and the last block: this package's ``first-last-avg``.
-  ``--use_full_for_training=1`` fits on train, dev and test, as ``eval --fit-on all``.
-
-Differences, on purpose: BERT-flow's vectors are computed with BERT's dropout on, and both
-sentences of a pair share a batch; here the flow is trained on the vectors a whitening is fitted
-on, shuffled one by one. It computes in float64 rather than float32, which keeps it out of the
-process's bfloat16 rewrite (``--precision bfloat16``) and only changes rounding.
+It follows bohanli/BERT-flow (commit 7fa8f6d) wherever the result depends on it: configuration,
+shape, steps, levels, objective, initialisation, training and vectors, each with the file of
+BERT-flow it comes from, are in docs/evaluation.md ("What flow.py takes from BERT-flow"), with
+the differences made on purpose.
 
 Determinism: initial values and the shuffling come from ``numpy.random.default_rng(seed)``; no
 TensorFlow random op runs, and with no dropout training is a fixed sequence of CPU ops.
