@@ -1,30 +1,14 @@
-"""The training losses against plain numpy written here from their definitions: CoSENT as the
-double sum over ordered pairs of pairs (kexue.fm/archives/8847), Sentence-BERT's head as
-logits, log-softmax and the mean negative log-likelihood."""
+"""CoSENT (`bert_whitening.losses.cosent`) against plain numpy written here from its definition:
+the double sum over ordered pairs of pairs (kexue.fm/archives/8847)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from bert_whitening.losses import SoftmaxHead, cosent_loss, softmax_loss
+from bert_whitening.losses import cosent_loss
 
-
-def numpy_cosent(labels, cosines, scale=20.0):
-    total = 1.0
-    for a in range(len(labels)):
-        for b in range(len(labels)):
-            if labels[a] > labels[b]:
-                total += math.exp(scale * (cosines[b] - cosines[a]))
-    return math.log(total)
-
-
-def numpy_softmax(labels, first, second, kernel, bias):
-    features = np.concatenate([first, second, np.abs(first - second)], axis=1).astype(np.float64)
-    logits = features @ kernel + bias
-    logits = logits - logits.max(axis=1, keepdims=True)
-    log_probabilities = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
-    return -np.mean([log_probabilities[row, label] for row, label in enumerate(labels)])
+from reference import numpy_cosent
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -61,42 +45,6 @@ def test_cosent_does_not_overflow():
     labels, cosines = np.array([1.0, 0.0], np.float32), np.array([-1.0, 1.0], np.float32)
     loss = float(cosent_loss(labels, cosines, scale=100.0))
     assert loss == pytest.approx(200.0, rel=1e-6)
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_softmax_head_equals_numpy(seed):
-    rng = np.random.default_rng(seed)
-    classes = 3
-    first, second = (rng.normal(size=(10, 6)).astype(np.float32) for _ in range(2))
-    labels = rng.integers(0, classes, 10)
-    kernel = rng.normal(size=(18, classes)).astype(np.float32)
-    bias = rng.normal(size=classes).astype(np.float32)
-    expected = numpy_softmax(labels, first, second, kernel.astype(np.float64), bias.astype(np.float64))
-    assert float(softmax_loss(labels, first, second, kernel, bias)) == pytest.approx(expected, rel=1e-5)
-
-
-def test_softmax_head_is_seeded_and_shaped():
-    head, again, other = SoftmaxHead(6, 2, seed=3), SoftmaxHead(6, 2, seed=3), SoftmaxHead(6, 2, seed=4)
-    assert head.shape == [18, 2]
-    for weight in ("kernel", "bias"):
-        np.testing.assert_array_equal(getattr(head, weight).numpy(), getattr(again, weight).numpy())
-        assert not np.array_equal(getattr(head, weight).numpy(), getattr(other, weight).numpy())
-    rng = np.random.default_rng(0)
-    first, second = (rng.normal(size=(4, 6)).astype(np.float32) for _ in range(2))
-    labels = np.array([0, 1, 1, 0])
-    expected = numpy_softmax(labels, first, second, head.kernel.numpy().astype(np.float64), head.bias.numpy())
-    assert float(head(labels, first, second)) == pytest.approx(expected, rel=1e-5)
-
-
-def test_softmax_head_starts_as_sentence_transformers_softmax_loss():
-    """torch's nn.Linear start, kernel and bias uniform in +-1/sqrt(fan_in), fan_in = 3 * dim:
-    spread over that range, not Keras' Glorot range (2.4 times wider at dim 384)."""
-    head = SoftmaxHead(384, 2, seed=0)
-    limit = 1 / np.sqrt(3 * 384)
-    kernel, bias = head.kernel.numpy(), head.bias.numpy()
-    assert np.abs(kernel).max() <= limit and np.abs(bias).max() <= limit
-    assert np.abs(kernel).max() > 0.99 * limit and kernel.std() == pytest.approx(limit / np.sqrt(3), rel=0.05)
-    assert bias.any()
 
 
 def test_cosent_orders_fractional_labels_as_they_are():
