@@ -10,7 +10,8 @@ import pytest
 
 from bert_whitening import training
 from bert_whitening.errors import BertWhiteningError, DataError, TrainingError
-from bert_whitening.training import loop
+from bert_whitening.losses.cosent import MAX_SCALE
+from bert_whitening.training import TrainOptions, loop
 
 from helpers import (
     TINY_CONFIG,
@@ -19,6 +20,7 @@ from helpers import (
     commands_in_a_fresh_process,
     quick,
     random_weights,
+    run,
     run_training,
     write_pairs,
 )
@@ -245,3 +247,51 @@ def test_a_batch_whose_training_step_cannot_fit_is_refused_before_training(
     ):
         quick(tiny_model, pair_files, output, batch_size=1000, maxlen=32, epochs=1)
     assert not output.exists()
+
+
+@pytest.mark.parametrize("value", [["pairs.data"], None, b"pairs.data"], ids=["list", "None", "bytes"])
+@pytest.mark.parametrize("argument", ["train_file", "output", "valid_file"])
+def test_sentence_encoder_train_refuses_what_is_not_a_path_naming_it(tiny_model, pair_files, tmp_path, argument, value):
+    """A list, None or bytes where a path is expected was a bare TypeError from deep inside
+    (``os.path``, the pair reader); it is one line naming the argument, before any work."""
+    from bert_whitening import SentenceEncoder
+
+    if argument == "valid_file" and value is None:
+        pytest.skip("no valid file is a run without one")
+    encoder = SentenceEncoder.load(tiny_model[0], pooling="last-avg")
+    arguments = {"train_file": pair_files[0], "output": str(tmp_path / "out"), "valid_file": pair_files[1]}
+    arguments[argument] = value
+    with pytest.raises(
+        BertWhiteningError, match=r"^%s must be a path \(str or pathlib.Path\), got " % argument
+    ) as error:
+        encoder.train(**arguments, epochs=0)
+    assert "\n" not in str(error.value) and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("scale", [1e30, 1e5, MAX_SCALE * (1 + 1e-15)])
+def test_a_cosent_scale_beyond_its_bound_is_refused_naming_it(tiny_model, pair_files, tmp_path, scale):
+    """``--scale 1e30`` trained into a loss that was not finite, blamed on the learning rate;
+    the scale is bounded by the options, which name it, before any work."""
+    with pytest.raises(
+        BertWhiteningError, match=r"^scale %s is out of range: CoSENT's scale is at most " % re.escape(repr(scale))
+    ):
+        TrainOptions(pair_files[0], str(tmp_path / "out"), model=tiny_model[0], scale=scale)
+    assert TrainOptions(pair_files[0], str(tmp_path / "out"), scale=MAX_SCALE).scale == MAX_SCALE
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_command_refuses_a_cosent_scale_beyond_its_bound(tiny_model, pair_files, tmp_path, capsys):
+    """``train --scale 1e30``: exit status 1 and one line naming ``scale``, not the learning rate."""
+    output = str(tmp_path / "out")
+    arguments = ["train", "--model", tiny_model[0], "--train", pair_files[0], "--output", output, "--scale", "1e30"]
+    assert run(*arguments) == 1
+    error = capsys.readouterr().err.strip()
+    assert "scale 1e+30 is out of range" in error and "learning rate" not in error and "\n" not in error
+    assert not os.path.exists(output)
+
+
+def test_train_takes_train_options_alone(tiny_model, pair_files, tmp_path):
+    """`train`'s options are a `TrainOptions`: keywords or a mapping are refused in one line."""
+    with pytest.raises(BertWhiteningError, match="^options must be a TrainOptions, got dict$"):
+        training.train({"train_file": pair_files[0], "output": str(tmp_path / "out")})
+    assert os.listdir(tmp_path) == []

@@ -194,6 +194,49 @@ def test_a_damaged_or_edited_state_is_refused_in_one_line(tiny_model, pair_files
     assert "\n" not in text and not output.exists() and path.exists()
 
 
+def generator_edits():
+    """Generator states of the right form but out of range, or of the wrong type, in each of
+    the integers numpy puts in a C integer (it raised OverflowError on these, uncaught)."""
+    state = training.order_generator(0).bit_generator.state
+
+    def edited(inner=None, **outer):
+        return {**state, **outer, "state": {**state["state"], **(inner or {})}}
+
+    return [
+        edited({"state": -1}),
+        edited({"state": 2**128}),
+        edited({"inc": 2**200}),
+        edited({"inc": 1.5}),
+        edited(has_uint32=2**70),
+        edited(has_uint32=7),
+        edited(uinteger=-5),
+        edited(uinteger=2**32),
+        edited(uinteger=True),
+        edited(bit_generator="MT19937"),
+        {**state, "state": [1, 2]},
+        [state],
+    ]
+
+
+def test_a_generator_state_out_of_range_is_refused_in_one_line(tiny_model, pair_files, tmp_path, monkeypatch):
+    """A state whose shuffle's generator is out of range (a negative or too large integer, a
+    float, a bool) was a traceback from numpy; it is refused as damaged, naming the file, and
+    left as it was."""
+    output = tmp_path / "model"
+    path = stopped_in_epoch_2(tiny_model, pair_files, output, monkeypatch)
+    with np.load(path) as stored:
+        arrays = {name: stored[name] for name in stored.files}
+    for rng in generator_edits():
+        edit_record(arrays, rng=rng)
+        np.savez(path, **arrays)
+        written = path.read_bytes()
+        with pytest.raises(training.DamagedState, match="cannot resume: its record is damaged or edited") as error:
+            quick(tiny_model, pair_files, output, epochs=3, resume=True)
+        text = str(error.value)
+        assert text.startswith(str(path)) and "remove %s to start again" % state_directory(output) in text, rng
+        assert "\n" not in text and not output.exists() and path.read_bytes() == written, rng
+
+
 @pytest.mark.parametrize("made", ["file", "link to a directory", "dangling link"])
 def test_a_state_directory_that_is_not_a_directory_is_refused_in_one_line(tiny_model, pair_files, tmp_path, made):
     output = tmp_path / "model"
