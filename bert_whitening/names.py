@@ -59,9 +59,6 @@ def checked_tokenization(value, error, what):
     return dict(value)
 
 
-#: The losses of supervised fine-tuning (`bert_whitening.training`, `bert_whitening.losses`).
-LOSSES = ("cosent", "softmax")
-
 #: What a setting other than raw fits on the vectors: a whitening, or a BERT-flow.
 METHODS = ("whitening", "flow")
 

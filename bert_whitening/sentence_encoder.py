@@ -44,7 +44,7 @@ from bert_whitening.io.atomic import (
     write_atomically,
 )
 from bert_whitening.io.bounded import JSON_BYTES, read_limited
-from bert_whitening.names import COSENT_SCALE, EXPORT_PRECISIONS, check_choice
+from bert_whitening.names import EXPORT_PRECISIONS, check_choice
 from bert_whitening.precision import resolve_before_fitting
 from bert_whitening.precision import running as running_precision
 from bert_whitening.whitening import (
@@ -386,57 +386,49 @@ class SentenceEncoder:
         self._apply(flow=flow)
         return flow
 
-    def train(
-        self,
-        train_file: str,
-        output: str,
-        valid_file: Optional[str] = None,
-        *,
-        loss: str = "cosent",
-        scale: float = COSENT_SCALE,
-        threshold: Optional[float] = None,
-        batch_size: int = 32,
-        learning_rate: float = 2e-5,
-        epochs: int = 5,
-        seed: int = 0,
-        overwrite: bool = False,
-        resume: bool = False,
-        report=None,
-        progress=None,
-    ) -> dict:
+    def train(self, train_file=None, output=None, valid_file=None, *, report=None, progress=None, **settings) -> dict:
         """Fine-tune this encoder's model (a plain BERT) with its pooling, maxlen and case on the
         pair file ``train_file`` and write it to the new model directory ``output``, as
-        ``bert-whitening train`` does (`bert_whitening.training.train`, which explains the
-        arguments). From now on this encoder is the fine-tuned model, unwhitened: a whitening
-        or flow fitted on the base model's vectors does not describe the new ones. Returns the
-        record written as ``training.json``."""
+        ``bert-whitening train`` does (`bert_whitening.training.train`). The run is a
+        `TrainOptions` given alone in ``train_file``'s place (its model, type, pooling, maxlen and
+        case replaced by this encoder's), or the files and keywords that make one (``loss``,
+        ``scale``, ``threshold``, ``batch_size``, ``learning_rate``, ``epochs``, ``seed``,
+        ``overwrite``, ``resume``), each checked as `TrainOptions` checks it. From now on this
+        encoder is the fine-tuned model, unwhitened: a whitening or flow fitted on the base
+        model's vectors does not describe the new ones. Returns the record written as
+        ``training.json``."""
         from bert_whitening.training import train
 
-        config = self.config
-        result = train(
-            train_file,
-            output,
-            valid_file,
-            model=config.model,
-            model_type=config.model_type,
-            loss=loss,
-            scale=scale,
-            threshold=threshold,
-            pooling=config.pooling,
-            maxlen=config.maxlen,
-            lowercase=config.lowercase,
-            batch_size=batch_size,
-            learning_rate=learning_rate,
-            epochs=epochs,
-            seed=seed,
-            overwrite=overwrite,
-            resume=resume,
-            report=report,
-            progress=progress,
+        options = self._train_options(train_file, output, valid_file, settings)
+        result = train(options, report=report, progress=progress)
+        self._config = dataclasses.replace(
+            self._unwhitened_config(), model=options.output, normalize=self.config.normalize
         )
-        self._config = dataclasses.replace(self._unwhitened_config(), model=output, normalize=config.normalize)
         self._pooled = self._encoder = None
         return result.record
+
+    def _train_options(self, train_file, output, valid_file, settings):
+        """The `TrainOptions` of `train`'s arguments, with this encoder's model settings."""
+        from bert_whitening.training import TrainOptions
+
+        config = self.config
+        encoder = {
+            "model": config.model,
+            "model_type": config.model_type,
+            "pooling": config.pooling,
+            "maxlen": config.maxlen,
+            "lowercase": config.lowercase,
+        }
+        if isinstance(train_file, TrainOptions):
+            if output is not None or valid_file is not None or settings:
+                raise BertWhiteningError("a TrainOptions is given alone: no output, valid_file or settings beside it")
+            return dataclasses.replace(train_file, **encoder)
+        taken = sorted(set(encoder) & set(settings))
+        if taken:
+            raise BertWhiteningError(
+                "%s: this encoder's own setting; load a SentenceEncoder with the one wanted" % ", ".join(taken)
+            )
+        return TrainOptions(train_file, output, valid_file, **encoder, **settings)
 
     def _snapshot(self):
         """This encoder as it is now, sharing its built models: what an in-memory index encodes

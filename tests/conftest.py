@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_weights
+from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_pairs, random_weights, write_pairs
 
 # Every command the tests run, in this process, in children and in Beam workers, encodes in
 # float32 on any CPU, so vectors compare at 1e-5; tests/test_precision.py takes the pin off.
@@ -61,3 +61,12 @@ def exported(whitened, tmp_path_factory):
     base = str(tmp_path_factory.mktemp("export") / "encoder")
     path, difference = export_saved_model(whitened, base, text=True, metadata={"note": "test"})
     return base, path, difference
+
+
+@pytest.fixture(scope="module")
+def pair_files(tmp_path_factory):
+    """A train and a valid pair file of random labels on `SENTENCES` (the tests of fine-tuning)."""
+    directory = tmp_path_factory.mktemp("pairs")
+    return write_pairs(directory / "train.data", random_pairs(0)), write_pairs(
+        directory / "valid.data", random_pairs(1)
+    )

@@ -303,3 +303,53 @@ def synthetic_pairs(count, seed=0):
             seen.update((a, b))
             pairs.append((a, b, 5 - edits))
     return pairs
+
+
+# Fine-tuning (tests/training/): pair files, and `bert_whitening.training.train` on the tiny model.
+
+
+def write_pairs(path, rows):
+    with open(path, "w", encoding="utf-8") as stream:
+        stream.writelines("%s\t%s\t%s\n" % row for row in rows)
+    return str(path)
+
+
+def random_pairs(seed, count=24, labels=(0, 1, 2, 3, 4, 5)):
+    rng = np.random.default_rng(seed)
+    return [
+        (SENTENCES[rng.integers(len(SENTENCES))], SENTENCES[rng.integers(len(SENTENCES))], rng.choice(labels))
+        for _ in range(count)
+    ]
+
+
+def bad(tmp_path, name, rows):
+    return write_pairs(tmp_path / name, rows)
+
+
+def run_training(train_file, output, valid_file=None, *, report=None, progress=None, **options):
+    """`training.train` of the `TrainOptions` the files and ``options`` make."""
+    from bert_whitening import training
+
+    options = training.TrainOptions(train_file, output, valid_file, **options)
+    return training.train(options, report=report, progress=progress)
+
+
+def quick(tiny_model, pair_files, output, **options):
+    """`training.train` on the tiny model with a learning rate that moves its weights in a few steps."""
+    options = {"learning_rate": 1e-3, "epochs": 2, "batch_size": 8, "report": lambda line: None, **options}
+    return run_training(pair_files[0], str(output), model=tiny_model[0], **options)
+
+
+def checkpoint(directory):
+    """The weights of a Google-format model directory, by name."""
+    from bert_whitening.backend import tf
+
+    reader = tf.train.load_checkpoint(os.path.join(directory, "bert_model.ckpt"))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def state_directory(output):
+    """Where a run with ``resume`` training into ``output`` keeps its state."""
+    from bert_whitening.training import RESUME_SUFFIX
+
+    return output.parent / (".%s%s" % (output.name, RESUME_SUFFIX))

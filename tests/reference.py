@@ -303,3 +303,22 @@ def adam_steps(weights, gradients, learning_rate, beta_1=0.9, beta_2=0.999, epsi
         m_hat, v_hat = m / (1 - beta_1**t), v / (1 - beta_2**t)
         weights = weights - learning_rate * m_hat / (np.sqrt(v_hat) + epsilon)
     return weights
+
+
+def numpy_cosent(labels, cosines, scale=20.0):
+    """CoSENT as its definition's double sum over ordered pairs of pairs (kexue.fm/archives/8847)."""
+    total = 1.0
+    for a in range(len(labels)):
+        for b in range(len(labels)):
+            if labels[a] > labels[b]:
+                total += math.exp(scale * (cosines[b] - cosines[a]))
+    return math.log(total)
+
+
+def numpy_softmax(labels, first, second, kernel, bias):
+    """Sentence-BERT's head: logits, log-softmax and the mean negative log-likelihood."""
+    features = np.concatenate([first, second, np.abs(first - second)], axis=1).astype(np.float64)
+    logits = features @ kernel + bias
+    logits = logits - logits.max(axis=1, keepdims=True)
+    log_probabilities = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    return -np.mean([log_probabilities[row, label] for row, label in enumerate(labels)])

@@ -341,9 +341,9 @@ def api_writers():
         write_report({"data_dir": str(w["data_dir"]), "tasks": {"T": {}}, "fit_on": "all"}, str(w["task_file"]))
 
     def train(w, tmp):
-        from bert_whitening.training import train
+        from bert_whitening.training import TrainOptions, train
 
-        train(str(w["task_file"]), str(w["model"] / "fine-tuned"), model=str(w["model"]))
+        train(TrainOptions(str(w["task_file"]), str(w["model"] / "fine-tuned"), model=str(w["model"])))
 
     def whitening_save(w, tmp):
         from bert_whitening.whitening import Whitening

@@ -1,11 +1,12 @@
-"""`bert_whitening.adam.Adam` against the textbook's steps (tests/reference.py)."""
+"""`bert_whitening.training.adam.Adam` against the textbook's steps (tests/reference.py)."""
 
 import numpy as np
 import pytest
 
-from bert_whitening.adam import Adam
 from bert_whitening.backend import tf
-from tests.reference import adam_steps
+from bert_whitening.training.adam import Adam
+
+from reference import adam_steps
 
 
 def _gradients(rng, scale, steps, shape):
