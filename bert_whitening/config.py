@@ -27,6 +27,7 @@ from bert_whitening.arguments import boolean, integer, optional_integer, optiona
 from bert_whitening.checkpoints import BUILTIN_MODEL, find_model, model_directory
 from bert_whitening.errors import BertWhiteningError, ExportError, WhiteningError
 from bert_whitening.io.bounded import MODEL_SIZES, check_memory
+from bert_whitening.io.records import Schema, as_read, check_fields, fits
 from bert_whitening.names import DEFAULT_POOLING, MODEL_TYPES, POOLINGS, check_choice
 
 logger = logging.getLogger(__name__)
@@ -224,7 +225,7 @@ def checked_identity(identity, source, error=BertWhiteningError):
                     raise error("%s: the model identity has no %r" % (source, key))
                 continue
             value = identity[key]
-            well_formed = isinstance(value, kind) and not isinstance(value, bool)
+            well_formed = fits(value, kind)
             if well_formed and kind is int and value > MODEL_SIZES[key]:
                 raise error(
                     "%s: the model identity's %r is %d, more than any model has (%d)"
@@ -687,7 +688,7 @@ def _check_recorded(what, recorded, given, summary):
         )
     if not recorded:
         return
-    expected = json.loads(json.dumps(summary(given)))  # as a record holds it: lists, not tuples
+    expected = as_read(summary(given))  # as a record holds it: lists, not tuples
     if "digest" in recorded and expected["digest"] != recorded["digest"]:
         raise WhiteningError(
             "this %s is not the one recorded (digest %s...): refused" % (what, str(recorded["digest"])[:12])
@@ -719,31 +720,24 @@ def _model_key(identity):
     )
 
 
-#: Types of a record's keys, checked before use: a record comes from a file someone may edit.
-_RECORD_TYPES = {
-    "model": dict,
-    "model_dir": (str, type(None)),
-    "pooling": str,
-    "maxlen": int,
-    "lowercase": bool,
-    "whitening": (dict, type(None)),
-    "n_components": int,
-}
-#: Keys a record of an earlier version lacks, checked when present.
-_OPTIONAL_RECORD_TYPES = {"flow": (dict, type(None)), "normalize": bool}
+#: The keys of an encoder record and their types, checked before use: a record comes from a file
+#: someone may edit. The optional ones are those a record of an earlier version lacks.
+RECORD = Schema(
+    required={
+        "model": dict,
+        "model_dir": (str, type(None)),
+        "pooling": str,
+        "maxlen": int,
+        "lowercase": bool,
+        "whitening": (dict, type(None)),
+        "n_components": int,
+    },
+    optional={"flow": (dict, type(None)), "normalize": bool},
+)
 
 
 def checked_record(config):
     """``config`` if it has every key a record needs, of the right type; else a one-line error."""
-    if not isinstance(config, dict):
-        raise BertWhiteningError("an encoder record must be a JSON object, got %s" % type(config).__name__)
-    for key, kind in _RECORD_TYPES.items():
-        if key not in config:
-            raise BertWhiteningError("the encoder record has no %r" % key)
-        if not isinstance(config[key], kind) or (isinstance(config[key], bool) and kind is int):
-            raise BertWhiteningError("the encoder record's %r is %r, of the wrong type" % (key, config[key]))
+    check_fields(config, RECORD, "the encoder record")
     checked_identity(config["model"], "the encoder record")
-    for key, kind in _OPTIONAL_RECORD_TYPES.items():
-        if key in config and not isinstance(config[key], kind):
-            raise BertWhiteningError("the encoder record's %r is %r, of the wrong type" % (key, config[key]))
     return config
