@@ -357,7 +357,7 @@ def shard(tmp_path, number=0, of=2):
         ),
         (
             lambda t: (t / "v.manifest.json").write_text('{"shards": []}'),
-            r"v.manifest.json: not a shard manifest beam-encode writes \('encoder'\)",
+            r"v.manifest.json has no 'encoder'",
         ),
         (
             lambda t: (t / "v.manifest.json").write_text(
