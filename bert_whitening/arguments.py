@@ -6,6 +6,7 @@ call into one `BertWhiteningError` naming the argument and what it got. numpy on
 """
 
 import collections.abc
+import math
 import numbers
 import os
 
@@ -21,6 +22,34 @@ def shown(value):
     """``value`` as a refusal shows it: its repr, cut to `SHOWN` characters."""
     text = repr(value)
     return text if len(text) <= SHOWN else text[: SHOWN - 3] + "..."
+
+
+def is_number(value, whole=False):
+    """Whether ``value`` is a real number (an integral one, ``whole``), numpy's too: not a bool,
+    which Python counts as an int (``True`` is no batch size), nor a ``"2e-5"``. The one such
+    check of the package."""
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, numbers.Integral if whole else numbers.Real)
+
+
+def is_finite_number(value):
+    """Whether ``value`` is a real number (`is_number`) that is neither NaN nor infinite."""
+    return is_number(value) and math.isfinite(value)
+
+
+def number(value, name, error=BertWhiteningError, whole=False):
+    """``value`` when it is a number (a whole one, ``whole``: `is_number`); else ``error``
+    naming ``name`` and what it got."""
+    if not is_number(value, whole):
+        what = "a whole number" if whole else "a number"
+        raise error("%s must be %s, got %s %s" % (name, what, type(value).__name__, shown(value)))
+    return value
+
+
+def finite_number(value, name, error=BertWhiteningError):
+    """``value`` as a float when it is a finite number (`is_finite_number`); else ``error``."""
+    if not is_finite_number(value):
+        raise error("%s must be a finite number, got %s" % (name, shown(value)))
+    return float(value)
 
 
 def container(value, name, what, one="sentence"):
@@ -82,7 +111,7 @@ def id_lists(value, name, limit, bounds):
         if not set(map(type, row)) <= {int} or (row and not 0 <= min(row) <= max(row) < limit):
             for column, item in enumerate(row):
                 where = "%s[%d][%d]" % (name, index, column)
-                if isinstance(item, bool) or not isinstance(item, numbers.Integral):
+                if not is_number(item, whole=True):
                     raise BertWhiteningError("%s must be an int, got %s %s" % (where, type(item).__name__, shown(item)))
                 if not 0 <= item < limit:
                     raise BertWhiteningError("%s is %d: %s" % (where, item, bounds))
@@ -125,17 +154,17 @@ def path_list(value, name="files"):
     ]
 
 
-def positive_int(value, name):
+def positive_int(value, name, error=BertWhiteningError):
     """``value`` as an int of at least 1 (a bool is not a count)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise BertWhiteningError("%s must be a positive integer, got %s" % (name, shown(value)))
+    if not is_number(value, whole=True) or value < 1:
+        raise error("%s must be a positive integer, got %s" % (name, shown(value)))
     return int(value)
 
 
-def integer(value, name):
+def integer(value, name, error=BertWhiteningError):
     """``value`` as an int of any sign (a bool, a float or a ``"64"`` is not one)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise BertWhiteningError("%s must be an integer, got %s %s" % (name, type(value).__name__, shown(value)))
+    if not is_number(value, whole=True):
+        raise error("%s must be an integer, got %s %s" % (name, type(value).__name__, shown(value)))
     return int(value)
 
 
@@ -150,7 +179,7 @@ MAX_SHARDS = 10_000
 
 def shard_count(value, name="num_shards"):
     """``value`` as a number of output shards, 0 (the runner chooses) to `MAX_SHARDS`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= MAX_SHARDS:
+    if not is_number(value, whole=True) or not 0 <= value <= MAX_SHARDS:
         raise BertWhiteningError(
             "%s must be an integer 0..%d (0: the runner chooses), got %s" % (name, MAX_SHARDS, shown(value))
         )
@@ -161,7 +190,7 @@ def serving_version(value, error=BertWhiteningError):
     """``value`` as a TF Serving model version: an int from 0 to `MAX_VERSION`, the integer
     directory names under a model's base and what the REST and gRPC APIs address (a ``"1"`` or
     a 1.0 would be a TypeError there, or another path). Raised as ``error``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value <= MAX_VERSION:
+    if not is_number(value, whole=True) or not 0 <= value <= MAX_VERSION:
         raise error("version must be an integer 0..2**63-1 (TF Serving's int64 versions), got %s" % shown(value))
     return int(value)
 

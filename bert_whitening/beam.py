@@ -39,11 +39,12 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from bert_whitening.arguments import MAX_SHARDS, shard_count
+from bert_whitening.arguments import MAX_SHARDS, shard_count, shown
 from bert_whitening.data import ReadOptions, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError, Interrupted
 from bert_whitening.io.atomic import PREFIX, check_outputs, claimed_prefix, mark_placed, write_stream_atomically
 from bert_whitening.io.bounded import JSON_BYTES, MODEL_SIZES, check_memory, open_regular
+from bert_whitening.io.records import Schema, check_fields, parse_record
 from bert_whitening.names import EXPORT_PRECISIONS
 from bert_whitening.token_ids import log_truncated
 from bert_whitening.whitening import FitOptions, WhiteningStats, check_vectors, fit_reported
@@ -80,6 +81,9 @@ MANIFEST_SUFFIX = ".manifest.json"
 MANIFEST_FORMAT = 1
 #: A manifest's most bytes: the encoder's record and a line for each of `MAX_SHARDS` shards.
 MANIFEST_BYTES = JSON_BYTES + 256 * MAX_SHARDS
+#: What a manifest holds, and each of its ``shards``' entries (by shard name).
+MANIFEST = Schema(required={"encoder": dict, "shards": dict})
+SHARD_ENTRY = Schema(required={"records": int, "sha256": str})
 
 #: Seconds a job on a portable runner may run when ``--job_server_timeout`` is not given (a week;
 #: Beam's default of 300 s ended longer jobs): `run`.
@@ -739,16 +743,9 @@ def _manifest(prefix):
         text = stream.read(MANIFEST_BYTES + 1)
     if len(text) > MANIFEST_BYTES:
         raise DataError("%s: larger than %d bytes: not a shard manifest" % (path, MANIFEST_BYTES))
-    try:
-        manifest = json.loads(text)
-        shards = manifest["shards"]
-        if not (isinstance(manifest["encoder"], dict) and isinstance(shards, dict)):
-            raise TypeError("encoder and shards must be objects")
-        for entry in shards.values():
-            if type(entry["records"]) is not int or not isinstance(entry["sha256"], str):
-                raise TypeError("a shard's records and sha256 must be a whole number and a string")
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
-        raise DataError("%s: not a shard manifest beam-encode writes (%s)" % (path, error)) from None
+    manifest = parse_record(text, MANIFEST, path, DataError)
+    for name, entry in manifest["shards"].items():
+        check_fields(entry, SHARD_ENTRY, "%s: shard %s" % (path, shown(name)), DataError)
     if manifest.get("format_version") != MANIFEST_FORMAT:
         raise DataError(
             "%s: a manifest of format %s, where this version reads %d: written by another version of "
@@ -795,10 +792,10 @@ def _check_whole_sets(paths):
     for (prefix, count), numbers in sets.items():
         missing = sorted(set(range(count)) - numbers)
         if missing or max(numbers) >= count:
-            shown = missing[0] if missing else max(numbers)
+            first = missing[0] if missing else max(numbers)
             raise DataError(
                 "%s-*-of-%05d%s: shard %05d of %d is %s: a set of shards is read whole or not at all"
-                % (prefix, count, SUFFIX, shown, count, "missing" if missing else "beyond the count")
+                % (prefix, count, SUFFIX, first, count, "missing" if missing else "beyond the count")
             )
     return sorted({prefix for prefix, _ in sets})
 

@@ -27,6 +27,7 @@ from bert_whitening.arguments import boolean, integer, optional_integer, optiona
 from bert_whitening.checkpoints import BUILTIN_MODEL, find_model, model_directory
 from bert_whitening.errors import BertWhiteningError, ExportError, WhiteningError
 from bert_whitening.io.bounded import MODEL_SIZES, check_memory
+from bert_whitening.io.records import Schema, as_read, check_fields
 from bert_whitening.names import DEFAULT_POOLING, MODEL_TYPES, POOLINGS, check_choice
 
 logger = logging.getLogger(__name__)
@@ -199,11 +200,13 @@ def _described_tokenization(tokenization):
     return "cut at maxlen %d, %s" % (tokenization["maxlen"], "lower-cased" if tokenization["lowercase"] else "cased")
 
 
-#: What a model's identity must hold, and of which type: an identity is read from files a user
-#: may edit (whitening and flow files, index and export records, saved encoders).
-_IDENTITY_TYPES = {"name": str, "type": str, "hidden_size": int, "vocab_sha256": str}
-#: Identity fields that records of earlier versions lack, checked when present.
-_OPTIONAL_IDENTITY_TYPES = {"format": str, "num_hidden_layers": int, "config_sha256": str, "weights_sha256": str}
+#: What a model's identity holds, and of which type: an identity is read from files a user may
+#: edit (whitening and flow files, index and export records, saved encoders). The optional
+#: fields are those records of earlier versions lack, checked when present.
+IDENTITY = Schema(
+    required={"name": str, "type": str, "hidden_size": int, "vocab_sha256": str},
+    optional={"format": str, "num_hidden_layers": int, "config_sha256": str, "weights_sha256": str},
+)
 #: The fields that say which model made the vectors; the name (a directory's) and the format
 #: (a converted copy) do not change them. The configuration's digest covers what the weights'
 #: do not: the same weights under another activation or number of heads compute other vectors.
@@ -212,32 +215,25 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def checked_identity(identity, source, error=BertWhiteningError):
-    """``identity`` if every field is present, of its type and form (sha256s as 64 hex
-    digits, sizes positive and no larger than any model's, `MODEL_SIZES`, a known model type);
-    else ``error`` naming ``source``. A record's sizes then bound what its reader allocates."""
-    if not isinstance(identity, dict):
-        raise error("%s: the model identity must be a JSON object, got %r" % (source, identity))
-    for fields, required in ((_IDENTITY_TYPES, True), (_OPTIONAL_IDENTITY_TYPES, False)):
-        for key, kind in fields.items():
-            if key not in identity:
-                if required:
-                    raise error("%s: the model identity has no %r" % (source, key))
-                continue
-            value = identity[key]
-            well_formed = isinstance(value, kind) and not isinstance(value, bool)
-            if well_formed and kind is int and value > MODEL_SIZES[key]:
-                raise error(
-                    "%s: the model identity's %r is %d, more than any model has (%d)"
-                    % (source, key, value, MODEL_SIZES[key])
-                )
-            if well_formed and kind is int:
-                well_formed = value > 0
-            if well_formed and key.endswith("sha256"):
-                well_formed = bool(_SHA256.fullmatch(value))
-            if well_formed and key == "type":
-                well_formed = value in MODEL_TYPES
-            if not well_formed:
-                raise error("%s: the model identity's %r is %r, not a valid value" % (source, key, value))
+    """``identity`` if every field is present, of its type (`IDENTITY`) and form (sha256s as 64
+    hex digits, sizes positive and no larger than any model's, `MODEL_SIZES`, a known model
+    type); else ``error`` naming ``source``. A record's sizes then bound what its reader allocates."""
+    check_fields(identity, IDENTITY, "%s: the model identity" % source, error)
+    for key in [key for key in (*IDENTITY.required, *IDENTITY.optional) if key in identity]:
+        value = identity[key]
+        if isinstance(value, int) and value > MODEL_SIZES[key]:
+            raise error(
+                "%s: the model identity's %r is %d, more than any model has (%d)"
+                % (source, key, value, MODEL_SIZES[key])
+            )
+        if isinstance(value, int):
+            well_formed = value > 0
+        elif key.endswith("sha256"):
+            well_formed = bool(_SHA256.fullmatch(value))
+        else:
+            well_formed = key != "type" or value in MODEL_TYPES
+        if not well_formed:
+            raise error("%s: the model identity's %r is %r, not a valid value" % (source, key, value))
     return identity
 
 
@@ -687,7 +683,7 @@ def _check_recorded(what, recorded, given, summary):
         )
     if not recorded:
         return
-    expected = json.loads(json.dumps(summary(given)))  # as a record holds it: lists, not tuples
+    expected = as_read(summary(given))  # as a record holds it: lists, not tuples
     if "digest" in recorded and expected["digest"] != recorded["digest"]:
         raise WhiteningError(
             "this %s is not the one recorded (digest %s...): refused" % (what, str(recorded["digest"])[:12])
@@ -719,31 +715,24 @@ def _model_key(identity):
     )
 
 
-#: Types of a record's keys, checked before use: a record comes from a file someone may edit.
-_RECORD_TYPES = {
-    "model": dict,
-    "model_dir": (str, type(None)),
-    "pooling": str,
-    "maxlen": int,
-    "lowercase": bool,
-    "whitening": (dict, type(None)),
-    "n_components": int,
-}
-#: Keys a record of an earlier version lacks, checked when present.
-_OPTIONAL_RECORD_TYPES = {"flow": (dict, type(None)), "normalize": bool}
+#: The keys of an encoder record and their types, checked before use: a record comes from a file
+#: someone may edit. The optional ones are those a record of an earlier version lacks.
+RECORD = Schema(
+    required={
+        "model": dict,
+        "model_dir": (str, type(None)),
+        "pooling": str,
+        "maxlen": int,
+        "lowercase": bool,
+        "whitening": (dict, type(None)),
+        "n_components": int,
+    },
+    optional={"flow": (dict, type(None)), "normalize": bool},
+)
 
 
 def checked_record(config):
     """``config`` if it has every key a record needs, of the right type; else a one-line error."""
-    if not isinstance(config, dict):
-        raise BertWhiteningError("an encoder record must be a JSON object, got %s" % type(config).__name__)
-    for key, kind in _RECORD_TYPES.items():
-        if key not in config:
-            raise BertWhiteningError("the encoder record has no %r" % key)
-        if not isinstance(config[key], kind) or (isinstance(config[key], bool) and kind is int):
-            raise BertWhiteningError("the encoder record's %r is %r, of the wrong type" % (key, config[key]))
+    check_fields(config, RECORD, "the encoder record")
     checked_identity(config["model"], "the encoder record")
-    for key, kind in _OPTIONAL_RECORD_TYPES.items():
-        if key in config and not isinstance(config[key], kind):
-            raise BertWhiteningError("the encoder record's %r is %r, of the wrong type" % (key, config[key]))
     return config

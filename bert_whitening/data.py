@@ -22,8 +22,8 @@ import stat
 import sys
 import zlib
 
-from bert_whitening.arguments import positive_int
-from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.arguments import boolean, positive_int
+from bert_whitening.errors import DataError
 from bert_whitening.io.bounded import LINE_BYTES
 from bert_whitening.names import check_choice
 
@@ -73,8 +73,7 @@ class ReadOptions:
 
     def __post_init__(self):
         check_choice("input format", self.format, INPUT_FORMATS)
-        if not isinstance(self.skip_bad_lines, bool):
-            raise BertWhiteningError("skip_bad_lines must be True or False, got %r" % (self.skip_bad_lines,))
+        object.__setattr__(self, "skip_bad_lines", boolean(self.skip_bad_lines, "skip_bad_lines"))
         object.__setattr__(self, "batch_size", positive_int(self.batch_size, "batch_size"))
 
 

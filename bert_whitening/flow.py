@@ -25,17 +25,23 @@ import numpy as np
 import scipy.linalg
 from tqdm.auto import tqdm
 
-from bert_whitening.arguments import boolean, positive_int, shown, vector_array
+from bert_whitening.arguments import boolean, number, positive_int, shown, vector_array
 from bert_whitening.backend import graph_function, keras, tf
 from bert_whitening.errors import FlowError
 from bert_whitening.io.atomic import write_stream_atomically
 from bert_whitening.io.bounded import FLOW_BYTES, FLOW_SIZES, JSON_BYTES, MODEL_SIZES, NpzMembers, first_few
+from bert_whitening.io.records import ANY, Schema, parse_record
 from bert_whitening.names import RECORDED_POOLINGS, check_recorded, checked_tokenization
 from bert_whitening.whitening import check_vectors
 
 logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+#: What a flow file's metadata holds; its values are checked further by `Flow.load`.
+METADATA = Schema(
+    required={"format_version": ANY, "dim": ANY, "config": ANY},
+    optional={"model_identity": (dict, type(None))},
+)
 #: Glow's ``logscale_factor``: actnorm and the coupling's last layer scale by ``exp(3 logs)``.
 LOGSCALE = 3.0
 #: AdamWeightDecay of ``optimization_bert_flow.py``.
@@ -395,11 +401,9 @@ class Flow(keras.Model):
         another dimension than ``hidden_size`` (the model's it is for, when known)."""
         with NpzMembers(path, FlowError, "flow file") as members:
             stored = members.array("meta", (), kinds="U", limit=JSON_BYTES)
-            try:
-                meta = json.loads(str(stored))
-                version, dim, config = meta["format_version"], meta["dim"], meta["config"]
-            except (ValueError, KeyError, TypeError) as error:
-                raise FlowError("%s: not a readable flow file (%s: %s)" % (path, type(error).__name__, error)) from None
+            where = "%s: not a readable flow file: its metadata" % path
+            meta = parse_record(str(stored), METADATA, where, FlowError)
+            version, dim, config = meta["format_version"], meta["dim"], meta["config"]
             if version != FORMAT_VERSION:
                 raise FlowError("%s: format version %r, this version reads %d" % (path, version, FORMAT_VERSION))
             if hidden_size is not None and dim != hidden_size:  # before the flow is built: most of a load's work
@@ -414,8 +418,6 @@ class Flow(keras.Model):
             except FlowError as error:
                 raise FlowError("%s: %s" % (path, error)) from None
             pooling, model_identity = meta.get("pooling"), meta.get("model_identity") or {}
-            if not isinstance(model_identity, dict):
-                raise FlowError("%s: not a readable flow file (model_identity of the wrong type)" % path)
             if pooling is not None:
                 check_recorded(pooling, RECORDED_POOLINGS, FlowError, "%s: its pooling" % path)
             tokenization = checked_tokenization(meta.get("tokenization", {}), FlowError, "%s: its tokenization" % path)
@@ -530,14 +532,6 @@ MAX_EPOCHS = 10_000
 FLOW_DEFAULTS = {"config": None, "seed": 0, "epochs": 1.0, "batch_size": 64, "learning_rate": 1e-3, "progress": None}
 
 
-def _number(value, name, integral=False):
-    kinds = numbers.Integral if integral else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        what = "a whole number" if integral else "a number"
-        raise FlowError("%s must be %s, got %s %s" % (name, what, type(value).__name__, shown(value)))
-    return value
-
-
 def check_flow_options(options, batch_name="batch_size"):
     """`fit_flow`'s options (all of `FLOW_DEFAULTS`, the missing ones filled in) checked before
     a model is built or a vector encoded: an unknown name or a refused value is one `FlowError`
@@ -551,19 +545,19 @@ def check_flow_options(options, batch_name="batch_size"):
         )
     checked = dict(FLOW_DEFAULTS, **options)
     checked["config"] = FlowConfig.of(checked["config"])
-    seed = _number(checked["seed"], "seed", integral=True)
+    seed = number(checked["seed"], "seed", FlowError, whole=True)
     if seed < 0:
         raise FlowError("seed must be a whole number >= 0, got %s" % shown(seed))
     checked["seed"] = int(seed)
-    epochs = _number(checked["epochs"], "epochs")
+    epochs = number(checked["epochs"], "epochs", FlowError)
     if not (math.isfinite(epochs) and 0 < epochs <= MAX_EPOCHS):
         raise FlowError("epochs must be a number above 0 and at most %d, got %s" % (MAX_EPOCHS, shown(epochs)))
     checked["epochs"] = float(epochs) if not isinstance(epochs, numbers.Integral) else int(epochs)
-    batch_size = _number(checked["batch_size"], batch_name, integral=True)
+    batch_size = number(checked["batch_size"], batch_name, FlowError, whole=True)
     if batch_size < 1:
         raise FlowError("%s must be a positive integer, got %s" % (batch_name, shown(batch_size)))
     checked["batch_size"] = int(batch_size)
-    learning_rate = _number(checked["learning_rate"], "learning_rate")
+    learning_rate = number(checked["learning_rate"], "learning_rate", FlowError)
     if not (math.isfinite(learning_rate) and learning_rate > 0):
         raise FlowError("learning_rate must be a finite number above 0, got %s" % shown(learning_rate))
     checked["learning_rate"] = float(learning_rate)

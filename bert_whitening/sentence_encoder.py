@@ -43,7 +43,7 @@ from bert_whitening.io.atomic import (
     staged_directory,
     write_atomically,
 )
-from bert_whitening.io.bounded import JSON_BYTES, read_limited
+from bert_whitening.io.records import read_record
 from bert_whitening.names import EXPORT_PRECISIONS, check_choice
 from bert_whitening.precision import resolve_before_fitting
 from bert_whitening.precision import running as running_precision
@@ -153,10 +153,7 @@ class SentenceEncoder:
     @classmethod
     def _load_saved(cls, directory):
         path = os.path.join(directory, CONFIG_FILE)
-        try:
-            record = json.loads(read_limited(path, JSON_BYTES, BertWhiteningError, "saved encoder record"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise BertWhiteningError("%s: not valid JSON (%s)" % (path, error)) from None
+        record = read_record(path, what="saved encoder record")
         whitening_path = os.path.join(directory, WHITENING_FILE)
         whitening = Whitening.load(whitening_path) if os.path.exists(whitening_path) else None
         flow_path, flow = os.path.join(directory, FLOW_FILE), None

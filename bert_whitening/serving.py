@@ -12,15 +12,15 @@ sentence) and *columnar* (``inputs``, one entry per named input). The gRPC reque
 
 import http.client
 import json
-import numbers
 import socket
 import time
 import urllib.parse
 
 import numpy as np
 
-from bert_whitening.arguments import id_lists, positive_int, sentence_list, serving_version, shown, text
+from bert_whitening.arguments import id_lists, is_number, positive_int, sentence_list, serving_version, shown, text
 from bert_whitening.errors import BertWhiteningError
+from bert_whitening.io.records import parse_json
 from bert_whitening.names import check_choice
 from bert_whitening.token_ids import pad_ids
 
@@ -165,14 +165,8 @@ def parse_search_response(body, rows=None, top_k=None):
 
 
 def reply_json(text, where="the reply"):
-    """``text`` parsed as JSON, or one line saying why not: not JSON, or nested too deeply for
-    Python's parser (a predict reply is nested three levels at most)."""
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise BertWhiteningError("%s is nested too deeply to be a predict reply" % where) from None
-    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
-        raise BertWhiteningError("%s is not JSON: %s" % (where, error)) from None
+    """``text`` parsed as JSON (`parse_json`), or one line saying why not."""
+    return parse_json(text, where)
 
 
 def _reply_outputs(body, names):
@@ -234,7 +228,6 @@ def _matrix(rows, name, integers=False, one_column=False, width=None):
     a float64 (or, ``integers``, int64) ``[batch, k]`` array; an empty batch is ``[0, width]``.
     JSON numbers only: numpy would read a ``"0.5"`` or a ``true`` as a number, and a list
     nested in a row as another dimension."""
-    number = numbers.Integral if integers else numbers.Real
     plain = {int} if integers else {int, float}
     if one_column:
         rows = [row if isinstance(row, list) else [row] for row in rows]
@@ -245,7 +238,7 @@ def _matrix(rows, name, integers=False, one_column=False, width=None):
             )
         if not set(map(type, row)) <= plain:  # slower: numbers of other types (a dict built by hand)
             for item in row:
-                if isinstance(item, bool) or not isinstance(item, number):
+                if not is_number(item, whole=integers):
                     raise BertWhiteningError(
                         "the reply's %s: row %d holds %s, not %s"
                         % (name, index, _json_kind(item), "an integer" if integers else "a number")
@@ -303,7 +296,7 @@ def predict(url, body, timeout=TIMEOUT_SECONDS, max_bytes=MAX_REPLY_BYTES):
     anywhere) and ``max_bytes`` of reply. An error reply (HTTP 4xx/5xx) carries TF Serving's
     ``{"error": ...}``, which `parse_response` raises. A timeout, a connection refused or reset,
     and a reply that is not HTTP or is cut short are one `BertWhiteningError` line naming ``url``."""
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
+    if not is_number(timeout) or not timeout > 0:
         raise BertWhiteningError("timeout must be a positive number of seconds, got %s" % shown(timeout))
     max_bytes = positive_int(max_bytes, "max_bytes")
     deadline = time.monotonic() + timeout

@@ -21,15 +21,15 @@ import dataclasses
 import json
 import logging
 import math
-import numbers
 from typing import Optional, Sequence
 
 import numpy as np
 
-from bert_whitening.arguments import integer, positive_int, vector_array
+from bert_whitening.arguments import finite_number, integer, positive_int, vector_array
 from bert_whitening.errors import BertWhiteningError, DataError, WhiteningError
 from bert_whitening.io.atomic import write_stream_atomically
 from bert_whitening.io.bounded import JSON_BYTES, MODEL_SIZES, NpzMembers
+from bert_whitening.io.records import Schema, check_fields, parse_record
 from bert_whitening.names import RECORDED_POOLINGS, check_recorded, checked_tokenization
 
 logger = logging.getLogger(__name__)
@@ -325,15 +325,26 @@ class Whitening:
         )
 
 
+#: What a whitening file's metadata holds (floor: files of earlier versions record none).
+METADATA = Schema(
+    required={
+        "dim": int,
+        "rank": int,
+        "count": int,
+        "n_components": int,
+        "beta": (int, float),
+        "gamma": (int, float),
+        "pooling": str,
+        "model": dict,
+    },
+    optional={"floor": (int, float)},
+)
+
+
 def _metadata(path, stored):
     """The checked metadata of a whitening file: its ``dim`` is bounded before any array of that
     size is read."""
-    try:
-        meta = json.loads(str(stored))
-    except ValueError as error:
-        raise WhiteningError("%s: its metadata is not JSON (%s)" % (path, error)) from None
-    if not isinstance(meta, dict):
-        raise WhiteningError("%s: its metadata is not a JSON object" % path)
+    meta = parse_record(str(stored), None, "%s: its metadata" % path, WhiteningError)
     version = meta.get("format_version")
     if version == 1 and meta.get("beta") != 1:
         raise WhiteningError(
@@ -345,25 +356,10 @@ def _metadata(path, stored):
         raise WhiteningError(
             "%s: format version %s, this version reads 1 (beta = 1) and %d" % (path, version, FORMAT_VERSION)
         )
-    kinds = {
-        "dim": int,
-        "rank": int,
-        "count": int,
-        "n_components": int,
-        "beta": (int, float),
-        "gamma": (int, float),
-        "pooling": str,
-        "model": dict,
-    }
-    for key, kind in kinds.items():
-        value = meta.get(key)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise WhiteningError(
-                "%s: metadata %s is %r, expected %s" % (path, key, value, getattr(kind, "__name__", "a number"))
-            )
+    check_fields(meta, METADATA, "%s: metadata" % path, WhiteningError)
     check_recorded(meta.get("precision", ""), RECORDED_PRECISIONS, WhiteningError, "%s: metadata precision" % path)
-    floor = meta.setdefault("floor", 0.0)  # files of earlier versions record none
-    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor < math.inf:
+    floor = meta.setdefault("floor", 0.0)
+    if not 0 <= floor < math.inf:
         raise WhiteningError("%s: metadata floor is %r, expected a finite number >= 0" % (path, floor))
     check_recorded(meta["pooling"], RECORDED_POOLINGS, WhiteningError, "%s: metadata pooling" % path)
     meta["tokenization"] = checked_tokenization(  # files of earlier versions record none
@@ -595,16 +591,10 @@ class FitOptions:
     gamma: float = 1.0
 
     def __post_init__(self):
-        if isinstance(self.n_components, bool) or not isinstance(self.n_components, numbers.Integral):
-            raise WhiteningError("n_components must be an integer, got %r" % (self.n_components,))
-        for name in ("beta", "gamma"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-                raise WhiteningError("%s must be a finite number, got %r" % (name, value))
         # plain int and float: numpy scalars would otherwise reach the file's JSON metadata
-        object.__setattr__(self, "n_components", int(self.n_components))
-        object.__setattr__(self, "beta", float(self.beta))
-        object.__setattr__(self, "gamma", float(self.gamma))
+        object.__setattr__(self, "n_components", integer(self.n_components, "n_components", WhiteningError))
+        for name in ("beta", "gamma"):
+            object.__setattr__(self, name, finite_number(getattr(self, name), name, WhiteningError))
 
 
 def fits_whitening(n_components: Sequence[int]) -> bool:

@@ -14,7 +14,12 @@ from bert_whitening.arguments import (
     MAX_SHARDS,
     MAX_VERSION,
     boolean,
+    finite_number,
     id_lists,
+    integer,
+    is_finite_number,
+    is_number,
+    number,
     optional_integer,
     optional_path,
     path,
@@ -29,7 +34,7 @@ from bert_whitening.arguments import (
     text,
 )
 from bert_whitening.encoding import encode, encode_ids, encode_stream, encode_together
-from bert_whitening.errors import BertWhiteningError
+from bert_whitening.errors import BertWhiteningError, FlowError
 
 from helpers import SENTENCES
 
@@ -216,3 +221,43 @@ def test_the_module_functions_name_what_they_got_for_an_encoder(encoders, call, 
 def test_a_set_of_sentences_is_still_a_stream_to_fit():
     """Only a list whose order names the results must be ordered; fitting has no results per row."""
     assert sorted(sentence_stream({"b", "a"})) == ["a", "b"]
+
+
+def test_a_bool_is_not_a_number_and_numpy_numbers_are():
+    """The one check every module calls: True would be taken as 1 (a batch size, a version, a
+    reply's vector entry), and numpy's numbers come from arrays."""
+    for value in (0, -3, np.int64(7), np.uint8(2)):
+        assert is_number(value) and is_number(value, whole=True)
+    for value in (2.5, np.float32(0.5), float("nan"), float("inf")):
+        assert is_number(value) and not is_number(value, whole=True)
+    for value in (True, False, np.True_, "1", None, [1], 1j):
+        assert not is_number(value) and not is_number(value, whole=True)
+    assert is_finite_number(0.5) and is_finite_number(np.int64(3))
+    for value in (float("nan"), float("inf"), -np.inf, True, "0.5"):
+        assert not is_finite_number(value)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: number(True, "seed", FlowError, whole=True), "seed must be a whole number, got bool True"),
+        (lambda: number(2.5, "seed", FlowError, whole=True), "seed must be a whole number, got float 2.5"),
+        (lambda: number("0.1", "epochs", FlowError), "epochs must be a number, got str '0.1'"),
+        (lambda: number(False, "epochs", FlowError), "epochs must be a number, got bool False"),
+        (lambda: finite_number(float("nan"), "beta", FlowError), "beta must be a finite number, got nan"),
+        (lambda: finite_number(True, "beta", FlowError), "beta must be a finite number, got True"),
+        (lambda: finite_number(None, "gamma", FlowError), "gamma must be a finite number, got None"),
+        (lambda: integer(True, "n_components", FlowError), "n_components must be an integer, got bool True"),
+        (lambda: positive_int(0, "batch_size", FlowError), "batch_size must be a positive integer, got 0"),
+    ],
+)
+def test_the_number_checks_raise_the_callers_error_in_one_exact_line(call, message):
+    with pytest.raises(FlowError) as raised:
+        call()
+    assert str(raised.value) == message
+
+
+def test_the_number_checks_give_back_what_passed():
+    assert number(np.int64(3), "n", whole=True) == 3 and number(0.5, "x") == 0.5
+    assert finite_number(np.int64(3), "x") == 3.0 and type(finite_number(np.float32(0.5), "x")) is float
+    assert type(integer(np.int32(-2), "n")) is int

@@ -309,6 +309,14 @@ def test_read_encoded_reads_a_whole_set_of_shards_in_key_order(tmp_path):
     assert np.array_equal(vectors, [[1, 1], [2, 1], [1, 1]])
 
 
+def edited_manifest(tmp_path, edit):
+    """The manifest of ``v`` with its first shard's entry changed by ``edit``."""
+    path = tmp_path / "v.manifest.json"
+    manifest = json.loads(path.read_text())
+    edit(manifest["shards"]["v-00000-of-00002" + beam.SUFFIX])
+    path.write_text(json.dumps(manifest))
+
+
 def shard(tmp_path, number=0, of=2):
     return tmp_path / ("v-%05d-of-%05d%s" % (number, of, beam.SUFFIX))
 
@@ -357,13 +365,25 @@ def shard(tmp_path, number=0, of=2):
         ),
         (
             lambda t: (t / "v.manifest.json").write_text('{"shards": []}'),
-            r"v.manifest.json: not a shard manifest beam-encode writes \('encoder'\)",
+            r"v.manifest.json has no 'encoder'",
         ),
         (
             lambda t: (t / "v.manifest.json").write_text(
                 (t / "v.manifest.json").read_text().replace('"format_version": 1', '"format_version": 2')
             ),
             r"v.manifest.json: a manifest of format 2, where this version reads 1: written by another version",
+        ),
+        (
+            lambda t: edited_manifest(t, lambda entry: entry.update(records=True)),
+            r"v.manifest.json: shard 'v-00000-of-00002.tfrecord': 'records' is True, expected int$",
+        ),
+        (
+            lambda t: edited_manifest(t, lambda entry: entry.update(records="2")),
+            r"v.manifest.json: shard 'v-00000-of-00002.tfrecord': 'records' is '2', expected int$",
+        ),
+        (
+            lambda t: edited_manifest(t, lambda entry: entry.pop("sha256")),
+            r"v.manifest.json: shard 'v-00000-of-00002.tfrecord' has no 'sha256'$",
         ),
     ],
     ids=[
@@ -378,6 +398,9 @@ def shard(tmp_path, number=0, of=2):
         "no manifest",
         "not a manifest",
         "another format",
+        "records a bool",
+        "records a string",
+        "no sha256",
     ],
 )
 def test_read_encoded_refuses_what_beam_encode_does_not_write(tmp_path, damage, said):

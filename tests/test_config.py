@@ -174,7 +174,7 @@ def test_a_record_of_the_previous_version_is_read(tiny_model, whitening, tmp_pat
         (lambda r: r.pop("pooling"), "has no 'pooling'"),
         (lambda r: r.update(maxlen="64"), "'maxlen' is '64'"),
         (lambda r: r["model"].pop("vocab_sha256"), "has no 'vocab_sha256'"),
-        (lambda r: r.update(flow="f.npz"), "the encoder record's 'flow' is 'f.npz', of the wrong type"),
+        (lambda r: r.update(flow="f.npz"), "the encoder record: 'flow' is 'f.npz', expected dict or None"),
     ],
 )
 def test_a_damaged_record_is_one_line(tiny_model, edit, fragment):
@@ -218,7 +218,7 @@ def test_a_record_edited_in_a_saved_encoder_or_an_index_is_refused_naming_its_fi
         (lambda r: r["whitening"].update(count=3, rank=24), r"on count \(3 vs 80\)"),
         (lambda r: r["whitening"].update(fitted_on_model={"name": "x"}), r"on fitted_on_model"),
         (lambda r: r.update(whitening=None), r"the record has no whitening, but one was given"),
-        (lambda r: r.update(whitening="w.npz"), r"'whitening' is 'w.npz', of the wrong type"),
+        (lambda r: r.update(whitening="w.npz"), r"'whitening' is 'w.npz', expected dict or None"),
     ],
 )
 def test_a_saved_encoders_whitening_record_must_describe_its_whitening(tiny_model, whitening, tmp_path, edit, said):

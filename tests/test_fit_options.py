@@ -25,8 +25,8 @@ CORPUS = [first + second for first in SENTENCES[:8] for second in SENTENCES[8:12
 @pytest.mark.parametrize(
     "given, message",
     [
-        ({"n_components": True}, "n_components must be an integer, got True"),
-        ({"n_components": 2.5}, "n_components must be an integer, got 2.5"),
+        ({"n_components": True}, "n_components must be an integer, got bool True"),
+        ({"n_components": 2.5}, "n_components must be an integer, got float 2.5"),
         ({"beta": math.nan}, "beta must be a finite number, got nan"),
         ({"beta": "1"}, "beta must be a finite number, got '1'"),
         ({"gamma": -math.inf}, "gamma must be a finite number, got -inf"),
@@ -43,7 +43,7 @@ def test_fit_options_refuse_what_no_fit_can_use_in_one_line(given, message):
     "given, message",
     [
         ({"format": "csv"}, "unknown input format 'csv'; choose one of: auto, lines, pairs"),
-        ({"skip_bad_lines": "yes"}, "skip_bad_lines must be True or False, got 'yes'"),
+        ({"skip_bad_lines": "yes"}, "skip_bad_lines must be True or False, got str 'yes'"),
         ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
     ],
 )

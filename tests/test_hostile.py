@@ -294,8 +294,8 @@ def damaged_whitening(work, tmp_path, kind):
     "kind, message",
     [
         ("truncated", "not a readable whitening file"),
-        ("crafted", "metadata dim is '24; rm -rf /', expected int"),
-        ("pickled", "metadata model is 3, expected dict"),
+        ("crafted", "metadata: 'dim' is '24; rm -rf /', expected int"),
+        ("pickled", "metadata: 'model' is 3, expected dict"),
     ],
 )
 def test_a_damaged_whitening_file_is_one_line(work, tmp_path, kind, message):

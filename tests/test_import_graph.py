@@ -116,7 +116,6 @@ LAYERS = {
         "bert_whitening.flow",
         "bert_whitening.losses",
         "bert_whitening.training.adam",
-        "bert_whitening.adam",
     ),
     5: (
         "bert_whitening.sentence_encoder",

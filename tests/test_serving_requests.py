@@ -233,16 +233,16 @@ SEARCH_REPLIES = [
         ({"predictions": [["0.5", 0.5]]}, "embedding: row 0 holds a string '0.5', not a number"),
         ({"outputs": [[0.5, True]]}, "embedding: row 0 holds a boolean True, not a number"),
         ('{"outputs": [[0.5, 1%s]]}' % ("0" * 400), "embedding: a number beyond float64"),
-        ('{"outputs": [[0.5, %s]]}' % ("9" * 5000), "the reply is not JSON: Exceeds the limit"),
+        ('{"outputs": [[0.5, %s]]}' % ("9" * 5000), r"the reply is not valid JSON \(Exceeds the limit"),
         (
             '{"outputs": %s0.5%s}' % ("[" * 100_000, "]" * 100_000),
-            "the reply is nested too deeply to be a predict reply",
+            r"the reply is not valid JSON \(nested too deeply",
         ),
         ({"outputs": [[[[0.5]]]]}, "embedding: row 0 holds a list, not a number"),
         ({"predictions": None}, "the reply's predictions are null, not a list"),
         ({"outputs": None}, "the reply's embedding: null, not a list"),
         ({"outputs": {"embedding": "0.5"}}, "the reply's embedding: a string '0.5', not a list"),
-        ("{'predictions': []}", "the reply is not JSON: Expecting property name"),
+        ("{'predictions': []}", r"the reply is not valid JSON \(Expecting property name"),
     ],
 )
 def test_what_is_not_a_reply_of_vectors_is_refused_in_one_line(reply, message):

@@ -28,7 +28,6 @@ from typing import Callable
 
 from bert_whitening.errors import CheckpointError
 from bert_whitening.io.bounded import (
-    JSON_BYTES,
     VOCAB_BYTES,
     check_memory,
     check_model_sizes,
@@ -37,6 +36,7 @@ from bert_whitening.io.bounded import (
     read_limited,
 )
 from bert_whitening.io.files import file_sha256
+from bert_whitening.io.records import read_record
 
 logger = logging.getLogger(__name__)
 
@@ -476,10 +476,4 @@ def check_file(path, limit=None):
 
 def read_json(path):
     """A JSON object from a model file, with errors that name it."""
-    try:
-        value = json.loads(read_bytes(path, JSON_BYTES).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError("%s is not valid JSON: %s" % (path, error)) from None
-    if not isinstance(value, dict):
-        raise CheckpointError("%s: expected a JSON object, got %s" % (path, type(value).__name__))
-    return value
+    return read_record(path, error=CheckpointError, what="model file")

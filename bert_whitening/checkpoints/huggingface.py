@@ -9,13 +9,13 @@ as a Google-format checkpoint: `bert_whitening.checkpoints.convert`). Reading ne
 ``safetensors`` only, no PyTorch.
 """
 
-import json
 import math
 import os
 import re
 
 from bert_whitening.checkpoints import CheckpointError, check_file, read_json
 from bert_whitening.io.bounded import SAFETENSORS_HEADER_BYTES, open_regular
+from bert_whitening.io.records import parse_record
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -139,12 +139,7 @@ def tensor_shapes(path):
                 % (length, size, SAFETENSORS_HEADER_BYTES),
             )
         header = stream.read(length)
-    try:
-        entries = json.loads(header.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        _not_safetensors(path, "its header is not JSON: %s" % error)
-    if not isinstance(entries, dict):
-        _not_safetensors(path, "its header is not a JSON object")
+    entries = parse_record(header, None, "its header", lambda problem: _not_safetensors(path, problem))
     entries.pop("__metadata__", None)
     spans = sorted((_span(path, name, entry, size - 8 - length), name) for name, entry in entries.items())
     end, before = 0, None

@@ -9,12 +9,12 @@ checked; any other file is refused, as an edit. No TensorFlow: checking an expor
 load it.
 """
 
-import json
 import os
 
 from bert_whitening.errors import DataError, ExportError
 from bert_whitening.io.bounded import JSON_BYTES
 from bert_whitening.io.files import CheckedFile, file_sha256_at, open_directory, read_limited_at
+from bert_whitening.io.records import parse_json
 
 #: The record's name inside an export directory.
 RECORD = "assets/bert_whitening.json"
@@ -63,10 +63,7 @@ def check_export(directory):
 def checked_record(directory_fd, where):
     """`check_export` of an export directory already open as ``directory_fd``."""
     text = read_limited_at(directory_fd, RECORD, JSON_BYTES, where)
-    try:
-        record = json.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ExportError("%s: %s is not valid JSON (%s)" % (where, RECORD, error)) from None
+    record = parse_json(text, "%s: %s" % (where, RECORD), ExportError)
     files = record.get("files") if isinstance(record, dict) else None
     if not isinstance(files, dict) or not all(isinstance(sha256, str) for sha256 in files.values()):
         raise ExportError(

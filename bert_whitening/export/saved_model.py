@@ -33,6 +33,7 @@ from bert_whitening.export.record import RECORD, checked_record, file_digests
 from bert_whitening.export.verify import TOLERANCE, FreshProcess, verify
 from bert_whitening.io.atomic import staged_directory
 from bert_whitening.io.files import open_directory
+from bert_whitening.io.records import as_read
 from bert_whitening.layers.fused_bert import bfloat16_copies, bfloat16_products, serving_graph
 from bert_whitening.names import EXPORT_PRECISIONS, check_choice
 
@@ -249,7 +250,7 @@ def _check_unchanged(held, staging, base, record):
         raise ExportError(
             "%s: the staged export changed while it was verified, nothing was written (%s)" % (base, error)
         ) from None
-    if checked != json.loads(json.dumps(record)) or not os.path.samestat(os.stat(staging), os.fstat(held)):
+    if checked != as_read(record) or not os.path.samestat(os.stat(staging), os.fstat(held)):
         raise ExportError(
             "%s: the staged export's record changed, or another directory was renamed over it, while it "
             "was verified; nothing was written" % base

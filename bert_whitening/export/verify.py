@@ -26,6 +26,7 @@ import tempfile
 import numpy as np
 
 from bert_whitening.errors import ExportError
+from bert_whitening.io.records import parse_json
 from bert_whitening.whitening import check_vectors, l2_normalize
 
 TOLERANCE = 1e-5
@@ -273,7 +274,7 @@ def _serve_one_request(text):
     line = sys.stdin.readline()
     if not line:
         sys.exit("no request on standard input: the export stopped before its verification")
-    _held_until_exit = _run_signatures(*json.loads(line))  # noqa: F841
+    _held_until_exit = _run_signatures(*parse_json(line, "the verification's request"))  # noqa: F841
     # The response is written. Exit at once, with the SavedModel still held: freeing it, or the
     # interpreter's teardown, beside TensorFlow's gRPC event engine can abort the process
     # ("epoll_wait error: Bad file descriptor", SIGABRT) after the work is done.

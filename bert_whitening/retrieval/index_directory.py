@@ -44,6 +44,7 @@ from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.io.atomic import check_output_directory, publish_directory, staged_directory
 from bert_whitening.io.bounded import FLOW_FILE_BYTES, JSON_BYTES, LINE_BYTES, check_memory, whitening_file_bytes
 from bert_whitening.io.files import CheckedFile, file_sha256, open_directory, read_limited_at
+from bert_whitening.io.records import Schema, check_fields, parse_json, parse_record
 from bert_whitening.retrieval.faiss_indexes import (
     FOURCC,
     check_graph_m,
@@ -62,6 +63,8 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 2
 INDEX_FILE, KEYS_FILE, TEXTS_FILE = "index.faiss", "keys.tsv", "texts.jsonl"
 WHITENING_FILE, FLOW_FILE, RECORD_FILE = "whitening.npz", "flow.npz", "index.json"
+#: What ``index.json`` holds besides the encoder record (`bert_whitening.config.RECORD`).
+RECORD = Schema(required={"count": int, "dim": int, "files": dict, "index": str})
 #: The longest row of ``keys.tsv`` or ``texts.jsonl``, without its line end: the text of an input
 #: line (at most `LINE_BYTES`) as JSON, where a control character takes six bytes (``\u0001``); a
 #: key's file name is far shorter. A longer row is refused at opening, before any is read, and
@@ -267,12 +270,8 @@ class IndexDirectory:
 
     def _read_metadata(self, descriptor):
         text = read_limited_at(descriptor, RECORD_FILE, JSON_BYTES, self.directory)
-        try:
-            metadata = json.loads(text.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            self._refuse("%s is not valid JSON (%s)" % (RECORD_FILE, error))
-        if not isinstance(metadata, dict):
-            self._refuse("%s is not a JSON object" % RECORD_FILE)
+        where = os.path.join(self.directory, RECORD_FILE)
+        metadata = parse_record(text, None, where, DataError)
         if "format_version" not in metadata:
             self._refuse(
                 "built by an earlier version, which read the corpus files again at search "
@@ -282,9 +281,7 @@ class IndexDirectory:
             self._refuse(
                 "index format version %r; this version reads %d" % (metadata["format_version"], FORMAT_VERSION)
             )
-        for key, kind in (("count", int), ("dim", int), ("files", dict), ("index", str)):
-            if not isinstance(metadata.get(key), kind) or isinstance(metadata.get(key), bool):
-                self._refuse("%s: %r is %r, expected %s" % (RECORD_FILE, key, metadata.get(key), kind.__name__))
+        check_fields(metadata, RECORD, where, DataError)
         if metadata["count"] < 1 or metadata["dim"] < 1:
             self._refuse(
                 "%s: count %d, dim %d: an index holds at least one vector"
@@ -397,8 +394,8 @@ class IndexDirectory:
         except (IndexError, ValueError):
             self._refuse("%s line %d: expected file<TAB>line" % (KEYS_FILE, row + 1))
         try:
-            parsed = json.loads(text)
-        except ValueError:
+            parsed = parse_json(text, TEXTS_FILE, DataError)
+        except DataError:
             parsed = text  # the line's bytes: refused below, as a number or a list would be
         if parsed is not None and not isinstance(parsed, str):
             self._refuse("%s line %d: expected a JSON string or null" % (TEXTS_FILE, row + 1))
