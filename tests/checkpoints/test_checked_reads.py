@@ -98,6 +98,22 @@ def test_encode_through_the_python_api_reads_the_checked_weights(pair, replaced_
 
 
 @pytest.mark.parametrize("how", SWAPS)
+def test_a_model_on_bert4keras_graph_loads_the_checked_weights(tmp_path, replaced_after_check, how):
+    """A configuration `FusedBert` does not compute (a ReLU feed-forward): bert4keras builds and
+    loads it, from the same checked reader."""
+    from bert_whitening import SentenceEncoder
+
+    relu = {**TINY_CONFIG, "hidden_act": "relu"}
+    model, other = str(tmp_path / "relu_bert"), str(tmp_path / "other_bert")
+    write_checkpoint(model, relu, random_weights(TINY_CONFIG), TINY_VOCAB)
+    write_checkpoint(other, relu, random_weights(TINY_CONFIG, seed=7), TINY_VOCAB)
+    expected = SentenceEncoder.load(model).encode(SENTENCES)
+    swapped = replaced_after_check(how, model, other)
+    checked_or_refused(lambda: SentenceEncoder.load(model).encode(SENTENCES), expected, close)
+    assert swapped == [how]
+
+
+@pytest.mark.parametrize("how", SWAPS)
 def test_a_hugging_face_directory_replaced_gives_the_checked_tensors(tmp_path, replaced_after_check, how):
     from test_hf import hf_tensors, write_hf
 
