@@ -164,7 +164,7 @@ def _pooled_encoders(config, poolings, trainable):
             tokenizer=tokenizer,
             vocab=files.vocab,
             model_identity=config.identity,
-            config=EncoderConfig(config.model, model_type, pooling, config.maxlen, config.lowercase),
+            config=EncoderConfig(config.model, model_type, pooling, config.maxlen, config.lowercase, model_files=files),
         )
         for pooling in poolings
     }

@@ -555,7 +555,7 @@ def _train_and_write(o, report, progress):
     from bert_whitening.models import build
     from bert_whitening.token_ids import log_truncated
 
-    config = EncoderConfig(o.model, o.model_type, o.pooling, o.maxlen, o.lowercase)
+    config = EncoderConfig(o.model, o.model_type, o.pooling, o.maxlen, o.lowercase, model_files=o.files)
     encoder = build(config, trainable=True)
     (firsts, cut_firsts), (seconds, cut_seconds) = (tokenize(encoder, s) for s in (o.train.firsts, o.train.seconds))
     log_truncated(cut_firsts + cut_seconds, 2 * len(firsts), o.maxlen)
