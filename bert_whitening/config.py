@@ -353,6 +353,10 @@ class EncoderConfig:
         flow: a trained `bert_whitening.flow.Flow` in place of the whitening (it keeps every
             dimension), or None.
         flow_path: the file the flow was read from, recorded (not compared).
+        model_files: the `ModelFiles` found for ``model`` (`files`), kept by a configuration made
+            from this one (``dataclasses.replace``) while its model is the same directory: every
+            configuration of one model reads and hashes the files checked once, whatever the
+            directory holds since. Neither recorded nor pickled.
     """
 
     model: Optional[str] = None
@@ -367,6 +371,7 @@ class EncoderConfig:
     whitening_path: Optional[str] = None
     flow: object = None
     flow_path: Optional[str] = None
+    model_files: object = dataclasses.field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         """Refuse a field of the wrong type, in one line naming it, whoever builds the
@@ -425,10 +430,13 @@ class EncoderConfig:
                 "export it in float32" % (self.model_type, why)
             )
 
-    @functools.cached_property
+    @property
     def files(self):
-        """The model's checked `ModelFiles` (configuration and vocabulary read once)."""
-        return find_model(self.model)
+        """The model's checked `ModelFiles` (configuration and vocabulary read once, weight files
+        opened once), found on first use, or those of the configuration this one was made from."""
+        if self.model_files is None or self.model_files.directory != model_directory(self.model):
+            object.__setattr__(self, "model_files", find_model(self.model))  # frozen: see the class docstring
+        return self.model_files
 
     @functools.cached_property
     def identity(self):
@@ -509,11 +517,9 @@ class EncoderConfig:
         )
 
     def __getstate__(self):
-        """Pickled without the found `ModelFiles` (it holds a reader; a Beam worker finds the
+        """Pickled without the found `ModelFiles` (it holds open files; a Beam worker finds the
         model again)."""
-        state = dict(self.__dict__)
-        state.pop("files", None)
-        return state
+        return {**self.__dict__, "model_files": None}
 
     def read_paths(self):
         """The directory and files these vectors are made from (the model directory, the
@@ -583,9 +589,8 @@ class EncoderConfig:
             **fields,
         )
         if files is not None:
-            # found once (`files`, a cached property: frozen fields aside): its configuration and vocabulary
-            # are not read again
-            object.__setattr__(built, "files", files)
+            # found once (`files`): its configuration and vocabulary are not read again
+            object.__setattr__(built, "model_files", files)
         return built
 
     @classmethod

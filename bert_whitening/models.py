@@ -164,7 +164,7 @@ def _pooled_encoders(config, poolings, trainable):
             tokenizer=tokenizer,
             vocab=files.vocab,
             model_identity=config.identity,
-            config=EncoderConfig(config.model, model_type, pooling, config.maxlen, config.lowercase),
+            config=EncoderConfig(config.model, model_type, pooling, config.maxlen, config.lowercase, model_files=files),
         )
         for pooling in poolings
     }
@@ -313,7 +313,7 @@ def _checkpoint_errors(files):
             if isinstance(error, tf.errors.OpError)
             else "the checkpoint data is truncated (%s)" % error
         )
-        raise CheckpointError("%s: %s" % (files.weights_path, message)) from None
+        raise CheckpointError("%s: %s" % (files.weights_path, files.opened.named(message))) from None
 
 
 def with_whitening(encoder: Encoder, whitening=None, n_components: Optional[int] = None) -> Encoder:

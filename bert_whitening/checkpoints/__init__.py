@@ -24,19 +24,18 @@ import logging
 import math
 import os
 import re
-from typing import Callable
 
 from bert_whitening.errors import CheckpointError
 from bert_whitening.io.bounded import (
+    JSON_BYTES,
     VOCAB_BYTES,
     check_memory,
     check_model_sizes,
     first_few,
-    open_regular,
     read_limited,
 )
-from bert_whitening.io.files import file_sha256
-from bert_whitening.io.records import read_record
+from bert_whitening.io.files import OpenedDirectory
+from bert_whitening.io.records import parse_record
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +53,6 @@ __all__ = [
     "ModelFiles",
     "UNUSED_VARIABLES",
     "builtin_model_dir",
-    "check_file",
     "find_model",
     "read_bytes",
     "read_json",
@@ -79,7 +77,9 @@ class ModelFiles:
     and ``vocab_path`` are the files that errors name; the configuration and the vocabulary are
     the ones checked, kept (``vocab``: token -> id, as bert4keras' ``load_vocab`` maps them;
     ``vocab_bytes``: the file's bytes, which ``vocab_sha256`` digests), so nothing reads those
-    files again: a file swapped after the check is never the one used."""
+    files again. The weight files (``weight_names``) are opened once through the directory's
+    descriptor (``opened``), and their digest, their shapes and their values are all read from
+    those descriptors: a directory or a file renamed over after the check is never the one used."""
 
     directory: str
     name: str
@@ -90,8 +90,18 @@ class ModelFiles:
     vocab_path: str
     vocab: dict = dataclasses.field(repr=False)
     vocab_bytes: bytes = dataclasses.field(repr=False)
-    #: Opens the weights: gives their reader, a function Google name -> array.
-    open_weights: Callable[[], Callable[[str], object]] = dataclasses.field(repr=False)
+    #: The directory as opened when it was checked, holding the weight files' descriptors.
+    opened: OpenedDirectory = dataclasses.field(repr=False)
+    #: The files that hold the weights, in the directory: a Google checkpoint's index, then its
+    #: data shards; or ``model.safetensors``.
+    weight_names: tuple = ()
+
+    @property
+    def reader(self):
+        """The module of this directory's format (`google` or `huggingface`)."""
+        from bert_whitening.checkpoints import google, huggingface
+
+        return google if self.format == "google" else huggingface
 
     @functools.cached_property
     def config_sha256(self):
@@ -113,9 +123,7 @@ class ModelFiles:
         ``model.safetensors``, once its tensors' spans are known to tile the file: shapes that
         the weights' bytes could not hold are refused here, before any check sizes a build by
         them."""
-        from bert_whitening.checkpoints import google, huggingface
-
-        return (google if self.format == "google" else huggingface).variable_shapes(self.weights_path)
+        return self.reader.variable_shapes(self)
 
     def check_variables(self, needed, model):
         """Refuse weights that are not the ``model`` (e.g. "a nezha model with cls pooling") of
@@ -161,20 +169,16 @@ class ModelFiles:
 
     @property
     def weight_files(self):
-        """The files that hold the weights: a Google checkpoint's index and data shards, or
-        ``model.safetensors``."""
-        from bert_whitening.checkpoints import google
-
-        if self.format == "google":
-            return [self.weights_path + ".index"] + google.data_files(self.weights_path)
-        return [self.weights_path]
+        """The paths of the files that hold the weights (`weight_names`)."""
+        return [os.path.join(self.directory, name) for name in self.weight_names]
 
     @property
     def weights_sha256(self):
         """sha256 of the weights' bytes (`weight_files` in order, names left out: a copy of the
-        directory, renamed, is the same model). Without it a fine-tuned model, which keeps its
-        base's vocabulary and sizes, would pass for its base."""
-        return weights_sha256(self.weight_files)
+        directory, renamed, is the same model), read from the descriptors the weights are read
+        from. Without it a fine-tuned model, which keeps its base's vocabulary and sizes, would
+        pass for its base."""
+        return weights_sha256(self.opened, self.weight_names)
 
     def check_sizes(self, absolute_positions):
         """Refuse a configuration that gives a larger size than the checkpoint's weights have,
@@ -237,7 +241,7 @@ class ModelFiles:
         if one_at_a_time:  # the largest, the word embeddings or the query, key and value kernels joined
             read_size = 2 * max(*sizes, 3 * 4 * self.config["hidden_size"] ** 2)
         else:
-            read_size = os.path.getsize(self.weights_path) if self.format == "huggingface" else model_bytes
+            read_size = self.opened.stat(self.weight_names[0]).st_size if self.format == "huggingface" else model_bytes
         check_memory(
             "%s: loading %s" % (self.directory, os.path.basename(self.weights_path)),
             {"of float32 variables": model_bytes, "read at once": read_size},
@@ -252,10 +256,10 @@ class ModelFiles:
         (``train`` writes its base's, as ``base_model`` records them) is refused: the weights
         were trained for those, and no shape would tell (a ``hidden_act``, two lines swapped)."""
         path = os.path.join(self.directory, TRAINING_FILE)
-        if not os.path.lexists(path):
+        if not self.opened.exists(TRAINING_FILE, follow_symlinks=False):
             return None
         try:
-            record = read_json(path)
+            record = read_json(path, self.opened.fd)
             trained = {key: record["hyperparameters"][key] for key in TRAINED_SETTINGS}
             base = {key: record["base_model"][key] for key in ("config_sha256", "vocab_sha256")}
         except (CheckpointError, KeyError, TypeError) as error:
@@ -296,7 +300,7 @@ class CheckedVariables(collections.abc.Mapping):
 
     def __init__(self, files):
         self._files = files
-        self._read = files.open_weights()
+        self._read = files.reader.variable_reader(files)
 
     def __getitem__(self, name):
         checked = self._files.variable_shapes[name]
@@ -315,23 +319,22 @@ class CheckedVariables(collections.abc.Mapping):
         return len(self._files.variable_shapes)
 
 
-#: (path, size, modification time, inode) of each weight file -> its digest: a process hashes a
-#: model's weights once, however many records it writes or compares.
+#: (device, inode, size, modification time) of each weight file -> its digest: a process hashes
+#: a model's weights once, however many records it writes or compares.
 _WEIGHT_DIGESTS = {}
 
 
-def weights_sha256(paths):
-    """sha256 of the bytes of ``paths`` in order, read in bounded blocks; remembered while the
-    files keep their size, modification time and inode."""
-    try:
-        key = tuple((os.path.realpath(p), s.st_size, s.st_mtime_ns, s.st_ino) for p in paths for s in [os.stat(p)])
-    except OSError as error:
-        raise CheckpointError("cannot read checkpoint file %s: %s" % (error.filename, error.strerror)) from None
+def weights_sha256(opened, names):
+    """sha256 of the bytes of the files ``names`` opened in ``opened`` (an `OpenedDirectory`),
+    in order, read in bounded blocks from their descriptors; remembered while the files keep
+    their device, inode, size and modification time."""
+    found = [opened.stat(name) for name in names]
+    key = tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) for s in found)
     if key not in _WEIGHT_DIGESTS:
         try:
-            _WEIGHT_DIGESTS[key] = file_sha256(*paths)
+            _WEIGHT_DIGESTS[key] = opened.sha256(names)
         except OSError as error:
-            raise CheckpointError("cannot read checkpoint file %s: %s" % (error.filename, error.strerror)) from None
+            raise CheckpointError("cannot read checkpoint file in %s: %s" % (opened.path, error.strerror)) from None
     return _WEIGHT_DIGESTS[key]
 
 
@@ -370,9 +373,10 @@ def find_model(model=None):
     if not os.path.isdir(directory):
         found = "does not exist" if not os.path.lexists(directory) else "is not a directory"
         raise CheckpointError("model directory %s %s" % (directory, found))
-    if os.path.exists(os.path.join(directory, google.CONFIG)):
+    opened = OpenedDirectory(directory, CheckpointError)  # every file below is read through it
+    if opened.exists(google.CONFIG):
         config_path, format, reader = google.CONFIG, "google", google
-    elif os.path.exists(os.path.join(directory, huggingface.CONFIG)):
+    elif opened.exists(huggingface.CONFIG):
         config_path, format, reader = huggingface.CONFIG, "huggingface", huggingface
     else:
         raise CheckpointError(
@@ -380,11 +384,11 @@ def find_model(model=None):
             "bert_model.ckpt.index and .data-*, vocab.txt) and Hugging Face BERT (config.json "
             "with model_type bert, model.safetensors, vocab.txt)" % directory
         )
-    config, weights_path, open_weights = reader.read(directory)
+    config, weights_path, weight_names = reader.read(opened)
     config_path = os.path.join(directory, config_path)
     check_model_sizes(config, config_path, CheckpointError)
     vocab_path = os.path.join(directory, "vocab.txt")
-    vocab_bytes = read_bytes(vocab_path, VOCAB_BYTES)
+    vocab_bytes = read_bytes(vocab_path, VOCAB_BYTES, opened.fd)
     try:
         tokens = vocab_tokens(vocab_bytes.decode("utf-8"))
     except UnicodeDecodeError as error:
@@ -406,7 +410,8 @@ def find_model(model=None):
         vocab_path=vocab_path,
         vocab={token: number for number, token in enumerate(tokens)},
         vocab_bytes=vocab_bytes,
-        open_weights=open_weights,
+        opened=opened,
+        weight_names=tuple(weight_names),
     )
 
 
@@ -462,18 +467,13 @@ def _count(items, singular, plural=None):
     return "%d %s" % (len(items), singular if len(items) == 1 else plural or singular + "s")
 
 
-def read_bytes(path, limit):
-    """The bytes of a model file, refused when it holds more than ``limit``
-    (`bert_whitening.io.bounded`) or is not a regular file, with errors that name it."""
-    return read_limited(path, limit, CheckpointError, "model file")
+def read_bytes(path, limit, dir_fd=None):
+    """The bytes of a model file (of its name under ``dir_fd``: `bert_whitening.io.bounded.open_regular`),
+    refused when it holds more than ``limit`` (`bert_whitening.io.bounded`) or is not a regular
+    file, with errors that name it."""
+    return read_limited(path, limit, CheckpointError, "model file", dir_fd)
 
 
-def check_file(path, limit=None):
-    """Refuse, before anything reads it, a model file that is missing, unreadable, not a regular
-    file (a FIFO would block its reader, a device never end) or larger than ``limit``."""
-    open_regular(path, CheckpointError, "model file", limit).close()
-
-
-def read_json(path):
-    """A JSON object from a model file, with errors that name it."""
-    return read_record(path, error=CheckpointError, what="model file")
+def read_json(path, dir_fd=None):
+    """A JSON object from a model file (under ``dir_fd``: `read_bytes`), with errors that name it."""
+    return parse_record(read_bytes(path, JSON_BYTES, dir_fd), None, path, CheckpointError)

@@ -1,12 +1,12 @@
 """Google-format checkpoint directories (google-research/bert): read their files, write them."""
 
-import glob
+import fnmatch
 import json
 import math
 import os
 import re
 
-from bert_whitening.checkpoints import CheckpointError, check_file, read_json
+from bert_whitening.checkpoints import CheckpointError, read_json
 from bert_whitening.io.bounded import INDEX_BYTES, first_few
 
 CONFIG = "bert_config.json"
@@ -27,47 +27,56 @@ ACTIVATIONS = ("gelu", "gelu_erf", "gelu_tanh", "relu", "relu6", "leaky_relu", "
 )
 
 
-def read(directory):
-    """``(config, prefix, open)``: the configuration, the checkpoint prefix, and a function giving
-    the `variable_reader` of its variables (the files are checked to exist now; the variables
-    are read when the model is built)."""
-    config_path = os.path.join(directory, CONFIG)
-    config = read_json(config_path)
+def read(opened):
+    """``(config, prefix, files)`` of the directory ``opened`` (an `OpenedDirectory`): the
+    configuration, the checkpoint prefix, and the names of its index and data files, opened now
+    (the variables are read from those descriptors when the model is built)."""
+    config_path = opened.join(CONFIG)
+    config = read_json(config_path, opened.fd)
     if config.get("hidden_act") not in ACTIVATIONS:
         raise CheckpointError(
             "%s: hidden_act is %r, not an activation bert4keras builds (%s)"
             % (config_path, config.get("hidden_act"), ", ".join(ACTIVATIONS))
         )
-    prefix = checkpoint_prefix(directory)
-    return config, prefix, lambda: variable_reader(prefix)
+    names = checkpoint_files(opened)
+    return config, opened.join(names[0][: -len(".index")]), names
 
 
-def variable_reader(prefix):
-    """name -> array of the checkpoint ``prefix``, each variable read when it is asked for
-    (TensorFlow's reader, imported when the checkpoint is opened)."""
+def checkpoint_reader(files):
+    """TensorFlow's reader of the checkpoint of the `ModelFiles` ``files``, reading the files
+    opened when they were checked (through `OpenedDirectory.linked`), whatever their names hold
+    now."""
     from bert_whitening.backend import tf
 
-    return tf.train.load_checkpoint(prefix).get_tensor
+    links = files.opened.linked(files.weight_names)
+    return tf.train.load_checkpoint(os.path.join(links, os.path.basename(files.weights_path)))
 
 
-def variable_shapes(prefix):
-    """Variable name -> shape of a checkpoint, from its index file alone (TensorFlow is imported
-    here only), once its data files are known to hold what the index gives them
-    (`_check_data`): the checks before a build trust these shapes, and a build sized by an index
-    whose data was never written (one row of each variable, an emptied data file) allocated the
-    whole model before the first read failed."""
+def variable_reader(files):
+    """name -> array of the checkpoint of ``files``, each variable read when it is asked for
+    (TensorFlow's reader, imported when the checkpoint is opened)."""
+    return checkpoint_reader(files).get_tensor
+
+
+def variable_shapes(files):
+    """Variable name -> shape of the checkpoint of ``files``, from its index file alone
+    (TensorFlow is imported here only), once its data files are known to hold what the index
+    gives them (`_check_data`): the checks before a build trust these shapes, and a build sized
+    by an index whose data was never written (one row of each variable, an emptied data file)
+    allocated the whole model before the first read failed."""
     from bert_whitening.backend import tf
 
     try:
-        reader = tf.train.load_checkpoint(prefix)
+        reader = checkpoint_reader(files)
         shapes = {name: tuple(shape) for name, shape in sorted(reader.get_variable_to_shape_map().items())}
         element_bytes = {name: dtype.size for name, dtype in reader.get_variable_to_dtype_map().items()}
         sliced = _sliced_elements(reader.debug_string())
     except tf.errors.OpError as error:
         raise CheckpointError(
-            "%s: cannot read the checkpoint index (%s)" % (prefix + ".index", error.message.splitlines()[0])
+            "%s: cannot read the checkpoint index (%s)"
+            % (files.weight_files[0], files.opened.named(error.message.splitlines()[0]))
         ) from None
-    _check_data(prefix, shapes, element_bytes, sliced)
+    _check_data(files, shapes, element_bytes, sliced)
     return shapes
 
 
@@ -88,14 +97,14 @@ def _sliced_elements(debug_string):
     return held
 
 
-def _check_data(prefix, shapes, element_bytes, sliced):
+def _check_data(files, shapes, element_bytes, sliced):
     """Refuse a checkpoint whose data cannot hold the variables its index gives ``shapes``: a
     variable saved as slices that cover part of it (TensorFlow's reader assembles a variable
     from slices that cover it, and fails on one that is not covered, once the model is built);
     and data files smaller than the index's variables, every one counted (the data holds those
     no model uses too), each its elements times its dtype's size (a string counts nothing: its
     length is not in the index)."""
-    index = prefix + ".index"
+    index = files.weight_files[0]
     partial = [
         "%s: %d of its %d elements" % (name, held, math.prod(shapes[name]))
         for name, held in sorted(sliced.items())
@@ -107,11 +116,8 @@ def _check_data(prefix, shapes, element_bytes, sliced):
             % (index, len(partial), "variable is" if len(partial) == 1 else "variables are", first_few(partial))
         )
     needed = sum(math.prod(shape) * element_bytes.get(name, 0) for name, shape in shapes.items())
-    files = data_files(prefix)
-    try:
-        held = sum(os.stat(path).st_size for path in files)
-    except OSError as error:
-        raise CheckpointError("cannot read checkpoint file %s: %s" % (error.filename, error.strerror)) from None
+    data = files.weight_names[1:]
+    held = sum(files.opened.stat(name).st_size for name in data)
     if held < needed:
         raise CheckpointError(
             "%s: its %d variables take %d bytes, and %s %s only %d: the data is truncated or not this index's"
@@ -119,38 +125,35 @@ def _check_data(prefix, shapes, element_bytes, sliced):
                 index,
                 len(shapes),
                 needed,
-                ", ".join(os.path.basename(path) for path in files) or "no data file",
-                "holds" if len(files) < 2 else "hold",
+                ", ".join(data) or "no data file",
+                "holds" if len(data) < 2 else "hold",
                 held,
             )
         )
 
 
-def data_files(prefix):
-    """The data shards of the checkpoint ``prefix`` (``PREFIX.data-00000-of-00001``, ...)."""
-    return sorted(glob.glob(glob.escape(prefix) + ".data-*-of-*"))
-
-
-def checkpoint_prefix(directory):
-    """``bert_model.ckpt`` when present, else the one checkpoint the directory holds (NEZHA's
-    release is ``model.ckpt-N``)."""
-    indexes = sorted(glob.glob(os.path.join(directory, "*.ckpt*.index")))
-    preferred = os.path.join(directory, CHECKPOINT + ".index")
-    if preferred in indexes:
-        indexes = [preferred]
+def checkpoint_files(opened):
+    """The names of the checkpoint's index and data shards in the directory ``opened``, each
+    opened (`OpenedDirectory.open`): ``bert_model.ckpt`` when present, else the one checkpoint
+    the directory holds (NEZHA's release is ``model.ckpt-N``); its data shards
+    ``PREFIX.data-00000-of-00001``, ...."""
+    names = [name for name in opened.names() if not name.startswith(".")]  # as a glob lists them
+    indexes = [name for name in names if fnmatch.fnmatchcase(name, "*.ckpt*.index")]
+    if CHECKPOINT + ".index" in indexes:
+        indexes = [CHECKPOINT + ".index"]
     if not indexes:
         raise CheckpointError(
-            "%s holds no checkpoint: expected bert_model.ckpt.index and bert_model.ckpt.data-00000-of-00001" % directory
+            "%s holds no checkpoint: expected bert_model.ckpt.index and bert_model.ckpt.data-00000-of-00001"
+            % opened.path
         )
     if len(indexes) > 1:
-        raise CheckpointError(
-            "%s holds several checkpoints (%s); keep one" % (directory, ", ".join(os.path.basename(i) for i in indexes))
-        )
-    prefix = indexes[0][: -len(".index")]
-    check_file(indexes[0], INDEX_BYTES)  # TensorFlow allocates the blocks its index claims
-    for path in data_files(prefix) or [prefix + ".data-00000-of-00001"]:
-        check_file(path)
-    return prefix
+        raise CheckpointError("%s holds several checkpoints (%s); keep one" % (opened.path, ", ".join(indexes)))
+    stem = indexes[0][: -len(".index")]
+    data = [name for name in names if name.startswith(stem) and fnmatch.fnmatchcase(name[len(stem) :], ".data-*-of-*")]
+    opened.open(indexes[0], "model file", INDEX_BYTES)  # TensorFlow allocates the blocks its index claims
+    for name in data or [stem + ".data-00000-of-00001"]:
+        opened.open(name, "model file")
+    return [indexes[0]] + data
 
 
 def write_checkpoint(directory, config, variables, vocab, output=None):

@@ -13,8 +13,8 @@ import math
 import os
 import re
 
-from bert_whitening.checkpoints import CheckpointError, check_file, read_json
-from bert_whitening.io.bounded import SAFETENSORS_HEADER_BYTES, open_regular
+from bert_whitening.checkpoints import CheckpointError, read_json
+from bert_whitening.io.bounded import SAFETENSORS_HEADER_BYTES
 from bert_whitening.io.records import parse_record
 
 CONFIG = "config.json"
@@ -76,15 +76,17 @@ def _google_names(names):
             yield name, google, google.endswith("/kernel")
 
 
-def variable_reader(path):
-    """name -> array: the tensor of the safetensors file ``path`` under its Google name (heads and
-    buffers have none), read from the file when it is asked for. A model loads its weights one at
-    a time, so that loading holds the model's variables and one weight more, never the whole file
-    beside them (`bert_whitening.checkpoints.ModelFiles.check_load_memory`)."""
+def variable_reader(files):
+    """name -> array: the tensor of the safetensors file of the `ModelFiles` ``files`` under its
+    Google name (heads and buffers have none), read when it is asked for from the file opened when
+    it was checked (`OpenedDirectory.reopened`), whatever its name holds now. A model loads its
+    weights one at a time, so that loading holds the model's variables and one weight more, never
+    the whole file beside them (`bert_whitening.checkpoints.ModelFiles.check_load_memory`)."""
     from safetensors import safe_open
 
+    path = files.weights_path
     try:  # read with pread(2), not mapped: a mapped file truncated meanwhile kills the process (SIGBUS)
-        opened = safe_open(path, framework="numpy", backend="pread")
+        opened = safe_open(files.opened.reopened(WEIGHTS), framework="numpy", backend="pread")
         sources = {google: (name, transposed) for name, google, transposed in _google_names(opened.keys())}
     except Exception as error:  # safetensors raises its own SafetensorError (not importable here)
         _not_safetensors(path, error)
@@ -100,10 +102,10 @@ def variable_reader(path):
     return read
 
 
-def variable_shapes(path):
-    """Google name -> shape of the arrays `variable_reader` reads of the safetensors file
-    ``path``, from its header alone (`tensor_shapes`): no weight is read."""
-    shapes = tensor_shapes(path)
+def variable_shapes(files):
+    """Google name -> shape of the arrays `variable_reader` reads of the safetensors file of
+    ``files``, from its header alone (`tensor_shapes`): no weight is read."""
+    shapes = tensor_shapes(files.weights_path, files.opened)
     return {
         google: shapes[name][::-1] if transposed else shapes[name] for name, google, transposed in _google_names(shapes)
     }
@@ -118,8 +120,9 @@ _DTYPE_BYTES = {
 }
 
 
-def tensor_shapes(path):
-    """Tensor name -> shape of the safetensors file ``path``, from its header alone: an 8-byte
+def tensor_shapes(path, opened):
+    """Tensor name -> shape of the safetensors file ``path`` opened in the `OpenedDirectory`
+    ``opened`` (read from that descriptor), from its header alone: an 8-byte
     little-endian length, then that many bytes of JSON, ``{name: {dtype, shape, data_offsets}}``
     (and ``__metadata__``), offsets counted from the header's end.
 
@@ -127,7 +130,7 @@ def tensor_shapes(path):
     at most `SAFETENSORS_HEADER_BYTES` and within the file, every entry of a known dtype, its
     offsets within the file and spanning exactly dtype x shape bytes, no two overlapping and no
     byte left unindexed (the format forbids holes). Anything else is one line naming ``path``."""
-    with open_regular(path, CheckpointError, "model file") as stream:
+    with open(opened.reopened(os.path.basename(path)), "rb") as stream:
         size = os.fstat(stream.fileno()).st_size
         length = int.from_bytes(stream.read(8), "little") if size >= 8 else None
         if length is None or length > min(SAFETENSORS_HEADER_BYTES, size - 8):
@@ -187,20 +190,21 @@ def _not_safetensors(path, problem):
     ) from None
 
 
-def read(directory):
-    """``(bert_config, weights_path, open)`` of a Hugging Face BERT directory; ``open()`` gives
-    the `variable_reader` of its tensors."""
-    config_path = os.path.join(directory, CONFIG)
-    weights_path = os.path.join(directory, WEIGHTS)
-    hf_config = read_json(config_path)
+def read(opened):
+    """``(bert_config, weights_path, files)`` of the Hugging Face BERT directory ``opened`` (an
+    `OpenedDirectory`), ``files`` the weights' (opened now: their tensors are read from that
+    descriptor)."""
+    config_path = opened.join(CONFIG)
+    weights_path = opened.join(WEIGHTS)
+    hf_config = read_json(config_path, opened.fd)
     if hf_config.get("model_type") != "bert":
         raise CheckpointError(
             "%s: model_type %r is not supported; only BERT checkpoints "
             '(model_type "bert") are' % (config_path, hf_config.get("model_type"))
         )
     _refuse_what_bert4keras_computes_otherwise(config_path, hf_config)
-    if not os.path.exists(weights_path):  # anything else there is check_file's: "a FIFO, not a regular file"
-        only_bin = os.path.isfile(os.path.join(directory, "pytorch_model.bin"))
+    if not opened.exists(WEIGHTS):  # anything else there is open's: "a FIFO, not a regular file"
+        only_bin = opened.is_file("pytorch_model.bin")
         raise CheckpointError(
             "missing %s%s; a Hugging Face BERT directory needs config.json, model.safetensors "
             "and vocab.txt"
@@ -209,9 +213,9 @@ def read(directory):
                 " (there is only pytorch_model.bin: save the model with safe_serialization=True)" if only_bin else "",
             )
         )
-    check_file(weights_path)
+    opened.open(WEIGHTS, "model file")
     config = {key: hf_config[key] for key in CONFIG_KEYS if key in hf_config}
-    return config, weights_path, lambda: variable_reader(weights_path)
+    return config, weights_path, (WEIGHTS,)
 
 
 def _refuse_what_bert4keras_computes_otherwise(config_path, hf_config):

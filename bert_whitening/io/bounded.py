@@ -89,12 +89,15 @@ def check_model_sizes(config, path, error):
         )
 
 
-def open_regular(path, error, what="file", limit=None):
+def open_regular(path, error, what="file", limit=None, dir_fd=None):
     """A binary stream of the regular file ``path``, of at most ``limit`` bytes when given; a
     FIFO, a device or a directory is refused before it is read (opened without blocking: opening
-    a FIFO waits for a writer)."""
+    a FIFO waits for a writer). With ``dir_fd``, the file of ``path``'s name in the directory of
+    that descriptor, whatever is at ``path`` now (`bert_whitening.io.files.OpenedDirectory`)."""
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        descriptor = os.open(
+            path if dir_fd is None else os.path.basename(path), os.O_RDONLY | os.O_NONBLOCK, dir_fd=dir_fd
+        )
     except FileNotFoundError:
         raise error("%s: no such %s" % (path, what)) from None
     except OSError as error_:
@@ -110,12 +113,13 @@ def open_regular(path, error, what="file", limit=None):
     return os.fdopen(descriptor, "rb")
 
 
-def read_limited(path, limit, error, what="file"):
-    """The bytes of the regular file ``path``, refused when it holds more than ``limit``; read a
-    block at a time, as one read of ``limit`` bytes would allocate them all whatever it gets."""
+def read_limited(path, limit, error, what="file", dir_fd=None):
+    """The bytes of the regular file ``path`` (under ``dir_fd``: `open_regular`), refused when it
+    holds more than ``limit``; read a block at a time, as one read of ``limit`` bytes would
+    allocate them all whatever it gets."""
     chunks, size = [], 0
     try:
-        with open_regular(path, error, what, limit) as stream:
+        with open_regular(path, error, what, limit, dir_fd) as stream:
             while size <= limit and (chunk := stream.read(1 << 16)):
                 chunks.append(chunk)
                 size += len(chunk)

@@ -9,13 +9,24 @@ import errno
 import hashlib
 import io
 import os
+import shutil
 import stat
+import tempfile
+import weakref
 
 import numpy as np
 
 from bert_whitening.arguments import positive_int
 from bert_whitening.errors import DataError
-from bert_whitening.io.bounded import BLOCK, HEADER_ERRORS, MODEL_SIZES, described, npy_header, open_regular
+from bert_whitening.io.bounded import (
+    BLOCK,
+    HEADER_ERRORS,
+    MODEL_SIZES,
+    described,
+    npy_header,
+    open_regular,
+    read_limited,
+)
 
 #: The most bytes of a ``.npy`` matrix `npy_blocks` reads at a time, whatever rows its caller asks
 #: for: with the widest vectors of the widest floats, a block of a caller's rows would hold
@@ -126,18 +137,109 @@ def _read_into(path, descriptor, buffer, offset):
     return done
 
 
-def open_directory(path):
+def open_directory(path, error=DataError):
     """A descriptor of the directory ``path``, through which a checked directory's files are then
-    opened (`CheckedFile`): renaming another directory to ``path`` afterwards changes nothing read
-    through it. A `DataError` naming ``path`` when it is not a readable directory."""
+    opened (`CheckedFile`, `OpenedDirectory`): renaming another directory to ``path`` afterwards
+    changes nothing read through it. An ``error`` naming ``path`` when it is not a readable
+    directory."""
     try:
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise DataError("%s: the directory does not exist" % path) from None
+        raise error("%s: the directory does not exist" % path) from None
     except NotADirectoryError:
-        raise DataError("%s: not a directory" % path) from None
-    except OSError as error:
-        raise DataError("%s: cannot read it (%s)" % (path, error.strerror)) from None
+        raise error("%s: not a directory" % path) from None
+    except OSError as error_:
+        raise error("%s: cannot read it (%s)" % (path, error_.strerror)) from None
+
+
+class OpenedDirectory:
+    """A directory read through one descriptor of it (`open_directory`), each of its files opened
+    once by name through it and then read only through the file's own descriptor: another
+    directory renamed over ``path``, or a file renamed over a name, once a file is opened changes
+    nothing read of it (a model's weights digested, then loaded). A link inside is followed when
+    its file is opened, once (a Hugging Face cache's files are links). Errors are ``error``s
+    naming the file's path under ``path``; the descriptors (and `linked`'s directory) are
+    released with the object."""
+
+    def __init__(self, path, error):
+        self.path, self.error = path, error
+        self.fd = open_directory(path, error)
+        self._files, self._links = {}, []
+        weakref.finalize(self, _release, self.fd, self._files, self._links)
+
+    def join(self, name):
+        return os.path.join(self.path, name)
+
+    def names(self):
+        """The names in the directory now."""
+        return sorted(os.listdir(self.fd))
+
+    def exists(self, name, follow_symlinks=True):
+        """Whether ``name`` is there (`os.path.exists`; `os.path.lexists` without following)."""
+        try:
+            os.stat(name, dir_fd=self.fd, follow_symlinks=follow_symlinks)
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def is_file(self, name):
+        try:
+            return stat.S_ISREG(os.stat(name, dir_fd=self.fd).st_mode)
+        except (OSError, ValueError):
+            return False
+
+    def read(self, name, limit, what="file"):
+        """The bytes of the regular file ``name``, at most ``limit`` (`read_limited`)."""
+        return read_limited(self.join(name), limit, self.error, what, self.fd)
+
+    def open(self, name, what="file", limit=None):
+        """The one descriptor of the regular file ``name`` (`open_regular`), opened on first use."""
+        if name not in self._files:
+            self._files[name] = open_regular(self.join(name), self.error, what, limit, self.fd)
+        return self._files[name].fileno()
+
+    def stat(self, name):
+        """``os.fstat`` of the opened ``name``."""
+        return os.fstat(self.open(name))
+
+    def sha256(self, names):
+        """The sha256 of the opened files ``names``' bytes, one after the other."""
+        digest = hashlib.sha256()
+        for name in names:
+            descriptor, offset = self.open(name), 0
+            while block := os.pread(descriptor, BLOCK, offset):
+                digest.update(block)
+                offset += len(block)
+        return digest.hexdigest()
+
+    def reopened(self, name):
+        """A path that opens the file ``name`` was opened as, whatever its name holds now, for a
+        reader that takes a path (safetensors)."""
+        return "/proc/self/fd/%d" % self.open(name)
+
+    def linked(self, names):
+        """A private directory (made once) where each of ``names`` is a link to its `reopened`
+        path: for a reader that takes a path prefix and opens the files beside it (TensorFlow's
+        checkpoint reader), which then reads the files opened here."""
+        if not self._links:
+            self._links.append(tempfile.mkdtemp(prefix=".bert-whitening-model-"))
+        for name in names:
+            link = os.path.join(self._links[0], name)
+            if not os.path.lexists(link):
+                os.symlink(self.reopened(name), link)
+        return self._links[0]
+
+    def named(self, message):
+        """``message`` (a reader's, of a `linked` path) naming the directory instead of the links."""
+        return message.replace(self._links[0], self.path) if self._links else message
+
+
+def _release(directory_fd, files, links):
+    for stream in files.values():
+        stream.close()
+    os.close(directory_fd)
+    for path in links:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def open_regular_at(directory_fd, name, where):

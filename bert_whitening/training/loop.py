@@ -124,7 +124,8 @@ def _started(plan, checkpoints):
     from bert_whitening.token_ids import log_truncated
 
     o = plan.options
-    encoder = build(EncoderConfig(o.model, o.model_type, o.pooling, o.maxlen, o.lowercase), trainable=True)
+    config = EncoderConfig(o.model, o.model_type, o.pooling, o.maxlen, o.lowercase, model_files=plan.files)
+    encoder = build(config, trainable=True)
     (firsts, cut_firsts), (seconds, cut_seconds) = (
         tokenize(encoder, s) for s in (plan.train.firsts, plan.train.seconds)
     )
