@@ -114,6 +114,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser():
+    """The program's parser: one command per record of `bert_whitening.commands.COMMANDS`, each parsed
+    command carrying its record (``args.command_record``: its run, its `Paths`, ...) and its parser."""
     parser = Parser(
         prog="bert-whitening",
         formatter_class=HelpWithDefaults,
