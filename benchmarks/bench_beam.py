@@ -56,7 +56,7 @@ BATCH = 128  # the batch size every path runs at; the fixed cost is read off a r
 
 
 def main():
-    from bert_whitening.cli import positive_int
+    from bert_whitening.commands.options import positive_int
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=8000, help="all; every other one is timed too")

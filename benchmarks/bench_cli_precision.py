@@ -11,7 +11,7 @@ resident memory is printed (as the kernel counts a child's: never below this pro
 printed with it). Rounds are interleaved, and each precision's best round is printed
 with its ratio to float32, to hold beside bench_encode.py's in-process ratio. On a CPU with AMX
 the command line promises oneDNN frozen weights where bfloat16 may run
-(`bert_whitening.cli._weights_frozen`); --without-frozen-weights runs the commands with
+(`bert_whitening.commands.base.weights_frozen`); --without-frozen-weights runs the commands with
 TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=0, to measure what the promise gives and costs. --model takes any
 model directory (bench_load_memory.py leaves one of BERT-base's sizes in
 out/bench_load_memory/hf). Run it on an idle machine with AVX512_BF16 or AMX.

@@ -194,7 +194,7 @@ class Peer:
 def parse_with_frozen_weights(parser):
     """``parser``'s arguments, with --frozen-weights, which sets TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1
     before TensorFlow starts, as a server on a CPU with AMX does (docs/serving.md), and as the
-    command line does where bfloat16 may run on a CPU with AMX (`bert_whitening.cli._weights_frozen`)."""
+    command line does where bfloat16 may run on a CPU with AMX (`bert_whitening.commands.base.weights_frozen`)."""
     from bert_whitening.names import FROZEN_WEIGHTS_VARIABLE
 
     parser.add_argument("--frozen-weights", action="store_true", help="set %s=1" % FROZEN_WEIGHTS_VARIABLE)

@@ -82,7 +82,7 @@ PRECISION_VARIABLE = "BERT_WHITENING_PRECISION"
 #: it do bfloat16 products run on AMX when their weights are variables (docs/performance.md). It
 #: is read once per process, at the first product, and holds for every graph of the process:
 #: a weight changed later goes unseen (the product keeps its first copy). The command line sets
-#: it where it may (`bert_whitening.cli._weights_frozen`).
+#: it where it may (`bert_whitening.commands.base.weights_frozen`).
 FROZEN_WEIGHTS_VARIABLE = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
 
 

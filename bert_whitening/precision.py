@@ -76,7 +76,7 @@ def cpu_has_bfloat16():
 
 def cpu_has_amx():
     """Whether /proc/cpuinfo lists AMX-BF16 (Intel's tile instructions, which oneDNN runs bfloat16
-    products on only with weights it may keep: `bert_whitening.cli._weights_frozen`); None where
+    products on only with weights it may keep: `bert_whitening.commands.base.weights_frozen`); None where
     it cannot be read."""
     return _cpu_lists_any("amx_bf16")
 

@@ -601,7 +601,7 @@ def fits_whitening(n_components: Sequence[int]) -> bool:
     """Whether an evaluation of these ``n_components`` settings fits a whitening on the vectors it
     encodes (one setting other than 0, raw): then `bert_whitening.evaluation.load_tasks` decides
     a pending ``--precision auto`` as float32, and the command line knows it before TensorFlow
-    starts (`bert_whitening.cli._weights_frozen`). Here, not in evaluation, whose import (scipy)
+    starts (`bert_whitening.commands.base.weights_frozen`). Here, not in evaluation, whose import (scipy)
     the command line would otherwise pay in every command that sets a precision."""
     return any(n_components)
 

@@ -2,6 +2,7 @@
 the command line in-process, and the shared evaluation data."""
 
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import json
@@ -353,3 +354,15 @@ def state_directory(output):
     from bert_whitening.training import RESUME_SUFFIX
 
     return output.parent / (".%s%s" % (output.name, RESUME_SUFFIX))
+
+
+def with_run(name, work):
+    """The registered commands (`bert_whitening.commands.COMMANDS`) with the one called ``name``
+    doing ``work(args)`` instead of its own run, its parsing and checks kept: for
+    ``monkeypatch.setattr(commands, "COMMANDS", with_run(...))``."""
+    from bert_whitening import commands
+
+    assert name in [command.name for command in commands.COMMANDS], name
+    return tuple(
+        dataclasses.replace(command, run=work) if command.name == name else command for command in commands.COMMANDS
+    )

@@ -14,7 +14,7 @@ from bert_whitening.encoding import encode
 from bert_whitening.models import with_whitening
 from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening
 
-from helpers import run
+from helpers import run, with_run
 
 WORDS = ["今天", "天气", "很好", "我们", "在北京", "喝茶", "the cat", "is on", "the mat", "hello"]
 MANY = ["".join(parts) for parts in itertools.permutations(WORDS, 3)][::7][:80]  # 80 sentences
@@ -246,7 +246,7 @@ def test_a_log_line_during_a_progress_bar_gets_a_line_of_its_own():
 def test_memory_running_out_is_one_line_and_any_other_error_stays_a_bug(monkeypatch, caplog, kind):
     """numpy's MemoryError, FAISS's (std::bad_alloc) and TensorFlow's ResourceExhaustedError ended
     the command with a traceback of a hundred lines."""
-    from bert_whitening import cli
+    from bert_whitening import commands
     from bert_whitening.backend import tf
 
     raised = {
@@ -260,7 +260,7 @@ def test_memory_running_out_is_one_line_and_any_other_error_stays_a_bug(monkeypa
     def failing(args):
         raise raised
 
-    monkeypatch.setattr(cli, "run_search", failing)
+    monkeypatch.setattr(commands, "COMMANDS", with_run("search", failing))
     if kind == "other":
         with pytest.raises(RuntimeError, match="a bug"):
             run("search", "--index", "idx", "q")

@@ -1,5 +1,5 @@
 """The promise to oneDNN that weights never change (``TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1``,
-`bert_whitening.cli._weights_frozen`): made by the command line's own process alone, for the
+`bert_whitening.commands.base.weights_frozen`): made by the command line's own process alone, for the
 commands that change no weight, where bfloat16 may run on a CPU with AMX; and those commands
 compute the same under it.
 
@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from bert_whitening import cli, precision
+from bert_whitening.commands import base
+from bert_whitening.commands import encode as encode_command
 from bert_whitening.encoding import encode
 from bert_whitening.names import FROZEN_WEIGHTS_VARIABLE, PRECISION_VARIABLE
 
@@ -49,15 +51,15 @@ def test_only_a_command_that_changes_no_weight_promises_it_where_bfloat16_may_ru
     monkeypatch.setattr(precision, "cpu_has_amx", lambda: amx)
     monkeypatch.delenv(PRECISION_VARIABLE)
     args = cli.build_parser().parse_args(argv)
-    assert cli._weights_frozen(args) is frozen
+    assert base.weights_frozen(args) is frozen
 
 
 def test_deciding_it_imports_nothing_the_command_would_not():
-    """`_start` decides the promise in every command that sets a precision: asking whether an
+    """`start` decides the promise in every command that sets a precision: asking whether an
     ``eval`` whitens must not import the evaluation module (and scipy with it) into ``encode``."""
     code = (
-        "import sys; from bert_whitening import cli; "
-        "cli._weights_frozen(cli.build_parser().parse_args(['eval', '--task', 'STS-B'])); "
+        "import sys; from bert_whitening import cli; from bert_whitening.commands.base import weights_frozen; "
+        "weights_frozen(cli.build_parser().parse_args(['eval', '--task', 'STS-B'])); "
         "print(sorted({'bert_whitening.evaluation', 'scipy.stats', 'tensorflow'} & set(sys.modules)))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -70,7 +72,7 @@ def test_train_cannot_promise_it():
     args = cli.build_parser().parse_args(["train", "--train", "pairs.txt", "--output", "model"])
     assert getattr(args, "precision", None) is None
     args.precision = "bfloat16"
-    assert not cli._weights_frozen(args)
+    assert not base.weights_frozen(args)
 
 
 @pytest.mark.parametrize(
@@ -80,15 +82,17 @@ def test_train_cannot_promise_it():
 def test_the_promise_is_the_command_line_s_own_process_s_and_a_value_set_by_the_user_stands(
     monkeypatch, own_process, given, promised
 ):
-    """`cli._start` only (nothing runs TensorFlow here): the Python API and tests that call
+    """`base.start` only (nothing runs TensorFlow here): the Python API and tests that call
     `cli.main` in a process of theirs never promise."""
     monkeypatch.setattr(precision, "cpu_has_amx", lambda: True)
     monkeypatch.setattr(precision, "set_precision", lambda chosen: None)
     monkeypatch.delenv(FROZEN_WEIGHTS_VARIABLE, raising=False)
     if given is not None:
         monkeypatch.setenv(FROZEN_WEIGHTS_VARIABLE, given)
-    args = argparse.Namespace(command="encode", precision="bfloat16", own_process=own_process)
-    cli._start(args)
+    args = argparse.Namespace(
+        command="encode", command_record=encode_command.COMMAND, precision="bfloat16", own_process=own_process
+    )
+    base.start(args)
     assert os.environ.get(FROZEN_WEIGHTS_VARIABLE) == promised
 
 

@@ -457,14 +457,16 @@ def test_the_temporary_directory_of_a_killed_command_is_removed_by_the_next(work
 
 
 LINGERING_THREAD = """
-import signal, sys, threading, time
-from bert_whitening import cli
+import dataclasses, signal, sys, threading, time
+from bert_whitening import cli, commands
 
 def run(args):  # a library thread still busy (Beam finishing a bundle) when SIGTERM arrives
     threading.Thread(target=time.sleep, args=(300,)).start()
     signal.raise_signal(signal.SIGTERM)
 
-cli.run_search = run
+commands.COMMANDS = tuple(
+    dataclasses.replace(c, run=run) if c.name == "search" else c for c in commands.COMMANDS
+)
 sys.exit(cli.console_main())
 """
 
@@ -510,8 +512,8 @@ def test_a_signal_while_the_command_line_is_imported_is_one_line(number, name):
 
 
 SIGNAL_AFTER_WRITING = """
-import signal, sys
-from bert_whitening import cli
+import dataclasses, signal, sys
+from bert_whitening import cli, commands
 from bert_whitening.io import atomic
 
 when = sys.argv.pop(1)
@@ -527,7 +529,9 @@ def run(args):
 
 if when == "after returning":  # the command has returned; the process is about to exit
     cli.gc.freeze = lambda: signal.raise_signal(signal.SIGTERM)
-cli.run_search = run
+commands.COMMANDS = tuple(
+    dataclasses.replace(c, run=run) if c.name == "search" else c for c in commands.COMMANDS
+)
 sys.exit(cli.console_main())
 """
 

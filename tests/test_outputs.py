@@ -262,12 +262,12 @@ def test_every_refusal_is_decided_before_tensorflow_is_imported(work, tmp_path):
 
 
 def test_every_command_declares_what_it_reads_and_writes():
-    """A command without an entry in cli.PATHS cannot be added: the parser refuses to build."""
-    from bert_whitening import cli
+    """A command cannot be declared without its `Paths`: every registered one has them."""
+    from bert_whitening import commands
+    from bert_whitening.commands.base import Paths
 
-    names = {add.__name__[len("add_") :].replace("_", "-") for add in cli.COMMANDS}
-    assert names == set(cli.PATHS)
-    writers = {name for name, paths in cli.PATHS.items() if paths.outputs}
+    assert all(isinstance(command.paths, Paths) for command in commands.COMMANDS)
+    writers = {command.name for command in commands.COMMANDS if command.paths.outputs}
     assert writers == {name.split("-json")[0].split("-plot")[0] for name in COMMANDS} - {"fit-flow"}
 
 

@@ -16,7 +16,8 @@ the commands before any work so they refuse at once):
 - a prefix another live run writes files under (`claimed_prefix`): refused.
 
 `check_outputs` is the one place these rules live: every command of `bert_whitening.cli` runs
-it on all its outputs before any work (the table ``cli.PATHS``), and so does every public writer
+it on all its outputs before any work (each command's `Paths`, `bert_whitening.commands.base`),
+and so does every public writer
 (`bert_whitening.sentence_encoder.SentenceEncoder`'s, `bert_whitening.evaluation.write_report`,
 `bert_whitening.retrieval.search.build_index`, the export, the Beam pipelines, ``convert_hf``).
 

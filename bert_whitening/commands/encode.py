@@ -1,0 +1,54 @@
+"""``encode``: one vector per line of a sentence file, written as a float32 ``.npy``."""
+
+import logging
+
+from bert_whitening.commands.base import ENCODER_INPUTS, Command, Paths, encoder_config, start
+from bert_whitening.commands.options import model_options, whitening_options
+from bert_whitening.data import check_readable
+from bert_whitening.io.atomic import FILE
+from bert_whitening.sentence_encoder import SentenceEncoder
+
+logger = logging.getLogger("bert_whitening")
+
+
+def add_arguments(parser):
+    model_options(parser, None)
+    whitening_options(parser, "vectors")
+    parser.add_argument("--output", required=True, metavar="FILE.npy", help="array to write")
+    parser.add_argument(
+        "input",
+        metavar="INPUT",
+        help="sentence file, one per line (split at \\n only), - for standard "
+        "input; read once, so pipes and FIFOs work",
+    )
+
+
+def run_encode(args):
+    check_readable([args.input])
+    encoder = SentenceEncoder(encoder_config(args, whitened=True))
+    start(args)
+    from bert_whitening.encoding import progress_bar
+
+    with progress_bar() as bar:
+        lines = encoder.encode_file(args.input, args.output, args.batch_size, bar)
+    k = encoder.config.components
+    logger.info(
+        "encoded %d sentences into %s (%d x %d, %s)",
+        lines,
+        args.output,
+        lines,
+        encoder.dim,
+        "whitened, k=%d" % k if k else "not whitened",
+    )
+
+
+COMMAND = Command(
+    name="encode",
+    help="encode a sentence file into vectors",
+    description="Write one vector per line of INPUT (an empty line is encoded as "
+    "[CLS][SEP]), in order, as a float32 .npy array.",
+    add_arguments=add_arguments,
+    run=run_encode,
+    paths=Paths({"output": FILE}, ("input",) + ENCODER_INPUTS),
+    weights_read_only=True,
+)

@@ -1,0 +1,83 @@
+"""``eval``: Spearman of cosine similarity on pair tasks, for every setting asked for."""
+
+import functools
+
+from bert_whitening.commands.base import Command, Paths
+from bert_whitening.commands.options import flow_training, flow_training_options, method_list, seed_list
+from bert_whitening.commands.tasks import (
+    TASK_INPUTS,
+    files_of_tasks,
+    fit_on,
+    task_config,
+    task_options,
+    task_read,
+    write_reports,
+)
+from bert_whitening.errors import BertWhiteningError
+from bert_whitening.io.atomic import FILE
+
+
+def add_arguments(parser):
+    task_options(parser, "0,-1,256", "plot Spearman against n_components and the eigenvalue spectrum (one pooling)")
+    parser.add_argument(
+        "--method",
+        default="whitening",
+        type=method_list,
+        help="comma-separated: whitening (n_components, beta, gamma as given) and/or "
+        "flow (a BERT-flow, Glow as bohanli/BERT-flow trains it, fitted on the "
+        "same vectors, scored on the same encoding)",
+    )
+    parser.add_argument(
+        "--flow-seeds",
+        default=None,
+        type=seed_list,
+        help="comma-separated seeds, one flow each (with --method flow; default 0)",
+    )
+    flow_training_options(parser)
+
+
+def run_eval(args):
+    from bert_whitening.evaluation import evaluate_tasks, format_table
+    from bert_whitening.plots import plot_report
+
+    training = flow_training(args, "flow" in args.method)
+    if args.flow_seeds is not None and "flow" not in args.method:
+        raise BertWhiteningError("--flow-seeds are the flows' seeds: add --method whitening,flow (or flow)")
+    config = task_config(args)
+
+    def show(title, task, report):
+        if title != task:  # several poolings
+            print(title)
+        print(format_table(task, report), flush=True)
+
+    results = evaluate_tasks(
+        config,
+        args.task,
+        directory=args.data_dir,
+        n_components=args.n_components,
+        betas=args.beta,
+        gammas=args.gamma,
+        fit_on=fit_on(args),
+        read=task_read(args),
+        methods=args.method,
+        flow_seeds=args.flow_seeds or [0],
+        flow_options=training,
+        poolings=args.poolings,
+        on_task=show,
+    )
+    write_reports(args, [report for report, _ in results], functools.partial(plot_report, *results[0]))
+
+
+COMMAND = Command(
+    name="eval",
+    help="Spearman of cosine similarity on STS tasks",
+    description="Encode every split of each task once, fit the whitening (default: on all "
+    "splits, as the original eval.py), and report the Spearman correlation of "
+    "cosine with the gold labels per split, with the plain and size-weighted "
+    "averages, for every requested setting. --maxlen defaults to the original's "
+    "choice: 128 for PAWSX, 64 otherwise.",
+    add_arguments=add_arguments,
+    run=run_eval,
+    paths=Paths({"json": FILE, "plot": FILE}, TASK_INPUTS, derived=(files_of_tasks,), prints=True),
+    weights_read_only=True,
+)

@@ -1,0 +1,74 @@
+"""``eval-retrieval``: MRR@10 and Recall@k of cosine search on a pair task's split."""
+
+import functools
+
+from bert_whitening.commands.base import Command, Paths
+from bert_whitening.commands.options import hnsw_m_int
+from bert_whitening.commands.tasks import (
+    TASK_INPUTS,
+    files_of_tasks,
+    fit_on,
+    task_config,
+    task_options,
+    task_read,
+    write_reports,
+)
+from bert_whitening.io.atomic import FILE
+from bert_whitening.retrieval.faiss_indexes import HNSW_M
+
+
+def add_arguments(parser):
+    task_options(parser, "0,-1,256,128,64", "plot quality and latency against k (one pooling)")
+    parser.add_argument("--split", default="test", help="split the benchmark is made from")
+    parser.add_argument(
+        "--distractors", nargs="+", default=[], metavar="FILE", help="sentence files added to every task's corpus"
+    )
+    parser.add_argument(
+        "--hnsw-m",
+        type=hnsw_m_int,
+        default=HNSW_M,
+        help="neighbours per node of the HNSW index compared with exact search",
+    )
+
+
+def run_eval_retrieval(args):
+    from bert_whitening.plots import plot_retrieval
+    from bert_whitening.retrieval.evaluate import evaluate_retrieval, format_retrieval_table
+
+    config = task_config(args)
+    show = lambda title, entry: print(format_retrieval_table(title, entry), flush=True)
+    reports = evaluate_retrieval(
+        config,
+        args.task,
+        directory=args.data_dir,
+        split=args.split,
+        n_components=args.n_components,
+        betas=args.beta,
+        gammas=args.gamma,
+        fit_on=fit_on(args),
+        distractor_files=args.distractors,
+        hnsw_m=args.hnsw_m,
+        read=task_read(args),
+        on_task=show,
+        poolings=args.poolings,
+    )
+    write_reports(args, reports, functools.partial(plot_retrieval, reports[0]))
+
+
+COMMAND = Command(
+    name="eval-retrieval",
+    help="MRR@10 and Recall@k of cosine search, index size and query latency per k",
+    description="Make a retrieval benchmark from a pair task's split: queries are the "
+    "distinct first sentences of positive pairs (label 1 on 0/1 tasks, score >= 4 "
+    "on 0-5 STS tasks), the corpus the distinct second sentences of all pairs "
+    "(plus --distractors), the relevant items of a query the second sentences "
+    "of its positive pairs. Each distinct sentence of a task is encoded once; for "
+    "every setting it reports MRR@10, Recall@1 and Recall@10 of exact cosine search, the FAISS "
+    "IndexFlatIP size and latency (p50/p99 of one query, queries/s in batches "
+    "of 64) and an HNSW index's Recall@10 against exact search. Needs "
+    "`pip install bert-whitening[search]`.",
+    add_arguments=add_arguments,
+    run=run_eval_retrieval,
+    paths=Paths({"json": FILE, "plot": FILE}, TASK_INPUTS + ("distractors",), derived=(files_of_tasks,), prints=True),
+    weights_read_only=True,
+)
