@@ -8,7 +8,7 @@ mutants/ tree there), mutmut mutates bert_whitening/MODULE.py (io.bounded: io/bo
 against each mutant the fast tests that cover the mutated function and need no TensorFlow
 (scripts/mutation_numpy_only.py says why). It prints, per module, the counts by outcome and the
 score killed / tested, and writes each surviving mutant's diff to out/mutation/MODULE/survivors.txt
-for review. """
+for review."""
 
 import collections
 import os
@@ -21,6 +21,7 @@ MODULES = ("whitening", "serving", "data", "evaluation")
 TESTS = (
     "tests/test_whitening.py",
     "tests/test_serving_requests.py",
+    "tests/test_rest_client.py",
     "tests/test_data.py",
     "tests/test_evaluation.py",
     "tests/test_bounded.py",
