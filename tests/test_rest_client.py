@@ -1,7 +1,8 @@
 """The REST exchange (`bert_whitening.io.http_client`, `bert_whitening.serving.predict` and
 `RestClient`) against loopback servers, plain HTTP and HTTPS with a CA and certificates made here:
 one deadline for the whole exchange, the reply's size bound, headers, certificates, kept
-connections. numpy only, no TensorFlow."""
+connections. numpy only, no TensorFlow; the certificates are made with ``cryptography``, which
+apache-beam (the ``test`` extra) installs."""
 
 import datetime
 import http.server
@@ -344,13 +345,24 @@ def close_after(handler):
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
-def test_a_kept_connection_the_server_closed_is_reopened(scheme, pki):
+def test_a_kept_connection_the_server_closed_is_reopened(scheme, pki, monkeypatch):
+    """The close is seen before the request is sent: nothing is written to the closed connection
+    (each request starts on no socket, a new one made for it)."""
+    started_on = []
+    request = http_client._DeadlineConnection.request
+
+    def recorded(connection, *args, **kwargs):
+        started_on.append(connection.sock)
+        return request(connection, *args, **kwargs)
+
+    monkeypatch.setattr(http_client._DeadlineConnection, "request", recorded)
     with Server(close_after, pki.server_context if scheme == "https" else None) as server:
         with RestClient(ca_file=pki.ca) as client:
             client.predict(server.url, text_request(["a"]))
             server.wait_closed()
             assert client.predict(server.url, text_request(["a"]))["predictions"] == [[0.6, 0.8]]
         assert server.connections == 2 and len(server.requests) == 2
+    assert started_on == [None, None]
 
 
 def test_a_kept_connection_that_breaks_while_sending_is_reopened(pki, monkeypatch):
