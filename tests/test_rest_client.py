@@ -323,12 +323,13 @@ def test_a_certificate_for_another_host_name_is_refused(pki):
 
 
 def test_a_client_keeps_one_connection_for_its_calls(pki):
-    """Two calls of one client share a connection; two `predict` calls, each with its own
-    client, make two."""
+    """Calls of one client share a connection, each under its own deadline (the first's is past
+    when the next ones start); two `predict` calls, each with its own client, make two."""
     with Server(answer_ok, pki.server_context) as server:
         with RestClient(ca_file=pki.ca) as client:
-            for _ in range(3):
-                assert client.predict(server.url, text_request(["a"]))["predictions"] == [[0.6, 0.8]]
+            for timeout in (0.5, 30, 30):
+                assert client.predict(server.url, text_request(["a"]), timeout)["predictions"] == [[0.6, 0.8]]
+                time.sleep(0.6)
         assert server.connections == 1
         assert len({port for port, _ in server.requests}) == 1 and len(server.requests) == 3
     with Server(answer_ok, pki.server_context) as server:
@@ -462,6 +463,11 @@ def test_credentials_in_a_url_are_refused_without_showing_them():
         ) as refused:
             HttpClient().post(url, b"{}")
         assert "s3cret" not in str(refused.value) and "token" not in str(refused.value)
+
+
+def test_a_payload_is_bytes():
+    with pytest.raises(BertWhiteningError, match=r"^payload must be bytes, got str$"):
+        HttpClient().post("http://127.0.0.1:9/x", "{}")
 
 
 def test_rest_url_takes_https():

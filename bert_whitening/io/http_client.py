@@ -153,7 +153,7 @@ class HttpClient:
     context manager) to close its connections."""
 
     def __init__(self, headers=None, ca_file=None):
-        self.headers = request_headers(headers)
+        self._headers = request_headers(headers)
         self._tls = None if ca_file is None else tls_context(ca_file)  # the file is refused now, not at a request
         self._connections = {}
 
@@ -167,6 +167,8 @@ class HttpClient:
         deadline = time.monotonic() + seconds(timeout)
         max_bytes = positive_int(max_bytes, "max_bytes")
         target = _Target(url)
+        if not isinstance(payload, bytes):
+            raise BertWhiteningError("payload must be bytes, got %s" % type(payload).__name__)
         done = False
         try:
             reply = self._send(target, payload, deadline)
@@ -202,12 +204,12 @@ class HttpClient:
             connection.close()
             kept = False
         try:
-            connection.request("POST", target.path, body=payload, headers=self.headers)
+            connection.request("POST", target.path, body=payload, headers=self._headers)
         except OSError as error:
             if not kept or isinstance(error, TimeoutError):
                 raise
             connection.close()
-            connection.request("POST", target.path, body=payload, headers=self.headers)
+            connection.request("POST", target.path, body=payload, headers=self._headers)
         return connection.getresponse()
 
     def _context(self):
