@@ -8,26 +8,23 @@ sentence) and *columnar* (``inputs``, one entry per named input). The gRPC reque
     body = text_request(sentences)                                   # serve_text signature
     reply = predict(rest_url("localhost", "encoder"), body)          # bounded in time and size
     vectors = parse_response(reply, rows=len(sentences))             # float32 [2, k], checked
+
+`RestClient` keeps its connections from one call to the next and sends headers over HTTPS; the
+exchange itself (one deadline, the reply's size bound, TLS) is `bert_whitening.io.http_client`'s.
 """
 
-import http.client
 import json
-import socket
-import time
 import urllib.parse
 
 import numpy as np
 
 from bert_whitening.arguments import id_lists, is_number, positive_int, sentence_list, serving_version, shown, text
 from bert_whitening.errors import BertWhiteningError
+from bert_whitening.io.http_client import DEFAULT_PORTS, MAX_REPLY_BYTES, TIMEOUT_SECONDS, HttpClient
 from bert_whitening.io.records import parse_json
 from bert_whitening.names import check_choice
 from bert_whitening.token_ids import pad_ids
 
-#: `predict`'s defaults: the whole exchange, and the largest reply read (a reply of 10,000
-#: vectors of 768 floats as JSON text is about 100 MB).
-TIMEOUT_SECONDS = 30.0
-MAX_REPLY_BYTES = 256 << 20
 #: The most ids a ``serving_default`` request may hold once padded (rows x the longest row): the
 #: padded matrix is made before anything is sent, and one long row among many short ones would
 #: make it of any size.
@@ -53,15 +50,16 @@ REPLY_READERS = {
 }
 
 
-def rest_url(host, model, version=None, port=8501):
-    """``http://HOST:PORT/v1/models/MODEL[/versions/N]:predict``. The model name is
-    percent-encoded, all of it (TF Serving decodes it): as it is, a ``/``, ``?`` or ``#`` in it
-    would address another path. ``version`` is refused unless it is a version TF Serving can
-    have (`arguments.serving_version`)."""
+def rest_url(host, model, version=None, port=8501, scheme="http"):
+    """``SCHEME://HOST:PORT/v1/models/MODEL[/versions/N]:predict`` (``scheme`` ``http`` or
+    ``https``). The model name is percent-encoded, all of it (TF Serving decodes it): as it is, a
+    ``/``, ``?`` or ``#`` in it would address another path. ``version`` is refused unless it is a
+    version TF Serving can have (`arguments.serving_version`)."""
+    check_choice("scheme", scheme, tuple(DEFAULT_PORTS))
     path = "/v1/models/%s" % urllib.parse.quote(model_name(model), safe="")
     if version is not None:
         path += "/versions/%d" % serving_version(version)
-    return "http://%s:%d%s:predict" % (host, positive_int(port, "port"), path)
+    return "%s://%s:%d%s:predict" % (scheme, host, positive_int(port, "port"), path)
 
 
 def model_name(model):
@@ -289,107 +287,32 @@ def reply_vectors(vectors, rows=None, dim=None, name="embedding"):
     return single
 
 
-def predict(url, body, timeout=TIMEOUT_SECONDS, max_bytes=MAX_REPLY_BYTES):
-    """POST ``body`` (a dict) as JSON to TF Serving's REST ``url`` (``http://``) and return the
-    reply's JSON object, within ``timeout`` seconds for the whole exchange (connecting, sending,
-    the status line, the headers and the body: a server that answers a byte at a time is cut off
-    anywhere) and ``max_bytes`` of reply. An error reply (HTTP 4xx/5xx) carries TF Serving's
-    ``{"error": ...}``, which `parse_response` raises. A timeout, a connection refused or reset,
-    and a reply that is not HTTP or is cut short are one `BertWhiteningError` line naming ``url``."""
-    if not is_number(timeout) or not timeout > 0:
-        raise BertWhiteningError("timeout must be a positive number of seconds, got %s" % shown(timeout))
-    max_bytes = positive_int(max_bytes, "max_bytes")
-    deadline = time.monotonic() + timeout
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port or 80
-    except (TypeError, ValueError):  # a port that is no number, or out of range; a url that is no str
-        parts = port = None
-    if parts is None or parts.scheme != "http" or not parts.hostname:
-        raise BertWhiteningError("%s: not an http:// URL of TF Serving's REST API" % shown(url))
-    payload = json.dumps(body).encode("utf-8")
-    connection = _DeadlineConnection(parts.hostname, port, deadline)
-    try:
-        path = parts.path + ("?" + parts.query if parts.query else "")
-        connection.request("POST", path, body=payload, headers={"Content-Type": "application/json"})
-        reply = connection.getresponse()
-        chunks, size = [], 0
-        while chunk := reply.read1(1 << 16):
-            size += len(chunk)
-            if size > max_bytes:
-                raise BertWhiteningError("%s: the reply is larger than %d bytes" % (url, max_bytes))
-            chunks.append(chunk)
-        if reply.length:  # http.client's read1 returns what came when the connection closes early
-            raise BertWhiteningError("%s: the connection closed %d bytes before the reply's end" % (url, reply.length))
-    except TimeoutError:  # socket.timeout, and _DeadlineSocket's own
-        raise BertWhiteningError("%s: no whole reply within %g s" % (url, timeout)) from None
-    except (OSError, http.client.HTTPException, UnicodeError) as error:  # reset, refused, not HTTP
-        reason = " ".join(str(error).split()) or "no reason given"
-        raise BertWhiteningError("%s: the exchange failed: %s: %s" % (url, type(error).__name__, reason)) from None
-    finally:
-        connection.close()
-    return reply_json(b"".join(chunks), "%s: the reply (HTTP %d)" % (url, reply.status))
+class RestClient(HttpClient):
+    """TF Serving's REST predict over kept connections (`HttpClient`: one per scheme, host and
+    port, reopened once when found closed before a request is sent, a request never sent twice
+    once it may have reached the server), with ``headers`` on every request (an API key or an
+    Authorization for a gateway) and, for ``https://``, the server's certificate checked against
+    the system's trust store or ``ca_file`` alone. One thread at a time; close it when done.
+
+        with RestClient(headers={"Authorization": "Bearer " + token}, ca_file="ca.pem") as client:
+            reply = client.predict("https://serving.example:8501/v1/models/encoder:predict", body)
+    """
+
+    def predict(self, url, body, timeout=TIMEOUT_SECONDS, max_bytes=MAX_REPLY_BYTES):
+        """POST ``body`` (a dict) as JSON to TF Serving's REST ``url`` (``http://`` or
+        ``https://``) and return the reply's JSON object, within ``timeout`` seconds for the whole
+        exchange and ``max_bytes`` of reply (`HttpClient.post`). An error reply (HTTP 4xx/5xx)
+        carries TF Serving's ``{"error": ...}``, which `parse_response` raises."""
+        status, reply = self.post(url, json.dumps(body).encode("utf-8"), timeout, max_bytes)
+        return reply_json(reply, "%s: the reply (HTTP %d)" % (url, status))
 
 
-class _DeadlineSocket(socket.socket):
-    """A socket each of whose waits (connect, send, receive) ends by ``deadline``: http.client
-    reads the status line and headers line by line, each line with as many receives as the
-    server sends pieces, so a timeout per receive would let a server that trickles them hold
-    the caller for as long as it likes."""
-
-    def __init__(self, family, kind, proto, deadline):
-        super().__init__(family, kind, proto)
-        self.deadline = deadline
-
-    def _until_deadline(self):
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("past the deadline")
-        self.settimeout(remaining)
-
-    def connect(self, address):
-        self._until_deadline()
-        return super().connect(address)
-
-    def sendall(self, data, *flags):  # a timeout bounds a whole sendall (Python 3.5 on)
-        self._until_deadline()
-        return super().sendall(data, *flags)
-
-    def send(self, data, *flags):
-        self._until_deadline()
-        return super().send(data, *flags)
-
-    def recv_into(self, buffer, *args):  # what the reply's file object reads with
-        self._until_deadline()
-        return super().recv_into(buffer, *args)
-
-    def recv(self, size, *flags):
-        self._until_deadline()
-        return super().recv(size, *flags)
-
-
-class _DeadlineConnection(http.client.HTTPConnection):
-    """http.client's connection on a `_DeadlineSocket`: each address the host name resolves to
-    is tried until the deadline (the name lookup itself is the system resolver's)."""
-
-    def __init__(self, host, port, deadline):
-        super().__init__(host, port)
-        self.deadline = deadline
-
-    def connect(self):
-        failure = None
-        for family, kind, proto, _, address in socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM):
-            sock = _DeadlineSocket(family, kind, proto, self.deadline)
-            try:
-                sock.connect(address)
-            except OSError as error:
-                sock.close()
-                failure = error
-                continue
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as http.client sets it
-            self.sock = sock
-            return
-        raise failure or OSError("%s resolves to no address" % self.host)
+def predict(url, body, timeout=TIMEOUT_SECONDS, max_bytes=MAX_REPLY_BYTES, headers=None, ca_file=None):
+    """One `RestClient.predict` on a connection of its own, closed after it: the whole exchange
+    within ``timeout`` seconds, at most ``max_bytes`` of reply, ``headers`` sent with it and, for
+    ``https://``, the certificate checked against the system's trust store or ``ca_file``."""
+    with RestClient(headers, ca_file) as client:
+        return client.predict(url, body, timeout, max_bytes)
 
 
 def _request_ids(input_ids, segment_ids):

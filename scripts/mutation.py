@@ -21,6 +21,7 @@ MODULES = ("whitening", "serving", "data", "evaluation")
 TESTS = (
     "tests/test_whitening.py",
     "tests/test_serving_requests.py",
+    "tests/test_rest_client.py",
     "tests/test_data.py",
     "tests/test_evaluation.py",
     "tests/test_bounded.py",

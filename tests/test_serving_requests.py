@@ -1,13 +1,9 @@
 """The REST client's bodies and reply parsing against TF Serving's predict API as documented
 (tensorflow.org/tfx/serving/api_rest), written out by hand; numpy only, so these are fast.
-tests/test_serving.py feeds the same bodies to an exported model."""
+tests/test_serving.py feeds the same bodies to an exported model; tests/test_rest_client.py
+sends them to loopback servers."""
 
-import http.server
 import json
-import socket
-import struct
-import threading
-import time
 import urllib.parse
 
 import numpy as np
@@ -19,7 +15,6 @@ from bert_whitening.serving import (
     pad_ids,
     parse_response,
     parse_search_response,
-    predict,
     rest_url,
     text_request,
 )
@@ -298,137 +293,3 @@ def test_search_replies_parse_to_ids_and_scores(reply):
 def test_search_replies_are_checked(reply, message):
     with pytest.raises(BertWhiteningError, match=message):
         parse_search_response(reply, rows=2, top_k=2)
-
-
-class Server:
-    """A loopback HTTP server answering each POST with ``answer(handler)``; stops by itself."""
-
-    def __init__(self, answer):
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers["Content-Length"]))
-                answer(self)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        self.url = "http://127.0.0.1:%d/v1/models/encoder:predict" % self.server.server_address[1]
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def reply(handler, status, body):
-    handler.send_response(status)
-    handler.send_header("Content-Length", str(len(body)))
-    handler.end_headers()
-    handler.wfile.write(body)
-
-
-def test_predict_returns_the_reply_and_an_error_reply_raises_in_parse():
-    body = json.dumps({"predictions": [[0.6, 0.8]]}).encode()
-    with Server(lambda handler: reply(handler, 200, body)) as server:
-        assert parse_response(predict(server.url, text_request(["a"])), rows=1, dim=2).shape == (1, 2)
-    error = json.dumps({"error": "Op type not registered"}).encode()
-    with Server(lambda handler: reply(handler, 400, error)) as server:
-        with pytest.raises(RuntimeError, match="Op type not registered"):
-            parse_response(predict(server.url, text_request(["a"])))
-
-
-#: Seconds a 1 s deadline may take on a loaded machine: far below what the exchanges take without one.
-UNBOUNDED = 15
-
-
-def trickle(data, pause):
-    """An answer that writes ``data`` a byte at a time, ``pause`` seconds apart, raw (each
-    piece is quick, the whole is not); it stops when the client has gone."""
-
-    def answer(handler):
-        try:
-            for byte in data:
-                handler.wfile.write(bytes([byte]))
-                handler.wfile.flush()
-                time.sleep(pause)
-        except OSError:
-            pass
-
-    return answer
-
-
-@pytest.mark.parametrize(
-    "answer",
-    [
-        trickle(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", pause=1.0),  # the status line
-        trickle(b"HTTP/1.1 200 OK\r\n" + b"X" * 60, pause=0.5),  # a header that never ends
-        trickle(b"HTTP/1.1 200 OK\r\n" + b"X-Header: x\r\n" * 60, pause=0.05),  # headers, each quick
-        trickle(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b" " * 1000, pause=0.04),  # the body
-    ],
-)
-def test_predict_bounds_the_whole_exchange(answer):
-    """The deadline covers the status line and headers too: http.client reads them with one
-    receive per piece the server sends, and a timeout per receive let a server that trickled
-    its status line hold predict(timeout=2.0) until it had sent all of it. Each answer takes
-    over 30 s to send in full, so `UNBOUNDED` tells a kept deadline from none on a loaded machine."""
-    with Server(answer) as server:
-        start = time.monotonic()
-        with pytest.raises(
-            BertWhiteningError, match=r"^http://127.0.0.1:\d+/v1/models/encoder:predict: no whole reply within 1 s$"
-        ):
-            predict(server.url, text_request(["a"]), timeout=1.0)
-        assert time.monotonic() - start < UNBOUNDED
-
-
-def test_predict_bounds_sending_to_a_server_that_does_not_read():
-    listener = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel does), never reads
-    with listener:
-        url = rest_url("127.0.0.1", "encoder", port=listener.getsockname()[1])
-        start = time.monotonic()
-        with pytest.raises(BertWhiteningError, match="no whole reply within 1 s"):
-            predict(url, text_request(["a" * 1000] * 50_000), timeout=1.0)  # 50 MB: more than buffers hold
-        assert time.monotonic() - start < UNBOUNDED
-
-
-def reset(handler):
-    """Close the connection with a TCP reset (linger 0) instead of a reply."""
-    handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    handler.connection.close()
-
-
-def test_a_reset_a_refusal_or_a_reply_cut_short_is_one_line():
-    with Server(reset) as server:
-        with pytest.raises(BertWhiteningError, match=r"predict: the exchange failed: ConnectionResetError: .*reset"):
-            predict(server.url, text_request(["a"]))
-    with Server(trickle(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n[0.5]", pause=0)) as server:
-        with pytest.raises(
-            BertWhiteningError, match=r"predict: the connection closed 95 bytes before the reply's end$"
-        ):
-            predict(server.url, text_request(["a"]))
-    with Server(trickle(b"SSH-2.0-OpenSSH\r\n\r\n", pause=0)) as server:
-        with pytest.raises(BertWhiteningError, match=r"predict: the exchange failed: BadStatusLine: SSH-2.0-OpenSSH"):
-            predict(server.url, text_request(["a"]))
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        port = listener.getsockname()[1]
-    with pytest.raises(BertWhiteningError, match=r"predict: the exchange failed: ConnectionRefusedError: .*refused"):
-        predict(rest_url("127.0.0.1", "encoder", port=port), text_request(["a"]))
-    for url, timeout in [
-        ("https://h/v1/models/m:predict", 1),
-        ("http://h:99999/x", 1),
-        ("http://h/x", 0),
-        ("http://h/x", "1"),
-    ]:
-        with pytest.raises(BertWhiteningError, match="not an http:// URL|timeout must be a positive number"):
-            predict(url, {}, timeout=timeout)
-
-
-def test_predict_bounds_the_reply_size():
-    huge = b"[" + b"0," * 600_000 + b"0]"
-    with Server(lambda handler: reply(handler, 200, huge)) as server:
-        with pytest.raises(ValueError, match="the reply is larger than 1000000 bytes"):
-            predict(server.url, text_request(["a"]), max_bytes=1_000_000)

@@ -42,6 +42,9 @@ SAFETENSORS_HEADER_BYTES = 64 << 20
 #: One line of an input file (a sentence, or a pair with its label), without its line end: far
 #: longer than anything a model reads (it keeps ``maxlen`` tokens), short enough to hold at once.
 LINE_BYTES = 1 << 20
+#: A CA file a TLS client trusts (``ca_file``, PEM or DER): a system's whole bundle of
+#: certificates holds a few hundred kilobytes.
+CA_FILE_BYTES = 16 << 20
 
 #: The largest size each key of a BERT configuration may give: beyond those of any released
 #: BERT, below what would not fit a machine. The weights must match them as well
