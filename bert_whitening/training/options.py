@@ -5,14 +5,13 @@ read, the loss and its labels, the memory a step needs), so that every refusal a
 
 import dataclasses
 import hashlib
-import math
-import numbers
 import os
 from typing import Optional
 
 import numpy as np
 
 from bert_whitening import arguments
+from bert_whitening.arguments import is_finite_number, is_number
 from bert_whitening.config import block_bytes_per_token, check_model, check_trainable, fused_bert_sizes
 from bert_whitening.data import STDIN, check_labels, check_readable, display_name, open_local, read_pairs
 from bert_whitening.errors import BertWhiteningError, TrainingError
@@ -81,12 +80,12 @@ class TrainOptions:
             arguments.boolean(getattr(self, name), name)
         check_choice("loss", self.loss, tuple(LOSSES))
         for name, ok in (
-            ("batch_size", _whole(self.batch_size) and self.batch_size > 0),
-            ("epochs", _whole(self.epochs) and self.epochs >= 0),
-            ("learning_rate", _real(self.learning_rate) and self.learning_rate > 0),
-            ("scale", _real(self.scale) and self.scale > 0),
-            ("threshold", self.threshold is None or _real(self.threshold)),
-            ("seed", _whole(self.seed) and self.seed >= 0),
+            ("batch_size", is_number(self.batch_size, whole=True) and self.batch_size > 0),
+            ("epochs", is_number(self.epochs, whole=True) and self.epochs >= 0),
+            ("learning_rate", is_finite_number(self.learning_rate) and self.learning_rate > 0),
+            ("scale", is_finite_number(self.scale) and self.scale > 0),
+            ("threshold", self.threshold is None or is_finite_number(self.threshold)),
+            ("seed", is_number(self.seed, whole=True) and self.seed >= 0),
         ):
             if not ok:
                 raise BertWhiteningError("%s %r is out of range" % (name, getattr(self, name)))
@@ -96,16 +95,6 @@ class TrainOptions:
                 "long before; only its gradients grow beyond)" % (self.scale, MAX_SCALE)
             )
         LOSSES[self.loss].check(self)
-
-
-def _real(value):
-    """A finite real number (numpy's too): not a bool, not a ``"2e-5"``."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _whole(value):
-    """An integer (numpy's too): not a bool (``True`` is no batch size), not a float."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass

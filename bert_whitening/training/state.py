@@ -15,16 +15,17 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import os
 import shutil
 from typing import Optional
 
 import numpy as np
 
+from bert_whitening.arguments import is_finite_number
 from bert_whitening.errors import TrainingError
 from bert_whitening.io.atomic import kept_directory, write_stream_atomically
 from bert_whitening.io.bounded import JSON_BYTES, NpzMembers
+from bert_whitening.io.records import as_read, parse_json
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +136,7 @@ def resumable_identity(plan):
         "valid_sha256": plan.valid.sha256 if plan.valid is not None else None,
         **settings,
     }
-    return json.loads(json.dumps(identity))  # as the state's JSON gives it back
+    return as_read(identity)  # as the state's JSON gives it back
 
 
 def open_checkpoints(plan):
@@ -165,7 +166,7 @@ def _checked_state(text, checkpoints):
     """The state's record (JSON ``text``) once every field has the form `save_state` writes: a
     record edited by hand is refused in one line rather than failing halfway through a resume."""
     try:
-        state = json.loads(text)
+        state = parse_json(text, checkpoints.path, TrainingError)
         epochs, kept, best, after = state["epochs"], state["kept"], state["best"], state["resumed_after"]
         validated = state["identity"]["valid_sha256"] is not None
         well_formed = (
@@ -174,7 +175,7 @@ def _checked_state(text, checkpoints):
             and all(_epoch_entry(entry, number, validated) for number, entry in enumerate(epochs, 1))
             and type(kept) is int
             and (1 <= kept <= len(epochs) if validated else kept == len(epochs))
-            and (_finite(best) if validated else best is None)
+            and (is_finite_number(best) if validated else best is None)
             and isinstance(after, list)
             and all(type(epoch) is int and 0 <= epoch <= len(epochs) for epoch in after)
             and after == sorted(after)
@@ -210,10 +211,6 @@ def _generator_state(rng):
     )
 
 
-def _finite(value):
-    return type(value) in (int, float) and math.isfinite(value)
-
-
 def _epoch_entry(entry, number, validated):
     """Whether ``entry`` is the record `bert_whitening.training.loop` keeps of epoch ``number``."""
     keys = {"epoch", "train_loss", "steps", "seconds"} | ({"valid_spearman"} if validated else set())
@@ -223,7 +220,7 @@ def _epoch_entry(entry, number, validated):
         and entry["epoch"] == number
         and type(entry["steps"]) is int
         and entry["steps"] > 0
-        and all(_finite(entry[key]) for key in keys - {"epoch", "steps"})
+        and all(is_finite_number(entry[key]) for key in keys - {"epoch", "steps"})
     )
 
 
