@@ -962,13 +962,12 @@ def run_fit(args):
     _start(args)
     from bert_whitening.encoding import progress_bar
 
-    reading = dict(files=args.inputs, **dataclasses.asdict(read))
     with progress_bar() as bar:
         if args.method == "flow":
             batch = {"flow_batch_size": training.pop("batch_size")} if "batch_size" in training else {}
-            fitted = encoder.fit_flow(seed=args.seed, progress=bar, **batch, **training, **reading)
+            fitted = encoder.fit_flow(files=args.inputs, seed=args.seed, read=read, progress=bar, **batch, **training)
         else:
-            fitted = encoder.fit(progress=bar, **dataclasses.asdict(options), **reading)
+            fitted = encoder.fit(files=args.inputs, options=options, read=read, progress=bar)
     fitted.save(args.output)
     logger.info("wrote %s", args.output)
 
@@ -994,7 +993,10 @@ def run_encode(args):
 
 def run_export(args):
     encoder = SentenceEncoder(_encoder_config(args, whitened=True))
-    encoder.export(args.output, args.version, args.text, args.overwrite, args.corpus, args.top_k, args.export_precision)
+    from bert_whitening.export.options import ExportOptions
+
+    options = ExportOptions(args.version, args.text, args.overwrite, args.top_k, args.export_precision)
+    encoder.export(args.output, options, corpus=args.corpus)
 
 
 def run_eval(args):
@@ -1004,6 +1006,7 @@ def run_eval(args):
     training = _flow_training(args, "flow" in args.method)
     if args.flow_seeds is not None and "flow" not in args.method:
         raise BertWhiteningError("--flow-seeds are the flows' seeds: add --method whitening,flow (or flow)")
+    options = _eval_options(args, methods=args.method, flow_seeds=args.flow_seeds or [0], flow_options=training)
     config = _task_config(args)
 
     def show(title, task, report):
@@ -1011,22 +1014,25 @@ def run_eval(args):
             print(title)
         print(format_table(task, report), flush=True)
 
-    results = evaluate_tasks(
-        config,
-        args.task,
-        directory=args.data_dir,
+    results = evaluate_tasks(config, args.task, options, on_task=show)
+    _write_reports(args, [report for report, _ in results], functools.partial(plot_report, *results[0]))
+
+
+def _eval_options(args, **more):
+    """The `EvalOptions` of ``eval`` and ``eval-retrieval`` (`_task_options`), with ``more`` of
+    the command's own."""
+    from bert_whitening.evaluation import EvalOptions
+
+    return EvalOptions(
         n_components=args.n_components,
         betas=args.beta,
         gammas=args.gamma,
         fit_on=_fit_on(args),
+        directory=args.data_dir,
         read=_task_read(args),
-        methods=args.method,
-        flow_seeds=args.flow_seeds or [0],
-        flow_options=training,
         poolings=args.poolings,
-        on_task=show,
+        **more,
     )
-    _write_reports(args, [report for report, _ in results], functools.partial(plot_report, *results[0]))
 
 
 def _task_config(args):
@@ -1067,45 +1073,25 @@ def _fit_on(args):
 
 def run_eval_retrieval(args):
     from bert_whitening.plots import plot_retrieval
-    from bert_whitening.retrieval.evaluate import evaluate_retrieval, format_retrieval_table
+    from bert_whitening.retrieval.evaluate import RetrievalOptions, evaluate_retrieval, format_retrieval_table
 
+    options = _eval_options(args)
+    retrieval = RetrievalOptions(split=args.split, distractor_files=args.distractors, hnsw_m=args.hnsw_m)
     config = _task_config(args)
     show = lambda title, entry: print(format_retrieval_table(title, entry), flush=True)
-    reports = evaluate_retrieval(
-        config,
-        args.task,
-        directory=args.data_dir,
-        split=args.split,
-        n_components=args.n_components,
-        betas=args.beta,
-        gammas=args.gamma,
-        fit_on=_fit_on(args),
-        distractor_files=args.distractors,
-        hnsw_m=args.hnsw_m,
-        read=_task_read(args),
-        on_task=show,
-        poolings=args.poolings,
-    )
+    reports = evaluate_retrieval(config, args.task, options, retrieval, on_task=show)
     _write_reports(args, reports, functools.partial(plot_retrieval, reports[0]))
 
 
 def run_index(args):
-    from bert_whitening.retrieval.search import build_index, check_index_sources
+    from bert_whitening.retrieval.search import IndexOptions, build_index, check_index_sources
 
     check_index_sources(args.inputs, args.from_vectors, args.from_beam)
     check_readable(args.inputs + [path for path in (args.from_vectors,) if path])
     config = _encoder_config(args, whitened=True)
+    options = IndexOptions(hnsw_m=args.hnsw, batch_size=args.batch_size, overwrite=args.overwrite)
     _start(args)
-    build_index(
-        config,
-        args.output,
-        args.inputs,
-        args.hnsw,
-        args.from_vectors,
-        args.from_beam,
-        args.batch_size,
-        overwrite=args.overwrite,
-    )
+    build_index(config, args.output, options, args.inputs, args.from_vectors, args.from_beam)
 
 
 def run_search(args):
