@@ -140,13 +140,14 @@ class EvalOptions:
         put("gammas", value_tuple(self.gammas, "gammas", _as_is))
         put("fit_on", checked_fit_on(self.fit_on))
         put("directory", optional_path(self.directory, "directory"))
-        if not isinstance(self.read, ReadOptions):
-            raise BertWhiteningError("read must be a ReadOptions, got %s" % type(self.read).__name__)
+        options_of(ReadOptions, self.read, "read")
         put("poolings", value_tuple(self.poolings, "poolings", _pooling))
         put("methods", value_tuple(self.methods, "methods", _as_is))  # checked by settings
         put("flow_seeds", value_tuple(self.flow_seeds, "flow_seeds", _as_is))  # checked with the flow's options
         if self.flow_options is not None and not isinstance(self.flow_options, dict):
             raise BertWhiteningError("flow_options must be a dict, got %s" % type(self.flow_options).__name__)
+        if self.flow_options is not None:  # a copy: the caller's dict changed later changes nothing here
+            put("flow_options", dict(self.flow_options))
         self.settings  # noqa: B018  every setting's FitOptions and the methods, refused now
 
     @property

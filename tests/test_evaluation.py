@@ -712,6 +712,10 @@ def test_eval_options_keep_their_lists_as_tuples_and_report_fit_on_as_given():
     )
     assert options.reported_fit_on == ["a.txt"] and EvalOptions(fit_on="train").reported_fit_on == "train"
     assert [setting.label for setting in options.settings] == ["raw", "k=all", "k=all b=0.5 g=1"]
+    given = {"epochs": 2}
+    flows = EvalOptions(methods=["flow"], flow_options=given)
+    given["epochs"] = 3  # the options keep what they were built with
+    assert flows.flow_options == {"epochs": 2} and flows.methods == ("flow",)
 
 
 @pytest.mark.parametrize(
@@ -731,7 +735,7 @@ def test_eval_options_keep_their_lists_as_tuples_and_report_fit_on_as_given():
         ),
         ({"fit_on": ["corpus.txt", "all"]}, "--fit-on all is given alone, not among files"),
         ({"directory": 3}, "directory must be a path (str or pathlib.Path), got int 3"),
-        ({"read": {"batch_size": 8}}, "read must be a ReadOptions, got dict"),
+        ({"read": {"batch_size": 8}}, "read must be a ReadOptions, got dict {'batch_size': 8}"),
         ({"poolings": ["cls", "max"]}, "unknown pooling 'max'; choose one of: first-last-avg, last-avg, cls, pooler"),
         ({"methods": ["glow"]}, "unknown method 'glow' (methods: whitening, flow)"),
         ({"flow_options": [("epochs", 2)]}, "flow_options must be a dict, got list"),
