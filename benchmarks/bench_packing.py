@@ -41,7 +41,7 @@ def main():
 
     from bert_whitening.backend import tf
     from bert_whitening.encoding import tokenize
-    from bert_whitening.export import export_saved_model
+    from bert_whitening.export import ExportOptions, export_saved_model
     from bert_whitening.layers import fused_bert
     from bert_whitening.token_ids import pad_ids
 
@@ -66,7 +66,9 @@ def main():
         for name, threshold in (("packed", -1.0), ("every row", 2.0)):
             with mock.patch.object(fused_bert, "PACK_ABOVE_PADDING", threshold):
                 path, _ = export_saved_model(
-                    encoder, os.path.join(workdir, precision + name.replace(" ", "_")), precision=precision
+                    encoder,
+                    os.path.join(workdir, precision + name.replace(" ", "_")),
+                    ExportOptions(precision=precision),
                 )
             served[name] = tf.saved_model.load(path).signatures["serving_default"]
         print(

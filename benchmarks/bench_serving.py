@@ -50,10 +50,10 @@ def whitened_minilm(sentences, n_components=None):
 
 
 def export_minilm(workdir):
-    from bert_whitening.export import export_saved_model
+    from bert_whitening.export import ExportOptions, export_saved_model
 
     encoder = whitened_minilm(sts_sentences(4000), 256)
-    path, _ = export_saved_model(encoder, os.path.join(workdir, "served"), text=True)
+    path, _ = export_saved_model(encoder, os.path.join(workdir, "served"), ExportOptions(text=True))
     return path
 
 

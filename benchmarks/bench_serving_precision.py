@@ -44,7 +44,7 @@ def main():
 
     from bert_whitening.backend import tf
     from bert_whitening.encoding import batches, tokenize
-    from bert_whitening.export import check_export, export_saved_model
+    from bert_whitening.export import ExportOptions, check_export, export_saved_model
     from bert_whitening.token_ids import pad_ids
 
     sentences = sts_sentences(args.sentences)
@@ -54,7 +54,9 @@ def main():
     padded_one = [pad_ids([ids]) for ids in sequences[:SINGLE_SENTENCES]]
     workdir = tempfile.mkdtemp()
     exports = {
-        precision: export_saved_model(encoder, os.path.join(workdir, precision), text=True, precision=precision)[0]
+        precision: export_saved_model(
+            encoder, os.path.join(workdir, precision), ExportOptions(text=True, precision=precision)
+        )[0]
         for precision in ("float32", "bfloat16")
     }
 

@@ -17,8 +17,12 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "EncoderConfig": "bert_whitening.config",
+    "EvalOptions": "bert_whitening.evaluation",
+    "ExportOptions": "bert_whitening.export.options",
     "FitOptions": "bert_whitening.whitening",
+    "IndexOptions": "bert_whitening.retrieval.index_directory",
     "ReadOptions": "bert_whitening.data",
+    "RetrievalOptions": "bert_whitening.retrieval.evaluate",
     "SentenceEncoder": "bert_whitening.sentence_encoder",
     "Whitening": "bert_whitening.whitening",
     "WhiteningStats": "bert_whitening.whitening",

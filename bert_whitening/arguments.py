@@ -6,6 +6,7 @@ call into one `BertWhiteningError` naming the argument and what it got. numpy on
 """
 
 import collections.abc
+import dataclasses
 import math
 import numbers
 import os
@@ -244,3 +245,56 @@ def str_list(value, name, what, one="sentence"):
             % (name, what, type(value).__name__, shown(value), kind)
         )
     return [_text(item, name, index) for index, item in enumerate(value)]
+
+
+def options_from(kind, options, keywords, name="options"):
+    """``options`` when it is a ``kind`` (a frozen options dataclass, checked when it was built),
+    else one built of ``keywords``: the Python API's two ways of giving the same options, with
+    one line for a value of the wrong kind, an unknown keyword, or both ways at once (the
+    keywords would be ignored)."""
+    if options is None:
+        fields = [field.name for field in dataclasses.fields(kind)]
+        unknown = [keyword for keyword in keywords if keyword not in fields]
+        if unknown:
+            raise BertWhiteningError(
+                "unknown option %s (%s takes: %s)" % (shown(unknown[0]), kind.__name__, ", ".join(fields))
+            )
+        return kind(**keywords)
+    options_of(kind, options, name)
+    if keywords:
+        raise BertWhiteningError(
+            "%s: give %s or its keywords, not both (%s given too)" % (name, _named(kind), ", ".join(keywords))
+        )
+    return options
+
+
+def options_of(kind, value, name="options", error=BertWhiteningError):
+    """``value`` when it is a ``kind`` (an options dataclass, checked when it was built), else
+    one ``error`` naming ``name``: a library function handed the wrong object says so, not an
+    attribute error deep inside."""
+    if not isinstance(value, kind):
+        raise error("%s must be %s, got %s %s" % (name, _named(kind), type(value).__name__, shown(value)))
+    return value
+
+
+def _named(kind):
+    """``kind``'s name after its article: "an ExportOptions", "a FitOptions"."""
+    return ("an %s" if kind.__name__[0] in "AEIOU" else "a %s") % kind.__name__
+
+
+def value_tuple(value, name, check):
+    """``value`` (a list or tuple, not a str) as a tuple, each item passed through ``check(item,
+    "name[i]")``: an options object keeps its lists as tuples, which stay as they were checked."""
+    container(value, name, "values", one="value")
+    return tuple(check(item, "%s[%d]" % (name, index)) for index, item in enumerate(value))
+
+
+def split_keywords(keywords, kinds, what):
+    """``keywords`` shared out among the options dataclasses ``kinds``, one dict each, by their
+    fields; one not among any is refused, naming what ``what`` (a method) takes."""
+    names = [[field.name for field in dataclasses.fields(kind)] for kind in kinds]
+    taken = [name for fields in names for name in fields]
+    unknown = [keyword for keyword in keywords if keyword not in taken]
+    if unknown:
+        raise BertWhiteningError("unknown option %s (%s takes: %s)" % (shown(unknown[0]), what, ", ".join(taken)))
+    return [{key: value for key, value in keywords.items() if key in fields} for fields in names]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 import numpy as np
 import scipy.stats
 
-from bert_whitening.arguments import path_list
+from bert_whitening.arguments import integer, optional_path, options_of, path_list, value_tuple
 from bert_whitening.data import (  # noqa: F401  TASKS: named here too
     TASKS,
     ReadOptions,
@@ -100,6 +100,80 @@ def settings(
     return found
 
 
+def _as_is(value, name):
+    return value
+
+
+def _pooling(value, name):
+    check_choice("pooling", value, POOLINGS)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalOptions:
+    """How ``eval`` and ``eval-retrieval`` evaluate, built and checked once before a task is read
+    or a model built, then passed through as it is: the settings (every combination of
+    ``n_components``, ``betas`` and ``gammas``, `settings`; raw when ``n_components`` has 0),
+    ``fit_on`` (``"all"`` splits of each task, ``"train"``, or a list of sentence/pair files),
+    ``directory`` (the senteval_cn directory, `bert_whitening.data.data_dir`), ``read`` (how the
+    task, ``fit_on`` and distractor files are read and batched), ``poolings`` (scored on one
+    encoding; empty: the encoder's own), and ``eval``'s flows: ``methods`` (``"whitening"``
+    and/or ``"flow"``), ``flow_seeds`` (one flow each) and ``flow_options`` (further arguments
+    of `bert_whitening.flow.fit_flow`, checked where a flow is fitted, since the flow's checks
+    import TensorFlow). Lists are kept as tuples."""
+
+    n_components: Sequence[int] = (0, -1, 256)
+    betas: Sequence[float] = (1.0,)
+    gammas: Sequence[float] = (1.0,)
+    fit_on: str | Sequence[str] = "all"
+    directory: Optional[str] = None
+    read: ReadOptions = ReadOptions()
+    poolings: Sequence[str] = ()
+    methods: Sequence[str] = ("whitening",)
+    flow_seeds: Sequence[int] = (0,)
+    flow_options: Optional[dict] = None
+
+    def __post_init__(self):
+        put = functools.partial(object.__setattr__, self)
+        put("n_components", value_tuple(self.n_components, "n_components", integer))
+        put("betas", value_tuple(self.betas, "betas", _as_is))  # each a FitOptions' below
+        put("gammas", value_tuple(self.gammas, "gammas", _as_is))
+        put("fit_on", checked_fit_on(self.fit_on))
+        put("directory", optional_path(self.directory, "directory"))
+        options_of(ReadOptions, self.read, "read")
+        put("poolings", value_tuple(self.poolings, "poolings", _pooling))
+        put("methods", value_tuple(self.methods, "methods", _as_is))  # checked by settings
+        put("flow_seeds", value_tuple(self.flow_seeds, "flow_seeds", _as_is))  # checked with the flow's options
+        if self.flow_options is not None and not isinstance(self.flow_options, dict):
+            raise BertWhiteningError("flow_options must be a dict, got %s" % type(self.flow_options).__name__)
+        if self.flow_options is not None:  # a copy: the caller's dict changed later changes nothing here
+            put("flow_options", dict(self.flow_options))
+        self.settings  # noqa: B018  every setting's FitOptions and the methods, refused now
+
+    @property
+    def reported_fit_on(self):
+        """``fit_on`` as a report's JSON records it: a name, or a list of files."""
+        return self.fit_on if isinstance(self.fit_on, str) else list(self.fit_on)
+
+    @property
+    def settings(self) -> list[Setting]:
+        """The settings evaluated, in order (`settings`)."""
+        return settings(self.n_components, self.betas, self.gammas, self.methods, self.flow_seeds)
+
+
+def checked_fit_on(fit_on):
+    """``fit_on`` as the evaluation takes it: ``"all"``, ``"train"``, or a tuple of file paths,
+    refusing one path not in a list (it would be read as its characters, each a file) and
+    ``all`` or ``train`` among files (unless a file of that name exists)."""
+    if isinstance(fit_on, str) and fit_on in ("all", "train"):
+        return fit_on
+    paths = tuple(path_list(fit_on, "fit_on"))
+    named = [path for path in paths if path in ("all", "train") and not os.path.exists(path)]
+    if named:
+        raise BertWhiteningError("--fit-on %s is given alone, not among files" % named[0])
+    return paths
+
+
 def cosine_spearman(first: np.ndarray, second: np.ndarray, labels: np.ndarray) -> float:
     """Spearman correlation of the row-wise cosine of two vector sets with the labels."""
     sims = (l2_normalize(first) * l2_normalize(second)).sum(axis=1)
@@ -156,11 +230,7 @@ def _check_fit_on(fit_on, loaded):
                     "--fit-on train: %s has no train split (splits: %s)" % (task, ", ".join(splits))
                 )
     elif fit_on != "all":
-        path_list(fit_on, "fit_on")  # one path, not in a list, was read as its characters, each a file
-        named = [path for path in fit_on if path in ("all", "train") and not os.path.exists(path)]
-        if named:
-            raise BertWhiteningError("--fit-on %s is given alone, not among files" % named[0])
-        check_readable(list(fit_on))
+        check_readable(list(checked_fit_on(fit_on)))
 
 
 def _fit_blocks(encoded, fit_on):
@@ -325,17 +395,7 @@ def evaluate(
 def evaluate_tasks(
     spec: "EncoderConfig",
     tasks: Sequence[str],
-    *,
-    directory: Optional[str] = None,
-    n_components: Sequence[int] = (0, -1, 256),
-    betas: Sequence[float] = (1.0,),
-    gammas: Sequence[float] = (1.0,),
-    fit_on: str | Sequence[str] = "all",
-    read: ReadOptions = ReadOptions(),
-    methods: Sequence[str] = ("whitening",),
-    flow_seeds: Sequence[int] = (0,),
-    flow_options: Optional[dict] = None,
-    poolings: Sequence[str] = (),
+    options: EvalOptions = EvalOptions(),
     on_task: Optional[Callable[[str, str, dict], None]] = None,
 ) -> tuple | list[tuple]:
     """What ``bert-whitening eval`` does: ``(report, spectra)``.
@@ -344,20 +404,9 @@ def evaluate_tasks(
         spec: a `bert_whitening.config.EncoderConfig` of the unwhitened encoder; its ``maxlen``
             None means each task's default (`task_maxlen`).
         tasks: senteval_cn task names (`TASKS`) or ``STS-B-en``.
-        directory: the senteval_cn directory (`bert_whitening.data.data_dir`).
-        n_components, betas, gammas: every combination is evaluated (`settings`), each a
-            `bert_whitening.whitening.FitOptions`.
-        fit_on: ``"all"`` splits of each task, ``"train"``, or a list of sentence/pair files.
-        read: how the task and ``fit_on`` files are read and encoded (skip_bad_lines,
-            batch_size; ``fit_on`` files in its format).
-        methods: ``"whitening"`` and/or ``"flow"`` (`METHODS`); raw is evaluated when
-            ``n_components`` has 0, whatever the methods.
-        flow_seeds: one flow is trained per seed, on the vectors a whitening is fitted on.
-        flow_options: further arguments of `bert_whitening.flow.fit_flow` (``config``,
-            ``epochs``, ``batch_size``, ``learning_rate``, ``progress``); its defaults are
-            BERT-flow's.
-        poolings: score these poolings (``spec.pooling`` ignored) on one encoding of each
-            task and of the ``fit_on`` files: one forward pass for all of them.
+        options: an `EvalOptions`: the settings, what they are fitted on, how files are read,
+            the poolings, the flows; its ``flow_options`` are checked here, before a model is
+            built (the flow's checks import TensorFlow).
         on_task: called as each task is done, ``on_task(title, task, report)`` (``title`` the
             task's name, with the pooling's when there are several; ``report`` that pooling's
             so far): the command line prints the task's table then, so that a later task's
@@ -370,58 +419,73 @@ def evaluate_tasks(
     from bert_whitening.config import versions
 
     started = time.time()
-    requested = settings(n_components, betas, gammas, methods, flow_seeds)
-    if "flow" in methods:  # refused before a model is built, not after the first task is encoded
-        flow_config = check_flow_settings(flow_options, flow_seeds)
+    options = options_of(EvalOptions, options)
+    requested = options.settings
+    flows = "flow" in options.methods
+    if flows:  # refused before a model is built, not after the first task is encoded
+        flow_config = check_flow_settings(options.flow_options, options.flow_seeds)
     ks = [setting.n_components for setting in requested]  # a flow's -1; no whitening's k without one
-    encoders, loaded = load_tasks(spec, tasks, directory, ks, read, poolings, _correlatable, fit_on)
+    encoders, loaded = load_tasks(
+        spec, tasks, options.directory, ks, options.read, options.poolings, _correlatable, options.fit_on
+    )
     first = next(iter(encoders.values()))
-    if "flow" in methods:
+    if flows:
         flow_config.check(first.dim)
-    reports = {
-        pooling: {
-            "model": first.model_identity,
-            "pooling": pooling,
-            "data_dir": data_dir(directory),
-            "fit_on": fit_on,
-            "tasks": {},
-            "versions": versions(),
-        }
-        for pooling in encoders
-    }
+    head = {"model": first.model_identity, "data_dir": data_dir(options.directory), "fit_on": options.reported_fit_on}
+    reports = {pooling: _report_head(head, pooling, versions()) for pooling in encoders}
     spectra = {pooling: {} for pooling in encoders}
     for task in loaded:
         with named_task(task.name):
-            for pooling, encoded in encode_splits_together(task.encoders, task.splits, task.read.batch_size).items():
-                if len(task.encoders) > 1:  # what follows (the fit's warnings) is this pooling's
-                    logger.info("%s: fitting and scoring", task.label(pooling))
-                vectors = None
-                if "flow" in methods:  # the statistics and the vectors: files are encoded once
-                    stats, vectors = fit_statistics_and_vectors(
-                        encoded, fit_on, functools.partial(task.statistics_and_vectors_from_files, pooling=pooling)
-                    )
-                else:
-                    stats = fit_statistics(
-                        encoded, fit_on, functools.partial(task.statistics_from_files, pooling=pooling)
-                    )
-                results, whitening = evaluate(
-                    encoded, stats, requested, spec.allow_rank_deficient, vectors, flow_options
-                )
-                entry = reports[pooling]["tasks"][task.name] = {
-                    "maxlen": task.maxlen,
-                    "counts": {split: len(pairs) for split, pairs in task.splits.items()},
-                    "fitted_on_vectors": stats.count,
-                    "results": results,
-                }
-                if whitening is not None:
-                    entry["rank"] = whitening.rank
-                    spectra[pooling][task.name] = whitening.eigenvalues
+            for pooling, entry, eigenvalues in _scored_task(task, requested, options, spec.allow_rank_deficient):
+                reports[pooling]["tasks"][task.name] = entry
+                if eigenvalues is not None:
+                    spectra[pooling][task.name] = eigenvalues
                 if on_task:
                     on_task(task.label(pooling), task.name, reports[pooling])
     for report in reports.values():
         report["seconds"] = round(time.time() - started, 1)
     pairs = [(reports[pooling], spectra[pooling]) for pooling in encoders]
-    return pairs if poolings else pairs[0]
+    return pairs if options.poolings else pairs[0]
+
+
+def _report_head(head, pooling, versions):
+    """One pooling's report before any task: ``head`` (model, data directory, ``fit_on``) in the
+    order the JSON has always shown it."""
+    return {
+        "model": head["model"],
+        "pooling": pooling,
+        "data_dir": head["data_dir"],
+        "fit_on": head["fit_on"],
+        "tasks": {},
+        "versions": versions,
+    }
+
+
+def _scored_task(task, requested, options, allow_rank_deficient):
+    """``(pooling, entry, eigenvalues or None)`` of one loaded task for each of its poolings, on
+    one encoding of the task: the statistics (and, for a flow, the vectors) fitted on, every
+    setting scored. The vectors are held only when a flow needs them (the files are encoded once
+    for both)."""
+    fit_on = options.fit_on
+    for pooling, encoded in encode_splits_together(task.encoders, task.splits, task.read.batch_size).items():
+        if len(task.encoders) > 1:  # what follows (the fit's warnings) is this pooling's
+            logger.info("%s: fitting and scoring", task.label(pooling))
+        vectors = None
+        if "flow" in options.methods:
+            from_files = functools.partial(task.statistics_and_vectors_from_files, pooling=pooling)
+            stats, vectors = fit_statistics_and_vectors(encoded, fit_on, from_files)
+        else:
+            stats = fit_statistics(encoded, fit_on, functools.partial(task.statistics_from_files, pooling=pooling))
+        results, whitening = evaluate(encoded, stats, requested, allow_rank_deficient, vectors, options.flow_options)
+        entry = {
+            "maxlen": task.maxlen,
+            "counts": {split: len(pairs) for split, pairs in task.splits.items()},
+            "fitted_on_vectors": stats.count,
+            "results": results,
+        }
+        if whitening is not None:
+            entry["rank"] = whitening.rank
+        yield pooling, entry, None if whitening is None else whitening.eigenvalues
 
 
 @contextlib.contextmanager

@@ -581,14 +581,12 @@ def training_steps(count, epochs, batch_size, batch_name="batch_size"):
 def fit_flow(
     vectors,
     config=None,
-    seed=0,
-    epochs=1.0,
-    batch_size=64,
-    learning_rate=1e-3,
+    *,
     progress=None,
     pooling=None,
     model_identity=None,
     tokenization=None,
+    **training,
 ) -> Flow:
     """Train a flow by maximum likelihood on ``vectors``, as BERT-flow does (module docstring).
 
@@ -596,34 +594,58 @@ def fit_flow(
         vectors: ``(n, dim)`` pooled sentence vectors, enough for one step.
         config: a `FlowConfig`, a dict of its fields or of a BERT-flow config file, or None
             (``config_l3_d3_w32``).
-        seed: initial values and shuffling.
-        epochs: passes over the vectors (fractions allowed): ``int(n * epochs / batch_size)``
-            steps of ``batch_size`` vectors, the order reshuffled each pass.
-        batch_size: vectors per step; BERT-flow's 32 pairs are 64 vectors.
-        learning_rate: the flow learning rate, constant.
         progress: a tqdm bar to advance, True or False for a bar of its own, or None for a bar
             on a terminal only.
         pooling, model_identity, tokenization: what made the vectors, recorded in the flow (as
             a whitening records them) so that it is refused on vectors of another encoder.
+        training: ``seed`` (initial values and shuffling), ``epochs`` (passes over the vectors,
+            fractions allowed: ``int(n * epochs / batch_size)`` steps of ``batch_size`` vectors,
+            the order reshuffled each pass), ``batch_size`` (vectors per step; BERT-flow's 32
+            pairs are 64 vectors), ``learning_rate`` (constant); else `FLOW_DEFAULTS`'.
 
-    The options are checked first (`check_flow_options`); a training whose weights end NaN or
-    inf (diverged) is a `FlowError`, and no flow is returned.
+    The options are checked first (`check_flow_options`, an unknown one too); a training whose
+    weights end NaN or inf (diverged) is a `FlowError`, and no flow is returned.
     """
-    options = check_flow_options(
-        dict(config=config, seed=seed, epochs=epochs, batch_size=batch_size, learning_rate=learning_rate)
-    )
-    config, seed, epochs = options["config"], options["seed"], options["epochs"]
-    batch_size, learning_rate = options["batch_size"], options["learning_rate"]
+    options = check_flow_options(dict(training, config=config))
+    seed, epochs, batch_size = options["seed"], options["epochs"], options["batch_size"]
     vectors = _checked(vectors)
     steps = training_steps(len(vectors), epochs, batch_size)
     rng = np.random.default_rng(seed)
-    flow = Flow(vectors.shape[1], config, rng)
+    flow = Flow(vectors.shape[1], options["config"], rng)
     flow.pooling, flow.model_identity, flow.tokenization = pooling, dict(model_identity or {}), dict(tokenization or {})
     passes = math.ceil(steps * batch_size / len(vectors))
     order = np.concatenate([rng.permutation(len(vectors)) for _ in range(passes)])
     if flow.config.data_init:
         flow.initialize(vectors[order[:batch_size]])
-    step = _train_step(flow, learning_rate)
+    started = time.perf_counter()
+    losses = _trained(flow, vectors, order, options, steps, progress)
+    if not all(np.isfinite(weight.numpy()).all() for weight in flow.weights):
+        raise FlowError(
+            "the flow's training diverged: its weights hold NaN or inf after %d steps at learning_rate %g"
+            % (steps, options["learning_rate"])
+        )
+    first, last = _first_and_last(losses)
+    flow.training_summary = {
+        "seed": seed,
+        "vectors": len(vectors),
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "learning_rate": options["learning_rate"],
+        "steps": steps,
+        "seconds": round(time.perf_counter() - started, 3),
+        "nll_first_steps": first,
+        "nll_last_steps": last,
+    }
+    logger.info("flow trained on %d vectors, %d steps: NLL %.4f -> %.4f bits/dim", len(vectors), steps, first, last)
+    return flow
+
+
+def _trained(flow, vectors, order, options, steps, progress):
+    """The losses of ``steps`` training steps of ``flow`` on the rows of ``vectors`` in ``order``,
+    one batch after the other (a batch's rows gathered alone), with a progress bar: ``progress``
+    when it is one, else one made (and closed) here."""
+    step = _train_step(flow, options["learning_rate"])
+    batch_size = options["batch_size"]
     bar = (
         progress
         if hasattr(progress, "update")
@@ -631,7 +653,7 @@ def fit_flow(
             total=steps, unit="step", leave=False, desc="flow", disable=None if progress is None else not progress
         )
     )
-    losses, started = [], time.perf_counter()
+    losses = []
     try:
         for start in range(0, steps * batch_size, batch_size):
             losses.append(float(step(vectors[order[start : start + batch_size]])))
@@ -640,28 +662,4 @@ def fit_flow(
     finally:
         if bar is not progress:
             bar.close()
-    if not all(np.isfinite(weight.numpy()).all() for weight in flow.weights):
-        raise FlowError(
-            "the flow's training diverged: its weights hold NaN or inf after %d steps at learning_rate %g"
-            % (steps, learning_rate)
-        )
-    first, last = _first_and_last(losses)
-    flow.training_summary = {
-        "seed": seed,
-        "vectors": len(vectors),
-        "epochs": epochs,
-        "batch_size": batch_size,
-        "learning_rate": learning_rate,
-        "steps": steps,
-        "seconds": round(time.perf_counter() - started, 3),
-        "nll_first_steps": first,
-        "nll_last_steps": last,
-    }
-    logger.info(
-        "flow trained on %d vectors, %d steps: NLL %.4f -> %.4f bits/dim",
-        len(vectors),
-        steps,
-        flow.training_summary["nll_first_steps"],
-        flow.training_summary["nll_last_steps"],
-    )
-    return flow
+    return losses

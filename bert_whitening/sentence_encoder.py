@@ -19,17 +19,19 @@ import itertools
 import json
 import logging
 import os
-from typing import Iterable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
 from bert_whitening.arguments import (
     boolean,
     optional_path,
+    options_from,
     path_list,
     positive_int,
     sentence_list,
     sentence_stream,
+    split_keywords,
     vector_array,
 )
 from bert_whitening.arguments import path as path_argument
@@ -44,7 +46,6 @@ from bert_whitening.io.atomic import (
     write_atomically,
 )
 from bert_whitening.io.records import read_record
-from bert_whitening.names import EXPORT_PRECISIONS, check_choice
 from bert_whitening.precision import resolve_before_fitting
 from bert_whitening.precision import running as running_precision
 from bert_whitening.whitening import (
@@ -55,6 +56,9 @@ from bert_whitening.whitening import (
     fit_reported,
     l2_normalize,
 )
+
+if TYPE_CHECKING:
+    from bert_whitening.export.options import ExportOptions
 
 logger = logging.getLogger(__name__)
 
@@ -227,28 +231,31 @@ class SentenceEncoder:
             return l2_normalize(value.astype(np.float64)).astype(np.float32)
         return l2_normalize(self.encode(sentence_list(value, name), batch_size))
 
-    def index(self, corpus: Sequence[str], path: Optional[str] = None, hnsw_m: int = 0, batch_size: int = 128):
+    def index(self, corpus: Sequence[str], path: Optional[str] = None, options=None, **keywords):
         """The sentences ``corpus`` encoded and searchable: in memory (an exact FAISS inner-product
         index), or written to the index directory ``path`` (as the ``index`` command writes one,
-        with this encoder's record; ``hnsw_m`` > 0 for HNSW). Returns a `CorpusIndex`."""
+        with this encoder's record). ``options`` is a
+        `bert_whitening.retrieval.index_directory.IndexOptions`, or its fields as ``keywords``
+        (``hnsw_m`` > 0 for HNSW, ``batch_size``, ``overwrite``). Returns a `CorpusIndex`."""
+        from bert_whitening.retrieval.index_directory import IndexDirectory, IndexOptions
+
+        options = options_from(IndexOptions, options, keywords)
         corpus = sentence_list(corpus, "corpus")
-        if hnsw_m and path is None:
+        if options.hnsw_m and path is None:
             raise BertWhiteningError("hnsw_m is for an index written to a path; an index in memory is exact")
+        if options.overwrite and path is None:
+            raise BertWhiteningError("overwrite is for an index written to a path; an index in memory replaces none")
         if not corpus:
             raise DataError("no sentences to index: the corpus is empty")
         if path is not None:
             from bert_whitening.retrieval.search import build_index
 
-            config = dataclasses.replace(self.config, normalize=True)
-            from bert_whitening.retrieval.index_directory import IndexDirectory
-
-            build_index(config, path, hnsw_m=hnsw_m, batch_size=batch_size, sentences=corpus)
+            build_index(dataclasses.replace(self.config, normalize=True), path, options, sentences=corpus)
             return CorpusIndex(index=IndexDirectory(path), directory=path)
         from bert_whitening.retrieval.faiss_indexes import flat_index
 
-        return CorpusIndex(
-            encoder=self._snapshot(), index=flat_index(self._unit_vectors(corpus, "corpus", batch_size)), texts=corpus
-        )
+        vectors = self._unit_vectors(corpus, "corpus", options.batch_size)
+        return CorpusIndex(encoder=self._snapshot(), index=flat_index(vectors), texts=corpus)
 
     def encode_file(self, path: str, output: str, batch_size: int = 128, progress=None) -> int:
         """Write one vector per line of the sentence file ``path`` (``-``: standard input, read
@@ -292,26 +299,25 @@ class SentenceEncoder:
         self,
         sentences: Optional[Iterable[str]] = None,
         files: Sequence[str] = (),
+        options: Optional[FitOptions] = None,
         *,
-        n_components: int = -1,
-        beta: float = 1.0,
-        gamma: float = 1.0,
-        format: str = "auto",
-        skip_bad_lines: bool = False,
-        batch_size: int = 128,
+        read: Optional[ReadOptions] = None,
         progress=None,
+        **keywords,
     ) -> Whitening:
         """Fit a whitening on the pooled vectors of ``sentences`` and of the sentence or pair
         ``files`` (each read once, streamed); from now on this encoder applies it (normalised).
         Returns the `Whitening` (``whitening.save(path)`` writes the file ``encode`` reads).
-        ``n_components``, ``beta`` and ``gamma`` are a `bert_whitening.whitening.FitOptions`,
-        ``format``, ``skip_bad_lines`` and ``batch_size`` a `bert_whitening.data.ReadOptions`,
-        both checked before the model is built."""
+        ``options`` is a `bert_whitening.whitening.FitOptions` and ``read`` a
+        `bert_whitening.data.ReadOptions`, or their fields as ``keywords`` (``n_components``,
+        ``beta``, ``gamma``; ``format``, ``skip_bad_lines``, ``batch_size``), all checked before
+        the model is built."""
         from bert_whitening.encoding import encode_stream, statistics_from_files
 
-        options = FitOptions(n_components, beta, gamma)
+        fitting, reading = split_keywords(keywords, (FitOptions, ReadOptions), "fit")
+        options = options_from(FitOptions, options, fitting)
         self.config.check_n_components([options.n_components])
-        files, sentences, read = _fit_inputs(sentences, files, format, skip_bad_lines, batch_size)
+        files, sentences, read = _fit_inputs(sentences, files, options_from(ReadOptions, read, reading, "read"))
         pooled = self._pooled_encoder()
         stats = WhiteningStats()
         if sentences is not None:
@@ -338,40 +344,32 @@ class SentenceEncoder:
         sentences: Optional[Iterable[str]] = None,
         files: Sequence[str] = (),
         seed: int = 0,
-        format: str = "auto",
-        skip_bad_lines: bool = False,
-        batch_size: int = 128,
+        *,
+        read: Optional[ReadOptions] = None,
         progress=None,
         flow_batch_size: int = 64,
-        **flow_options,
+        **keywords,
     ):
-        """Train a BERT-flow (`bert_whitening.flow.fit_flow`, with ``flow_options``: ``config``,
-        ``epochs``, ``learning_rate``) on the pooled vectors of ``sentences`` and ``files``, as
-        `fit` reads them (``batch_size`` sentences per forward pass); ``flow_batch_size`` is the
+        """Train a BERT-flow (`bert_whitening.flow.fit_flow`, with the flow's options among
+        ``keywords``: ``config``, ``epochs``, ``learning_rate``) on the pooled vectors of
+        ``sentences`` and ``files``, as `fit` reads them (``read``, or its fields among
+        ``keywords``: ``batch_size`` sentences per forward pass); ``flow_batch_size`` is the
         flow's batch, its ``batch_size`` (BERT-flow's 64 vectors). Every option is checked before
         the model is built. From now on this encoder applies the flow, in place of a whitening
         (normalised). Returns the `bert_whitening.flow.Flow` (``flow.save(path)`` writes the file
         ``--flow`` reads). A flow trains on every vector at once: they are held in memory, unlike
         `fit`'s statistics."""
-        from bert_whitening.encoding import check_kept_vectors, encode_stream, vector_blocks_from_files
         from bert_whitening.flow import check_flow_options, fit_flow, training_steps
 
+        read_names = [field.name for field in dataclasses.fields(ReadOptions)]
+        flow_options = {key: value for key, value in keywords.items() if key not in read_names}
         options = check_flow_options(
             dict(flow_options, seed=seed, batch_size=flow_batch_size, progress=progress), "flow_batch_size"
         )
-        files, sentences, read = _fit_inputs(sentences, files, format, skip_bad_lines, batch_size)
+        reading = {key: value for key, value in keywords.items() if key in read_names}
+        files, sentences, read = _fit_inputs(sentences, files, options_from(ReadOptions, read, reading, "read"))
         pooled = self._pooled_encoder()
-        blocks, rows = [], 0
-        for block in itertools.chain(
-            encode_stream(pooled, sentences, read.batch_size, progress) if sentences is not None else (),
-            vector_blocks_from_files(pooled, files, read, progress),
-        ):
-            rows += len(block)
-            check_kept_vectors(rows, pooled.dim)
-            blocks.append(block)
-        if not rows:
-            raise DataError("no sentences to train a flow on")
-        vectors = np.concatenate(blocks)
+        vectors = _kept_vectors(pooled, sentences, files, read, progress)
         training_steps(len(vectors), options["epochs"], options["batch_size"], "flow_batch_size")
         flow = fit_flow(
             vectors,
@@ -457,27 +455,20 @@ class SentenceEncoder:
                 json.dump(record, stream, indent=2, ensure_ascii=False)
             publish_directory(staging, directory, overwrite=overwrite)
 
-    def export(
-        self,
-        base: str,
-        version: Optional[int] = None,
-        text: bool = False,
-        overwrite: bool = False,
-        corpus: Optional[str] = None,
-        top_k: int = 10,
-        precision: str = "float32",
-    ):
-        """Export as one SavedModel to ``BASE/N``, verified in a fresh process; ``corpus`` (an
-        index directory made by this encoder) adds ``serve_search``; ``precision`` ``bfloat16``
-        runs the transformer's products in bfloat16. Returns ``(path, difference)`` (see
+    def export(self, base: str, options: Optional["ExportOptions"] = None, *, corpus: Optional[str] = None, **keywords):
+        """Export as one SavedModel to ``BASE/N``, verified in a fresh process, as ``options``
+        (a `bert_whitening.export.options.ExportOptions`, or its fields as ``keywords``:
+        ``version``, ``text``, ``overwrite``, ``top_k``, ``precision``) say; ``corpus`` (an
+        index directory made by this encoder) adds ``serve_search``. Everything is checked
+        before TensorFlow. Returns ``(path, difference)`` (see
         `bert_whitening.export.export_saved_model`)."""
         from bert_whitening.export.layout import target_version
+        from bert_whitening.export.options import ExportOptions
 
+        options = options_from(ExportOptions, options, keywords)
         base, corpus = path_argument(base, "base"), optional_path(corpus, "corpus")
-        target_version(base, version, overwrite, self.config.read_paths() + [corpus])  # before TensorFlow
-        check_choice("precision", precision, EXPORT_PRECISIONS)
-        self.config.check_exportable(boolean(text, "text"), precision)
-        top_k = positive_int(top_k, "top_k")
+        target_version(base, options.version, options.overwrite, self.config.read_paths() + [corpus])
+        self.config.check_exportable(options.text, options.precision)
         vectors, metadata = None, {}
         if corpus:  # the index is opened and checked before TensorFlow too
             from bert_whitening.retrieval.search import corpus_for_export
@@ -485,17 +476,7 @@ class SentenceEncoder:
             vectors, metadata["corpus"] = corpus_for_export(corpus, self.config)
         from bert_whitening.export import export_saved_model
 
-        return export_saved_model(
-            self.keras_encoder,
-            base,
-            version,
-            text,
-            overwrite,
-            metadata,
-            corpus=vectors,
-            top_k=top_k,
-            precision=precision,
-        )
+        return export_saved_model(self.keras_encoder, base, options, metadata=metadata, corpus=vectors)
 
 
 class CorpusIndex:
@@ -520,16 +501,34 @@ class CorpusIndex:
         return search.hits(queries, scores, ids, lambda row: (None, row + 1, self._texts[row]))
 
 
-def _fit_inputs(sentences, files, format, skip_bad_lines, batch_size):
+def _fit_inputs(sentences, files, read):
     """What `SentenceEncoder.fit` and `fit_flow` read, checked before the model is built:
-    ``(files, sentences or None, ReadOptions)``, ``files`` a list of readable paths
+    ``(files, sentences or None, read)``, ``files`` a list of readable paths
     (`bert_whitening.data.check_readable`: a stream named once); a pending ``--precision auto``
     decided as float32, for vectors that are fitted on (`resolve_before_fitting`)."""
     files = path_list(files)
     sentences = None if sentences is None else sentence_stream(sentences)
-    read = ReadOptions(format, skip_bad_lines, batch_size)
     check_readable(files)
     if sentences is None and files and all(os.path.isfile(path) and not os.path.getsize(path) for path in files):
         raise DataError("no sentences in %s" % ", ".join(files))  # as the fit would say, once the model is built
     resolve_before_fitting()
     return files, sentences, read
+
+
+def _kept_vectors(pooled, sentences, files, read, progress):
+    """Every pooled vector of ``sentences`` and ``files``, as one array, for a flow, which trains
+    on them all at once; refused as soon as they would not fit in memory (`check_kept_vectors`),
+    or when there is none."""
+    from bert_whitening.encoding import check_kept_vectors, encode_stream, vector_blocks_from_files
+
+    blocks, rows = [], 0
+    for block in itertools.chain(
+        encode_stream(pooled, sentences, read.batch_size, progress) if sentences is not None else (),
+        vector_blocks_from_files(pooled, files, read, progress),
+    ):
+        rows += len(block)
+        check_kept_vectors(rows, pooled.dim)
+        blocks.append(block)
+    if not rows:
+        raise DataError("no sentences to train a flow on")
+    return np.concatenate(blocks)

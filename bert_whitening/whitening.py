@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from bert_whitening.arguments import finite_number, integer, positive_int, vector_array
+from bert_whitening.arguments import finite_number, integer, options_from, positive_int, vector_array
 from bert_whitening.errors import BertWhiteningError, DataError, WhiteningError
 from bert_whitening.io.atomic import write_stream_atomically
 from bert_whitening.io.bounded import JSON_BYTES, MODEL_SIZES, NpzMembers
@@ -397,16 +397,39 @@ def _check_claims(path, arrays, meta):
     a subnormal one claims an infinite column norm, and ``|d - inf| <= tolerance * inf`` would
     hold for any column ``d``, so the kept eigenvalues must be positive and claim finite, non-zero
     norms first (as a fit's are: it keeps only eigenvalues above its positive floor)."""
-    kernel, eigenvalues, rank = arrays["kernel"].astype(np.float64), arrays["eigenvalues"], meta["rank"]
+    eigenvalues = arrays["eigenvalues"]
+    _check_eigenvalues(path, eigenvalues, meta["rank"], meta["floor"])
+    claimed, degenerate = _squared_norms(eigenvalues[: meta["rank"]], meta["gamma"])
+    if degenerate:
+        i, what = degenerate
+        raise WhiteningError(
+            "%s: eigenvalue %d (%.6g) with gamma %g makes kernel column %d's squared norm s ** -gamma %s: "
+            "no fit keeps it" % (path, i, eigenvalues[i], meta["gamma"], i, what)
+        )
+    diagonal = _orthogonal_norms(path, arrays["kernel"].astype(np.float64))
+    _check_column_norms(path, diagonal, claimed, eigenvalues, meta)
+    expected_bias = -float(meta["beta"]) * arrays["mean"]
+    if not np.allclose(
+        arrays["bias"],
+        expected_bias,
+        rtol=CLAIM_TOLERANCE,
+        atol=CLAIM_TOLERANCE * np.abs(expected_bias).max(initial=0.0),
+    ):
+        raise WhiteningError("%s: bias is not -beta * mean (beta %g)" % (path, meta["beta"]))
+
+
+def _check_eigenvalues(path, eigenvalues, rank, floor):
+    """Refuse eigenvalues a fit would not store: not largest first (the first k columns are the
+    k of most variance), a kept one at or below the round-off ``floor`` (0.0 when the file
+    records none: a fit's floor is positive), or a floored one above it."""
     rising = np.flatnonzero(np.diff(eigenvalues) > 0)
-    if rising.size:  # a fit sorts them: the first k columns are the k of most variance
+    if rising.size:
         i = rising[0]
         raise WhiteningError(
             "%s: eigenvalue %d (%.6g) is smaller than eigenvalue %d (%.6g): a fit stores them largest "
             "first, so that n_components keeps the directions of most variance"
             % (path, i, eigenvalues[i], i + 1, eigenvalues[i + 1])
         )
-    floor = meta["floor"]  # 0.0 when the file records none: a fit's floor is positive
     if not eigenvalues[rank - 1] > floor:  # sorted: the smallest kept one
         raise WhiteningError(
             "%s: eigenvalue %d is %.6g, but rank %d keeps it: a fit keeps only eigenvalues above its "
@@ -418,13 +441,11 @@ def _check_claims(path, arrays, meta):
             "%s: eigenvalue %d (%.6g) is above the round-off floor %.6g, but rank %d floors it"
             % (path, rank, eigenvalues[rank], floor, rank)
         )
-    claimed, degenerate = _squared_norms(eigenvalues[:rank], meta["gamma"])
-    if degenerate:
-        i, what = degenerate
-        raise WhiteningError(
-            "%s: eigenvalue %d (%.6g) with gamma %g makes kernel column %d's squared norm s ** -gamma %s: "
-            "no fit keeps it" % (path, i, eigenvalues[i], meta["gamma"], i, what)
-        )
+
+
+def _orthogonal_norms(path, kernel):
+    """The squared norms of ``kernel``'s columns, refused unless ``kernel.T @ kernel`` is finite,
+    no column is zero and the columns are orthogonal (within `CLAIM_TOLERANCE`)."""
     with np.errstate(over="ignore", invalid="ignore"):
         gram = kernel.T @ kernel
     if not np.isfinite(gram).all():
@@ -443,33 +464,33 @@ def _check_claims(path, arrays, meta):
             "%s: kernel columns %d and %d are not orthogonal (cosine %.3g): not "
             "U diag(s ** (-gamma / 2)) with orthonormal U" % (path, i, j, off[i, j])
         )
+    return diagonal
+
+
+def _check_column_norms(path, diagonal, claimed, eigenvalues, meta):
+    """Refuse kernel columns whose squared norms (``diagonal``) are not the ``claimed`` ``s **
+    -gamma`` of the kept eigenvalues, or, beyond the rank, the floor's (equal to one another
+    when the file records no floor)."""
+    rank, floor, gamma = meta["rank"], meta["floor"], meta["gamma"]
     disagree = np.flatnonzero(~(np.abs(diagonal[:rank] - claimed) <= CLAIM_TOLERANCE * claimed))
     if disagree.size:
         i = disagree[0]
         raise WhiteningError(
             "%s: kernel column %d has squared norm %.6g, but eigenvalue %.6g and gamma "
-            "%g say %.6g" % (path, i, diagonal[i], eigenvalues[i], meta["gamma"], claimed[i])
+            "%g say %.6g" % (path, i, diagonal[i], eigenvalues[i], gamma, claimed[i])
         )
     floored = diagonal[rank:]
     if floored.size and floor:  # each s ** -gamma for s = the floor
-        (floor_norm,), degenerate = _squared_norms([floor], meta["gamma"])
+        (floor_norm,), degenerate = _squared_norms([floor], gamma)
         wrong = np.flatnonzero(~(np.abs(floored - floor_norm) <= CLAIM_TOLERANCE * floor_norm))
         if degenerate or wrong.size:
             i = rank + (wrong[0] if wrong.size else 0)
             raise WhiteningError(
                 "%s: kernel column %d has squared norm %.6g, but the round-off floor %.6g and gamma %g say %.6g"
-                % (path, i, diagonal[i], floor, meta["gamma"], floor_norm)
+                % (path, i, diagonal[i], floor, gamma, floor_norm)
             )
     elif floored.size and not np.ptp(floored) <= CLAIM_TOLERANCE * floored.max():
         raise WhiteningError("%s: the %d floored kernel columns should have equal norms" % (path, floored.size))
-    expected_bias = -float(meta["beta"]) * arrays["mean"]
-    if not np.allclose(
-        arrays["bias"],
-        expected_bias,
-        rtol=CLAIM_TOLERANCE,
-        atol=CLAIM_TOLERANCE * np.abs(expected_bias).max(initial=0.0),
-    ):
-        raise WhiteningError("%s: bias is not -beta * mean (beta %g)" % (path, meta["beta"]))
 
 
 def _squared_norms(eigenvalues, gamma):
@@ -608,14 +629,14 @@ def fits_whitening(n_components: Sequence[int]) -> bool:
 
 def fit_whitening(
     stats: WhiteningStats,
-    n_components: int = -1,
-    beta: float = 1.0,
-    gamma: float = 1.0,
+    options: Optional[FitOptions] = None,
+    *,
     pooling: str = "",
     model_identity: Optional[dict] = None,
     allow_rank_deficient: bool = False,
     precision: str = "",
     tokenization: Optional[dict] = None,
+    **keywords,
 ) -> Whitening:
     """Eigen-decompose ``Sigma_beta`` of ``stats`` (see the module docstring) into a `Whitening`.
 
@@ -625,9 +646,8 @@ def fit_whitening(
 
     Args:
         stats: the accumulated vectors (at least 2).
-        n_components: the default ``k`` stored: 0 = no whitening, negative = all, ``k``.
-        beta: ``Sigma_beta`` is taken around ``beta * mean`` and ``bias = -beta * mean``.
-        gamma: the kernel scales direction ``i`` by ``s_i ** (-gamma / 2)``.
+        options: a `FitOptions` (the default ``k`` stored, ``beta``, ``gamma``), or None and
+            its fields as ``keywords`` (``n_components=8, beta=0.5``).
         pooling, model_identity, precision, tokenization: what the vectors were, recorded in
             the file.
         allow_rank_deficient: allow an ``n_components`` above the rank.
@@ -636,15 +656,51 @@ def fit_whitening(
         WhiteningError: options `FitOptions` refuses, identical vectors, or an ``n_components``
             the fit cannot support.
     """
-    n_components, beta, gamma = dataclasses.astuple(FitOptions(n_components, beta, gamma))
-    eigenvalues, vectors = np.linalg.eigh(stats.second_moment(beta))
-    order = np.argsort(eigenvalues)[::-1]
-    eigenvalues, vectors = eigenvalues[order], vectors[:, order]
-    pivots = np.argmax(np.abs(vectors), axis=0)
-    vectors = vectors * np.sign(vectors[pivots, np.arange(vectors.shape[1])])
+    options = options_from(FitOptions, options, keywords)
+    eigenvalues, vectors = _eigen(stats.second_moment(options.beta))
     resolved, rounding = _floor_terms(stats, eigenvalues[0])
     floor = max(resolved, rounding)
     rank = int((eigenvalues > floor).sum())
+    _refuse_rank_zero(stats, eigenvalues, floor, rank)
+    if rank < stats.dim:
+        _warn_floored(stats, options.beta, eigenvalues, floor, rank, rounding >= resolved)
+    floored = np.maximum(eigenvalues, floor)
+    _refuse_degenerate_scales(floored, options.gamma)
+    _refuse_hidden_directions(stats, options.beta, eigenvalues[0], rank)
+    whitening = Whitening(
+        kernel=vectors * floored ** (-options.gamma / 2.0),
+        bias=-options.beta * stats.mean,
+        mean=stats.mean,
+        eigenvalues=eigenvalues,
+        rank=rank,
+        count=stats.count,
+        n_components=options.n_components,
+        beta=options.beta,
+        gamma=options.gamma,
+        pooling=pooling,
+        model_identity=dict(model_identity or {}),
+        precision=precision,
+        floor=float(floor),
+        tokenization=dict(tokenization or {}),
+    )
+    if options.n_components > 0:
+        whitening.components(allow_rank_deficient=allow_rank_deficient)  # refuse a bad k now
+    return whitening
+
+
+def _eigen(moment):
+    """Eigenvalues of ``moment``, largest first, and its eigenvectors as columns with their
+    largest entry positive: fits of the same data in any order give the same kernel."""
+    eigenvalues, vectors = np.linalg.eigh(moment)
+    order = np.argsort(eigenvalues)[::-1]
+    eigenvalues, vectors = eigenvalues[order], vectors[:, order]
+    pivots = np.argmax(np.abs(vectors), axis=0)
+    return eigenvalues, vectors * np.sign(vectors[pivots, np.arange(vectors.shape[1])])
+
+
+def _refuse_rank_zero(stats, eigenvalues, floor, rank):
+    """Refuse vectors with no direction above the round-off floor, saying why: identical,
+    too small for their squares, or differing only by round-off."""
     if rank == 0 and stats.identical:
         raise WhiteningError("all %d vectors are identical: nothing to whiten" % stats.count)
     if rank == 0 and not eigenvalues[0] > 0:  # they differ, but their squares vanish in float64
@@ -658,50 +714,38 @@ def fit_whitening(
             "rounding to their precision (machine epsilon %.3g) gives vectors of mean squared norm %.3g; nothing "
             "to whiten" % (stats.count, eigenvalues[0], floor, stats.epsilon, _mean_squared_norm(stats))
         )
-    if rank < stats.dim:
-        logger.warning(
-            "Sigma_beta (beta %g) of %d vectors of dimension %d has rank %d; %d eigenvalues at or "
-            "below %.3g (smallest %.3g) are floored to %.3g (%s)",
-            beta,
-            stats.count,
-            stats.dim,
-            rank,
-            stats.dim - rank,
-            floor,
-            eigenvalues[-1],
-            floor,
-            "the variance rounding to the vectors' precision, machine epsilon %.3g, gives them" % stats.epsilon
-            if rounding >= resolved
-            else "what float64's eigen-decomposition resolves beside the largest eigenvalue, %.3g" % eigenvalues[0],
-        )
-    floored = np.maximum(eigenvalues, floor)
-    _refuse_degenerate_scales(floored, gamma)
+
+
+def _warn_floored(stats, beta, eigenvalues, floor, rank, by_rounding):
+    """Warn that ``Sigma_beta`` has a rank below the dimension, naming which term set the floor
+    (``by_rounding``: the vectors' own precision, else float64's eigen-decomposition)."""
+    logger.warning(
+        "Sigma_beta (beta %g) of %d vectors of dimension %d has rank %d; %d eigenvalues at or "
+        "below %.3g (smallest %.3g) are floored to %.3g (%s)",
+        beta,
+        stats.count,
+        stats.dim,
+        rank,
+        stats.dim - rank,
+        floor,
+        eigenvalues[-1],
+        floor,
+        "the variance rounding to the vectors' precision, machine epsilon %.3g, gives them" % stats.epsilon
+        if by_rounding
+        else "what float64's eigen-decomposition resolves beside the largest eigenvalue, %.3g" % eigenvalues[0],
+    )
+
+
+def _refuse_hidden_directions(stats, beta, largest, rank):
+    """Refuse a beta whose Sigma_beta has a lower rank than the covariance: the mean's direction
+    grew so large that round-off hides real directions."""
     covariance_rank = rank if beta == 1.0 else _rank(stats, 1.0)
     if rank < covariance_rank:
         raise WhiteningError(
             "beta %g makes Sigma_beta's largest eigenvalue (%.3g, along the mean) so large that "
             "round-off hides %d of its directions (rank %d, the covariance's is %d); choose a beta "
-            "nearer 1" % (beta, eigenvalues[0], covariance_rank - rank, rank, covariance_rank)
+            "nearer 1" % (beta, largest, covariance_rank - rank, rank, covariance_rank)
         )
-    whitening = Whitening(
-        kernel=vectors * floored ** (-gamma / 2.0),
-        bias=-beta * stats.mean,
-        mean=stats.mean,
-        eigenvalues=eigenvalues,
-        rank=rank,
-        count=stats.count,
-        n_components=n_components,
-        beta=beta,
-        gamma=gamma,
-        pooling=pooling,
-        model_identity=dict(model_identity or {}),
-        precision=precision,
-        floor=float(floor),
-        tokenization=dict(tokenization or {}),
-    )
-    if n_components > 0:
-        whitening.components(allow_rank_deficient=allow_rank_deficient)  # refuse a bad k now
-    return whitening
 
 
 def fit_reported(stats, source, options, **recorded):
@@ -712,7 +756,7 @@ def fit_reported(stats, source, options, **recorded):
     if stats.count == 0:
         raise DataError("no sentences in %s" % source)
     try:
-        whitening = fit_whitening(stats, **dataclasses.asdict(options), **recorded)
+        whitening = fit_whitening(stats, options, **recorded)
     except WhiteningError as error:  # what the data cannot give: say which data
         raise WhiteningError("%s: %s" % (source, error)) from None
     k = whitening.components(allow_rank_deficient=recorded.get("allow_rank_deficient", False))

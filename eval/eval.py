@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bert_whitening.data import TASKS, ReadOptions  # noqa: E402
 from bert_whitening.errors import BertWhiteningError  # noqa: E402
-from bert_whitening.evaluation import evaluate_tasks  # noqa: E402
+from bert_whitening.evaluation import EvalOptions, evaluate_tasks  # noqa: E402
 from bert_whitening.names import POOLINGS  # noqa: E402
 
 MODEL_DIRS = {
@@ -74,15 +74,14 @@ def main(argv=None):
     spec = EncoderConfig(os.path.join(root, name), family, args.pooling, maxlen=None)
     try:
         flow = args.method == "flow"
-        report, _ = evaluate_tasks(
-            spec,
-            [args.task_name],
+        options = EvalOptions(
             directory=args.data_dir,
             n_components=[] if flow else [args.n_components],
             read=ReadOptions(batch_size=args.batch_size),
             methods=[args.method],
             flow_seeds=[args.seed],
         )
+        report, _ = evaluate_tasks(spec, [args.task_name], options)
     except BertWhiteningError as error:
         print("error: %s" % error, file=sys.stderr)
         return 1

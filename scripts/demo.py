@@ -40,7 +40,7 @@ def main():
 
     from bert_whitening.data import read_pairs
     from bert_whitening.encoding import encode
-    from bert_whitening.export import export_saved_model, run_in_fresh_process
+    from bert_whitening.export import ExportOptions, export_saved_model, run_in_fresh_process
     from bert_whitening.models import build_encoder, with_whitening
     from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
 
@@ -68,7 +68,7 @@ def main():
     second = encode(encoder, [b for _, b, _ in pairs]).astype(np.float64)
     whitening = fit_whitening(
         WhiteningStats().update(first).update(second),
-        args.n_components,
+        n_components=args.n_components,
         pooling=args.pooling,
         model_identity=encoder.model_identity,
     )
@@ -83,7 +83,7 @@ def main():
 
     whitened = with_whitening(encoder, whitening, args.n_components)
     path, difference = export_saved_model(
-        whitened, os.path.join(args.out, "served"), version=1, text=True, overwrite=True
+        whitened, os.path.join(args.out, "served"), ExportOptions(version=1, text=True, overwrite=True)
     )
     print(
         "\nexported %s (serving_default + serve_text); reloaded in a fresh process it differs "

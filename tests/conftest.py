@@ -56,10 +56,10 @@ def whitened(encoders):
 @pytest.fixture(scope="session")
 def exported(whitened, tmp_path_factory):
     """``(base, path, difference)`` of the whitened tiny encoder exported with both signatures."""
-    from bert_whitening.export import export_saved_model
+    from bert_whitening.export import ExportOptions, export_saved_model
 
     base = str(tmp_path_factory.mktemp("export") / "encoder")
-    path, difference = export_saved_model(whitened, base, text=True, metadata={"note": "test"})
+    path, difference = export_saved_model(whitened, base, ExportOptions(text=True), metadata={"note": "test"})
     return base, path, difference
 
 

@@ -17,6 +17,7 @@ from bert_whitening.backend import Tokenizer, build_transformer_model
 from bert_whitening.checkpoints import find_model
 from bert_whitening.data import ReadOptions, load_task
 from bert_whitening.encoding import encode
+from bert_whitening.errors import BertWhiteningError
 from bert_whitening.evaluation import Setting, encode_splits, evaluate, fit_statistics, settings
 from bert_whitening.names import POOLINGS
 
@@ -687,11 +688,72 @@ def test_a_fit_on_file_not_in_a_list_is_refused_as_such_before_the_model_is_buil
     from bert_whitening import models
     from bert_whitening.config import EncoderConfig
     from bert_whitening.errors import BertWhiteningError
-    from bert_whitening.evaluation import evaluate_tasks
+    from bert_whitening.evaluation import EvalOptions, evaluate_tasks
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "corpus.txt").write_text("a sentence\n", encoding="utf-8")
     monkeypatch.setattr(models, "build", lambda *arguments, **options: pytest.fail("the model was built"))
     with pytest.raises(BertWhiteningError) as raised:
-        evaluate_tasks(EncoderConfig(model=tiny_model[0]), ["SAMPLE"], directory=sample_task, fit_on="corpus.txt")
+        evaluate_tasks(
+            EncoderConfig(model=tiny_model[0]), ["SAMPLE"], EvalOptions(directory=sample_task, fit_on="corpus.txt")
+        )
     assert str(raised.value) == "fit_on must be a list of file paths, got str 'corpus.txt' (one file: put it in a list)"
+
+
+def test_eval_options_keep_their_lists_as_tuples_and_report_fit_on_as_given():
+    from bert_whitening.evaluation import EvalOptions
+
+    options = EvalOptions(n_components=[0, -1], betas=[1.0, 0.5], fit_on=["a.txt"], poolings=["cls", "last-avg"])
+    assert (options.n_components, options.betas, options.fit_on, options.poolings) == (
+        (0, -1),
+        (1.0, 0.5),
+        ("a.txt",),
+        ("cls", "last-avg"),
+    )
+    assert options.reported_fit_on == ["a.txt"] and EvalOptions(fit_on="train").reported_fit_on == "train"
+    assert [setting.label for setting in options.settings] == ["raw", "k=all", "k=all b=0.5 g=1"]
+    given = {"epochs": 2}
+    flows = EvalOptions(methods=["flow"], flow_options=given)
+    given["epochs"] = 3  # the options keep what they were built with
+    assert flows.flow_options == {"epochs": 2} and flows.methods == ("flow",)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            {"n_components": "0,-1"},
+            "n_components must be a list of values, got str '0,-1' (one value: put it in a list)",
+        ),
+        ({"n_components": [0, 1.5]}, "n_components[1] must be an integer, got float 1.5"),
+        ({"n_components": [True]}, "n_components[0] must be an integer, got bool True"),
+        ({"betas": [1.0, float("nan")]}, "beta must be a finite number, got nan"),
+        ({"gammas": ["1"]}, "gamma must be a finite number, got '1'"),
+        (
+            {"fit_on": "corpus.txt"},
+            "fit_on must be a list of file paths, got str 'corpus.txt' (one file: put it in a list)",
+        ),
+        ({"fit_on": ["corpus.txt", "all"]}, "--fit-on all is given alone, not among files"),
+        ({"directory": 3}, "directory must be a path (str or pathlib.Path), got int 3"),
+        ({"read": {"batch_size": 8}}, "read must be a ReadOptions, got dict {'batch_size': 8}"),
+        ({"poolings": ["cls", "max"]}, "unknown pooling 'max'; choose one of: first-last-avg, last-avg, cls, pooler"),
+        ({"methods": ["glow"]}, "unknown method 'glow' (methods: whitening, flow)"),
+        ({"flow_options": [("epochs", 2)]}, "flow_options must be a dict, got list"),
+    ],
+)
+def test_eval_options_refuse_each_value_no_evaluation_can_use_when_built(options, message):
+    from bert_whitening.evaluation import EvalOptions
+
+    with pytest.raises(BertWhiteningError) as raised:
+        EvalOptions(**options)
+    assert str(raised.value) == message
+
+
+def test_evaluate_tasks_takes_eval_options_alone(monkeypatch):
+    from bert_whitening import evaluation
+    from bert_whitening.config import EncoderConfig
+
+    monkeypatch.setattr(evaluation, "load_tasks", lambda *args: pytest.fail("the tasks were loaded"))
+    with pytest.raises(BertWhiteningError) as raised:
+        evaluation.evaluate_tasks(EncoderConfig("unused"), ["STS-B"], {"n_components": [0]})
+    assert str(raised.value) == "options must be an EvalOptions, got dict {'n_components': [0]}"

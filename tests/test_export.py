@@ -13,7 +13,7 @@ from bert_whitening import cli
 from bert_whitening.backend import tf
 from bert_whitening.checkpoints.google import write_checkpoint
 from bert_whitening.encoding import encode, runs_fused_bert, tokenize
-from bert_whitening.export import ExportError, export_saved_model, run_in_fresh_process, target_version
+from bert_whitening.export import ExportError, ExportOptions, export_saved_model, run_in_fresh_process, target_version
 from bert_whitening.layers import fused_bert
 from bert_whitening.models import build_encoder
 from bert_whitening.serving import pad_ids
@@ -72,7 +72,7 @@ def over_version_7(whitened, tmp_path_factory):
     base = str(parent / "m")
     os.makedirs(os.path.join(base, "7", "old"))
     os.makedirs(os.path.join(base, "notes"))
-    path, _ = export_saved_model(whitened, base, version=7, overwrite=True)
+    path, _ = export_saved_model(whitened, base, ExportOptions(version=7, overwrite=True))
     return parent, base, path
 
 
@@ -177,9 +177,9 @@ def test_a_signature_off_by_more_than_float_noise_is_refused_by_default(encoders
 
     monkeypatch.setattr(ServingModule, signature, off)
     with pytest.raises(ExportError, match=r"differs from the Keras model by 0.000[01]\d* \(tolerance 1e-05\)"):
-        export_saved_model(pooled, str(tmp_path / "m"), text=True)
+        export_saved_model(pooled, str(tmp_path / "m"), ExportOptions(text=True))
     assert os.listdir(tmp_path) == []
-    path, difference = export_saved_model(pooled, str(tmp_path / "m"), text=True, tolerance=2e-4)
+    path, difference = export_saved_model(pooled, str(tmp_path / "m"), ExportOptions(text=True), tolerance=2e-4)
     assert 0.5e-4 <= difference <= 1.5e-4 and os.path.isdir(path)
 
 
@@ -189,7 +189,7 @@ def test_a_cased_encoder_s_serve_text_keeps_the_case(tiny_model, tmp_path):
     from bert_whitening.backend import Tokenizer
 
     encoder = build_encoder(tiny_model[0], pooling="cls", lowercase=False)
-    path, _ = export_saved_model(encoder, str(tmp_path / "m"), text=True)
+    path, _ = export_saved_model(encoder, str(tmp_path / "m"), ExportOptions(text=True))
     reference = Tokenizer(os.path.join(tiny_model[0], "vocab.txt"), do_lower_case=False)
     sentences = ["The CAT is on the Mat", "the cat is on the mat", "Caf\u00e9 \u00c9COLE"]
     expected = pad_ids([reference.encode(sentence, maxlen=encoder.maxlen)[0] for sentence in sentences])
@@ -215,7 +215,7 @@ def test_a_bert_on_bert4keras_graph_exports_and_serves_encodes_vectors(tmp_path)
 def test_text_signature_is_refused_for_jieba_models(tiny_model):
     encoder = build_encoder(tiny_model[0], model_type="wobert", pooling="cls")
     with pytest.raises(ExportError, match="wobert: it splits words with jieba"):
-        export_saved_model(encoder, "unused", text=True)
+        export_saved_model(encoder, "unused", ExportOptions(text=True))
 
 
 def test_cli_refuses_a_mismatched_whitening_before_writing(tiny_model, tmp_path, caplog):
@@ -336,7 +336,7 @@ def test_a_bfloat16_export_runs_the_products_in_bfloat16_and_records_it(encoders
     from bert_whitening.precision import AUTO_MIN_COSINE
 
     normalized = with_whitening(encoders["first-last-avg"])
-    path, difference = export_saved_model(normalized, str(tmp_path / "low"), precision="bfloat16")
+    path, difference = export_saved_model(normalized, str(tmp_path / "low"), ExportOptions(precision="bfloat16"))
     assert difference <= 1e-5
     with open(os.path.join(path, "assets", "bert_whitening.json"), encoding="utf-8") as stream:
         assert json.load(stream)["precision"] == "bfloat16"
@@ -361,13 +361,13 @@ def test_a_bfloat16_export_below_the_bound_or_of_another_graph_is_refused(encode
     normalized = with_whitening(encoders["cls"])
     monkeypatch.setattr(precision, "AUTO_MIN_COSINE", 1.5)
     with pytest.raises(ExportError, match="in bfloat16 a verification vector falls to cosine 0.9"):
-        export_saved_model(normalized, str(tmp_path / "low"), precision="bfloat16")
+        export_saved_model(normalized, str(tmp_path / "low"), ExportOptions(precision="bfloat16"))
     assert not os.path.exists(tmp_path / "low" / "1")
     monkeypatch.setattr("bert_whitening.config.not_fused_because", lambda family, config: "another graph")
     with pytest.raises(ExportError, match="this bert model has another graph: export it in float32"):
-        export_saved_model(normalized, str(tmp_path / "low"), precision="bfloat16")
+        export_saved_model(normalized, str(tmp_path / "low"), ExportOptions(precision="bfloat16"))
     with pytest.raises(ValueError, match="float32, bfloat16"):
-        export_saved_model(normalized, str(tmp_path / "low"), precision="float16")
+        export_saved_model(normalized, str(tmp_path / "low"), ExportOptions(precision="float16"))
 
 
 @on_the_export

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bert_whitening.encoding import encode
-from bert_whitening.export import ExportError, ServingModule, export_saved_model
+from bert_whitening.export import ExportError, ExportOptions, ServingModule, export_saved_model
 from bert_whitening.export.verify import mismatches, unpadded_rows
 from bert_whitening.retrieval.index_directory import IndexDirectory
 from bert_whitening.token_ids import pad_ids
@@ -27,7 +27,7 @@ def corpus(whitened):
 @pytest.fixture(scope="module")
 def search_export(whitened, corpus, tmp_path_factory):
     base = str(tmp_path_factory.mktemp("search") / "encoder")
-    path, _ = export_saved_model(whitened, base, text=True, corpus=corpus, top_k=7)
+    path, _ = export_saved_model(whitened, base, ExportOptions(text=True, top_k=7), corpus=corpus)
     return path
 
 
@@ -58,7 +58,7 @@ def test_serve_search_without_text_takes_token_ids(whitened, corpus, tmp_path):
     from bert_whitening.encoding import tokenize
     from bert_whitening.serving import pad_ids
 
-    path, _ = export_saved_model(whitened, str(tmp_path / "ids"), corpus=corpus[:5], top_k=10)
+    path, _ = export_saved_model(whitened, str(tmp_path / "ids"), ExportOptions(top_k=10), corpus=corpus[:5])
     ids = pad_ids(tokenize(whitened, SENTENCES[:3])[0])
     served = tf.saved_model.load(path).signatures["serve_search"](
         input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids)
@@ -98,7 +98,7 @@ def test_a_wrong_serve_search_fails_verification_and_leaves_nothing(whitened, co
 
     monkeypatch.setattr(ServingModule, "_nearest", farthest)
     with pytest.raises(ExportError, match="serve_search disagrees with FAISS"):
-        export_saved_model(whitened, str(tmp_path / "bad"), corpus=corpus, top_k=5)
+        export_saved_model(whitened, str(tmp_path / "bad"), ExportOptions(top_k=5), corpus=corpus)
     assert [name for _, _, files in os.walk(tmp_path) for name in files] == []
     assert not (tmp_path / "bad" / "1").exists()
 

@@ -12,7 +12,7 @@ from bert_whitening.config import EncoderConfig
 from bert_whitening.data import ReadOptions
 from bert_whitening.encoding import encode
 from bert_whitening.errors import BertWhiteningError, WhiteningError
-from bert_whitening.evaluation import evaluate_tasks
+from bert_whitening.evaluation import EvalOptions, evaluate_tasks
 from bert_whitening.retrieval.evaluate import evaluate_retrieval
 from bert_whitening.whitening import FitOptions, Whitening, WhiteningStats, fit_whitening
 
@@ -72,8 +72,12 @@ def test_every_entry_point_refuses_a_non_finite_beta_before_reading_anything(tin
     call = {
         "fit_whitening": lambda: fit_whitening(WhiteningStats().update(np.eye(3)), beta=math.nan),
         "SentenceEncoder.fit": lambda: SentenceEncoder(spec).fit(files=[missing], beta=math.nan),
-        "evaluate_tasks": lambda: evaluate_tasks(spec, ["NOTHING"], directory=str(tmp_path), betas=[1.0, math.nan]),
-        "evaluate_retrieval": lambda: evaluate_retrieval(spec, ["NOTHING"], directory=str(tmp_path), betas=[math.nan]),
+        "evaluate_tasks": lambda: evaluate_tasks(
+            spec, ["NOTHING"], EvalOptions(directory=str(tmp_path), betas=[1.0, math.nan])
+        ),
+        "evaluate_retrieval": lambda: evaluate_retrieval(
+            spec, ["NOTHING"], EvalOptions(directory=str(tmp_path), betas=[math.nan])
+        ),
     }[path]
     with pytest.raises(WhiteningError) as refused:
         call()
@@ -111,3 +115,31 @@ def test_the_options_given_reach_the_fit_on_every_path(tiny_model, encoders, cor
     defaults = fit_whitening(stats)
     assert not np.allclose(defaults.eigenvalues, expected.eigenvalues, rtol=1e-2)
     assert not np.allclose(defaults.bias, expected.bias, atol=1e-3)
+
+
+def test_a_fit_takes_its_options_as_an_object_or_as_keywords_not_both(tiny_model, monkeypatch):
+    """The command line passes its `FitOptions` and `ReadOptions` through; the Python API takes
+    them or their fields, and refuses a mixture, an unknown keyword, or another object, before
+    the model is built."""
+    monkeypatch.setattr(SentenceEncoder, "_pooled_encoder", lambda self: pytest.fail("the model was built"))
+    encoder = SentenceEncoder(EncoderConfig(tiny_model[0]))
+    stats = WhiteningStats().update(np.eye(3))
+    refused = [
+        (lambda: fit_whitening(stats, 2), "options must be a FitOptions, got int 2"),
+        (lambda: fit_whitening(stats, FitOptions(), beta=0.5), "options: give a FitOptions or its keywords, not both"),
+        (lambda: fit_whitening(stats, bta=0.5), "unknown option 'bta' (FitOptions takes: n_components, beta, gamma)"),
+        (
+            lambda: encoder.fit(SENTENCES, beat=0),
+            "unknown option 'beat' (fit takes: n_components, beta, gamma, format, skip_bad_lines, batch_size)",
+        ),
+        (lambda: encoder.fit(SENTENCES, options=FitOptions(), gamma=0), "options: give a FitOptions or its keywords"),
+        (lambda: encoder.fit(SENTENCES, read=ReadOptions(), batch_size=8), "read: give a ReadOptions or its keywords"),
+        (lambda: encoder.fit(SENTENCES, read={"batch_size": 8}), "read must be a ReadOptions, got dict"),
+        (lambda: encoder.fit_flow(SENTENCES, read=ReadOptions(), format="lines"), "read: give a ReadOptions or"),
+    ]
+    for call, said in refused:
+        with pytest.raises(BertWhiteningError) as raised:
+            call()
+        assert str(raised.value).startswith(said)
+    whitening = fit_whitening(stats, FitOptions(2, 0.5))
+    assert (whitening.n_components, whitening.beta) == (2, 0.5)

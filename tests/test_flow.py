@@ -14,6 +14,7 @@ from bert_whitening.backend import tf
 from bert_whitening.config import EncoderConfig
 from bert_whitening.errors import BertWhiteningError, FlowError
 from bert_whitening.evaluation import (
+    EvalOptions,
     Setting,
     evaluate,
     evaluate_tasks,
@@ -374,14 +375,16 @@ def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path, capsys):
     report, spectra = evaluate_tasks(
         spec,
         ["STS-B"],
-        directory=str(tmp_path / "data"),
-        n_components=[0, -1],
-        methods=("whitening", "flow"),
-        flow_options={"progress": False},
+        EvalOptions(
+            directory=str(tmp_path / "data"),
+            n_components=[0, -1],
+            methods=("whitening", "flow"),
+            flow_options={"progress": False},
+        ),
     )
     task = report["tasks"]["STS-B"]
     assert [r["setting"] for r in task["results"]] == ["raw", "k=all", "flow s=0"]
-    alone = evaluate_tasks(spec, ["STS-B"], directory=str(tmp_path / "data"), n_components=[0, -1])[0]
+    alone = evaluate_tasks(spec, ["STS-B"], EvalOptions(directory=str(tmp_path / "data"), n_components=[0, -1]))[0]
     assert [result["splits"] for result in alone["tasks"]["STS-B"]["results"]] == [
         result["splits"] for result in task["results"][:2]
     ]  # bit for bit: the flow beside them changes nothing
@@ -397,11 +400,13 @@ def test_evaluate_tasks_and_eval_py_with_the_flow(tiny_model, tmp_path, capsys):
         evaluate_tasks(
             spec,
             ["STS-B"],
-            directory=str(tmp_path / "data"),
-            n_components=[],
-            fit_on=fit_on,
-            methods=("flow",),
-            flow_options={"progress": False, "config": SMALL},
+            EvalOptions(
+                directory=str(tmp_path / "data"),
+                n_components=[],
+                fit_on=fit_on,
+                methods=("flow",),
+                flow_options={"progress": False, "config": SMALL},
+            ),
         )[0]["tasks"]["STS-B"]["results"][0]
         for fit_on in ([str(corpus)], "train")
     ]
@@ -584,9 +589,9 @@ def test_evaluate_tasks_refuses_flow_options_before_a_model_is_built(monkeypatch
     monkeypatch.setattr(evaluation, "load_tasks", lambda *args: pytest.fail("a model was loaded"))
     for options, message in (({"epoch": 2}, "unknown flow option 'epoch'"), ({"learning_rate": 0}, "learning_rate")):
         with pytest.raises(FlowError, match=message):
-            evaluate_tasks(EncoderConfig("unused"), ["STS-B"], methods=("flow",), flow_options=options)
+            evaluate_tasks(EncoderConfig("unused"), ["STS-B"], EvalOptions(methods=("flow",), flow_options=options))
     with pytest.raises(FlowError, match="^seed must be a whole number >= 0, got -2$"):
-        evaluate_tasks(EncoderConfig("unused"), ["STS-B"], methods=("flow",), flow_seeds=(0, -2))
+        evaluate_tasks(EncoderConfig("unused"), ["STS-B"], EvalOptions(methods=("flow",), flow_seeds=(0, -2)))
 
 
 @pytest.mark.parametrize(

@@ -155,7 +155,7 @@ def test_standard_input_named_twice_is_refused_by_the_python_api(work, tmp_path)
     with pytest.raises(DataError, match="can be read only once"):
         SentenceEncoder.load(work["model"]).fit(files=["-", "-"])
     with pytest.raises(DataError, match="can be read only once"):
-        build_index(EncoderConfig(model=work["model"], normalize=True), str(tmp_path / "index"), ["-", "-"])
+        build_index(EncoderConfig(model=work["model"], normalize=True), str(tmp_path / "index"), inputs=["-", "-"])
     assert os.listdir(tmp_path) == []
 
 

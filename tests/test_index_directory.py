@@ -22,6 +22,7 @@ from bert_whitening.retrieval.index_directory import (
     TEXTS_FILE,
     WHITENING_FILE,
     IndexDirectory,
+    IndexOptions,
     IndexWriter,
 )
 
@@ -29,7 +30,7 @@ from bert_whitening.retrieval.index_directory import (
 def write_index(directory, seed=0, rows=12, dim=6, texts=True, hnsw_m=0):
     vectors = unit(np.random.default_rng(seed).normal(size=(rows, dim))).astype(np.float32)
     record = dict(RECORD, model=dict(RECORD["model"], hidden_size=dim))
-    with IndexWriter(str(directory), record, dim, hnsw_m) as writer:
+    with IndexWriter(str(directory), record, dim, IndexOptions(hnsw_m=hnsw_m)) as writer:
         writer.add(
             vectors,
             [("/corpus/%d.txt" % seed, i + 1) for i in range(rows)],
@@ -524,3 +525,29 @@ def test_an_index_faiss_written_over_after_opening_is_refused_before_faiss_reads
     with pytest.raises(ValueError, match="index.faiss changed after it was checked") as raised:
         opened.vectors()
     assert "index.faiss changed at byte %d after it was checked" % HEADER_END in str(raised.value.__context__)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"hnsw_m": 1}, "hnsw_m must be 0 (exact) or an integer 2..512, got 1"),
+        ({"hnsw_m": None}, "hnsw_m must be 0 (exact) or an integer 2..512, got None"),
+        ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+        ({"overwrite": "no"}, "overwrite must be True or False, got str 'no'"),
+    ],
+)
+def test_index_options_refuse_each_value_no_index_can_use_when_built(options, message):
+    from bert_whitening.errors import BertWhiteningError
+
+    with pytest.raises(BertWhiteningError) as raised:
+        IndexOptions(**options)
+    assert str(raised.value) == message
+
+
+def test_an_index_writer_takes_index_options_alone(tmp_path):
+    from bert_whitening.errors import BertWhiteningError
+
+    with pytest.raises(BertWhiteningError) as raised:
+        IndexWriter(str(tmp_path / "index"), RECORD, 6, 16)
+    assert str(raised.value) == "options must be an IndexOptions, got int 16"
+    assert os.listdir(tmp_path) == []

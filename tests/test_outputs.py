@@ -314,7 +314,9 @@ def api_writers():
         from bert_whitening.config import EncoderConfig
         from bert_whitening.retrieval.search import build_index
 
-        build_index(EncoderConfig(model=str(w["model"]), normalize=True), str(w["model"] / "index"), [w["sentences"]])
+        build_index(
+            EncoderConfig(model=str(w["model"]), normalize=True), str(w["model"] / "index"), inputs=[w["sentences"]]
+        )
 
     def convert_hf(w, tmp):
         from bert_whitening.checkpoints.convert import convert_hf

@@ -385,3 +385,44 @@ def test_a_failed_index_leaves_no_directory(tmp_path, problem):
         with IndexWriter(str(output), RECORD, 5 if problem == "dimension" else 3, source=str(corpus)) as writer:
             _add_keyed(writer, [vectors], numbered_lines([str(corpus)]))
     assert os.listdir(tmp_path) == ["corpus.txt"]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"split": 1}, "split must be a str, got int 1"),
+        (
+            {"distractor_files": "d.txt"},
+            "distractor_files must be a list of file paths, got str 'd.txt' (one file: put",
+        ),
+        ({"distractor_files": [None]}, "distractor_files[0] must be a str, got NoneType None"),
+        ({"hnsw_m": 0}, "hnsw_m must be an integer 2..512, got 0"),
+        ({"hnsw_m": 16.0}, "hnsw_m must be an integer 2..512, got 16.0"),
+    ],
+)
+def test_retrieval_options_refuse_each_value_no_benchmark_can_use_when_built(options, message):
+    from bert_whitening.retrieval.evaluate import RetrievalOptions
+
+    with pytest.raises(BertWhiteningError) as raised:
+        RetrievalOptions(**options)
+    assert str(raised.value).startswith(message)
+
+
+def test_evaluate_retrieval_refuses_flows_and_options_of_another_kind(monkeypatch):
+    """Before any file is read or model built: a benchmark scores whitenings."""
+    from bert_whitening.config import EncoderConfig
+    from bert_whitening.evaluation import EvalOptions
+    from bert_whitening.retrieval import evaluate
+
+    assert evaluate.RetrievalOptions(distractor_files=["d.txt"]).distractor_files == ("d.txt",)
+    monkeypatch.setattr(evaluate, "load_tasks", lambda *args: pytest.fail("the tasks were loaded"))
+    spec = EncoderConfig("unused")
+    refused = [
+        (EvalOptions(methods=["whitening", "flow"]), evaluate.RetrievalOptions(), "eval-retrieval scores whitenings"),
+        ({"n_components": [0]}, evaluate.RetrievalOptions(), "options must be an EvalOptions, got dict"),
+        (EvalOptions(), {"split": "test"}, "retrieval must be a RetrievalOptions, got dict"),
+    ]
+    for options, retrieval, said in refused:
+        with pytest.raises(BertWhiteningError) as raised:
+            evaluate.evaluate_retrieval(spec, ["STS-B"], options, retrieval)
+        assert str(raised.value).startswith(said)

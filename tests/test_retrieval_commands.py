@@ -453,13 +453,15 @@ def test_build_index_refuses_vectors_not_normalised_nothing_to_index_and_an_m_no
     model = indexed[0]
     with pytest.raises(ValueError, match="^an index holds L2-normalised vectors: --no-normalize cannot be used$"):
         search_module.build_index(
-            EncoderConfig(model=model, normalize=False), str(tmp_path / "index"), [str(indexed[1])]
+            EncoderConfig(model=model, normalize=False), str(tmp_path / "index"), inputs=[str(indexed[1])]
         )
     with pytest.raises(ValueError, match="^nothing to index: give sentence files, --from-vectors or --from-beam$"):
         search_module.build_index(EncoderConfig(model=model, normalize=True), str(tmp_path / "index"))
     for m in (None, False, 0.0):  # an exact index is hnsw_m 0, the integer
         with pytest.raises(ValueError, match=r"^hnsw_m must be 0 \(exact\) or an integer 2\.\.512, got %r$" % m):
-            search_module.build_index(EncoderConfig(model=model, normalize=True), str(tmp_path / "i"), hnsw_m=m)
+            search_module.build_index(
+                EncoderConfig(model=model, normalize=True), str(tmp_path / "i"), search_module.IndexOptions(hnsw_m=m)
+            )
     assert os.listdir(tmp_path) == []
 
 

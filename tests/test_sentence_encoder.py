@@ -13,6 +13,7 @@ import pytest
 from bert_whitening import SentenceEncoder
 from bert_whitening.encoding import encode
 from bert_whitening.errors import BertWhiteningError
+from bert_whitening.retrieval.index_directory import IndexOptions
 from bert_whitening.whitening import WhiteningStats, fit_whitening, transform_and_normalize
 
 from helpers import SENTENCES, limit_memory_in
@@ -301,6 +302,13 @@ def test_an_index_in_memory_searches_as_it_was_built_whatever_its_encoder_become
         (dict(path="index", hnsw_m=True), "hnsw_m must be 0 (exact) or an integer 2..512, got True"),
         (dict(path="index", hnsw_m=1.5), "hnsw_m must be 0 (exact) or an integer 2..512, got 1.5"),
         (dict(hnsw_m=16), "hnsw_m is for an index written to a path; an index in memory is exact"),
+        (dict(overwrite=True), "overwrite is for an index written to a path; an index in memory replaces none"),
+        (dict(hsnw_m=16), "unknown option 'hsnw_m' (IndexOptions takes: hnsw_m, batch_size, overwrite)"),
+        (dict(batch_size=0), "batch_size must be a positive integer, got 0"),
+        (
+            dict(path="index", options=IndexOptions(), hnsw_m=16),
+            "options: give an IndexOptions or its keywords, not both (hnsw_m given too)",
+        ),
     ],
 )
 def test_an_hnsw_m_faiss_cannot_take_is_refused_before_anything_is_built(fitted, tmp_path, arguments, said):
@@ -355,7 +363,7 @@ def test_export_refuses_a_version_it_would_replace_that_holds_its_corpus(fitted,
     fitted[0].index(SENTENCES, path=str(index))
     monkeypatch.setattr(models, "build", lambda *arguments, **options: pytest.fail("the model was built"))
     with pytest.raises(BertWhiteningError) as raised:
-        SentenceEncoder(fitted[0].config).export(str(tmp_path / "served"), 1, overwrite=True, corpus=str(index))
+        SentenceEncoder(fitted[0].config).export(str(tmp_path / "served"), version=1, overwrite=True, corpus=str(index))
     assert str(raised.value) == "cannot write %s: it contains the input directory %s; choose another output" % (
         index.parent,
         index,

@@ -616,7 +616,7 @@ def test_fit_records_what_it_was_fitted_on():
     stats = stats_of(correlated(100))
     bare = fit_whitening(stats)
     assert (bare.pooling, bare.model_identity, bare.count, bare.n_components) == ("", {}, 100, -1)
-    named = fit_whitening(stats, 8, pooling="cls", model_identity={"name": "tiny"})
+    named = fit_whitening(stats, n_components=8, pooling="cls", model_identity={"name": "tiny"})
     assert (named.pooling, named.model_identity, named.n_components) == ("cls", {"name": "tiny"}, 8)
     preset = WhiteningStats(16)
     assert preset.dim == 16 and preset.mean.shape == (16,) and preset.scatter.shape == (16, 16)

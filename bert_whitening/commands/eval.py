@@ -6,11 +6,10 @@ from bert_whitening.commands.base import Command, Paths
 from bert_whitening.commands.options import flow_training, flow_training_options, method_list, seed_list
 from bert_whitening.commands.tasks import (
     TASK_INPUTS,
+    eval_options,
     files_of_tasks,
-    fit_on,
     task_config,
     task_options,
-    task_read,
     write_reports,
 )
 from bert_whitening.errors import BertWhiteningError
@@ -43,6 +42,7 @@ def run_eval(args):
     training = flow_training(args, "flow" in args.method)
     if args.flow_seeds is not None and "flow" not in args.method:
         raise BertWhiteningError("--flow-seeds are the flows' seeds: add --method whitening,flow (or flow)")
+    options = eval_options(args, methods=args.method, flow_seeds=args.flow_seeds or [0], flow_options=training)
     config = task_config(args)
 
     def show(title, task, report):
@@ -50,21 +50,7 @@ def run_eval(args):
             print(title)
         print(format_table(task, report), flush=True)
 
-    results = evaluate_tasks(
-        config,
-        args.task,
-        directory=args.data_dir,
-        n_components=args.n_components,
-        betas=args.beta,
-        gammas=args.gamma,
-        fit_on=fit_on(args),
-        read=task_read(args),
-        methods=args.method,
-        flow_seeds=args.flow_seeds or [0],
-        flow_options=training,
-        poolings=args.poolings,
-        on_task=show,
-    )
+    results = evaluate_tasks(config, args.task, options, on_task=show)
     write_reports(args, [report for report, _ in results], functools.partial(plot_report, *results[0]))
 
 

@@ -6,11 +6,10 @@ from bert_whitening.commands.base import Command, Paths
 from bert_whitening.commands.options import hnsw_m_int
 from bert_whitening.commands.tasks import (
     TASK_INPUTS,
+    eval_options,
     files_of_tasks,
-    fit_on,
     task_config,
     task_options,
-    task_read,
     write_reports,
 )
 from bert_whitening.io.atomic import FILE
@@ -33,25 +32,13 @@ def add_arguments(parser):
 
 def run_eval_retrieval(args):
     from bert_whitening.plots import plot_retrieval
-    from bert_whitening.retrieval.evaluate import evaluate_retrieval, format_retrieval_table
+    from bert_whitening.retrieval.evaluate import RetrievalOptions, evaluate_retrieval, format_retrieval_table
 
+    options = eval_options(args)
+    retrieval = RetrievalOptions(split=args.split, distractor_files=args.distractors, hnsw_m=args.hnsw_m)
     config = task_config(args)
     show = lambda title, entry: print(format_retrieval_table(title, entry), flush=True)
-    reports = evaluate_retrieval(
-        config,
-        args.task,
-        directory=args.data_dir,
-        split=args.split,
-        n_components=args.n_components,
-        betas=args.beta,
-        gammas=args.gamma,
-        fit_on=fit_on(args),
-        distractor_files=args.distractors,
-        hnsw_m=args.hnsw_m,
-        read=task_read(args),
-        on_task=show,
-        poolings=args.poolings,
-    )
+    reports = evaluate_retrieval(config, args.task, options, retrieval, on_task=show)
     write_reports(args, reports, functools.partial(plot_retrieval, reports[0]))
 
 

@@ -47,7 +47,10 @@ def add_arguments(parser):
 
 def run_export(args):
     encoder = SentenceEncoder(encoder_config(args, whitened=True))
-    encoder.export(args.output, args.version, args.text, args.overwrite, args.corpus, args.top_k, args.export_precision)
+    from bert_whitening.export.options import ExportOptions
+
+    options = ExportOptions(args.version, args.text, args.overwrite, args.top_k, args.export_precision)
+    encoder.export(args.output, options, corpus=args.corpus)
 
 
 COMMAND = Command(

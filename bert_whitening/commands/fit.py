@@ -1,6 +1,5 @@
 """``fit``: a whitening (or a BERT-flow) fitted on sentence files, written as one ``.npz``."""
 
-import dataclasses
 import logging
 
 from bert_whitening.commands.base import Command, Paths, encoder_config, start
@@ -47,13 +46,12 @@ def run_fit(args):
     start(args)
     from bert_whitening.encoding import progress_bar
 
-    reading = dict(files=args.inputs, **dataclasses.asdict(read))
     with progress_bar() as bar:
         if args.method == "flow":
             batch = {"flow_batch_size": training.pop("batch_size")} if "batch_size" in training else {}
-            fitted = encoder.fit_flow(seed=args.seed, progress=bar, **batch, **training, **reading)
+            fitted = encoder.fit_flow(files=args.inputs, seed=args.seed, read=read, progress=bar, **batch, **training)
         else:
-            fitted = encoder.fit(progress=bar, **dataclasses.asdict(options), **reading)
+            fitted = encoder.fit(files=args.inputs, options=options, read=read, progress=bar)
     fitted.save(args.output)
     logger.info("wrote %s", args.output)
 

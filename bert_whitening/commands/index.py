@@ -35,22 +35,14 @@ def add_arguments(parser):
 
 
 def run_index(args):
-    from bert_whitening.retrieval.search import build_index, check_index_sources
+    from bert_whitening.retrieval.search import IndexOptions, build_index, check_index_sources
 
     check_index_sources(args.inputs, args.from_vectors, args.from_beam)
     check_readable(args.inputs + [path for path in (args.from_vectors,) if path])
     config = encoder_config(args, whitened=True)
+    options = IndexOptions(hnsw_m=args.hnsw, batch_size=args.batch_size, overwrite=args.overwrite)
     start(args)
-    build_index(
-        config,
-        args.output,
-        args.inputs,
-        args.hnsw,
-        args.from_vectors,
-        args.from_beam,
-        args.batch_size,
-        overwrite=args.overwrite,
-    )
+    build_index(config, args.output, options, args.inputs, args.from_vectors, args.from_beam)
 
 
 COMMAND = Command(

@@ -87,3 +87,20 @@ def task_read(args):
 
 def fit_on(args):
     return args.fit_on[0] if args.fit_on in (["all"], ["train"]) else args.fit_on
+
+
+def eval_options(args, **more):
+    """The `EvalOptions` of ``eval`` and ``eval-retrieval`` (`task_options`), with ``more`` of
+    the command's own."""
+    from bert_whitening.evaluation import EvalOptions
+
+    return EvalOptions(
+        n_components=args.n_components,
+        betas=args.beta,
+        gammas=args.gamma,
+        fit_on=fit_on(args),
+        directory=args.data_dir,
+        read=task_read(args),
+        poolings=args.poolings,
+        **more,
+    )

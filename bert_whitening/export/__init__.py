@@ -11,6 +11,7 @@ _WHERE = {
     "check_export": "record",
     "ServingModule": "saved_model",
     "export_saved_model": "saved_model",
+    "ExportOptions": "options",
     "target_version": "layout",
     "run_in_fresh_process": "verify",
 }

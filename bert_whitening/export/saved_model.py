@@ -25,19 +25,18 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from bert_whitening.arguments import options_of
 from bert_whitening.backend import graph_function, refuse_rows, tf, tf_writing
 from bert_whitening.config import versions
 from bert_whitening.errors import BertWhiteningError, ExportError
 from bert_whitening.export.layout import publish, target_version
+from bert_whitening.export.options import ExportOptions
 from bert_whitening.export.record import RECORD, checked_record, file_digests
 from bert_whitening.export.verify import TOLERANCE, FreshProcess, verify
 from bert_whitening.io.atomic import staged_directory
 from bert_whitening.io.files import open_directory
 from bert_whitening.io.records import as_read
 from bert_whitening.layers.fused_bert import bfloat16_copies, bfloat16_products, serving_graph
-from bert_whitening.names import EXPORT_PRECISIONS, check_choice
-
-#: What an export's matrix products may run in.
 
 logger = logging.getLogger(__name__)
 
@@ -151,14 +150,11 @@ class ServingModule(tf.Module):
 def export_saved_model(
     encoder,
     base: str,
-    version: Optional[int] = None,
-    text: bool = False,
-    overwrite: bool = False,
+    options: ExportOptions = ExportOptions(),
+    *,
     metadata: Optional[dict] = None,
-    tolerance: float = TOLERANCE,
     corpus: Optional[np.ndarray] = None,
-    top_k: int = 10,
-    precision: str = "float32",
+    tolerance: float = TOLERANCE,
 ) -> Tuple[str, float]:
     """Write ``encoder`` to ``BASE/N``, verified in a fresh process, and return ``(path,
     largest difference found)``.
@@ -166,43 +162,21 @@ def export_saved_model(
     Args:
         encoder: a `bert_whitening.models.Encoder`, usually from `with_whitening`.
         base: TF Serving's model base directory.
-        version: the integer ``N``; None = one more than the highest in ``base`` (or the next
-            free one, when another export takes it meanwhile).
-        text: add the ``serve_text`` signature (tokenising in the graph).
-        overwrite: replace an existing ``BASE/N``.
+        options: an `ExportOptions` (version, ``text``, ``overwrite``, ``top_k``, precision).
         metadata: more entries for ``assets/bert_whitening.json``.
-        tolerance: the largest difference allowed between the reloaded model and ``encoder``.
         corpus: unit vectors of the encoder's dimension for a ``serve_search`` signature that
             returns the ``top_k`` nearest rows, verified against FAISS
             (`bert_whitening.export.verify`).
-        top_k: ``serve_search``'s number of rows per query; at most the corpus size (recorded
-            as ``corpus.top_k`` in the metadata).
-        precision: ``bfloat16`` traces a `FusedBert`'s matrix products in bfloat16 (the rest stays
-            float32), for servers on CPUs with bfloat16 instructions: TF Serving's own
-            ``--mixed_precision=bfloat16`` rewrite of a float32 export also rounds the residual
-            sums and layer norms. Refused if a verification vector falls below cosine
-            `bert_whitening.precision.AUTO_MIN_COSINE` of float32, or the model is not a FusedBert.
+        tolerance: the largest difference allowed between the reloaded model and ``encoder``.
 
     Raises:
         ExportError: refused, or failed; nothing is left at ``BASE/N``.
     """
-    check_choice("precision", precision, EXPORT_PRECISIONS)
-    encoder.config.check_exportable(text, precision)
-    number = target_version(base, version, overwrite, encoder.config.read_paths())
-    tokenizer = None
-    if text:
-        from bert_whitening.graph_tokenizer import GraphTokenizer
-
-        tokenizer = GraphTokenizer(encoder.vocab, encoder.maxlen, encoder.lowercase)
-    module = ServingModule(
-        encoder.model, encoder.maxlen, len(encoder.vocab), tokenizer, corpus, top_k, bfloat16=precision == "bfloat16"
-    )
-    if corpus is not None and module.top_k < top_k:
-        logger.warning(
-            "top_k %d is more than the %d corpus rows: serve_search returns %d", top_k, len(corpus), module.top_k
-        )
-
-    with FreshProcess(text) as checker, staged_directory(os.path.join(base, str(number))) as staging:
+    options_of(ExportOptions, options, error=ExportError)
+    encoder.config.check_exportable(options.text, options.precision)
+    number = target_version(base, options.version, options.overwrite, encoder.config.read_paths())
+    module = _serving_module(encoder, options, corpus)
+    with FreshProcess(options.text) as checker, staged_directory(os.path.join(base, str(number))) as staging:
         with tf_writing(base, "the SavedModel", staging, ExportError), serving_graph(), _products(module):
             tf.saved_model.save(module, staging, signatures=module.signatures())  # traced here, run by TF Serving
         os.makedirs(os.path.join(staging, "assets"), exist_ok=True)
@@ -213,16 +187,13 @@ def export_saved_model(
         try:
             record = {
                 **export_record(encoder, module, metadata),
-                "precision": precision,
+                "precision": options.precision,
                 "files": file_digests(held, staging),
             }
             with open(os.path.join(staging, RECORD), "w", encoding="utf-8") as stream:
                 json.dump(record, stream, indent=2, ensure_ascii=False)
-            difference = verify(checker, held_path(held), encoder, text, corpus, tolerance, precision)
-            _check_unchanged(held, staging, base, record)
-            target = publish(staging, base, number, version is None, overwrite)
-            if not os.path.samestat(os.stat(target), os.fstat(held)):  # renamed over it since the check
-                raise ExportError("%s is not the export that was verified: do not serve it, export again" % target)
+            difference = verify(checker, held_path(held), encoder, options.text, corpus, tolerance, options.precision)
+            target = _publish_verified(held, staging, base, record, number, options)
         finally:
             os.close(held)
     logger.info(
@@ -232,6 +203,41 @@ def export_saved_model(
         difference,
     )
     return target, difference
+
+
+def _serving_module(encoder, options, corpus):
+    """The `ServingModule` of ``encoder``: its in-graph tokenizer with ``options.text``, its
+    corpus for ``serve_search`` (``top_k`` cut to the corpus's rows, with a warning), its
+    products' bfloat16 copies for a bfloat16 export."""
+    tokenizer = None
+    if options.text:
+        from bert_whitening.graph_tokenizer import GraphTokenizer
+
+        tokenizer = GraphTokenizer(encoder.vocab, encoder.maxlen, encoder.lowercase)
+    bfloat16 = options.precision == "bfloat16"
+    module = ServingModule(
+        encoder.model, encoder.maxlen, len(encoder.vocab), tokenizer, corpus, options.top_k, bfloat16=bfloat16
+    )
+    if corpus is not None and module.top_k < options.top_k:
+        logger.warning(
+            "top_k %d is more than the %d corpus rows: serve_search returns %d",
+            options.top_k,
+            len(corpus),
+            module.top_k,
+        )
+    return module
+
+
+def _publish_verified(held, staging, base, record, number, options):
+    """Rename the verified ``staging`` (open as ``held``) to ``BASE/number`` as ``options`` say
+    (an automatic version moves on, ``overwrite``) once it is checked unchanged, and refuse it
+    when another directory was renamed over it meanwhile: what is published is what was
+    verified."""
+    _check_unchanged(held, staging, base, record)
+    published = publish(staging, base, number, options.version is None, options.overwrite)
+    if not os.path.samestat(os.stat(published), os.fstat(held)):  # renamed over it since the check
+        raise ExportError("%s is not the export that was verified: do not serve it, export again" % published)
+    return published
 
 
 def held_path(descriptor):

@@ -2,6 +2,7 @@
 tasks, every whitening setting scored on one encoding of each task, with FAISS sizes and timings
 (`bert_whitening.retrieval.faiss_indexes`)."""
 
+import dataclasses
 import functools
 import logging
 import time
@@ -9,15 +10,17 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from bert_whitening.arguments import options_of, path_list, text
 from bert_whitening.config import EncoderConfig, versions
-from bert_whitening.data import DataError, ReadOptions, data_dir
+from bert_whitening.data import DataError, data_dir
+from bert_whitening.errors import BertWhiteningError
 from bert_whitening.evaluation import (
+    EvalOptions,
     Task,
     encode_splits_together,
     fit_statistics,
     load_tasks,
     named_task,
-    settings,
     whitened_settings,
 )
 from bert_whitening.io.bounded import check_memory
@@ -34,6 +37,7 @@ from bert_whitening.retrieval.faiss_indexes import (
     HNSW_EF_SEARCH,
     HNSW_M,
     QPS_BATCH,
+    check_hnsw_m,
     faiss,
     score_setting,
 )
@@ -159,64 +163,95 @@ def _queries_rule(labels, where):
     return rule
 
 
+#: The settings ``eval-retrieval`` scores unless told: raw, all, and three truncations.
+RETRIEVAL_N_COMPONENTS = (0, -1, 256, 128, 64)
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalOptions:
+    """What only ``eval-retrieval`` needs beside its `EvalOptions`, checked once when built:
+    the ``split`` the benchmark is made from, the sentence files added to every corpus
+    (``distractor_files``, kept as a tuple) and the HNSW index's ``hnsw_m`` compared with exact
+    search."""
+
+    split: str = "test"
+    distractor_files: Sequence[str] = ()
+    hnsw_m: int = HNSW_M
+
+    def __post_init__(self):
+        text(self.split, "split")
+        object.__setattr__(self, "distractor_files", tuple(path_list(self.distractor_files, "distractor_files")))
+        check_hnsw_m(self.hnsw_m)
+
+
 def evaluate_retrieval(
     spec: EncoderConfig,
     tasks: Sequence[str],
-    *,
-    directory: str | None = None,
-    split: str = "test",
-    n_components: Sequence[int] = (0, -1, 256, 128, 64),
-    betas: Sequence[float] = (1.0,),
-    gammas: Sequence[float] = (1.0,),
-    fit_on: str | Sequence[str] = "all",
-    distractor_files: Sequence[str] = (),
-    hnsw_m: int = HNSW_M,
-    read: ReadOptions = ReadOptions(),
+    options: EvalOptions = EvalOptions(n_components=RETRIEVAL_N_COMPONENTS),
+    retrieval: RetrievalOptions = RetrievalOptions(),
     on_task: Callable[[str, dict], None] | None = None,
-    poolings: Sequence[str] = (),
 ) -> dict | list[dict]:
     """The ``eval-retrieval`` report: ``{"model", "pooling", ..., "tasks": {task: {"counts",
     "results": [per setting]}}}``. ``spec`` is a `bert_whitening.config.EncoderConfig` of the
     unwhitened encoder; its ``maxlen`` None means each task's default (`task_maxlen`).
-    ``n_components``, ``betas``, ``gammas``: every combination is scored (each a
-    `bert_whitening.whitening.FitOptions`); ``read``: how the task files, ``fit_on`` files and
-    distractors are read and encoded. ``on_task(title, entry)`` is called as each task is done
-    (the CLI prints its table).
-    ``poolings``: score these poolings (``spec.pooling`` ignored) on one encoding of each task
-    and of the distractors, and return a list of reports, one per pooling in its order."""
+    ``options``: an `EvalOptions` of whitenings alone (every combination of its settings is
+    scored; its ``read`` reads the task files, ``fit_on`` files and distractors);
+    ``retrieval``: a `RetrievalOptions`. ``on_task(title, entry)`` is called as each task is
+    done (the CLI prints its table). With ``options.poolings``, every pooling is scored on one
+    encoding of each task and of the distractors, and a list of reports is returned, one per
+    pooling in its order."""
     started = time.time()
-    requested = settings(n_components, betas, gammas)
-    distractors = list(read_distractors(distractor_files, read.skip_bad_lines))
+    requested = _whitenings(options, retrieval)
+    distractors = list(read_distractors(retrieval.distractor_files, options.read.skip_bad_lines))
     ks = [setting.n_components for setting in requested]
-    encoders, loaded = load_tasks(spec, tasks, directory, ks, read, poolings, _scorable(split), fit_on)
+    split = retrieval.split
+    encoders, loaded = load_tasks(
+        spec, tasks, options.directory, ks, options.read, options.poolings, _scorable(split), options.fit_on
+    )
     for task in loaded:  # before any task is encoded: a later one's was found once the first was scored
         _check_split(task, split)
-    reports = {
-        pooling: {
-            "model": encoder.model_identity,
-            "pooling": pooling,
-            "data_dir": data_dir(directory),
-            "split": split,
-            "fit_on": fit_on,
-            "distractor_files": list(distractor_files),
-            "cutoff": CUTOFF,
-            "hnsw": {"m": hnsw_m, "ef_construction": HNSW_EF_CONSTRUCTION, "ef_search": HNSW_EF_SEARCH},
-            "faiss_threads": _faiss_threads(),
-            "tasks": {},
-            "versions": dict(versions(), **{"faiss-cpu": faiss().__version__}),
-        }
-        for pooling, encoder in encoders.items()
-    }
+    reports = {pooling: _report_head(encoder, pooling, options, retrieval) for pooling, encoder in encoders.items()}
     for task in loaded:
         with named_task(task.name):
-            found = evaluate_task(task, split, requested, fit_on, distractors, hnsw_m, spec.allow_rank_deficient)
+            found = evaluate_task(
+                task, split, requested, options.fit_on, distractors, retrieval.hnsw_m, spec.allow_rank_deficient
+            )
         for pooling, (results, counts) in found.items():
             entry = reports[pooling]["tasks"][task.name] = {"maxlen": task.maxlen, "counts": counts, "results": results}
             if on_task:
                 on_task(task.label(pooling), entry)
     for report in reports.values():
         report["seconds"] = round(time.time() - started, 1)
-    return list(reports.values()) if poolings else reports[spec.pooling]
+    return list(reports.values()) if options.poolings else reports[spec.pooling]
+
+
+def _whitenings(options, retrieval):
+    """The settings of ``options``, refused unless an `EvalOptions` of whitenings and a
+    `RetrievalOptions` were given: a benchmark scores no flow."""
+    options_of(EvalOptions, options)
+    options_of(RetrievalOptions, retrieval, "retrieval")
+    if tuple(options.methods) != ("whitening",):
+        raise BertWhiteningError(
+            "eval-retrieval scores whitenings: methods must be ('whitening',), got %s" % (options.methods,)
+        )
+    return options.settings
+
+
+def _report_head(encoder, pooling, options, retrieval):
+    """One pooling's report before any task: what made it, in the order its JSON shows."""
+    return {
+        "model": encoder.model_identity,
+        "pooling": pooling,
+        "data_dir": data_dir(options.directory),
+        "split": retrieval.split,
+        "fit_on": options.reported_fit_on,
+        "distractor_files": list(retrieval.distractor_files),
+        "cutoff": CUTOFF,
+        "hnsw": {"m": retrieval.hnsw_m, "ef_construction": HNSW_EF_CONSTRUCTION, "ef_search": HNSW_EF_SEARCH},
+        "faiss_threads": _faiss_threads(),
+        "tasks": {},
+        "versions": dict(versions(), **{"faiss-cpu": faiss().__version__}),
+    }
 
 
 def _faiss_threads():

@@ -32,13 +32,14 @@ make a reader allocate more than the files hold.
 """
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
 
 import numpy as np
 
-from bert_whitening.arguments import vector_array
+from bert_whitening.arguments import boolean, options_of, positive_int, vector_array
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.io.atomic import check_output_directory, publish_directory, staged_directory
@@ -48,6 +49,7 @@ from bert_whitening.io.records import Schema, check_fields, parse_json, parse_re
 from bert_whitening.retrieval.faiss_indexes import (
     FOURCC,
     check_graph_m,
+    check_hnsw_m,
     check_index_layout,
     faiss,
     faiss_reason,
@@ -78,18 +80,39 @@ def shown_name(path):
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
+@dataclasses.dataclass(frozen=True)
+class IndexOptions:
+    """How an index directory is written, checked once when built: ``hnsw_m`` (0: an exact
+    ``IndexFlatIP``; else HNSW's neighbours per node, `check_hnsw_m`), ``batch_size`` (sentences
+    per forward pass, when the index encodes them) and ``overwrite`` (replace an existing
+    directory). ``index``, `bert_whitening.retrieval.search.build_index`, `IndexWriter` and
+    `bert_whitening.SentenceEncoder.index` take one."""
+
+    hnsw_m: int = 0
+    batch_size: int = 128
+    overwrite: bool = False
+
+    def __post_init__(self):
+        check_hnsw_m(self.hnsw_m, allow_flat=True)
+        object.__setattr__(self, "batch_size", positive_int(self.batch_size, "batch_size"))
+        object.__setattr__(self, "overwrite", boolean(self.overwrite, "overwrite"))
+
+
 class IndexWriter:
     """Builds an index directory in a staging directory and renames it into place on success,
     so a failure leaves nothing at ``output``. Rows are added in chunks with their
     ``(file, line)`` keys and texts, so a corpus of any size streams through."""
 
     def __init__(
-        self, output, record, dim, hnsw_m=0, whitening=None, source="the input", flow=None, inputs=(), overwrite=False
+        self, output, record, dim, options=IndexOptions(), whitening=None, source="the input", flow=None, inputs=()
     ):
-        """``record``: `EncoderConfig.to_config()` of what made the vectors; ``whitening`` or
-        ``flow``: the `Whitening` or `Flow` in it, stored beside; ``source`` names the input in
-        errors; ``output`` is checked against ``inputs`` and may exist only with ``overwrite``
+        """``record``: `EncoderConfig.to_config()` of what made the vectors; ``options``: an
+        `IndexOptions` (its ``hnsw_m`` and ``overwrite``); ``whitening`` or ``flow``: the
+        `Whitening` or `Flow` in it, stored beside; ``source`` names the input in errors;
+        ``output`` is checked against ``inputs`` and may exist only with ``overwrite``
         (`check_output_directory`)."""
+        options_of(IndexOptions, options)
+        hnsw_m, overwrite = options.hnsw_m, options.overwrite
         check_output_directory(output, inputs, overwrite)
         self.output, self.record, self.dim, self.hnsw_m, self.overwrite = output, record, dim, hnsw_m, overwrite
         self.whitening, self.flow, self.source = whitening, flow, source

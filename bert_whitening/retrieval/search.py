@@ -10,14 +10,20 @@ import itertools
 import logging
 import os
 
-from bert_whitening.arguments import path_list, positive_int, sentence_list
+from bert_whitening.arguments import options_of, path_list, positive_int, sentence_list
 from bert_whitening.config import EncoderConfig, whitening_digest
 from bert_whitening.data import check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.io.bounded import check_memory
 from bert_whitening.io.files import npy_blocks
-from bert_whitening.retrieval.faiss_indexes import check_hnsw_m
-from bert_whitening.retrieval.index_directory import KEYS_FILE, RECORD_FILE, TEXTS_FILE, IndexDirectory, IndexWriter
+from bert_whitening.retrieval.index_directory import (
+    KEYS_FILE,
+    RECORD_FILE,
+    TEXTS_FILE,
+    IndexDirectory,
+    IndexOptions,
+    IndexWriter,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -35,22 +41,20 @@ def numbered_lines(paths):
 def build_index(
     config: EncoderConfig,
     output: str,
+    options: IndexOptions = IndexOptions(),
     inputs=(),
-    hnsw_m: int = 0,
     from_vectors: str = None,
     from_beam: str = None,
-    batch_size: int = 128,
     sentences=None,
-    overwrite: bool = False,
 ) -> int:
-    """Write an index directory of the sentence files ``inputs`` encoded with ``config``, or of
-    the list ``sentences`` (keyed ``MEMORY_SOURCE`` and their row from 1), or of vectors already
-    encoded: ``from_vectors`` (a ``.npy``; keys and texts from ``inputs`` when given, else its
-    rows) or ``from_beam`` (a ``beam-encode`` shard pattern; no texts). Every input is read once;
-    ``overwrite`` replaces an existing ``output``. Returns the number of vectors."""
+    """Write an index directory, as ``options`` (an `IndexOptions`) say, of the sentence files
+    ``inputs`` encoded with ``config``, or of the list ``sentences`` (keyed ``MEMORY_SOURCE`` and
+    their row from 1), or of vectors already encoded: ``from_vectors`` (a ``.npy``; keys and
+    texts from ``inputs`` when given, else its rows) or ``from_beam`` (a ``beam-encode`` shard
+    pattern; no texts). Every input is read once. Returns the number of vectors."""
     inputs = path_list(inputs, "inputs")
     check_index_sources(inputs, from_vectors, from_beam, sentences)
-    check_hnsw_m(hnsw_m, allow_flat=True)
+    options_of(IndexOptions, options)
     if not config.normalize:
         raise BertWhiteningError("an index holds L2-normalised vectors: --no-normalize cannot be used")
     read = list(inputs) + [from_vectors] + (glob.glob(from_beam) if from_beam and "://" not in from_beam else [])
@@ -61,51 +65,68 @@ def build_index(
         output,
         record,
         config.dim,
-        hnsw_m,
+        options,
         config.whitening if record["n_components"] else None,
         source,
         flow=config.flow,
         inputs=read + config.read_paths(),
-        overwrite=overwrite,
     )
     with writer:
         if from_beam:
-            from bert_whitening.beam import read_encoded
-
-            keys, vectors = read_encoded(from_beam, config)
-            if not keys:
-                raise DataError("%s: no beam-encode shards match" % from_beam)
-            writer.add(vectors, keys)
+            _add_beam(writer, from_beam, config)
         elif from_vectors and inputs:
             _add_keyed(writer, (block for _, block in npy_blocks(from_vectors, NPY_BLOCK_ROWS)), numbered_lines(inputs))
-        elif from_vectors:  # each row keyed by its own number: as many keys as rows, whatever their count
-            name = os.path.abspath(from_vectors)
-            for first, block in npy_blocks(from_vectors, NPY_BLOCK_ROWS):
-                writer.add(block, [(name, first + row) for row in range(1, len(block) + 1)])
+        elif from_vectors:
+            _add_rows(writer, from_vectors)
         else:
-            from bert_whitening.encoding import encode_keyed, progress_bar
-            from bert_whitening.models import build
-
-            if not inputs and sentences is None:
-                raise BertWhiteningError("nothing to index: give sentence files, --from-vectors or --from-beam")
-            keyed = (
-                numbered_lines(inputs)
-                if sentences is None
-                else (((MEMORY_SOURCE, row), text) for row, text in enumerate(sentence_list(sentences), 1))
-            )
-            encoder = build(config)
-            with progress_bar() as bar:  # each key is kept with its text: both are written
-                for vectors, pairs in encode_keyed(encoder, ((pair, pair[1]) for pair in keyed), batch_size, bar):
-                    writer.add(vectors, [key for key, _ in pairs], [text for _, text in pairs], config.stages)
+            _add_encoded(writer, config, inputs, sentences, options.batch_size)
         count = writer.index.ntotal
     logger.info(
         "indexed %d vectors of dimension %d into %s (%s)",
         count,
         config.dim,
         output,
-        "HNSW, M=%d" % hnsw_m if hnsw_m else "exact IndexFlatIP",
+        "HNSW, M=%d" % options.hnsw_m if options.hnsw_m else "exact IndexFlatIP",
     )
     return count
+
+
+def _add_beam(writer, pattern, config):
+    """Add the vectors of the ``beam-encode`` shards of ``pattern``, with their own keys,
+    checked against ``config`` (`bert_whitening.beam.read_encoded`)."""
+    from bert_whitening.beam import read_encoded
+
+    keys, vectors = read_encoded(pattern, config)
+    if not keys:
+        raise DataError("%s: no beam-encode shards match" % pattern)
+    writer.add(vectors, keys)
+
+
+def _add_rows(writer, path):
+    """Add the rows of the ``.npy`` ``path``, each keyed by its own number: as many keys as rows,
+    whatever their count."""
+    name = os.path.abspath(path)
+    for first, block in npy_blocks(path, NPY_BLOCK_ROWS):
+        writer.add(block, [(name, first + row) for row in range(1, len(block) + 1)])
+
+
+def _add_encoded(writer, config, inputs, sentences, batch_size):
+    """Encode the lines of ``inputs`` (or the list ``sentences``) with ``config`` and add them,
+    each key kept with its text: both are written."""
+    from bert_whitening.encoding import encode_keyed, progress_bar
+    from bert_whitening.models import build
+
+    if not inputs and sentences is None:
+        raise BertWhiteningError("nothing to index: give sentence files, --from-vectors or --from-beam")
+    keyed = (
+        numbered_lines(inputs)
+        if sentences is None
+        else (((MEMORY_SOURCE, row), text) for row, text in enumerate(sentence_list(sentences), 1))
+    )
+    encoder = build(config)
+    with progress_bar() as bar:
+        for vectors, pairs in encode_keyed(encoder, ((pair, pair[1]) for pair in keyed), batch_size, bar):
+            writer.add(vectors, [key for key, _ in pairs], [text for _, text in pairs], config.stages)
 
 
 def check_index_sources(inputs, from_vectors=None, from_beam=None, sentences=None):
