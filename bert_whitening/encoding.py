@@ -21,7 +21,6 @@ import weakref
 from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from bert_whitening import precision
 from bert_whitening.arguments import container, positive_int, sentence_list, sentence_stream, shown
@@ -30,6 +29,7 @@ from bert_whitening.data import ReadOptions, chunked, display_name, read_sentenc
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.io.bounded import check_memory
 from bert_whitening.layers.fused_bert import FusedBert, bfloat16_products
+from bert_whitening.progress import progress_of
 from bert_whitening.token_ids import log_truncated, pad_ids, token_ids
 from bert_whitening.whitening import WhiteningStats, check_vectors
 
@@ -129,8 +129,9 @@ def encode_ids(
         encoder: an `bert_whitening.models.Encoder`.
         sequences: lists of token ids, each starting with ``[CLS]`` and ending with ``[SEP]``.
         batch_size: sentences per model call (positive).
-        progress: a tqdm bar to advance, True or False for a bar of its own, or None for a bar
-            on a terminal only.
+        progress: a bar to advance (a `bert_whitening.progress.Progress`, a tqdm bar), or the
+            ``show`` of a `Progress` of its own: True, False, or None (a bar on a terminal, log
+            lines elsewhere).
     """
     batch_size = positive_int(batch_size, "batch_size")
     checked_encoder(encoder).config.check_encoding_memory(len(sequences), encoder.dim, batch_size, BATCHES_IN_FLIGHT)
@@ -164,23 +165,15 @@ def _distinct(sequences, most):
 def _run_batches(encoder, sequences, batch_size, progress=False):
     vectors = np.zeros((len(sequences), encoder.dim), dtype=np.float32)
     run = _graph_for(encoder.model)
-    bar = (
-        progress
-        if hasattr(progress, "update")
-        else tqdm(total=len(sequences), unit="sent", leave=False, disable=None if progress is None else not progress)
-    )
 
     def run_batch(batch):
         rows, ids = batch
         vectors[rows] = run(tf.constant(ids), tf.zeros_like(ids)).numpy()
         return len(rows)
 
-    try:
+    with progress_of(progress, "encoding", len(sequences)) as bar:
         for done in in_flight(run_batch, batches(sequences, batch_size), BATCHES_IN_FLIGHT):
             bar.update(done)
-    finally:
-        if bar is not progress:
-            bar.close()
     return vectors
 
 
@@ -274,11 +267,6 @@ def _side_by_side(encoders):
         built[poolings] = joint, list(np.cumsum([output.shape[-1] for output in outputs])[:-1])
     joint, ends = built[poolings]
     return dataclasses.replace(first, model=joint), ends
-
-
-def progress_bar():
-    """The commands' bar: sentences encoded, shown on a terminal only."""
-    return tqdm(unit="sent", disable=None, desc="encoding")
 
 
 def encode_stream(

@@ -23,7 +23,6 @@ from collections.abc import Mapping
 
 import numpy as np
 import scipy.linalg
-from tqdm.auto import tqdm
 
 from bert_whitening.arguments import boolean, number, positive_int, shown, vector_array
 from bert_whitening.backend import graph_function, keras, tf
@@ -32,6 +31,7 @@ from bert_whitening.io.atomic import write_stream_atomically
 from bert_whitening.io.bounded import FLOW_BYTES, FLOW_SIZES, JSON_BYTES, MODEL_SIZES, NpzMembers, first_few
 from bert_whitening.io.records import ANY, Schema, parse_record
 from bert_whitening.names import RECORDED_POOLINGS, check_recorded, checked_tokenization
+from bert_whitening.progress import progress_of
 from bert_whitening.whitening import check_vectors
 
 logger = logging.getLogger(__name__)
@@ -594,8 +594,8 @@ def fit_flow(
         vectors: ``(n, dim)`` pooled sentence vectors, enough for one step.
         config: a `FlowConfig`, a dict of its fields or of a BERT-flow config file, or None
             (``config_l3_d3_w32``).
-        progress: a tqdm bar to advance, True or False for a bar of its own, or None for a bar
-            on a terminal only.
+        progress: a bar to advance, or the ``show`` of one of its own (True, False, or None: a
+            bar on a terminal, log lines elsewhere), as `bert_whitening.progress.progress_of` takes it.
         pooling, model_identity, tokenization: what made the vectors, recorded in the flow (as
             a whitening records them) so that it is refused on vectors of another encoder.
         training: ``seed`` (initial values and shuffling), ``epochs`` (passes over the vectors,
@@ -646,20 +646,10 @@ def _trained(flow, vectors, order, options, steps, progress):
     when it is one, else one made (and closed) here."""
     step = _train_step(flow, options["learning_rate"])
     batch_size = options["batch_size"]
-    bar = (
-        progress
-        if hasattr(progress, "update")
-        else tqdm(
-            total=steps, unit="step", leave=False, desc="flow", disable=None if progress is None else not progress
-        )
-    )
     losses = []
-    try:
+    with progress_of(progress, "flow", steps, "step") as bar:
         for start in range(0, steps * batch_size, batch_size):
             losses.append(float(step(vectors[order[start : start + batch_size]])))
             bar.set_postfix(nll="%.3f" % losses[-1], refresh=False)
             bar.update(1)
-    finally:
-        if bar is not progress:
-            bar.close()
     return losses

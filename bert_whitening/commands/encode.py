@@ -27,9 +27,9 @@ def run_encode(args):
     check_readable([args.input])
     encoder = SentenceEncoder(encoder_config(args, whitened=True))
     start(args)
-    from bert_whitening.encoding import progress_bar
+    from bert_whitening.progress import Progress
 
-    with progress_bar() as bar:
+    with Progress("encoding", leave=True) as bar:
         lines = encoder.encode_file(args.input, args.output, args.batch_size, bar)
     k = encoder.config.components
     logger.info(

@@ -44,9 +44,9 @@ def run_fit(args):
     check_readable(args.inputs)
     encoder = SentenceEncoder(encoder_config(args))
     start(args)
-    from bert_whitening.encoding import progress_bar
+    from bert_whitening.progress import Progress
 
-    with progress_bar() as bar:
+    with Progress("encoding", leave=True) as bar:
         if args.method == "flow":
             batch = {"flow_batch_size": training.pop("batch_size")} if "batch_size" in training else {}
             fitted = encoder.fit_flow(files=args.inputs, seed=args.seed, read=read, progress=bar, **batch, **training)

@@ -27,6 +27,7 @@ import numpy as np
 
 from bert_whitening.errors import ExportError
 from bert_whitening.io.records import parse_json
+from bert_whitening.progress import Progress
 from bert_whitening.whitening import check_vectors, l2_normalize
 
 TOLERANCE = 1e-5
@@ -183,7 +184,8 @@ class FreshProcess:
             np.savez(request, input_ids=input_ids, text=np.array(list(sentences), dtype=object))
             # A child that died before reading is not an error here (communicate ignores the
             # broken pipe): its exit status and stderr say why, below.
-            self._child.communicate(json.dumps([directory, request, response]).encode() + b"\n")
+            with Progress("verifying the export in a fresh process", unit=None):
+                self._child.communicate(json.dumps([directory, request, response]).encode() + b"\n")
             # The response appears (by rename) only once every signature ran: a child that dies
             # after it, in TensorFlow's teardown, still answered.
             if not os.path.exists(response):

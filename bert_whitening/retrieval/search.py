@@ -16,6 +16,7 @@ from bert_whitening.data import check_readable, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.io.bounded import check_memory
 from bert_whitening.io.files import npy_blocks
+from bert_whitening.progress import Progress
 from bert_whitening.retrieval.index_directory import (
     KEYS_FILE,
     RECORD_FILE,
@@ -113,7 +114,7 @@ def _add_rows(writer, path):
 def _add_encoded(writer, config, inputs, sentences, batch_size):
     """Encode the lines of ``inputs`` (or the list ``sentences``) with ``config`` and add them,
     each key kept with its text: both are written."""
-    from bert_whitening.encoding import encode_keyed, progress_bar
+    from bert_whitening.encoding import encode_keyed
     from bert_whitening.models import build
 
     if not inputs and sentences is None:
@@ -124,7 +125,7 @@ def _add_encoded(writer, config, inputs, sentences, batch_size):
         else (((MEMORY_SOURCE, row), text) for row, text in enumerate(sentence_list(sentences), 1))
     )
     encoder = build(config)
-    with progress_bar() as bar:
+    with Progress("encoding", leave=True) as bar:
         for vectors, pairs in encode_keyed(encoder, ((pair, pair[1]) for pair in keyed), batch_size, bar):
             writer.add(vectors, [key for key, _ in pairs], [text for _, text in pairs], config.stages)
 

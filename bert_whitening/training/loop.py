@@ -62,7 +62,8 @@ def train(
 
     Args:
         report: called with one line per epoch (default: the log).
-        progress: a tqdm bar per epoch; None shows it on a terminal only.
+        progress: a `bert_whitening.progress.Progress` per epoch, shown as its ``show`` says
+            (None: a bar on a terminal, log lines elsewhere).
 
     Raises:
         BertWhiteningError: a refused model, file, output or state (one line, before any
@@ -199,16 +200,14 @@ def _step_function(plan, encoder):
 def _epoch(plan, step, firsts, seconds, order, epoch, progress):
     """One pass over the pairs in ``order``, a batch at a time, with its progress bar; the mean
     of its steps' losses. A loss that is not finite stops the run."""
-    from tqdm.auto import tqdm
-
     from bert_whitening.backend import tf
+    from bert_whitening.progress import Progress
     from bert_whitening.token_ids import pad_ids
 
     batch_size = plan.options.batch_size
     steps, total = -(-len(order) // batch_size), 0.0
-    disable = None if progress is None else not progress  # None: on a terminal only
     description = "epoch %d/%d" % (epoch, plan.options.epochs)
-    with tqdm(total=len(order), unit="pair", desc=description, leave=False, disable=disable) as bar:
+    with Progress(description, len(order), "pair", show=progress) as bar:
         for number, start in enumerate(range(0, len(order), batch_size), 1):
             rows = order[start : start + batch_size]
             ids = pad_ids([firsts[row] for row in rows] + [seconds[row] for row in rows])
