@@ -20,6 +20,8 @@ logger = logging.getLogger("bert_whitening")
 #: so no two lines are further apart than their sum.
 PROGRESS_SECONDS = 10.0
 _POLL_SECONDS = 1.0
+#: What a `Progress` reads the time from, unless given a clock of its own (tests set a fake one).
+CLOCK = time.monotonic
 
 
 def on_terminal(stream=None):
@@ -39,10 +41,11 @@ class Progress:
     default) draws a bar on a terminal and logs lines otherwise (at INFO: neither once the log
     says errors alone, ``-q``). ``unit`` None: a stage of no
     counts (a wait on another process), its lines saying the time it has taken, no bar drawn.
-    ``clock`` is what time is read from (injected by tests).
+    ``clock`` is what time is read from (`CLOCK` if None).
     """
 
-    def __init__(self, stage, total=None, unit="sent", show=None, leave=False, clock=time.monotonic):
+    def __init__(self, stage, total=None, unit="sent", show=None, leave=False, clock=None):
+        clock = clock or CLOCK
         self.stage, self.total, self.unit, self.n = stage, total, unit, 0
         self._clock, self._postfix, self._lock = clock, {}, threading.Lock()
         self._started = self._last = clock()
