@@ -95,6 +95,7 @@ LAYERS = {
         "bert_whitening.errors",
         "bert_whitening.arguments",
         "bert_whitening.names",
+        "bert_whitening.progress",
     ),
     2: (
         "bert_whitening.whitening",
