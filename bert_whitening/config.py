@@ -476,7 +476,7 @@ class EncoderConfig:
     @property
     def stages(self):
         """What computes these vectors, in order, for a refusal of them to name
-        (`bert_whitening.whitening.check_vectors`): the model, then the flow or the whitening
+        (`bert_whitening.vectors.check_vectors`): the model, then the flow or the whitening
         when one is applied (a whitening with ``n_components`` 0 is not)."""
         if self.flow is not None:
             return ("model", "flow")

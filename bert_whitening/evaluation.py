@@ -42,7 +42,8 @@ from bert_whitening.data import (  # noqa: F401  TASKS: named here too
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.io.atomic import check_outputs, write_atomically
 from bert_whitening.names import METHODS, POOLINGS, check_choice
-from bert_whitening.whitening import FitOptions, Whitening, WhiteningStats, fit_whitening, fits_whitening, l2_normalize
+from bert_whitening.vectors import l2_normalize
+from bert_whitening.whitening import FitOptions, Whitening, WhiteningStats, fit_whitening, fits_whitening
 
 if TYPE_CHECKING:
     from bert_whitening.config import EncoderConfig

@@ -36,7 +36,7 @@ import threading
 
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import PRECISIONS, check_choice
-from bert_whitening.whitening import l2_normalize
+from bert_whitening.vectors import l2_normalize
 
 logger = logging.getLogger(__name__)
 

@@ -48,14 +48,8 @@ from bert_whitening.io.atomic import (
 from bert_whitening.io.records import read_record
 from bert_whitening.precision import resolve_before_fitting
 from bert_whitening.precision import running as running_precision
-from bert_whitening.whitening import (
-    FitOptions,
-    Whitening,
-    WhiteningStats,
-    check_vectors,
-    fit_reported,
-    l2_normalize,
-)
+from bert_whitening.vectors import check_vectors, l2_normalize
+from bert_whitening.whitening import FitOptions, Whitening, WhiteningStats, fit_reported
 
 if TYPE_CHECKING:
     from bert_whitening.export.options import ExportOptions
