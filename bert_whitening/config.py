@@ -472,39 +472,6 @@ class EncoderConfig:
         }
 
     @classmethod
-    def from_fitted(cls, *, whitening=None, flow=None, pooling=None, **fields):
-        """The encoder of ``fields`` with a whitening or flow given as a file (read here, its path
-        recorded) or as the object itself, and ``pooling`` None for the one the whitening or
-        flow was fitted with, else ``first-last-avg``: what `SentenceEncoder.load` and the
-        command line build (not yet checked against the model, `check`)."""
-        from bert_whitening.whitening import Whitening
-
-        whitening_path = flow_path = files = hidden_size = None
-        if any(isinstance(fitted, (str, os.PathLike)) for fitted in (whitening, flow)):
-            files = find_model(optional_path(fields.get("model"), "model"))  # a file of another model: refused unread
-            hidden_size = files.config["hidden_size"]
-        if isinstance(whitening, (str, os.PathLike)):
-            whitening_path, whitening = os.fspath(whitening), Whitening.load(whitening, hidden_size)
-        if isinstance(flow, (str, os.PathLike)):
-            from bert_whitening.flow import Flow
-
-            flow_path, flow = os.fspath(flow), Flow.load(flow, hidden_size)
-        fitted = whitening if whitening is not None else flow
-        pooling = pooling or getattr(fitted, "pooling", None) or DEFAULT_POOLING  # a non-Whitening: refused
-        built = cls(
-            pooling=pooling,
-            whitening=whitening,
-            whitening_path=whitening_path,
-            flow=flow,
-            flow_path=flow_path,
-            **fields,
-        )
-        if files is not None:
-            # found once (`files`): its configuration and vocabulary are not read again
-            object.__setattr__(built, "model_files", files)
-        return built
-
-    @classmethod
     def from_config(cls, config, whitening=None, model=None, flow=None, where=None):
         """The encoder a record describes. ``whitening`` (a `Whitening`) or ``flow`` (a `Flow`)
         must be given when the record has one, and is checked against its digest; ``model``

