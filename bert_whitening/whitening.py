@@ -21,7 +21,7 @@ import dataclasses
 import json
 import logging
 import math
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -617,15 +617,6 @@ class FitOptions:
         object.__setattr__(self, "n_components", integer(self.n_components, "n_components", WhiteningError))
         for name in ("beta", "gamma"):
             object.__setattr__(self, name, finite_number(getattr(self, name), name, WhiteningError))
-
-
-def fits_whitening(n_components: Sequence[int]) -> bool:
-    """Whether an evaluation of these ``n_components`` settings fits a whitening on the vectors it
-    encodes (one setting other than 0, raw): then `bert_whitening.evaluation.load_tasks` decides
-    a pending ``--precision auto`` as float32, and the command line knows it before TensorFlow
-    starts (`bert_whitening.commands.base.weights_frozen`). Here, not in evaluation, whose import (scipy)
-    the command line would otherwise pay in every command that sets a precision."""
-    return any(n_components)
 
 
 def fit_whitening(
