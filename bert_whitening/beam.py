@@ -47,7 +47,8 @@ from bert_whitening.io.bounded import JSON_BYTES, MODEL_SIZES, check_memory, ope
 from bert_whitening.io.records import Schema, check_fields, parse_record
 from bert_whitening.names import EXPORT_PRECISIONS
 from bert_whitening.token_ids import log_truncated
-from bert_whitening.whitening import FitOptions, WhiteningStats, check_vectors, fit_reported
+from bert_whitening.vectors import check_vectors
+from bert_whitening.whitening import FitOptions, WhiteningStats, fit_reported
 
 logger = logging.getLogger(__name__)
 

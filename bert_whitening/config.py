@@ -6,9 +6,9 @@ export what its graph computes; a query must be encoded as its corpus was, and a
 `EncoderConfig.to_config()` and compare with `EncoderConfig.differences`, so every field that
 changes the vectors is recorded and compared in one place (`VECTOR_FIELDS`).
 
-No TensorFlow here: the checks a command runs before it loads a model (`check_model`,
-`EncoderConfig.check`) answer at once; `bert_whitening.models.build` builds what a configuration
-describes.
+No TensorFlow here: the checks a command runs before it loads a model
+(`bert_whitening.checkpoints.architecture.check_model`, `EncoderConfig.check`) answer at once;
+`bert_whitening.models.build` builds what a configuration describes.
 """
 
 import contextlib
@@ -23,12 +23,13 @@ import re
 import sys
 from typing import Optional
 
-from bert_whitening.arguments import boolean, integer, optional_integer, optional_path, positive_int, shown, text
+from bert_whitening.arguments import boolean, optional_integer, optional_path, positive_int, shown, text
 from bert_whitening.checkpoints import BUILTIN_MODEL, find_model, model_directory
+from bert_whitening.checkpoints.architecture import block_bytes_per_token, check_options, not_fused_because
 from bert_whitening.errors import BertWhiteningError, ExportError, WhiteningError
 from bert_whitening.io.bounded import MODEL_SIZES, check_memory
 from bert_whitening.io.records import Schema, as_read, check_fields
-from bert_whitening.names import DEFAULT_POOLING, MODEL_TYPES, POOLINGS, check_choice
+from bert_whitening.names import DEFAULT_POOLING, MODEL_TYPES
 
 logger = logging.getLogger(__name__)
 
@@ -45,27 +46,6 @@ def versions():
         except importlib.metadata.PackageNotFoundError:
             found[name] = None
     return found
-
-
-def check_model(model, model_type, pooling, maxlen):
-    """The `ModelFiles` of ``model`` once the options are known to fit it; reads no weights."""
-    files = find_model(model)
-    check_options(files, model_type, pooling, maxlen)
-    return files
-
-
-def check_options(files, model_type, pooling, maxlen):
-    """Refuse a model type, pooling or maxlen that the model ``files`` rule out."""
-    check_choice("model type", model_type.lower(), list(MODEL_TYPES))
-    check_choice("pooling", pooling, POOLINGS)
-    if integer(maxlen, "maxlen") < 2:
-        raise BertWhiteningError("maxlen must leave room for [CLS] and [SEP]; got %d" % maxlen)
-    positions = files.config.get("max_position_embeddings")
-    if MODEL_TYPES[model_type.lower()].absolute_positions and positions and maxlen > positions:
-        raise BertWhiteningError(
-            "maxlen %d is larger than the %d positions of %s (max_position_embeddings); choose "
-            "maxlen <= %d" % (maxlen, positions, files.name, positions)
-        )
 
 
 def _say_untrained_settings(name, trained, settings):
@@ -88,75 +68,6 @@ def _say_untrained_settings(name, trained, settings):
 @functools.lru_cache(maxsize=None)
 def _warn_once(message):
     logger.warning("%s", message)
-
-
-#: The keys of a BERT configuration (google-research/bert's, and the pooler and directionality
-#: keys of Chinese releases, which bert4keras ignores): with no other key, bert4keras' BERT is the
-#: plain BERT `FusedBert` computes.
-PLAIN_BERT_KEYS = frozenset(
-    ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-    + ("hidden_act", "max_position_embeddings", "type_vocab_size", "hidden_dropout_prob")
-    + ("attention_probs_dropout_prob", "initializer_range", "directionality")
-    + ("pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type")
-)
-
-
-def runs_fused(family, config):
-    """Whether bert4keras would build ``config`` as the plain BERT `FusedBert` computes
-    (`not_fused_because` says why not)."""
-    return not_fused_because(family, config) is None
-
-
-def not_fused_because(family, config):
-    """Why bert4keras would not build ``config`` as the plain BERT `FusedBert` computes, or None
-    when it would: the BERT architecture, only the keys of a BERT configuration (any other, such
-    as ``embedding_size`` or ``hierarchical_position``, changes what bert4keras builds), erf-GELU.
-    Its sizes are a model directory's (`bert_whitening.io.bounded.check_model_sizes`: whole, the
-    heads splitting the hidden size)."""
-    other_keys = sorted(set(config) - PLAIN_BERT_KEYS)
-    if family.architecture != "bert":
-        return "the %s architecture" % family.architecture
-    if other_keys:
-        keys = "keys" if len(other_keys) > 1 else "key"
-        return "%s %s, which a BERT configuration does not have" % (keys, ", ".join(map(repr, other_keys)))
-    if config.get("hidden_act") not in ("gelu", "gelu_erf"):
-        return "hidden_act %r, not gelu" % (config.get("hidden_act"),)
-    return None
-
-
-def check_trainable(files, model_type, error=BertWhiteningError):
-    """Refuse, as ``error``, to train a model `FusedBert` does not compute (only it has a training
-    step), saying what in its configuration (`ModelFiles`) makes it so."""
-    unplain = not_fused_because(MODEL_TYPES[model_type.lower()], files.config)
-    if unplain:
-        raise error(
-            "%s: only a plain BERT can be trained, and this %s configuration has %s (it runs on "
-            "bert4keras' graph, not FusedBert)" % (files.config_path, model_type, unplain)
-        )
-
-
-def fused_bert_sizes(config):
-    """`FusedBert`'s sizes from a BERT configuration, with bert4keras' defaults (2 segments, 512
-    positions); None where the configuration lacks one."""
-    return {
-        "vocab_size": config.get("vocab_size"),
-        "segment_vocab_size": config.get("type_vocab_size", 2),
-        "max_position": config.get("max_position_embeddings", 512),
-        "hidden": config.get("hidden_size"),
-        "heads": config.get("num_attention_heads"),
-        "intermediate": config.get("intermediate_size"),
-        "blocks": config.get("num_hidden_layers"),
-    }
-
-
-def block_bytes_per_token(config, maxlen):
-    """Bytes per token of the largest tensors a transformer block of the BERT ``config`` holds at
-    once, float32, at ``maxlen`` tokens a sentence: the feed-forward's inner layer with the
-    residual stream (three hidden-wide tensors), and the attention scores (a row of ``maxlen``
-    per head)."""
-    sizes = fused_bert_sizes(config)
-    hidden, inner, heads = sizes["hidden"], sizes["intermediate"], sizes["heads"]  # required (check_model_sizes)
-    return 4 * (inner + 3 * hidden + heads * maxlen)
 
 
 def check_fitted_on(what, fitted, identity, pooling, tokenization=None):
@@ -476,7 +387,7 @@ class EncoderConfig:
     @property
     def stages(self):
         """What computes these vectors, in order, for a refusal of them to name
-        (`bert_whitening.whitening.check_vectors`): the model, then the flow or the whitening
+        (`bert_whitening.vectors.check_vectors`): the model, then the flow or the whitening
         when one is applied (a whitening with ``n_components`` 0 is not)."""
         if self.flow is not None:
             return ("model", "flow")
@@ -559,39 +470,6 @@ class EncoderConfig:
             "normalize": self.normalize,
             "allow_rank_deficient": self.allow_rank_deficient,
         }
-
-    @classmethod
-    def from_fitted(cls, *, whitening=None, flow=None, pooling=None, **fields):
-        """The encoder of ``fields`` with a whitening or flow given as a file (read here, its path
-        recorded) or as the object itself, and ``pooling`` None for the one the whitening or
-        flow was fitted with, else ``first-last-avg``: what `SentenceEncoder.load` and the
-        command line build (not yet checked against the model, `check`)."""
-        from bert_whitening.whitening import Whitening
-
-        whitening_path = flow_path = files = hidden_size = None
-        if any(isinstance(fitted, (str, os.PathLike)) for fitted in (whitening, flow)):
-            files = find_model(optional_path(fields.get("model"), "model"))  # a file of another model: refused unread
-            hidden_size = files.config["hidden_size"]
-        if isinstance(whitening, (str, os.PathLike)):
-            whitening_path, whitening = os.fspath(whitening), Whitening.load(whitening, hidden_size)
-        if isinstance(flow, (str, os.PathLike)):
-            from bert_whitening.flow import Flow
-
-            flow_path, flow = os.fspath(flow), Flow.load(flow, hidden_size)
-        fitted = whitening if whitening is not None else flow
-        pooling = pooling or getattr(fitted, "pooling", None) or DEFAULT_POOLING  # a non-Whitening: refused
-        built = cls(
-            pooling=pooling,
-            whitening=whitening,
-            whitening_path=whitening_path,
-            flow=flow,
-            flow_path=flow_path,
-            **fields,
-        )
-        if files is not None:
-            # found once (`files`): its configuration and vocabulary are not read again
-            object.__setattr__(built, "model_files", files)
-        return built
 
     @classmethod
     def from_config(cls, config, whitening=None, model=None, flow=None, where=None):

@@ -42,7 +42,8 @@ from bert_whitening.data import (  # noqa: F401  TASKS: named here too
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.io.atomic import check_outputs, write_atomically
 from bert_whitening.names import METHODS, POOLINGS, check_choice
-from bert_whitening.whitening import FitOptions, Whitening, WhiteningStats, fit_whitening, fits_whitening, l2_normalize
+from bert_whitening.vectors import l2_normalize
+from bert_whitening.whitening import FitOptions, Whitening, WhiteningStats, fit_whitening
 
 if TYPE_CHECKING:
     from bert_whitening.config import EncoderConfig
@@ -568,9 +569,9 @@ def load_tasks(
     the longest ``maxlen`` any task needs (each task encodes with its own). ``fit_on`` is
     checked too (`_check_fit_on`). Settings that fit
     (``n_components`` not all 0) decide a pending ``--precision auto`` as float32
-    (`bert_whitening.precision.resolve_before_fitting`)."""
+    (`bert_whitening.precision.fits_its_vectors`, `resolve_before_fitting`)."""
     from bert_whitening.models import build
-    from bert_whitening.precision import resolve_before_fitting
+    from bert_whitening.precision import fits_its_vectors, resolve_before_fitting
 
     directory = data_dir(directory)
     loaded = {task: load_task(task, directory, read.skip_bad_lines) for task in tasks}
@@ -586,7 +587,7 @@ def load_tasks(
     spec.check()
     spec.check_n_components(n_components)
     configs = [dataclasses.replace(spec, pooling=pooling) for pooling in poolings]
-    if fits_whitening(n_components):
+    if fits_its_vectors("eval", n_components):  # eval-retrieval's rule is eval's
         resolve_before_fitting()
     encoders = dict(zip(poolings, build(configs), strict=True))
     found = [

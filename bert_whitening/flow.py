@@ -32,7 +32,7 @@ from bert_whitening.io.bounded import FLOW_BYTES, FLOW_SIZES, JSON_BYTES, MODEL_
 from bert_whitening.io.records import ANY, Schema, parse_record
 from bert_whitening.names import RECORDED_POOLINGS, check_recorded, checked_tokenization
 from bert_whitening.progress import progress_of
-from bert_whitening.whitening import check_vectors
+from bert_whitening.vectors import check_vectors
 
 logger = logging.getLogger(__name__)
 

@@ -19,9 +19,10 @@ import numpy as np
 from bert_whitening.arguments import str_list
 from bert_whitening.backend import ARCHITECTURES, build_transformer_model, keras, tf
 from bert_whitening.checkpoints import CheckpointError
-from bert_whitening.config import EncoderConfig, check_trainable
-from bert_whitening.config import fused_bert_sizes as _fused_bert_sizes
-from bert_whitening.config import runs_fused as _runs_fused
+from bert_whitening.checkpoints.architecture import check_trainable
+from bert_whitening.checkpoints.architecture import fused_bert_sizes as _fused_bert_sizes
+from bert_whitening.checkpoints.architecture import runs_fused as _runs_fused
+from bert_whitening.config import EncoderConfig
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.layers import (
     FirstTokenPooling,

@@ -20,8 +20,8 @@ included: a whitening fitted on few sentences amplifies bfloat16's rounding) and
 only if there are at least `AUTO_MIN_DISTINCT` of them and every vector is within cosine
 `AUTO_MIN_COSINE` of its float32 vector (a check on a few sentences, or on one sentence
 repeated, bounds nothing). A process that fits a whitening or a flow on the vectors it encodes
-(``fit``, ``eval``, ``eval-retrieval``, ``beam-fit``) decides float32 before it encodes
-(`resolve_before_fitting`): its check would run before the fit that then scales bfloat16's
+(``fit``, ``eval``, ``eval-retrieval``, ``beam-fit``: `fits_its_vectors`) decides float32 before it
+encodes (`resolve_before_fitting`): its check would run before the fit that then scales bfloat16's
 rounding up, by as much as the smallest eigenvalue it keeps allows. The choice is logged once and
 then holds for the process. A Python program that never calls `set_precision` encodes in
 float32.
@@ -30,13 +30,14 @@ numpy only: the commands set the precision before TensorFlow is imported.
 """
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import threading
 
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import PRECISIONS, check_choice
-from bert_whitening.whitening import l2_normalize
+from bert_whitening.vectors import l2_normalize
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +174,45 @@ def resolve_before_fitting():
                 "the vectors it encodes are fitted on, and no check before the fit bounds how far the fit "
                 "scales bfloat16's rounding up (--precision bfloat16 runs it anyway)",
             )
+
+
+#: The commands whose every run fits a whitening or a flow on the vectors it encodes ...
+FITTING_COMMANDS = ("fit", "beam-fit")
+#: ... and those that do when one of their settings whitens (``n_components`` other than 0, raw).
+EVALUATING_COMMANDS = ("eval", "eval-retrieval")
+
+
+def fits_its_vectors(command, n_components=()):
+    """Whether a run of ``command`` fits a whitening or a flow on the vectors it encodes, so that
+    a pending ``auto`` is decided float32 before it encodes (`resolve_before_fitting`). Here,
+    with the numbers alone, so that the command line knows it before TensorFlow and without
+    importing evaluation (scipy)."""
+    return command in FITTING_COMMANDS or (command in EVALUATING_COMMANDS and any(n_components))
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What a command's process runs in: ``precision``, what `set_precision` is given (``auto``
+    still pending); ``float32_before_fitting``, whether a pending ``auto`` is decided float32
+    before the vectors are fitted on (`fits_its_vectors`); ``frozen_weights``, whether its
+    process may promise oneDNN that its weights never change."""
+
+    precision: str
+    float32_before_fitting: bool
+    frozen_weights: bool
+
+
+def decide(command, precision, weights_read_only, n_components=(), methods=("whitening",)):
+    """The one precision decision of a command (``command`` as typed, its ``--precision``, its
+    record's ``weights_read_only``, its ``n_components`` settings and ``methods``): the weights
+    are promised frozen where bfloat16 may run (``auto`` runs float32 where the vectors are
+    fitted on) on a CPU with AMX, in a command that changes no weight, and never where a flow
+    is trained: the promise cannot be taken back in a process. Elsewhere, or in float32, the
+    kept copies cost a copy of the weights and gain nothing measured (docs/performance.md)."""
+    before_fitting = precision == "auto" and fits_its_vectors(command, n_components)
+    may_run_bfloat16 = precision == "bfloat16" or (precision == "auto" and not before_fitting)
+    frozen = weights_read_only and "flow" not in methods and may_run_bfloat16 and bool(cpu_has_amx())
+    return Decision(precision, before_fitting, frozen)
 
 
 def _decide(chosen, why):

@@ -38,6 +38,7 @@ from bert_whitening.arguments import path as path_argument
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import ReadOptions, check_readable, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
+from bert_whitening.fitted import load_config
 from bert_whitening.io.atomic import (
     check_output_directory,
     check_outputs,
@@ -48,14 +49,8 @@ from bert_whitening.io.atomic import (
 from bert_whitening.io.records import read_record
 from bert_whitening.precision import resolve_before_fitting
 from bert_whitening.precision import running as running_precision
-from bert_whitening.whitening import (
-    FitOptions,
-    Whitening,
-    WhiteningStats,
-    check_vectors,
-    fit_reported,
-    l2_normalize,
-)
+from bert_whitening.vectors import check_vectors, l2_normalize
+from bert_whitening.whitening import FitOptions, Whitening, WhiteningStats, fit_reported
 
 if TYPE_CHECKING:
     from bert_whitening.export.options import ExportOptions
@@ -140,7 +135,7 @@ class SentenceEncoder:
         (at its default value too) is refused, not ignored.
         """
         return cls(
-            EncoderConfig.from_fitted(
+            load_config(
                 model=model,
                 model_type=model_type,
                 pooling=pooling,

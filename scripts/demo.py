@@ -42,7 +42,8 @@ def main():
     from bert_whitening.encoding import encode
     from bert_whitening.export import ExportOptions, export_saved_model, run_in_fresh_process
     from bert_whitening.models import build_encoder, with_whitening
-    from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
+    from bert_whitening.vectors import l2_normalize
+    from bert_whitening.whitening import WhiteningStats, fit_whitening
 
     pairs = list(read_pairs(PAIRS))
     labels = np.array([label for _, _, label in pairs])

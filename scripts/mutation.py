@@ -1,6 +1,6 @@
 """Mutation testing of the numpy modules with mutmut (requirements-dev.txt; `make mutation`).
 
-    python scripts/mutation.py [MODULE ...]     # default: whitening serving data evaluation
+    python scripts/mutation.py [MODULE ...]     # default: whitening vectors serving data evaluation
     python scripts/mutation.py io.bounded arguments io.files io.npy_rows token_ids precision names  # shared
 
 For each module, a copy of the checkout is made under out/mutation/MODULE (mutmut writes its
@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODULES = ("whitening", "serving", "data", "evaluation")
+MODULES = ("whitening", "vectors", "serving", "data", "evaluation")
 TESTS = (
     "tests/test_whitening.py",
     "tests/test_serving_requests.py",
@@ -27,7 +27,7 @@ TESTS = (
     "tests/test_bounded.py",
     "tests/test_arguments.py",
     "tests/test_checked_files.py",
-    "tests/test_checked_vectors.py",
+    "tests/test_vectors.py",
     "tests/test_precision.py",
     "tests/test_config.py",
     "tests/test_index_directory.py",

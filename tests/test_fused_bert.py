@@ -301,7 +301,7 @@ def test_only_a_plain_bert_is_trainable(tmp_path):
     ],
 )
 def test_what_keeps_a_configuration_off_fused_bert_is_named(family, change, said):
-    from bert_whitening.config import not_fused_because
+    from bert_whitening.checkpoints.architecture import not_fused_because
     from bert_whitening.names import MODEL_TYPES
 
     assert not_fused_because(MODEL_TYPES[family], {**TINY_CONFIG, **change}) == said

@@ -115,6 +115,7 @@ LAYERS = {
         "bert_whitening.models",
         "bert_whitening.encoding",
         "bert_whitening.flow",
+        "bert_whitening.fitted",  # an EncoderConfig with its whitening or flow file read (Flow.load)
         "bert_whitening.losses",
         "bert_whitening.training.adam",
     ),
@@ -160,8 +161,6 @@ def upward_imports(graph):
 KNOWN_UPWARD = {
     # TensorFlow's checkpoint reader and writer, imported when a checkpoint's weights are read or written
     ("bert_whitening.checkpoints.google", "bert_whitening.backend"),
-    # EncoderConfig.from_fitted reads a flow file through Flow.load, in a module that also trains
-    ("bert_whitening.config", "bert_whitening.flow"),
 }
 
 

@@ -3,7 +3,7 @@ import pytest
 
 from bert_whitening.backend import keras
 from bert_whitening.layers import L2Normalize
-from bert_whitening.whitening import l2_normalize
+from bert_whitening.vectors import l2_normalize
 
 from layer_checks import assert_config_round_trip, assert_save_and_load
 from reference import original_transform_and_normalize

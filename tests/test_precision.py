@@ -411,3 +411,33 @@ def test_an_encoding_of_no_sentence_leaves_auto_to_the_sentences_that_follow(fre
     with caplog.at_level(logging.DEBUG, logger="bert_whitening"):
         assert encode(encoders["cls"], []).shape == (0, encoders["cls"].dim)
     assert process_precision() == "auto" and caplog.messages == []
+
+
+@pytest.mark.parametrize(
+    "command, n_components, fits",
+    [("fit", (), True), ("beam-fit", (), True), ("eval", (0, 256), True), ("eval", (0,), False)]
+    + [("eval-retrieval", (-1,), True), ("encode", (256,), False), ("index", (), False)],
+)
+def test_a_run_fits_its_vectors_when_it_fits_or_evaluates_a_whitening(command, n_components, fits):
+    assert precision.fits_its_vectors(command, n_components) is fits
+
+
+@pytest.mark.parametrize(
+    "command, given, read_only, methods, expected",
+    [
+        ("encode", "auto", True, ("whitening",), ("auto", False, True)),
+        ("fit", "auto", True, ("whitening",), ("auto", True, False)),  # float32 before the fit
+        ("fit", "bfloat16", True, ("whitening",), ("bfloat16", False, True)),
+        ("fit", "bfloat16", True, ("flow",), ("bfloat16", False, False)),  # a flow is trained
+        ("encode", "float32", True, ("whitening",), ("float32", False, False)),
+        ("export", "bfloat16", False, ("whitening",), ("bfloat16", False, False)),
+    ],
+)
+def test_one_decision_says_what_a_command_runs_and_whether_it_promises_frozen_weights(
+    monkeypatch, command, given, read_only, methods, expected
+):
+    monkeypatch.setattr(precision, "cpu_has_amx", lambda: True)
+    decision = precision.decide(command, given, read_only, (), methods)
+    assert (decision.precision, decision.float32_before_fitting, decision.frozen_weights) == expected
+    monkeypatch.setattr(precision, "cpu_has_amx", lambda: False)
+    assert not precision.decide(command, given, read_only, (), methods).frozen_weights

@@ -16,7 +16,8 @@ from bert_whitening import cli, encoding
 from bert_whitening.encoding import encode
 from bert_whitening.retrieval import search as search_module
 from bert_whitening.retrieval.index_directory import IndexDirectory
-from bert_whitening.whitening import WhiteningStats, fit_whitening, l2_normalize
+from bert_whitening.vectors import l2_normalize
+from bert_whitening.whitening import WhiteningStats, fit_whitening
 
 from helpers import limit_memory_in
 

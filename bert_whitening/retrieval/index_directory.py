@@ -56,7 +56,7 @@ from bert_whitening.retrieval.faiss_indexes import (
     hnsw_index,
     read_as_checked,
 )
-from bert_whitening.whitening import check_vectors
+from bert_whitening.vectors import check_vectors
 
 logger = logging.getLogger(__name__)
 

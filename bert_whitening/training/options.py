@@ -12,7 +12,12 @@ import numpy as np
 
 from bert_whitening import arguments
 from bert_whitening.arguments import is_finite_number, is_number
-from bert_whitening.config import block_bytes_per_token, check_model, check_trainable, fused_bert_sizes
+from bert_whitening.checkpoints.architecture import (
+    block_bytes_per_token,
+    check_model,
+    check_trainable,
+    fused_bert_sizes,
+)
 from bert_whitening.data import STDIN, check_labels, check_readable, display_name, open_local, read_pairs
 from bert_whitening.errors import BertWhiteningError, TrainingError
 from bert_whitening.io.atomic import check_output_directory

@@ -1,4 +1,4 @@
-"""One check of produced vectors (`bert_whitening.whitening.check_vectors`) before any writer
+"""One check of produced vectors (`bert_whitening.vectors.check_vectors`) before any writer
 writes them: ``encode``, ``SentenceEncoder.encode``, ``index``, ``beam-encode`` (in the worker)
 and the export's verification refuse non-finite vectors, and unit-norm outputs that are not, in
 one line naming the source, the row and the value; nothing is written."""
@@ -13,7 +13,7 @@ import pytest
 
 from bert_whitening.checkpoints import find_model
 from bert_whitening.errors import BertWhiteningError
-from bert_whitening.whitening import check_vectors
+from bert_whitening.vectors import check_vectors
 
 from helpers import SENTENCES, here, refused
 
