@@ -4,6 +4,7 @@
 import pytest
 
 from bert_whitening.errors import DataError
+
 from helpers import original_eval_script
 
 
