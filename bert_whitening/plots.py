@@ -33,7 +33,7 @@ def report_figure(report, spectra):
         _draw_spearman(left, report["tasks"][task]["results"])
         left.set(title="%s: Spearman of cosine" % task, xlabel="n_components (0 = raw)", ylabel="Spearman")
         left.grid(alpha=0.3)
-        left.legend()
+        left.legend(fontsize="small")
         if task in spectra:
             eigenvalues = spectra[task]
             right.semilogy(range(1, len(eigenvalues) + 1), eigenvalues.clip(min=1e-20))
