@@ -14,31 +14,26 @@ from bert_whitening.retrieval.faiss_indexes import BATCH_QUERIES, QPS_BATCH  # n
 
 
 def plot_report(report, spectra, path):
-    """One row per task: Spearman per split against k (raw drawn at k = 0; flows as crosses at
-    their dimension), and the eigenvalues of the fitted covariance on a log scale, so a k can be
-    picked by looking."""
+    """Write `report_figure` as a PNG to ``path``."""
+    figure = report_figure(report, spectra)
+    with open(path, "wb") as stream:
+        figure.savefig(stream, format="png", dpi=90)
+    plt.close(figure)
+
+
+def report_figure(report, spectra):
+    """One row per task: Spearman per split against k, and the eigenvalues of the fitted
+    covariance on a log scale, so a k can be picked by looking. Raw (no whitening) is a square
+    at k = 0 with a dotted level across, and flows are crosses at their dimension: neither is a
+    point of the whitened curve, so neither is joined to it."""
     tasks = list(report["tasks"])
     figure, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.6 * len(tasks)), squeeze=False)
     for row, task in enumerate(tasks):
-        results = sorted(report["tasks"][task]["results"], key=lambda r: r["n_components"])
-        flows = [r for r in results if r.get("method") == "flow"]
-        results = [r for r in results if r not in flows]
         left, right = axes[row]
-        for split in (results or flows)[0]["splits"]:
-            (line,) = left.plot(
-                [r["n_components"] for r in results], [r["splits"][split] for r in results], marker="o", label=split
-            )
-            left.plot(
-                [r["n_components"] for r in flows],
-                [r["splits"][split] for r in flows],
-                "x",
-                color=line.get_color(),
-                markersize=9,
-                label="%s, flow" % split if flows else None,
-            )
+        _draw_spearman(left, report["tasks"][task]["results"])
         left.set(title="%s: Spearman of cosine" % task, xlabel="n_components (0 = raw)", ylabel="Spearman")
         left.grid(alpha=0.3)
-        left.legend()
+        left.legend(fontsize="small")
         if task in spectra:
             eigenvalues = spectra[task]
             right.semilogy(range(1, len(eigenvalues) + 1), eigenvalues.clip(min=1e-20))
@@ -50,9 +45,35 @@ def plot_report(report, spectra, path):
         right.grid(alpha=0.3)
     figure.suptitle("%s, %s pooling" % (report["model"]["name"], report["pooling"]))
     figure.tight_layout()
-    with open(path, "wb") as stream:
-        figure.savefig(stream, format="png", dpi=90)
-    plt.close(figure)
+    return figure
+
+
+def _draw_spearman(axis, results):
+    """Per split, one colour: the whitened settings as a line against k, raw and flows as
+    markers of their own."""
+    results = sorted(results, key=lambda r: r["n_components"])
+    raw = [r for r in results if r["method"] == "raw"]
+    flows = [r for r in results if r["method"] == "flow"]
+    whitened = [r for r in results if r["method"] == "whitening"]
+    for split in results[0]["splits"]:
+        (line,) = axis.plot(
+            [r["n_components"] for r in whitened],
+            [r["splits"][split] for r in whitened],
+            marker="o",
+            label="%s, whitened" % split if whitened else None,
+        )
+        colour = line.get_color()
+        for entries, marker, size, name in ((raw, "s", 7, "raw"), (flows, "x", 9, "flow")):
+            axis.plot(
+                [r["n_components"] for r in entries],
+                [r["splits"][split] for r in entries],
+                marker,
+                color=colour,
+                markersize=size,
+                label="%s, %s" % (split, name) if entries else None,
+            )
+        for entry in raw:
+            axis.axhline(entry["splits"][split], color=colour, linestyle=":", linewidth=1)
 
 
 def plot_retrieval(report, path):

@@ -1,5 +1,5 @@
-"""`make demo`, the README's main job, runs to the end: fit, evaluate and export on the sample
-pairs, then serve_text from the reloaded SavedModel (a signature change once broke it)."""
+"""`make demo`, the README's main job, runs to the end: fit, evaluate and export on the English
+sample pairs, then serve_text from the reloaded SavedModel (a signature change once broke it)."""
 
 import os
 import subprocess
@@ -21,4 +21,8 @@ def test_the_demo_runs_and_prints_the_served_table(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "pair (whitened cosine from the reloaded SavedModel's serve_text)" in result.stdout
+    assert "data: data/sample-en/pairs.data, 200 pairs" in result.stdout  # the built-in model's language
+    assert "0.0% of the sample's tokens are [UNK]" in result.stdout
+    golds = [line.split()[0] for line in result.stdout.split("pair (whitened cosine")[1].splitlines()[1:7]]
+    assert golds == ["5", "4", "3", "2", "1", "0"]  # a pair of each gold score, highest first
     assert os.path.isfile(tmp_path / "demo" / "served" / "1" / "saved_model.pb")
