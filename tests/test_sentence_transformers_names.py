@@ -91,8 +91,18 @@ def check_show_progress_bar(get):
 
 
 def check_batch_size(get):
-    plain = get("plain")
+    from bert_whitening import encoding
+
+    plain, monkeypatch = get("plain"), get("monkeypatch")
+    sizes, original = [], encoding._run_batches
+
+    def recorded(encoder, sequences, batch_size, *rest):
+        sizes.append(batch_size)
+        return original(encoder, sequences, batch_size, *rest)
+
+    monkeypatch.setattr(encoding, "_run_batches", recorded)
     np.testing.assert_allclose(plain[0].encode(A, batch_size=2), plain[1], atol=1e-6)
+    assert sizes == [2]  # the model called with batches of 2 sentences
 
 
 def check_normalize_embeddings(get):
