@@ -1,7 +1,7 @@
 """BERT-whitening: sentence vectors for cosine similarity, fitted and served as one Keras graph.
 
     from bert_whitening import SentenceEncoder
-    encoder = SentenceEncoder.load("minilm")
+    encoder = SentenceEncoder("minilm")  # as SentenceEncoder.load("minilm")
     encoder.fit(files=["corpus.txt"])
     vectors = encoder.encode(["今天天气很好"])
 
@@ -28,6 +28,7 @@ _LAZY = {
     "WhiteningStats": "bert_whitening.whitening",
     "compute_kernel_bias": "bert_whitening.whitening",
     "fit_whitening": "bert_whitening.whitening",
+    "semantic_search": "bert_whitening.sentence_transformers_names",
     "transform_and_normalize": "bert_whitening.whitening",
 }
 

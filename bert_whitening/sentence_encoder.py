@@ -49,6 +49,7 @@ from bert_whitening.io.atomic import (
 from bert_whitening.io.records import read_record
 from bert_whitening.precision import resolve_before_fitting
 from bert_whitening.precision import running as running_precision
+from bert_whitening.sentence_transformers_names import check_encode_keywords, check_output_precision, quantized
 from bert_whitening.vectors import check_vectors, l2_normalize
 from bert_whitening.whitening import FitOptions, Whitening, WhiteningStats, fit_reported
 
@@ -87,8 +88,23 @@ def _saved_loaded_alone(load):
 class SentenceEncoder:
     """A BERT checkpoint, a pooling and optionally a whitening, as one sentence encoder."""
 
-    def __init__(self, config: EncoderConfig):
-        config.check()  # refuse what does not fit the model before any weights are read
+    def __init__(self, model, *arguments, **options):
+        """An encoder of the `EncoderConfig` ``model`` given alone, or, as sentence-transformers'
+        constructor loads its model, of what `load` takes: ``SentenceEncoder("minilm", pooling="cls")``
+        is ``SentenceEncoder.load("minilm", pooling="cls")``. ``device`` is taken as
+        sentence-transformers' (None or ``"cpu"``: TensorFlow's CPU) and refused otherwise."""
+        if "device" in options:
+            check_encode_keywords({"device": options.pop("device")})
+        if isinstance(model, EncoderConfig):
+            if arguments or options:
+                raise BertWhiteningError(
+                    "an EncoderConfig is given alone: %d more arguments beside it (its fields are its settings)"
+                    % (len(arguments) + len(options))
+                )
+            config = model
+            config.check()  # refuse what does not fit the model before any weights are read
+        else:
+            config = type(self).load(model, *arguments, **options).config
         self._config = config
         self._pooled = None  # the unwhitened Keras encoder, shared by fit and the whitened one
         self._encoder = None
@@ -171,6 +187,22 @@ class SentenceEncoder:
     def dim(self) -> int:
         return self.config.dim
 
+    def get_sentence_embedding_dimension(self) -> int:
+        """sentence-transformers' name of `dim`: the width of the vectors `encode` returns."""
+        return self.dim
+
+    @property
+    def max_seq_length(self) -> int:
+        """sentence-transformers' name of ``maxlen``: tokens a sentence is cut to, [CLS] and [SEP] included."""
+        return self.config.maxlen
+
+    @max_seq_length.setter
+    def max_seq_length(self, value):
+        raise BertWhiteningError(
+            "max_seq_length is this encoder's maxlen, which its whitening and records are bound to: "
+            "load a SentenceEncoder with maxlen=%r" % (value,)
+        )
+
     @property
     def keras_encoder(self):
         """The `bert_whitening.models.Encoder` (Keras model, tokenizer), built on first use."""
@@ -198,23 +230,77 @@ class SentenceEncoder:
             self._pooled = build(self._unwhitened_config())
         return self._pooled
 
-    def encode(self, sentences: Sequence[str], batch_size: int = 128, progress=None) -> np.ndarray:
-        """float32 vectors of ``sentences``, in order (``progress``: see `encoding.encode_ids`)."""
+    def encode(
+        self,
+        sentences: Sequence[str],
+        batch_size: int = 128,
+        progress=None,
+        *,
+        show_progress_bar: Optional[bool] = None,
+        normalize_embeddings: bool = False,
+        convert_to_numpy: bool = True,
+        precision: str = "float32",
+        **sentence_transformers,
+    ):
+        """float32 vectors of ``sentences``, in order, as this encoder makes them (whitened and
+        L2-normalised when it is), ``progress`` as `bert_whitening.encoding.encode_ids` takes it.
+
+        sentence-transformers' keywords mean what they mean there: ``show_progress_bar``
+        (``progress``, not both), ``normalize_embeddings`` (L2-normalise what the encoder does not),
+        ``convert_to_numpy=False`` (a list of rows), ``precision`` (the output's:
+        `bert_whitening.sentence_transformers_names.OUTPUT_PRECISIONS`); its others are refused
+        in one line naming our equivalent (`ENCODE_KEYWORDS`). All are checked before the model."""
         from bert_whitening.encoding import encode
 
         sentences, batch_size = sentence_list(sentences), positive_int(batch_size, "batch_size")  # before the model
+        if show_progress_bar is not None:
+            if progress is not None:
+                raise BertWhiteningError("progress and show_progress_bar say the same: give one")
+            progress = boolean(show_progress_bar, "show_progress_bar")
+        normalize_embeddings = boolean(normalize_embeddings, "normalize_embeddings")
+        convert_to_numpy = boolean(convert_to_numpy, "convert_to_numpy")
+        precision = check_output_precision(precision)
+        check_encode_keywords(sentence_transformers)
         vectors = encode(self.keras_encoder, sentences, batch_size, progress)
-        return check_vectors(vectors, "the sentences", self.config.normalize, stages=self.config.stages)
+        vectors = check_vectors(vectors, "the sentences", self.config.normalize, stages=self.config.stages)
+        if normalize_embeddings and not self.config.normalize:
+            vectors = l2_normalize(vectors)
+        vectors = quantized(vectors, precision)
+        return vectors if convert_to_numpy else list(vectors)
 
     def similarity(self, a, b, batch_size: int = 128) -> np.ndarray:
         """Cosine matrix ``(len(a), len(b))`` of two lists of sentences (encoded here) or two
         arrays of vectors of this encoder (normalised here), as float32."""
-        a, b = (self._unit_vectors(side, name, batch_size) for side, name in ((a, "a"), (b, "b")))
+        a, b = self._unit_sides((("a", a), ("b", b)), batch_size)
         return (a @ b.T).astype(np.float32)
+
+    def similarity_pairwise(self, a, b, batch_size: int = 128) -> np.ndarray:
+        """Cosine of each row of ``a`` with the same row of ``b`` (``(n,)``, float32), as
+        sentence-transformers' ``similarity_pairwise``; ``a`` and ``b`` as `similarity` takes them,
+        of the same length (refused before anything is encoded)."""
+        a, b = self._unit_sides((("a", a), ("b", b)), batch_size, same_length=True)
+        return (a * b).sum(axis=1).astype(np.float32)
 
     def _unit_vectors(self, value, name, batch_size):
         """``value`` normalised: an array of real numbers as vectors of this encoder, sentences
         (a list, or an array of strings) encoded."""
+        return self._unit_sides(((name, value),), batch_size)[0]
+
+    def _unit_sides(self, sides, batch_size, same_length=False):
+        """Each ``(name, value)`` of ``sides`` normalised (`_unit_vectors`), all checked before any
+        is encoded: a refusal of the second comes before the first is encoded."""
+        checked = [self._checked_side(value, name) for name, value in sides]
+        if same_length and len({len(side) for side in checked}) > 1:
+            raise BertWhiteningError(
+                "%s: rows paired one to one, got %s"
+                % (" and ".join(name for name, _ in sides), " and ".join(str(len(side)) for side in checked))
+            )
+        return [
+            side if isinstance(side, np.ndarray) else l2_normalize(self.encode(side, batch_size)) for side in checked
+        ]
+
+    def _checked_side(self, value, name):
+        """An array of real numbers as unit vectors of this encoder, or anything else as a list of sentences."""
         if isinstance(value, np.ndarray) and value.dtype.kind not in "USO":
             value = vector_array(value, name)
             if value.shape[1] != self.dim:
@@ -224,7 +310,7 @@ class SentenceEncoder:
             check_vectors(value, name, normalized=False)  # the caller's numbers: no stage to blame
             # normalised in float64, then cast: a row beyond float32's range would become inf first
             return l2_normalize(value.astype(np.float64)).astype(np.float32)
-        return l2_normalize(self.encode(sentence_list(value, name), batch_size))
+        return sentence_list(value, name)
 
     def index(self, corpus: Sequence[str], path: Optional[str] = None, options=None, **keywords):
         """The sentences ``corpus`` encoded and searchable: in memory (an exact FAISS inner-product
@@ -476,11 +562,12 @@ class SentenceEncoder:
 
 class CorpusIndex:
     """What `SentenceEncoder.index` returns: ``search(queries, top_k)`` gives, for each query,
-    ``{"query", "hits": [{"rank", "score" (cosine), "file", "line", "text"}]}``; in memory
-    ``file`` is None and ``line`` the corpus row from 1. An index directory is searched as the
-    ``search`` command does: read with its checksums, the queries encoded with its record; it is
-    opened (and checked) once, when written, and every search reads what was opened then, so
-    another index renamed over ``directory`` is never searched."""
+    ``{"query", "hits": [{"rank", "score" (cosine), "corpus_id", "file", "line", "text"}]}``
+    (``corpus_id`` the corpus row from 0); in memory ``file`` is None and ``line`` the row from 1.
+    An index directory is searched as the ``search`` command does: read with its checksums, the
+    queries encoded with its record; it is opened (and checked) once, when written, and every
+    search reads what was opened then, so another index renamed over ``directory`` is never
+    searched."""
 
     def __init__(self, encoder=None, index=None, texts=None, directory=None):
         self.encoder, self._index, self._texts, self.directory = encoder, index, texts, directory

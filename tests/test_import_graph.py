@@ -104,6 +104,7 @@ LAYERS = {
         "bert_whitening.data",
         "bert_whitening.token_ids",
         "bert_whitening.retrieval.benchmark",
+        "bert_whitening.sentence_transformers_names",  # encode's keywords, output precisions, semantic_search
     ),
     3: ("bert_whitening.config", "bert_whitening.checkpoints"),
     4: (

@@ -203,8 +203,9 @@ def search(
     directory, queries, top_k: int = 10, model=None, pooling=None, whitening_path=None, batch_size: int = 128
 ) -> list:
     """For each query, its ``top_k`` nearest corpus rows: ``[{"query", "hits": [{"rank",
-    "score" (cosine), "file", "line", "text"}]}]``, all read from the index directory: a path,
-    or an `IndexDirectory` opened earlier, read from the descriptors checked then (what
+    "score" (cosine), "corpus_id" (the row from 0), "file", "line", "text"}]}]``, all read from
+    the index directory: a path, or an `IndexDirectory` opened earlier, read from the descriptors
+    checked then (what
     `SentenceEncoder.index` returns searches the index it wrote, whatever bears its name since)."""
     return next(searched(directory, [(queries, None)], top_k, model, pooling, whitening_path, batch_size))
 
@@ -236,13 +237,22 @@ def searched(directory, query_lists, top_k=10, model=None, pooling=None, whiteni
 
 
 def hits(queries, scores, ids, row_of):
-    """``[{"query", "hits": [{"rank", "score", "file", "line", "text"}]}]`` of FAISS's ``scores``
-    and ``ids`` for ``queries``; ``row_of(id)`` gives a row's ``(file, line, text)``. Plain Python
+    """``[{"query", "hits": [{"rank", "score", "corpus_id", "file", "line", "text"}]}]`` of FAISS's
+    ``scores`` and ``ids`` for ``queries``; ``row_of(id)`` gives a row's ``(file, line, text)``.
+    ``corpus_id`` is the row of the index from 0, as sentence-transformers' ``semantic_search`` and
+    ``serve_search``'s ``ids`` count (across files: ``line`` restarts at 1 in each). Plain Python
     numbers throughout (numpy's would stop ``json.dumps`` of the hits)."""
 
     def hit(rank, row, score):
         file, line, text = row_of(row)
-        return {"rank": rank, "score": float(score), "file": file, "line": int(line), "text": text}
+        return {
+            "rank": rank,
+            "score": float(score),
+            "corpus_id": int(row),
+            "file": file,
+            "line": int(line),
+            "text": text,
+        }
 
     return [
         {
