@@ -49,6 +49,7 @@ def main():
 
     from bert_whitening.data import read_pairs
     from bert_whitening.encoding import encode
+    from bert_whitening.evaluation import encode_splits
     from bert_whitening.export import ExportOptions, export_saved_model, run_in_fresh_process
     from bert_whitening.models import build_encoder, with_whitening
     from bert_whitening.vectors import l2_normalize
@@ -74,8 +75,9 @@ def main():
         "%.1f%% of the sample's tokens are [UNK] for this vocabulary (a model reads only its own language)"
         % (100 * unknown)
     )
-    first = encode(encoder, [a for a, _, _ in pairs]).astype(np.float64)
-    second = encode(encoder, [b for _, b, _ in pairs]).astype(np.float64)
+    # encoded as `eval` encodes a task (each distinct sentence once, in one call), so that both
+    # print the same Spearman for one setting
+    first, second, _ = encode_splits(lambda texts: encode(encoder, texts), {"sample": pairs})["sample"]
     whitening = fit_whitening(
         WhiteningStats().update(first).update(second),
         n_components=args.n_components,
