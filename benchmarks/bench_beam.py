@@ -10,7 +10,7 @@ of --repeats rounds):
 - ``encode`` (whitening fitted on the first 8,000 of the sentences, all dimensions, + L2) and ``fit`` (the
   unwhitened encoder's vectors into `WhiteningStats`, then the kernel) in this process, the
   model already loaded, as a long-running job has it;
-- ``run_encode`` and ``run_fit`` (what ``bert-whitening beam-encode`` and ``beam-fit`` run) on
+- ``encode_on_runner`` and ``fit_on_runner`` (what ``bert-whitening beam-encode`` and ``beam-fit`` run) on
   DirectRunner with ``--direct_running_mode multi_processing --direct_num_workers N`` for each
   --workers N, and on the PortableRunner against Beam's Python job service with an EXTERNAL
   worker pool on loopback (`tests/beam_portable.py`; the services start before the clock,
@@ -87,7 +87,7 @@ def main():
     from bench_encode import cpu_name
 
     from bert_whitening.backend import tf
-    from bert_whitening.beam import read_encoded, run_encode, run_fit, shards
+    from bert_whitening.beam import encode_on_runner, fit_on_runner, read_encoded, shards
     from bert_whitening.config import EncoderConfig
     from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
     from bert_whitening.encoding import encode
@@ -131,7 +131,7 @@ def main():
         def beam_encode(flags, name):
             output = os.path.join(workdir, "out", name)
             start = time.perf_counter()
-            run_encode([inputs[name]], spec, output, flags=flags)
+            encode_on_runner([inputs[name]], spec, output, flags=flags)
             took = time.perf_counter() - start
             vectors = read_encoded(shards(output))[1] if name == "corpus" else None
             shutil.rmtree(os.path.dirname(output))
@@ -140,7 +140,7 @@ def main():
         def beam_fit(flags, name):
             output = os.path.join(workdir, name + ".npz")
             start = time.perf_counter()
-            run_fit([inputs[name]], pooled_spec, output, flags=flags)
+            fit_on_runner([inputs[name]], pooled_spec, output, flags=flags)
             took = time.perf_counter() - start
             mean = Whitening.load(output).mean
             os.remove(output)

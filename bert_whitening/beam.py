@@ -73,7 +73,7 @@ RECORD_FRAMING = 16
 #: no wider than a model's hidden size may be (`MODEL_SIZES`), its line number and its input's
 #: path, which the room left beside the vector holds many times over.
 RECORD_BYTES = 4 * MODEL_SIZES["hidden_size"] + (1 << 20)
-#: Beside a set of shards (``PREFIX.manifest.json``), what `run_encode` wrote as it: each shard's
+#: Beside a set of shards (``PREFIX.manifest.json``), what `encode_on_runner` wrote as it: each shard's
 #: records and sha256, and the encoder its vectors are (`EncoderConfig.to_config`). The shards'
 #: names alone let a shard cut at a record's end, another run's shard swapped in, or a second
 #: set of another count under the prefix through, and said nothing of the model.
@@ -149,8 +149,8 @@ class EncodeFn(beam.DoFn):
     `bert_whitening.config.EncoderConfig`; ``batch_size`` as in ``encode``. ``precision`` is set
     for the worker's process in ``setup`` (`bert_whitening.precision.set_precision`)."""
 
-    def __init__(self, spec, batch_size=128, precision="float32"):
-        self.spec, self.batch_size, self.precision = spec, batch_size, precision
+    def __init__(self, config, batch_size=128, precision="float32"):
+        self.config, self.batch_size, self.precision = config, batch_size, precision
         self.encoder = None
 
     def setup(self):
@@ -159,7 +159,7 @@ class EncodeFn(beam.DoFn):
         set_precision(self.precision)
         from bert_whitening.models import build
 
-        self.encoder = build(self.spec)
+        self.encoder = build(self.config)
 
     def teardown(self):
         # The runner waits for the worker to exit: skip the last garbage collection, a slow pass
@@ -173,7 +173,7 @@ class EncodeFn(beam.DoFn):
         vectors, truncated = encode_counted(self.encoder, [sentence for _, sentence in batch], self.batch_size)
         SENTENCES.inc(len(batch))
         TRUNCATED.inc(truncated)
-        yield keys, check_vectors(vectors, "beam", self.spec.normalize, keys=keys, stages=self.spec.stages)
+        yield keys, check_vectors(vectors, "beam", self.config.normalize, keys=keys, stages=self.config.stages)
 
 
 def _read_file(path, read):
@@ -450,9 +450,9 @@ def _unwrapped(error):
     return error
 
 
-def run_fit(
+def fit_on_runner(
     patterns,
-    spec,
+    config,
     output,
     *,
     options=FitOptions(),
@@ -467,17 +467,17 @@ def run_fit(
     workers)."""
     from bert_whitening.checkpoints import find_model
 
-    check_outputs([output], _local_inputs(patterns) + spec.read_paths())
+    check_outputs([output], _local_inputs(patterns) + config.read_paths())
     pipeline_options(flags, runner)  # refused before the precision's check encodes
-    precision = job_precision(precision, spec, patterns, read, fits=True)
+    precision = job_precision(precision, config, patterns, read, fits=True)
     recorded = {
-        "pooling": spec.pooling,
-        "model_identity": find_model(spec.model).identity(spec.model_type.lower()),
-        "tokenization": spec.tokenization,
-        "allow_rank_deficient": spec.allow_rank_deficient,
+        "pooling": config.pooling,
+        "model_identity": find_model(config.model).identity(config.model_type.lower()),
+        "tokenization": config.tokenization,
+        "allow_rank_deficient": config.allow_rank_deficient,
         "precision": precision,
     }
-    encode_fn = EncodeFn(spec, read.batch_size, precision)
+    encode_fn = EncodeFn(config, read.batch_size, precision)
     before = _file_identity(output)
     build = lambda pipeline: fit_pipeline(pipeline, patterns, encode_fn, output, options, recorded, read)
     try:
@@ -487,7 +487,7 @@ def run_fit(
             mark_placed(output)
         raise
     mark_placed(output)
-    log_truncated_in_job(result, spec.maxlen)
+    log_truncated_in_job(result, config.maxlen)
 
 
 def _file_identity(path):
@@ -500,7 +500,7 @@ def _file_identity(path):
     return info.st_dev, info.st_ino, info.st_mtime_ns
 
 
-def job_precision(precision, spec, patterns, read=ReadOptions(), fits=False):
+def job_precision(precision, config, patterns, read=ReadOptions(), fits=False):
     """The one precision of a job: ``float32`` or ``bfloat16`` as given, and ``auto`` decided here,
     in the driver, once for every worker (each deciding on its own first sentences could mix
     precisions in one output): float32 for a job that ``fits`` a whitening on its vectors or on a
@@ -526,7 +526,7 @@ def job_precision(precision, spec, patterns, read=ReadOptions(), fits=False):
         )
         sentences = list(dict.fromkeys(lines))[: process.AUTO_CHECK_SENTENCES]
         if sentences:
-            encode(build(spec), sentences, read.batch_size, progress=False)  # decides, once, on them
+            encode(build(config), sentences, read.batch_size, progress=False)  # decides, once, on them
     chosen = process.process_precision()
     return chosen if chosen in EXPORT_PRECISIONS else "float32"
 
@@ -542,15 +542,23 @@ def shards(output_prefix):
     return output_prefix + "-*-of-*" + SUFFIX
 
 
-def run_encode(
-    patterns, spec, output_prefix, *, num_shards=0, batch_size=128, precision="float32", flags=(), runner="DirectRunner"
+def encode_on_runner(
+    patterns,
+    config,
+    output_prefix,
+    *,
+    num_shards=0,
+    batch_size=128,
+    precision="float32",
+    flags=(),
+    runner="DirectRunner",
 ):
     """`encode_pipeline` on ``runner``. Refuses to start when shards of ``output_prefix``
     exist (a reader of ``PREFIX-*`` would see old and new lines together) or another run writes
     them (`claimed_prefix`), removes the sink's temporary files a killed run left (locally,
     where a claim can be taken), and its own if the pipeline fails."""
     num_shards = shard_count(num_shards)
-    check_outputs([(output_prefix, PREFIX)], _local_inputs(patterns) + spec.read_paths())
+    check_outputs([(output_prefix, PREFIX)], _local_inputs(patterns) + config.read_paths())
     pipeline_options(flags, runner)  # refused before the precision's check encodes
     with claimed_prefix(output_prefix) as claimed:
         if claimed:  # no other run writes there: a killed one's
@@ -564,7 +572,7 @@ def run_encode(
             )
         try:
             read = ReadOptions("lines", batch_size=batch_size)
-            encode_fn = EncodeFn(spec, read.batch_size, job_precision(precision, spec, patterns, read))
+            encode_fn = EncodeFn(config, read.batch_size, job_precision(precision, config, patterns, read))
             result = run(
                 lambda pipeline: encode_pipeline(pipeline, patterns, encode_fn, output_prefix, num_shards),
                 flags,
@@ -572,14 +580,14 @@ def run_encode(
             )
         except BaseException:
             _remove_sink_temporaries(output_prefix)
-            _settle_shards(output_prefix, spec)
+            _settle_shards(output_prefix, config)
             raise
-        if not _settle_shards(output_prefix, spec):
+        if not _settle_shards(output_prefix, config):
             raise BertWhiteningError("%s: the runner finished without a whole set of shards" % output_prefix)
-    log_truncated_in_job(result, spec.maxlen)
+    log_truncated_in_job(result, config.maxlen)
 
 
-def _settle_shards(output_prefix, spec):
+def _settle_shards(output_prefix, config):
     """Put the shards of ``output_prefix`` the sink wrote (the run began with none) in place with
     their manifest, after the run, finished or not, and return whether it did: a whole set gets
     its manifest (any older one, whose shards were deleted before this run, is replaced) and the
@@ -598,7 +606,7 @@ def _settle_shards(output_prefix, spec):
             FileSystems.delete([manifest])
         return False
     try:
-        _write_manifest(manifest, spec.to_config(), paths)
+        _write_manifest(manifest, config.to_config(), paths)
     except BaseException:
         FileSystems.delete(paths)
         raise

@@ -394,7 +394,7 @@ def evaluate(
 
 
 def evaluate_tasks(
-    spec: "EncoderConfig",
+    config: "EncoderConfig",
     tasks: Sequence[str],
     options: EvalOptions = EvalOptions(),
     on_task: Optional[Callable[[str, str, dict], None]] = None,
@@ -402,7 +402,7 @@ def evaluate_tasks(
     """What ``bert-whitening eval`` does: ``(report, spectra)``.
 
     Args:
-        spec: a `bert_whitening.config.EncoderConfig` of the unwhitened encoder; its ``maxlen``
+        config: a `bert_whitening.config.EncoderConfig` of the unwhitened encoder; its ``maxlen``
             None means each task's default (`task_maxlen`).
         tasks: senteval_cn task names (`TASKS`) or ``STS-B-en``.
         options: an `EvalOptions`: the settings, what they are fitted on, how files are read,
@@ -427,7 +427,7 @@ def evaluate_tasks(
         flow_config = check_flow_settings(options.flow_options, options.flow_seeds)
     ks = [setting.n_components for setting in requested]  # a flow's -1; no whitening's k without one
     encoders, loaded = load_tasks(
-        spec, tasks, options.directory, ks, options.read, options.poolings, _correlatable, options.fit_on
+        config, tasks, options.directory, ks, options.read, options.poolings, _correlatable, options.fit_on
     )
     first = next(iter(encoders.values()))
     if flows:
@@ -437,7 +437,7 @@ def evaluate_tasks(
     spectra = {pooling: {} for pooling in encoders}
     for task in loaded:
         with named_task(task.name):
-            for pooling, entry, eigenvalues in _scored_task(task, requested, options, spec.allow_rank_deficient):
+            for pooling, entry, eigenvalues in _scored_task(task, requested, options, config.allow_rank_deficient):
                 reports[pooling]["tasks"][task.name] = entry
                 if eigenvalues is not None:
                     spectra[pooling][task.name] = eigenvalues
@@ -553,7 +553,7 @@ def _correlatable(split, pairs, file):
 
 
 def load_tasks(
-    spec: "EncoderConfig",
+    config: "EncoderConfig",
     tasks: Sequence[str],
     directory: Optional[str] = None,
     n_components: Sequence[int] = (),
@@ -565,7 +565,7 @@ def load_tasks(
     """``(encoders, [Task])``: the tasks' files read (each split passed to ``check_split(split,
     pairs, file)``, which refuses what the evaluation cannot score, naming the file), the options
     checked against the model's configuration (``n_components`` against its hidden size), and
-    then ``{pooling: Encoder}`` of ``poolings`` (else ``spec.pooling``) built together once, with
+    then ``{pooling: Encoder}`` of ``poolings`` (else ``config.pooling``) built together once, with
     the longest ``maxlen`` any task needs (each task encodes with its own). ``fit_on`` is
     checked too (`_check_fit_on`). Settings that fit
     (``n_components`` not all 0) decide a pending ``--precision auto`` as float32
@@ -579,14 +579,14 @@ def load_tasks(
         for split, pairs in splits.items():
             check_split(split, pairs, split_file(directory, task, split))
     _check_fit_on(fit_on, loaded)  # every run fits statistics (a raw one too): refused before the model
-    maxlens = {task: task_maxlen(task, spec.maxlen) for task in tasks}
-    poolings = list(poolings) or [spec.pooling]
+    maxlens = {task: task_maxlen(task, config.maxlen) for task in tasks}
+    poolings = list(poolings) or [config.pooling]
     for pooling in poolings:
         check_choice("pooling", pooling, POOLINGS)
-    spec = dataclasses.replace(spec, maxlen=max(maxlens.values()), pooling=poolings[0])
-    spec.check()
-    spec.check_n_components(n_components)
-    configs = [dataclasses.replace(spec, pooling=pooling) for pooling in poolings]
+    config = dataclasses.replace(config, maxlen=max(maxlens.values()), pooling=poolings[0])
+    config.check()
+    config.check_n_components(n_components)
+    configs = [dataclasses.replace(config, pooling=pooling) for pooling in poolings]
     if fits_its_vectors("eval", n_components):  # eval-retrieval's rule is eval's
         resolve_before_fitting()
     encoders = dict(zip(poolings, build(configs), strict=True))

@@ -362,7 +362,7 @@ class Flow(keras.Model):
 
     def transform(self, vectors, batch_size=8192):
         """The latents of ``vectors``, the flow's sentence vectors: ``(n, dim)`` float64."""
-        vectors, batch_size = _checked(vectors, self.dim), positive_int(batch_size, "batch_size")
+        vectors, batch_size = _checked_vectors(vectors, self.dim), positive_int(batch_size, "batch_size")
         if self._compiled is None:
             self._compiled = graph_function(self.call, [tf.TensorSpec([None, self.dim], tf.float64)])
         latents = np.zeros_like(vectors)
@@ -454,7 +454,7 @@ def _first_and_last(losses, most=10):
     return float(np.mean(losses[:count])), float(np.mean(losses[-count:]))
 
 
-def _checked(vectors, dim=None):
+def _checked_vectors(vectors, dim=None):
     """``vectors`` as float64, refused as `bert_whitening.whitening.WhiteningStats.update`
     refuses them (`vector_array`: real numbers, not strings numpy would parse or bools; of
     ``dim`` columns when given; `check_vectors`: finite, the first bad row named)."""
@@ -608,7 +608,7 @@ def fit_flow(
     """
     options = check_flow_options(dict(training, config=config))
     seed, epochs, batch_size = options["seed"], options["epochs"], options["batch_size"]
-    vectors = _checked(vectors)
+    vectors = _checked_vectors(vectors)
     steps = training_steps(len(vectors), epochs, batch_size)
     rng = np.random.default_rng(seed)
     flow = Flow(vectors.shape[1], options["config"], rng)

@@ -4,7 +4,7 @@ What docs/beam.md's PortableRunner section starts by hand, as one context manage
 the portable runner locally (tests/test_beam_runners.py, benchmarks/bench_beam.py):
 
     with local_portable_runner(directory) as (flags, pids):
-        run_encode(inputs, spec, output, flags=flags)
+        encode_on_runner(inputs, config, output, flags=flags)
 
 Both services listen on loopback, each in a process group of its own, and are stopped (with
 the workers the pool started) when the block ends. The pool starts its workers as ``python``:

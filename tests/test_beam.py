@@ -117,7 +117,7 @@ def test_a_shard_count_beyond_the_bound_is_refused_before_any_work(tiny_model, c
     assert "argument --num-shards: '10001' is not an integer 0..%d" % MAX_SHARDS in capsys.readouterr().err
     for count in (MAX_SHARDS + 1, -1, 2.0, True):
         with pytest.raises(beam.BertWhiteningError, match="num_shards must be an integer 0..%d" % MAX_SHARDS):
-            beam.run_encode(
+            beam.encode_on_runner(
                 [str(corpus / "a.txt")], EncoderConfig(tiny_model[0]), str(tmp_path / "v"), num_shards=count
             )
     assert os.listdir(tmp_path) == ["corpus"]
@@ -215,7 +215,7 @@ def test_beam_commands_start_the_pipeline_before_tensorflow_is_imported(tiny_mod
         ["beam-fit", *common, "--output", tmp_path / "w.npz"],
         ["beam-encode", *common, "--output", tmp_path / "out" / "v"],
     ]
-    stub = "from bert_whitening import beam\nbeam.run_fit = beam.run_encode = lambda *args, **kwargs: None"
+    stub = "from bert_whitening import beam\nbeam.fit_on_runner = beam.encode_on_runner = lambda *args, **kwargs: None"
     statuses, imported, stderr = commands_in_a_fresh_process(commands, stub)
     assert statuses == [0, 0] and not imported, stderr[-2000:]
 
@@ -251,11 +251,11 @@ def test_a_beam_job_decides_auto_once_in_the_driver_and_records_it(
     )
     spec = EncoderConfig(model=tiny_model[0])
     output = tmp_path / "w.npz"
-    beam.run_fit([str(corpus / "*.txt")], spec, str(output), precision="auto")
+    beam.fit_on_runner([str(corpus / "*.txt")], spec, str(output), precision="auto")
     assert workers == ["float32"] and precision.process_precision() == "float32"
     assert Whitening.load(str(output)).precision == "float32"
     fresh_precision.setattr(precision, "_process_precision", None)
-    beam.run_encode([str(corpus / "*.txt")], spec, str(tmp_path / "v"), precision="auto")
+    beam.encode_on_runner([str(corpus / "*.txt")], spec, str(tmp_path / "v"), precision="auto")
     assert workers == ["float32", chosen]
 
 
@@ -508,7 +508,7 @@ def test_a_stopped_beam_job_says_what_its_workers_put_in_place(tiny_model, corpu
     output = tmp_path / "w.npz"
     monkeypatch.setattr(beam, "run", stopped_after(lambda: output.write_bytes(b"fitted")))
     with placed_outputs() as placed, pytest.raises(KeyboardInterrupt):
-        beam.run_fit([str(corpus / "*.txt")], spec, str(output))
+        beam.fit_on_runner([str(corpus / "*.txt")], spec, str(output))
     assert placed == [str(output)]
     prefix = tmp_path / "v"
     manifest = tmp_path / ("v" + beam.MANIFEST_SUFFIX)
@@ -517,7 +517,7 @@ def test_a_stopped_beam_job_says_what_its_workers_put_in_place(tiny_model, corpu
         manifest.write_text("an older run's, whose shards were deleted")
         monkeypatch.setattr(beam, "run", stopped_after(lambda written=written: [p.write_bytes(b"") for p in written]))
         with placed_outputs() as placed, pytest.raises(KeyboardInterrupt):
-            beam.run_encode([str(corpus / "*.txt")], spec, str(prefix))
+            beam.encode_on_runner([str(corpus / "*.txt")], spec, str(prefix))
         assert placed == said
         assert sorted(tmp_path.glob("v-*")) == (whole if said else [])
         if said:  # the older manifest replaced by this set's
@@ -543,7 +543,7 @@ def test_a_finished_beam_encode_leaves_a_whole_set_with_its_manifest_or_nothing(
     monkeypatch.setattr(beam, "job_precision", lambda *args, **kwargs: "float32")
     monkeypatch.setattr(beam, "run", finished_with([shard(tmp_path, 1)]))
     with pytest.raises(beam.BertWhiteningError, match="v: the runner finished without a whole set of shards"):
-        beam.run_encode([str(corpus / "*.txt")], spec, str(prefix))
+        beam.encode_on_runner([str(corpus / "*.txt")], spec, str(prefix))
     assert os.listdir(tmp_path) == ["corpus"]
 
     def full_disk(*args):
@@ -552,7 +552,7 @@ def test_a_finished_beam_encode_leaves_a_whole_set_with_its_manifest_or_nothing(
     monkeypatch.setattr(beam, "run", finished_with([shard(tmp_path, 0), shard(tmp_path, 1)]))
     monkeypatch.setattr(beam, "_write_manifest", full_disk)
     with pytest.raises(OSError, match="No space left on device"):
-        beam.run_encode([str(corpus / "*.txt")], spec, str(prefix))
+        beam.encode_on_runner([str(corpus / "*.txt")], spec, str(prefix))
     assert os.listdir(tmp_path) == ["corpus"]
 
 
@@ -601,7 +601,7 @@ def test_a_runner_that_cannot_run_the_pipeline_is_one_line(tiny_model, corpus, t
     if flags[0] != "--runner":
         monkeypatch.setattr(beam, "job_precision", lambda *args, **kwargs: pytest.fail("the precision was checked"))
     with pytest.raises(beam.BertWhiteningError, match="^" + re.escape(said)):
-        beam.run_fit([str(corpus / "a.txt")], EncoderConfig(tiny_model[0]), str(tmp_path / "w.npz"), flags=flags)
+        beam.fit_on_runner([str(corpus / "a.txt")], EncoderConfig(tiny_model[0]), str(tmp_path / "w.npz"), flags=flags)
     assert os.listdir(tmp_path) == ["corpus"]
 
 

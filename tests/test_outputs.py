@@ -328,13 +328,13 @@ def api_writers():
         from bert_whitening.config import EncoderConfig
 
         config = EncoderConfig(model=str(w["model"]), normalize=True)
-        beam.run_encode([str(w["sentences"])], config, link_to(tmp, w["sentences"]))
+        beam.encode_on_runner([str(w["sentences"])], config, link_to(tmp, w["sentences"]))
 
     def beam_fit(w, tmp):
         from bert_whitening import beam
         from bert_whitening.config import EncoderConfig
 
-        beam.run_fit([str(w["sentences"])], EncoderConfig(model=str(w["model"])), link_to(tmp, w["sentences"]))
+        beam.fit_on_runner([str(w["sentences"])], EncoderConfig(model=str(w["model"])), link_to(tmp, w["sentences"]))
 
     def report_over_its_data(w, tmp):
         """A report names what it was made from: a Python caller's ``--json`` cannot replace it."""

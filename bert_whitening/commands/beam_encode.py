@@ -20,7 +20,7 @@ def add_arguments(parser):
 def run_beam_encode(args):
     config = encoder_config(args, whitened=True)
     beam = load_beam()
-    beam.run_encode(
+    beam.encode_on_runner(
         args.input,
         config,
         args.output,

@@ -16,7 +16,7 @@ def add_arguments(parser):
 def run_beam_fit(args):
     options, read = fit_and_read(args)
     config = encoder_config(args)
-    load_beam().run_fit(
+    load_beam().fit_on_runner(
         args.input,
         config,
         args.output,

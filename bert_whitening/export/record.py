@@ -53,14 +53,14 @@ def check_export(directory):
     except DataError as error:
         raise ExportError(str(error)) from None
     try:
-        return checked_record(descriptor, directory)
+        return checked_export_record(descriptor, directory)
     except DataError as error:
         raise ExportError(str(error)) from None
     finally:
         os.close(descriptor)
 
 
-def checked_record(directory_fd, where):
+def checked_export_record(directory_fd, where):
     """`check_export` of an export directory already open as ``directory_fd``."""
     text = read_limited_at(directory_fd, RECORD, JSON_BYTES, where)
     record = parse_json(text, "%s: %s" % (where, RECORD), ExportError)

@@ -31,7 +31,7 @@ from bert_whitening.config import versions
 from bert_whitening.errors import BertWhiteningError, ExportError
 from bert_whitening.export.layout import publish, target_version
 from bert_whitening.export.options import ExportOptions
-from bert_whitening.export.record import RECORD, checked_record, file_digests
+from bert_whitening.export.record import RECORD, checked_export_record, file_digests
 from bert_whitening.export.verify import TOLERANCE, FreshProcess, verify
 from bert_whitening.io.atomic import staged_directory
 from bert_whitening.io.files import open_directory
@@ -251,7 +251,7 @@ def _check_unchanged(held, staging, base, record):
     child verified it), or that is no longer the directory named ``staging``: what is published
     must be what was verified."""
     try:
-        checked = checked_record(held, staging)
+        checked = checked_export_record(held, staging)
     except BertWhiteningError as error:
         raise ExportError(
             "%s: the staged export changed while it was verified, nothing was written (%s)" % (base, error)

@@ -185,14 +185,14 @@ class RetrievalOptions:
 
 
 def evaluate_retrieval(
-    spec: EncoderConfig,
+    config: EncoderConfig,
     tasks: Sequence[str],
     options: EvalOptions = EvalOptions(n_components=RETRIEVAL_N_COMPONENTS),
     retrieval: RetrievalOptions = RetrievalOptions(),
     on_task: Callable[[str, dict], None] | None = None,
 ) -> dict | list[dict]:
     """The ``eval-retrieval`` report: ``{"model", "pooling", ..., "tasks": {task: {"counts",
-    "results": [per setting]}}}``. ``spec`` is a `bert_whitening.config.EncoderConfig` of the
+    "results": [per setting]}}}``. ``config`` is a `bert_whitening.config.EncoderConfig` of the
     unwhitened encoder; its ``maxlen`` None means each task's default (`task_maxlen`).
     ``options``: an `EvalOptions` of whitenings alone (every combination of its settings is
     scored; its ``read`` reads the task files, ``fit_on`` files and distractors);
@@ -206,7 +206,7 @@ def evaluate_retrieval(
     ks = [setting.n_components for setting in requested]
     split = retrieval.split
     encoders, loaded = load_tasks(
-        spec, tasks, options.directory, ks, options.read, options.poolings, _scorable(split), options.fit_on
+        config, tasks, options.directory, ks, options.read, options.poolings, _scorable(split), options.fit_on
     )
     for task in loaded:  # before any task is encoded: a later one's was found once the first was scored
         _check_split(task, split)
@@ -214,7 +214,7 @@ def evaluate_retrieval(
     for task in loaded:
         with named_task(task.name):
             found = evaluate_task(
-                task, split, requested, options.fit_on, distractors, retrieval.hnsw_m, spec.allow_rank_deficient
+                task, split, requested, options.fit_on, distractors, retrieval.hnsw_m, config.allow_rank_deficient
             )
         for pooling, (results, counts) in found.items():
             entry = reports[pooling]["tasks"][task.name] = {"maxlen": task.maxlen, "counts": counts, "results": results}
@@ -222,7 +222,7 @@ def evaluate_retrieval(
                 on_task(task.label(pooling), entry)
     for report in reports.values():
         report["seconds"] = round(time.time() - started, 1)
-    return list(reports.values()) if options.poolings else reports[spec.pooling]
+    return list(reports.values()) if options.poolings else reports[config.pooling]
 
 
 def _whitenings(options, retrieval):
