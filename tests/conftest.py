@@ -1,9 +1,13 @@
 import gc
 import os
+import shutil
 
 import pytest
 
-from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_pairs, random_weights, write_pairs
+from bert_whitening.retrieval import search as search_module
+from bert_whitening.retrieval.index_directory import IndexDirectory
+
+from helpers import MANY, SENTENCES, TINY_CONFIG, TINY_VOCAB, random_pairs, random_weights, run, write_pairs
 
 # Every command the tests run, in this process, in children and in Beam workers, encodes in
 # float32 on any CPU, so vectors compare at 1e-5; tests/test_precision.py takes the pin off.
@@ -70,3 +74,45 @@ def pair_files(tmp_path_factory):
     return write_pairs(directory / "train.data", random_pairs(0)), write_pairs(
         directory / "valid.data", random_pairs(1)
     )
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory, tiny_model):
+    """A sentence corpus, a whitening fitted on it, its encode output and its index directory
+    (built once: tests write their own outputs elsewhere)."""
+    tmp_path = tmp_path_factory.mktemp("indexed")
+    model = tiny_model[0]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(s + "\n" for s in MANY[:60]), encoding="utf-8")
+    whitening, vectors, index = tmp_path / "w.npz", tmp_path / "v.npy", tmp_path / "index"
+    assert run("fit", "--model", model, "--output", whitening, corpus) == 0
+    assert (
+        run("encode", "--model", model, "--whitening", whitening, "--n-components", 12, "--output", vectors, corpus)
+        == 0
+    )
+    assert (
+        run("index", "--model", model, "--whitening", whitening, "--n-components", 12, "--output", index, corpus) == 0
+    )
+    return model, corpus, whitening, vectors, index
+
+
+@pytest.fixture
+def swapped_while_open(indexed, tmp_path, monkeypatch):
+    """A copy of ``indexed``'s index, and another index of the same encoder and row count that
+    is renamed over it as soon as a command has opened (and checked) it."""
+    model, corpus, whitening, vectors, index = indexed
+    mine, other, other_corpus = tmp_path / "index", tmp_path / "other", tmp_path / "other.txt"
+    shutil.copytree(index, mine)
+    other_corpus.write_text("".join(s + "\n" for s in MANY[20:80]), encoding="utf-8")  # MANY[5] not in it
+    argv = ["--model", model, "--whitening", whitening, "--n-components", 12, "--output", other, other_corpus]
+    assert run("index", *argv) == 0
+
+    class SwappedWhileOpen(IndexDirectory):
+        def __init__(self, directory):
+            super().__init__(directory)
+            if os.path.exists(other):
+                os.rename(mine, tmp_path / "retired")
+                os.rename(other, mine)
+
+    monkeypatch.setattr(search_module, "IndexDirectory", SwappedWhileOpen)
+    return mine

@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import io
+import itertools
 import json
 import logging
 import os
@@ -366,3 +367,42 @@ def with_run(name, work):
     return tuple(
         dataclasses.replace(command, run=work) if command.name == name else command for command in commands.COMMANDS
     )
+
+
+WORDS = ["今天", "天气", "很好", "我们", "在北京", "喝茶", "the cat", "is on", "the mat", "hello"]
+
+
+MANY = ["".join(parts) for parts in itertools.permutations(WORDS, 3)][::7][:80]  # 80 sentences
+
+
+def one_error(caplog):
+    """The one line a refused command logged."""
+    errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+    assert len(errors) == 1 and "\n" not in errors[0], errors
+    return errors[0]
+
+
+def unit(rows):
+    rows = np.asarray(rows, dtype=np.float64)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+#: An encoder record as `EncoderConfig.to_config` writes it (the tests of this file need no model).
+RECORD = {
+    "model": {
+        "name": "m",
+        "format": "google",
+        "type": "bert",
+        "hidden_size": 6,
+        "num_hidden_layers": 1,
+        "vocab_sha256": "0" * 64,
+    },
+    "model_dir": None,
+    "pooling": "cls",
+    "maxlen": 16,
+    "lowercase": True,
+    "whitening": None,
+    "n_components": 0,
+    "normalize": True,
+    "allow_rank_deficient": False,
+}

@@ -105,7 +105,7 @@ def test_a_wrong_serve_search_fails_verification_and_leaves_nothing(whitened, co
 
 @pytest.mark.slow
 def test_cli_export_corpus_from_an_index(tiny_model, tmp_path, caplog):
-    from test_retrieval_commands import MANY, run
+    from helpers import MANY, run
 
     model = tiny_model[0]
     sentences = tmp_path / "corpus.txt"

@@ -34,7 +34,7 @@ from helpers import relative_error, run
 
 pytestmark = pytest.mark.slow
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(TESTS)
 MULTI_PROCESSING = ("--direct_running_mode", "multi_processing", "--direct_num_workers", "2")
 

@@ -6,7 +6,7 @@ package is left out: Python imports the parent first whatever the module says.""
 import ast
 import os
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "bert_whitening")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "bert_whitening")
 
 
 def package_modules():
