@@ -4,10 +4,23 @@ import shutil
 
 import pytest
 
+from bert_whitening.export import ExportOptions, export_saved_model
+from bert_whitening.names import POOLINGS
 from bert_whitening.retrieval import search as search_module
 from bert_whitening.retrieval.index_directory import IndexDirectory
 
-from helpers import MANY, SENTENCES, TINY_CONFIG, TINY_VOCAB, random_pairs, random_weights, run, write_pairs
+from helpers import (
+    MANY,
+    SENTENCES,
+    TINY_CONFIG,
+    TINY_VOCAB,
+    hf_tensors,
+    random_pairs,
+    random_weights,
+    run,
+    write_hf,
+    write_pairs,
+)
 
 # Every command the tests run, in this process, in children and in Beam workers, encodes in
 # float32 on any CPU, so vectors compare at 1e-5; tests/test_precision.py takes the pin off.
@@ -116,3 +129,59 @@ def swapped_while_open(indexed, tmp_path, monkeypatch):
 
     monkeypatch.setattr(search_module, "IndexDirectory", SwappedWhileOpen)
     return mine
+
+
+@pytest.fixture
+def files(tmp_path):
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("".join(s + "\n" for s in MANY[:50]), encoding="utf-8")
+    pairs = tmp_path / "pairs.data"
+    pairs.write_text(
+        "".join("%s\t%s\t%d\n" % (a, b, i % 6) for i, (a, b) in enumerate(zip(MANY[50:65], MANY[65:80], strict=True))),
+        encoding="utf-8",
+    )
+    return tmp_path, str(sentences), str(pairs)
+
+
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory):
+    tensors = hf_tensors(TINY_CONFIG)
+    return write_hf(str(tmp_path_factory.mktemp("hf") / "tiny_hf"), tensors), tensors
+
+
+@pytest.fixture
+def tensors_never_read(monkeypatch):
+    """Fail the test if the tensors of a model.safetensors are loaded: its header must do."""
+    from bert_whitening.checkpoints import huggingface
+
+    def read(path):
+        raise AssertionError("the tensors of %s were read" % path)
+
+    monkeypatch.setattr(huggingface, "variable_reader", lambda path: lambda name: read(path))
+
+
+@pytest.fixture(scope="module")
+def together(tiny_model):
+    """Every pooling of the tiny model, built together."""
+    from bert_whitening.models import build_encoders
+
+    return build_encoders(tiny_model[0], poolings=POOLINGS)
+
+
+@pytest.fixture
+def model_copy(tiny_model, tmp_path):
+    directory = str(tmp_path / "copy")
+    shutil.copytree(tiny_model[0], directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def over_version_7(whitened, tmp_path_factory):
+    """``(parent, base, path)``: the whitened tiny encoder exported without ``serve_text`` (which
+    plain saved_model_cli cannot load) as version 7 over an existing ``BASE/7``."""
+    parent = tmp_path_factory.mktemp("versions")
+    base = str(parent / "m")
+    os.makedirs(os.path.join(base, "7", "old"))
+    os.makedirs(os.path.join(base, "notes"))
+    path, _ = export_saved_model(whitened, base, ExportOptions(version=7, overwrite=True))
+    return parent, base, path

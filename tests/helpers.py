@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 TINY_VOCAB = (
     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -406,3 +407,49 @@ RECORD = {
     "normalize": True,
     "allow_rank_deficient": False,
 }
+
+
+def hf_tensors(config, seed=1, prefix=""):
+    """Random BertModel tensors under transformers' names, Linear weights ``(out, in)``."""
+    rng = np.random.default_rng(seed)
+    hidden, inner = config["hidden_size"], config["intermediate_size"]
+    normal = lambda *shape: rng.normal(0.0, 0.3, shape).astype(np.float32)
+    tensors = {
+        "embeddings.word_embeddings.weight": normal(config["vocab_size"], hidden),
+        "embeddings.position_embeddings.weight": normal(config["max_position_embeddings"], hidden),
+        "embeddings.token_type_embeddings.weight": normal(config["type_vocab_size"], hidden),
+        "embeddings.LayerNorm.weight": 1 + normal(hidden),
+        "embeddings.LayerNorm.bias": normal(hidden),
+        "embeddings.position_ids": np.arange(config["max_position_embeddings"])[None],
+        "pooler.dense.weight": normal(hidden, hidden),
+        "pooler.dense.bias": normal(hidden),
+    }
+    linear = {
+        "attention.self.query": (hidden, hidden),
+        "attention.self.key": (hidden, hidden),
+        "attention.self.value": (hidden, hidden),
+        "attention.output.dense": (hidden, hidden),
+        "intermediate.dense": (inner, hidden),
+        "output.dense": (hidden, inner),
+    }
+    for layer in range(config["num_hidden_layers"]):
+        for name, (out, into) in linear.items():
+            tensors["encoder.layer.%d.%s.weight" % (layer, name)] = normal(out, into)
+            tensors["encoder.layer.%d.%s.bias" % (layer, name)] = normal(out)
+        for name in ("attention.output.LayerNorm", "output.LayerNorm"):
+            tensors["encoder.layer.%d.%s.weight" % (layer, name)] = 1 + normal(hidden)
+            tensors["encoder.layer.%d.%s.bias" % (layer, name)] = normal(hidden)
+    tensors = {prefix + name: value for name, value in tensors.items()}
+    if prefix:  # a BertForMaskedLM-style file also carries heads, which are not used
+        tensors["cls.predictions.bias"] = normal(config["vocab_size"])
+    return tensors
+
+
+def write_hf(directory, tensors, config=TINY_CONFIG, model_type="bert"):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as stream:
+        json.dump({"architectures": ["BertModel"], "layer_norm_eps": 1e-12, **config, "model_type": model_type}, stream)
+    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as stream:
+        stream.write("".join(token + "\n" for token in TINY_VOCAB))
+    save_file(tensors, os.path.join(directory, "model.safetensors"))
+    return directory

@@ -10,60 +10,13 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from bert_whitening import cli
-from bert_whitening.backend import tf
 from bert_whitening.checkpoints import CheckpointError, find_model
 from bert_whitening.encoding import encode, encode_together
 from bert_whitening.models import build_encoder, build_encoders
 from bert_whitening.names import POOLINGS
 
-from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, assert_equals_numpy_bert, here, refused
+from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, assert_equals_numpy_bert, hf_tensors, write_hf
 from reference import HuggingFaceNames, bert_hidden_states
-
-
-def hf_tensors(config, seed=1, prefix=""):
-    """Random BertModel tensors under transformers' names, Linear weights ``(out, in)``."""
-    rng = np.random.default_rng(seed)
-    hidden, inner = config["hidden_size"], config["intermediate_size"]
-    normal = lambda *shape: rng.normal(0.0, 0.3, shape).astype(np.float32)
-    tensors = {
-        "embeddings.word_embeddings.weight": normal(config["vocab_size"], hidden),
-        "embeddings.position_embeddings.weight": normal(config["max_position_embeddings"], hidden),
-        "embeddings.token_type_embeddings.weight": normal(config["type_vocab_size"], hidden),
-        "embeddings.LayerNorm.weight": 1 + normal(hidden),
-        "embeddings.LayerNorm.bias": normal(hidden),
-        "embeddings.position_ids": np.arange(config["max_position_embeddings"])[None],
-        "pooler.dense.weight": normal(hidden, hidden),
-        "pooler.dense.bias": normal(hidden),
-    }
-    linear = {
-        "attention.self.query": (hidden, hidden),
-        "attention.self.key": (hidden, hidden),
-        "attention.self.value": (hidden, hidden),
-        "attention.output.dense": (hidden, hidden),
-        "intermediate.dense": (inner, hidden),
-        "output.dense": (hidden, inner),
-    }
-    for layer in range(config["num_hidden_layers"]):
-        for name, (out, into) in linear.items():
-            tensors["encoder.layer.%d.%s.weight" % (layer, name)] = normal(out, into)
-            tensors["encoder.layer.%d.%s.bias" % (layer, name)] = normal(out)
-        for name in ("attention.output.LayerNorm", "output.LayerNorm"):
-            tensors["encoder.layer.%d.%s.weight" % (layer, name)] = 1 + normal(hidden)
-            tensors["encoder.layer.%d.%s.bias" % (layer, name)] = normal(hidden)
-    tensors = {prefix + name: value for name, value in tensors.items()}
-    if prefix:  # a BertForMaskedLM-style file also carries heads, which are not used
-        tensors["cls.predictions.bias"] = normal(config["vocab_size"])
-    return tensors
-
-
-def write_hf(directory, tensors, config=TINY_CONFIG, model_type="bert"):
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, "config.json"), "w") as stream:
-        json.dump({"architectures": ["BertModel"], "layer_norm_eps": 1e-12, **config, "model_type": model_type}, stream)
-    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as stream:
-        stream.write("".join(token + "\n" for token in TINY_VOCAB))
-    save_file(tensors, os.path.join(directory, "model.safetensors"))
-    return directory
 
 
 def google_named(tensors, blocks=TINY_CONFIG["num_hidden_layers"]):
@@ -89,12 +42,6 @@ def google_named(tensors, blocks=TINY_CONFIG["num_hidden_layers"]):
     return named
 
 
-@pytest.fixture(scope="module")
-def tiny_hf(tmp_path_factory):
-    tensors = hf_tensors(TINY_CONFIG)
-    return write_hf(str(tmp_path_factory.mktemp("hf") / "tiny_hf"), tensors), tensors
-
-
 @pytest.mark.parametrize("prefix", ["", "bert."])
 def test_hf_directories_load_directly_and_match_numpy(tmp_path, prefix):
     tensors = hf_tensors(TINY_CONFIG, seed=3, prefix=prefix)
@@ -116,17 +63,6 @@ def test_hf_tensors_that_do_not_fit_the_config_are_refused(tiny_hf, tmp_path):
         r"16 variables \(bert/encoder/layer_2/",
     ):
         build_encoder(directory, pooling="cls")
-
-
-@pytest.fixture
-def tensors_never_read(monkeypatch):
-    """Fail the test if the tensors of a model.safetensors are loaded: its header must do."""
-    from bert_whitening.checkpoints import huggingface
-
-    def read(path):
-        raise AssertionError("the tensors of %s were read" % path)
-
-    monkeypatch.setattr(huggingface, "variable_reader", lambda path: lambda name: read(path))
 
 
 def test_hf_shapes_and_sizes_come_from_the_header_alone(tiny_hf, tmp_path, tensors_never_read):
@@ -198,151 +134,7 @@ def test_a_damaged_safetensors_header_is_one_line_naming_the_file(tiny_hf, tmp_p
     assert said in message and message.endswith("the file is truncated or not safetensors")
 
 
-def test_convert_hf_round_trips(tiny_hf, tmp_path):
-    directory, tensors = tiny_hf
-    out = tmp_path / "google"
-    assert cli.main(["convert-hf", directory, str(out)]) == 0
-    assert sorted(os.listdir(out)) == [
-        "bert_config.json",
-        "bert_model.ckpt.data-00000-of-00001",
-        "bert_model.ckpt.index",
-        "vocab.txt",
-    ]
-    prefix = str(out / "bert_model.ckpt")
-    np.testing.assert_array_equal(
-        tf.train.load_variable(prefix, "bert/encoder/layer_1/attention/self/query/kernel"),
-        tensors["encoder.layer.1.attention.self.query.weight"].T,
-    )
-    np.testing.assert_array_equal(
-        tf.train.load_variable(prefix, "bert/embeddings/LayerNorm/gamma"), tensors["embeddings.LayerNorm.weight"]
-    )
-    converted_files = find_model(str(out))
-    assert converted_files.format == "google" and converted_files.vocab_bytes == find_model(directory).vocab_bytes
-    poolings = ("first-last-avg", "pooler")
-    converted, loaded = (list(build_encoders(path, poolings=poolings).values()) for path in (str(out), directory))
-    for pooling, got, expected in zip(
-        poolings, encode_together(converted, SENTENCES), encode_together(loaded, SENTENCES), strict=True
-    ):
-        np.testing.assert_allclose(got, expected, atol=1e-6, err_msg=pooling)
-    assert cli.main(["convert-hf", directory, str(out)]) == 1  # never over an existing directory
-    assert sorted(os.listdir(tmp_path)) == ["google"]
-
-
-def without(key):
-    return {name: value for name, value in TINY_CONFIG.items() if name != key}
-
-
-def vocab_lines(lines):
-    def write(directory):
-        with open(os.path.join(directory, "vocab.txt"), "wb") as stream:
-            stream.write(b"".join(line + b"\n" for line in lines))
-
-    return write
-
-
-def weights_replaced_by(make):
-    def replace(directory):
-        os.remove(os.path.join(directory, "model.safetensors"))
-        make(os.path.join(directory, "model.safetensors"))
-
-    return replace
-
-
 TINY_VOCAB_LINES = [token.encode("utf-8") for token in TINY_VOCAB]
-
-
-@pytest.mark.parametrize(
-    "config, damage, said",
-    [
-        ({**TINY_CONFIG, "num_hidden_layers": 10**9}, None, "num_hidden_layers is 1000000000, expected a whole number"),
-        ({**TINY_CONFIG, "hidden_size": "24"}, None, "config.json: hidden_size is '24', expected a whole number"),
-        ({**TINY_CONFIG, "hidden_size": 24.0}, None, "config.json: hidden_size is 24.0, expected a whole number"),
-        (without("hidden_size"), None, "config.json lacks hidden_size"),
-        (without("intermediate_size"), None, "config.json lacks intermediate_size"),
-        ({**TINY_CONFIG, "hidden_size": 48}, None, "config.json gives larger sizes than model.safetensors holds"),
-        ({**TINY_CONFIG, "num_attention_heads": 5}, None, "hidden_size 24 is not a multiple of num_attention_heads 5"),
-        ({**TINY_CONFIG, "hidden_act": "bogus"}, None, "config.json: hidden_act is 'bogus', not one of"),
-        ({**TINY_CONFIG, "hidden_act": "leaky_relu"}, None, "config.json: hidden_act is 'leaky_relu', not one of"),
-        (without("hidden_act"), None, "config.json: hidden_act is None, not one of"),
-        ({**TINY_CONFIG, "vocab_size": 10}, None, "vocab.txt has %d tokens but" % len(TINY_VOCAB)),
-        ({**TINY_CONFIG, "vocab_size": 1000}, None, "config.json says vocab_size 1000"),
-        (TINY_CONFIG, vocab_lines(TINY_VOCAB_LINES[:10]), "vocab.txt has 10 tokens but"),
-        (TINY_CONFIG, vocab_lines(TINY_VOCAB_LINES[:-1] + [b"[CLS]"]), "repeats 1 token"),
-        (TINY_CONFIG, vocab_lines(TINY_VOCAB_LINES[:-1] + [b"\xff"]), "vocab.txt is not UTF-8 text"),
-        (
-            TINY_CONFIG,
-            vocab_lines([b"[unused1]" if line == b"[UNK]" else line for line in TINY_VOCAB_LINES]),
-            "vocab.txt lacks [UNK]: a BERT vocabulary has [UNK], [CLS], [SEP]",
-        ),
-        (
-            TINY_CONFIG,
-            vocab_lines([b"[unused1]" if line == b"[CLS]" else line for line in TINY_VOCAB_LINES]),
-            "vocab.txt lacks [CLS]: ",
-        ),
-        (
-            TINY_CONFIG,
-            vocab_lines([b"[unused1]" if line == b"[SEP]" else line for line in TINY_VOCAB_LINES]),
-            "vocab.txt lacks [SEP]: ",
-        ),
-        (
-            TINY_CONFIG,
-            vocab_lines(TINY_VOCAB_LINES[5:6] + TINY_VOCAB_LINES[1:5] + TINY_VOCAB_LINES[:1] + TINY_VOCAB_LINES[6:]),
-            "vocab.txt: line 1 is '%s', not [PAD]: id 0 is padding" % TINY_VOCAB[5],
-        ),
-        (
-            {**TINY_CONFIG, "vocab_size": 10},
-            vocab_lines(TINY_VOCAB_LINES[:10]),
-            "bert/embeddings/word_embeddings (%d, 24) instead of (10, 24)" % len(TINY_VOCAB),
-        ),
-        (
-            {**TINY_CONFIG, "position_embedding_type": "relative_key"},
-            None,
-            "config.json: position_embedding_type is 'relative_key', which neither the Google format",
-        ),
-        ({**TINY_CONFIG, "layer_norm_eps": 1e-3}, None, "config.json: layer_norm_eps is 0.001, which neither"),
-        ({**TINY_CONFIG, "is_decoder": True}, None, "config.json: is_decoder is True, which neither"),
-        (TINY_CONFIG, weights_replaced_by(os.mkfifo), "model.safetensors: a FIFO, not a regular file"),
-        (TINY_CONFIG, weights_replaced_by(os.mkdir), "model.safetensors: a directory, not a regular file"),
-    ],
-    ids=[
-        "a billion layers",
-        "hidden size a string",
-        "hidden size a float",
-        "no hidden size",
-        "no intermediate size",
-        "hidden size larger than the weights",
-        "heads that do not divide the hidden size",
-        "unknown activation",
-        "activation of another slope",
-        "no activation",
-        "vocab_size below vocab.txt",
-        "vocab_size above vocab.txt",
-        "vocab.txt short",
-        "repeated token",
-        "vocab.txt not UTF-8",
-        "no [UNK]",
-        "no [CLS]",
-        "no [SEP]",
-        "no [PAD] first",
-        "vocabulary smaller than the embedding table",
-        "relative positions",
-        "another LayerNorm epsilon",
-        "a decoder",
-        "weights a FIFO",
-        "weights a directory",
-    ],
-)
-def test_convert_hf_refuses_what_encode_refuses_before_writing(tiny_hf, tmp_path, config, damage, said):
-    """convert-hf reads its input as the loaders read it: what ``encode --model`` refuses, it
-    refuses in the same line, and writes nothing."""
-    directory = write_hf(str(tmp_path / "hf"), tiny_hf[1], config)
-    if damage:
-        damage(directory)
-    sentences = tmp_path / "sentences.txt"
-    sentences.write_text("hello world\n", encoding="utf-8")
-    refused(here("encode", "--model", directory, "--output", tmp_path / "v.npy", sentences), said)
-    refused(here("convert-hf", directory, tmp_path / "google"), said)
-    assert sorted(os.listdir(tmp_path)) == ["hf", "sentences.txt"]
 
 
 def test_a_safetensors_file_truncated_while_its_tensors_are_read_is_one_line(tiny_hf, tmp_path):
@@ -361,57 +153,6 @@ def test_a_safetensors_file_truncated_while_its_tensors_are_read_is_one_line(tin
     message = str(raised.value)
     assert message.startswith(files.weights_path + ": cannot read the tensors (") and "\n" not in message
     assert message.endswith("the file is truncated or not safetensors")
-
-
-def test_convert_hf_writes_and_builds_from_the_file_it_checked(tiny_hf, tmp_path, monkeypatch):
-    """A model.safetensors replaced by another model's once convert-hf has read its first
-    tensor is neither written nor built: the file stays open from the first read on, so what is
-    written, and then loaded to check it, is the checked file's tensors."""
-    from bert_whitening.checkpoints import convert
-    from bert_whitening.checkpoints.convert import convert_hf
-
-    directory = write_hf(str(tmp_path / "hf"), tiny_hf[1])
-    other = write_hf(str(tmp_path / "other"), hf_tensors(dict(TINY_CONFIG, intermediate_size=40), seed=9))
-    write = convert.write_checkpoint
-
-    def replace_after_the_first_read(staging, config, variables, *rest):
-        variables["bert/embeddings/word_embeddings"]  # noqa: B018  opens the file
-        os.replace(os.path.join(other, "model.safetensors"), os.path.join(directory, "model.safetensors"))
-        write(staging, config, variables, *rest)
-
-    monkeypatch.setattr(convert, "write_checkpoint", replace_after_the_first_read)
-    convert_hf(directory, str(tmp_path / "google"))
-    prefix = str(tmp_path / "google" / "bert_model.ckpt")
-    for name, value in google_named(tiny_hf[1]).items():
-        np.testing.assert_array_equal(tf.train.load_variable(prefix, name), value, err_msg=name)
-
-
-def test_convert_hf_counts_what_loading_holds_before_it_writes(tiny_hf, tmp_path, monkeypatch, tensors_never_read):
-    """convert-hf writes every tensor at once (the model's size and one tensor being read), then
-    loads the model from the same file to check it, a weight at a time (the variables and the
-    largest weight twice, more than the write): one byte short of the load is refused before
-    anything is read or written; at it, the conversion goes on (and reads the tensors, which
-    this test forbids)."""
-    from bert_whitening.checkpoints.convert import convert_hf
-    from bert_whitening.io import bounded
-    from bert_whitening.io.bounded import MemoryLimit
-
-    directory, tensors = tiny_hf
-    sizes = [4 * value.size for name, value in google_named(tensors).items() if "pooler" not in name]
-    needed = sum(sizes) + 2 * max(*sizes, 3 * 4 * TINY_CONFIG["hidden_size"] ** 2)
-    monkeypatch.setattr(bounded, "usable_memory", lambda: MemoryLimit(needed - 1, "the {} of a test"))
-    refused = r"loading model.safetensors needs at least .*, more than the .* of a test$"
-    with pytest.raises(CheckpointError, match=refused):
-        convert_hf(directory, str(tmp_path / "google"))
-    assert not os.path.exists(tmp_path / "google")
-    monkeypatch.setattr(bounded, "usable_memory", lambda: MemoryLimit(needed, "the {} of a test"))
-    with pytest.raises(AssertionError, match="were read"):
-        convert_hf(directory, str(tmp_path / "google"))
-
-
-def test_convert_hf_refuses_a_google_format_directory(tiny_model, tmp_path):
-    refused(here("convert-hf", tiny_model[0], tmp_path / "google"), "is a Google-format directory already")
-    assert os.listdir(tmp_path) == []
 
 
 def test_unsupported_directories_say_what_is_supported(tiny_hf, tmp_path):

@@ -1,12 +1,16 @@
 """`export` from the command line: `--corpus`, the index it serves and the corpus it copies."""
 
 import dataclasses
+import json
+import os
 
 import numpy as np
 import pytest
 
+from bert_whitening import cli
 from bert_whitening.retrieval import search as search_module
 from bert_whitening.retrieval.index_directory import IndexDirectory
+from bert_whitening.whitening import WhiteningStats, fit_whitening
 
 from helpers import limit_memory_in, run
 
@@ -74,3 +78,32 @@ def test_export_corpus_refuses_a_corpus_whose_copies_cannot_fit(indexed, monkeyp
     limit_memory_in(monkeypatch, search_module, MemoryLimit(2 * 4 * 60 * 12, "the {} of a test"))
     served, _ = search_module.corpus_for_export(str(index), config)
     np.testing.assert_allclose(served, np.load(vectors), atol=1e-6)
+
+
+def test_cli_refuses_a_mismatched_whitening_before_writing(tiny_model, tmp_path, caplog):
+    rng = np.random.default_rng(0)
+    other = str(tmp_path / "other.npz")
+    fit_whitening(WhiteningStats().update(rng.normal(size=(50, 16))), pooling="cls").save(other)
+    base = tmp_path / "served"
+    assert cli.main(["export", "--model", tiny_model[0], "--whitening", other, "--output", str(base)]) == 1
+    assert "dimension 16 but the model's hidden size is 24" in caplog.text
+    assert not base.exists() and sorted(os.listdir(tmp_path)) == ["other.npz"]
+
+
+def test_cli_export_records_the_whitening_file(tiny_model, tmp_path):
+    import hashlib
+
+    rng = np.random.default_rng(0)
+    whitening = str(tmp_path / "w.npz")
+    fit_whitening(WhiteningStats().update(rng.normal(size=(60, 24))), pooling="cls").save(whitening)
+    base = tmp_path / "served"
+    argv = ["export", "--model", tiny_model[0], "--whitening", whitening, "--n-components", "8", "--output", str(base)]
+    assert cli.main(argv) == 0  # pooling taken from the whitening file
+    assert sorted(os.listdir(base)) == ["1"]
+    with open(base / "1" / "assets" / "bert_whitening.json", encoding="utf-8") as stream:
+        info = json.load(stream)
+    with open(whitening, "rb") as stream:
+        assert info["whitening_file"]["sha256"] == hashlib.sha256(stream.read()).hexdigest()
+    assert info["pooling"] == "cls" and info["n_components"] == 8
+    assert info["signatures"] == ["serving_default"]
+    assert cli.main(argv + ["--version", "1"]) == 1  # exists, no --overwrite
