@@ -18,6 +18,8 @@ from helpers import (
     random_pairs,
     random_weights,
     run,
+    synthetic_pairs,
+    write_corpus,
     write_hf,
     write_pairs,
 )
@@ -185,3 +187,19 @@ def over_version_7(whitened, tmp_path_factory):
     os.makedirs(os.path.join(base, "notes"))
     path, _ = export_saved_model(whitened, base, ExportOptions(version=7, overwrite=True))
     return parent, base, path
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    return write_corpus(tmp_path / "corpus")
+
+
+@pytest.fixture(scope="module")
+def sample_task(tmp_path_factory):
+    """A senteval_cn task SAMPLE with three splits (90/60/60 pairs) over the tiny vocabulary."""
+    root = tmp_path_factory.mktemp("senteval")
+    (root / "SAMPLE").mkdir()
+    lines = ["%s\t%s\t%d\n" % pair for pair in synthetic_pairs(210)]
+    for split, part in (("train", lines[:90]), ("valid", lines[90:150]), ("test", lines[150:])):
+        (root / "SAMPLE" / ("SAMPLE.%s.data" % split)).write_text("".join(part), encoding="utf-8")
+    return str(root)

@@ -453,3 +453,16 @@ def write_hf(directory, tensors, config=TINY_CONFIG, model_type="bert"):
         stream.write("".join(token + "\n" for token in TINY_VOCAB))
     save_file(tensors, os.path.join(directory, "model.safetensors"))
     return directory
+
+
+LINES = SENTENCES + ["%s %s" % (SENTENCES[i], SENTENCES[-1 - i]) for i in range(14)]
+
+
+def write_corpus(directory):
+    """Two sentence files (one without a final newline, one with an empty line) and a pair file."""
+    directory.mkdir()
+    (directory / "a.txt").write_text("\n".join(LINES[:17]), encoding="utf-8")  # LINES[11] is ""
+    (directory / "b.txt").write_text("\n".join(LINES[17:]) + "\n", encoding="utf-8")
+    pairs = ["%s\t%s\t%d" % (LINES[i], LINES[-1 - i], i % 2) for i in range(6)]
+    (directory / "c.data").write_text("\n".join(pairs) + "\n", encoding="utf-8")
+    return directory
