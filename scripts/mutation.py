@@ -21,16 +21,18 @@ MODULES = ("whitening", "serving", "data", "evaluation")
 TESTS = (
     "tests/test_whitening.py",
     "tests/test_serving_requests.py",
-    "tests/test_rest_client.py",
+    "tests/io/test_http_client.py",
     "tests/test_data.py",
     "tests/test_evaluation.py",
-    "tests/test_bounded.py",
+    "tests/io/test_bounded.py",
     "tests/test_arguments.py",
-    "tests/test_checked_files.py",
+    "tests/io/test_files.py",
     "tests/test_checked_vectors.py",
     "tests/test_precision.py",
+    "tests/test_token_ids.py",
+    "tests/test_names.py",
     "tests/test_config.py",
-    "tests/test_index_directory.py",
+    "tests/retrieval/test_index_directory.py",
 )
 
 

@@ -1,6 +1,6 @@
 """The REST client's bodies and reply parsing against TF Serving's predict API as documented
 (tensorflow.org/tfx/serving/api_rest), written out by hand; numpy only, so these are fast.
-tests/test_serving.py feeds the same bodies to an exported model; tests/test_rest_client.py
+tests/test_serving.py feeds the same bodies to an exported model; tests/io/test_http_client.py
 sends them to loopback servers."""
 
 import json
