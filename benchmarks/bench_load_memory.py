@@ -2,7 +2,8 @@
 
     python benchmarks/bench_load_memory.py [--size base] [--workdir out/bench_load_memory]
 
-Writes a Hugging Face BERT directory of random float32 weights (tests/test_hf.py's) (``--size base``: Chinese
+Writes a Hugging Face BERT directory of random float32 weights (as tests/checkpoints/test_huggingface.py
+does) (``--size base``: Chinese
 BERT-base's sizes, 21,128 tokens, 12 blocks of 768; ``small``: 4 blocks of 256), converts it to a
 Google-format directory with ``convert-hf``, then loads each in a process of its own and encodes
 one sentence:
@@ -86,7 +87,7 @@ report()
 
 
 def write_hf(directory, sizes):
-    """A Hugging Face BERT directory of random float32 weights of ``sizes`` (tests/test_hf.py's);
+    """A Hugging Face BERT directory of random float32 weights of ``sizes`` (tests/checkpoints/test_huggingface.py's);
     the bytes of its float32 weights."""
     from safetensors.numpy import save_file
     from test_hf import hf_tensors

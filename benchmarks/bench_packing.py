@@ -43,7 +43,7 @@ def main():
     from bert_whitening.encoding import tokenize
     from bert_whitening.export import ExportOptions, export_saved_model
     from bert_whitening.layers import fused_bert
-    from bert_whitening.token_ids import pad_ids
+    from bert_whitening.tokenization.token_ids import pad_ids
 
     sentences = sts_sentences(args.sentences)
     encoder = whitened_minilm(sentences)

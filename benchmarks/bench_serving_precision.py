@@ -45,7 +45,7 @@ def main():
     from bert_whitening.backend import tf
     from bert_whitening.encoding import batches, tokenize
     from bert_whitening.export import ExportOptions, check_export, export_saved_model
-    from bert_whitening.token_ids import pad_ids
+    from bert_whitening.tokenization.token_ids import pad_ids
 
     sentences = sts_sentences(args.sentences)
     encoder = whitened_minilm(sentences)

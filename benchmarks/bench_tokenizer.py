@@ -26,7 +26,7 @@ def main():
     from bert_whitening.backend import Tokenizer as Bert4kerasTokenizer
     from bert_whitening.checkpoints import find_model
     from bert_whitening.data import ENGLISH_STS, distinct_sentences, load_task
-    from bert_whitening.tokenizer import Tokenizer
+    from bert_whitening.tokenization.tokenizer import Tokenizer
 
     vocab = find_model("minilm").vocab_path
     texts = {

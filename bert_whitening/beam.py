@@ -46,7 +46,7 @@ from bert_whitening.io.atomic import PREFIX, check_outputs, claimed_prefix, mark
 from bert_whitening.io.bounded import JSON_BYTES, MODEL_SIZES, check_memory, open_regular
 from bert_whitening.io.records import Schema, check_fields, parse_record
 from bert_whitening.names import EXPORT_PRECISIONS
-from bert_whitening.token_ids import log_truncated
+from bert_whitening.tokenization.token_ids import log_truncated
 from bert_whitening.vectors import check_vectors
 from bert_whitening.whitening import FitOptions, WhiteningStats, fit_reported
 

@@ -30,7 +30,7 @@ from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.io.bounded import check_memory
 from bert_whitening.layers.fused_bert import FusedBert, bfloat16_products
 from bert_whitening.progress import progress_of
-from bert_whitening.token_ids import log_truncated, pad_ids, token_ids
+from bert_whitening.tokenization.token_ids import log_truncated, pad_ids, token_ids
 from bert_whitening.vectors import check_vectors
 from bert_whitening.whitening import WhiteningStats
 

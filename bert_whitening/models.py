@@ -33,7 +33,7 @@ from bert_whitening.layers import (
     WhiteningDense,
 )
 from bert_whitening.names import DEFAULT_POOLING, MODEL_TYPES, POOLINGS
-from bert_whitening.tokenizer import Tokenizer
+from bert_whitening.tokenization.tokenizer import Tokenizer
 
 
 @dataclasses.dataclass

@@ -35,10 +35,10 @@ from bert_whitening.arguments import (
     vector_array,
 )
 from bert_whitening.arguments import path as path_argument
+from bert_whitening.checkpoints import find_model
 from bert_whitening.config import EncoderConfig
 from bert_whitening.data import ReadOptions, check_readable, display_name, read_sentences
 from bert_whitening.errors import BertWhiteningError, DataError
-from bert_whitening.fitted import load_config
 from bert_whitening.io.atomic import (
     check_output_directory,
     check_outputs,
@@ -47,6 +47,7 @@ from bert_whitening.io.atomic import (
     write_atomically,
 )
 from bert_whitening.io.records import read_record
+from bert_whitening.names import DEFAULT_POOLING
 from bert_whitening.precision import resolve_before_fitting
 from bert_whitening.precision import running as running_precision
 from bert_whitening.sentence_transformers_names import check_encode_keywords, check_output_precision, quantized
@@ -614,3 +615,32 @@ def _kept_vectors(pooled, sentences, files, read, progress):
     if not rows:
         raise DataError("no sentences to train a flow on")
     return np.concatenate(blocks)
+
+
+def load_config(*, whitening=None, flow=None, pooling=None, **fields):
+    """The `EncoderConfig` of ``fields`` with a whitening or flow given as a file (read here, its
+    path recorded) or as the object itself, and ``pooling`` None for the one the whitening or
+    flow was fitted with, else ``first-last-avg`` (not yet checked against the model,
+    `EncoderConfig.check`). A file of another model is refused unread: the model's hidden size
+    is known first."""
+    whitening_path = flow_path = files = hidden_size = None
+    if any(isinstance(fitted, (str, os.PathLike)) for fitted in (whitening, flow)):
+        files = find_model(optional_path(fields.get("model"), "model"))
+        hidden_size = files.config["hidden_size"]
+    if isinstance(whitening, (str, os.PathLike)):
+        whitening_path, whitening = os.fspath(whitening), Whitening.load(whitening, hidden_size)
+    if isinstance(flow, (str, os.PathLike)):
+        from bert_whitening.flow import Flow
+
+        flow_path, flow = os.fspath(flow), Flow.load(flow, hidden_size)
+    fitted = whitening if whitening is not None else flow
+    pooling = pooling or getattr(fitted, "pooling", None) or DEFAULT_POOLING  # a non-Whitening: refused
+    return EncoderConfig(
+        pooling=pooling,
+        whitening=whitening,
+        whitening_path=whitening_path,
+        flow=flow,
+        flow_path=flow_path,
+        model_files=files,  # found once: its configuration and vocabulary are not read again
+        **fields,
+    )

@@ -23,7 +23,7 @@ from bert_whitening.errors import BertWhiteningError
 from bert_whitening.io.http_client import DEFAULT_PORTS, MAX_REPLY_BYTES, TIMEOUT_SECONDS, HttpClient
 from bert_whitening.io.records import parse_json
 from bert_whitening.names import check_choice
-from bert_whitening.token_ids import pad_ids
+from bert_whitening.tokenization.token_ids import pad_ids
 
 #: The most ids a ``serving_default`` request may hold once padded (rows x the longest row): the
 #: padded matrix is made before anything is sent, and one long row among many short ones would

@@ -1,6 +1,6 @@
 """Count the distinct sentences of the shared evaluation data, without the package's readers.
 
-tests/test_graph_tokenizer.py checks the in-graph tokenizer on every sentence the package's
+tests/tokenization/test_graph_tokenizer.py checks the in-graph tokenizer on every sentence the package's
 `load_task` reads from ../shared/data; this script counts them another way, so a reader that
 drops or invents sentences shows up as a different number. It reads the senteval_cn pair files
 (``s1<TAB>s2<TAB>label``) and the English STS benchmark from the original ``sts-*.csv`` files

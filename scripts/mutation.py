@@ -1,7 +1,7 @@
 """Mutation testing of the numpy modules with mutmut (requirements-dev.txt; `make mutation`).
 
     python scripts/mutation.py [MODULE ...]     # default: whitening vectors serving data evaluation
-    python scripts/mutation.py io.bounded arguments io.files io.npy_rows token_ids precision names  # shared
+    python scripts/mutation.py io.bounded arguments io.files io.npy_rows tokenization.token_ids precision names  # shared
 
 For each module, a copy of the checkout is made under out/mutation/MODULE (mutmut writes its
 mutants/ tree there), mutmut mutates bert_whitening/MODULE.py (io.bounded: io/bounded.py) and runs
@@ -21,16 +21,18 @@ MODULES = ("whitening", "vectors", "serving", "data", "evaluation")
 TESTS = (
     "tests/test_whitening.py",
     "tests/test_serving_requests.py",
-    "tests/test_rest_client.py",
+    "tests/io/test_http_client.py",
     "tests/test_data.py",
     "tests/test_evaluation.py",
-    "tests/test_bounded.py",
+    "tests/io/test_bounded.py",
     "tests/test_arguments.py",
-    "tests/test_checked_files.py",
+    "tests/io/test_files.py",
     "tests/test_vectors.py",
     "tests/test_precision.py",
+    "tests/tokenization/test_token_ids.py",
+    "tests/test_names.py",
     "tests/test_config.py",
-    "tests/test_index_directory.py",
+    "tests/retrieval/test_index_directory.py",
 )
 
 

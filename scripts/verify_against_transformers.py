@@ -5,7 +5,7 @@
 Runs in two environments so that PyTorch never becomes a dependency of the package:
 1. here (the project's .venv): hidden states after every transformer block, through
    `find_model` + bert4keras' loader (the graph the commands' `FusedBert` is tested against
-   within 1e-5, tests/test_real_model.py), for real sentences from ../shared/data (Chinese
+   within 1e-5, tests/integration/test_real_model.py), for real sentences from ../shared/data (Chinese
    STS-B and English STS-B);
 2. in .venv-torch (see scripts/torch_venv.py: torch 2.13.0 CPU and transformers, created on
    first use): BertModel with output_hidden_states on the same token ids.

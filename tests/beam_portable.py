@@ -1,7 +1,7 @@
 """Beam's portable runner on this machine: a Python job service and an EXTERNAL worker pool.
 
 What docs/beam.md's PortableRunner section starts by hand, as one context manager, for trying
-the portable runner locally (tests/test_beam_runners.py, benchmarks/bench_beam.py):
+the portable runner locally (tests/integration/test_beam_runners.py, benchmarks/bench_beam.py):
 
     with local_portable_runner(directory) as (flags, pids):
         encode_on_runner(inputs, config, output, flags=flags)

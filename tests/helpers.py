@@ -5,6 +5,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import io
+import itertools
 import json
 import logging
 import os
@@ -13,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 TINY_VOCAB = (
     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -366,3 +368,101 @@ def with_run(name, work):
     return tuple(
         dataclasses.replace(command, run=work) if command.name == name else command for command in commands.COMMANDS
     )
+
+
+WORDS = ["今天", "天气", "很好", "我们", "在北京", "喝茶", "the cat", "is on", "the mat", "hello"]
+
+
+MANY = ["".join(parts) for parts in itertools.permutations(WORDS, 3)][::7][:80]  # 80 sentences
+
+
+def one_error(caplog):
+    """The one line a refused command logged."""
+    errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+    assert len(errors) == 1 and "\n" not in errors[0], errors
+    return errors[0]
+
+
+def unit(rows):
+    rows = np.asarray(rows, dtype=np.float64)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+#: An encoder record as `EncoderConfig.to_config` writes it (the tests of this file need no model).
+RECORD = {
+    "model": {
+        "name": "m",
+        "format": "google",
+        "type": "bert",
+        "hidden_size": 6,
+        "num_hidden_layers": 1,
+        "vocab_sha256": "0" * 64,
+    },
+    "model_dir": None,
+    "pooling": "cls",
+    "maxlen": 16,
+    "lowercase": True,
+    "whitening": None,
+    "n_components": 0,
+    "normalize": True,
+    "allow_rank_deficient": False,
+}
+
+
+def hf_tensors(config, seed=1, prefix=""):
+    """Random BertModel tensors under transformers' names, Linear weights ``(out, in)``."""
+    rng = np.random.default_rng(seed)
+    hidden, inner = config["hidden_size"], config["intermediate_size"]
+    normal = lambda *shape: rng.normal(0.0, 0.3, shape).astype(np.float32)
+    tensors = {
+        "embeddings.word_embeddings.weight": normal(config["vocab_size"], hidden),
+        "embeddings.position_embeddings.weight": normal(config["max_position_embeddings"], hidden),
+        "embeddings.token_type_embeddings.weight": normal(config["type_vocab_size"], hidden),
+        "embeddings.LayerNorm.weight": 1 + normal(hidden),
+        "embeddings.LayerNorm.bias": normal(hidden),
+        "embeddings.position_ids": np.arange(config["max_position_embeddings"])[None],
+        "pooler.dense.weight": normal(hidden, hidden),
+        "pooler.dense.bias": normal(hidden),
+    }
+    linear = {
+        "attention.self.query": (hidden, hidden),
+        "attention.self.key": (hidden, hidden),
+        "attention.self.value": (hidden, hidden),
+        "attention.output.dense": (hidden, hidden),
+        "intermediate.dense": (inner, hidden),
+        "output.dense": (hidden, inner),
+    }
+    for layer in range(config["num_hidden_layers"]):
+        for name, (out, into) in linear.items():
+            tensors["encoder.layer.%d.%s.weight" % (layer, name)] = normal(out, into)
+            tensors["encoder.layer.%d.%s.bias" % (layer, name)] = normal(out)
+        for name in ("attention.output.LayerNorm", "output.LayerNorm"):
+            tensors["encoder.layer.%d.%s.weight" % (layer, name)] = 1 + normal(hidden)
+            tensors["encoder.layer.%d.%s.bias" % (layer, name)] = normal(hidden)
+    tensors = {prefix + name: value for name, value in tensors.items()}
+    if prefix:  # a BertForMaskedLM-style file also carries heads, which are not used
+        tensors["cls.predictions.bias"] = normal(config["vocab_size"])
+    return tensors
+
+
+def write_hf(directory, tensors, config=TINY_CONFIG, model_type="bert"):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as stream:
+        json.dump({"architectures": ["BertModel"], "layer_norm_eps": 1e-12, **config, "model_type": model_type}, stream)
+    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as stream:
+        stream.write("".join(token + "\n" for token in TINY_VOCAB))
+    save_file(tensors, os.path.join(directory, "model.safetensors"))
+    return directory
+
+
+LINES = SENTENCES + ["%s %s" % (SENTENCES[i], SENTENCES[-1 - i]) for i in range(14)]
+
+
+def write_corpus(directory):
+    """Two sentence files (one without a final newline, one with an empty line) and a pair file."""
+    directory.mkdir()
+    (directory / "a.txt").write_text("\n".join(LINES[:17]), encoding="utf-8")  # LINES[11] is ""
+    (directory / "b.txt").write_text("\n".join(LINES[17:]) + "\n", encoding="utf-8")
+    pairs = ["%s\t%s\t%d" % (LINES[i], LINES[-1 - i], i % 2) for i in range(6)]
+    (directory / "c.data").write_text("\n".join(pairs) + "\n", encoding="utf-8")
+    return directory

@@ -322,3 +322,24 @@ def numpy_softmax(labels, first, second, kernel, bias):
     logits = logits - logits.max(axis=1, keepdims=True)
     log_probabilities = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
     return -np.mean([log_probabilities[row, label] for row, label in enumerate(labels)])
+
+
+def reference_ranking(queries, corpus):
+    """Every corpus position per query, by descending dot product then ascending position."""
+    scores = [[float(np.dot(q, c)) for c in corpus] for q in queries]
+    return [sorted(range(len(corpus)), key=lambda j: (-row[j], j)) for row in scores]
+
+
+def reference_metrics(rankings, relevant):
+    """MRR@10, Recall@1 and Recall@10 written out from their definitions, one query at a time."""
+    reciprocal, at_1, at_10 = [], [], []
+    for ranking, wanted in zip(rankings, relevant, strict=True):
+        rank = next((position + 1 for position, item in enumerate(ranking[:10]) if item in wanted), None)
+        reciprocal.append(1.0 / rank if rank else 0.0)
+        at_1.append(ranking[0] in wanted)
+        at_10.append(any(item in wanted for item in ranking[:10]))
+    return {
+        "mrr@10": sum(reciprocal) / len(reciprocal),
+        "recall@1": sum(at_1) / len(at_1),
+        "recall@10": sum(at_10) / len(at_10),
+    }

@@ -15,24 +15,7 @@ from bert_whitening.beam import WhiteningStatsFn
 from bert_whitening.errors import DataError
 from bert_whitening.whitening import Whitening, WhiteningStats
 
-from helpers import SENTENCES, commands_in_a_fresh_process, limit_memory_in, relative_error, run
-
-LINES = SENTENCES + ["%s %s" % (SENTENCES[i], SENTENCES[-1 - i]) for i in range(14)]
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    return write_corpus(tmp_path / "corpus")
-
-
-def write_corpus(directory):
-    """Two sentence files (one without a final newline, one with an empty line) and a pair file."""
-    directory.mkdir()
-    (directory / "a.txt").write_text("\n".join(LINES[:17]), encoding="utf-8")  # LINES[11] is ""
-    (directory / "b.txt").write_text("\n".join(LINES[17:]) + "\n", encoding="utf-8")
-    pairs = ["%s\t%s\t%d" % (LINES[i], LINES[-1 - i], i % 2) for i in range(6)]
-    (directory / "c.data").write_text("\n".join(pairs) + "\n", encoding="utf-8")
-    return directory
+from helpers import commands_in_a_fresh_process, limit_memory_in, relative_error, run
 
 
 def covariance(whitening):
@@ -75,136 +58,10 @@ def test_sorted_lists_sort_each_window_by_length_and_cut_it_into_calls(monkeypat
         assert [len(sentence) for _, sentence in window] == sorted(len(sentence) for _, sentence in window)
 
 
-def test_beam_encode_refuses_to_mix_with_existing_shards(tiny_model, corpus, tmp_path, caplog):
-    prefix = tmp_path / "vectors"
-    (tmp_path / "vectors-00000-of-00002.tfrecord").write_bytes(b"")
-    assert run("beam-encode", "--model", tiny_model[0], "--input", corpus / "a.txt", "--output", prefix) == 1
-    assert "1 output shards already exist" in caplog.text
-
-
-def test_beam_encode_refuses_a_prefix_another_run_writes_and_clears_what_a_killed_run_left(
-    tiny_model, corpus, tmp_path, caplog
-):
-    """Two runs at once under one prefix both succeeded, with shards of two sets mixed
-    (``-of-00002`` beside ``-of-00003``); a run killed with SIGKILL left Beam's sink directory."""
-    from bert_whitening.io.atomic import claimed_prefix
-
-    prefix = tmp_path / "vectors"
-    command = ("beam-encode", "--model", tiny_model[0], "--input", corpus / "a.txt", "--output", prefix)
-    with claimed_prefix(str(prefix)):
-        assert run(*command) == 1
-    assert "vectors: another run writes it now" in caplog.text
-    assert os.listdir(tmp_path) == ["corpus"]
-    left = tmp_path / "beam-temp-vectors-d1f38464e9b011f195e102fc00000001"
-    left.mkdir()
-    (left / "a-partial-shard").write_bytes(b"\0" * 10)
-    caplog.clear()
-    with caplog.at_level(logging.INFO):
-        assert run(*command) == 0
-    assert "removed %s, left by an interrupted run" % left in caplog.text
-    assert sorted(os.listdir(tmp_path)) == ["corpus", "vectors-00000-of-00001.tfrecord", "vectors.manifest.json"]
-
-
-def test_a_shard_count_beyond_the_bound_is_refused_before_any_work(tiny_model, corpus, tmp_path, capsys):
-    """--num-shards 1000000000 ran until it was killed, holding gigabytes, before any shard."""
-    from bert_whitening.arguments import MAX_SHARDS
-    from bert_whitening.config import EncoderConfig
-
-    with pytest.raises(SystemExit):
-        cli.main(
-            ["beam-encode", "--input", str(corpus / "a.txt"), "--output", str(tmp_path / "v"), "--num-shards", "10001"]
-        )
-    assert "argument --num-shards: '10001' is not an integer 0..%d" % MAX_SHARDS in capsys.readouterr().err
-    for count in (MAX_SHARDS + 1, -1, 2.0, True):
-        with pytest.raises(beam.BertWhiteningError, match="num_shards must be an integer 0..%d" % MAX_SHARDS):
-            beam.encode_on_runner(
-                [str(corpus / "a.txt")], EncoderConfig(tiny_model[0]), str(tmp_path / "v"), num_shards=count
-            )
-    assert os.listdir(tmp_path) == ["corpus"]
-
-
-def test_malformed_line_fails_the_pipeline_and_writes_nothing(tiny_model, corpus, tmp_path, caplog):
-    with open(corpus / "c.data", "a", encoding="utf-8") as stream:
-        stream.write("only one field\n")
-    output = tmp_path / "w.npz"
-    assert run("beam-fit", "--model", tiny_model[0], "--input", corpus / "*", "--output", output) == 1
-    assert (
-        "c.data:7: expected sentence1<TAB>sentence2<TAB>label with a finite numeric label, got 'only one field'"
-    ) in caplog.text
-    assert os.listdir(tmp_path) == ["corpus"]  # no whitening file, no temporary file
-
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        assert (
-            run("beam-fit", "--model", tiny_model[0], "--input", corpus / "*", "--skip-bad-lines", "--output", output)
-            == 0
-        )
-    assert "c.data: skipped 1 malformed lines" in caplog.text
-    assert Whitening.load(output).count == len(LINES) + 12
-
-
-def test_unreadable_input_fails_beam_encode_without_leftovers(tiny_model, corpus, tmp_path, caplog):
-    (corpus / "bad.txt").write_bytes(b"fine\n\xff\xfe not utf-8\n")
-    out = tmp_path / "out"
-    out.mkdir()
-    assert run("beam-encode", "--model", tiny_model[0], "--input", corpus / "*.txt", "--output", out / "vectors") == 1
-    assert "bad.txt:2: not UTF-8 text (byte 0xff" in caplog.text
-    assert os.listdir(out) == []  # no shard, no sink temporary directory
-    assert (
-        run("beam-encode", "--model", tiny_model[0], "--input", corpus / "none-*.txt", "--output", out / "vectors") == 1
-    )
-    assert os.listdir(out) == []
-
-
 def test_pipeline_options_only_for_beam_commands(capsys):
     with pytest.raises(SystemExit):
         cli.main(["fit", "--output", "w.npz", "--direct_num_workers=2", "x.txt"])
     assert "unrecognized option --direct_num_workers" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    "mistyped, meant", [("--n-componets", "--n-components"), ("--direct_num_workerz=2", "--direct_num_workers")]
-)
-def test_a_beam_command_refuses_an_option_neither_it_nor_beam_knows(
-    tiny_model, corpus, tmp_path, capsys, mistyped, meant
-):
-    """A Beam command passes what it does not know to Beam, which dropped a misspelt option with
-    a warning: ``beam-encode --n-componets 64`` wrote vectors of every dimension."""
-    with pytest.raises(SystemExit):
-        cli.main(
-            [
-                "beam-encode",
-                "--model",
-                tiny_model[0],
-                "--input",
-                str(corpus / "a.txt"),
-                "--output",
-                str(tmp_path / "v"),
-                mistyped,
-                "64",
-            ]
-        )
-    assert (
-        "beam-encode: error: unrecognized option %s; did you mean %s?" % (mistyped.split("=")[0], meant)
-        in capsys.readouterr().err
-    )
-    assert os.listdir(tmp_path) == ["corpus"]
-    with pytest.raises(
-        beam.BertWhiteningError, match="--n-componets: not a Beam pipeline option, which Beam would drop"
-    ):
-        beam.run(lambda pipeline: None, ["--n-componets", "--direct_num_workers=1"])
-
-
-def test_empty_inputs_are_refused_before_the_pipeline_runs(tiny_model, tmp_path, caplog):
-    (tmp_path / "empty.txt").write_bytes(b"")
-    assert (
-        run(
-            "beam-encode", "--model", tiny_model[0], "--input", tmp_path / "empty.txt", "--output", tmp_path / "vectors"
-        )
-        == 1
-    )
-    assert "empty.txt: empty input (no lines)" in caplog.text
-    assert os.listdir(tmp_path) == ["empty.txt"]
 
 
 def test_beam_commands_start_the_pipeline_before_tensorflow_is_imported(tiny_model, corpus, tmp_path):
@@ -466,30 +323,6 @@ def test_a_record_that_is_not_an_encoded_line_is_refused(tmp_path):
         beam.read_encoded(str(tmp_path / "v-*"))
 
 
-@pytest.mark.parametrize("command", ["beam-encode", "beam-fit"])
-def test_a_beam_input_that_is_not_a_regular_file_is_refused_as_such(tiny_model, tmp_path, caplog, command):
-    """Beam sizes its inputs: a FIFO was called empty, and /dev/zero too."""
-    os.mkfifo(tmp_path / "in.fifo")
-    output = tmp_path / ("vectors" if command == "beam-encode" else "w.npz")
-    assert run(command, "--model", tiny_model[0], "--input", tmp_path / "in.fifo", "--output", output) == 1
-    assert caplog.messages[-1] == "%s: a FIFO, not a regular file: cannot be read as a Beam input" % (
-        tmp_path / "in.fifo"
-    )
-
-
-def test_beam_fit_writes_its_output_as_every_local_output_is_written(tiny_model, corpus, tmp_path):
-    """Through `write_atomically`: a link's target is written and the link kept, and a long name
-    (within the file system's limit) gets a temporary name that fits beside it."""
-    (tmp_path / "target.npz").write_text("old")
-    (tmp_path / "link.npz").symlink_to("target.npz")
-    long_name = tmp_path / ("w" * 220 + ".npz")
-    for output in (tmp_path / "link.npz", long_name):
-        assert run("beam-fit", "--model", tiny_model[0], "--input", corpus / "a.txt", "--output", output) == 0
-    assert (tmp_path / "link.npz").is_symlink()
-    assert Whitening.load(str(tmp_path / "target.npz")).count == Whitening.load(str(long_name)).count == 17
-    assert sorted(os.listdir(tmp_path)) == sorted(["corpus", "link.npz", "target.npz", long_name.name])
-
-
 def test_a_stopped_beam_job_says_what_its_workers_put_in_place(tiny_model, corpus, tmp_path, monkeypatch):
     """A worker renamed the whitening into place, or the sink its shards, then the driver was
     stopped: it said "nothing was written". A part of a set of shards is removed."""
@@ -603,21 +436,6 @@ def test_a_runner_that_cannot_run_the_pipeline_is_one_line(tiny_model, corpus, t
     with pytest.raises(beam.BertWhiteningError, match="^" + re.escape(said)):
         beam.fit_on_runner([str(corpus / "a.txt")], EncoderConfig(tiny_model[0]), str(tmp_path / "w.npz"), flags=flags)
     assert os.listdir(tmp_path) == ["corpus"]
-
-
-def test_a_refusal_after_beam_logged_through_the_root_logger_keeps_the_command_s_format(tiny_model, corpus, tmp_path):
-    """Reading Beam's option names imported Beam, which logged a warning through the root logger
-    before the command set its own handler: the root logger took a handler of Python's default
-    format, and every later line came as ``ERROR:bert_whitening:...``."""
-    import subprocess
-    import sys
-
-    argv = ["beam-fit", "--model", tiny_model[0], "--input", corpus / "a.txt", "--output", tmp_path / "w.npz"]
-    result = subprocess.run(
-        [sys.executable, "-m", "bert_whitening", *map(str, argv), "--job_endpoint", "x"], capture_output=True, text=True
-    )
-    assert result.returncode == 1
-    assert "\nERROR: --job_endpoint is a portable runner's option" in "\n" + result.stderr, result.stderr
 
 
 def test_a_file_s_sentences_are_keyed_by_their_line_counting_from_1(tmp_path):

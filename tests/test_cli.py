@@ -1,7 +1,6 @@
 """The command line, run in-process on the tiny checkpoint."""
 
 import argparse
-import itertools
 import logging
 import re
 import subprocess
@@ -10,112 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_whitening.encoding import encode
-from bert_whitening.models import with_whitening
-from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening
-
 from helpers import run, with_run
-
-WORDS = ["今天", "天气", "很好", "我们", "在北京", "喝茶", "the cat", "is on", "the mat", "hello"]
-MANY = ["".join(parts) for parts in itertools.permutations(WORDS, 3)][::7][:80]  # 80 sentences
-
-
-@pytest.fixture
-def files(tmp_path):
-    sentences = tmp_path / "sentences.txt"
-    sentences.write_text("".join(s + "\n" for s in MANY[:50]), encoding="utf-8")
-    pairs = tmp_path / "pairs.data"
-    pairs.write_text(
-        "".join("%s\t%s\t%d\n" % (a, b, i % 6) for i, (a, b) in enumerate(zip(MANY[50:65], MANY[65:80], strict=True))),
-        encoding="utf-8",
-    )
-    return tmp_path, str(sentences), str(pairs)
-
-
-def test_fit_then_encode_equals_the_python_api(files, tiny_model, encoders):
-    tmp_path, sentences, pairs = files
-    model = tiny_model[0]
-    whitening_path = tmp_path / "w.npz"
-    assert run("fit", "--model", model, "--output", whitening_path, sentences, pairs) == 0
-    whitening = Whitening.load(str(whitening_path))
-    assert whitening.count == 80 and whitening.pooling == "first-last-avg"
-    assert whitening.model_identity["name"] == "tiny_bert" and whitening.n_components == -1
-
-    encoder = encoders["first-last-avg"]
-    pair_sentences = [s for pair in zip(MANY[50:65], MANY[65:80], strict=True) for s in pair]
-    expected = fit_whitening(WhiteningStats().update(encode(encoder, MANY[:50] + pair_sentences)))
-    np.testing.assert_allclose(whitening.mean, expected.mean, rtol=1e-6)
-    np.testing.assert_allclose(whitening.eigenvalues, expected.eigenvalues, rtol=1e-4, atol=1e-9)
-
-    vectors_path = tmp_path / "v.npy"
-    assert run("encode", "--model", model, "--whitening", whitening_path, "--output", vectors_path, sentences) == 0
-    vectors = np.load(vectors_path)
-    assert vectors.shape == (50, 24) and vectors.dtype == np.float32
-    reference = whitening.transform(encode(encoder, MANY[:50]).astype(np.float64))
-    np.testing.assert_allclose(vectors, reference, atol=1e-4)
-
-    assert (
-        run(
-            "encode",
-            "--model",
-            model,
-            "--whitening",
-            whitening_path,
-            "--n-components",
-            6,
-            "--output",
-            vectors_path,
-            sentences,
-        )
-        == 0
-    )
-    np.testing.assert_allclose(
-        np.load(vectors_path), whitening.transform(encode(encoder, MANY[:50]).astype(np.float64), 6), atol=1e-4
-    )
-
-
-def test_encode_without_whitening_writes_normalised_pooled_vectors(files, tiny_model, encoders):
-    tmp_path, sentences, _ = files
-    output = tmp_path / "v.npy"
-    assert run("encode", "--model", tiny_model[0], "--pooling", "cls", "--output", output, sentences) == 0
-    expected = encode(with_whitening(encoders["cls"]), MANY[:50])
-    np.testing.assert_allclose(np.load(output), expected, atol=1e-6)
-    assert (
-        run("encode", "--model", tiny_model[0], "--pooling", "cls", "--no-normalize", "--output", output, sentences)
-        == 0
-    )
-    np.testing.assert_allclose(np.load(output), encode(encoders["cls"], MANY[:50]), atol=1e-6)
-
-
-def test_rank_deficient_fit_keeps_the_supported_dimensions_and_refuses_more(files, tiny_model, caplog):
-    tmp_path, sentences, _ = files
-    few = tmp_path / "few.txt"
-    few.write_text("".join(s + "\n" for s in MANY[:12]), encoding="utf-8")  # 12 < 24 dims
-    output, vectors = tmp_path / "w.npz", tmp_path / "v.npy"
-    assert run("fit", "--model", tiny_model[0], "--n-components", 12, "--output", output, few) == 1
-    assert "n_components 12 is larger than the rank 11" in caplog.text and not output.exists()
-    assert run("fit", "--model", tiny_model[0], "--output", output, few) == 0
-    assert Whitening.load(str(output)).rank == 11
-    assert run("encode", "--model", tiny_model[0], "--whitening", output, "--output", vectors, few) == 0
-    assert np.load(vectors).shape == (12, 11)
-    assert "keeps the 11 dimensions the covariance supports, not all 24" in caplog.text
-    assert (
-        run(
-            "encode",
-            "--model",
-            tiny_model[0],
-            "--whitening",
-            output,
-            "--n-components",
-            -1,
-            "--allow-rank-deficient",
-            "--output",
-            vectors,
-            few,
-        )
-        == 0
-    )
-    assert np.load(vectors).shape == (12, 24) and np.isfinite(np.load(vectors)).all()
 
 
 @pytest.mark.parametrize(
@@ -135,65 +29,6 @@ def test_an_empty_input_is_refused_before_the_model_is_built(tiny_model, tmp_pat
     output = tmp_path / command[-1]
     assert run(*command[:-1], output, "--model", tiny_model[0], empty) == 1
     assert caplog.messages[-1] == said.format(empty) and not output.exists()
-
-
-def test_a_fit_the_data_cannot_give_names_the_data(tiny_model, tmp_path, caplog):
-    blank = tmp_path / "blank.txt"
-    blank.write_text("\n\n\n")  # three empty sentences: one vector three times
-    assert run("fit", "--model", tiny_model[0], "--output", tmp_path / "w.npz", blank) == 1
-    assert caplog.messages[-1] == "%s: all 3 vectors are identical: nothing to whiten" % blank
-
-
-def test_bad_inputs_fail_cleanly_without_output(files, tiny_model, tmp_path, caplog):
-    _, sentences, pairs = files
-    model = tiny_model[0]
-    output = tmp_path / "out.npy"
-    empty = tmp_path / "empty.txt"
-    empty.write_text("")
-    assert run("encode", "--model", model, "--output", output, empty) == 1
-    assert "empty.txt: empty input" in caplog.text
-    assert run("fit", "--model", model, "--output", tmp_path / "w.npz", empty) == 1
-
-    broken = tmp_path / "broken.data"
-    broken.write_text("a\tb\t1\nno label here\tx\n", encoding="utf-8")
-    assert run("fit", "--model", model, "--output", tmp_path / "w.npz", broken) == 1
-    assert "broken.data:2: expected" in caplog.text
-    assert (
-        run("fit", "--model", model, "--output", tmp_path / "w.npz", "--skip-bad-lines", "--n-components", 1, broken)
-        == 0
-    )
-    assert "skipped 1 malformed lines" in caplog.text
-
-    assert run("encode", "--model", str(tmp_path / "missing"), "--output", output, sentences) == 1
-    assert "missing does not exist" in caplog.text
-
-    rng = np.random.default_rng(0)
-    other = tmp_path / "other.npz"
-    fit_whitening(WhiteningStats().update(rng.normal(size=(50, 16))), pooling="first-last-avg").save(str(other))
-    assert run("encode", "--model", model, "--whitening", other, "--output", output, sentences) == 1
-    assert "dimension 16 but the model's hidden size is 24" in caplog.text
-    assert run("fit", "--model", model, "--n-components", 30, "--output", other, sentences) == 1
-    assert "n_components 30 is larger than the model's hidden size 24 (tiny_bert)" in caplog.text
-    assert not output.exists()
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
-
-
-def test_a_failure_midway_leaves_no_partial_output(files, tiny_model, monkeypatch):
-    tmp_path, sentences, _ = files
-    monkeypatch.setattr("bert_whitening.encoding.CHUNK_SENTENCES", 10)
-    calls = []
-
-    def failing(encoder, sequences, batch_size, bar):
-        calls.append(len(sequences))
-        if len(calls) == 3:
-            raise OSError("simulated failure")
-        return np.tile(np.eye(1, encoder.dim, dtype=np.float32), (len(sequences), 1))  # unit vectors
-
-    monkeypatch.setattr("bert_whitening.encoding.encode_ids", failing)
-    output = tmp_path / "v.npy"
-    assert run("encode", "--model", tiny_model[0], "--output", output, sentences) == 1
-    assert calls == [10, 10, 10] and not output.exists()
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
 def test_help_lists_every_option_with_its_default_without_importing_tensorflow():

@@ -135,9 +135,9 @@ PREVIOUS_INDEX_KEYS = {
 
 
 def test_an_index_record_keeps_every_key_the_previous_version_reads(tiny_model, tmp_path):
-    from test_retrieval_commands import MANY, run
-
     from bert_whitening.retrieval.index_directory import IndexDirectory
+
+    from helpers import MANY, run
 
     corpus, path, index = tmp_path / "c.txt", tmp_path / "w.npz", tmp_path / "index"
     corpus.write_text("".join(s + "\n" for s in MANY[:40]), encoding="utf-8")

@@ -11,7 +11,7 @@ from bert_whitening.encoding import encode
 from bert_whitening.export import ExportError, ExportOptions, ServingModule, export_saved_model
 from bert_whitening.export.verify import mismatches, unpadded_rows
 from bert_whitening.retrieval.index_directory import IndexDirectory
-from bert_whitening.token_ids import pad_ids
+from bert_whitening.tokenization.token_ids import pad_ids
 
 from helpers import SENTENCES
 
@@ -105,7 +105,7 @@ def test_a_wrong_serve_search_fails_verification_and_leaves_nothing(whitened, co
 
 @pytest.mark.slow
 def test_cli_export_corpus_from_an_index(tiny_model, tmp_path, caplog):
-    from test_retrieval_commands import MANY, run
+    from helpers import MANY, run
 
     model = tiny_model[0]
     sentences = tmp_path / "corpus.txt"

@@ -21,7 +21,7 @@ from bert_whitening.serving import (
 from helpers import SENTENCES
 from tfserving_json import decode
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("exported")]  # one export (tests/test_export.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("exported")]  # one export (tests/export/test_saved_model.py)
 
 SIGNATURE_INPUTS = {"serve_text": {"text": object}, "serving_default": {"input_ids": np.int32, "segment_ids": np.int32}}
 

@@ -1,6 +1,6 @@
 """The REST client's bodies and reply parsing against TF Serving's predict API as documented
 (tensorflow.org/tfx/serving/api_rest), written out by hand; numpy only, so these are fast.
-tests/test_serving.py feeds the same bodies to an exported model; tests/test_rest_client.py
+tests/test_serving.py feeds the same bodies to an exported model; tests/io/test_http_client.py
 sends them to loopback servers."""
 
 import json
@@ -18,7 +18,7 @@ from bert_whitening.serving import (
     rest_url,
     text_request,
 )
-from bert_whitening.token_ids import token_ids
+from bert_whitening.tokenization.token_ids import token_ids
 
 from helpers import TINY_VOCAB
 

@@ -8,9 +8,9 @@ import os
 from collections.abc import Callable
 
 from bert_whitening.errors import BertWhiteningError
-from bert_whitening.fitted import load_config
 from bert_whitening.names import FROZEN_WEIGHTS_VARIABLE
 from bert_whitening.precision import decide
+from bert_whitening.sentence_encoder import load_config
 
 logger = logging.getLogger("bert_whitening")
 

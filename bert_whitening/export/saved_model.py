@@ -5,7 +5,7 @@ The layout is TF Serving's: ``BASE/N/`` with ``N`` an integer version. Signature
 - ``serving_default``: ``input_ids`` and ``segment_ids``, int32 ``[batch, length]`` padded with 0,
   to ``embedding``, float32 ``[batch, k]``;
 - ``serve_text`` (optional): ``text``, string ``[batch]``, tokenised in the graph exactly as the
-  bert4keras Tokenizer does (`bert_whitening.graph_tokenizer`), to ``embedding``.
+  bert4keras Tokenizer does (`bert_whitening.tokenization.graph_tokenizer`), to ``embedding``.
 
 The SavedModel is written to a temporary directory beside ``BASE``, loaded again in a fresh
 Python process, and both signatures are compared with the in-memory Keras model on sample
@@ -211,7 +211,7 @@ def _serving_module(encoder, options, corpus):
     products' bfloat16 copies for a bfloat16 export."""
     tokenizer = None
     if options.text:
-        from bert_whitening.graph_tokenizer import GraphTokenizer
+        from bert_whitening.tokenization.graph_tokenizer import GraphTokenizer
 
         tokenizer = GraphTokenizer(encoder.vocab, encoder.maxlen, encoder.lowercase)
     bfloat16 = options.precision == "bfloat16"

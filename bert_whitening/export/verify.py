@@ -59,7 +59,7 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE, 
     differ by more than float noise), and its vectors must keep `AUTO_MIN_COSINE` of float32's."""
     from bert_whitening.encoding import compiled, tokenize
     from bert_whitening.precision import AUTO_MIN_COSINE
-    from bert_whitening.token_ids import pad_ids
+    from bert_whitening.tokenization.token_ids import pad_ids
 
     sequences, _ = tokenize(encoder, VERIFY_SENTENCES)
     ids = pad_ids(sequences)  # mostly padding: the last sentence fills maxlen

@@ -122,7 +122,7 @@ def _started(plan, checkpoints):
     """The `_Run` of ``plan``: the trainable encoder built, the pairs tokenised, the step traced."""
     from bert_whitening.encoding import tokenize
     from bert_whitening.models import build
-    from bert_whitening.token_ids import log_truncated
+    from bert_whitening.tokenization.token_ids import log_truncated
 
     o = plan.options
     config = EncoderConfig(o.model, o.model_type, o.pooling, o.maxlen, o.lowercase, model_files=plan.files)
@@ -202,7 +202,7 @@ def _epoch(plan, step, firsts, seconds, order, epoch, progress):
     of its steps' losses. A loss that is not finite stops the run."""
     from bert_whitening.backend import tf
     from bert_whitening.progress import Progress
-    from bert_whitening.token_ids import pad_ids
+    from bert_whitening.tokenization.token_ids import pad_ids
 
     batch_size = plan.options.batch_size
     steps, total = -(-len(order) // batch_size), 0.0

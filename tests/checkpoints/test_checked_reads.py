@@ -115,9 +115,9 @@ def test_a_model_on_bert4keras_graph_loads_the_checked_weights(tmp_path, replace
 
 @pytest.mark.parametrize("how", SWAPS)
 def test_a_hugging_face_directory_replaced_gives_the_checked_tensors(tmp_path, replaced_after_check, how):
-    from test_hf import hf_tensors, write_hf
-
     from bert_whitening import SentenceEncoder
+
+    from helpers import hf_tensors, write_hf
 
     model = write_hf(str(tmp_path / "hf"), hf_tensors(TINY_CONFIG))
     other = write_hf(str(tmp_path / "other"), hf_tensors(TINY_CONFIG, seed=9))

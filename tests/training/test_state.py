@@ -21,7 +21,6 @@ from helpers import (
     launched,
     quick,
     random_pairs,
-    run,
     state_directory,
     write_pairs,
 )
@@ -281,19 +280,6 @@ def test_a_loss_that_is_not_finite_removes_the_state(tiny_model, pair_files, tmp
     with pytest.raises(TrainingError, match=r"^epoch 2, step 2: the loss is nan"):
         quick(tiny_model, pair_files, tmp_path / "model", resume=True)
     assert os.listdir(tmp_path) == []
-
-
-def test_the_command_resumes(tiny_model, pair_files, tmp_path, monkeypatch, caplog):
-    output = tmp_path / "model"
-    argv = ["train", "--train", pair_files[0], "--output", output, "--model", tiny_model[0], "--resume"]
-    argv += ["--epochs", "2", "--batch-size", "8"]
-    with monkeypatch.context() as patch:
-        stop_in_epoch(patch, 2)
-        assert run(*argv) == 130
-    assert "kept in %s: the same command with --resume continues" % state_directory(output) in caplog.text
-    assert run(*argv) == 0
-    assert json.loads((output / TRAINING_FILE).read_text())["resumed_after"] == [1]
-    assert not state_directory(output).exists()
 
 
 def test_sentence_encoder_train_resumes(tiny_model, pair_files, tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """`FusedBert`: its config and weights, and where the encoders use it. Its vectors are checked
 against the numpy BERT and bert4keras' own graph for every pooling in tests/test_models.py (tiny
-model) and tests/test_real_model.py (all-MiniLM-L6-v2)."""
+model) and tests/integration/test_real_model.py (all-MiniLM-L6-v2)."""
 
 import numpy as np
 import pytest

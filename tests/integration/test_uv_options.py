@@ -3,7 +3,7 @@
 import importlib.util
 import os
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "uv_options.py")
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "uv_options.py")
 
 
 def uv_options(listed):

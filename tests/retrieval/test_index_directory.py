@@ -10,8 +10,8 @@ import struct
 
 import numpy as np
 import pytest
-from test_retrieval import RECORD, unit
 
+from bert_whitening.errors import BertWhiteningError
 from bert_whitening.io.bounded import FLOW_FILE_BYTES, LINE_BYTES, MODEL_SIZES, whitening_file_bytes
 from bert_whitening.retrieval.index_directory import (
     FLOW_FILE,
@@ -25,6 +25,9 @@ from bert_whitening.retrieval.index_directory import (
     IndexOptions,
     IndexWriter,
 )
+from bert_whitening.retrieval.search import _add_keyed, numbered_lines
+
+from helpers import RECORD, unit
 
 
 def write_index(directory, seed=0, rows=12, dim=6, texts=True, hnsw_m=0):
@@ -537,7 +540,6 @@ def test_an_index_faiss_written_over_after_opening_is_refused_before_faiss_reads
     ],
 )
 def test_index_options_refuse_each_value_no_index_can_use_when_built(options, message):
-    from bert_whitening.errors import BertWhiteningError
 
     with pytest.raises(BertWhiteningError) as raised:
         IndexOptions(**options)
@@ -545,9 +547,55 @@ def test_index_options_refuse_each_value_no_index_can_use_when_built(options, me
 
 
 def test_an_index_writer_takes_index_options_alone(tmp_path):
-    from bert_whitening.errors import BertWhiteningError
 
     with pytest.raises(BertWhiteningError) as raised:
         IndexWriter(str(tmp_path / "index"), RECORD, 6, 16)
     assert str(raised.value) == "options must be an IndexOptions, got int 16"
     assert os.listdir(tmp_path) == []
+
+
+def test_index_directory_round_trip(tmp_path):
+    rng = np.random.default_rng(4)
+    vectors = unit(rng.normal(size=(25, 6))).astype(np.float32)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join("line %d\n" % i for i in range(25)), encoding="utf-8")
+    output = str(tmp_path / "index")
+    with IndexWriter(output, RECORD, 6) as writer:
+        _add_keyed(writer, [vectors[:10], vectors[10:]], numbered_lines([str(corpus)]))
+    assert sorted(os.listdir(output)) == sorted([INDEX_FILE, KEYS_FILE, TEXTS_FILE, RECORD_FILE])
+    index = IndexDirectory(output)
+    assert {key: index.metadata[key] for key in ("count", "dim", "index", "hnsw_m")} == {
+        "count": 25,
+        "dim": 6,
+        "index": "flat",
+        "hnsw_m": None,
+    }
+    assert index.metadata["pooling"] == RECORD["pooling"]
+    np.testing.assert_array_equal(index.vectors(), vectors)
+    assert index.rows({12, 0}) == {12: (str(corpus), 13, "line 12"), 0: (str(corpus), 1, "line 0")}
+    with pytest.raises(ValueError, match="already exists"):
+        IndexWriter(output, RECORD, 6)
+
+
+@pytest.mark.parametrize("problem", ["norm", "nan", "more-lines", "fewer-lines", "dimension"])
+def test_a_failed_index_leaves_no_directory(tmp_path, problem):
+    vectors = unit(np.ones((4, 3))).astype(np.float32)
+    lines = {"more-lines": 5, "fewer-lines": 3}.get(problem, 4)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("s\n" * lines, encoding="utf-8")
+    if problem == "norm":
+        vectors[2] *= 2
+    if problem == "nan":
+        vectors[1, 0] = np.nan
+    output = tmp_path / "index"
+    message = {
+        "norm": r"corpus.txt:3: the vector has norm 2 where L2-normalised vectors have 1",
+        "nan": r"corpus.txt:2: the vector holds nan \(column 0\)",
+        "more-lines": r"corpus.txt:5: more lines",
+        "fewer-lines": "fewer lines",
+        "dimension": r"corpus.txt: vectors of dimension 3, but the encoder options give 5 \(m, not whitened\)",
+    }[problem]
+    with pytest.raises(ValueError, match=message):
+        with IndexWriter(str(output), RECORD, 5 if problem == "dimension" else 3, source=str(corpus)) as writer:
+            _add_keyed(writer, [vectors], numbered_lines([str(corpus)]))
+    assert os.listdir(tmp_path) == ["corpus.txt"]

@@ -24,17 +24,17 @@ import beam_portable
 import numpy as np
 import pytest
 from beam_portable import local_portable_runner
-from test_beam import LINES, covariance, write_corpus
+from test_beam import covariance
 
 from bert_whitening import beam
 from bert_whitening.data import ReadOptions
 from bert_whitening.whitening import Whitening
 
-from helpers import relative_error, run
+from helpers import LINES, relative_error, run, write_corpus
 
 pytestmark = pytest.mark.slow
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(TESTS)
 MULTI_PROCESSING = ("--direct_running_mode", "multi_processing", "--direct_num_workers", "2")
 

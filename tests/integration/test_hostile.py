@@ -817,7 +817,7 @@ def test_a_model_written_onto_a_full_disk_is_one_line_naming_it(work, small_disk
     if command == "train":
         argv = ["train", "--model", work["model"], "--train", work["pairs"], "--epochs", "1", "--output", output]
     else:
-        from test_hf import hf_tensors, write_hf
+        from helpers import hf_tensors, write_hf
 
         argv = ["convert-hf", write_hf(str(tmp_path / "hf"), hf_tensors(TINY_CONFIG)), output]
     left = filled_but_one_block(small_disk)

@@ -5,10 +5,10 @@ import sys
 
 import pytest
 
-from bert_whitening import tokenizer
 from bert_whitening.backend import Tokenizer as Bert4kerasTokenizer
 from bert_whitening.models import build_encoder
-from bert_whitening.tokenizer import Tokenizer
+from bert_whitening.tokenization import tokenizer
+from bert_whitening.tokenization.tokenizer import Tokenizer
 
 from helpers import EDGE_CASES, TINY_VOCAB, shared_sentences
 

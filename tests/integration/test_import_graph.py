@@ -6,7 +6,7 @@ package is left out: Python imports the parent first whatever the module says.""
 import ast
 import os
 
-ROOT = os.path.join(os.path.dirname(__file__), "..", "bert_whitening")
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "bert_whitening")
 
 
 def package_modules():
@@ -102,21 +102,20 @@ LAYERS = {
         "bert_whitening.vectors",
         "bert_whitening.precision",
         "bert_whitening.data",
-        "bert_whitening.token_ids",
+        "bert_whitening.tokenization.token_ids",
         "bert_whitening.retrieval.benchmark",
         "bert_whitening.sentence_transformers_names",  # encode's keywords, output precisions, semantic_search
     ),
     3: ("bert_whitening.config", "bert_whitening.checkpoints"),
     4: (
         "bert_whitening.backend",
-        "bert_whitening.tokenizer",
-        "bert_whitening.graph_tokenizer",
+        "bert_whitening.tokenization.tokenizer",
+        "bert_whitening.tokenization.graph_tokenizer",
         "bert_whitening.tokenization",
         "bert_whitening.layers",
         "bert_whitening.models",
         "bert_whitening.encoding",
         "bert_whitening.flow",
-        "bert_whitening.fitted",  # an EncoderConfig with its whitening or flow file read (Flow.load)
         "bert_whitening.losses",
         "bert_whitening.training.adam",
     ),

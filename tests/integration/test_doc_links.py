@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "check_doc_links.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_doc_links.py"
 
 
 def _checker():

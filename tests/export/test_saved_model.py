@@ -3,21 +3,17 @@
 import json
 import os
 import stat
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from bert_whitening import cli
 from bert_whitening.backend import tf
 from bert_whitening.checkpoints.google import write_checkpoint
 from bert_whitening.encoding import encode, runs_fused_bert, tokenize
-from bert_whitening.export import ExportError, ExportOptions, export_saved_model, run_in_fresh_process, target_version
+from bert_whitening.export import ExportError, ExportOptions, export_saved_model
 from bert_whitening.layers import fused_bert
 from bert_whitening.models import build_encoder
 from bert_whitening.serving import pad_ids
-from bert_whitening.whitening import WhiteningStats, fit_whitening
 
 from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_weights
 
@@ -64,34 +60,6 @@ def test_signatures_equal_the_keras_model_and_ignore_padding(exported, whitened)
         serve(input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids[:1]))  # would broadcast
 
 
-@pytest.fixture(scope="module")
-def over_version_7(whitened, tmp_path_factory):
-    """``(parent, base, path)``: the whitened tiny encoder exported without ``serve_text`` (which
-    plain saved_model_cli cannot load) as version 7 over an existing ``BASE/7``."""
-    parent = tmp_path_factory.mktemp("versions")
-    base = str(parent / "m")
-    os.makedirs(os.path.join(base, "7", "old"))
-    os.makedirs(os.path.join(base, "notes"))
-    path, _ = export_saved_model(whitened, base, ExportOptions(version=7, overwrite=True))
-    return parent, base, path
-
-
-def test_a_version_taken_meanwhile_is_kept_and_an_automatic_one_moves_on_even_with_overwrite(tmp_path):
-    """``export --overwrite`` without ``--version``: the number it chose was taken by another
-    export since; overwrite is for a version the user names, so that one is left as it is."""
-    from bert_whitening.export.layout import publish
-    from bert_whitening.io.atomic import staged_directory
-
-    base = tmp_path / "m"
-    (base / "1").mkdir(parents=True)
-    (base / "1" / "theirs").write_text("another export's", encoding="utf-8")
-    with staged_directory(str(base / "1")) as staging:
-        open(os.path.join(staging, "ours"), "w").close()
-        assert publish(staging, str(base), 1, automatic=True, overwrite=True) == str(base / "2")
-    assert os.listdir(base / "1") == ["theirs"] and os.listdir(base / "2") == ["ours"]
-    assert sorted(os.listdir(base)) == ["1", "2"]
-
-
 def test_the_saved_model_has_plain_layer_norms_where_this_process_fuses_them(tiny_model, tmp_path, monkeypatch):
     """TF Serving's standard build runs no oneDNN rewrites, where the fused form (a batch norm per
     row) is slower than plain ops (docs/performance.md): a SavedModel is traced with those, whatever this CPU runs."""
@@ -106,81 +74,6 @@ def test_the_saved_model_has_plain_layer_norms_where_this_process_fuses_them(tin
     ops = {node.op for function in library.function for node in function.node_def}
     assert "Rsqrt" in ops and "FusedBatchNormV3" not in ops
     assert difference <= 1e-5  # against the in-process model, which fused them
-
-
-@on_the_export
-def test_versions_count_up_and_existing_ones_need_overwrite(over_version_7, tmp_path):
-    base = str(tmp_path / "m")
-    os.makedirs(os.path.join(base, "7"))
-    os.makedirs(os.path.join(base, "notes"))
-    assert target_version(base) == 8
-    assert target_version(str(tmp_path / "new")) == 1
-    with pytest.raises(ExportError, match="7 already exists; pass overwrite"):
-        target_version(base, 7)
-    assert target_version(base, 7, overwrite=True) == 7
-    for bad in ("2", -1, 1.5, 2**63, 2**70):
-        with pytest.raises(ExportError, match=r"version must be an integer 0..2\*\*63-1 \(TF Serving's int64"):
-            target_version(base, bad)
-    for name in ("²", "١", "9" * 30):  # not TF Serving's versions: neither counted nor a traceback
-        os.makedirs(os.path.join(base, name))
-    assert target_version(base) == 8 and target_version(base, 1) == 1
-    os.makedirs(os.path.join(base, str(2**63 - 2)))
-    assert target_version(base) == 2**63 - 1  # the last version TF Serving reads is still one to take
-    os.makedirs(os.path.join(base, str(2**63 - 1)))
-    with pytest.raises(ExportError, match="holds version 9223372036854775807, TF Serving's last: give --version"):
-        target_version(base)
-    for name in ("²", "١", "9" * 30, str(2**63 - 2), str(2**63 - 1)):
-        os.rmdir(os.path.join(base, name))
-    parent, base, path = over_version_7
-    assert path == os.path.join(base, "7") and os.path.isfile(os.path.join(path, "saved_model.pb"))
-    assert not os.path.exists(os.path.join(path, "old"))  # replaced, not merged into
-    assert sorted(os.listdir(base)) == ["7", "notes"] and os.listdir(parent) == ["m"]
-
-
-def test_failed_verification_leaves_nothing(whitened, tmp_path):
-    base = str(tmp_path / "m")
-    with pytest.raises(ExportError, match="differs from the Keras model by .* nothing was written"):
-        export_saved_model(whitened, base, tolerance=-1.0)
-    assert os.listdir(tmp_path) == []  # not even an empty BASE
-
-
-@pytest.mark.parametrize("wrong_when_packed", [True, False])
-def test_a_served_graph_wrong_on_packed_or_on_unpacked_batches_is_refused(
-    whitened, tmp_path, monkeypatch, wrong_when_packed
-):
-    """A server's graph runs a batch that is mostly padding packed, any other on every row: the
-    verification runs both kinds of batch, so an export wrong on either leaves nothing."""
-    forward = fused_bert.FusedBert._forward
-
-    def wrong_when_served(self, ids, segments, products, packed):
-        outputs = forward(self, ids, segments, products, packed)
-        return [x + 1.0 for x in outputs] if fused_bert._SERVING.get() and packed == wrong_when_packed else outputs
-
-    monkeypatch.setattr(fused_bert.FusedBert, "_forward", wrong_when_served)
-    with pytest.raises(ExportError, match="differs from the Keras model by"):
-        export_saved_model(whitened, str(tmp_path / "m"))
-    assert os.listdir(tmp_path) == []
-
-
-@pytest.mark.parametrize("signature", ["_embed", "_embed_text"])
-def test_a_signature_off_by_more_than_float_noise_is_refused_by_default(encoders, tmp_path, monkeypatch, signature):
-    """The default tolerance is float32's noise (1e-5): ``serving_default`` or ``serve_text`` alone
-    off by 1e-4 is not published; a tolerance given is the one applied."""
-    from bert_whitening.export.saved_model import ServingModule
-
-    pooled = encoders["first-last-avg"]  # not normalised: any vector is one it could give
-
-    original = getattr(ServingModule, signature)
-
-    def off(self, *inputs):
-        return {"embedding": original(self, *inputs)["embedding"] + 1e-4}
-
-    monkeypatch.setattr(ServingModule, signature, off)
-    with pytest.raises(ExportError, match=r"differs from the Keras model by 0.000[01]\d* \(tolerance 1e-05\)"):
-        export_saved_model(pooled, str(tmp_path / "m"), ExportOptions(text=True))
-    assert os.listdir(tmp_path) == []
-    path, difference = export_saved_model(pooled, str(tmp_path / "m"), ExportOptions(text=True), tolerance=2e-4)
-    assert 0.5e-4 <= difference <= 1.5e-4 and os.path.isdir(path)
 
 
 def test_a_cased_encoder_s_serve_text_keeps_the_case(tiny_model, tmp_path):
@@ -218,99 +111,6 @@ def test_text_signature_is_refused_for_jieba_models(tiny_model):
         export_saved_model(encoder, "unused", ExportOptions(text=True))
 
 
-def test_cli_refuses_a_mismatched_whitening_before_writing(tiny_model, tmp_path, caplog):
-    rng = np.random.default_rng(0)
-    other = str(tmp_path / "other.npz")
-    fit_whitening(WhiteningStats().update(rng.normal(size=(50, 16))), pooling="cls").save(other)
-    base = tmp_path / "served"
-    assert cli.main(["export", "--model", tiny_model[0], "--whitening", other, "--output", str(base)]) == 1
-    assert "dimension 16 but the model's hidden size is 24" in caplog.text
-    assert not base.exists() and sorted(os.listdir(tmp_path)) == ["other.npz"]
-
-
-def saved_model_cli(*args, wrapper=False):
-    command = (
-        [sys.executable, "-m", "bert_whitening.export.saved_model_cli"]
-        if wrapper
-        else [os.path.join(os.path.dirname(sys.executable), "saved_model_cli")]
-    )
-    return subprocess.run(command + list(args), capture_output=True, text=True)
-
-
-@on_the_export
-def test_saved_model_cli_shows_both_signatures(exported):
-    shown = saved_model_cli("show", "--all", "--dir", exported[1])
-    assert shown.returncode == 0, shown.stderr
-    text = shown.stdout
-    default = text[text.index("signature_def['serving_default']") :]
-    for name in ("input_ids", "segment_ids"):
-        block = default[default.index("inputs['%s']" % name) :]
-        assert block.index("dtype: DT_INT32") < block.index("shape: (-1, -1)") < 120
-    assert "outputs['embedding']" in default and "shape: (-1, 16)" in default
-    served_text = text[text.index("signature_def['serve_text']") : text.index("signature_def['serving_default']")]
-    assert "inputs['text']" in served_text and "dtype: DT_STRING" in served_text
-    assert "shape: (-1)" in served_text and "shape: (-1, 16)" in served_text
-
-
-@on_the_export
-def test_saved_model_cli_runs_serving_default(whitened, exported, over_version_7, tmp_path):
-    sequences, _ = tokenize(whitened, SENTENCES[:3])
-    ids = pad_ids(sequences)
-    np.save(tmp_path / "ids.npy", ids)
-    np.save(tmp_path / "segments.npy", np.zeros_like(ids))
-    inputs = "input_ids=%s;segment_ids=%s" % (tmp_path / "ids.npy", tmp_path / "segments.npy")
-    expected = encode(whitened, SENTENCES[:3])
-    for directory, wrapper in ((over_version_7[2], False), (exported[1], True)):
-        out = tmp_path / ("out_%s" % wrapper)
-        run = saved_model_cli(
-            "run",
-            "--dir",
-            directory,
-            "--tag_set",
-            "serve",
-            "--signature_def",
-            "serving_default",
-            "--inputs",
-            inputs,
-            "--outdir",
-            str(out),
-            wrapper=wrapper,
-        )
-        assert run.returncode == 0, run.stderr[-2000:]
-        np.testing.assert_allclose(np.load(out / "embedding.npy"), expected, atol=1e-5)
-
-
-def test_cli_export_records_the_whitening_file(tiny_model, tmp_path):
-    import hashlib
-
-    rng = np.random.default_rng(0)
-    whitening = str(tmp_path / "w.npz")
-    fit_whitening(WhiteningStats().update(rng.normal(size=(60, 24))), pooling="cls").save(whitening)
-    base = tmp_path / "served"
-    argv = ["export", "--model", tiny_model[0], "--whitening", whitening, "--n-components", "8", "--output", str(base)]
-    assert cli.main(argv) == 0  # pooling taken from the whitening file
-    assert sorted(os.listdir(base)) == ["1"]
-    with open(base / "1" / "assets" / "bert_whitening.json", encoding="utf-8") as stream:
-        info = json.load(stream)
-    with open(whitening, "rb") as stream:
-        assert info["whitening_file"]["sha256"] == hashlib.sha256(stream.read()).hexdigest()
-    assert info["pooling"] == "cls" and info["n_components"] == 8
-    assert info["signatures"] == ["serving_default"]
-    assert cli.main(argv + ["--version", "1"]) == 1  # exists, no --overwrite
-
-
-def test_a_child_that_cannot_load_the_export_is_an_error_with_its_reason(tmp_path):
-    """The verification child on a directory that holds no SavedModel: its exit status and
-    TensorFlow's own reason, not a missing response file."""
-    (tmp_path / "not_a_model").mkdir()
-    with pytest.raises(ExportError) as error:
-        run_in_fresh_process(str(tmp_path / "not_a_model"), np.array([[2, 3]], np.int32))
-    message = str(error.value)
-    assert message.startswith("the exported SavedModel failed to load or run in a fresh process (exit status 1)")
-    assert "SavedModel file does not exist" in message, message[-500:]
-    assert not (tmp_path / "not_a_model" / ".verify").exists()
-
-
 CHILD_IMPORTS = """
 import io, os, runpy, sys
 sys.argv, sys.stdin = ["verify", "--text", str(os.getppid())], io.StringIO()
@@ -320,13 +120,6 @@ except SystemExit as stop:
     assert "no request" in str(stop), stop
 print(sorted(name for name in ("bert4keras", "tensorflow", "tensorflow_text") if name in sys.modules))
 """
-
-
-def test_the_verification_child_loads_tensorflow_alone():
-    """As a server would: TensorFlow (and tensorflow-text for serve_text), not bert4keras."""
-    child = subprocess.run([sys.executable, "-c", CHILD_IMPORTS], capture_output=True, text=True)
-    assert child.returncode == 0, child.stderr[-2000:]
-    assert child.stdout.split("\n")[-2] == "['tensorflow', 'tensorflow_text']", child.stdout
 
 
 def test_a_bfloat16_export_runs_the_products_in_bfloat16_and_records_it(encoders, tmp_path):

@@ -6,7 +6,7 @@ token of its own, spaced), a space, or a control character (dropped). That loop 
 the tokenizer's time, and tokenising is the one stage of `encode` ahead of the model
 (docs/performance.md). What the loop makes of a character depends on the character alone, so
 `Tokenizer` asks bert4keras' own functions once per character and lets ``str.translate`` apply
-the answers: the same words, the same ids (`tests/test_tokenizer.py` compares them on every code
+the answers: the same words, the same ids (`tests/tokenization/test_tokenizer.py` compares them on every code
 point and every sentence of the shared data). Lower-casing, the optional word-level
 pre-tokenisation and the word pieces are bert4keras' own.
 """

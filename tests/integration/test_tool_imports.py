@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOLS = sorted(
     os.path.relpath(path, ROOT)
     for folder in ("benchmarks", "scripts", "eval")

@@ -12,7 +12,7 @@ import pytest
 
 from bert_whitening.backend import Tokenizer, graph_function, load_vocab, tf
 from bert_whitening.encoding import token_ids
-from bert_whitening.graph_tokenizer import GraphTokenizer
+from bert_whitening.tokenization.graph_tokenizer import GraphTokenizer
 
 from helpers import EDGE_CASES, TINY_VOCAB, shared_data, shared_sentences
 
@@ -81,7 +81,9 @@ def test_every_shared_sentence_matches_with_the_minilm_vocabulary():
     assert len(found) == 0, found[:5]
 
 
-@pytest.mark.parametrize("module", ["bert_whitening.graph_tokenizer", "bert_whitening.export.saved_model_cli"])
+@pytest.mark.parametrize(
+    "module", ["bert_whitening.tokenization.graph_tokenizer", "bert_whitening.export.saved_model_cli"]
+)
 def test_modules_importing_tensorflow_text_import_alone(module):
     """tensorflow_text must come after the backend has chosen Keras 2; an import sorter that
     moves it first breaks these modules only when nothing imported the backend before."""
