@@ -1,7 +1,7 @@
 """Mutation testing of the numpy modules with mutmut (requirements-dev.txt; `make mutation`).
 
     python scripts/mutation.py [MODULE ...]     # default: whitening vectors serving data evaluation
-    python scripts/mutation.py io.bounded arguments io.files io.npy_rows tokenization.token_ids precision names  # shared
+    python scripts/mutation.py io.bounded arguments io.files io.npy_rows tokenization.token_ids precision names
 
 For each module, a copy of the checkout is made under out/mutation/MODULE (mutmut writes its
 mutants/ tree there), mutmut mutates bert_whitening/MODULE.py (io.bounded: io/bounded.py) and runs
