@@ -81,14 +81,20 @@ def _graph_for(model):
     """The compiled ``model`` for the running precision: in bfloat16, a FusedBert's own bfloat16
     products with Grappler's rewrite off (it would also round the whitening and the layer norms),
     any other graph under the rewrite."""
-    global _rewrite_on
     bfloat16 = precision.running() == "bfloat16"
     fused = runs_fused_bert(model)
-    rewrite = bfloat16 and not fused
-    if rewrite != _rewrite_on:
-        tf.config.optimizer.set_experimental_options({_MIXED_PRECISION_OPTION: rewrite})
-        _rewrite_on = rewrite
+    grappler_rewrite(bfloat16 and not fused)
     return compiled(model, bfloat16 and fused)
+
+
+def grappler_rewrite(on):
+    """Turn Grappler's bfloat16 rewrite of the graphs run from now on ``on`` or off. The option is
+    the process's: whatever runs a graph of its own (the training step) turns it off first, or
+    an earlier bfloat16 encoding of a bert4keras graph would round it too."""
+    global _rewrite_on
+    if on != _rewrite_on:
+        tf.config.optimizer.set_experimental_options({_MIXED_PRECISION_OPTION: on})
+        _rewrite_on = on
 
 
 def checked_encoder(value, name="encoder"):

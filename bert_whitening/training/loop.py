@@ -178,8 +178,10 @@ def _step_function(plan, encoder):
     loss, traced once; every variable whose value the next step depends on (the model's, the
     loss's and the optimizer's: what a checkpoint holds)."""
     from bert_whitening.backend import tf
+    from bert_whitening.encoding import grappler_rewrite
     from bert_whitening.training.adam import Adam
 
+    grappler_rewrite(False)  # the step runs in float32 whatever the process encoded before
     loss = plan.loss
     own = loss.build(encoder.dim)
     variables = encoder.model.trainable_weights + own

@@ -67,7 +67,9 @@ def work(tmp_path_factory, tiny_model, whitened):
     identity = find_model(tiny_model[0]).identity("bert")  # as `fit` records it
     dataclasses.replace(whitened.whitening, model_identity=identity).save(str(whitening))
     reference = directory / "reference.npy"
-    result = here("encode", "--model", tiny_model[0], "--whitening", whitening, "--output", reference, sentences)
+    # in a process of its own, as the runs compared with it: a process that ran other tests first may
+    # round differently (its precision and TensorFlow's settings are the process's)
+    result = cli("encode", "--model", tiny_model[0], "--whitening", whitening, "--output", reference, sentences)
     assert result.returncode == 0, result.stderr
     return {
         "dir": directory,

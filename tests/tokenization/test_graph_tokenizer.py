@@ -14,9 +14,9 @@ from bert_whitening.backend import Tokenizer, graph_function, load_vocab, tf
 from bert_whitening.encoding import token_ids
 from bert_whitening.tokenization.graph_tokenizer import GraphTokenizer
 
-from helpers import EDGE_CASES, TINY_VOCAB, shared_data, shared_sentences
+from helpers import EDGE_CASES, ROOT, TINY_VOCAB, shared_data, shared_sentences
 
-COUNTER = os.path.join(os.path.dirname(__file__), "..", "scripts", "count_shared_sentences.py")
+COUNTER = os.path.join(ROOT, "scripts", "count_shared_sentences.py")
 
 
 def mismatches(vocab_path, sentences, maxlen=64, lowercase=True):

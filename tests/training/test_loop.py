@@ -475,3 +475,20 @@ def test_of_equal_valid_spearmans_the_first_epoch_is_kept(tiny_model, pair_files
     best, one = checkpoint(tmp_path / "best"), checkpoint(tmp_path / "one")
     for name, value in one.items():
         assert np.array_equal(best[name], value), name
+
+
+def test_training_runs_in_float32_after_a_bfloat16_rewrite_was_left_on(tiny_model, pair_files, tmp_path):
+    """Grappler's bfloat16 rewrite is the process's option: an earlier bfloat16 encoding of a
+    bert4keras graph left it on, and a training step traced after it ran rounded (a run in the
+    same process then differed from one in a fresh process)."""
+    from bert_whitening import encoding
+
+    quick(tiny_model, pair_files, tmp_path / "plain", epochs=1, batch_size=4)
+    try:
+        encoding.grappler_rewrite(True)
+        quick(tiny_model, pair_files, tmp_path / "after", epochs=1, batch_size=4)
+    finally:
+        encoding.grappler_rewrite(False)
+    plain, after = checkpoint(tmp_path / "plain"), checkpoint(tmp_path / "after")
+    for name, value in plain.items():
+        assert np.array_equal(value, after[name]), name
