@@ -33,10 +33,11 @@ NPY_BLOCK_ROWS = 65536
 
 
 def numbered_lines(paths):
-    """``((file, line), text)`` of every line of the sentence files, in order, each read once."""
+    """``((file, line), text)`` of every line of the sentence files, in order, each read once;
+    the file named as it was given, as a search's hits show it."""
     for path in paths:
         for number, text in enumerate(read_sentences(path, "lines"), 1):
-            yield (os.path.abspath(path) if path != "-" else path, number), text
+            yield (os.fspath(path), number), text
 
 
 def build_index(
@@ -106,7 +107,7 @@ def _add_beam(writer, pattern, config):
 def _add_rows(writer, path):
     """Add the rows of the ``.npy`` ``path``, each keyed by its own number: as many keys as rows,
     whatever their count."""
-    name = os.path.abspath(path)
+    name = os.fspath(path)
     for first, block in npy_blocks(path, NPY_BLOCK_ROWS):
         writer.add(block, [(name, first + row) for row in range(1, len(block) + 1)])
 

@@ -245,3 +245,16 @@ def test_search_checks_every_line_of_a_queries_file_before_the_index_is_opened(
     assert [line for line in capsys.readouterr().out.splitlines() if line.startswith("query: ")] == [
         "query: %s" % query for query in MANY[10:14]
     ]
+
+
+def test_hits_name_the_corpus_file_as_it_was_given(tiny_model, tmp_path, capsys, monkeypatch):
+    """An index records each corpus file as the command line named it, so a search's hits show
+    ``corpus.txt`` where the user typed it, not the machine's absolute path."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text("".join(s + "\n" for s in MANY[:5]), encoding="utf-8")
+    assert run("index", "--model", tiny_model[0], "--output", "index", "corpus.txt") == 0
+    capsys.readouterr()
+    assert run("search", "--index", "index", "--top-k", 2, "--format", "json", MANY[1]) == 0
+    (result,) = json.loads(capsys.readouterr().out)
+    assert [(hit["file"], hit["line"], hit["corpus_id"]) for hit in result["hits"]][0] == ("corpus.txt", 2, 1)
+    assert str(tmp_path) not in json.dumps(result)
