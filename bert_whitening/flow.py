@@ -31,6 +31,7 @@ from bert_whitening.io.atomic import write_stream_atomically
 from bert_whitening.io.bounded import FLOW_BYTES, FLOW_SIZES, JSON_BYTES, MODEL_SIZES, NpzMembers, first_few
 from bert_whitening.io.records import ANY, Schema, parse_record
 from bert_whitening.names import RECORDED_POOLINGS, check_recorded, checked_tokenization
+from bert_whitening.precision import refuse_frozen_weights
 from bert_whitening.progress import progress_of
 from bert_whitening.vectors import check_vectors
 
@@ -607,6 +608,7 @@ def fit_flow(
     weights end NaN or inf (diverged) is a `FlowError`, and no flow is returned.
     """
     options = check_flow_options(dict(training, config=config))
+    refuse_frozen_weights("training a flow", FlowError)
     seed, epochs, batch_size = options["seed"], options["epochs"], options["batch_size"]
     vectors = _checked_vectors(vectors)
     steps = training_steps(len(vectors), epochs, batch_size)

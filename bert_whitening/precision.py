@@ -33,10 +33,11 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import os
 import threading
 
 from bert_whitening.errors import BertWhiteningError
-from bert_whitening.names import PRECISIONS, check_choice
+from bert_whitening.names import FROZEN_WEIGHTS_VARIABLE, PRECISIONS, check_choice
 from bert_whitening.vectors import l2_normalize
 
 logger = logging.getLogger(__name__)
@@ -231,3 +232,15 @@ def precision_scope(precision):
         yield
     finally:
         _apply(_process_precision or "float32")
+
+
+def refuse_frozen_weights(what, error=BertWhiteningError):
+    """Refuse to train (``what``) in a process that promises oneDNN its weights never change
+    (`FROZEN_WEIGHTS_VARIABLE` set, say in a shell set up for a server): oneDNN would keep each
+    product's first weights and the run would train on stale ones without a word."""
+    value = os.environ.get(FROZEN_WEIGHTS_VARIABLE, "")
+    if value not in ("", "0"):
+        raise error(
+            "%s=%s promises oneDNN that weights never change, and %s changes them: unset it for this run"
+            % (FROZEN_WEIGHTS_VARIABLE, value, what)
+        )

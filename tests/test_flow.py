@@ -769,3 +769,12 @@ def test_a_new_flow_starts_with_identity_couplings_and_rotations():
         w = conv.matrix().numpy()
         np.testing.assert_allclose(w @ w.T, np.eye(64), atol=1e-10)
         assert abs(conv.log_s.numpy().sum()) < 1e-10
+
+
+def test_a_flow_is_not_trained_in_a_process_that_promises_frozen_weights(monkeypatch):
+    from bert_whitening.errors import FlowError
+    from bert_whitening.names import FROZEN_WEIGHTS_VARIABLE
+
+    monkeypatch.setenv(FROZEN_WEIGHTS_VARIABLE, "1")
+    with pytest.raises(FlowError, match="promises oneDNN that weights never change, and training a flow changes"):
+        fit_flow(np.random.default_rng(0).normal(size=(64, 8)), epochs=1)

@@ -25,6 +25,7 @@ from bert_whitening.io.bounded import check_memory
 from bert_whitening.losses import LOSSES
 from bert_whitening.losses.cosent import MAX_SCALE
 from bert_whitening.names import COSENT_SCALE, DEFAULT_POOLING, check_choice
+from bert_whitening.precision import refuse_frozen_weights
 
 #: Copies a training step holds at least of every block's activations: the forward pass's, kept
 #: for the backward pass, and the gradients that flow back through them.
@@ -149,6 +150,7 @@ class Plan:
         """Every refusal that needs no TensorFlow but the resumable state's: the model, the
         files, the output, the labels, the memory of a step."""
         o = options
+        refuse_frozen_weights("train", TrainingError)
         files = check_model(o.model, o.model_type, o.pooling, o.maxlen)
         check_trainable(files, o.model_type, TrainingError)
         check_readable([o.train_file] + ([o.valid_file] if o.valid_file else []))

@@ -86,7 +86,8 @@ def test_the_promise_is_the_command_line_s_own_process_s_and_a_value_set_by_the_
     `cli.main` in a process of theirs never promise."""
     monkeypatch.setattr(precision, "cpu_has_amx", lambda: True)
     monkeypatch.setattr(precision, "set_precision", lambda chosen: None)
-    monkeypatch.delenv(FROZEN_WEIGHTS_VARIABLE, raising=False)
+    monkeypatch.setenv(FROZEN_WEIGHTS_VARIABLE, "")  # recorded, so that what start sets is undone
+    monkeypatch.delenv(FROZEN_WEIGHTS_VARIABLE)
     if given is not None:
         monkeypatch.setenv(FROZEN_WEIGHTS_VARIABLE, given)
     args = argparse.Namespace(

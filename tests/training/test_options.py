@@ -286,3 +286,21 @@ def test_train_takes_train_options_alone(tiny_model, pair_files, tmp_path):
     with pytest.raises(BertWhiteningError, match="^options must be a TrainOptions, got dict$"):
         training.train({"train_file": pair_files[0], "output": str(tmp_path / "out")})
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("value", ["1", "true"])
+def test_a_process_that_promises_frozen_weights_is_refused_training(
+    tiny_model, pair_files, tmp_path, monkeypatch, value
+):
+    """TF_ONEDNN_ASSUME_FROZEN_WEIGHTS (set in a shell made for a server, say) lets oneDNN keep
+    each product's first weights: a run trained on stale ones without a word. Refused before
+    anything is read; "0" or empty is no promise."""
+    from bert_whitening.names import FROZEN_WEIGHTS_VARIABLE
+
+    monkeypatch.setenv(FROZEN_WEIGHTS_VARIABLE, value)
+    options = TrainOptions(pair_files[0], str(tmp_path / "out"), model=tiny_model[0], epochs=1)
+    with pytest.raises(TrainingError, match="^TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=%s promises .* train changes" % value):
+        training.train(options)
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setenv(FROZEN_WEIGHTS_VARIABLE, "0")
+    training.options.Plan.of(options)  # no promise: planned
