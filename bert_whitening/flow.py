@@ -621,11 +621,6 @@ def fit_flow(
         flow.initialize(vectors[order[:batch_size]])
     started = time.perf_counter()
     losses = _trained(flow, vectors, order, options, steps, progress)
-    if not all(np.isfinite(weight.numpy()).all() for weight in flow.weights):
-        raise FlowError(
-            "the flow's training diverged: its weights hold NaN or inf after %d steps at learning_rate %g"
-            % (steps, options["learning_rate"])
-        )
     first, last = _first_and_last(losses)
     flow.training_summary = {
         "seed": seed,
@@ -645,7 +640,8 @@ def fit_flow(
 def _trained(flow, vectors, order, options, steps, progress):
     """The losses of ``steps`` training steps of ``flow`` on the rows of ``vectors`` in ``order``,
     one batch after the other (a batch's rows gathered alone), with a progress bar: ``progress``
-    when it is one, else one made (and closed) here."""
+    when it is one, else one made (and closed) here. A flow whose weights end NaN or inf
+    (diverged) is refused."""
     step = _train_step(flow, options["learning_rate"])
     batch_size = options["batch_size"]
     losses = []
@@ -654,4 +650,9 @@ def _trained(flow, vectors, order, options, steps, progress):
             losses.append(float(step(vectors[order[start : start + batch_size]])))
             bar.set_postfix(nll="%.3f" % losses[-1], refresh=False)
             bar.update(1)
+    if not all(np.isfinite(weight.numpy()).all() for weight in flow.weights):
+        raise FlowError(
+            "the flow's training diverged: its weights hold NaN or inf after %d steps at learning_rate %g"
+            % (steps, options["learning_rate"])
+        )
     return losses
