@@ -93,7 +93,7 @@ def settings(
         options = FitOptions(k, beta, gamma)
         if options.n_components < 0:  # every negative k is "all": one setting
             options = dataclasses.replace(options, n_components=-1)
-        setting = Setting(k) if k == 0 else Setting(*dataclasses.astuple(options))
+        setting = Setting(k) if k == 0 else Setting(options.n_components, options.beta, options.gamma)
         if setting not in found and (k == 0 or "whitening" in methods):
             found.append(setting)
     if "flow" in methods:

@@ -8,6 +8,7 @@ numpy only: every refusal answers before the model is built.
 import numpy as np
 
 from bert_whitening.arguments import positive_int, vector_array
+from bert_whitening.codes import quantizer
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.vectors import check_vectors, l2_normalize
 
@@ -46,7 +47,7 @@ ENCODE_KEYWORDS = {
 #: vectors of the call itself, so the codes of two calls (queries, corpus) are not comparable.
 CALIBRATED = (
     "precision %r: sentence-transformers calibrates it on the call's own vectors, so two calls' codes differ; "
-    "encode in float32 and quantise with ranges of a calibration set"
+    "fit the whitening with codes='int8' (fit --codes int8): its scales are fitted once, with it"
 )
 
 
@@ -84,7 +85,8 @@ def quantized(vectors, precision):
     with zeros, ``binary`` offset by -128 as sentence-transformers does."""
     if precision == "float32":
         return vectors
-    packed = np.packbits(np.asarray(vectors) > 0, axis=1)
+    vectors = np.asarray(vectors)
+    packed = quantizer("binary", vectors.shape[1]).encode(vectors)
     return packed if precision == "ubinary" else (packed.astype(np.int16) - 128).astype(np.int8)
 
 

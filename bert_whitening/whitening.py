@@ -26,6 +26,7 @@ from typing import Optional
 import numpy as np
 
 from bert_whitening.arguments import finite_number, integer, options_from, positive_int, vector_array
+from bert_whitening.codes import CODES, check_codes, quantizer
 from bert_whitening.errors import DataError, WhiteningError
 from bert_whitening.io.atomic import write_stream_atomically
 from bert_whitening.io.bounded import JSON_BYTES, MODEL_SIZES, NpzMembers
@@ -199,6 +200,9 @@ class Whitening:
         tokenization: how their text was cut and cased, ``{"maxlen", "lowercase"}`` (``{}``
             when unknown), which an encoder it is applied in must share
             (`bert_whitening.config.check_fitted_on`).
+        codes: what an encoder with this whitening writes, one of `bert_whitening.codes.CODES`.
+        code_scales: int8's scale of each whitened coordinate (its root mean square over the
+            sample fitted on), stored with int8 codes; None otherwise (`coordinate_rms` derives it).
     """
 
     kernel: np.ndarray
@@ -215,6 +219,8 @@ class Whitening:
     precision: str = ""
     floor: float = 0.0
     tokenization: dict = dataclasses.field(default_factory=dict)
+    codes: str = "float32"
+    code_scales: Optional[np.ndarray] = None
 
     @property
     def dim(self):
@@ -222,15 +228,20 @@ class Whitening:
 
     def __repr__(self):
         """What it is, in one line: the arrays (``dim x dim`` of them) are not printed."""
-        return "Whitening(dim=%d, rank=%d, count=%d, n_components=%d, beta=%g, gamma=%g, pooling=%r, precision=%r)" % (
-            self.dim,
-            self.rank,
-            self.count,
-            self.n_components,
-            self.beta,
-            self.gamma,
-            self.pooling,
-            self.precision,
+        return (
+            "Whitening(dim=%d, rank=%d, count=%d, n_components=%d, beta=%g, gamma=%g, pooling=%r, "
+            "precision=%r, codes=%r)"
+            % (
+                self.dim,
+                self.rank,
+                self.count,
+                self.n_components,
+                self.beta,
+                self.gamma,
+                self.pooling,
+                self.precision,
+                self.codes,
+            )
         )
 
     def components(self, n_components=None, allow_rank_deficient=False):
@@ -254,6 +265,27 @@ class Whitening:
             return l2_normalize(vectors)
         return transform_and_normalize(vectors, self.kernel[:, :k], self.bias)
 
+    def coordinate_rms(self, k):
+        """The root mean square over the fitted sample of each of the first ``k`` whitened
+        coordinates before normalisation (``s ** (1 - gamma)``, its eigenvalues floored), or of
+        the raw coordinates when ``k`` is 0 (from the mean and ``Sigma_beta``): int8's scales."""
+        floored = np.maximum(self.eigenvalues, self.floor or EPS64 * self.eigenvalues[0])
+        if k:
+            scales = self.code_scales if self.code_scales is not None else floored ** ((1.0 - self.gamma) / 2.0)
+            return np.asarray(scales)[:k]
+        axes = self.kernel * floored ** (self.gamma / 2.0)  # U, the eigenvectors of Sigma_beta
+        spread = (axes**2) @ np.maximum(self.eigenvalues, 0.0)  # diag Sigma_beta
+        n = self.count
+        second = ((n - 1) * spread + n * (2 * self.beta - self.beta**2) * self.mean**2) / n  # diag E[x x^T]
+        return np.sqrt(np.maximum(second, 0.0))
+
+    def quantizer(self, n_components=None, codes=None, allow_rank_deficient=False):
+        """The `bert_whitening.codes.Quantizer` of this whitening's vectors at ``n_components``
+        (None: its default) in ``codes`` (None: its own)."""
+        k = self.components(n_components, allow_rank_deficient)
+        codes = self.codes if codes is None else check_codes(codes)
+        return quantizer(codes, k or self.dim, self.coordinate_rms(k))
+
     def save(self, path):
         """Write one ``.npz``; written to a temporary file first, so a failure leaves no file."""
         write_stream_atomically(path, self.write)
@@ -273,7 +305,9 @@ class Whitening:
             "precision": self.precision,
             "floor": self.floor,
             "tokenization": self.tokenization,
+            "codes": self.codes,
         }
+        scales = {} if self.code_scales is None else {"code_scales": self.code_scales}
         np.savez(
             stream,
             kernel=self.kernel,
@@ -281,6 +315,7 @@ class Whitening:
             mean=self.mean,
             eigenvalues=self.eigenvalues,
             meta=np.array(json.dumps(meta)),
+            **scales,
         )
 
     @classmethod
@@ -294,8 +329,9 @@ class Whitening:
         file; nothing in the file is executed, and no array is read before its header is checked.
         """
         with NpzMembers(path, WhiteningError, "whitening file") as members:
-            members.expect(("kernel", "bias", "mean", "eigenvalues", "meta"))
             meta = _metadata(path, members.array("meta", (), kinds="U", limit=JSON_BYTES))
+            scaled = ("code_scales",) if meta["codes"] == "int8" else ()
+            members.expect(("kernel", "bias", "mean", "eigenvalues", "meta") + scaled)
             if hidden_size is not None and meta["dim"] != hidden_size:
                 raise WhiteningError(
                     "%s: the whitening has dimension %d but the model's hidden size is %d: it was fitted on "
@@ -303,11 +339,14 @@ class Whitening:
                 )
             dim = meta["dim"]
             expected = {"kernel": (dim, dim), "bias": (dim,), "mean": (dim,), "eigenvalues": (dim,)}
+            expected.update({name: (dim,) for name in scaled})
             arrays = {name: members.array(name, shape) for name, shape in expected.items()}
         for name in expected:
             if not np.isfinite(arrays[name]).all():
                 raise WhiteningError("%s: %s contains NaN or inf" % (path, name))
         _check_claims(path, arrays, meta)
+        if scaled and not (arrays["code_scales"] > 0).all():
+            raise WhiteningError("%s: code_scales must be positive, got %.6g" % (path, arrays["code_scales"].min()))
         return cls(
             kernel=arrays["kernel"],
             bias=arrays["bias"],
@@ -323,6 +362,8 @@ class Whitening:
             precision=meta.get("precision", ""),
             floor=meta["floor"],
             tokenization=meta["tokenization"],
+            codes=meta["codes"],
+            code_scales=arrays.get("code_scales"),
         )
 
 
@@ -338,7 +379,7 @@ METADATA = Schema(
         "pooling": str,
         "model": dict,
     },
-    optional={"floor": (int, float)},
+    optional={"floor": (int, float), "codes": str},
 )
 
 
@@ -359,6 +400,7 @@ def _metadata(path, stored):
         )
     check_fields(meta, METADATA, "%s: metadata" % path, WhiteningError)
     check_recorded(meta.get("precision", ""), RECORDED_PRECISIONS, WhiteningError, "%s: metadata precision" % path)
+    check_recorded(meta.setdefault("codes", "float32"), CODES, WhiteningError, "%s: metadata codes" % path)
     floor = meta.setdefault("floor", 0.0)
     if not 0 <= floor < math.inf:
         raise WhiteningError("%s: metadata floor is %r, expected a finite number >= 0" % (path, floor))
@@ -601,7 +643,8 @@ RECORDED_PRECISIONS = ("", "float32", "bfloat16")
 @dataclasses.dataclass(frozen=True)
 class FitOptions:
     """What a whitening is fitted with: ``n_components`` (the default ``k`` stored: 0 none,
-    negative all), ``beta`` and ``gamma`` (the module docstring's Sigma_beta and kernel).
+    negative all), ``beta`` and ``gamma`` (the module docstring's Sigma_beta and kernel), and
+    ``codes``, what an encoder with it writes (`bert_whitening.codes`; int8 stores its scales).
 
     ``fit``, ``beam-fit``, `bert_whitening.SentenceEncoder.fit` and each setting of ``eval`` and
     ``eval-retrieval`` build one, so a value no fit can use is refused once, in one line naming
@@ -611,8 +654,10 @@ class FitOptions:
     n_components: int = -1
     beta: float = 1.0
     gamma: float = 1.0
+    codes: str = "float32"
 
     def __post_init__(self):
+        check_codes(self.codes, "codes", WhiteningError)
         # plain int and float: numpy scalars would otherwise reach the file's JSON metadata
         object.__setattr__(self, "n_components", integer(self.n_components, "n_components", WhiteningError))
         for name in ("beta", "gamma"):
@@ -674,7 +719,10 @@ def fit_whitening(
         precision=precision,
         floor=float(floor),
         tokenization=dict(tokenization or {}),
+        codes=options.codes,
     )
+    if options.codes == "int8":  # the spread of each whitened coordinate over this sample
+        whitening.code_scales = whitening.coordinate_rms(whitening.dim)
     if options.n_components > 0:
         whitening.components(allow_rank_deficient=allow_rank_deficient)  # refuse a bad k now
     return whitening

@@ -976,7 +976,10 @@ def test_a_whitening_prints_as_one_line_of_what_it_is():
     768-dimensional model ran to thousands of lines."""
     vectors = np.random.default_rng(0).normal(size=(50, 40))
     text = repr(fit_whitening(WhiteningStats().update(vectors), n_components=16, pooling="cls"))
-    assert text == "Whitening(dim=40, rank=40, count=50, n_components=16, beta=1, gamma=1, pooling='cls', precision='')"
+    assert (
+        text == "Whitening(dim=40, rank=40, count=50, n_components=16, beta=1, gamma=1, pooling='cls', "
+        "precision='', codes='float32')"
+    )
 
 
 def test_the_tokenization_a_whitening_records_is_read_back_and_an_earlier_file_has_none(tmp_path):

@@ -32,14 +32,16 @@ def add_arguments(parser):
 
 def fit_and_read(args):
     """The `FitOptions` and `ReadOptions` of ``fit`` and ``beam-fit`` (`fit_options`)."""
-    options = FitOptions(args.n_components, args.beta, args.gamma)
+    options = FitOptions(args.n_components, args.beta, args.gamma, args.codes)
     return options, ReadOptions(args.format, args.skip_bad_lines, args.batch_size)
 
 
 def run_fit(args):
     options, read = fit_and_read(args)
     if args.method == "flow" and options != FitOptions():
-        raise BertWhiteningError("--n-components, --beta and --gamma are a whitening's; a flow has none of them")
+        raise BertWhiteningError(
+            "--n-components, --beta, --gamma and --codes are a whitening's; a flow has none of them"
+        )
     training = flow_training(args, args.method == "flow")
     check_readable(args.inputs)
     encoder = SentenceEncoder(encoder_config(args))

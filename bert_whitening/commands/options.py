@@ -6,6 +6,7 @@ import math
 import os
 
 from bert_whitening.arguments import MAX_SHARDS, MAX_VERSION
+from bert_whitening.codes import CODES
 from bert_whitening.data import INPUT_FORMATS
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.names import METHODS, MODEL_TYPES, POOLINGS, PRECISION_VARIABLE, PRECISIONS
@@ -63,6 +64,7 @@ def _choice_list(choices):
 
 
 method_list = _choice_list(METHODS)
+code_list = _choice_list(CODES)
 pooling_list = _choice_list(POOLINGS)
 finite_float_list = _checked(
     lambda text: [float(part) for part in text.split(",")],
@@ -180,6 +182,15 @@ def whitening_options(parser, what=None):
         )
 
 
+def codes_option(parser, help, many=False, default=None):
+    """``--codes``: what vectors are stored in (`bert_whitening.codes`), one, or with ``many`` a
+    comma-separated list of them; ``help`` says what they are for this command."""
+    if many:
+        parser.add_argument("--codes", type=code_list, default=default, metavar="CODES", help=help)
+    else:
+        parser.add_argument("--codes", choices=CODES, default=default, help=help)
+
+
 def fit_options(parser):
     """What ``fit`` and ``beam-fit`` fit (n_components, beta, gamma), how they read, and their output."""
     parser.add_argument(
@@ -203,6 +214,12 @@ def fit_options(parser):
         type=finite_float,
         default=1.0,
         help="kernel = U diag(s ** (-gamma / 2)) with Sigma_beta = U diag(s) U^T (1 = original, 0 = rotation only)",
+    )
+    codes_option(
+        parser,
+        "what an encoder with this whitening writes: float32, int8 (a scale per whitened dimension, fitted "
+        "here) or binary (a sign bit each); encode --codes can choose another",
+        default="float32",
     )
     parser.add_argument(
         "--format",

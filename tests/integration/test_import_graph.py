@@ -99,6 +99,7 @@ LAYERS = {
     ),
     2: (
         "bert_whitening.whitening",
+        "bert_whitening.codes",
         "bert_whitening.vectors",
         "bert_whitening.precision",
         "bert_whitening.data",

@@ -18,7 +18,7 @@ LIMITS = {
     "functions over 8 parameters <= 3": lambda s: len(s.many_parameters) <= 3,
     "bool checked in <= 2 modules": lambda s: len(s.bool_modules) <= 2,
     "JSON parsed in <= 3 places": lambda s: len(s.json_sites) <= 3,
-    "top-level modules <= 22": lambda s: s.top_level_modules <= 22,
+    "top-level modules <= 23": lambda s: s.top_level_modules <= 23,
     "mirrored test files >= 90%": lambda s: s.tested >= 0.9 * len(s.modules),
     "cli.py <= 400 lines": lambda s: s.cli_lines <= 400,
 }
@@ -36,7 +36,7 @@ BREAKS = {
     "functions over 8 parameters <= 3": {"a.py": "".join(function("f%d" % i, parameters=9) for i in range(4))},
     "bool checked in <= 2 modules": {"b%d.py" % i: "isinstance(1, (int, bool))\n" for i in range(3)},
     "JSON parsed in <= 3 places": {"a.py": "import json\n" + "json.loads('1')\n" * 2 + "json.load(None)\n" * 2},
-    "top-level modules <= 22": {"m%d.py" % i: "" for i in range(21)},
+    "top-level modules <= 23": {"m%d.py" % i: "" for i in range(22)},
     "mirrored test files >= 90%": {"sub/untested.py": "", "sub/other.py": "", "sub/__init__.py": ""},
     "cli.py <= 400 lines": {"cli.py": "x = 1\n" * 401},
 }
