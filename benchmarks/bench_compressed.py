@@ -233,15 +233,23 @@ def code_checks(task, results):
 
 
 def plot_side_by_side(tables, path):
+    """Write `side_by_side_figure` as a PNG to ``path``."""
+    figure = side_by_side_figure(tables)
+    with open(path, "wb") as stream:
+        figure.savefig(stream, format="png", dpi=90)
+
+
+def side_by_side_figure(tables):
     """Per task, the test Spearman at each budget against the bytes a vector takes (log scale):
-    our setting chosen on valid, and the peer's best on test."""
+    our setting chosen on valid, and the peer's best on test, one line each."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless, as bert_whitening.plots draws
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
-    figure, axes = plt.subplots(1, len(tables), figsize=(4.6 * len(tables), 3.8), squeeze=False)
-    for axis, (task, rows) in zip(axes[0], tables.items(), strict=True):
+    figure = Figure(figsize=(4.6 * len(tables), 3.8))
+    axes = figure.subplots(1, len(tables), squeeze=False)[0]
+    for axis, (task, rows) in zip(axes, tables.items(), strict=True):
         for system, label, marker in (
             ("ours", "bert-whitening (chosen on valid)", "o"),
             ("peer", "sentence-transformers (best on test)", "s"),
@@ -259,9 +267,7 @@ def plot_side_by_side(tables, path):
         axis.legend(fontsize="small")
     figure.suptitle("all-MiniLM-L6-v2, mean of the last layer, maxlen %d" % MAXLEN)
     figure.tight_layout()
-    with open(path, "wb") as stream:
-        figure.savefig(stream, format="png", dpi=90)
-    plt.close(figure)
+    return figure
 
 
 def start_peer(request, mode, workdir):
