@@ -241,6 +241,7 @@ class SentenceEncoder:
         normalize_embeddings: bool = False,
         convert_to_numpy: bool = True,
         precision: str = "float32",
+        codes: Optional[str] = None,
         **sentence_transformers,
     ):
         """float32 vectors of ``sentences``, in order, as this encoder makes them (whitened and
@@ -250,7 +251,9 @@ class SentenceEncoder:
         (``progress``, not both), ``normalize_embeddings`` (L2-normalise what the encoder does not),
         ``convert_to_numpy=False`` (a list of rows), ``precision`` (the output's:
         `bert_whitening.sentence_transformers_names.OUTPUT_PRECISIONS`); its others are refused
-        in one line naming our equivalent (`ENCODE_KEYWORDS`). All are checked before the model."""
+        in one line naming our equivalent (`ENCODE_KEYWORDS`). ``codes`` (None: the whitening's,
+        `bert_whitening.codes`) gives int8 or packed binary rows instead of floats, as ``encode``
+        writes them. All are checked before the model."""
         from bert_whitening.encoding import encode
 
         sentences, batch_size = sentence_list(sentences), positive_int(batch_size, "batch_size")  # before the model
@@ -262,11 +265,16 @@ class SentenceEncoder:
         convert_to_numpy = boolean(convert_to_numpy, "convert_to_numpy")
         precision = check_output_precision(precision)
         check_encode_keywords(sentence_transformers)
+        quantizer = self.config.quantizer(codes)
+        if quantizer.codes != "float32" and (precision != "float32" or normalize_embeddings):
+            raise BertWhiteningError(
+                "codes %r are the output: precision and normalize_embeddings are for floats" % quantizer.codes
+            )
         vectors = encode(self.keras_encoder, sentences, batch_size, progress)
         vectors = check_vectors(vectors, "the sentences", self.config.normalize, stages=self.config.stages)
         if normalize_embeddings and not self.config.normalize:
             vectors = l2_normalize(vectors)
-        vectors = quantized(vectors, precision)
+        vectors = quantized(vectors, precision) if quantizer.codes == "float32" else quantizer.encode(vectors)
         return vectors if convert_to_numpy else list(vectors)
 
     def similarity(self, a, b, batch_size: int = 128) -> np.ndarray:
@@ -339,14 +347,16 @@ class SentenceEncoder:
         vectors = self._unit_vectors(corpus, "corpus", options.batch_size)
         return CorpusIndex(encoder=self._snapshot(), index=flat_index(vectors), texts=corpus)
 
-    def encode_file(self, path: str, output: str, batch_size: int = 128, progress=None) -> int:
+    def encode_file(self, path: str, output: str, batch_size: int = 128, progress=None, codes=None) -> int:
         """Write one vector per line of the sentence file ``path`` (``-``: standard input, read
-        once) to the ``.npy`` ``output``, row *i* for line *i*, atomically; returns the rows."""
+        once) to the ``.npy`` ``output``, row *i* for line *i*, atomically, in ``codes`` (None:
+        the whitening's; float32, or int8 or packed uint8 rows); returns the rows."""
         from bert_whitening.encoding import encode_stream
         from bert_whitening.io.npy_rows import NpyRowWriter
 
         path, output = path_argument(path, "path"), path_argument(output, "output")
         batch_size = positive_int(batch_size, "batch_size")  # before the model is built
+        quantizer = self.config.quantizer(codes)
         inputs = [path] + self.config.read_paths()
         check_outputs([output], inputs)  # before the model is built
         sentences = read_sentences(path, "lines")
@@ -362,15 +372,14 @@ class SentenceEncoder:
                 yield sentence
 
         def write(temporary):
-            with NpyRowWriter(temporary, encoder.dim) as rows:
+            with NpyRowWriter(temporary, quantizer.width, quantizer.dtype) as rows:
                 for vectors in encode_stream(
                     encoder, counted(itertools.chain([first], sentences)), batch_size, progress
                 ):
-                    rows.append(
-                        check_vectors(
-                            vectors, display_name(path), self.config.normalize, rows.rows, stages=self.config.stages
-                        )
+                    checked = check_vectors(
+                        vectors, display_name(path), self.config.normalize, rows.rows, stages=self.config.stages
                     )
+                    rows.append(quantizer.encode(checked))
             if rows.rows != lines:  # each line is one row, or the output is wrong
                 raise BertWhiteningError("wrote %d rows for %d input lines" % (rows.rows, lines))
 

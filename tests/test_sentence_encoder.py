@@ -584,3 +584,19 @@ def test_an_encoder_s_configuration_cannot_be_changed_under_it(fitted):
     with pytest.raises(AttributeError):
         encoder.config = dataclasses.replace(encoder.config, pooling="cls")
     assert encoder.config.pooling == "first-last-avg"
+
+
+def test_an_encoder_fitted_with_codes_encodes_into_them_and_floats_on_request(tiny_model):
+    encoder = SentenceEncoder.load(tiny_model[0])
+    whitening = encoder.fit(SENTENCES * 3, n_components=12, codes="int8")
+    assert whitening.codes == "int8" and whitening.code_scales.shape == (whitening.dim,)
+    floats = encoder.encode(SENTENCES, codes="float32")
+    ints = encoder.encode(SENTENCES)
+    steps = whitening.quantizer(12).steps
+    assert ints.dtype == np.int8 and ints.shape == (len(SENTENCES), 12)
+    np.testing.assert_array_equal(ints, np.clip(np.rint(floats.astype(np.float64) / steps), -127, 127))
+    assert encoder.encode(SENTENCES, codes="binary").tolist() == np.packbits(floats > 0, axis=1).tolist()
+    with pytest.raises(BertWhiteningError, match="codes 'int8' are the output: precision"):
+        encoder.encode(SENTENCES, precision="ubinary")
+    with pytest.raises(BertWhiteningError, match="codes must be one of float32, int8, binary, got 'int4'"):
+        encoder.encode(SENTENCES, codes="int4")
