@@ -449,7 +449,8 @@ class SentenceEncoder:
         the model is built. From now on this encoder applies the flow, in place of a whitening
         (normalised). Returns the `bert_whitening.flow.Flow` (``flow.save(path)`` writes the file
         ``--flow`` reads). A flow trains on every vector at once: they are held in memory, unlike
-        `fit`'s statistics."""
+        `fit`'s statistics. A bar given as ``progress`` counts the sentences encoded; the flow's
+        steps get a bar of their own (True, False or None: shown as that says)."""
         from bert_whitening.flow import check_flow_options, fit_flow, training_steps
 
         read_names = [field.name for field in dataclasses.fields(ReadOptions)]
@@ -462,6 +463,8 @@ class SentenceEncoder:
         pooled = self._pooled_encoder()
         vectors = _kept_vectors(pooled, sentences, files, read, progress)
         training_steps(len(vectors), options["epochs"], options["batch_size"], "flow_batch_size")
+        if not (progress is None or isinstance(progress, bool)):  # the encoding's bar: not the steps'
+            options["progress"] = None
         flow = fit_flow(
             vectors,
             pooling=self.config.pooling,

@@ -600,3 +600,24 @@ def test_an_encoder_fitted_with_codes_encodes_into_them_and_floats_on_request(ti
         encoder.encode(SENTENCES, precision="ubinary")
     with pytest.raises(BertWhiteningError, match="codes must be one of float32, int8, binary, got 'int4'"):
         encoder.encode(SENTENCES, codes="int4")
+
+
+def test_a_flow_fitted_with_a_bar_counts_the_sentences_on_it_and_its_steps_apart(tiny_model, monkeypatch):
+    """``fit --method flow`` passed its encoding bar on, and the flow's steps were counted on it."""
+    from bert_whitening import flow
+
+    class Counted:
+        done = 0
+
+        def update(self, n=1):
+            self.done += n
+
+    steps_shown = []
+    progress_of = flow.progress_of
+    monkeypatch.setattr(
+        flow, "progress_of", lambda shown, *rest: steps_shown.append(shown) or progress_of(False, *rest)
+    )
+    bar = Counted()
+    encoder = SentenceEncoder.load(tiny_model[0], pooling="cls")
+    encoder.fit_flow(SENTENCES * 3, flow_batch_size=8, config={"n_levels": 2, "depth": 1}, progress=bar)
+    assert bar.done == len(SENTENCES) * 3 and steps_shown == [None]
