@@ -277,36 +277,49 @@ class SentenceEncoder:
         vectors = quantized(vectors, precision) if quantizer.codes == "float32" else quantizer.encode(vectors)
         return vectors if convert_to_numpy else list(vectors)
 
-    def similarity(self, a, b, batch_size: int = 128) -> np.ndarray:
+    def similarity(self, a, b, batch_size: int = 128, codes: Optional[str] = None) -> np.ndarray:
         """Cosine matrix ``(len(a), len(b))`` of two lists of sentences (encoded here) or two
-        arrays of vectors of this encoder (normalised here), as float32."""
-        a, b = self._unit_sides((("a", a), ("b", b)), batch_size)
-        return (a @ b.T).astype(np.float32)
+        arrays of vectors of this encoder (normalised here) or of its codes, as float32: the cosine
+        of their ``codes`` (None: the encoder's, `bert_whitening.config.EncoderConfig.quantizer`),
+        `bert_whitening.codes.Quantizer.cosine_matrix`, float vectors quantised first."""
+        coder = self.config.quantizer(codes)
+        a, b = self._code_sides((("a", a), ("b", b)), batch_size, coder)
+        return coder.cosine_matrix(a, b).astype(np.float32)
 
-    def similarity_pairwise(self, a, b, batch_size: int = 128) -> np.ndarray:
+    def similarity_pairwise(self, a, b, batch_size: int = 128, codes: Optional[str] = None) -> np.ndarray:
         """Cosine of each row of ``a`` with the same row of ``b`` (``(n,)``, float32), as
-        sentence-transformers' ``similarity_pairwise``; ``a`` and ``b`` as `similarity` takes them,
-        of the same length (refused before anything is encoded)."""
-        a, b = self._unit_sides((("a", a), ("b", b)), batch_size, same_length=True)
-        return (a * b).sum(axis=1).astype(np.float32)
+        sentence-transformers' ``similarity_pairwise``; ``a``, ``b`` and ``codes`` as `similarity`
+        takes them, of the same length (refused before anything is encoded)."""
+        coder = self.config.quantizer(codes)
+        a, b = self._code_sides((("a", a), ("b", b)), batch_size, coder, same_length=True)
+        return coder.cosine_rows(a, b).astype(np.float32)
+
+    def _code_sides(self, sides, batch_size, coder, same_length=False):
+        """Each ``(name, value)`` of ``sides`` as ``coder``'s codes: arrays of its codes (int8 or
+        uint8 rows, `_code_array`) as they are, vectors and sentences as their unit vectors'
+        codes; all checked before any is encoded (`_unit_sides`)."""
+        checked = [
+            coder.checked(value, name) if _code_array(value, coder) else self._checked_side(value, name)
+            for name, value in sides
+        ]
+        if same_length:
+            _paired(sides, checked)
+        return [side if _code_array(side, coder) else coder.encode(self._unit(side, batch_size)) for side in checked]
 
     def _unit_vectors(self, value, name, batch_size):
         """``value`` normalised: an array of real numbers as vectors of this encoder, sentences
         (a list, or an array of strings) encoded."""
         return self._unit_sides(((name, value),), batch_size)[0]
 
-    def _unit_sides(self, sides, batch_size, same_length=False):
+    def _unit_sides(self, sides, batch_size):
         """Each ``(name, value)`` of ``sides`` normalised (`_unit_vectors`), all checked before any
         is encoded: a refusal of the second comes before the first is encoded."""
-        checked = [self._checked_side(value, name) for name, value in sides]
-        if same_length and len({len(side) for side in checked}) > 1:
-            raise BertWhiteningError(
-                "%s: rows paired one to one, got %s"
-                % (" and ".join(name for name, _ in sides), " and ".join(str(len(side)) for side in checked))
-            )
-        return [
-            side if isinstance(side, np.ndarray) else l2_normalize(self.encode(side, batch_size)) for side in checked
-        ]
+        return [self._unit(self._checked_side(value, name), batch_size) for name, value in sides]
+
+    def _unit(self, side, batch_size):
+        """A checked side (`_checked_side`) as unit float vectors: sentences encoded as floats,
+        whatever codes the encoder writes, and normalised."""
+        return side if isinstance(side, np.ndarray) else l2_normalize(self.encode(side, batch_size, codes="float32"))
 
     def _checked_side(self, value, name):
         """An array of real numbers as unit vectors of this encoder, or anything else as a list of sentences."""
@@ -656,3 +669,18 @@ def load_config(*, whitening=None, flow=None, pooling=None, **fields):
         model_files=files,  # found once: its configuration and vocabulary are not read again
         **fields,
     )
+
+
+def _code_array(value, coder):
+    """Whether ``value`` is meant as ``coder``'s codes: an int8 or uint8 array, for codes other
+    than float32 (a float encoder takes integer arrays as vectors)."""
+    return coder.codes != "float32" and isinstance(value, np.ndarray) and value.dtype in (np.int8, np.uint8)
+
+
+def _paired(sides, checked):
+    """Refuse sides (``(name, value)``, checked) paired one to one that have not as many rows."""
+    if len({len(side) for side in checked}) > 1:
+        raise BertWhiteningError(
+            "%s: rows paired one to one, got %s"
+            % (" and ".join(name for name, _ in sides), " and ".join(str(len(side)) for side in checked))
+        )

@@ -621,3 +621,34 @@ def test_a_flow_fitted_with_a_bar_counts_the_sentences_on_it_and_its_steps_apart
     encoder = SentenceEncoder.load(tiny_model[0], pooling="cls")
     encoder.fit_flow(SENTENCES * 3, flow_batch_size=8, config={"n_levels": 2, "depth": 1}, progress=bar)
     assert bar.done == len(SENTENCES) * 3 and steps_shown == [None]
+
+
+def test_similarity_of_an_encoder_with_codes_is_the_cosine_of_its_codes(tiny_model):
+    """int8: the cosine of the integers scaled by the spread the whitening recorded (6 of it over
+    127 and the spreads' norm); binary: of the +-1 vectors of the signs; sentences, vectors and
+    codes alike."""
+    encoder = SentenceEncoder.load(tiny_model[0])
+    whitening = encoder.fit(SENTENCES * 3, n_components=12, codes="int8")
+    a, b = SENTENCES[:3], SENTENCES[2:7]
+    fa, fb = (encoder.encode(side, codes="float32").astype(np.float64) for side in (a, b))
+    rms = whitening.code_scales[:12]
+    step = 6.0 * rms / (127 * np.linalg.norm(rms))
+    int8 = cosines(*(np.clip(np.rint(side / step), -127, 127) * step for side in (fa, fb)))
+    binary = np.where(fa > 0, 1.0, -1.0) @ np.where(fb > 0, 1.0, -1.0).T / 12
+    assert np.abs(int8 - cosines(fa, fb)).max() > 1e-5  # the codes' cosine is not the floats'
+    np.testing.assert_allclose(encoder.similarity(a, b), int8, atol=1e-6)
+    np.testing.assert_allclose(encoder.similarity(encoder.encode(a), fb * 3), int8, atol=1e-6)  # codes, vectors
+    np.testing.assert_allclose(encoder.similarity(a, b, codes="float32"), cosines(fa, fb), atol=1e-6)
+    np.testing.assert_allclose(encoder.similarity(a, b, codes="binary"), binary, atol=1e-6)
+    packed = encoder.encode(b, codes="binary")
+    np.testing.assert_allclose(encoder.similarity(fa, packed, codes="binary"), binary, atol=1e-6)
+    pairwise = encoder.similarity_pairwise(a, b[:3])
+    assert pairwise.dtype == np.float32
+    np.testing.assert_allclose(pairwise, np.diag(int8[:, :3]), atol=1e-6)
+    np.testing.assert_allclose(encoder.similarity_pairwise(a, packed[:3], codes="binary"), np.diag(binary), atol=1e-6)
+    with pytest.raises(BertWhiteningError, match=r"^b: expected int8 codes of shape \(n, 12\), got uint8 of shape"):
+        encoder.similarity(a, packed)
+    with pytest.raises(BertWhiteningError, match=r"^a and b: rows paired one to one, got 3 and 2$"):
+        encoder.similarity_pairwise(a, encoder.encode(b[:2]))
+    with pytest.raises(BertWhiteningError, match="codes must be one of float32, int8, binary, got 'int4'"):
+        encoder.similarity(a, b, codes="int4")
