@@ -108,14 +108,8 @@ def index_summary(options, dim):
 
     size = bytes_per_vector(options.codes, dim)
     if options.codes != "float32":
-        return (
-            "exact search of %s codes, %d bytes a vector in memory; the %d nearest rescored by float32 vectors on disk"
-            % (
-                options.codes,
-                size,
-                options.rescore,
-            )
-        )
+        searched = "exact search of %s codes, %d bytes a vector in memory" % (options.codes, size)
+        return searched + "; the %d nearest rescored by float32 vectors on disk" % options.rescore
     return "%s, %d bytes a vector in memory" % (
         "HNSW, M=%d" % options.hnsw_m if options.hnsw_m else "exact IndexFlatIP",
         size,

@@ -737,3 +737,22 @@ def test_int8_codes_need_the_whitening_that_scales_them(tmp_path):
 def test_an_index_of_codes_returns_its_float_vectors(tmp_path):
     vectors, _ = write_code_index(tmp_path / "index", "int8")
     np.testing.assert_array_equal(IndexDirectory(str(tmp_path / "index")).vectors(), vectors)
+
+
+def test_int8_candidates_weigh_each_dimension_by_its_step(tmp_path):
+    """Coordinates of spreads 100 times apart (gamma 0 keeps them): int8 codes of such vectors
+    rank as their cosines only once each integer is scaled back by its dimension's step, so with
+    no more candidates than hits the search still finds the exact nearest rows."""
+    from bert_whitening.retrieval.benchmark import exact_search, overlap_at_k
+    from bert_whitening.whitening import WhiteningStats, fit_whitening
+
+    rng = np.random.default_rng(5)
+    sample = rng.normal(size=(400, 24)) * np.geomspace(10, 0.1, 24)
+    whitening = fit_whitening(WhiteningStats().update(sample), gamma=0.0, codes="int8")
+    vectors = whitening.transform(sample[:200], n_components=24).astype(np.float32)
+    record = dict(RECORD, model=dict(RECORD["model"], hidden_size=24), whitening={"sha256": "0" * 64}, n_components=24)
+    with IndexWriter(str(tmp_path / "index"), record, 24, IndexOptions(codes="int8", rescore=5), whitening) as writer:
+        writer.add(vectors, [("/corpus.txt", i + 1) for i in range(200)])
+    queries = whitening.transform(sample[200:240], n_components=24).astype(np.float32)
+    _, ids = IndexDirectory(str(tmp_path / "index")).search(queries, 5)
+    assert overlap_at_k(ids, exact_search(queries, vectors, 5)[0]) >= 0.95
