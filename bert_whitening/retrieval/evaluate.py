@@ -66,10 +66,9 @@ def evaluate_task(
     allow_rank_deficient: bool = False,
     codes: Sequence[str] = ("float32",),
 ) -> dict[str, tuple[list[dict], dict[str, int]]]:
-    """Retrieval figures of every setting in every one of ``codes`` on a loaded task's ``split``,
-    for each of its poolings: its sentences (and the distractors) are encoded once, every
-    pooling in the same forward pass, and every setting is scored on the same vectors;
-    ``fit_on`` as in `evaluation.fit_statistics`. Returns ``{pooling: (results, counts)}``."""
+    """Retrieval figures of every setting in each of ``codes`` on a task's ``split``, per pooling:
+    sentences (and distractors) encoded once, every pooling in one pass, every setting scored on
+    the same vectors; ``fit_on`` as `evaluation.fit_statistics`. ``{pooling: (results, counts)}``."""
     from bert_whitening.encoding import encode_together
 
     splits = task.splits
