@@ -84,7 +84,7 @@ def plot_retrieval(report, path):
     tasks = list(report["tasks"])
     figure, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.6 * len(tasks)), squeeze=False)
     for row, task in enumerate(tasks):
-        results = report["tasks"][task]["results"]
+        results = [r for r in report["tasks"][task]["results"] if r.get("codes", "float32") == "float32"]
         whitened = sorted(
             (r for r in results if r["n_components"] and (r["beta"], r["gamma"]) == (1, 1)), key=lambda r: r["dim"]
         )

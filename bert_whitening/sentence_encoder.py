@@ -339,7 +339,9 @@ class SentenceEncoder:
         index), or written to the index directory ``path`` (as the ``index`` command writes one,
         with this encoder's record). ``options`` is a
         `bert_whitening.retrieval.index_directory.IndexOptions`, or its fields as ``keywords``
-        (``hnsw_m`` > 0 for HNSW, ``batch_size``, ``overwrite``). Returns a `CorpusIndex`."""
+        (``hnsw_m`` > 0 for HNSW, ``batch_size``, ``overwrite``, ``codes`` int8 or binary for an
+        index of codes whose ``rescore`` nearest candidates are ranked by their float32 cosines).
+        Returns a `CorpusIndex`."""
         from bert_whitening.retrieval.index_directory import IndexDirectory, IndexOptions
 
         options = options_from(IndexOptions, options, keywords)
@@ -348,6 +350,8 @@ class SentenceEncoder:
             raise BertWhiteningError("hnsw_m is for an index written to a path; an index in memory is exact")
         if options.overwrite and path is None:
             raise BertWhiteningError("overwrite is for an index written to a path; an index in memory replaces none")
+        if options.codes != "float32" and path is None:
+            raise BertWhiteningError("codes are for an index written to a path; an index in memory holds float32")
         if not corpus:
             raise DataError("no sentences to index: the corpus is empty")
         if path is not None:

@@ -303,7 +303,13 @@ def test_an_index_in_memory_searches_as_it_was_built_whatever_its_encoder_become
         (dict(path="index", hnsw_m=1.5), "hnsw_m must be 0 (exact) or an integer 2..512, got 1.5"),
         (dict(hnsw_m=16), "hnsw_m is for an index written to a path; an index in memory is exact"),
         (dict(overwrite=True), "overwrite is for an index written to a path; an index in memory replaces none"),
-        (dict(hsnw_m=16), "unknown option 'hsnw_m' (IndexOptions takes: hnsw_m, batch_size, overwrite)"),
+        (
+            dict(hsnw_m=16),
+            "unknown option 'hsnw_m' (IndexOptions takes: hnsw_m, batch_size, overwrite, codes, rescore)",
+        ),
+        (dict(codes="binary"), "codes are for an index written to a path; an index in memory holds float32"),
+        (dict(path="index", codes="int4"), "codes must be one of float32, int8, binary, got 'int4'"),
+        (dict(path="index", codes="binary", rescore=0), "rescore must be a positive integer, got 0"),
         (dict(batch_size=0), "batch_size must be a positive integer, got 0"),
         (
             dict(path="index", options=IndexOptions(), hnsw_m=16),
@@ -319,6 +325,18 @@ def test_an_hnsw_m_faiss_cannot_take_is_refused_before_anything_is_built(fitted,
     with pytest.raises(BertWhiteningError, match="^%s$" % re.escape(said)):
         encoder.index(SENTENCES, **arguments)
     assert os.listdir(tmp_path) == []
+
+
+def test_an_index_of_binary_codes_written_to_a_path_answers_with_float_cosines(fitted, tmp_path):
+    encoder, _ = fitted
+    exact = encoder.index(SENTENCES).search(SENTENCES[:2], top_k=3)
+    coded = encoder.index(SENTENCES, str(tmp_path / "index"), codes="binary", rescore=len(SENTENCES))
+    assert coded._index.codes == "binary"
+    found = coded.search(SENTENCES[:2], top_k=3)
+    assert [[hit["corpus_id"] for hit in result["hits"]] for result in found] == [
+        [hit["corpus_id"] for hit in result["hits"]] for result in exact
+    ]
+    assert found[0]["hits"][0]["score"] == pytest.approx(exact[0]["hits"][0]["score"], abs=1e-5)
 
 
 def test_an_empty_corpus_is_refused_in_memory_as_on_disk(fitted):
