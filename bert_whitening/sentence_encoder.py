@@ -480,7 +480,7 @@ class SentenceEncoder:
         pooled = self._pooled_encoder()
         vectors = _kept_vectors(pooled, sentences, files, read, progress)
         training_steps(len(vectors), options["epochs"], options["batch_size"], "flow_batch_size")
-        if not (progress is None or isinstance(progress, bool)):  # the encoding's bar: not the steps'
+        if hasattr(progress, "update"):  # a bar (as progress_of tells one): the encoding's, not the steps'
             options["progress"] = None
         flow = fit_flow(
             vectors,
