@@ -384,6 +384,26 @@ class EncoderConfig:
         records it; None while ``maxlen`` is not yet known (evaluation fills it in per task)."""
         return None if self.maxlen is None else {"maxlen": self.maxlen, "lowercase": self.lowercase}
 
+    def quantizer(self, codes=None):
+        """The `bert_whitening.codes.Quantizer` of the vectors this encoder writes in ``codes``
+        (None: its whitening's, else float32). Codes are of unit vectors; int8's scales are a
+        whitening's, so int8 without one (or of a flow) is refused, before any weights are read."""
+        from bert_whitening.codes import check_codes, quantizer
+
+        default = self.whitening.codes if self.whitening is not None else "float32"
+        codes = default if codes is None else check_codes(codes)
+        k = self.components or (self.flow.dim if self.flow is not None else self.identity["hidden_size"])
+        if codes != "float32" and not self.normalize:
+            raise BertWhiteningError("%s codes are of unit vectors: drop --no-normalize (normalize=False)" % codes)
+        if codes == "int8" and self.whitening is None:
+            raise BertWhiteningError(
+                "int8 codes take their scales from a whitening (fit --codes int8, or any whitening file): "
+                "give --whitening, or choose binary"
+            )
+        if codes == "int8":
+            return self.whitening.quantizer(self.components, codes, allow_rank_deficient=True)
+        return quantizer(codes, k)
+
     @property
     def stages(self):
         """What computes these vectors, in order, for a refusal of them to name

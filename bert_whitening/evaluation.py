@@ -28,6 +28,7 @@ import numpy as np
 import scipy.stats
 
 from bert_whitening.arguments import integer, optional_path, options_of, path_list, value_tuple
+from bert_whitening.codes import code_list, quantizer
 from bert_whitening.data import (  # noqa: F401  TASKS: named here too
     TASKS,
     ReadOptions,
@@ -121,7 +122,8 @@ class EvalOptions:
     encoding; empty: the encoder's own), and ``eval``'s flows: ``methods`` (``"whitening"``
     and/or ``"flow"``), ``flow_seeds`` (one flow each) and ``flow_options`` (further arguments
     of `bert_whitening.flow.fit_flow`, checked where a flow is fitted, since the flow's checks
-    import TensorFlow). Lists are kept as tuples."""
+    import TensorFlow); ``codes``, what every setting's unit vectors are scored in
+    (`bert_whitening.codes.CODES`, `checked_codes`). Lists are kept as tuples."""
 
     n_components: Sequence[int] = (0, -1, 256)
     betas: Sequence[float] = (1.0,)
@@ -133,6 +135,7 @@ class EvalOptions:
     methods: Sequence[str] = ("whitening",)
     flow_seeds: Sequence[int] = (0,)
     flow_options: Optional[dict] = None
+    codes: Sequence[str] = ("float32",)
 
     def __post_init__(self):
         put = functools.partial(object.__setattr__, self)
@@ -144,6 +147,7 @@ class EvalOptions:
         options_of(ReadOptions, self.read, "read")
         put("poolings", value_tuple(self.poolings, "poolings", _pooling))
         put("methods", value_tuple(self.methods, "methods", _as_is))  # checked by settings
+        put("codes", checked_codes(self.codes, self.methods))
         put("flow_seeds", value_tuple(self.flow_seeds, "flow_seeds", _as_is))  # checked with the flow's options
         if self.flow_options is not None and not isinstance(self.flow_options, dict):
             raise BertWhiteningError("flow_options must be a dict, got %s" % type(self.flow_options).__name__)
@@ -160,6 +164,18 @@ class EvalOptions:
     def settings(self) -> list[Setting]:
         """The settings evaluated, in order (`settings`)."""
         return settings(self.n_components, self.betas, self.gammas, self.methods, self.flow_seeds)
+
+
+def checked_codes(codes, methods):
+    """``codes`` as a tuple of code names (`bert_whitening.codes.code_list`), refusing int8 beside
+    a flow: int8's scales are a whitening's spread of each coordinate, which a flow has not."""
+    codes = code_list(codes)
+    if "int8" in codes and "flow" in methods:
+        raise BertWhiteningError(
+            "codes int8 take their scales from a whitening, which a flow has not: drop int8 "
+            "or the flow (binary codes work with flows)"
+        )
+    return codes
 
 
 def checked_fit_on(fit_on):
@@ -356,41 +372,75 @@ def evaluate(
     allow_rank_deficient: bool = False,
     vectors: Optional[np.ndarray] = None,
     flow_options: Optional[dict] = None,
+    codes: Sequence[str] = ("float32",),
 ) -> tuple[list[dict], Optional[Whitening]]:
-    """One result per setting: ``{"setting", "method" (raw, whitening or flow), "n_components"
-    (resolved), "beta", "gamma" (a whitening's), "seed" (a flow's), "fit_seconds" (None for raw;
-    one fit shared by several ``k`` reports its time for each), "splits": {split: spearman},
-    "avg", "w-avg"}``, a flow's with its ``"training"`` summary, plus the fitted whitening (for
-    its eigenvalues), or None when no setting is a whitening. ``vectors`` and ``flow_options``
-    as in `whitened_settings`."""
+    """One result per setting and code (in that order): ``{"setting", "method" (raw, whitening or
+    flow), "n_components" (resolved), "codes", "bytes" (what a stored vector takes), "beta",
+    "gamma" (a whitening's), "seed" (a flow's), "fit_seconds" (None for raw; one fit shared by
+    several ``k`` reports its time for each), "splits": {split: spearman}, "avg", "w-avg"}``, a
+    flow's with its ``"training"`` summary, plus the fitted whitening (for its eigenvalues), or
+    None when no setting is a whitening. ``vectors`` and ``flow_options`` as in
+    `whitened_settings`; ``codes`` as `checked_codes` takes them, each setting's unit vectors
+    quantised by `code_quantizer` and compared by its cosine of codes."""
+    codes = checked_codes(codes, [setting.method for setting in requested])
     counts = np.array([len(labels) for _, _, labels in encoded.values()])
     prepared, fitted = whitened_settings(stats, requested, allow_rank_deficient, vectors, flow_options)
+    original = fit_key(Setting(-1))
+    raw_scales = functools.cache(lambda: fitted[original][0] if original in fitted else fit_whitening(stats))
     results = []
     for setting, k, transform in prepared:
-        scores = {
-            split: cosine_spearman(transform(first), transform(second), labels)
-            for split, (first, second, labels) in encoded.items()
-        }
-        values = np.array(list(scores.values()))
         model, seconds = fitted[fit_key(setting)] if setting.n_components else (None, None)
-        flow = setting.method == "flow"
-        result = {
-            "setting": setting.label,
-            "method": setting.method if setting.n_components else "raw",
-            "n_components": k,
-            "beta": None if flow else setting.beta,
-            "gamma": None if flow else setting.gamma,
-            "seed": setting.seed if flow else None,
-            "fit_seconds": seconds,
-            "splits": scores,
-            "avg": float(values.mean()),
-            "w-avg": float(np.average(values, weights=counts)),
+        unit = {
+            split: (transform(first), transform(second), labels) for split, (first, second, labels) in encoded.items()
         }
-        if flow:
-            result["training"] = dict(model.training_summary)
-        results.append(result)
+        for code in codes:
+            coder = code_quantizer(code, k, stats.dim, (lambda model=model: model) if model else raw_scales)
+            scores = {
+                split: codes_spearman(coder, first, second, labels) for split, (first, second, labels) in unit.items()
+            }
+            values = np.array(list(scores.values()))
+            flow = setting.method == "flow"
+            result = {
+                "setting": setting.label,
+                "method": setting.method if setting.n_components else "raw",
+                "n_components": k,
+                "codes": code,
+                "bytes": coder.bytes,
+                "beta": None if flow else setting.beta,
+                "gamma": None if flow else setting.gamma,
+                "seed": setting.seed if flow else None,
+                "fit_seconds": seconds,
+                "splits": scores,
+                "avg": float(values.mean()),
+                "w-avg": float(np.average(values, weights=counts)),
+            }
+            if flow:
+                result["training"] = dict(model.training_summary)
+            results.append(result)
     whitenings = {key[1:]: model for key, (model, _) in fitted.items() if key[0] == "whitening"}
     return results, whitenings.get((1.0, 1.0)) or next(iter(whitenings.values()), None)
+
+
+def code_quantizer(codes: str, k: int, dim: int, whitening: Callable[[], Whitening]):
+    """The `bert_whitening.codes.Quantizer` of a setting's unit vectors of ``k`` dimensions (0:
+    raw, ``dim`` of them) in ``codes``. int8's scales are those of ``whitening()``
+    (`Whitening.quantizer`): the setting's own, or for raw vectors a whitening of the same
+    statistics, whose `Whitening.coordinate_rms` of 0 is the raw coordinates' spread; a flow
+    (refused by `checked_codes`) has none."""
+    if codes != "int8":
+        return quantizer(codes, k or dim)
+    return whitening().quantizer(k, codes, allow_rank_deficient=True)
+
+
+def codes_spearman(coder, first: np.ndarray, second: np.ndarray, labels: np.ndarray) -> float:
+    """Spearman correlation with the labels of the cosine of each pair's codes (``coder`` a
+    `bert_whitening.codes.Quantizer`; ``first`` and ``second`` unit vectors, row by row). float32
+    scores the float64 vectors as computed (`cosine_spearman`): rounding them to float32 moves
+    near-equal cosines of a flow past each other, and float32 scores as it did before codes."""
+    if coder.codes == "float32":
+        return cosine_spearman(first, second, labels)
+    sims = coder.cosine_rows(coder.encode(first), coder.encode(second))
+    return float(scipy.stats.spearmanr(labels, sims).correlation)
 
 
 def evaluate_tasks(
@@ -477,13 +527,17 @@ def _scored_task(task, requested, options, allow_rank_deficient):
             stats, vectors = fit_statistics_and_vectors(encoded, fit_on, from_files)
         else:
             stats = fit_statistics(encoded, fit_on, functools.partial(task.statistics_from_files, pooling=pooling))
-        results, whitening = evaluate(encoded, stats, requested, allow_rank_deficient, vectors, options.flow_options)
+        results, whitening = evaluate(
+            encoded, stats, requested, allow_rank_deficient, vectors, options.flow_options, options.codes
+        )
         entry = {
             "maxlen": task.maxlen,
             "counts": {split: len(pairs) for split, pairs in task.splits.items()},
             "fitted_on_vectors": stats.count,
             "results": results,
         }
+        if options.codes != ("float32",):
+            entry["budgets"] = budget_choices(results)
         if whitening is not None:
             entry["rank"] = whitening.rank
         yield pooling, entry, None if whitening is None else whitening.eigenvalues
@@ -603,13 +657,83 @@ def load_tasks(
     return encoders, found
 
 
+#: The byte budgets of a stored vector `budget_choices` answers for, largest first.
+BUDGETS = (1536, 1024, 768, 512, 384, 256, 128, 64, 32, 16, 8, 4)
+
+
+def chosen_on(splits: Sequence[str]) -> str:
+    """The split a setting is chosen on: ``valid``, else ``train``, else the first there is (a
+    pair file of one's own is a test split alone, so there the choice is made on what it scores)."""
+    return next((split for split in ("valid", "train") if split in splits), next(iter(splits)))
+
+
+def budget_choices(results: Sequence[dict]) -> list[dict]:
+    """For each of `BUDGETS` that some result fits in (its ``bytes`` at most the budget), the
+    result with the best Spearman on the `chosen_on` split among those (the first of equals; an
+    undefined one never chosen) and its test Spearman (None without a test split): ``{"bytes",
+    "setting", "codes", "n_components", "vector_bytes", "chosen_on", "valid", "test"}``, where
+    ``valid`` is the Spearman on ``chosen_on``. The table `format_budgets` prints and the JSON's."""
+    if not results:
+        return []
+    split = chosen_on(list(results[0]["splits"]))
+    scored = [result for result in results if math.isfinite(result["splits"][split])]
+    choices = []
+    for budget in BUDGETS:
+        within = [result for result in scored if result["bytes"] <= budget]
+        if within:
+            best = max(within, key=lambda result: result["splits"][split])
+            choices.append(
+                {
+                    "bytes": budget,
+                    "setting": best["setting"],
+                    "codes": best["codes"],
+                    "n_components": best["n_components"],
+                    "vector_bytes": best["bytes"],
+                    "chosen_on": split,
+                    "valid": best["splits"][split],
+                    "test": best["splits"].get("test"),
+                }
+            )
+    return choices
+
+
+def format_budgets(task: str, report: dict) -> str:
+    """The task's `budget_choices` as a table (``""`` when the report has none): per byte budget,
+    the setting and code chosen on the valid split (or the split it says) and its test Spearman."""
+    budgets = report["tasks"][task].get("budgets")
+    if not budgets:
+        return ""
+    row = "%-8s %-20s %-8s %6s %8s %8s"
+    split = budgets[0]["chosen_on"]
+    lines = ["%s: the best setting within each byte budget, chosen on its %s split" % (task, split)]
+    lines.append(row % ("budget", "setting", "codes", "bytes", split, "test"))
+    for choice in budgets:
+        test = "-" if choice["test"] is None else "%.4f" % choice["test"]
+        lines.append(
+            row
+            % (
+                choice["bytes"],
+                choice["setting"],
+                choice["codes"],
+                choice["vector_bytes"],
+                "%.4f" % choice["valid"],
+                test,
+            )
+        )
+    return "\n".join(lines)
+
+
 def format_table(task: str, report: dict) -> str:
-    """Split rows of one task of a report, one column per setting, then ``avg``, ``w-avg`` and
-    the seconds each setting's fit took (``-`` for raw); the task column as wide as its name (a
-    pair file's path)."""
+    """Split rows of one task of a report, one column per setting (and code: rows of the codes and
+    their bytes follow the settings' when there is another code than float32), then ``avg``,
+    ``w-avg`` and the seconds each setting's fit took (``-`` for raw); the task column as wide as
+    its name (a pair file's path)."""
     results, counts = report["tasks"][task]["results"], report["tasks"][task]["counts"]
     row = "%%-%ds %%-6s %%7s" % max(10, len(task))
     lines = [row % ("task", "split", "pairs") + "".join(" %10s" % result["setting"] for result in results)]
+    if any(result.get("codes", "float32") != "float32" for result in results):  # rows of earlier reports: float32
+        lines.append(row % (task, "codes", "") + "".join(" %10s" % result["codes"] for result in results))
+        lines.append(row % (task, "bytes", "") + "".join(" %10d" % result["bytes"] for result in results))
     for split, count in counts.items():
         lines.append(row % (task, split, count) + "".join(" %10.4f" % result["splits"][split] for result in results))
     for name in ("avg", "w-avg"):

@@ -31,7 +31,9 @@ def report_figure(report, spectra):
     for row, task in enumerate(tasks):
         left, right = axes[row]
         _draw_spearman(left, report["tasks"][task]["results"])
-        left.set(title="%s: Spearman of cosine" % task, xlabel="n_components (0 = raw)", ylabel="Spearman")
+        codes = report["tasks"][task]["results"][0]["codes"]
+        title = "%s: Spearman of cosine" % task + ("" if codes == "float32" else " (%s codes)" % codes)
+        left.set(title=title, xlabel="n_components (0 = raw)", ylabel="Spearman")
         left.grid(alpha=0.3)
         left.legend(fontsize="small")
         if task in spectra:
@@ -50,8 +52,8 @@ def report_figure(report, spectra):
 
 def _draw_spearman(axis, results):
     """Per split, one colour: the whitened settings as a line against k, raw and flows as
-    markers of their own."""
-    results = sorted(results, key=lambda r: r["n_components"])
+    markers of their own, in the first code scored (float32 unless it was left out)."""
+    results = sorted((r for r in results if r["codes"] == results[0]["codes"]), key=lambda r: r["n_components"])
     raw = [r for r in results if r["method"] == "raw"]
     flows = [r for r in results if r["method"] == "flow"]
     whitened = [r for r in results if r["method"] == "whitening"]
@@ -82,7 +84,7 @@ def plot_retrieval(report, path):
     tasks = list(report["tasks"])
     figure, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.6 * len(tasks)), squeeze=False)
     for row, task in enumerate(tasks):
-        results = report["tasks"][task]["results"]
+        results = [r for r in report["tasks"][task]["results"] if r.get("codes", "float32") == "float32"]
         whitened = sorted(
             (r for r in results if r["n_components"] and (r["beta"], r["gamma"]) == (1, 1)), key=lambda r: r["dim"]
         )

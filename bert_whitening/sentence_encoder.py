@@ -241,6 +241,7 @@ class SentenceEncoder:
         normalize_embeddings: bool = False,
         convert_to_numpy: bool = True,
         precision: str = "float32",
+        codes: Optional[str] = None,
         **sentence_transformers,
     ):
         """float32 vectors of ``sentences``, in order, as this encoder makes them (whitened and
@@ -250,7 +251,9 @@ class SentenceEncoder:
         (``progress``, not both), ``normalize_embeddings`` (L2-normalise what the encoder does not),
         ``convert_to_numpy=False`` (a list of rows), ``precision`` (the output's:
         `bert_whitening.sentence_transformers_names.OUTPUT_PRECISIONS`); its others are refused
-        in one line naming our equivalent (`ENCODE_KEYWORDS`). All are checked before the model."""
+        in one line naming our equivalent (`ENCODE_KEYWORDS`). ``codes`` (None: the whitening's,
+        `bert_whitening.codes`) gives int8 or packed binary rows instead of floats, as ``encode``
+        writes them. All are checked before the model."""
         from bert_whitening.encoding import encode
 
         sentences, batch_size = sentence_list(sentences), positive_int(batch_size, "batch_size")  # before the model
@@ -262,43 +265,61 @@ class SentenceEncoder:
         convert_to_numpy = boolean(convert_to_numpy, "convert_to_numpy")
         precision = check_output_precision(precision)
         check_encode_keywords(sentence_transformers)
+        quantizer = self.config.quantizer(codes)
+        if quantizer.codes != "float32" and (precision != "float32" or normalize_embeddings):
+            raise BertWhiteningError(
+                "codes %r are the output: precision and normalize_embeddings are for floats" % quantizer.codes
+            )
         vectors = encode(self.keras_encoder, sentences, batch_size, progress)
         vectors = check_vectors(vectors, "the sentences", self.config.normalize, stages=self.config.stages)
         if normalize_embeddings and not self.config.normalize:
             vectors = l2_normalize(vectors)
-        vectors = quantized(vectors, precision)
+        vectors = quantized(vectors, precision) if quantizer.codes == "float32" else quantizer.encode(vectors)
         return vectors if convert_to_numpy else list(vectors)
 
-    def similarity(self, a, b, batch_size: int = 128) -> np.ndarray:
+    def similarity(self, a, b, batch_size: int = 128, codes: Optional[str] = None) -> np.ndarray:
         """Cosine matrix ``(len(a), len(b))`` of two lists of sentences (encoded here) or two
-        arrays of vectors of this encoder (normalised here), as float32."""
-        a, b = self._unit_sides((("a", a), ("b", b)), batch_size)
-        return (a @ b.T).astype(np.float32)
+        arrays of vectors of this encoder (normalised here) or of its codes, as float32: the cosine
+        of their ``codes`` (None: the encoder's, `bert_whitening.config.EncoderConfig.quantizer`),
+        `bert_whitening.codes.Quantizer.cosine_matrix`, float vectors quantised first."""
+        coder = self.config.quantizer(codes)
+        a, b = self._code_sides((("a", a), ("b", b)), batch_size, coder)
+        return coder.cosine_matrix(a, b).astype(np.float32)
 
-    def similarity_pairwise(self, a, b, batch_size: int = 128) -> np.ndarray:
+    def similarity_pairwise(self, a, b, batch_size: int = 128, codes: Optional[str] = None) -> np.ndarray:
         """Cosine of each row of ``a`` with the same row of ``b`` (``(n,)``, float32), as
-        sentence-transformers' ``similarity_pairwise``; ``a`` and ``b`` as `similarity` takes them,
-        of the same length (refused before anything is encoded)."""
-        a, b = self._unit_sides((("a", a), ("b", b)), batch_size, same_length=True)
-        return (a * b).sum(axis=1).astype(np.float32)
+        sentence-transformers' ``similarity_pairwise``; ``a``, ``b`` and ``codes`` as `similarity`
+        takes them, of the same length (refused before anything is encoded)."""
+        coder = self.config.quantizer(codes)
+        a, b = self._code_sides((("a", a), ("b", b)), batch_size, coder, same_length=True)
+        return coder.cosine_rows(a, b).astype(np.float32)
+
+    def _code_sides(self, sides, batch_size, coder, same_length=False):
+        """Each ``(name, value)`` of ``sides`` as ``coder``'s codes: arrays of its codes (int8 or
+        uint8 rows, `_code_array`) as they are, vectors and sentences as their unit vectors'
+        codes; all checked before any is encoded (`_unit_sides`)."""
+        checked = [
+            coder.checked(value, name) if _code_array(value, coder) else self._checked_side(value, name)
+            for name, value in sides
+        ]
+        if same_length:
+            _paired(sides, checked)
+        return [side if _code_array(side, coder) else coder.encode(self._unit(side, batch_size)) for side in checked]
 
     def _unit_vectors(self, value, name, batch_size):
         """``value`` normalised: an array of real numbers as vectors of this encoder, sentences
         (a list, or an array of strings) encoded."""
         return self._unit_sides(((name, value),), batch_size)[0]
 
-    def _unit_sides(self, sides, batch_size, same_length=False):
+    def _unit_sides(self, sides, batch_size):
         """Each ``(name, value)`` of ``sides`` normalised (`_unit_vectors`), all checked before any
         is encoded: a refusal of the second comes before the first is encoded."""
-        checked = [self._checked_side(value, name) for name, value in sides]
-        if same_length and len({len(side) for side in checked}) > 1:
-            raise BertWhiteningError(
-                "%s: rows paired one to one, got %s"
-                % (" and ".join(name for name, _ in sides), " and ".join(str(len(side)) for side in checked))
-            )
-        return [
-            side if isinstance(side, np.ndarray) else l2_normalize(self.encode(side, batch_size)) for side in checked
-        ]
+        return [self._unit(self._checked_side(value, name), batch_size) for name, value in sides]
+
+    def _unit(self, side, batch_size):
+        """A checked side (`_checked_side`) as unit float vectors: sentences encoded as floats,
+        whatever codes the encoder writes, and normalised."""
+        return side if isinstance(side, np.ndarray) else l2_normalize(self.encode(side, batch_size, codes="float32"))
 
     def _checked_side(self, value, name):
         """An array of real numbers as unit vectors of this encoder, or anything else as a list of sentences."""
@@ -318,7 +339,9 @@ class SentenceEncoder:
         index), or written to the index directory ``path`` (as the ``index`` command writes one,
         with this encoder's record). ``options`` is a
         `bert_whitening.retrieval.index_directory.IndexOptions`, or its fields as ``keywords``
-        (``hnsw_m`` > 0 for HNSW, ``batch_size``, ``overwrite``). Returns a `CorpusIndex`."""
+        (``hnsw_m`` > 0 for HNSW, ``batch_size``, ``overwrite``, ``codes`` int8 or binary for an
+        index of codes whose ``rescore`` nearest candidates are ranked by their float32 cosines).
+        Returns a `CorpusIndex`."""
         from bert_whitening.retrieval.index_directory import IndexDirectory, IndexOptions
 
         options = options_from(IndexOptions, options, keywords)
@@ -327,6 +350,8 @@ class SentenceEncoder:
             raise BertWhiteningError("hnsw_m is for an index written to a path; an index in memory is exact")
         if options.overwrite and path is None:
             raise BertWhiteningError("overwrite is for an index written to a path; an index in memory replaces none")
+        if options.codes != "float32" and path is None:
+            raise BertWhiteningError("codes are for an index written to a path; an index in memory holds float32")
         if not corpus:
             raise DataError("no sentences to index: the corpus is empty")
         if path is not None:
@@ -339,14 +364,16 @@ class SentenceEncoder:
         vectors = self._unit_vectors(corpus, "corpus", options.batch_size)
         return CorpusIndex(encoder=self._snapshot(), index=flat_index(vectors), texts=corpus)
 
-    def encode_file(self, path: str, output: str, batch_size: int = 128, progress=None) -> int:
+    def encode_file(self, path: str, output: str, batch_size: int = 128, progress=None, codes=None) -> int:
         """Write one vector per line of the sentence file ``path`` (``-``: standard input, read
-        once) to the ``.npy`` ``output``, row *i* for line *i*, atomically; returns the rows."""
+        once) to the ``.npy`` ``output``, row *i* for line *i*, atomically, in ``codes`` (None:
+        the whitening's; float32, or int8 or packed uint8 rows); returns the rows."""
         from bert_whitening.encoding import encode_stream
         from bert_whitening.io.npy_rows import NpyRowWriter
 
         path, output = path_argument(path, "path"), path_argument(output, "output")
         batch_size = positive_int(batch_size, "batch_size")  # before the model is built
+        quantizer = self.config.quantizer(codes)
         inputs = [path] + self.config.read_paths()
         check_outputs([output], inputs)  # before the model is built
         sentences = read_sentences(path, "lines")
@@ -362,15 +389,14 @@ class SentenceEncoder:
                 yield sentence
 
         def write(temporary):
-            with NpyRowWriter(temporary, encoder.dim) as rows:
+            with NpyRowWriter(temporary, quantizer.width, quantizer.dtype) as rows:
                 for vectors in encode_stream(
                     encoder, counted(itertools.chain([first], sentences)), batch_size, progress
                 ):
-                    rows.append(
-                        check_vectors(
-                            vectors, display_name(path), self.config.normalize, rows.rows, stages=self.config.stages
-                        )
+                    checked = check_vectors(
+                        vectors, display_name(path), self.config.normalize, rows.rows, stages=self.config.stages
                     )
+                    rows.append(quantizer.encode(checked))
             if rows.rows != lines:  # each line is one row, or the output is wrong
                 raise BertWhiteningError("wrote %d rows for %d input lines" % (rows.rows, lines))
 
@@ -440,7 +466,8 @@ class SentenceEncoder:
         the model is built. From now on this encoder applies the flow, in place of a whitening
         (normalised). Returns the `bert_whitening.flow.Flow` (``flow.save(path)`` writes the file
         ``--flow`` reads). A flow trains on every vector at once: they are held in memory, unlike
-        `fit`'s statistics."""
+        `fit`'s statistics. A bar given as ``progress`` counts the sentences encoded; the flow's
+        steps get a bar of their own (True, False or None: shown as that says)."""
         from bert_whitening.flow import check_flow_options, fit_flow, training_steps
 
         read_names = [field.name for field in dataclasses.fields(ReadOptions)]
@@ -453,6 +480,8 @@ class SentenceEncoder:
         pooled = self._pooled_encoder()
         vectors = _kept_vectors(pooled, sentences, files, read, progress)
         training_steps(len(vectors), options["epochs"], options["batch_size"], "flow_batch_size")
+        if hasattr(progress, "update"):  # a bar (as progress_of tells one): the encoding's, not the steps'
+            options["progress"] = None
         flow = fit_flow(
             vectors,
             pooling=self.config.pooling,
@@ -644,3 +673,18 @@ def load_config(*, whitening=None, flow=None, pooling=None, **fields):
         model_files=files,  # found once: its configuration and vocabulary are not read again
         **fields,
     )
+
+
+def _code_array(value, coder):
+    """Whether ``value`` is meant as ``coder``'s codes: an int8 or uint8 array, for codes other
+    than float32 (a float encoder takes integer arrays as vectors)."""
+    return coder.codes != "float32" and isinstance(value, np.ndarray) and value.dtype in (np.int8, np.uint8)
+
+
+def _paired(sides, checked):
+    """Refuse sides (``(name, value)``, checked) paired one to one that have not as many rows."""
+    if len({len(side) for side in checked}) > 1:
+        raise BertWhiteningError(
+            "%s: rows paired one to one, got %s"
+            % (" and ".join(name for name, _ in sides), " and ".join(str(len(side)) for side in checked))
+        )

@@ -98,7 +98,8 @@ def semantic_search(query_vectors, corpus_vectors, top_k: int = 10) -> list:
     """For each query vector, the ``top_k`` corpus rows of largest cosine, as
     sentence-transformers' ``util.semantic_search`` gives them: ``[[{"corpus_id", "score"}, ...],
     ...]``, ``corpus_id`` the row from 0, by score from the largest (equal scores by row). Exact,
-    in float64, on numpy arrays of real numbers of one width; plain Python numbers throughout."""
+    in float64, on numpy arrays of real numbers of one width (a 1-D array is one vector); plain
+    Python numbers throughout."""
     queries = _unit_rows(query_vectors, "query_vectors")
     corpus = _unit_rows(corpus_vectors, "corpus_vectors")
     if queries.shape[1] != corpus.shape[1]:
@@ -121,8 +122,10 @@ def semantic_search(query_vectors, corpus_vectors, top_k: int = 10) -> list:
 
 
 def _unit_rows(value, name):
-    """``value`` checked as vectors (real, finite, at least one row) and L2-normalised in float64."""
-    vectors = vector_array(value, name)
+    """``value`` checked as vectors (real, finite, at least one row) and L2-normalised in float64;
+    one vector (1-D) is one row, as sentence-transformers takes it."""
+    array = np.asarray(value) if isinstance(value, (np.ndarray, list, tuple)) else value
+    vectors = vector_array(array[None, :] if getattr(array, "ndim", 0) == 1 else array, name)
     if not len(vectors):
         raise BertWhiteningError("%s: no vectors" % name)
     check_vectors(vectors, name, normalized=False)

@@ -689,9 +689,7 @@ def fit_whitening(
             the file.
         allow_rank_deficient: allow an ``n_components`` above the rank.
 
-    Raises:
-        WhiteningError: options `FitOptions` refuses, identical vectors, or an ``n_components``
-            the fit cannot support.
+    Raises `WhiteningError` for options `FitOptions` refuses, identical vectors, or an ``n_components`` it cannot keep.
     """
     options = options_from(FitOptions, options, keywords)
     eigenvalues, vectors = _eigen(stats.second_moment(options.beta))
@@ -721,7 +719,7 @@ def fit_whitening(
         tokenization=dict(tokenization or {}),
         codes=options.codes,
     )
-    if options.codes == "int8":  # the spread of each whitened coordinate over this sample
+    if options.codes == "int8":  # the spread of each whitened coordinate over this very sample
         whitening.code_scales = whitening.coordinate_rms(whitening.dim)
     if options.n_components > 0:
         whitening.components(allow_rank_deficient=allow_rank_deficient)  # refuse a bad k now

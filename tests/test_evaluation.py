@@ -469,3 +469,116 @@ def test_evaluate_tasks_takes_eval_options_alone(monkeypatch):
     with pytest.raises(BertWhiteningError) as raised:
         evaluation.evaluate_tasks(EncoderConfig("unused"), ["STS-B"], {"n_components": [0]})
     assert str(raised.value) == "options must be an EvalOptions, got dict {'n_components': [0]}"
+
+
+def numpy_code_cosines(codes, first, second, rms):
+    """The cosine of each pair's codes from the codes' definitions, in numpy: the signs as +-1
+    vectors for binary, for int8 the integers ``round(y / step)`` (clipped at 127, ``step`` 6 of a
+    coordinate's spread ``rms`` over 127 and the norm of ``rms``) scaled back by their steps."""
+    if codes == "binary":
+        return (np.where(first > 0, 1.0, -1.0) * np.where(second > 0, 1.0, -1.0)).mean(axis=1)
+    step = 6.0 * rms / (127 * np.linalg.norm(rms))
+    a, b = (np.clip(np.rint(side / step), -127, 127) * step for side in (first, second))
+    return (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+def test_evaluate_scores_every_setting_in_every_code_as_numpy_computes_the_codes():
+    encoded = synthetic_encoded(dim=10)
+    everything = np.concatenate([v for first, second, _ in encoded.values() for v in (first, second)])
+    requested = [Setting(0), Setting(-1), Setting(3), Setting(5, 0.0, 0.0)]
+    codes = ("float32", "int8", "binary")
+    results, _ = evaluate(encoded, fit_statistics(encoded), requested, codes=codes)
+    assert [(r["setting"], r["codes"]) for r in results] == [(s.label, c) for s in requested for c in codes]
+    alone, _ = evaluate(encoded, fit_statistics(encoded), requested)
+    assert [r["splits"] for r in results if r["codes"] == "float32"] == [r["splits"] for r in alone]
+    for result in results:
+        setting = next(s for s in requested if s.label == result["setting"])
+        k = {0: 10, -1: 10}.get(setting.n_components, setting.n_components)
+        assert result["bytes"] == {"float32": 4 * k, "int8": k, "binary": (k + 7) // 8}[result["codes"]]
+        if setting.n_components:
+            shift, kernel, _ = su_9079_kernel(everything, setting.beta, setting.gamma)
+            project = lambda x, shift=shift, kernel=kernel[:, :k]: (x - shift) @ kernel  # noqa: E731
+        else:
+            project = lambda x: x  # noqa: E731
+        rms = np.sqrt((project(everything) ** 2).mean(axis=0))  # each coordinate's spread over the sample
+        for split, (first, second, labels) in encoded.items():
+            a, b = (project(x) / np.linalg.norm(project(x), axis=1, keepdims=True) for x in (first, second))
+            if result["codes"] == "float32":
+                cosines = (a * b).sum(axis=1)
+            else:
+                cosines = numpy_code_cosines(result["codes"], a, b, rms)
+            assert abs(result["splits"][split] - spearman(labels, cosines)) < 1e-9, (result["setting"], split)
+    binary = [r for r in results if r["codes"] == "binary"]
+    assert all(b["splits"] != f["splits"] for b, f in zip(binary, alone, strict=True))  # codes change the scores
+
+
+def test_int8_codes_are_refused_beside_a_flow_binary_codes_are_not():
+    from bert_whitening.evaluation import EvalOptions
+
+    said = "codes int8 take their scales from a whitening, which a flow has not: drop int8 or the flow"
+    with pytest.raises(BertWhiteningError, match="^%s" % said):
+        EvalOptions(methods=["whitening", "flow"], codes=["binary", "int8"])
+    with pytest.raises(BertWhiteningError, match="^%s" % said):
+        evaluate(synthetic_encoded(), fit_statistics(synthetic_encoded()), [Setting(-1, method="flow")], codes=["int8"])
+    assert EvalOptions(methods=["flow"], codes="float32,binary").codes == ("float32", "binary")
+    assert EvalOptions().codes == ("float32",)
+
+
+def crafted_rows(valid, test, bytes_, codes="int8", splits=("train", "valid", "test")):
+    """Result rows of the given valid and test Spearman and bytes (a train split beside them)."""
+    return [
+        {
+            "setting": "k=%d" % i,
+            "codes": codes,
+            "n_components": i,
+            "bytes": size,
+            "splits": {split: {"train": 0.0, "valid": v, "test": t}[split] for split in splits},
+        }
+        for i, (v, t, size) in enumerate(zip(valid, test, bytes_, strict=True))
+    ]
+
+
+def test_each_byte_budget_chooses_the_best_valid_spearman_within_it_not_the_best_test():
+    from bert_whitening.evaluation import budget_choices, format_budgets
+
+    rows = crafted_rows(
+        valid=[0.50, 0.60, 0.55, float("nan"), 0.30], test=[0.90, 0.40, 0.45, 0.99, 0.20], bytes_=[1024, 512, 64, 16, 6]
+    )
+    choices = budget_choices(rows)
+    assert [(c["bytes"], c["setting"], c["vector_bytes"], c["valid"], c["test"]) for c in choices] == [
+        (1536, "k=1", 512, 0.60, 0.40),  # not k=0, the best test
+        (1024, "k=1", 512, 0.60, 0.40),
+        (768, "k=1", 512, 0.60, 0.40),
+        (512, "k=1", 512, 0.60, 0.40),
+        (384, "k=2", 64, 0.55, 0.45),
+        (256, "k=2", 64, 0.55, 0.45),
+        (128, "k=2", 64, 0.55, 0.45),
+        (64, "k=2", 64, 0.55, 0.45),
+        (32, "k=4", 6, 0.30, 0.20),  # k=3's valid Spearman is undefined: never chosen
+        (16, "k=4", 6, 0.30, 0.20),
+        (8, "k=4", 6, 0.30, 0.20),
+    ]  # no setting fits in 4 bytes: no row
+    assert {c["chosen_on"] for c in choices} == {"valid"} and choices[0]["codes"] == "int8"
+    report = {"tasks": {"T": {"budgets": choices}}}
+    lines = format_budgets("T", report).splitlines()
+    assert lines[0] == "T: the best setting within each byte budget, chosen on its valid split"
+    assert lines[1].split() == ["budget", "setting", "codes", "bytes", "valid", "test"]
+    assert lines[2].split() == ["1536", "k=1", "int8", "512", "0.6000", "0.4000"] and len(lines) == 2 + 11
+    assert format_budgets("T", {"tasks": {"T": {}}}) == ""
+    no_valid = budget_choices(crafted_rows([0.1, 0.2], [0.9, 0.1], [8, 8], splits=("train", "test")))
+    assert (no_valid[0]["chosen_on"], no_valid[0]["setting"], no_valid[0]["valid"]) == ("train", "k=0", 0.0)
+    test_only = budget_choices(crafted_rows([0.1, 0.2], [0.3, 0.7], [8, 8], splits=("test",)))
+    assert (test_only[0]["chosen_on"], test_only[0]["setting"], test_only[0]["test"]) == ("test", "k=1", 0.7)
+
+
+def test_the_table_names_each_columns_codes_and_bytes_when_there_is_another_code():
+    from bert_whitening.evaluation import format_table
+
+    results = [
+        {"setting": "k=8", "codes": c, "bytes": b, "splits": {"test": 0.5}, "avg": 0.5, "w-avg": 0.5, "fit_seconds": 0}
+        for c, b in (("float32", 32), ("binary", 1))
+    ]
+    lines = format_table("T", {"tasks": {"T": {"results": results, "counts": {"test": 30}}}}).splitlines()
+    assert lines[1].split() == ["T", "codes", "float32", "binary"] and lines[2].split() == ["T", "bytes", "32", "1"]
+    only_floats = format_table("T", {"tasks": {"T": {"results": results[:1], "counts": {"test": 30}}}})
+    assert "codes" not in only_floats and "bytes" not in only_floats

@@ -127,10 +127,13 @@ def test_a_fit_takes_its_options_as_an_object_or_as_keywords_not_both(tiny_model
     refused = [
         (lambda: fit_whitening(stats, 2), "options must be a FitOptions, got int 2"),
         (lambda: fit_whitening(stats, FitOptions(), beta=0.5), "options: give a FitOptions or its keywords, not both"),
-        (lambda: fit_whitening(stats, bta=0.5), "unknown option 'bta' (FitOptions takes: n_components, beta, gamma)"),
+        (
+            lambda: fit_whitening(stats, bta=0.5),
+            "unknown option 'bta' (FitOptions takes: n_components, beta, gamma, codes)",
+        ),
         (
             lambda: encoder.fit(SENTENCES, beat=0),
-            "unknown option 'beat' (fit takes: n_components, beta, gamma, format, skip_bad_lines, batch_size)",
+            "unknown option 'beat' (fit takes: n_components, beta, gamma, codes, format, skip_bad_lines, batch_size)",
         ),
         (lambda: encoder.fit(SENTENCES, options=FitOptions(), gamma=0), "options: give a FitOptions or its keywords"),
         (lambda: encoder.fit(SENTENCES, read=ReadOptions(), batch_size=8), "read: give a ReadOptions or its keywords"),

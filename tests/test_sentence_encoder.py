@@ -303,7 +303,13 @@ def test_an_index_in_memory_searches_as_it_was_built_whatever_its_encoder_become
         (dict(path="index", hnsw_m=1.5), "hnsw_m must be 0 (exact) or an integer 2..512, got 1.5"),
         (dict(hnsw_m=16), "hnsw_m is for an index written to a path; an index in memory is exact"),
         (dict(overwrite=True), "overwrite is for an index written to a path; an index in memory replaces none"),
-        (dict(hsnw_m=16), "unknown option 'hsnw_m' (IndexOptions takes: hnsw_m, batch_size, overwrite)"),
+        (
+            dict(hsnw_m=16),
+            "unknown option 'hsnw_m' (IndexOptions takes: hnsw_m, batch_size, overwrite, codes, rescore)",
+        ),
+        (dict(codes="binary"), "codes are for an index written to a path; an index in memory holds float32"),
+        (dict(path="index", codes="int4"), "codes must be one of float32, int8, binary, got 'int4'"),
+        (dict(path="index", codes="binary", rescore=0), "rescore must be a positive integer, got 0"),
         (dict(batch_size=0), "batch_size must be a positive integer, got 0"),
         (
             dict(path="index", options=IndexOptions(), hnsw_m=16),
@@ -319,6 +325,18 @@ def test_an_hnsw_m_faiss_cannot_take_is_refused_before_anything_is_built(fitted,
     with pytest.raises(BertWhiteningError, match="^%s$" % re.escape(said)):
         encoder.index(SENTENCES, **arguments)
     assert os.listdir(tmp_path) == []
+
+
+def test_an_index_of_binary_codes_written_to_a_path_answers_with_float_cosines(fitted, tmp_path):
+    encoder, _ = fitted
+    exact = encoder.index(SENTENCES).search(SENTENCES[:2], top_k=3)
+    coded = encoder.index(SENTENCES, str(tmp_path / "index"), codes="binary", rescore=len(SENTENCES))
+    assert coded._index.codes == "binary"
+    found = coded.search(SENTENCES[:2], top_k=3)
+    assert [[hit["corpus_id"] for hit in result["hits"]] for result in found] == [
+        [hit["corpus_id"] for hit in result["hits"]] for result in exact
+    ]
+    assert found[0]["hits"][0]["score"] == pytest.approx(exact[0]["hits"][0]["score"], abs=1e-5)
 
 
 def test_an_empty_corpus_is_refused_in_memory_as_on_disk(fitted):
@@ -584,3 +602,71 @@ def test_an_encoder_s_configuration_cannot_be_changed_under_it(fitted):
     with pytest.raises(AttributeError):
         encoder.config = dataclasses.replace(encoder.config, pooling="cls")
     assert encoder.config.pooling == "first-last-avg"
+
+
+def test_an_encoder_fitted_with_codes_encodes_into_them_and_floats_on_request(tiny_model):
+    encoder = SentenceEncoder.load(tiny_model[0])
+    whitening = encoder.fit(SENTENCES * 3, n_components=12, codes="int8")
+    assert whitening.codes == "int8" and whitening.code_scales.shape == (whitening.dim,)
+    floats = encoder.encode(SENTENCES, codes="float32")
+    ints = encoder.encode(SENTENCES)
+    steps = whitening.quantizer(12).steps
+    assert ints.dtype == np.int8 and ints.shape == (len(SENTENCES), 12)
+    np.testing.assert_array_equal(ints, np.clip(np.rint(floats.astype(np.float64) / steps), -127, 127))
+    assert encoder.encode(SENTENCES, codes="binary").tolist() == np.packbits(floats > 0, axis=1).tolist()
+    with pytest.raises(BertWhiteningError, match="codes 'int8' are the output: precision"):
+        encoder.encode(SENTENCES, precision="ubinary")
+    with pytest.raises(BertWhiteningError, match="codes must be one of float32, int8, binary, got 'int4'"):
+        encoder.encode(SENTENCES, codes="int4")
+
+
+def test_a_flow_fitted_with_a_bar_counts_the_sentences_on_it_and_its_steps_apart(tiny_model, monkeypatch):
+    """``fit --method flow`` passed its encoding bar on, and the flow's steps were counted on it."""
+    from bert_whitening import flow
+
+    class Counted:
+        done = 0
+
+        def update(self, n=1):
+            self.done += n
+
+    steps_shown = []
+    progress_of = flow.progress_of
+    monkeypatch.setattr(
+        flow, "progress_of", lambda shown, *rest: steps_shown.append(shown) or progress_of(False, *rest)
+    )
+    bar = Counted()
+    encoder = SentenceEncoder.load(tiny_model[0], pooling="cls")
+    encoder.fit_flow(SENTENCES * 3, flow_batch_size=8, config={"n_levels": 2, "depth": 1}, progress=bar)
+    assert bar.done == len(SENTENCES) * 3 and steps_shown == [None]
+
+
+def test_similarity_of_an_encoder_with_codes_is_the_cosine_of_its_codes(tiny_model):
+    """int8: the cosine of the integers scaled by the spread the whitening recorded (6 of it over
+    127 and the spreads' norm); binary: of the +-1 vectors of the signs; sentences, vectors and
+    codes alike."""
+    encoder = SentenceEncoder.load(tiny_model[0])
+    whitening = encoder.fit(SENTENCES * 3, n_components=12, codes="int8")
+    a, b = SENTENCES[:3], SENTENCES[2:7]
+    fa, fb = (encoder.encode(side, codes="float32").astype(np.float64) for side in (a, b))
+    rms = whitening.code_scales[:12]
+    step = 6.0 * rms / (127 * np.linalg.norm(rms))
+    int8 = cosines(*(np.clip(np.rint(side / step), -127, 127) * step for side in (fa, fb)))
+    binary = np.where(fa > 0, 1.0, -1.0) @ np.where(fb > 0, 1.0, -1.0).T / 12
+    assert np.abs(int8 - cosines(fa, fb)).max() > 1e-5  # the codes' cosine is not the floats'
+    np.testing.assert_allclose(encoder.similarity(a, b), int8, atol=1e-6)
+    np.testing.assert_allclose(encoder.similarity(encoder.encode(a), fb * 3), int8, atol=1e-6)  # codes, vectors
+    np.testing.assert_allclose(encoder.similarity(a, b, codes="float32"), cosines(fa, fb), atol=1e-6)
+    np.testing.assert_allclose(encoder.similarity(a, b, codes="binary"), binary, atol=1e-6)
+    packed = encoder.encode(b, codes="binary")
+    np.testing.assert_allclose(encoder.similarity(fa, packed, codes="binary"), binary, atol=1e-6)
+    pairwise = encoder.similarity_pairwise(a, b[:3])
+    assert pairwise.dtype == np.float32
+    np.testing.assert_allclose(pairwise, np.diag(int8[:, :3]), atol=1e-6)
+    np.testing.assert_allclose(encoder.similarity_pairwise(a, packed[:3], codes="binary"), np.diag(binary), atol=1e-6)
+    with pytest.raises(BertWhiteningError, match=r"^b: expected int8 codes of shape \(n, 12\), got uint8 of shape"):
+        encoder.similarity(a, packed)
+    with pytest.raises(BertWhiteningError, match=r"^a and b: rows paired one to one, got 3 and 2$"):
+        encoder.similarity_pairwise(a, encoder.encode(b[:2]))
+    with pytest.raises(BertWhiteningError, match="codes must be one of float32, int8, binary, got 'int4'"):
+        encoder.similarity(a, b, codes="int4")

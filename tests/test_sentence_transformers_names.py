@@ -302,7 +302,7 @@ def test_semantic_search_is_the_brute_force_of_its_cosines(top_k, rows_at_once, 
     "queries, corpus, top_k, said",
     [
         (np.ones((2, 3)), np.ones((4, 5)), 10, r"^corpus_vectors: vectors of dimension 5, the queries' are 3$"),
-        (np.ones(3), np.ones((4, 3)), 10, r"^query_vectors: expected a 2-D array"),
+        (np.ones((1, 2, 3)), np.ones((4, 3)), 10, r"^query_vectors: expected a 2-D array"),
         (np.ones((2, 3)), np.full((4, 3), np.nan), 10, r"^corpus_vectors: row 0"),
         (np.ones((2, 3)), np.ones((0, 3)), 10, r"^corpus_vectors: no vectors$"),
         (np.ones((2, 3)), np.ones((4, 3)), 0, r"top_k must be a positive integer"),
@@ -312,6 +312,13 @@ def test_semantic_search_is_the_brute_force_of_its_cosines(top_k, rows_at_once, 
 def test_semantic_search_refuses_what_is_not_two_sets_of_vectors(queries, corpus, top_k, said):
     with pytest.raises(BertWhiteningError, match=said):
         semantic_search(queries, corpus, top_k=top_k)
+
+
+def test_one_query_vector_is_one_query_as_in_sentence_transformers():
+    corpus = np.random.default_rng(0).normal(size=(6, 3))
+    assert semantic_search(corpus[2], corpus, top_k=2) == semantic_search(corpus[2:3], corpus, top_k=2)
+    assert semantic_search(corpus[2], corpus, top_k=1)[0][0]["corpus_id"] == 2
+    assert len(semantic_search(corpus[:2], corpus[4], top_k=3)[1]) == 1
 
 
 def test_corpus_id_is_the_row_from_0_of_an_index_in_memory(plain):

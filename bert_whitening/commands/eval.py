@@ -3,7 +3,13 @@
 import functools
 
 from bert_whitening.commands.base import Command, Paths
-from bert_whitening.commands.options import flow_training, flow_training_options, method_list, seed_list
+from bert_whitening.commands.options import (
+    codes_option,
+    flow_training,
+    flow_training_options,
+    method_list,
+    seed_list,
+)
 from bert_whitening.commands.tasks import (
     TASK_INPUTS,
     eval_options,
@@ -32,23 +38,36 @@ def add_arguments(parser):
         type=seed_list,
         help="comma-separated seeds, one flow each (with --method flow; default 0)",
     )
+    codes_option(
+        parser,
+        "comma-separated codes every setting's unit vectors are scored in (float32, int8, binary: "
+        "cosine of the codes); with another than float32, the best setting within each byte budget "
+        "is printed too, chosen on the valid split",
+        many=True,
+        default="float32",
+    )
     flow_training_options(parser)
 
 
 def run_eval(args):
-    from bert_whitening.evaluation import evaluate_tasks, format_table
+    from bert_whitening.evaluation import evaluate_tasks, format_budgets, format_table
     from bert_whitening.plots import plot_report
 
     training = flow_training(args, "flow" in args.method)
     if args.flow_seeds is not None and "flow" not in args.method:
         raise BertWhiteningError("--flow-seeds are the flows' seeds: add --method whitening,flow (or flow)")
-    options = eval_options(args, methods=args.method, flow_seeds=args.flow_seeds or [0], flow_options=training)
+    options = eval_options(
+        args, methods=args.method, flow_seeds=args.flow_seeds or [0], flow_options=training, codes=args.codes
+    )
     config = task_config(args)
 
     def show(title, task, report):
         if title != task:  # several poolings
             print(title)
         print(format_table(task, report), flush=True)
+        budgets = format_budgets(task, report)
+        if budgets:
+            print(budgets, flush=True)
 
     results = evaluate_tasks(config, args.task, options, on_task=show)
     write_reports(args, [report for report, _ in results], functools.partial(plot_report, *results[0]))

@@ -3,7 +3,7 @@
 import functools
 
 from bert_whitening.commands.base import Command, Paths
-from bert_whitening.commands.options import hnsw_m_int
+from bert_whitening.commands.options import codes_option, hnsw_m_int
 from bert_whitening.commands.tasks import (
     TASK_INPUTS,
     eval_options,
@@ -28,6 +28,14 @@ def add_arguments(parser):
         default=HNSW_M,
         help="neighbours per node of the HNSW index compared with exact search",
     )
+    codes_option(
+        parser,
+        "comma-separated codes each setting is scored in, e.g. float32,int8,binary: float32 by exact cosine "
+        "(with FAISS sizes and timings), int8 and binary ranked by the cosine of their codes; each row says "
+        "its codes and the bytes a vector takes",
+        many=True,
+        default=("float32",),
+    )
 
 
 def run_eval_retrieval(args):
@@ -35,7 +43,9 @@ def run_eval_retrieval(args):
     from bert_whitening.retrieval.evaluate import RetrievalOptions, evaluate_retrieval, format_retrieval_table
 
     options = eval_options(args)
-    retrieval = RetrievalOptions(split=args.split, distractor_files=args.distractors, hnsw_m=args.hnsw_m)
+    retrieval = RetrievalOptions(
+        split=args.split, distractor_files=args.distractors, hnsw_m=args.hnsw_m, codes=args.codes
+    )
     config = task_config(args)
     show = lambda title, entry: print(format_retrieval_table(title, entry), flush=True)
     reports = evaluate_retrieval(config, args.task, options, retrieval, on_task=show)
@@ -52,7 +62,8 @@ COMMAND = Command(
     "of its positive pairs. Each distinct sentence of a task is encoded once; for "
     "every setting it reports MRR@10, Recall@1 and Recall@10 of exact cosine search, the FAISS "
     "IndexFlatIP size and latency (p50/p99 of one query, queries/s in batches "
-    "of 64) and an HNSW index's Recall@10 against exact search. Needs "
+    "of 64) and an HNSW index's Recall@10 against exact search; with --codes, the same metrics of "
+    "int8 and binary codes ranked by their cosine, and the bytes a vector takes in each. Needs "
     "`pip install bert-whitening[search]`.",
     add_arguments=add_arguments,
     run=run_eval_retrieval,

@@ -366,6 +366,13 @@ class CheckedFile:
         checked before a reader trusts them (the reader then reads through `reading`)."""
         return os.pread(self._file.fileno(), length, offset)
 
+    def mapped(self, offset, dtype, shape):
+        """A read-only array of ``shape`` and ``dtype`` from ``offset``, mapped from the checked
+        descriptor (a file renamed over the name changes nothing mapped): for rows read a few at
+        a time from a file too large to hold, whose sha256 was checked at opening; the caller
+        checks the rows it reads (content written over in place since is not hashed again)."""
+        return np.memmap(self._file, dtype=dtype, mode="r", offset=offset, shape=shape)
+
     @contextlib.contextmanager
     def reading(self):
         """A buffered binary stream of the file from its first byte; leaving the block reads what

@@ -113,11 +113,27 @@ def exact_search(queries: np.ndarray, corpus: np.ndarray, top_k: int = CUTOFF) -
     """``(ids, scores)`` of the ``top_k`` largest dot products of each query row with the corpus
     rows, best first, ties by lower corpus position; exact, in blocks of queries."""
     queries, corpus = np.asarray(queries), np.asarray(corpus)
-    top_k = min(top_k, len(corpus))
-    ids = np.zeros((len(queries), top_k), dtype=np.int64)
-    scores = np.zeros((len(queries), top_k), dtype=np.result_type(queries, corpus))
-    for start in range(0, len(queries), SEARCH_BLOCK):
-        block = queries[start : start + SEARCH_BLOCK] @ corpus.T
+    block = lambda start: queries[start : start + SEARCH_BLOCK] @ corpus.T  # noqa: E731
+    return _ranked(block, len(queries), len(corpus), top_k, np.result_type(queries, corpus))
+
+
+def code_search(quantizer, queries: np.ndarray, corpus: np.ndarray, top_k: int = CUTOFF):
+    """`exact_search` by the cosine of codes: the query and corpus unit rows encoded by
+    ``quantizer`` (a `bert_whitening.codes.Quantizer`) and ranked by its ``cosine_matrix``, the
+    one cosine of codes, ties by lower corpus position."""
+    query_codes, corpus_codes = quantizer.encode(queries), quantizer.encode(corpus)
+    block = lambda start: quantizer.cosine_matrix(query_codes[start : start + SEARCH_BLOCK], corpus_codes)  # noqa: E731
+    return _ranked(block, len(query_codes), len(corpus_codes), top_k, np.float64)
+
+
+def _ranked(block_scores, queries, corpus, top_k, dtype):
+    """``(ids, scores)`` of the ``top_k`` best of each row of the score blocks ``block_scores(start)``
+    (rows ``start`` to ``start + SEARCH_BLOCK`` of ``queries`` x ``corpus``), ties by lower id."""
+    top_k = min(top_k, corpus)
+    ids = np.zeros((queries, top_k), dtype=np.int64)
+    scores = np.zeros((queries, top_k), dtype=dtype)
+    for start in range(0, queries, SEARCH_BLOCK):
+        block = block_scores(start)
         # Every item scoring at least the k-th best is a candidate, so ties at the cut are kept.
         kth = -np.partition(-block, top_k - 1, axis=1)[:, top_k - 1]
         for offset, row in enumerate(block):

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from bert_whitening.arguments import options_of, path_list, text
+from bert_whitening.codes import bytes_per_vector, code_list, quantizer
 from bert_whitening.config import EncoderConfig, versions
 from bert_whitening.data import DataError, data_dir
 from bert_whitening.errors import BertWhiteningError
@@ -18,6 +19,7 @@ from bert_whitening.evaluation import (
     EvalOptions,
     Task,
     encode_splits_together,
+    fit_key,
     fit_statistics,
     load_tasks,
     named_task,
@@ -27,9 +29,11 @@ from bert_whitening.io.bounded import check_memory
 from bert_whitening.retrieval.benchmark import (
     CUTOFF,
     build_benchmark,
+    code_search,
     positive_labels,
     positive_rule,
     read_distractors,
+    retrieval_metrics,
 )
 from bert_whitening.retrieval.faiss_indexes import (
     BATCH_QUERIES,
@@ -60,11 +64,11 @@ def evaluate_task(
     distractors: Sequence[str] = (),
     hnsw_m: int = HNSW_M,
     allow_rank_deficient: bool = False,
+    codes: Sequence[str] = ("float32",),
 ) -> dict[str, tuple[list[dict], dict[str, int]]]:
-    """Retrieval figures of every setting on a loaded task's ``split``, for each of its
-    poolings: its sentences (and the distractors) are encoded once, every pooling in the same
-    forward pass, and every setting is scored on the same vectors; ``fit_on`` as in
-    `evaluation.fit_statistics`. Returns ``{pooling: (results, counts)}``."""
+    """Retrieval figures of every setting in each of ``codes`` on a task's ``split``, per pooling:
+    sentences (and distractors) encoded once, every pooling in one pass, every setting scored on
+    the same vectors; ``fit_on`` as `evaluation.fit_statistics`. ``{pooling: (results, counts)}``."""
     from bert_whitening.encoding import encode_together
 
     splits = task.splits
@@ -94,12 +98,13 @@ def evaluate_task(
         queries = first[bench.query_pairs]
         corpus = np.concatenate([second[bench.corpus_pairs], np.asarray(extra[pooling], dtype=np.float64)])
         results = []
-        for setting, k, transform in whitened_settings(stats, requested, allow_rank_deficient)[0]:
+        prepared, fitted = whitened_settings(stats, requested, allow_rank_deficient)
+        for setting, k, transform in prepared:
             logger.info("%s: %s (k=%d) on %d queries x %d corpus", where, setting.label, k, len(queries), len(corpus))
-            scored = score_setting(transform(queries), transform(corpus), bench.relevant, hnsw_m)
-            results.append(
-                {"setting": setting.label, "n_components": k, "beta": setting.beta, "gamma": setting.gamma, **scored}
-            )
+            head = {"setting": setting.label, "n_components": k, "beta": setting.beta, "gamma": setting.gamma}
+            whitening = fitted[fit_key(setting)][0] if setting.n_components else None
+            coded = _scored_codes(codes, whitening, stats, transform(queries), transform(corpus), bench, hnsw_m)
+            results.extend({**head, **scored} for scored in coded)
         counts = {
             "pairs": len(splits[split]),
             "queries": len(bench.queries),
@@ -110,6 +115,40 @@ def evaluate_task(
         }
         found[pooling] = (results, counts)
     return found
+
+
+def _scored_codes(codes, whitening, stats, queries, corpus, bench, hnsw_m):
+    """One result of a setting's unit ``queries`` and ``corpus`` for each of ``codes``: float32
+    by `score_setting` (exact cosine, FAISS sizes and timings); int8 and binary ranked by the
+    cosine of their codes (`code_search`), their int8 scales the setting's ``whitening`` (for
+    raw vectors, one fitted on ``stats``). Each with its ``codes`` and ``bytes`` a vector."""
+    dim = queries.shape[1]
+    found = []
+    for code in codes:
+        if code == "float32":
+            scored = score_setting(queries, corpus, bench.relevant, hnsw_m)
+        else:
+            scored = _code_metrics(_setting_quantizer(code, dim, whitening, stats), queries, corpus, bench)
+        found.append({"codes": code, "bytes": bytes_per_vector(code, dim), **scored})
+    return found
+
+
+def _setting_quantizer(code, dim, whitening, stats):
+    """The `bert_whitening.codes.Quantizer` of a setting's vectors of ``dim`` in ``code``."""
+    if code != "int8":
+        return quantizer(code, dim)
+    if whitening is None:  # raw vectors: the spread of each raw coordinate over the fitted sample
+        from bert_whitening.whitening import fit_whitening
+
+        return fit_whitening(stats, allow_rank_deficient=True).quantizer(0, code, allow_rank_deficient=True)
+    return whitening.quantizer(dim, code, allow_rank_deficient=True)
+
+
+def _code_metrics(coder, queries, corpus, bench):
+    ids, _ = code_search(coder, queries, corpus)
+    result = retrieval_metrics(ids, bench.relevant)
+    result.update(queries=len(queries), corpus=len(corpus), dim=corpus.shape[1])
+    return result
 
 
 def _check_memory(task, bench, ks):
@@ -172,16 +211,20 @@ class RetrievalOptions:
     """What only ``eval-retrieval`` needs beside its `EvalOptions`, checked once when built:
     the ``split`` the benchmark is made from, the sentence files added to every corpus
     (``distractor_files``, kept as a tuple) and the HNSW index's ``hnsw_m`` compared with exact
-    search."""
+    search, and the ``codes`` each setting is scored in (`bert_whitening.codes.code_list`: a
+    tuple; float32 by exact cosine with FAISS sizes and timings, int8 and binary by the cosine
+    of their codes)."""
 
     split: str = "test"
     distractor_files: Sequence[str] = ()
     hnsw_m: int = HNSW_M
+    codes: Sequence[str] = ("float32",)
 
     def __post_init__(self):
         text(self.split, "split")
         object.__setattr__(self, "distractor_files", tuple(path_list(self.distractor_files, "distractor_files")))
         check_hnsw_m(self.hnsw_m)
+        object.__setattr__(self, "codes", code_list(self.codes))
 
 
 def evaluate_retrieval(
@@ -214,7 +257,14 @@ def evaluate_retrieval(
     for task in loaded:
         with named_task(task.name):
             found = evaluate_task(
-                task, split, requested, options.fit_on, distractors, retrieval.hnsw_m, config.allow_rank_deficient
+                task,
+                split,
+                requested,
+                options.fit_on,
+                distractors,
+                retrieval.hnsw_m,
+                config.allow_rank_deficient,
+                retrieval.codes,
             )
         for pooling, (results, counts) in found.items():
             entry = reports[pooling]["tasks"][task.name] = {"maxlen": task.maxlen, "counts": counts, "results": results}
@@ -247,6 +297,7 @@ def _report_head(encoder, pooling, options, retrieval):
         "fit_on": options.reported_fit_on,
         "distractor_files": list(retrieval.distractor_files),
         "cutoff": CUTOFF,
+        "codes": list(retrieval.codes),
         "hnsw": {"m": retrieval.hnsw_m, "ef_construction": HNSW_EF_CONSTRUCTION, "ef_search": HNSW_EF_SEARCH},
         "faiss_threads": _faiss_threads(),
         "tasks": {},
@@ -259,15 +310,18 @@ def _faiss_threads():
 
 
 def format_retrieval_table(task: str, entry: dict) -> str:
-    """One row per setting: quality, then FAISS flat size and speed, then HNSW."""
+    """One row per setting and code: quality and bytes a vector, then (float32) FAISS flat size
+    and speed, then HNSW; a code's row, ranked by the cosine of its codes, has no FAISS columns."""
     counts = entry["counts"]
     lines = [
         "%s: %d queries, corpus %d (%d distractors), %d relevant pairs"
         % (task, counts["queries"], counts["corpus"], counts["distractors"], counts["relevant"]),
-        "%-14s %4s %7s %7s %7s %9s %8s %8s %8s %9s %8s"
+        "%-14s %4s %-7s %5s %7s %7s %7s %9s %8s %8s %8s %9s %8s"
         % (
             "setting",
             "dim",
+            "codes",
+            "bytes",
             "MRR@10",
             "R@1",
             "R@10",
@@ -280,21 +334,31 @@ def format_retrieval_table(task: str, entry: dict) -> str:
         ),
     ]
     for result in entry["results"]:
-        flat, hnsw = result["flat"], result["hnsw"]
-        lines.append(
-            "%-14s %4d %7.4f %7.4f %7.4f %9.2f %8.3f %8.3f %8.0f %9.4f %8.3f"
+        flat, hnsw = result.get("flat"), result.get("hnsw")
+        faiss_columns = (
+            "%9.2f %8.3f %8.3f %8.0f %9.4f %8.3f"
             % (
-                result["setting"],
-                result["dim"],
-                result["mrr@10"],
-                result["recall@1"],
-                result["recall@10"],
                 flat["index_bytes"] / 1e6,
                 flat["p50_ms"],
                 flat["p99_ms"],
                 flat[QPS_BATCH],
                 hnsw["recall@10_vs_exact"],
                 hnsw["p50_ms"],
+            )
+            if flat
+            else "%9s %8s %8s %8s %9s %8s" % (("-",) * 6)
+        )
+        lines.append(
+            "%-14s %4d %-7s %5d %7.4f %7.4f %7.4f %s"
+            % (
+                result["setting"],
+                result["dim"],
+                result.get("codes", "float32"),
+                result.get("bytes", 4 * result["dim"]),
+                result["mrr@10"],
+                result["recall@1"],
+                result["recall@10"],
+                faiss_columns,
             )
         )
     return "\n".join(lines)

@@ -1,5 +1,5 @@
 """FAISS indexes and their timings: what ``eval-retrieval`` reports of each setting beside its
-quality, and the exact and HNSW indexes an index directory holds.
+quality, and the exact, HNSW and code indexes an index directory holds.
 
 FAISS (``pip install '.[search]'``) is imported on first use, so the rest of the package does not
 need it.
@@ -85,7 +85,49 @@ _HNSW_SCALARS = struct.Struct("<iiiii")
 _METRIC_INNER_PRODUCT = 0
 
 
-def check_index_layout(read_at, size: int, kind: str, count: int, dim: int) -> list:
+#: The four characters FAISS writes an index of codes with (an index directory's ``codes``): a
+#: binary flat index (Hamming distances of packed bits) and a scalar quantizer of int8 codes.
+CODE_FOURCC = {"binary": b"IBxF", "int8": b"IxSQ"}
+#: ``write_index_binary_header``: four characters, bits a code, bytes a code, row count, whether
+#: it is trained, the metric (unused by a binary flat index).
+_BINARY_HEADER = struct.Struct("<4siiq?i")
+#: A scalar quantizer after the index header: its kind, range statistic and its argument, the
+#: dimension, bytes a code; then its trained values (none for int8 codes taken as they are).
+_SCALAR_QUANTIZER = struct.Struct("<iifQQ")
+#: ``faiss.ScalarQuantizer.QT_8bit_direct_signed``: int8 codes stored as they are (``code + 128``).
+QT_8BIT_DIRECT_SIGNED = 8
+
+
+def code_index(quantizer):
+    """An empty FAISS index searching the codes of ``quantizer`` (a `bert_whitening.codes.Quantizer`,
+    binary or int8): binary codes by Hamming distance in an ``IndexBinaryFlat`` (the padding bits
+    of the last byte are 0 in every code), int8 codes by inner product in an
+    ``IndexScalarQuantizer`` that holds them as they are, a byte a dimension."""
+    if quantizer.codes == "binary":
+        return faiss().IndexBinaryFlat(8 * quantizer.width)
+    if quantizer.codes != "int8":
+        raise BertWhiteningError("an index of codes holds binary or int8 codes, not %s" % quantizer.codes)
+    return faiss().IndexScalarQuantizer(quantizer.k, QT_8BIT_DIRECT_SIGNED, faiss().METRIC_INNER_PRODUCT)
+
+
+def add_codes(index, quantizer, unit_vectors):
+    """Add the codes of ``unit_vectors`` (`Quantizer.encode`) to ``index`` (`code_index`)."""
+    codes = quantizer.encode(unit_vectors)
+    index.add(codes if quantizer.codes == "binary" else codes.astype(np.float32))
+
+
+def candidates(index, quantizer, queries, count):
+    """The ids ``(n, count)`` of the ``count`` rows of ``index`` (`code_index`) nearest each
+    float query: by Hamming distance to the query's binary code; for int8, by the inner
+    product of the query, scaled by the steps, with the stored integers (each code's own norm,
+    about 1, left out: the candidates are rescored)."""
+    queries = np.asarray(queries, dtype=np.float32)
+    if quantizer.codes == "binary":
+        return index.search(quantizer.encode(queries), count)[1]
+    return index.search(np.ascontiguousarray(queries * quantizer.steps, dtype=np.float32), count)[1]
+
+
+def check_index_layout(read_at, size: int, kind: str, count: int, dim: int, codes: str = "float32") -> list:
     """Refuse a FAISS file of ``size`` bytes (``read_at(offset, length)`` reads it) unless it is
     laid out as the ``kind`` index (``"flat"`` or ``"hnsw"``) of ``count`` float32 vectors of
     ``dim`` (all three as an index directory's ``index.json`` records them) that
@@ -94,11 +136,14 @@ def check_index_layout(read_at, size: int, kind: str, count: int, dim: int) -> l
     so a small crafted file could make it allocate gigabytes: after this check, every array lies
     within the file and the vectors are exactly ``count`` x ``dim`` x 4 bytes, so what FAISS
     allocates is bounded by the file's size; an HNSW graph's efSearch, which sizes what every
-    search allocates, must be the one `hnsw_index` sets. A `DataError` says what is wrong, for the caller to
-    name the file. Returns the ``(offset, bytes)`` of every header and length it checked, for
+    search allocates, must be the one `hnsw_index` sets; with ``codes`` binary or int8, it must be
+    the `code_index` of ``count`` such codes, every code's bytes there. A `DataError` says what is
+    wrong, for the caller to name the file. Returns the ``(offset, bytes)`` of every header and length it checked, for
     `read_as_checked`."""
     layout = _Layout(read_at, size)
-    if kind == "hnsw":
+    if codes != "float32":
+        layout.codes(codes, count, dim)
+    elif kind == "hnsw":
         layout.header(FOURCC["hnsw"], count, dim)
         for name, itemsize, entries in _HNSW_ARRAYS:
             layout.array(name, itemsize, entries and entries(count))
@@ -108,8 +153,9 @@ def check_index_layout(read_at, size: int, kind: str, count: int, dim: int) -> l
                 "holds an HNSW graph of efConstruction %d and efSearch %d, where `index` writes %d and %d"
                 % (construction, search, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH)
             )
-    layout.header(FOURCC["flat"], count, dim)
-    layout.array("vector components", 4, count * dim)
+    if codes == "float32":
+        layout.header(FOURCC["flat"], count, dim)
+        layout.array("vector components", 4, count * dim)
     if layout.offset != size:
         raise DataError("has %d bytes after the index it holds" % (size - layout.offset))
     return layout.checked
@@ -165,6 +211,29 @@ class _Layout:
             )
         if metric != _METRIC_INNER_PRODUCT:
             raise DataError("holds an index of FAISS metric %d, not inner product" % metric)
+
+    def codes(self, codes, count, dim):
+        """A `code_index` of ``count`` ``codes`` of ``dim`` dimensions and its codes."""
+        width = (dim + 7) // 8 if codes == "binary" else dim
+        if codes == "binary":
+            found, bits, code_size, found_count, _, _ = self.take(_BINARY_HEADER)
+            if found != CODE_FOURCC["binary"]:
+                raise DataError("holds a FAISS index of kind %r where %r is expected" % (found, CODE_FOURCC["binary"]))
+            if (found_count, bits, code_size) != (count, 8 * width, width):
+                raise DataError(
+                    "holds %d binary codes of %d bytes; index.json says %d of %d dimensions"
+                    % (found_count, code_size, count, dim)
+                )
+        else:
+            self.header(CODE_FOURCC["int8"], count, dim)
+            kind, _, _, found_dim, code_size = self.take(_SCALAR_QUANTIZER)
+            if (kind, found_dim, code_size) != (QT_8BIT_DIRECT_SIGNED, dim, dim):
+                raise DataError(
+                    "holds a scalar quantizer of kind %d, %d dimensions in %d bytes, not int8 codes of %d"
+                    % (kind, found_dim, code_size, dim)
+                )
+            self.array("trained values", 4, 0)
+        self.array("code bytes", 1, count * width)
 
     def array(self, name, itemsize, entries=None):
         (length,) = self.take(_LENGTH)

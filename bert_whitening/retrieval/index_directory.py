@@ -3,7 +3,12 @@ verified before use.
 
 A directory holds:
 
-- ``index.faiss``: the FAISS index (exact ``IndexFlatIP``, or HNSW) of the L2-normalised vectors;
+- ``index.faiss``: the FAISS index (exact ``IndexFlatIP``, or HNSW) of the L2-normalised vectors,
+  or, with ``codes`` binary or int8, the index of their codes
+  (`bert_whitening.retrieval.faiss_indexes.code_index`);
+- ``vectors.npy``: with codes, the float32 unit vectors, kept on disk and mapped: a search takes
+  its ``rescore`` nearest candidates by codes and ranks them by their exact cosines
+  (`IndexDirectory.search`), as sentence-transformers' ``semantic_search_faiss`` rescores;
 - ``keys.tsv``: ``file<TAB>line`` of each row, in index order, as the file was named when it was
   indexed (shown to the user, never opened again);
 - ``texts.jsonl``: the text of each row, one JSON string a line (``null`` for rows indexed from
@@ -11,28 +16,31 @@ A directory holds:
 - ``whitening.npz`` or ``flow.npz``: the whitening or the flow that made the vectors, when there
   is one;
 - ``index.json``: the `bert_whitening.config.EncoderConfig` record of the encoder, the count, the
-  dimension, the kind of index, and the sha256 of each file above.
+  dimension, the kind of index, its codes, the bytes a vector takes in the searched part, the
+  rescore count, and the sha256 of each file above.
 
 Search reads nothing outside the directory, so editing, moving or deleting the corpus files later
 changes nothing. Opening an index checks, before FAISS reads a byte: that every file is a regular
 file (a FIFO or a device under one of these names would block or never end; a link could point
-anywhere), and that its sha256 is the one ``index.json`` records, so a damaged, truncated or
-swapped file (an ``index.faiss`` copied from another index of the same dimension, say) is
-refused; what is read afterwards is read from the descriptors that were checked
-(`IndexDirectory`). Then ``index.faiss`` must be laid out as the index ``index.json`` describes
-(`bert_whitening.retrieval.faiss_indexes.check_index_layout`: kind, count, dimension, every array
-within the file), still before FAISS reads it, and the keys and texts must have ``index.json``'s
-row count, none longer than `ROW_BYTES` (where each line starts is taken as they are checked;
-a search then reads its rows alone, from blocks that must still be the ones checked:
-`CheckedFile.line`). A whitening or flow file, read whole, larger than one of the recorded
-hidden size can be is refused before it is hashed. ``index.json`` is the root of this trust: its
-entries are type-checked, and must describe an index `IndexWriter` writes (its kind, normalised
-vectors, the dimension its encoder gives); whoever can rewrite it can rewrite the rest, but not
-make a reader allocate more than the files hold.
+anywhere), and that its sha256 is the one ``index.json`` records, so a damaged, truncated or swapped
+file (an ``index.faiss`` copied from another index of the same dimension, say) is refused; what is
+read afterwards is read from the descriptors that were checked (`IndexDirectory`). Then
+``index.faiss`` must be laid out as the index ``index.json`` describes
+(`bert_whitening.retrieval.faiss_indexes.check_index_layout`: kind, codes, count, dimension, every
+array within the file), still before FAISS reads it, ``vectors.npy`` a float32 array of ``count`` x
+``dim`` exactly (the rows a search rescores must each be a unit vector when read), and the keys and
+texts must have ``index.json``'s row count, none longer than `ROW_BYTES` (where each line starts is
+taken as they are checked; a search then reads its rows alone, from blocks that must still be the
+ones checked: `CheckedFile.line`). A whitening or flow file, read whole, larger than one of the
+recorded hidden size can be is refused before it is hashed. ``index.json`` is the root of this
+trust: its entries are type-checked, and must describe an index `IndexWriter` writes (its kind,
+normalised vectors, the dimension its encoder gives); whoever can rewrite it can rewrite the rest,
+but not make a reader allocate more than the files hold.
 """
 
 import contextlib
 import dataclasses
+import io
 import json
 import logging
 import os
@@ -40,23 +48,37 @@ import os
 import numpy as np
 
 from bert_whitening.arguments import boolean, options_of, positive_int, vector_array
+from bert_whitening.codes import CODES, bytes_per_vector, check_codes, quantizer
 from bert_whitening.config import checked_record, versions
 from bert_whitening.errors import BertWhiteningError, DataError
 from bert_whitening.io.atomic import check_output_directory, publish_directory, staged_directory
-from bert_whitening.io.bounded import FLOW_FILE_BYTES, JSON_BYTES, LINE_BYTES, check_memory, whitening_file_bytes
+from bert_whitening.io.bounded import (
+    FLOW_FILE_BYTES,
+    HEADER_ERRORS,
+    JSON_BYTES,
+    LINE_BYTES,
+    NPY_HEADER_BYTES,
+    check_memory,
+    npy_header,
+    whitening_file_bytes,
+)
 from bert_whitening.io.files import CheckedFile, file_sha256, open_directory, read_limited_at
+from bert_whitening.io.npy_rows import NpyRowWriter
 from bert_whitening.io.records import Schema, check_fields, parse_json, parse_record
 from bert_whitening.retrieval.faiss_indexes import (
     FOURCC,
+    add_codes,
+    candidates,
     check_graph_m,
     check_hnsw_m,
     check_index_layout,
+    code_index,
     faiss,
     faiss_reason,
     hnsw_index,
     read_as_checked,
 )
-from bert_whitening.vectors import check_vectors
+from bert_whitening.vectors import NORM_TOLERANCE, check_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +87,17 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 2
 INDEX_FILE, KEYS_FILE, TEXTS_FILE = "index.faiss", "keys.tsv", "texts.jsonl"
 WHITENING_FILE, FLOW_FILE, RECORD_FILE = "whitening.npz", "flow.npz", "index.json"
-#: What ``index.json`` holds besides the encoder record (`bert_whitening.config.RECORD`).
-RECORD = Schema(required={"count": int, "dim": int, "files": dict, "index": str})
+#: The float32 unit vectors an index of codes rescores its candidates with.
+VECTORS_FILE = "vectors.npy"
+#: What ``index.json`` holds besides the encoder record (`bert_whitening.config.RECORD`); an index
+#: written before codes has no ``codes`` (float32), ``bytes_per_vector`` or ``rescore``.
+RECORD = Schema(
+    required={"count": int, "dim": int, "files": dict, "index": str},
+    optional={"codes": str, "bytes_per_vector": int, "rescore": (int, type(None))},
+)
+#: The candidates an index of codes rescores per query unless told: sentence-transformers'
+#: ``semantic_search_faiss`` rescores 4 x top_k, which at its default top_k of 10 is 40.
+RESCORE = 100
 #: The longest row of ``keys.tsv`` or ``texts.jsonl``, without its line end: the text of an input
 #: line (at most `LINE_BYTES`) as JSON, where a control character takes six bytes (``\u0001``); a
 #: key's file name is far shorter. A longer row is refused at opening, before any is read, and
@@ -84,18 +115,54 @@ def shown_name(path):
 class IndexOptions:
     """How an index directory is written, checked once when built: ``hnsw_m`` (0: an exact
     ``IndexFlatIP``; else HNSW's neighbours per node, `check_hnsw_m`), ``batch_size`` (sentences
-    per forward pass, when the index encodes them) and ``overwrite`` (replace an existing
-    directory). ``index``, `bert_whitening.retrieval.search.build_index`, `IndexWriter` and
+    per forward pass, when the index encodes them), ``overwrite`` (replace an existing
+    directory), ``codes`` (`bert_whitening.codes.CODES`: float32 searches the vectors; binary or
+    int8 searches their codes exactly and keeps the vectors on disk) and ``rescore`` (with codes:
+    the nearest candidates by codes whose exact cosines rank a query's hits; at least its top_k
+    are). ``index``, `bert_whitening.retrieval.search.build_index`, `IndexWriter` and
     `bert_whitening.SentenceEncoder.index` take one."""
 
     hnsw_m: int = 0
     batch_size: int = 128
     overwrite: bool = False
+    codes: str = "float32"
+    rescore: int = RESCORE
 
     def __post_init__(self):
         check_hnsw_m(self.hnsw_m, allow_flat=True)
         object.__setattr__(self, "batch_size", positive_int(self.batch_size, "batch_size"))
         object.__setattr__(self, "overwrite", boolean(self.overwrite, "overwrite"))
+        check_codes(self.codes)
+        object.__setattr__(self, "rescore", positive_int(self.rescore, "rescore"))
+        if self.hnsw_m and self.codes != "float32":
+            raise BertWhiteningError(
+                "an index of %s codes is searched exactly: give hnsw_m 0 (--hnsw-m 0), or codes float32" % self.codes
+            )
+
+
+def index_quantizer(codes, dim, whitening=None, n_components=0):
+    """The `bert_whitening.codes.Quantizer` of an index's ``codes`` (None for float32): int8 takes
+    its steps from the ``whitening`` the index stores (at its ``n_components``), so one without is
+    refused; binary needs none. The writer and the reader call it alike."""
+    if check_codes(codes) == "float32":
+        return None
+    if codes == "int8":
+        if whitening is None or not n_components:
+            raise BertWhiteningError(
+                "int8 codes take their scales from the whitening an index stores: give a whitening and "
+                "n_components > 0 (--whitening, --n-components), or choose binary codes"
+            )
+        return whitening.quantizer(n_components, codes, allow_rank_deficient=True)
+    return quantizer(codes, dim)
+
+
+def rescored(queries, found, rows, top_k):
+    """``(scores, ids)`` of the ``top_k`` of each query's candidates ``found`` (ids, ``(n, m)``)
+    by the exact cosine of the query with their ``rows`` (``(n, m, dim)`` unit vectors), best
+    first, ties by lower id: the rescoring of an index of codes."""
+    scores = np.einsum("qd,qmd->qm", queries.astype(np.float32), rows.astype(np.float32))
+    order = np.lexsort((found, -scores), axis=1)[:, :top_k]
+    return np.take_along_axis(scores, order, axis=1), np.take_along_axis(found, order, axis=1)
 
 
 class IndexWriter:
@@ -113,10 +180,14 @@ class IndexWriter:
         (`check_output_directory`)."""
         options_of(IndexOptions, options)
         hnsw_m, overwrite = options.hnsw_m, options.overwrite
+        self.quantizer = index_quantizer(options.codes, dim, whitening, record["n_components"])
         check_output_directory(output, inputs, overwrite)
         self.output, self.record, self.dim, self.hnsw_m, self.overwrite = output, record, dim, hnsw_m, overwrite
-        self.whitening, self.flow, self.source = whitening, flow, source
-        self.index = hnsw_index(dim, hnsw_m) if hnsw_m else faiss().IndexFlatIP(dim)
+        self.whitening, self.flow, self.source, self.options = whitening, flow, source, options
+        if self.quantizer is not None:
+            self.index = code_index(self.quantizer)
+        else:
+            self.index = hnsw_index(dim, hnsw_m) if hnsw_m else faiss().IndexFlatIP(dim)
 
     def __enter__(self):
         self._open = contextlib.ExitStack()  # what __exit__ closes, the staging last
@@ -125,7 +196,15 @@ class IndexWriter:
             self._open.enter_context(open(os.path.join(self.staging, name), "w", encoding="utf-8", newline="\n"))
             for name in (KEYS_FILE, TEXTS_FILE)
         )
+        self.vectors = None
+        if self.quantizer is not None:
+            self.vectors = NpyRowWriter(os.path.join(self.staging, VECTORS_FILE), self.dim)
+            self._open.push(self._close_vectors)  # closed by __exit__ on success, by this on a failure
         return self
+
+    def _close_vectors(self, kind, error, traceback):
+        if kind is not None:
+            self.vectors.__exit__(kind, error, traceback)
 
     def add(self, vectors, keys, texts=None, stages=()):
         """Add ``vectors`` (unit rows) with their ``[(file, line)]`` keys and texts (None: none);
@@ -151,15 +230,22 @@ class IndexWriter:
                 )
             self.keys.write(key_row + "\n")
             self.texts.write(text_row + "\n")
-        self.index.add(vectors)
+        if self.quantizer is None:
+            self.index.add(vectors)
+        else:
+            add_codes(self.index, self.quantizer, vectors)
+            self.vectors.append(vectors)
 
     def _check_memory(self, rows):
         """Refuse, before it is added, a block that would take the index (held in memory until
         it is written) past the memory this process may use (`check_memory`): its float32
         vectors, and an HNSW graph's 2 M neighbour ids of 4 bytes a row on its lowest level. A
         stream's size is not known before it is read, so the refusal comes at the block that does
-        not fit, in one line (the staging removed), not from the kernel's OOM killer."""
+        not fit, in one line (the staging removed), not from the kernel's OOM killer. An index of
+        codes holds its codes alone (its vectors are written to disk as they come)."""
         needs = {"of float32 vectors of dimension %d" % self.dim: 4 * rows * self.dim}
+        if self.quantizer is not None:
+            needs = {"of %s codes of dimension %d" % (self.quantizer.codes, self.dim): self.quantizer.bytes * rows}
         if self.hnsw_m:
             needs["of HNSW links (M %d)" % self.hnsw_m] = 4 * 2 * self.hnsw_m * rows
         check_memory(
@@ -197,6 +283,8 @@ class IndexWriter:
             if kind is None:
                 self.keys.close()
                 self.texts.close()
+                if self.vectors is not None:
+                    self.vectors.close()
                 if self.index.ntotal == 0:
                     raise DataError("%s: no vectors to index" % self.source)
                 self._write()
@@ -206,9 +294,12 @@ class IndexWriter:
         return self._open.__exit__(kind, error, traceback)
 
     def _write(self):
+        binary = self.quantizer is not None and self.quantizer.codes == "binary"
         with open(os.path.join(self.staging, INDEX_FILE), "wb") as stream:  # Python's errors, not FAISS's
-            faiss().write_index(self.index, faiss().PyCallbackIOWriter(stream.write))
-        names = [INDEX_FILE, KEYS_FILE, TEXTS_FILE]
+            (faiss().write_index_binary if binary else faiss().write_index)(
+                self.index, faiss().PyCallbackIOWriter(stream.write)
+            )
+        names = [INDEX_FILE, KEYS_FILE, TEXTS_FILE] + ([VECTORS_FILE] if self.quantizer is not None else [])
         for name, fitted in ((WHITENING_FILE, self.whitening), (FLOW_FILE, self.flow)):
             if fitted is not None:
                 with open(os.path.join(self.staging, name), "wb") as stream:
@@ -220,6 +311,9 @@ class IndexWriter:
             "dim": self.dim,
             "index": "hnsw" if self.hnsw_m else "flat",
             "hnsw_m": self.hnsw_m or None,
+            "codes": self.options.codes,
+            "bytes_per_vector": bytes_per_vector(self.options.codes, self.dim),
+            "rescore": self.options.rescore if self.quantizer is not None else None,
             "format_version": FORMAT_VERSION,
             "files": {name: file_sha256(os.path.join(self.staging, name)) for name in names},
             "versions": versions(),
@@ -265,13 +359,17 @@ class IndexDirectory:
             rows = (KEYS_FILE, TEXTS_FILE)
             self._files = {name: checked(name) for name in self.metadata["files"] if name not in rows}
             self.count, self.dim = self.metadata["count"], self.metadata["dim"]
+            self.codes = self.metadata.get("codes", "float32")
+            self.bytes_per_vector = bytes_per_vector(self.codes, self.dim)
+            self.rescore = self.metadata.get("rescore")
             index_file = self._files[INDEX_FILE]
             try:
                 self._checked_layout = check_index_layout(
-                    index_file.read_at, index_file.size, self.metadata["index"], self.count, self.dim
+                    index_file.read_at, index_file.size, self.metadata["index"], self.count, self.dim, self.codes
                 )
             except DataError as error:
                 self._refuse("%s %s" % (INDEX_FILE, error))
+            self._rescored = self._mapped_vectors() if self.codes != "float32" else None
             # index.faiss holds count vectors: where each row starts is kept for at most that many
             self._files.update((name, checked(name, self.count)) for name in rows)
         finally:
@@ -286,7 +384,30 @@ class IndexDirectory:
                     "%s line %d is longer than %d bytes, more than an index row holds"
                     % (name, longer[0] + 1, ROW_BYTES)
                 )
-        self._index = None
+        self._index = self._quantizer = None
+
+    def _mapped_vectors(self):
+        """``vectors.npy``, refused unless a float32 array of ``count`` x ``dim`` rows and nothing
+        else, mapped from its checked descriptor (`CheckedFile.mapped`)."""
+        file = self._files[VECTORS_FILE]
+        stream = io.BytesIO(file.read_at(0, NPY_HEADER_BYTES + 12))
+        try:
+            shape, fortran, dtype = npy_header(stream)
+        except HEADER_ERRORS as error:
+            self._refuse("%s is not a .npy array (%s)" % (VECTORS_FILE, error))
+        expected = (self.count, self.dim)
+        if tuple(shape) != expected or fortran or dtype != np.dtype("<f4"):
+            self._refuse(
+                "%s holds %s %s%s; index.json says float32 %s"
+                % (VECTORS_FILE, dtype, shape, " in Fortran order" if fortran else "", expected)
+            )
+        offset = stream.tell()
+        if file.size != offset + 4 * self.count * self.dim:
+            self._refuse(
+                "%s has %d bytes, not the %d of its header and rows"
+                % (VECTORS_FILE, file.size, offset + 4 * self.count * self.dim)
+            )
+        return file.mapped(offset, np.float32, expected)
 
     def _refuse(self, problem):
         raise DataError("%s: %s" % (self.directory, problem))
@@ -310,7 +431,9 @@ class IndexDirectory:
                 "%s: count %d, dim %d: an index holds at least one vector"
                 % (RECORD_FILE, metadata["count"], metadata["dim"])
             )
-        expected = {INDEX_FILE, KEYS_FILE, TEXTS_FILE}
+        expected = {INDEX_FILE, KEYS_FILE, TEXTS_FILE} | (
+            {VECTORS_FILE} if metadata.get("codes", "float32") != "float32" else set()
+        )
         expected |= {name for name, key in ((WHITENING_FILE, "whitening"), (FLOW_FILE, "flow")) if metadata.get(key)}
         if set(metadata["files"]) != expected:
             self._refuse("%s lists files %s, expected %s" % (RECORD_FILE, sorted(metadata["files"]), sorted(expected)))
@@ -352,6 +475,30 @@ class IndexDirectory:
                 "%s: 'dim' is %d, but its encoder gives vectors of dimension %d (%s)"
                 % (RECORD_FILE, metadata["dim"], encoded, "n_components" if k else "the model's hidden size")
             )
+        self._check_codes(metadata)
+
+    def _check_codes(self, metadata):
+        """Refuse codes no `IndexWriter` writes: unknown ones, HNSW over codes, int8 without the
+        whitening that scales them, a ``bytes_per_vector`` other than the codes' or a
+        ``rescore`` that is not a positive count (or not null for float32)."""
+        codes, rescore = metadata.get("codes", "float32"), metadata.get("rescore")
+        if codes not in CODES:
+            self._refuse("%s: 'codes' is %r, expected one of %s" % (RECORD_FILE, codes, ", ".join(CODES)))
+        if codes != "float32" and metadata["index"] != "flat":
+            self._refuse("%s: an index of %s codes is flat, not %r" % (RECORD_FILE, codes, metadata["index"]))
+        if codes == "int8" and not metadata["whitening"]:
+            self._refuse("%s: int8 codes without the whitening that scales them" % RECORD_FILE)
+        size = bytes_per_vector(codes, metadata["dim"])
+        if metadata.get("bytes_per_vector", size) != size:
+            self._refuse(
+                "%s: 'bytes_per_vector' is %d, but %s codes of dimension %d take %d"
+                % (RECORD_FILE, metadata["bytes_per_vector"], codes, metadata["dim"], size)
+            )
+        if (codes == "float32") != (rescore is None) or (rescore is not None and rescore < 1):
+            self._refuse(
+                "%s: 'rescore' is %r, expected %s"
+                % (RECORD_FILE, rescore, "null" if codes == "float32" else "a count >= 1")
+            )
 
     @property
     def index(self):
@@ -363,11 +510,10 @@ class IndexDirectory:
         if self._index is None:
             size = self._files[INDEX_FILE].size
             check_memory("%s: reading %s" % (self.directory, INDEX_FILE), {"of its FAISS index": size}, DataError)
+            read = faiss().read_index_binary if self.codes == "binary" else faiss().read_index
             with self._files[INDEX_FILE].reading() as stream:
                 try:
-                    index = faiss().read_index(
-                        faiss().PyCallbackIOReader(read_as_checked(stream.read, self._checked_layout))
-                    )
+                    index = read(faiss().PyCallbackIOReader(read_as_checked(stream.read, self._checked_layout)))
                 except RuntimeError as error:
                     self._refuse("FAISS cannot read %s (%s)" % (INDEX_FILE, faiss_reason(error)))
                 except DataError as error:
@@ -395,12 +541,40 @@ class IndexDirectory:
         return Flow.load(self._files[FLOW_FILE].read())
 
     def vectors(self):
-        """The exact vectors stored, float32 ``(count, dim)``."""
-        return self.index.reconstruct_n(0, self.count)
+        """The exact vectors stored, float32 ``(count, dim)``: an index of codes's from
+        ``vectors.npy``, each row checked a unit vector."""
+        if self._rescored is None:
+            return self.index.reconstruct_n(0, self.count)
+        return self._checked_rows(np.array(self._rescored))
 
-    def search(self, vectors, top_k):
-        """``(scores, ids)`` of the ``top_k`` nearest rows (at most ``count``) of each vector."""
-        return self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), min(top_k, self.count))
+    def quantizer(self):
+        """The `bert_whitening.codes.Quantizer` of the codes searched (None for float32)."""
+        if self._quantizer is None and self.codes != "float32":
+            self._quantizer = index_quantizer(self.codes, self.dim, self.whitening(), self.metadata["n_components"])
+        return self._quantizer
+
+    def search(self, vectors, top_k, rescore=None):
+        """``(scores, ids)`` of the ``top_k`` nearest rows (at most ``count``) of each vector, best
+        first. An index of codes takes the ``rescore`` (None: its record's; at least ``top_k``)
+        nearest rows by codes (`candidates`) and ranks them by the exact cosine of their float32
+        vectors, ties by lower row: the scores are those cosines."""
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        top_k = min(top_k, self.count)
+        if self._rescored is None:
+            return self.index.search(vectors, top_k)
+        wanted = max(top_k, positive_int(self.rescore if rescore is None else rescore, "rescore"))
+        found = candidates(self.index, self.quantizer(), vectors, min(wanted, self.count))
+        return rescored(vectors, found, self._checked_rows(self._rescored[found]), top_k)
+
+    def _checked_rows(self, rows):
+        """``rows`` of ``vectors.npy`` if each is a finite unit vector, as written; else refused as
+        changed since its check (the file is mapped, not hashed again)."""
+        norms = np.linalg.norm(rows.reshape(-1, self.dim).astype(np.float64), axis=1)
+        if not np.all(np.abs(norms - 1) <= NORM_TOLERANCE):
+            self._refuse(
+                "%s changed after it was checked against %s: a row is not a unit vector" % (VECTORS_FILE, RECORD_FILE)
+            )
+        return rows
 
     def rows(self, wanted):
         """``{row: (file, line, text)}`` for the set of ``wanted`` rows, each read alone from the

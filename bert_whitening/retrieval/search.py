@@ -24,6 +24,7 @@ from bert_whitening.retrieval.index_directory import (
     IndexDirectory,
     IndexOptions,
     IndexWriter,
+    index_quantizer,
 )
 
 logger = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ def build_index(
         record,
         config.dim,
         options,
-        config.whitening if record["n_components"] else None,
+        stored_whitening(config),
         source,
         flow=config.flow,
         inputs=read + config.read_paths(),
@@ -84,13 +85,51 @@ def build_index(
             _add_encoded(writer, config, inputs, sentences, options.batch_size)
         count = writer.index.ntotal
     logger.info(
-        "indexed %d vectors of dimension %d into %s (%s)",
-        count,
-        config.dim,
-        output,
-        "HNSW, M=%d" % options.hnsw_m if options.hnsw_m else "exact IndexFlatIP",
+        "indexed %d vectors of dimension %d into %s (%s)", count, config.dim, output, index_summary(options, config.dim)
     )
     return count
+
+
+def stored_whitening(config):
+    """The whitening an index of ``config``'s vectors stores: its own when it keeps k > 0
+    whitened dimensions, else none."""
+    return config.whitening if config.components else None
+
+
+def check_index_codes(config, options):
+    """Refuse, before any model is built, ``options``' codes that an index of ``config``'s vectors
+    cannot hold (int8 without a stored whitening: `index_quantizer`)."""
+    index_quantizer(options.codes, config.dim, stored_whitening(config), config.components)
+
+
+def index_summary(options, dim):
+    """What an index of ``options`` searches and the bytes a vector takes in it, in memory."""
+    from bert_whitening.codes import bytes_per_vector
+
+    size = bytes_per_vector(options.codes, dim)
+    if options.codes != "float32":
+        searched = "exact search of %s codes, %d bytes a vector in memory" % (options.codes, size)
+        return searched + "; the %d nearest rescored by float32 vectors on disk" % options.rescore
+    return "%s, %d bytes a vector in memory" % (
+        "HNSW, M=%d" % options.hnsw_m if options.hnsw_m else "exact IndexFlatIP",
+        size,
+    )
+
+
+def index_vectors(config: EncoderConfig, output: str, vectors, options: IndexOptions = IndexOptions(), texts=None):
+    """Write an index directory of ``vectors`` (unit rows, as ``config``'s encoder makes them),
+    keyed ``MEMORY_SOURCE`` and their row from 1, with ``texts`` (None: none), as ``options``
+    say, and return it opened (`IndexDirectory`: ``search(vectors, top_k)``). The plain Python
+    way to an index of vectors already in memory, a benchmark's say."""
+    options_of(IndexOptions, options)
+    with IndexWriter(
+        output, config.to_config(), config.dim, options, stored_whitening(config), "vectors", flow=config.flow
+    ) as writer:
+        for start in range(0, len(vectors), NPY_BLOCK_ROWS):
+            block = vectors[start : start + NPY_BLOCK_ROWS]
+            keys = [(MEMORY_SOURCE, row) for row in range(start + 1, start + len(block) + 1)]
+            writer.add(block, keys, None if texts is None else list(texts[start : start + len(block)]))
+    return IndexDirectory(output)
 
 
 def _add_beam(writer, pattern, config):

@@ -4,7 +4,7 @@ import numpy as np
 
 from bert_whitening.encoding import encode
 from bert_whitening.models import with_whitening
-from bert_whitening.whitening import WhiteningStats, fit_whitening
+from bert_whitening.whitening import Whitening, WhiteningStats, fit_whitening
 
 from helpers import MANY, run
 
@@ -72,3 +72,30 @@ def test_a_failure_midway_leaves_no_partial_output(files, tiny_model, monkeypatc
     assert run("encode", "--model", tiny_model[0], "--output", output, sentences) == 1
     assert calls == [10, 10, 10] and not output.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_encode_writes_the_codes_the_whitening_was_fitted_with_and_floats_on_request(files, tiny_model, encoders):
+    """fit --codes int8 stores the scales; encode writes int8 rows, --codes float32 the floats,
+    --codes binary the packed signs: each the codes of the float rows, by `codes.py`'s definition."""
+    tmp_path, sentences, _ = files
+    model, whitening = tiny_model[0], tmp_path / "w8.npz"
+    assert run("fit", "--model", model, "--pooling", "cls", "--codes", "int8", "--output", whitening, sentences) == 0
+    outputs = {codes: tmp_path / ("%s.npy" % codes) for codes in ("default", "float32", "binary")}
+    for codes, output in outputs.items():
+        chosen = () if codes == "default" else ("--codes", codes)
+        assert run("encode", "--model", model, "--whitening", whitening, *chosen, "--output", output, sentences) == 0
+    floats, ints, bits = (np.load(outputs[name]) for name in ("float32", "default", "binary"))
+    assert floats.dtype == np.float32 and ints.dtype == np.int8 and bits.dtype == np.uint8
+    steps = Whitening.load(str(whitening)).quantizer().steps
+    np.testing.assert_array_equal(ints, np.clip(np.rint(floats.astype(np.float64) / steps), -127, 127))
+    np.testing.assert_array_equal(bits, np.packbits(floats > 0, axis=1))
+
+
+def test_codes_a_vector_cannot_have_are_refused_before_the_model(files, tiny_model, caplog):
+    tmp_path, sentences, _ = files
+    model, output = tiny_model[0], tmp_path / "v.npy"
+    assert run("encode", "--model", model, "--codes", "int8", "--output", output, sentences) == 1
+    assert "int8 codes take their scales from a whitening" in caplog.text
+    assert run("encode", "--model", model, "--codes", "binary", "--no-normalize", "--output", output, sentences) == 1
+    assert "binary codes are of unit vectors: drop --no-normalize" in caplog.text
+    assert not output.exists()

@@ -270,3 +270,47 @@ def test_the_model_is_checked_against_the_longest_maxlen_its_tasks_need(tiny_mod
         patch.setattr(models, "build", lambda *arguments, **options: pytest.fail("the model was built"))
         assert cli.main(argv + ["--n-components", "0,8"]) == 1
     assert "maxlen 128 is larger than the 64 positions of" in caplog.text
+
+
+def test_eval_codes_scores_every_setting_in_each_code_and_prints_the_budget_table(
+    tiny_model, sample_task, tmp_path, capsys
+):
+    out_json = tmp_path / "r.json"
+    argv = ["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir", sample_task, "--n-components", "0,8"]
+    assert cli.main(argv + ["--json", str(out_json)]) == 0
+    floats = json.loads(out_json.read_text())["tasks"]["SAMPLE"]
+    assert "budgets" not in floats and "budget" not in capsys.readouterr().out  # the default: floats as ever
+    assert [(r["codes"], r["bytes"]) for r in floats["results"]] == [("float32", 4 * 24), ("float32", 32)]
+    assert cli.main(argv + ["--codes", "float32,int8,binary", "--json", str(out_json)]) == 0
+    printed = capsys.readouterr().out
+    task = json.loads(out_json.read_text())["tasks"]["SAMPLE"]
+    assert [(r["setting"], r["codes"], r["bytes"]) for r in task["results"]] == [
+        ("raw", "float32", 96),
+        ("raw", "int8", 24),
+        ("raw", "binary", 3),
+        ("k=8", "float32", 32),
+        ("k=8", "int8", 8),
+        ("k=8", "binary", 1),
+    ]
+    assert [r["splits"] for r in task["results"] if r["codes"] == "float32"] == [r["splits"] for r in floats["results"]]
+    budgets = task["budgets"]
+    assert [choice["bytes"] for choice in budgets] == [1536, 1024, 768, 512, 384, 256, 128, 64, 32, 16, 8, 4]
+    for choice in budgets:
+        within = [r for r in task["results"] if r["bytes"] <= choice["bytes"]]
+        best = max(within, key=lambda r: r["splits"]["valid"])
+        assert (choice["setting"], choice["codes"], choice["chosen_on"]) == (best["setting"], best["codes"], "valid")
+        assert (choice["valid"], choice["test"]) == (best["splits"]["valid"], best["splits"]["test"])
+    assert "SAMPLE: the best setting within each byte budget, chosen on its valid split" in printed
+    assert "SAMPLE     codes             float32       int8     binary    float32" in printed
+
+
+def test_eval_refuses_int8_codes_beside_a_flow_before_the_model(tiny_model, sample_task, monkeypatch):
+    from bert_whitening import models
+
+    from helpers import here, refused
+
+    monkeypatch.setattr(models, "build", lambda *arguments, **options: pytest.fail("the model was built"))
+    common = ["eval", "--model", tiny_model[0], "--task", "SAMPLE", "--data-dir", sample_task]
+    said = "codes int8 take their scales from a whitening, which a flow has not"
+    refused(here(*common, "--method", "flow", "--codes", "binary,int8"), said)
+    refused(here(*common, "--codes", "int4"), "--codes: 'int4' is not a comma-separated list of", status=2)

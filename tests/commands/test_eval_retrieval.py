@@ -280,3 +280,42 @@ def test_a_split_a_later_task_lacks_is_refused_before_any_task_is_encoded(task_d
     argv = ["--model", tiny_model[0], "--task", "TINY", "--task", "ONLY", "--data-dir", directory, "--split", "valid"]
     assert run("eval-retrieval", *argv, "--n-components", "0") == 1
     assert one_error(caplog) == "ONLY has no valid split (splits: test)"
+
+
+def test_eval_retrieval_scores_each_code_on_one_encoding_with_its_bytes(task_dir, tiny_model, encoders, capsys):
+    import numpy as np
+
+    tmp_path, rows, _ = task_dir
+    output = tmp_path / "r.json"
+    argv = ["--model", tiny_model[0], "--task", "TINY", "--data-dir", tmp_path, "--n-components", "0,8"]
+    assert run("eval-retrieval", *argv, "--codes", "float32,int8,binary", "--json", output) == 0
+    report = json.loads(output.read_text(encoding="utf-8"))
+    results = report["tasks"]["TINY"]["results"]
+    assert report["codes"] == ["float32", "int8", "binary"]
+    assert [(r["n_components"], r["codes"], r["bytes"]) for r in results] == [
+        (0, "float32", 96),
+        (0, "int8", 24),
+        (0, "binary", 3),
+        (8, "float32", 32),
+        (8, "int8", 8),
+        (8, "binary", 1),
+    ]
+    table = capsys.readouterr().out
+    assert "binary      1" in table and "int8        8" in table
+
+    queries = list(dict.fromkeys(a for a, _, label in rows if label == 1))
+    corpus = list(dict.fromkeys(b for _, b, _ in rows))
+    relevant = [{corpus.index(b) for a, b, label in rows if a == query and label == 1} for query in queries]
+    encoder = encoders["first-last-avg"]
+    fit_sentences = [s for a, b, _ in rows for s in (a, b)] + [
+        s for i in range(10) for s in (MANY[40 + i], MANY[60 + i])
+    ]
+    whitening = fit_whitening(WhiteningStats().update(encode(encoder, fit_sentences)))
+    for k in (0, 8):
+        transform = functools.partial(whitening.transform, n_components=k) if k else l2_normalize
+        query_vectors, corpus_vectors = transform(encode(encoder, queries)), transform(encode(encoder, corpus))
+        signs = lambda vectors: np.where(vectors > 0, 1.0, -1.0)  # noqa: E731  the +-1 vectors bits stand for
+        expected = reference_metrics(reference_ranking(signs(query_vectors), signs(corpus_vectors)), relevant)
+        (binary,) = [r for r in results if (r["n_components"], r["codes"]) == (k, "binary")]
+        assert {m: binary[m] for m in expected} == pytest.approx(expected, abs=1e-9)
+        assert "flat" not in binary and binary["dim"] == (k or 24)

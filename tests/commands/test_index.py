@@ -262,3 +262,38 @@ def test_an_index_that_outgrows_memory_is_refused_at_the_block_that_does_not_fit
     limit_memory_in(monkeypatch, index_directory, MemoryLimit(per_row * 60, "the {} of a test"))
     assert run(*argv, "--output", tmp_path / "index") == 0
     assert IndexDirectory(str(tmp_path / "index")).count == 60
+
+
+@pytest.mark.parametrize("codes, size", [("binary", 2), ("int8", 12)])
+def test_index_of_codes_records_them_and_reports_the_bytes_a_vector_takes_in_memory(
+    indexed, tmp_path, caplog, codes, size
+):
+    model, corpus, whitening, vectors, index = indexed
+    coded = tmp_path / codes
+    argv = ["--model", model, "--whitening", whitening, "--n-components", 12, "--from-vectors", vectors]
+    with caplog.at_level("INFO"):
+        assert run("index", *argv, "--codes", codes, "--rescore", 7, "--output", coded, corpus) == 0
+    opened = IndexDirectory(str(coded))
+    assert (opened.metadata["codes"], opened.metadata["bytes_per_vector"], opened.metadata["rescore"]) == (
+        codes,
+        size,
+        7,
+    )
+    assert "%d bytes a vector in memory" % size in caplog.text and "the 7 nearest rescored" in caplog.text
+    np.testing.assert_array_equal(opened.vectors(), np.load(vectors))  # the float32 vectors beside the codes
+    assert rows_of(coded) == rows_of(index)
+
+
+def test_int8_codes_without_a_whitening_are_refused_before_the_model_is_built(indexed, tmp_path, caplog, monkeypatch):
+    model, corpus, whitening, vectors, index = indexed
+    monkeypatch.setattr("bert_whitening.commands.index.start", lambda args: pytest.fail("started"))
+    assert run("index", "--model", model, "--codes", "int8", "--output", tmp_path / "out", corpus) == 1
+    assert one_error(caplog).startswith("int8 codes take their scales from the whitening an index stores")
+    assert not (tmp_path / "out").exists()
+
+
+def test_codes_with_hnsw_are_refused_naming_both(indexed, tmp_path, caplog):
+    model, corpus, whitening, vectors, index = indexed
+    argv = ["--model", model, "--codes", "binary", "--hnsw-m", 8, "--output", tmp_path / "out", corpus]
+    assert run("index", *argv) == 1
+    assert "an index of binary codes is searched exactly: give hnsw_m 0" in one_error(caplog)

@@ -258,3 +258,24 @@ def test_hits_name_the_corpus_file_as_it_was_given(tiny_model, tmp_path, capsys,
     (result,) = json.loads(capsys.readouterr().out)
     assert [(hit["file"], hit["line"], hit["corpus_id"]) for hit in result["hits"]][0] == ("corpus.txt", 2, 1)
     assert str(tmp_path) not in json.dumps(result)
+
+
+@pytest.mark.parametrize("codes", ["binary", "int8"])
+def test_search_of_codes_rescoring_the_whole_corpus_gives_the_float_index_hits(indexed, tmp_path, capsys, codes):
+    model, corpus, whitening, vectors, index = indexed
+    coded = tmp_path / codes
+    argv = ["--model", model, "--whitening", whitening, "--n-components", 12, "--from-vectors", vectors]
+    assert run("index", *argv, "--codes", codes, "--rescore", 60, "--output", coded, corpus) == 0
+    queries = [MANY[5], MANY[33], "a query of none of its lines"]
+    capsys.readouterr()
+    found = []
+    for directory in (index, coded):
+        assert run("search", "--index", directory, "--top-k", 5, "--format", "json", *queries) == 0
+        found.append(json.loads(capsys.readouterr().out))
+    assert [[hit["corpus_id"] for hit in result["hits"]] for result in found[1]] == [
+        [hit["corpus_id"] for hit in result["hits"]] for result in found[0]
+    ]
+    for coded_result, float_result in zip(found[1], found[0], strict=True):  # float cosines, not codes'
+        np.testing.assert_allclose(
+            [hit["score"] for hit in coded_result["hits"]], [hit["score"] for hit in float_result["hits"]], atol=1e-5
+        )

@@ -151,3 +151,17 @@ def test_distractors_are_every_line_of_a_sentence_file_and_both_sentences_of_a_p
         list(benchmark.read_distractors([str(lines), str(pairs)]))
     read = list(benchmark.read_distractors([str(lines), str(pairs)], skip_bad_lines=True))
     assert read == ["one", "two", "a", "b", "c", "d"]
+
+
+def test_code_search_ranks_by_hamming_distance_ties_by_position(monkeypatch):
+    from bert_whitening.codes import quantizer
+
+    monkeypatch.setattr(benchmark, "SEARCH_BLOCK", 3)  # 7 queries in three blocks
+    rng = np.random.default_rng(4)
+    queries, corpus = unit(rng.normal(size=(7, 12))), unit(rng.normal(size=(40, 12)))
+    ids, scores = benchmark.code_search(quantizer("binary", 12), queries, corpus)
+    for query, found, found_scores in zip(queries, ids, scores, strict=True):
+        hamming = ((query > 0) != (corpus > 0)).sum(axis=1)  # bits that differ, counted by hand
+        expected = sorted(range(len(corpus)), key=lambda row: (hamming[row], row))[:10]
+        assert found.tolist() == expected
+        np.testing.assert_allclose(found_scores, 1 - 2 * hamming[expected] / 12)

@@ -13,14 +13,23 @@ def test_the_retrieval_table_shows_each_figure_in_its_column():
     result = {"setting": "whiten-8", "dim": 8, "mrr@10": 0.5, "recall@1": 0.25, "recall@10": 0.75}
     entry = {
         "counts": {"queries": 3, "corpus": 20, "distractors": 5, "relevant": 4},
-        "results": [dict(result, flat=flat, hnsw=hnsw)],
+        "results": [
+            dict(result, codes="float32", bytes=32, flat=flat, hnsw=hnsw),
+            dict(result, codes="binary", bytes=1, **{"mrr@10": 0.375}),
+        ],
     }
-    header, columns, row = format_retrieval_table("T", entry).splitlines()
+    header, columns, row, coded = format_retrieval_table("T", entry).splitlines()
     assert header == "T: 3 queries, corpus 20 (5 distractors), 4 relevant pairs"
-    assert columns.split() == "setting dim MRR@10 R@1 R@10 index MB p50 ms p99 ms q/s@64 HNSW R@10 HNSW p50".split()
+    assert (
+        columns.split()
+        == "setting dim codes bytes MRR@10 R@1 R@10 index MB p50 ms p99 ms q/s@64 HNSW R@10 HNSW p50".split()
+    )
+    assert coded.split() == ["whiten-8", "8", "binary", "1", "0.3750", "0.2500", "0.7500"] + ["-"] * 6
     assert row.split() == [
         "whiten-8",
         "8",
+        "float32",
+        "32",
         "0.5000",
         "0.2500",
         "0.7500",
@@ -44,6 +53,8 @@ def test_the_retrieval_table_shows_each_figure_in_its_column():
         ({"distractor_files": [None]}, "distractor_files[0] must be a str, got NoneType None"),
         ({"hnsw_m": 0}, "hnsw_m must be an integer 2..512, got 0"),
         ({"hnsw_m": 16.0}, "hnsw_m must be an integer 2..512, got 16.0"),
+        ({"codes": "float32,int4"}, "codes must be one of float32, int8, binary, got 'int4'"),
+        ({"codes": ()}, "codes: no code named"),
     ],
 )
 def test_retrieval_options_refuse_each_value_no_benchmark_can_use_when_built(options, message):

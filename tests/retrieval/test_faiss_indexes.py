@@ -140,3 +140,35 @@ def test_latencies_time_single_queries_on_one_thread_and_batches_of_64_on_all(mo
     assert calls[:6] == [(1, [1.0], 2)] + [(1, [float(i)], 1) for i in (1, 2, 3, 4, 10)]  # a warm-up, then each query
     assert [(rows, threads) for rows, _, threads in calls[6:]] == [(64, 2)] * 16
     assert [value for _, values, _ in calls[6:] for value in values] == [1.0, 2, 3, 4, 10] * 204 + [1.0, 2, 3, 4]
+
+
+def serialized(index, binary):
+    return bytes(
+        faiss_indexes.faiss().serialize_index_binary(index) if binary else faiss_indexes.faiss().serialize_index(index)
+    )
+
+
+@pytest.mark.parametrize("codes", ["binary", "int8"])
+def test_an_index_of_codes_has_the_layout_its_check_takes(codes):
+    from bert_whitening.codes import quantizer
+
+    coder = quantizer(codes, 20, np.ones(20))
+    index = faiss_indexes.code_index(coder)
+    faiss_indexes.add_codes(index, coder, unit(np.random.default_rng(0).normal(size=(9, 20))))
+    data = serialized(index, codes == "binary")
+    read_at = lambda offset, length: data[offset : offset + length]  # noqa: E731
+    faiss_indexes.check_index_layout(read_at, len(data), "flat", 9, 20, codes)
+    for count, dim, fragment in ((10, 20, "index.json says 10"), (9, 28 if codes == "binary" else 21, "")):
+        with pytest.raises(ValueError, match=fragment):
+            faiss_indexes.check_index_layout(read_at, len(data), "flat", count, dim, codes)
+    with pytest.raises(ValueError, match="has 1 bytes after the index"):
+        faiss_indexes.check_index_layout(lambda o, n: (data + b"\0")[o : o + n], len(data) + 1, "flat", 9, 20, codes)
+    length = len(data) - 9 * coder.width - 8  # where the codes' length is written, before them
+    short = data[:length] + (9 * coder.width - 1).to_bytes(8, "little") + data[length + 9 :]
+    with pytest.raises(
+        ValueError, match="holds %d code bytes where %d are expected" % (9 * coder.width - 1, 9 * coder.width)
+    ):
+        faiss_indexes.check_index_layout(lambda o, n: short[o : o + n], len(short), "flat", 9, 20, codes)
+    other = {"binary": "int8", "int8": "binary"}[codes]
+    with pytest.raises(ValueError, match="holds a FAISS index of kind"):
+        faiss_indexes.check_index_layout(read_at, len(data), "flat", 9, 20, other)

@@ -120,7 +120,9 @@ def test_a_file_that_is_not_a_regular_file_is_refused_without_reading_it(index, 
             "the model identity's 'hidden_size' is 8193, more than any model has (%d)" % MODEL_SIZES["hidden_size"],
         ),
         (  # the largest hidden size passes that check, to the one of the index's layout
-            lambda m: json.dumps(dict(m, dim=8192, model=dict(m["model"], hidden_size=8192))),
+            lambda m: json.dumps(
+                dict(m, dim=8192, bytes_per_vector=4 * 8192, model=dict(m["model"], hidden_size=8192))
+            ),
             "index.faiss holds 12 vectors of dimension 6; index.json says 12 of 8192",
         ),
     ],
@@ -142,6 +144,7 @@ def test_index_json_disagreeing_with_the_index_is_refused(index, key, value, fra
     path = index / RECORD_FILE
     metadata = dict(json.loads(path.read_text(encoding="utf-8")), **{key: value})
     metadata["model"]["hidden_size"] = metadata["dim"]  # a record consistent in itself
+    metadata["bytes_per_vector"] = 4 * metadata["dim"]
     path.write_text(json.dumps(metadata))
     with pytest.raises(ValueError, match=fragment):
         IndexDirectory(str(index)).index  # noqa: B018  reading it is the check
@@ -599,3 +602,157 @@ def test_a_failed_index_leaves_no_directory(tmp_path, problem):
         with IndexWriter(str(output), RECORD, 5 if problem == "dimension" else 3, source=str(corpus)) as writer:
             _add_keyed(writer, [vectors], numbered_lines([str(corpus)]))
     assert os.listdir(tmp_path) == ["corpus.txt"]
+
+
+def write_code_index(directory, codes, rows=64, dim=24, rescore=8, seed=0):
+    """An index of ``codes`` of random unit vectors (int8 with a whitening fitted on them); the
+    vectors and the whitening."""
+    from bert_whitening.whitening import WhiteningStats, fit_whitening
+
+    vectors = unit(np.random.default_rng(seed).normal(size=(rows, dim))).astype(np.float32)
+    whitening = fit_whitening(WhiteningStats().update(vectors.astype(np.float64)), codes="int8")
+    record = dict(RECORD, model=dict(RECORD["model"], hidden_size=dim))
+    if codes == "int8":
+        record.update(whitening={"sha256": "0" * 64}, n_components=dim)
+    options = IndexOptions(codes=codes, rescore=rescore)
+    stored = whitening if codes == "int8" else None
+    with IndexWriter(str(directory), record, dim, options, whitening=stored) as writer:
+        writer.add(vectors, [("/corpus.txt", i + 1) for i in range(rows)], ["text %d" % i for i in range(rows)])
+    return vectors, stored
+
+
+def queries_of(seed, dim=24, rows=5):
+    return unit(np.random.default_rng(seed).normal(size=(rows, dim))).astype(np.float32)
+
+
+@pytest.mark.parametrize("codes", ["binary", "int8"])
+def test_codes_rescored_over_the_whole_corpus_are_exact_float_search(tmp_path, codes):
+    from bert_whitening.retrieval.benchmark import exact_search
+
+    vectors, _ = write_code_index(tmp_path / "index", codes)
+    opened = IndexDirectory(str(tmp_path / "index"))
+    queries = queries_of(1)
+    scores, ids = opened.search(queries, 10, rescore=len(vectors))
+    exact_ids, exact_scores = exact_search(queries, vectors)
+    np.testing.assert_array_equal(ids, exact_ids)
+    np.testing.assert_allclose(scores, exact_scores, atol=1e-6)
+
+
+def test_binary_candidates_are_the_nearest_by_hamming_then_ranked_by_cosine(tmp_path):
+    from bert_whitening.retrieval.benchmark import exact_search
+
+    vectors, _ = write_code_index(tmp_path / "index", "binary", rescore=8)
+    opened = IndexDirectory(str(tmp_path / "index"))
+    queries = queries_of(2)
+    scores, ids = opened.search(queries, 5)
+    bits = lambda rows: np.asarray(rows) > 0  # noqa: E731  the sign bits, unpacked: Hamming by counting
+    for query, found, found_scores in zip(queries, ids, scores, strict=True):
+        hamming = (bits(vectors) != bits(query[None, :])).sum(axis=1)
+        cut = np.sort(hamming)[7]  # the 8th smallest distance: the candidates' farthest
+        assert (hamming[found] <= cut).all()  # every hit is among the 8 nearest by Hamming (ties at the cut)
+        cosines = vectors @ query
+        for row in np.flatnonzero(hamming < cut):  # strictly nearer: always a candidate, so a hit if it scores more
+            assert row in found or cosines[row] <= found_scores[-1] + 1e-6
+        np.testing.assert_allclose(found_scores, cosines[found], atol=1e-6)  # exact cosines, best first
+        assert (np.diff(found_scores) <= 0).all()
+    assert (ids != exact_search(queries, vectors, 5)[0]).any()  # 8 candidates of 64: not the exact search
+
+
+def test_an_index_of_codes_records_its_codes_bytes_and_rescore(tmp_path):
+    write_code_index(tmp_path / "index", "binary", dim=24, rescore=8)
+    opened = IndexDirectory(str(tmp_path / "index"))
+    assert (opened.codes, opened.bytes_per_vector, opened.rescore) == ("binary", 3, 8)
+    assert opened.metadata["bytes_per_vector"] == 3 and opened.metadata["files"].keys() >= {"vectors.npy"}
+    assert opened.index.code_size == 3  # the searched part holds 3 bytes a vector
+
+
+@pytest.mark.parametrize(
+    "codes, claimed, fragment",
+    [
+        ("binary", "int8", "index.json: int8 codes without the whitening that scales them"),
+        ("int8", "binary", "index.faiss holds a FAISS index of kind b'IxSQ' where b'IBxF' is expected"),
+        ("int8", "float32", "index.json lists files"),
+    ],
+)
+def test_an_index_json_claiming_other_codes_is_refused(tmp_path, codes, claimed, fragment):
+    write_code_index(tmp_path / "index", codes)
+    path = tmp_path / "index" / RECORD_FILE
+    metadata = json.loads(path.read_text(encoding="utf-8"))
+    metadata.update(codes=claimed, bytes_per_vector={"int8": 24, "binary": 3, "float32": 96}[claimed])
+    path.write_text(json.dumps(metadata), encoding="utf-8")
+    refused(tmp_path / "index", fragment)
+
+
+@pytest.mark.parametrize("name", [INDEX_FILE, "vectors.npy"])
+def test_a_codes_or_vectors_file_from_another_index_of_codes_is_refused(tmp_path, name):
+    write_code_index(tmp_path / "index", "binary")
+    write_code_index(tmp_path / "other", "binary", seed=1)
+    shutil.copy(tmp_path / "other" / name, tmp_path / "index" / name)
+    refused(tmp_path / "index", name, "not the file this index was built with")
+
+
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (dict(bytes_per_vector=4), "'bytes_per_vector' is 4, but binary codes of dimension 24 take 3"),
+        (dict(rescore=0), "'rescore' is 0, expected a count >= 1"),
+        (dict(rescore=None), "'rescore' is None, expected a count >= 1"),
+        (dict(codes="int4"), "'codes' is 'int4', expected one of float32, int8, binary"),
+        (dict(index="hnsw", hnsw_m=4), "an index of binary codes is flat, not 'hnsw'"),
+    ],
+)
+def test_a_record_of_codes_no_writer_writes_is_refused(tmp_path, edit, fragment):
+    write_code_index(tmp_path / "index", "binary")
+    path = tmp_path / "index" / RECORD_FILE
+    path.write_text(json.dumps(dict(json.loads(path.read_text(encoding="utf-8")), **edit)), encoding="utf-8")
+    refused(tmp_path / "index", fragment)
+
+
+def test_vectors_of_another_shape_are_refused_at_opening(tmp_path):
+    write_code_index(tmp_path / "index", "binary")
+    path = tmp_path / "index" / "vectors.npy"
+    np.save(path, np.zeros((64, 23), dtype=np.float32))
+    record = tmp_path / "index" / RECORD_FILE
+    metadata = json.loads(record.read_text(encoding="utf-8"))
+    metadata["files"]["vectors.npy"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    record.write_text(json.dumps(metadata), encoding="utf-8")
+    refused(tmp_path / "index", "vectors.npy holds float32 (64, 23); index.json says float32 (64, 24)")
+
+
+def test_a_vector_written_over_in_place_after_the_check_is_refused_when_rescored(tmp_path):
+    vectors, _ = write_code_index(tmp_path / "index", "binary", rescore=64)
+    opened = IndexDirectory(str(tmp_path / "index"))
+    with open(tmp_path / "index" / "vectors.npy", "r+b") as stream:
+        stream.seek(-4, 2)
+        stream.write(np.float32(7.0).tobytes())
+    with pytest.raises(ValueError, match="vectors.npy changed after it was checked against index.json"):
+        opened.search(queries_of(3), 3)
+
+
+def test_int8_codes_need_the_whitening_that_scales_them(tmp_path):
+    with pytest.raises(BertWhiteningError, match="int8 codes take their scales from the whitening"):
+        IndexWriter(str(tmp_path / "index"), RECORD, 6, IndexOptions(codes="int8"))
+
+
+def test_an_index_of_codes_returns_its_float_vectors(tmp_path):
+    vectors, _ = write_code_index(tmp_path / "index", "int8")
+    np.testing.assert_array_equal(IndexDirectory(str(tmp_path / "index")).vectors(), vectors)
+
+
+def test_int8_candidates_weigh_each_dimension_by_its_step(tmp_path):
+    """Coordinates of spreads 100 times apart (gamma 0 keeps them): int8 codes of such vectors
+    rank as their cosines only once each integer is scaled back by its dimension's step, so with
+    no more candidates than hits the search still finds the exact nearest rows."""
+    from bert_whitening.retrieval.benchmark import exact_search, overlap_at_k
+    from bert_whitening.whitening import WhiteningStats, fit_whitening
+
+    rng = np.random.default_rng(5)
+    sample = rng.normal(size=(400, 24)) * np.geomspace(10, 0.1, 24)
+    whitening = fit_whitening(WhiteningStats().update(sample), gamma=0.0, codes="int8")
+    vectors = whitening.transform(sample[:200], n_components=24).astype(np.float32)
+    record = dict(RECORD, model=dict(RECORD["model"], hidden_size=24), whitening={"sha256": "0" * 64}, n_components=24)
+    with IndexWriter(str(tmp_path / "index"), record, 24, IndexOptions(codes="int8", rescore=5), whitening) as writer:
+        writer.add(vectors, [("/corpus.txt", i + 1) for i in range(200)])
+    queries = whitening.transform(sample[200:240], n_components=24).astype(np.float32)
+    _, ids = IndexDirectory(str(tmp_path / "index")).search(queries, 5)
+    assert overlap_at_k(ids, exact_search(queries, vectors, 5)[0]) >= 0.95
