@@ -11,12 +11,14 @@ sentence-transformers loads as it is, offline) with mean pooling of the last lay
 ../shared/data (every split there).
 
 STS (the default). Each task's distinct sentences are encoded once on each side.
-- Ours: the whitening fitted as ``eval`` fits it (both sentences of every pair of every split,
-  as the original), each ``(beta, gamma)`` of `BETA_GAMMA` at each k of `DIMENSIONS` and raw
-  (k = 0), each in each code of `bert_whitening.codes.CODES`, scored by the codes' own cosine
-  (`bert_whitening.codes.Quantizer.cosine_rows`). For each byte budget of `BUDGETS` the setting
-  with the best valid Spearman among those whose vectors fit in it, reported with its test
-  Spearman: what a user can choose without the test split.
+- Ours: what ``eval --codes float32,int8,binary`` scores and chooses: the whitening fitted on
+  both sentences of every pair of every split (as the original), each ``(beta, gamma)`` of
+  `BETA_GAMMA` at each k of `DIMENSIONS` and raw (k = 0), each in each code of
+  `bert_whitening.codes.CODES`, scored by the codes' own cosine
+  (`bert_whitening.evaluation.evaluate`); for each byte budget
+  (`bert_whitening.evaluation.BUDGETS`) the setting with the best valid Spearman among those
+  whose vectors fit in it, reported with its test Spearman (`budget_choices`): what a user can
+  choose without the test split.
 - The peer: each ``(truncate_dim, precision)`` of `DIMENSIONS` x `PEER_PRECISIONS`, scored by its
   own ``EmbeddingSimilarityEvaluator`` (benchmarks/peer_compressed_sentence_transformers.py, in
   .venv-torch), int8 and uint8 calibrated on the task's sentences as its documentation does.
@@ -48,8 +50,6 @@ SENTEVAL = os.path.join(ROOT, "..", "shared", "data", "senteval_cn")
 PEER = os.path.join(ROOT, "benchmarks", "peer_compressed_sentence_transformers.py")
 TASKS = ("ATEC", "LCQMC", "STS-B")
 MAXLEN = 64
-#: Bytes a stored vector may take, the budgets a user chooses among.
-BUDGETS = (1536, 1024, 768, 512, 384, 256, 128, 64, 32, 16, 8, 4)
 #: Kept dimensions: our whitening's k (0, raw, is added), the peer's truncate_dim.
 DIMENSIONS = (384, 256, 192, 128, 96, 64, 48, 32, 16, 8, 4)
 BETA_GAMMA = ((1.0, 1.0), (0.0, 0.0), (1.0, 0.5))
@@ -64,95 +64,68 @@ CHECKED_BUDGETS = (256, 128, 64, 32, 16)
 INT8_LOSS, BINARY_K, BINARY_SHARE = 0.002, 256, 0.9
 
 
-def spearman(labels, similarities):
-    import scipy.stats
-
-    return float(scipy.stats.spearmanr(labels, similarities).correlation)
-
-
 def our_results(encoded):
-    """Every setting of ours on ``{split: (first, second, labels)}`` (pooled vectors): the
-    whitenings fitted on all splits, as ``eval`` fits them, each k up to the covariance's rank
-    (above it only round-off would be scaled up) and raw, each in each code."""
-    from bert_whitening.evaluation import fit_statistics
+    """Every setting of ours on ``{split: (first, second, labels)}`` (pooled vectors), as ``eval
+    --codes`` scores them (`bert_whitening.evaluation.evaluate`): the whitenings fitted on all
+    splits, each k up to the covariance's rank (above it only round-off would be scaled up) and
+    raw, each in each code."""
+    from bert_whitening.codes import CODES
+    from bert_whitening.evaluation import Setting, evaluate, fit_statistics
     from bert_whitening.whitening import fit_whitening
 
     stats = fit_statistics(encoded, "all")
-    results = []
-    for beta, gamma in BETA_GAMMA:
-        whitening = fit_whitening(stats, beta=beta, gamma=gamma)
-        raw = [0] if (beta, gamma) == BETA_GAMMA[0] else []  # raw once: it has no beta or gamma
-        for k in raw + [k for k in DIMENSIONS if k <= whitening.rank]:
-            results.extend(coded_results(whitening, k, encoded))
-    return results
-
-
-def coded_results(whitening, k, encoded):
-    """The results of ``whitening`` at ``k`` in each code, scored by the codes' own cosine."""
-    from bert_whitening.codes import CODES
-
-    sides = {split: (whitening.transform(a, k), whitening.transform(b, k)) for split, (a, b, _) in encoded.items()}
-    results = []
-    for codes in CODES:
-        quantizer = whitening.quantizer(k, codes)
-        scores = {
-            split: spearman(encoded[split][2], quantizer.cosine_rows(quantizer.encode(a), quantizer.encode(b)))
-            for split, (a, b) in sides.items()
-        }
-        results.append(our_result(k, whitening.beta, whitening.gamma, codes, quantizer.bytes, scores))
-    return results
-
-
-def our_result(k, beta, gamma, codes, size, scores):
-    where = "raw" if not k else "k=%d b=%g g=%g" % (k, beta, gamma)
-    return {
-        "setting": "%s %s" % (where, codes),
-        "k": k,
-        "beta": beta if k else None,
-        "gamma": gamma if k else None,
-        "codes": codes,
-        "bytes": size,
-        "splits": scores,
-    }
+    rank = min(fit_whitening(stats, beta=beta, gamma=gamma).rank for beta, gamma in BETA_GAMMA)
+    requested = [Setting(0)] + [Setting(k, beta, gamma) for beta, gamma in BETA_GAMMA for k in DIMENSIONS if k <= rank]
+    return evaluate(encoded, stats, requested, codes=CODES)[0]
 
 
 def peer_result(entry):
-    """One of the peer's scores with its label and size."""
+    """One of the peer's scores as `our_results` has ours: its setting, code, size and splits."""
     from bert_whitening.codes import bytes_per_vector
 
     dim, precision = entry["dim"], entry["precision"]
     return {
-        "setting": "%d %s" % (dim, precision),
-        "k": dim,
+        "setting": "d=%d" % dim,
+        "n_components": dim,
         "codes": precision,
         "bytes": bytes_per_vector(PEER_CODES[precision], dim),
         "splits": entry["splits"],
     }
 
 
-def best_within(results, budget, split):
-    """The result of the highest ``split`` Spearman among those of at most ``budget`` bytes (the
-    first of equals), or None when none fits."""
-    fitting = [result for result in results if result["bytes"] <= budget]
-    return max(fitting, key=lambda result: result["splits"][split]) if fitting else None
+def best_on_test(results):
+    """`bert_whitening.evaluation.budget_choices` made on the test split: the results are
+    given it with their test Spearman alone, which it then chooses on."""
+    from bert_whitening.evaluation import budget_choices
+
+    return budget_choices([dict(result, splits={"test": result["splits"]["test"]}) for result in results])
 
 
-def side_by_side(ours, peer, budgets=BUDGETS):
-    """Per budget: our best on valid and the peer's best on test, and ours minus the peer's on test."""
+def side_by_side(ours, peer):
+    """Per budget of `bert_whitening.evaluation.BUDGETS`: our choice on valid (`budget_choices`),
+    the peer's best on test, and ours minus the peer's on test; None where nothing of one side fits."""
+    from bert_whitening.evaluation import BUDGETS, budget_choices
+
+    mine = {choice["bytes"]: choice for choice in budget_choices(ours)}
+    theirs = {choice["bytes"]: choice for choice in best_on_test(peer)}
     rows = []
-    for budget in budgets:
-        mine, theirs = best_within(ours, budget, "valid"), best_within(peer, budget, "test")
-        difference = mine["splits"]["test"] - theirs["splits"]["test"] if mine and theirs else None
-        rows.append({"budget": budget, "ours": mine, "peer": theirs, "difference": difference})
+    for budget in BUDGETS:
+        a, b = mine.get(budget), theirs.get(budget)
+        difference = a["test"] - b["test"] if a and b else None
+        rows.append({"budget": budget, "ours": a, "peer": b, "difference": difference})
     return rows
+
+
+def label(choice):
+    return "%s %s" % (choice["setting"], choice["codes"])
 
 
 def format_table(task, rows):
     """The side-by-side table of one task."""
-    line = "%6s  %-26s %7s %7s | %-14s %7s | %9s"
+    line = "%6s  %-24s %7s %7s | %-12s %7s | %9s"
     lines = [
         "%s: Spearman of cosine; ours chosen on valid, the peer's best on test" % task,
-        line % ("bytes", "ours: setting", "valid", "test", "peer: setting", "test", "ours-peer"),
+        line % ("bytes", "ours: setting", "valid", "test", "peer", "test", "ours-peer"),
     ]
     for row in rows:
         mine, theirs = row["ours"], row["peer"]
@@ -160,11 +133,11 @@ def format_table(task, rows):
             line
             % (
                 row["budget"],
-                mine["setting"] if mine else "-",
-                "%.4f" % mine["splits"]["valid"] if mine else "-",
-                "%.4f" % mine["splits"]["test"] if mine else "-",
-                theirs["setting"] if theirs else "-",
-                "%.4f" % theirs["splits"]["test"] if theirs else "-",
+                label(mine) if mine else "-",
+                "%.4f" % mine["valid"] if mine else "-",
+                "%.4f" % mine["test"] if mine else "-",
+                label(theirs) if theirs else "-",
+                "%.4f" % theirs["test"] if theirs else "-",
                 "-" if row["difference"] is None else "%+.4f" % row["difference"],
             )
         )
@@ -203,7 +176,7 @@ def check_targets(tables, ours):
 
 def code_checks(task, results):
     """int8 against float32 at every setting, binary against float32 at `BINARY_K`, on test."""
-    test = {(r["k"], r["beta"], r["gamma"], r["codes"]): r["splits"]["test"] for r in results}
+    test = {(r["n_components"], r["beta"], r["gamma"], r["codes"]): r["splits"]["test"] for r in results}
     losses = [
         (test[setting[:3] + ("float32",)] - score, setting[:3])
         for setting, score in test.items()
@@ -257,7 +230,7 @@ def side_by_side_figure(tables):
             shown = [row for row in rows if row[system]]
             axis.plot(
                 [row["budget"] for row in shown],
-                [row[system]["splits"]["test"] for row in shown],
+                [row[system]["test"] for row in shown],
                 marker=marker,
                 label=label,
             )

@@ -7,8 +7,9 @@ import os
 
 import numpy as np
 import pytest
+import scipy.stats
 
-from bert_whitening.evaluation import Setting, evaluate, fit_statistics
+from bert_whitening.evaluation import BUDGETS, Setting, evaluate, fit_statistics
 
 from helpers import ROOT
 
@@ -41,22 +42,32 @@ def results(encoded):
     return bench.our_results(encoded)
 
 
-def result(setting, size, valid, test):
-    return {"setting": setting, "bytes": size, "splits": {"valid": valid, "test": test}}
+def result(setting, size, valid, test, codes="int8"):
+    return {
+        "setting": setting,
+        "codes": codes,
+        "n_components": 8,
+        "bytes": size,
+        "splits": {"valid": valid, "test": test},
+    }
 
 
-def test_our_float32_settings_score_what_eval_scores_on_the_same_vectors(encoded, results):
+def test_our_settings_are_evals_every_code_at_each_k_up_to_the_rank(encoded, results):
     requested = [Setting(0)] + [
         Setting(k, beta, gamma) for beta, gamma in bench.BETA_GAMMA for k in bench.DIMENSIONS if k <= DIM
     ]
-    scored, _ = evaluate(encoded, fit_statistics(encoded, "all"), requested)
-    ours = [r for r in results if r["codes"] == "float32"]
-    assert [(r["k"], r["beta"], r["gamma"]) for r in ours] == [
-        (s.n_components, s.beta if s.n_components else None, s.gamma if s.n_components else None) for s in requested
-    ]
-    for mine, theirs in zip(ours, scored, strict=True):
-        assert mine["splits"] == pytest.approx(theirs["splits"], abs=1e-9)
-        assert mine["bytes"] == 4 * (mine["k"] or DIM)
+    scored, _ = evaluate(encoded, fit_statistics(encoded, "all"), requested, codes=("float32", "int8", "binary"))
+    timeless = lambda found: [{key: value for key, value in r.items() if key != "fit_seconds"} for r in found]
+    assert timeless(results) == timeless(scored)
+    assert len(results) == 3 * (1 + len(bench.BETA_GAMMA) * 4)  # raw and k = 32, 16, 8, 4, in three codes
+
+
+def test_no_k_above_the_covariances_rank_is_scored(encoded):
+    def rank_24(vectors):  # 24 columns vary; the other 16 repeat the first
+        return np.concatenate([vectors[:, :24], np.repeat(vectors[:, :1], DIM - 24, axis=1)], axis=1)
+
+    narrow = {split: (rank_24(a), rank_24(b), labels) for split, (a, b, labels) in encoded.items()}
+    assert {r["n_components"] for r in bench.our_results(narrow)} == {0, 16, 8, 4}
 
 
 def test_binary_scores_the_sign_agreement_of_the_whitened_vectors(encoded, results):
@@ -65,50 +76,34 @@ def test_binary_scores_the_sign_agreement_of_the_whitened_vectors(encoded, resul
     whitening = fit_whitening(fit_statistics(encoded, "all"), beta=1.0, gamma=0.5)
     first, second, labels = encoded["test"]
     signs = np.sign(whitening.transform(first, 16)) * np.sign(whitening.transform(second, 16))
-    (found,) = [r for r in results if (r["k"], r["gamma"], r["codes"]) == (16, 0.5, "binary")]
-    assert found["splits"]["test"] == pytest.approx(bench.spearman(labels, signs.mean(axis=1)))
-    assert found["bytes"] == 2 and found["setting"] == "k=16 b=1 g=0.5 binary"
-
-
-def test_every_code_of_every_setting_is_scored_once(results):
-    settings = [r["setting"] for r in results]
-    assert len(settings) == len(set(settings)) == 3 * (1 + len(bench.BETA_GAMMA) * 4)  # raw, k = 32, 16, 8, 4
-    assert {r["codes"] for r in results} == {"float32", "int8", "binary"}
-
-
-def test_the_best_setting_within_a_budget_is_chosen_on_the_split_asked_for():
-    results = [result("a", 64, 0.5, 0.1), result("b", 32, 0.4, 0.3), result("c", 8, 0.2, 0.2)]
-    assert bench.best_within(results, 64, "valid")["setting"] == "a"
-    assert bench.best_within(results, 64, "test")["setting"] == "b"
-    assert bench.best_within(results, 63, "valid")["setting"] == "b"
-    assert bench.best_within(results, 8, "valid")["setting"] == "c"
-    assert bench.best_within(results, 7, "valid") is None
+    (found,) = [r for r in results if (r["n_components"], r["gamma"], r["codes"]) == (16, 0.5, "binary")]
+    assert found["splits"]["test"] == pytest.approx(scipy.stats.spearmanr(labels, signs.mean(axis=1)).correlation)
+    assert found["bytes"] == 2
 
 
 def test_ours_is_chosen_on_valid_and_the_peer_on_test():
     ours = [result("ours valid", 32, 0.6, 0.40), result("ours test", 32, 0.5, 0.45)]
-    peer = [result("peer valid", 32, 0.9, 0.30), result("peer test", 16, 0.1, 0.35)]
-    (row,) = bench.side_by_side(ours, peer, budgets=(32,))
+    peer = [result("peer valid", 32, 0.9, 0.30), result("peer test", 16, 0.1, 0.35), result("peer", 4, 0.1, 0.1)]
+    rows = {row["budget"]: row for row in bench.side_by_side(ours, peer)}
+    assert [budget for budget in rows] == list(BUDGETS)
+    row = rows[32]
     assert (row["ours"]["setting"], row["peer"]["setting"]) == ("ours valid", "peer test")
+    assert (row["ours"]["valid"], row["ours"]["test"], row["peer"]["test"]) == (0.6, 0.40, 0.35)
     assert row["difference"] == pytest.approx(0.40 - 0.35)
-    (empty,) = bench.side_by_side(ours, peer, budgets=(16,))
+    assert rows[8]["peer"]["setting"] == rows[4]["peer"]["setting"] == "peer"
+    empty = rows[16]
     assert empty["ours"] is None and empty["difference"] is None
     lines = bench.format_table("T", [row, empty]).splitlines()
     assert "ours-peer" in lines[1]
-    assert lines[2].split() == [
-        "32",
-        "ours",
-        "valid",
-        "0.6000",
-        "0.4000",
-        "|",
+    assert lines[2].split() == ["32", "ours", "valid", "int8", "0.6000", "0.4000", "|"] + [
         "peer",
         "test",
+        "int8",
         "0.3500",
         "|",
         "+0.0500",
     ]
-    assert lines[3].split() == ["16", "-", "-", "-", "|", "peer", "test", "0.3500", "|", "-"]
+    assert lines[3].split() == ["16", "-", "-", "-", "|", "peer", "test", "int8", "0.3500", "|", "-"]
 
 
 def table(differences):
@@ -121,7 +116,7 @@ def table(differences):
 
 def coded(float32, int8, binary, k=bench.BINARY_K):
     return [
-        {"k": k, "beta": 1.0, "gamma": 1.0, "codes": codes, "splits": {"test": score}}
+        {"n_components": k, "beta": 1.0, "gamma": 1.0, "codes": codes, "splits": {"test": score}}
         for codes, score in (("float32", float32), ("int8", int8), ("binary", binary))
     ]
 
@@ -162,21 +157,24 @@ def test_an_int8_gain_is_no_loss_and_the_worst_setting_decides():
     assert verdicts({}, {"T": ours})[("int8 within 0.002 of float32", "T")] is False
 
 
-def test_the_peers_sizes_are_its_rows_bytes():
+def test_the_peers_settings_are_its_dimension_and_precision_in_its_rows_bytes():
     sizes = {
         precision: bench.peer_result({"dim": 100, "precision": precision, "splits": {}})["bytes"]
         for precision in bench.PEER_PRECISIONS
     }
     assert sizes == {"float32": 400, "int8": 100, "uint8": 100, "binary": 13, "ubinary": 13}
+    found = bench.peer_result({"dim": 64, "precision": "ubinary", "splits": {"test": 0.5}})
+    assert bench.label(found) == "d=64 ubinary" and found["splits"] == {"test": 0.5}
 
 
 def test_the_figure_draws_each_systems_test_spearman_against_the_budgets():
     rows = bench.side_by_side(
-        [result("ours", 4, 0.5, 0.45), result("ours", 32, 0.6, 0.55)], [result("peer", 16, 0.1, 0.3)], (32, 16, 4)
+        [result("ours", 4, 0.5, 0.45), result("ours", 32, 0.6, 0.55)], [result("peer", 16, 0.1, 0.3)]
     )
     figure = bench.side_by_side_figure({"T": rows, "U": rows})
     assert len(figure.axes) == 2
     ours, peer = figure.axes[0].get_lines()
-    assert list(ours.get_xdata()) == [32, 16, 4] and list(ours.get_ydata()) == [0.55, 0.45, 0.45]
-    assert list(peer.get_xdata()) == [32, 16] and list(peer.get_ydata()) == [0.3, 0.3]
+    assert list(ours.get_xdata()) == list(BUDGETS)
+    assert list(ours.get_ydata()) == [0.55] * (len(BUDGETS) - 3) + [0.45] * 3
+    assert list(peer.get_xdata()) == list(BUDGETS[:-2]) and list(peer.get_ydata()) == [0.3] * (len(BUDGETS) - 2)
     assert figure.axes[0].get_xscale() == "log"
