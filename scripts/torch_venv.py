@@ -17,6 +17,11 @@ Versions, resolved together with torch 2.13.0 and sentence-transformers 6.2.0:
   (0.1.0) requires transformers < 4.58 while sentence-transformers 6.2.0 requires
   transformers >= 5: the two cannot be installed together, so it is left out and the peer
   benchmark says so in its table (see benchmarks/peer_sentence_transformers.py).
+- FAISS: faiss-cpu 1.15.1, the package's own pin, for sentence-transformers'
+  ``semantic_search_faiss`` (benchmarks/bench_compressed.py --retrieval).
+
+The marker file records the packages installed: an environment made before one was added is
+completed on its next use (pip leaves the packages it already has as they are).
 """
 
 import os
@@ -41,6 +46,7 @@ PACKAGES = [
         "onnxruntime==1.31.1",
         "onnx==1.23.2",
         "onnxscript==0.7.2",
+        "faiss-cpu==1.15.1",
     ],
 ]
 REMOVE = ["torchvision"]
@@ -50,8 +56,10 @@ def python():
     """The environment's interpreter, after creating the environment if it is not complete."""
     executable = os.path.join(VENV, "bin", "python")
     marker = os.path.join(VENV, ".installed")
-    if not os.path.exists(marker):
-        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
+    wanted = "\n".join(" ".join(group) for group in PACKAGES) + "\n"
+    if not os.path.exists(marker) or _read(marker) != wanted:
+        if not os.path.exists(executable):  # completed, not made again
+            subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
         pip = [executable, "-m", "pip", "--quiet", "--disable-pip-version-check"]
         for group in PACKAGES:
             subprocess.run(pip + ["install"] + group, check=True)
@@ -61,5 +69,11 @@ def python():
         ).stdout.strip()
         if not version.endswith("+cpu"):
             raise RuntimeError("%s has torch %s, not the CPU build" % (VENV, version))
-        open(marker, "w").close()
+        with open(marker, "w") as stream:
+            stream.write(wanted)
     return executable
+
+
+def _read(path):
+    with open(path) as stream:
+        return stream.read()
