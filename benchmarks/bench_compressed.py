@@ -28,12 +28,18 @@ test; the difference), then the issue's targets, met or not. ``--json`` writes e
 the tables, ``--plot`` the test Spearman against bytes a vector (log scale), one line per system.
 
 ``--retrieval``: a corpus of the tasks' distinct sentences less ``--queries`` drawn from them
-(seed 0) as queries. For each system, binary codes with rescoring against its own exact float32
-search at the same k (the reference): Recall@10 (the share of the exact top 10 found), queries per
-second and the bytes of the searched part; the peer's ``semantic_search_faiss`` (ubinary, its
-``rescore_multiplier``), ours `bert_whitening.retrieval`'s binary index rescored by the float
-vectors of its top ``10 x --rescore`` candidates. Queries per second are wall-clock: read them on
-an idle machine only.
+(seed 0) as queries, the same for both. For each system, its binary codes with rescoring against
+its own exact float32 search at the same k, the reference: Recall@10 (the share of the exact top 10
+found, so float32's is 1), queries per second (all queries in one call, the index built, median of
+``--repeats``) and the bytes of the searched part in memory, with what the rescoring reads from
+disk. The peer's ``semantic_search_faiss``: float32 exact, and its ubinary index rescored by its
+``rescore_multiplier`` (``--rescore``; its documentation's 4), in .venv-torch. Ours at each ``--k``
+(0: raw), the whitening fitted on the corpus: an exact float32 index directory and one of binary
+codes rescoring its ``10 x --rescore`` nearest candidates by their float32 vectors on disk
+(`bert_whitening.retrieval.search.index_vectors`, as ``index --codes binary --rescore N``).
+Then the issue's targets for each: Recall@10 at least `RECALL_SHARE` of float32's, at most
+1/`MEMORY_SHARE` of its searched bytes, at least its queries per second. Queries per second are
+wall-clock: read them on an idle machine only.
 """
 
 import argparse
@@ -62,6 +68,9 @@ PEER_CODES = {"float32": "float32", "int8": "int8", "uint8": "int8", "binary": "
 TOLERANCE, MARGIN, MARGIN_TASK, MARGIN_BUDGET = 0.005, 0.05, "STS-B", 32
 CHECKED_BUDGETS = (256, 128, 64, 32, 16)
 INT8_LOSS, BINARY_K, BINARY_SHARE = 0.002, 256, 0.9
+#: Retrieval: the hits compared, and the targets of codes against float32 at the same k: the share
+#: of its top `TOP_K` found, and at most 1/`MEMORY_SHARE` of its searched bytes.
+TOP_K, RECALL_SHARE, MEMORY_SHARE = 10, 0.97, 16
 
 
 def our_results(encoded):
@@ -332,10 +341,9 @@ def report_sts(args, found):
         "tasks": {task: {key: found[key][task] for key in ("tables", "ours", "peer")} for task in found["tables"]},
         "targets": [dict(zip(("target", "task", "detail", "met"), check, strict=True)) for check in checks],
     }
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w", encoding="utf-8") as stream:
-            json.dump(record, stream, indent=1)
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w", encoding="utf-8") as stream:
+        json.dump(record, stream, indent=1)
     if args.plot:
         plot_side_by_side(found["tables"], args.plot)
     return record
@@ -344,25 +352,212 @@ def report_sts(args, found):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
-    parser.add_argument("--json", default=os.path.join(ROOT, "out", "bench_compressed.json"))
-    parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "compressed-minilm.png"))
+    parser.add_argument(
+        "--json", help="default: out/bench_compressed.json, with --retrieval out/bench_compressed_retrieval.json"
+    )
+    parser.add_argument("--plot", default=os.path.join(ROOT, "docs", "compressed-minilm.png"), help="STS only")
     parser.add_argument("--pairs", type=int, help="the first N pairs of each split only (a smoke run)")
     parser.add_argument("--batch-size", type=int, default=128, help="ours (the CLI's default)")
     parser.add_argument("--peer-batch-size", type=int, default=32, help="sentence-transformers' (its default)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch's intra-op threads")
     parser.add_argument("--retrieval", action="store_true", help="the retrieval comparison instead of STS")
     parser.add_argument("--queries", type=int, default=1000, help="--retrieval: queries drawn from the sentences")
-    parser.add_argument("--k", type=int, nargs="+", default=[384, 256], help="--retrieval: our dimensions")
+    parser.add_argument("--k", type=int, nargs="+", default=[0, 256], help="--retrieval: our k (0: raw)")
+    parser.add_argument("--sentences", type=int, help="--retrieval: the first N sentences only (a smoke run)")
     parser.add_argument("--rescore", type=int, default=4, help="--retrieval: candidates rescored, x top 10")
     parser.add_argument("--repeats", type=int, default=3, help="--retrieval: timed searches, median")
     args = parser.parse_args()
+    name = "bench_compressed_retrieval.json" if args.retrieval else "bench_compressed.json"
+    args.json = args.json or os.path.join(ROOT, "out", name)
     if args.retrieval:
         return run_retrieval(args)
     report_sts(args, run_sts(args))
 
 
+def retrieval_sentences(args):
+    """``(corpus, queries)``: the tasks' distinct sentences, ``--queries`` of them drawn (seed 0)
+    as queries and left out of the corpus (its first ``--sentences`` with a limit: a smoke run)."""
+    import numpy as np
+
+    from bert_whitening.data import distinct_sentences, load_task
+
+    sentences = list(dict.fromkeys(s for task in args.tasks for s in distinct_sentences(load_task(task, SENTEVAL))))
+    if args.sentences:
+        sentences = sentences[: args.sentences]
+    drawn = set(np.random.default_rng(0).choice(len(sentences), args.queries, replace=False).tolist())
+    return [s for i, s in enumerate(sentences) if i not in drawn], [sentences[i] for i in sorted(drawn)]
+
+
+def timed_qps(search, queries, repeats):
+    """Queries per second of ``search(queries)``, all at once, the median of ``repeats`` after a warm-up."""
+    import time
+
+    search(queries[:8])
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        search(queries)
+        times.append(time.perf_counter() - started)
+    return len(queries) / sorted(times)[len(times) // 2]
+
+
+def our_searches(corpus, queries, args, workdir):
+    """``{name: {"k", "codes", "ids", "qps", "index_bytes", "rescore_bytes", "candidates"}}`` of ours: at each
+    ``--k`` (0: raw), exact float32 search and the binary index rescoring its ``10 x --rescore``
+    nearest candidates, both index directories written from the vectors (`index_vectors`)."""
+    import dataclasses
+
+    from bert_whitening.retrieval.index_directory import IndexOptions
+    from bert_whitening.retrieval.search import index_vectors
+    from bert_whitening.whitening import WhiteningStats
+
+    encoder = our_encoder()
+    pooled = encoder.encode(corpus + queries, batch_size=args.batch_size, progress=False)
+    pooled_corpus, pooled_queries = pooled[: len(corpus)], pooled[len(corpus) :]
+    whitening = our_whitening(encoder, WhiteningStats().update(pooled_corpus, "the corpus"))
+    found = {}
+    for k in args.k:
+        config = dataclasses.replace(encoder.config, whitening=whitening if k else None, n_components=k or None)
+        config = dataclasses.replace(config, normalize=True)
+        unit, asked = whitening.transform(pooled_corpus, k), whitening.transform(pooled_queries, k)
+        for codes in ("float32", "binary"):
+            options = IndexOptions(codes=codes, rescore=TOP_K * args.rescore)
+            where = os.path.join(workdir, "ours-%d-%s" % (k, codes))
+            directory = index_vectors(config, where, unit.astype("float32"), options)
+            search = lambda vectors, directory=directory: directory.search(vectors, TOP_K)  # noqa: E731
+            found["%s %s" % ("raw" if not k else "k=%d" % k, codes)] = {
+                "k": k or whitening.dim,
+                "codes": codes,
+                "ids": search(asked)[1].tolist(),
+                "qps": timed_qps(search, asked.astype("float32"), args.repeats),
+                "index_bytes": directory.count * directory.bytes_per_vector,
+                "rescore_bytes": 4 * directory.count * directory.dim if codes != "float32" else 0,
+                "candidates": options.rescore if codes != "float32" else None,
+            }
+    return found
+
+
+def our_whitening(encoder, stats):
+    """The whitening of ``stats`` with what made the vectors recorded, as `SentenceEncoder.fit` records it."""
+    from bert_whitening.whitening import fit_whitening
+
+    config = encoder.config
+    return fit_whitening(
+        stats,
+        pooling=config.pooling,
+        model_identity=encoder.keras_encoder.model_identity,
+        tokenization=config.tokenization,
+        precision="float32",
+    )
+
+
+def recall_at(found, reference):
+    """The share of each query's ``reference`` top ids that ``found`` holds, averaged."""
+    return sum(len(set(a) & set(b)) / len(b) for a, b in zip(found, reference, strict=True)) / len(reference)
+
+
+def retrieval_rows(system, searches):
+    """Rows of one system's ``searches``: each against its float32 search of the same k."""
+    exact = {entry["k"]: entry for entry in searches.values() if entry["codes"] == "float32"}
+    rows = []
+    for name, entry in searches.items():
+        reference = exact[entry["k"]]
+        rows.append(
+            {
+                "system": system,
+                "search": name,
+                "k": entry["k"],
+                "codes": entry["codes"],
+                "candidates": entry.get("candidates"),
+                "recall@10": recall_at(entry["ids"], reference["ids"]),
+                "qps": entry["qps"],
+                "qps_vs_float32": entry["qps"] / reference["qps"],
+                "index_bytes": entry["index_bytes"],
+                "memory_vs_float32": entry["index_bytes"] / reference["index_bytes"],
+                "rescore_bytes": entry["rescore_bytes"],
+            }
+        )
+    return rows
+
+
+def retrieval_checks(rows):
+    """``[(target, search, detail, met)]`` of each search of codes against its float32's."""
+    checks = []
+    for row in rows:
+        if row["codes"] == "float32":
+            continue
+        name = "%s %s" % (row["system"], row["search"])
+        checks.append(
+            (
+                "recall@10 >= %g of float32's" % RECALL_SHARE,
+                name,
+                "%.4f" % row["recall@10"],
+                row["recall@10"] >= RECALL_SHARE,
+            )
+        )
+        checks.append(
+            (
+                "searched memory <= 1/%d of float32's" % MEMORY_SHARE,
+                name,
+                "1/%.0f" % (1 / row["memory_vs_float32"]),
+                row["memory_vs_float32"] <= 1 / MEMORY_SHARE,
+            )
+        )
+        checks.append(
+            ("queries/s >= float32's (wall-clock)", name, "%.2fx" % row["qps_vs_float32"], row["qps_vs_float32"] >= 1)
+        )
+    return checks
+
+
+def format_retrieval(rows):
+    """The retrieval table: each search's Recall@10 and queries per second against its float32
+    search's, the bytes it searches in memory and what it rescores from on disk."""
+    line = "%-22s %-16s %4s %8s %9s %9s %8s %9s %8s %9s"
+    lines = [
+        line
+        % ("system", "search", "k", "rescored", "recall@10", "queries/s", "vs float", "MiB", "vs float", "disk MiB")
+    ]
+    for row in rows:
+        lines.append(
+            line
+            % (
+                row["system"],
+                row["search"],
+                row["k"],
+                row["candidates"] or "-",
+                "%.4f" % row["recall@10"],
+                "%.0f" % row["qps"],
+                "%.2fx" % row["qps_vs_float32"],
+                "%.1f" % (row["index_bytes"] / 2**20),
+                "1/%.0f" % (1 / row["memory_vs_float32"]),
+                "%.1f" % (row["rescore_bytes"] / 2**20),
+            )
+        )
+    return "\n".join(lines)
+
+
 def run_retrieval(args):
-    raise SystemExit("--retrieval: not written yet")
+    from bench_encode import cpu_name
+
+    corpus, queries = retrieval_sentences(args)
+    request = dict(peer_base(args), corpus=corpus, queries=queries, top_k=TOP_K, repeats=args.repeats)
+    request.update(rescore_multipliers=[args.rescore])
+    with tempfile.TemporaryDirectory(prefix="bench-compressed-") as workdir:
+        answer = peer_answer(start_peer(request, "retrieval", workdir))  # one at a time: each timed alone
+        ours = our_searches(corpus, queries, args, workdir)
+    rows = retrieval_rows("sentence-transformers", answer["searches"]) + retrieval_rows("bert-whitening", ours)
+    print("CPU: %s; peer: %s" % (cpu_name(), answer["versions"]))
+    print("%d corpus sentences, %d queries, top %d; queries/s are wall-clock" % (len(corpus), len(queries), TOP_K))
+    print(format_retrieval(rows))
+    print()
+    checks = retrieval_checks(rows)
+    for target, name, detail, met in checks:
+        print("%-40s %-36s %-8s %s" % (target, name, detail, "met" if met else "NOT MET"))
+    record = {"cpu": cpu_name(), "peer_versions": answer["versions"], "corpus": len(corpus), "queries": len(queries)}
+    record.update(rows=rows, targets=[dict(zip(("target", "search", "detail", "met"), c, strict=True)) for c in checks])
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w", encoding="utf-8") as stream:
+        json.dump(record, stream, indent=1)
 
 
 if __name__ == "__main__":

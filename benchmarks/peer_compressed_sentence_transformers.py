@@ -138,11 +138,15 @@ def retrieval(model, request):
     corpus, queries = encode(model, request["corpus"], request), encode(model, request["queries"], request)
     top_k, repeats = request["top_k"], request["repeats"]
     (hits, _, flat) = semantic_search_faiss(queries, corpus_embeddings=corpus, top_k=top_k, output_index=True)
+    dim = int(corpus.shape[1])
     report = {
-        "float32": {
+        "%d float32" % dim: {
+            "k": dim,
+            "codes": "float32",
             "ids": top_ids(hits),
             "qps": median_qps(lambda q: semantic_search_faiss(q, corpus_index=flat, top_k=top_k), queries, repeats),
             "index_bytes": flat.ntotal * flat.d * 4,
+            "rescore_bytes": 0,
         }
     }
     codes = quantize_embeddings(corpus, precision="ubinary")
@@ -161,13 +165,16 @@ def retrieval(model, request):
                 q, corpus_index=index, corpus_precision="ubinary", top_k=top_k, rescore_multiplier=multiplier
             )
 
-        report["ubinary, rescore x%d" % multiplier] = {
+        report["%d ubinary x%d" % (dim, multiplier)] = {
+            "k": dim,
+            "codes": "ubinary",
             "ids": top_ids(hits),
             "qps": median_qps(search, queries, repeats),
             "index_bytes": binary.ntotal * binary.code_size,
+            "rescore_bytes": 0,  # it rescores with the codes it searched
             "candidates": top_k * multiplier,
         }
-    return {"dim": int(corpus.shape[1]), "searches": report}
+    return {"searches": report}
 
 
 def main(request_path, mode):

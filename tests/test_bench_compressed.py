@@ -178,3 +178,63 @@ def test_the_figure_draws_each_systems_test_spearman_against_the_budgets():
     assert list(ours.get_ydata()) == [0.55] * (len(BUDGETS) - 3) + [0.45] * 3
     assert list(peer.get_xdata()) == list(BUDGETS[:-2]) and list(peer.get_ydata()) == [0.3] * (len(BUDGETS) - 2)
     assert figure.axes[0].get_xscale() == "log"
+
+
+def search(k, codes, ids, qps, size):
+    return {"k": k, "codes": codes, "ids": ids, "qps": qps, "index_bytes": size, "rescore_bytes": 0, "candidates": None}
+
+
+def test_each_search_is_read_against_the_float32_search_of_its_k():
+    searches = {
+        "k=2 float32": search(2, "float32", [[1, 2], [3, 4]], 100.0, 320),
+        "k=2 binary": search(2, "binary", [[2, 9], [3, 4]], 150.0, 10),
+        "k=4 float32": search(4, "float32", [[2, 9], [5, 6]], 50.0, 640),
+        "k=4 binary": search(4, "binary", [[2, 9], [5, 7]], 40.0, 40),
+    }
+    rows = {row["search"]: row for row in bench.retrieval_rows("ours", searches)}
+    assert rows["k=2 float32"]["recall@10"] == 1.0 and rows["k=2 float32"]["memory_vs_float32"] == 1.0
+    assert rows["k=2 binary"]["recall@10"] == 0.75  # of [1, 2] it found 2; of [3, 4] both
+    assert (rows["k=2 binary"]["qps_vs_float32"], rows["k=2 binary"]["memory_vs_float32"]) == (1.5, 10 / 320)
+    assert rows["k=4 binary"]["recall@10"] == 0.75 and rows["k=4 binary"]["memory_vs_float32"] == 1 / 16
+    checks = {(target.split(" ")[0], name): met for target, name, _, met in bench.retrieval_checks(list(rows.values()))}
+    assert checks == {
+        ("recall@10", "ours k=2 binary"): False,
+        ("searched", "ours k=2 binary"): True,
+        ("queries/s", "ours k=2 binary"): True,
+        ("recall@10", "ours k=4 binary"): False,
+        ("searched", "ours k=4 binary"): True,
+        ("queries/s", "ours k=4 binary"): False,
+    }
+    assert "k=4 binary" in bench.format_retrieval(list(rows.values())).splitlines()[4]
+
+
+def test_the_recall_and_memory_targets_hold_at_their_thresholds():
+    found = [[i for i in range(10)] for _ in range(99)] + [[0, 1, 2, 3, 4, 5, 6, 7, 8, 99]] * 1
+    exact = [list(range(10))] * 100
+    assert bench.recall_at(found, exact) == pytest.approx(0.999)
+    rows = bench.retrieval_rows(
+        "peer",
+        {
+            "f": search(8, "float32", exact, 1.0, 16 * 100),
+            "b": search(8, "ubinary", [list(range(10))] * 97 + [list(range(10, 20))] * 3, 1.0, 100),
+            "c": search(8, "ubinary", [list(range(10))] * 96 + [list(range(10, 20))] * 4, 1.0, 101),
+        },
+    )
+    verdict = {(target.split(" ")[0], name): met for target, name, _, met in bench.retrieval_checks(rows)}
+    assert verdict[("recall@10", "peer b")] and verdict[("searched", "peer b")] and verdict[("queries/s", "peer b")]
+    assert not verdict[("recall@10", "peer c")] and not verdict[("searched", "peer c")]
+
+
+def test_the_queries_are_drawn_from_the_sentences_and_left_out_of_the_corpus(tmp_path, monkeypatch):
+    for task, pairs in (("ATEC", [("a", "b"), ("c", "d")]), ("STS-B", [("d", "e"), ("f", "g"), ("h", "i")])):
+        (tmp_path / task).mkdir()
+        (tmp_path / task / ("%s.test.data" % task)).write_text("".join("%s\t%s\t1\n" % pair for pair in pairs))
+    monkeypatch.setattr(bench, "SENTEVAL", str(tmp_path))
+    args = type("Args", (), {"tasks": ["ATEC", "STS-B"], "sentences": None, "queries": 3})
+    corpus, queries = bench.retrieval_sentences(args)
+    assert len(queries) == 3 and not set(queries) & set(corpus)
+    assert sorted(corpus + queries) == list("abcdefghi")  # "d" of both tasks once
+    assert bench.retrieval_sentences(args) == (corpus, queries)
+    args.sentences = 4
+    corpus, queries = bench.retrieval_sentences(args)
+    assert sorted(corpus + queries) == list("abcd")
