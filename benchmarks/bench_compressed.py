@@ -68,6 +68,8 @@ PEER_CODES = {"float32": "float32", "int8": "int8", "uint8": "int8", "binary": "
 TOLERANCE, MARGIN, MARGIN_TASK, MARGIN_BUDGET = 0.005, 0.05, "STS-B", 32
 CHECKED_BUDGETS = (256, 128, 64, 32, 16)
 INT8_LOSS, BINARY_K, BINARY_SHARE = 0.002, 256, 0.9
+#: Where the plot's log axis of bytes is labelled.
+PLOT_TICKS = (4, 16, 64, 256, 1024)
 #: Retrieval: the hits compared, and the targets of codes against float32 at the same k: the share
 #: of its top `TOP_K` found, and at most 1/`MEMORY_SHARE` of its searched bytes.
 TOP_K, RECALL_SHARE, MEMORY_SHARE = 10, 0.97, 16
@@ -244,6 +246,8 @@ def side_by_side_figure(tables):
                 label=label,
             )
         axis.set_xscale("log", base=2)
+        axis.set_xticks(PLOT_TICKS, [str(tick) for tick in PLOT_TICKS])
+        axis.minorticks_off()
         axis.set(title="%s (test split)" % task, xlabel="bytes a vector", ylabel="Spearman")
         axis.grid(alpha=0.3)
         axis.legend(fontsize="small")
