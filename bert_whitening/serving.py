@@ -34,6 +34,8 @@ REQUEST_FORMATS = ("row", "columnar")
 TEXT_SIGNATURE = "serve_text"
 IDS_SIGNATURE = "serving_default"
 SEARCH_SIGNATURE = "serve_search"
+#: The signature taking ``dimensions`` beside the inputs of each signature of vectors.
+DIMENSIONS_SIGNATURES = {IDS_SIGNATURE: "serve_dimensions", TEXT_SIGNATURE: "serve_text_dimensions"}
 
 #: What ``serving_default`` takes: int32 token ids, and segment 0 alone (what ``encode`` feeds).
 INT32_END = 1 << 31
