@@ -126,3 +126,15 @@ def test_a_wrong_serve_dimensions_is_refused_and_leaves_nothing(whitened, tmp_pa
     with pytest.raises(ExportError, match=message):
         export_saved_model(whitened, str(tmp_path / "m"))
     assert os.listdir(tmp_path) == []
+
+
+def test_a_bfloat16_export_s_dimensions_are_verified_against_the_bfloat16_graph(whitened, encoders, tmp_path):
+    """The vectors at ``d`` are compared with the pooled vectors of the graph a bfloat16 export
+    saves, traced here, not with float32's, which its products' rounding moves past 1e-5."""
+    from bert_whitening.backend import tf
+    from bert_whitening.models import with_whitening
+
+    encoder = with_whitening(encoders["first-last-avg"], whitened.whitening, 4)
+    path, difference = export_saved_model(encoder, str(tmp_path / "m"), ExportOptions(precision="bfloat16"))
+    assert difference <= 1e-5
+    assert sorted(tf.saved_model.load(path).signatures) == ["serve_dimensions", "serving_default"]
