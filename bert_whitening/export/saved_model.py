@@ -83,6 +83,8 @@ class ServingModule(tf.Module):
         self.encoder_variables = [v for v in model.variables if v.ref() not in self.bfloat16_copies]
         self.encoder_variables += list(self.bfloat16_copies.values())
         self._call_model = model.__call__
+        if coordinates is not None:
+            self._add_coordinates(coordinates)
         self.serve_ids = graph_function(self._embed, self.IDS)
         if tokenizer is not None:
             self.tokenizer = tokenizer
@@ -90,7 +92,9 @@ class ServingModule(tf.Module):
             # Not a signature: lets a Python client see the ids serve_text feeds the model.
             self.tokenize = graph_function(tokenizer.__call__, self.TEXT)
         if coordinates is not None:
-            self._add_dimensions(coordinates)
+            self.serve_dimensions = graph_function(self._embed_dimensions, self.IDS + self.DIMENSIONS)
+            if tokenizer is not None:
+                self.serve_text_dimensions = graph_function(self._embed_text_dimensions, self.TEXT + self.DIMENSIONS)
         if corpus is not None:
             # A variable, not a constant: saved under variables/, so a corpus over GraphDef's
             # 2 GB limit still exports.
@@ -102,15 +106,18 @@ class ServingModule(tf.Module):
                 else graph_function(self._search_ids, self.IDS)
             )
 
-    def _add_dimensions(self, coordinates):
-        """``serve_dimensions`` (and ``serve_text_dimensions`` with a tokenizer) on ``coordinates``
-        (`Coordinates`), called as the model is: not tracked."""
+    def _add_coordinates(self, coordinates):
+        """``coordinates`` (`Coordinates`, called as the model is: not tracked) as one function of
+        the ids that ``serving_default`` normalises whole and ``serve_dimensions`` cut: the
+        transformer is traced once for both."""
         self.k = coordinates.k
         self._call_coordinates = coordinates.model.__call__
         self._normalize = coordinates.normalize.__call__
-        self.serve_dimensions = graph_function(self._embed_dimensions, self.IDS + self.DIMENSIONS)
-        if hasattr(self, "tokenizer"):
-            self.serve_text_dimensions = graph_function(self._embed_text_dimensions, self.TEXT + self.DIMENSIONS)
+        # Not a signature: the whitened coordinates before the normalisation.
+        self.coordinates = graph_function(self._coordinates_of, self.IDS)
+
+    def _coordinates_of(self, input_ids, segment_ids):
+        return self._call_coordinates(list(self._checked_ids(input_ids, segment_ids)), training=False)
 
     def _checked_ids(self, input_ids, segment_ids):
         """``(input_ids, segment_ids)`` read only after the checks below have passed."""
@@ -143,6 +150,8 @@ class ServingModule(tf.Module):
             return tf.identity(input_ids), tf.identity(segment_ids)
 
     def _embed(self, input_ids, segment_ids):
+        if hasattr(self, "coordinates"):  # the model is its whitened coordinates normalised
+            return {"embedding": self._normalize(self.coordinates(input_ids, segment_ids))}
         return {"embedding": self._call_model(list(self._checked_ids(input_ids, segment_ids)), training=False)}
 
     def _embed_text(self, text):
@@ -150,17 +159,19 @@ class ServingModule(tf.Module):
         return self.serve_ids(input_ids, tf.zeros_like(input_ids))
 
     def _embed_dimensions(self, input_ids, segment_ids, dimensions):
-        """The first ``dimensions`` whitened coordinates, normalised; a ``dimensions`` outside
-        ``1..k`` is refused, not clipped (a slice would clip it)."""
+        """The first ``dimensions`` whitened coordinates, normalised."""
+        dimensions, input_ids = self._checked_dimensions(dimensions, input_ids)
+        return {"embedding": self._normalize(self.coordinates(input_ids, segment_ids)[:, :dimensions])}
+
+    def _checked_dimensions(self, dimensions, input_ids):
+        """``(dimensions, input_ids)`` read only once ``dimensions`` is known to be in ``1..k``
+        (so the model does not run on a refused request): refused, not clipped as a slice would."""
         check = tf.debugging.Assert(
             (dimensions >= 1) & (dimensions <= self.k),
             ["dimensions must be from 1 to the %d whitened dimensions kept, got" % self.k, dimensions],
         )
-        with tf.control_dependencies([check]):  # before the model runs, as the ids' checks
-            dimensions, input_ids = tf.identity(dimensions), tf.identity(input_ids)
-        coordinates = self._call_coordinates(list(self._checked_ids(input_ids, segment_ids)), training=False)
-        kept = coordinates[:, :dimensions]
-        return {"embedding": self._normalize(kept)}
+        with tf.control_dependencies([check]):
+            return tf.identity(dimensions), tf.identity(input_ids)
 
     def _embed_text_dimensions(self, text, dimensions):
         input_ids = self.tokenize(text)
