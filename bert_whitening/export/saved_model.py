@@ -14,7 +14,7 @@ The layout is TF Serving's: ``BASE/N/`` with ``N`` an integer version. Signature
   of a signature in every instance, and a scalar in none.
 
 The SavedModel is written to a temporary directory beside ``BASE``, loaded again in a fresh
-Python process, and both signatures are compared with the in-memory Keras model on sample
+Python process, and every signature is compared with the in-memory Keras model on sample
 sentences; only then is it renamed to ``BASE/N``. A failure at any step leaves no ``BASE/N``.
 
 Concurrent exports to one ``BASE`` cannot collide (`bert_whitening.export.layout`). The staging
@@ -49,7 +49,8 @@ logger = logging.getLogger(__name__)
 
 
 class ServingModule(tf.Module):
-    """The object saved: the Keras encoder, and the in-graph tokenizer when there is one.
+    """The object saved: the Keras encoder, the in-graph tokenizer when there is one, and the
+    encoder's whitened coordinates (``coordinates``) when it has them, for ``serve_dimensions``.
 
     ``serving_default`` refuses what ``encode`` never feeds the model: rows longer than
     ``maxlen`` (``encode`` cuts sentences there; the limit also bounds a request's memory by its
