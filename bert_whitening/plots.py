@@ -31,7 +31,7 @@ def report_figure(report, spectra):
     for row, task in enumerate(tasks):
         left, right = axes[row]
         _draw_spearman(left, report["tasks"][task]["results"])
-        codes = report["tasks"][task]["results"][0]["codes"]
+        codes = _codes(report["tasks"][task]["results"][0])
         title = "%s: Spearman of cosine" % task + ("" if codes == "float32" else " (%s codes)" % codes)
         left.set(title=title, xlabel="n_components (0 = raw)", ylabel="Spearman")
         left.grid(alpha=0.3)
@@ -50,10 +50,15 @@ def report_figure(report, spectra):
     return figure
 
 
+def _codes(result):
+    """The codes a result row was scored in: float32 for a report written before codes."""
+    return result.get("codes", "float32")
+
+
 def _draw_spearman(axis, results):
     """Per split, one colour: the whitened settings as a line against k, raw and flows as
     markers of their own, in the first code scored (float32 unless it was left out)."""
-    results = sorted((r for r in results if r["codes"] == results[0]["codes"]), key=lambda r: r["n_components"])
+    results = sorted((r for r in results if _codes(r) == _codes(results[0])), key=lambda r: r["n_components"])
     raw = [r for r in results if r["method"] == "raw"]
     flows = [r for r in results if r["method"] == "flow"]
     whitened = [r for r in results if r["method"] == "whitening"]
@@ -84,7 +89,7 @@ def plot_retrieval(report, path):
     tasks = list(report["tasks"])
     figure, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.6 * len(tasks)), squeeze=False)
     for row, task in enumerate(tasks):
-        results = [r for r in report["tasks"][task]["results"] if r.get("codes", "float32") == "float32"]
+        results = [r for r in report["tasks"][task]["results"] if _codes(r) == "float32"]
         whitened = sorted(
             (r for r in results if r["n_components"] and (r["beta"], r["gamma"]) == (1, 1)), key=lambda r: r["dim"]
         )

@@ -9,6 +9,10 @@ sentence) and *columnar* (``inputs``, one entry per named input). The gRPC reque
     reply = predict(rest_url("localhost", "encoder"), body)          # bounded in time and size
     vectors = parse_response(reply, rows=len(sentences))             # float32 [2, k], checked
 
+With ``dimensions=d`` a body asks the export's ``serve_text_dimensions`` or ``serve_dimensions``
+for the first ``d`` whitened coordinates, renormalised, in columnar format (a scalar input cannot
+be a row-format instance).
+
 `RestClient` keeps its connections from one call to the next and sends headers over HTTPS; the
 exchange itself (one deadline, the reply's size bound, TLS) is `bert_whitening.io.http_client`'s.
 """
@@ -34,6 +38,8 @@ REQUEST_FORMATS = ("row", "columnar")
 TEXT_SIGNATURE = "serve_text"
 IDS_SIGNATURE = "serving_default"
 SEARCH_SIGNATURE = "serve_search"
+#: The signature taking ``dimensions`` beside the inputs of each signature of vectors.
+DIMENSIONS_SIGNATURES = {IDS_SIGNATURE: "serve_dimensions", TEXT_SIGNATURE: "serve_text_dimensions"}
 
 #: What ``serving_default`` takes: int32 token ids, and segment 0 alone (what ``encode`` feeds).
 INT32_END = 1 << 31
@@ -85,35 +91,63 @@ def request_sentences(sentences):
     return sentence_list(sentences)
 
 
-def text_request(sentences, format="row"):
-    """A REST body for the ``serve_text`` signature: UTF-8 sentences in, vectors out."""
-    check_choice("request format", format, REQUEST_FORMATS)
+def text_request(sentences, format=None, dimensions=None):
+    """A REST body for the ``serve_text`` signature: UTF-8 sentences in, vectors out; with
+    ``dimensions``, for ``serve_text_dimensions`` (`request_dimensions`). ``format``: ``row``, or
+    ``columnar`` (the default with ``dimensions``, which row format cannot carry)."""
+    signature, format, dimensions = _signature_of(TEXT_SIGNATURE, format, dimensions)
     sentences = request_sentences(sentences)
     if format == "row":
-        return {"signature_name": TEXT_SIGNATURE, "instances": sentences}
-    return {"signature_name": TEXT_SIGNATURE, "inputs": {"text": sentences}}
+        return {"signature_name": signature, "instances": sentences}
+    return {"signature_name": signature, "inputs": {"text": sentences, **dimensions}}
 
 
-def ids_request(input_ids, segment_ids=None, format="row"):
-    """A REST body for ``serving_default``; ragged id lists are padded with 0 (padding does not
-    change a sentence's vector), segment ids default to zeros.
+def ids_request(input_ids, segment_ids=None, format=None, dimensions=None):
+    """A REST body for ``serving_default`` (with ``dimensions``, ``serve_dimensions``; ``format``
+    as `text_request` takes it); ragged id lists are padded with 0 (padding does not change a
+    sentence's vector), segment ids default to zeros.
 
     The ids are refused as `text_request` refuses sentences, in one line naming the first bad one:
     rows that are not lists of ints, token ids outside int32's ``[0, 2**31)`` (the exported model
     refuses ids outside its vocabulary, which the client does not know), and segment ids other
     than 0, which the model refuses too (``encode`` feeds 0 alone)."""
-    check_choice("request format", format, REQUEST_FORMATS)
+    signature, format, dimensions = _signature_of(IDS_SIGNATURE, format, dimensions)
     input_ids, segment_ids = _request_ids(input_ids, segment_ids)
     if format == "row":
         instances = [
             {"input_ids": ids.tolist(), "segment_ids": segs.tolist()}
             for ids, segs in zip(input_ids, segment_ids, strict=True)
         ]
-        return {"signature_name": IDS_SIGNATURE, "instances": instances}
+        return {"signature_name": signature, "instances": instances}
     return {
-        "signature_name": IDS_SIGNATURE,
-        "inputs": {"input_ids": input_ids.tolist(), "segment_ids": segment_ids.tolist()},
+        "signature_name": signature,
+        "inputs": {"input_ids": input_ids.tolist(), "segment_ids": segment_ids.tolist(), **dimensions},
     }
+
+
+def request_dimensions(dimensions):
+    """``dimensions`` as the int32 scalar ``serve_dimensions`` and ``serve_text_dimensions`` take:
+    1 or more (the model refuses more than the k it keeps, which the client does not know)."""
+    value = positive_int(dimensions, "dimensions")
+    if value >= INT32_END:
+        raise BertWhiteningError("dimensions must be below 2**31 (the model's int32), got %d" % value)
+    return value
+
+
+def _signature_of(signature, format, dimensions):
+    """``(signature name, format, {"dimensions": d} or {})`` of a body for ``signature``'s inputs
+    with ``dimensions`` (None: none) in ``format`` (None: ``row`` without ``dimensions``,
+    ``columnar`` with)."""
+    if format is not None:
+        check_choice("request format", format, REQUEST_FORMATS)
+    if dimensions is None:
+        return signature, format or "row", {}
+    if format == "row":
+        raise BertWhiteningError(
+            "dimensions is one number for the whole request, which TF Serving's row format (an entry per "
+            "sentence) cannot carry: give format='columnar', or no format"
+        )
+    return DIMENSIONS_SIGNATURES[signature], "columnar", {"dimensions": request_dimensions(dimensions)}
 
 
 def _padded(rows, name):
@@ -306,6 +340,21 @@ class RestClient(HttpClient):
         status, reply = self.post(url, json.dumps(body).encode("utf-8"), timeout, max_bytes)
         return reply_json(reply, "%s: the reply (HTTP %d)" % (url, status))
 
+    def embed(self, url, sentences=None, *, input_ids=None, dimensions=None, timeout=TIMEOUT_SECONDS):
+        """The vectors (float32 ``[batch, k]``, or ``[batch, dimensions]``) of ``sentences``
+        (``serve_text``) or of ``input_ids`` (``serving_default``), one of them, as `predict`
+        fetches them from ``url`` and `parse_response` checks them: one row a sentence, and
+        ``dimensions`` columns when given, sent in the request (`text_request`, `ids_request`)."""
+        if (sentences is None) == (input_ids is None):
+            raise BertWhiteningError("give either sentences or input_ids")
+        if sentences is not None:
+            body, rows = text_request(sentences, dimensions=dimensions), len(sentences)
+        else:
+            body = ids_request(input_ids, dimensions=dimensions)
+            rows = len(body["instances"] if "instances" in body else body["inputs"]["input_ids"])
+        width = body.get("inputs", {}).get("dimensions")
+        return parse_response(self.predict(url, body, timeout), rows=rows, dim=width)
+
 
 def predict(url, body, timeout=TIMEOUT_SECONDS, max_bytes=MAX_REPLY_BYTES, headers=None, ca_file=None):
     """One `RestClient.predict` on a connection of its own, closed after it: the whole exchange
@@ -327,10 +376,11 @@ def _request_ids(input_ids, segment_ids):
     return input_ids, segment_ids
 
 
-def grpc_request(model, sentences=None, input_ids=None, segment_ids=None, version=None):
+def grpc_request(model, sentences=None, input_ids=None, segment_ids=None, version=None, dimensions=None):
     """A ``tensorflow_serving.apis.predict_pb2.PredictRequest`` for either signature.
 
-    Give ``sentences`` for ``serve_text`` or ``input_ids`` for ``serving_default``.
+    Give ``sentences`` for ``serve_text`` or ``input_ids`` for ``serving_default``; with
+    ``dimensions`` (`request_dimensions`), for ``serve_text_dimensions`` or ``serve_dimensions``.
     """
     from tensorflow_serving.apis import predict_pb2
 
@@ -342,13 +392,16 @@ def grpc_request(model, sentences=None, input_ids=None, segment_ids=None, versio
     request.model_spec.name = model_name(model)
     if version is not None:
         request.model_spec.version.value = serving_version(version)
+    signature = TEXT_SIGNATURE if sentences is not None else IDS_SIGNATURE
+    signature, _, dimensions = _signature_of(signature, None, dimensions)
+    request.model_spec.signature_name = signature
     if sentences is not None:
-        request.model_spec.signature_name = TEXT_SIGNATURE
         request.inputs["text"].CopyFrom(tf.make_tensor_proto(request_sentences(sentences), tf.string))
     else:
-        request.model_spec.signature_name = IDS_SIGNATURE
         for name, ids in zip(("input_ids", "segment_ids"), _request_ids(input_ids, segment_ids), strict=True):
             request.inputs[name].CopyFrom(tf.make_tensor_proto(ids))
+    for name, value in dimensions.items():
+        request.inputs[name].CopyFrom(tf.make_tensor_proto(value, tf.int32))
     return request
 
 

@@ -153,7 +153,13 @@ def test_cli_export_corpus_from_an_index(tiny_model, tmp_path, caplog):
     )
     with open(tmp_path / "served" / "1" / "assets" / "bert_whitening.json", encoding="utf-8") as stream:
         info = json.load(stream)
-    assert info["corpus"]["count"] == 40 and info["signatures"] == ["serve_search", "serve_text", "serving_default"]
+    assert info["corpus"]["count"] == 40 and info["signatures"] == [
+        "serve_dimensions",
+        "serve_search",
+        "serve_text",
+        "serve_text_dimensions",
+        "serving_default",
+    ]
     import tensorflow_text  # noqa: F401
 
     from bert_whitening.backend import tf

@@ -10,6 +10,7 @@ from bert_whitening.backend import tf
 from bert_whitening.encoding import encode, tokenize
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.serving import (
+    RestClient,
     grpc_request,
     grpc_vectors,
     ids_request,
@@ -24,6 +25,10 @@ from tfserving_json import decode
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("exported")]  # one export (tests/export/test_saved_model.py)
 
 SIGNATURE_INPUTS = {"serve_text": {"text": object}, "serving_default": {"input_ids": np.int32, "segment_ids": np.int32}}
+SIGNATURE_INPUTS.update(
+    serve_text_dimensions={**SIGNATURE_INPUTS["serve_text"], "dimensions": np.int32},
+    serve_dimensions={**SIGNATURE_INPUTS["serving_default"], "dimensions": np.int32},
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +53,57 @@ def test_id_bodies_give_the_vectors_of_encode(loaded, whitened, format):
     sequences, _ = tokenize(whitened, SENTENCES)
     body = ids_request(sequences, format=format)  # ragged lists, padded by the client
     np.testing.assert_allclose(serve(loaded, body), encode(whitened, SENTENCES), atol=1e-5)
+
+
+@pytest.mark.parametrize("d", [1, 5, 16])
+def test_bodies_with_dimensions_give_the_whitening_kept_at_d(loaded, whitened, encoders, d):
+    """The served vectors at ``d``, from bodies decoded as TF Serving decodes them: the whitening
+    kept at ``d`` of the pooled vectors (`Whitening.transform`)."""
+    expected = whitened.whitening.transform(encode(encoders["first-last-avg"], SENTENCES), n_components=d)
+    sequences, _ = tokenize(whitened, SENTENCES)
+    for body in (text_request(SENTENCES, dimensions=d), ids_request(sequences, dimensions=d)):
+        np.testing.assert_allclose(serve(loaded, body), expected, atol=1e-5)
+
+
+class Served(RestClient):
+    """A `RestClient` whose server is TF Serving's decoding of the body, the loaded signature it
+    names, and a columnar reply."""
+
+    def __init__(self, loaded):
+        super().__init__()
+        self.loaded = loaded
+
+    def post(self, url, body, timeout, max_bytes):
+        body = json.loads(body)
+        return 200, json.dumps({"outputs": serve(self.loaded, body).tolist()}).encode()
+
+
+def test_the_rest_client_s_dimensions_give_the_whitening_kept_at_d(loaded, whitened, encoders):
+    expected = whitened.whitening.transform(encode(encoders["first-last-avg"], SENTENCES), n_components=5)
+    with Served(loaded) as client:
+        url = rest_url("localhost", "encoder")
+        np.testing.assert_allclose(client.embed(url, SENTENCES, dimensions=5), expected, atol=1e-5)
+        sequences, _ = tokenize(whitened, SENTENCES)
+        np.testing.assert_allclose(client.embed(url, input_ids=sequences, dimensions=5), expected, atol=1e-5)
+        np.testing.assert_allclose(client.embed(url, SENTENCES), encode(whitened, SENTENCES), atol=1e-5)
+
+
+def test_grpc_requests_with_dimensions_carry_the_right_tensors(loaded, whitened, encoders):
+    expected = whitened.whitening.transform(encode(encoders["first-last-avg"], SENTENCES), n_components=3)
+    sequences, _ = tokenize(whitened, SENTENCES)
+    for request in (
+        grpc_request("encoder", sentences=SENTENCES, dimensions=3),
+        grpc_request("encoder", input_ids=sequences, dimensions=3),
+    ):
+        signature = request.model_spec.signature_name
+        assert signature in ("serve_text_dimensions", "serve_dimensions")
+        assert request.inputs["dimensions"].dtype == tf.int32.as_datatype_enum
+        tensors = {name: tf.constant(tf.make_ndarray(proto)) for name, proto in request.inputs.items()}
+        assert tensors["dimensions"].shape == ()
+        out = loaded.signatures[signature](**tensors)["embedding"]
+        np.testing.assert_allclose(out.numpy(), expected, atol=1e-5)
+    with pytest.raises(BertWhiteningError, match="dimensions must be a positive integer, got 0"):
+        grpc_request("encoder", sentences=SENTENCES, dimensions=0)
 
 
 def test_replies_parse_back_to_vectors(whitened):

@@ -11,6 +11,7 @@ import pytest
 
 from bert_whitening.errors import BertWhiteningError
 from bert_whitening.serving import (
+    RestClient,
     ids_request,
     pad_ids,
     parse_response,
@@ -293,3 +294,76 @@ def test_search_replies_parse_to_ids_and_scores(reply):
 def test_search_replies_are_checked(reply, message):
     with pytest.raises(BertWhiteningError, match=message):
         parse_search_response(reply, rows=2, top_k=2)
+
+
+def test_bodies_with_dimensions_ask_the_dimensions_signatures_in_columnar_format():
+    """``dimensions`` is one scalar for the request, which row format (an entry per sentence,
+    each holding every input) cannot carry: columnar is the default with it, and row refused."""
+    assert text_request(["今天", "a"], dimensions=8) == {
+        "signature_name": "serve_text_dimensions",
+        "inputs": {"text": ["今天", "a"], "dimensions": 8},
+    }
+    assert text_request(["a"], "columnar", np.int64(3)) == {
+        "signature_name": "serve_text_dimensions",
+        "inputs": {"text": ["a"], "dimensions": 3},
+    }
+    body = ids_request([[2, 7, 3], [2, 3]], dimensions=np.int32(1))
+    assert body == {
+        "signature_name": "serve_dimensions",
+        "inputs": {"input_ids": [[2, 7, 3], [2, 3, 0]], "segment_ids": [[0, 0, 0], [0, 0, 0]], "dimensions": 1},
+    }
+    assert json.loads(json.dumps(body)) == body  # plain ints
+    assert text_request(["a"], None)["instances"] == ["a"]  # without dimensions: row, as before
+    for request in (lambda: text_request(["a"], "row", 8), lambda: ids_request([[2, 3]], None, "row", 8)):
+        with pytest.raises(BertWhiteningError, match="^dimensions is one number for the whole request, which TF"):
+            request()
+
+
+@pytest.mark.parametrize(
+    "dimensions, message",
+    [
+        (0, "dimensions must be a positive integer, got 0"),
+        (-1, "dimensions must be a positive integer, got -1"),
+        (True, "dimensions must be a positive integer, got True"),
+        (2.0, "dimensions must be a positive integer, got 2.0"),
+        ("8", "dimensions must be a positive integer, got '8'"),
+        (2**31, r"dimensions must be below 2\*\*31 \(the model's int32\), got 2147483648"),
+    ],
+)
+def test_a_dimensions_that_is_not_a_positive_int32_is_refused_in_one_line(dimensions, message):
+    for request in (
+        lambda: text_request(["a"], dimensions=dimensions),
+        lambda: ids_request([[2]], None, None, dimensions),
+    ):
+        with pytest.raises(BertWhiteningError, match="^%s$" % message):
+            request()
+
+
+class Posted(RestClient):
+    """A `RestClient` whose exchange is a recorded body and a given reply (HTTP 200)."""
+
+    def __init__(self, reply):
+        super().__init__()
+        self.reply, self.bodies = reply, []
+
+    def post(self, url, body, timeout, max_bytes):
+        self.bodies.append(json.loads(body))
+        return 200, json.dumps(self.reply).encode()
+
+
+def test_the_rest_client_sends_dimensions_and_checks_the_reply_s_width():
+    with Posted({"outputs": [[0.6, 0.8], [1.0, 0.0]]}) as client:
+        vectors = client.embed("http://h:8501/v1/models/m:predict", ["a", "b"], dimensions=2)
+        assert vectors.dtype == np.float32 and vectors.tolist() == [[np.float32(0.6), np.float32(0.8)], [1.0, 0.0]]
+        client.embed("http://h:8501/v1/models/m:predict", input_ids=[[2, 3], [2]], dimensions=2)
+        assert client.bodies == [
+            text_request(["a", "b"], dimensions=2),
+            ids_request([[2, 3], [2]], dimensions=2),
+        ]
+        with pytest.raises(BertWhiteningError, match="the reply's embedding: 2 columns, not 3"):
+            client.embed("http://h:8501/v1/models/m:predict", ["a", "b"], dimensions=3)
+        with pytest.raises(BertWhiteningError, match="the reply's embedding: 2 rows for 1 sentences"):
+            client.embed("http://h:8501/v1/models/m:predict", input_ids=[[2, 3]])
+        assert client.bodies[-1] == ids_request([[2, 3]])  # no dimensions: serving_default, row format
+        with pytest.raises(BertWhiteningError, match="give either sentences or input_ids"):
+            client.embed("http://h:8501/v1/models/m:predict", ["a"], input_ids=[[2]])

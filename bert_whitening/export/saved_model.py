@@ -5,10 +5,16 @@ The layout is TF Serving's: ``BASE/N/`` with ``N`` an integer version. Signature
 - ``serving_default``: ``input_ids`` and ``segment_ids``, int32 ``[batch, length]`` padded with 0,
   to ``embedding``, float32 ``[batch, k]``;
 - ``serve_text`` (optional): ``text``, string ``[batch]``, tokenised in the graph exactly as the
-  bert4keras Tokenizer does (`bert_whitening.tokenization.graph_tokenizer`), to ``embedding``.
+  bert4keras Tokenizer does (`bert_whitening.tokenization.graph_tokenizer`), to ``embedding``;
+- ``serve_dimensions`` and ``serve_text_dimensions`` (with ``serve_text``), for an encoder with
+  whitened coordinates (`bert_whitening.export.dimensions`): the same inputs and ``dimensions``,
+  int32 scalar 1..k, to ``embedding``, float32 ``[batch, dimensions]``: the first ``dimensions``
+  whitened coordinates, normalised (what ``encode`` gives at ``n_components = dimensions``).
+  Separate signatures, not an input of the first two: TF Serving's row format needs every input
+  of a signature in every instance, and a scalar in none.
 
 The SavedModel is written to a temporary directory beside ``BASE``, loaded again in a fresh
-Python process, and both signatures are compared with the in-memory Keras model on sample
+Python process, and every signature is compared with the in-memory Keras model on sample
 sentences; only then is it renamed to ``BASE/N``. A failure at any step leaves no ``BASE/N``.
 
 Concurrent exports to one ``BASE`` cannot collide (`bert_whitening.export.layout`). The staging
@@ -29,6 +35,7 @@ from bert_whitening.arguments import options_of
 from bert_whitening.backend import graph_function, refuse_rows, tf, tf_writing
 from bert_whitening.config import versions
 from bert_whitening.errors import BertWhiteningError, ExportError
+from bert_whitening.export.dimensions import whitened_coordinates
 from bert_whitening.export.layout import publish, target_version
 from bert_whitening.export.options import ExportOptions
 from bert_whitening.export.record import RECORD, checked_export_record, file_digests
@@ -42,7 +49,8 @@ logger = logging.getLogger(__name__)
 
 
 class ServingModule(tf.Module):
-    """The object saved: the Keras encoder, and the in-graph tokenizer when there is one.
+    """The object saved: the Keras encoder, the in-graph tokenizer when there is one, and the
+    encoder's whitened coordinates (``coordinates``) when it has them, for ``serve_dimensions``.
 
     ``serving_default`` refuses what ``encode`` never feeds the model: rows longer than
     ``maxlen`` (``encode`` cuts sentences there; the limit also bounds a request's memory by its
@@ -58,8 +66,11 @@ class ServingModule(tf.Module):
         tf.TensorSpec([None, None], tf.int32, name="segment_ids"),
     ]
     TEXT = [tf.TensorSpec([None], tf.string, name="text")]
+    DIMENSIONS = [tf.TensorSpec([], tf.int32, name="dimensions")]
 
-    def __init__(self, model, maxlen, vocab_size, tokenizer=None, corpus=None, top_k=10, bfloat16=False):
+    def __init__(
+        self, model, maxlen, vocab_size, tokenizer=None, corpus=None, top_k=10, bfloat16=False, coordinates=None
+    ):
         super().__init__()
         self.maxlen = maxlen
         self.vocab_size = vocab_size
@@ -73,12 +84,18 @@ class ServingModule(tf.Module):
         self.encoder_variables = [v for v in model.variables if v.ref() not in self.bfloat16_copies]
         self.encoder_variables += list(self.bfloat16_copies.values())
         self._call_model = model.__call__
+        if coordinates is not None:
+            self._add_coordinates(coordinates)
         self.serve_ids = graph_function(self._embed, self.IDS)
         if tokenizer is not None:
             self.tokenizer = tokenizer
             self.serve_text = graph_function(self._embed_text, self.TEXT)
             # Not a signature: lets a Python client see the ids serve_text feeds the model.
             self.tokenize = graph_function(tokenizer.__call__, self.TEXT)
+        if coordinates is not None:
+            self.serve_dimensions = graph_function(self._embed_dimensions, self.IDS + self.DIMENSIONS)
+            if tokenizer is not None:
+                self.serve_text_dimensions = graph_function(self._embed_text_dimensions, self.TEXT + self.DIMENSIONS)
         if corpus is not None:
             # A variable, not a constant: saved under variables/, so a corpus over GraphDef's
             # 2 GB limit still exports.
@@ -90,7 +107,21 @@ class ServingModule(tf.Module):
                 else graph_function(self._search_ids, self.IDS)
             )
 
-    def _embed(self, input_ids, segment_ids):
+    def _add_coordinates(self, coordinates):
+        """``coordinates`` (`Coordinates`, called as the model is: not tracked) as one function of
+        the ids that ``serving_default`` normalises whole and ``serve_dimensions`` cut: the
+        transformer is traced once for both."""
+        self.k = coordinates.k
+        self._call_coordinates = coordinates.model.__call__
+        self._normalize = coordinates.normalize.__call__
+        # Not a signature: the whitened coordinates before the normalisation.
+        self.coordinates = graph_function(self._coordinates_of, self.IDS)
+
+    def _coordinates_of(self, input_ids, segment_ids):
+        return self._call_coordinates(list(self._checked_ids(input_ids, segment_ids)), training=False)
+
+    def _checked_ids(self, input_ids, segment_ids):
+        """``(input_ids, segment_ids)`` read only after the checks below have passed."""
         checks = [
             # Without this, segment_ids of another shape would be broadcast, not refused.
             tf.debugging.assert_equal(
@@ -117,12 +148,35 @@ class ServingModule(tf.Module):
         # The model reads its inputs only after the checks: nothing else orders a stateless op
         # (the position table's sum, which fails on too long a row) after an assertion.
         with tf.control_dependencies(checks):
-            input_ids, segment_ids = tf.identity(input_ids), tf.identity(segment_ids)
-        return {"embedding": self._call_model([input_ids, segment_ids], training=False)}
+            return tf.identity(input_ids), tf.identity(segment_ids)
+
+    def _embed(self, input_ids, segment_ids):
+        if hasattr(self, "coordinates"):  # the model is its whitened coordinates normalised
+            return {"embedding": self._normalize(self.coordinates(input_ids, segment_ids))}
+        return {"embedding": self._call_model(list(self._checked_ids(input_ids, segment_ids)), training=False)}
 
     def _embed_text(self, text):
         input_ids = self.tokenize(text)
         return self.serve_ids(input_ids, tf.zeros_like(input_ids))
+
+    def _embed_dimensions(self, input_ids, segment_ids, dimensions):
+        """The first ``dimensions`` whitened coordinates, normalised."""
+        dimensions, input_ids = self._checked_dimensions(dimensions, input_ids)
+        return {"embedding": self._normalize(self.coordinates(input_ids, segment_ids)[:, :dimensions])}
+
+    def _checked_dimensions(self, dimensions, input_ids):
+        """``(dimensions, input_ids)`` read only once ``dimensions`` is known to be in ``1..k``
+        (so the model does not run on a refused request): refused, not clipped as a slice would."""
+        check = tf.debugging.Assert(
+            (dimensions >= 1) & (dimensions <= self.k),
+            ["dimensions must be from 1 to the %d whitened dimensions kept, got" % self.k, dimensions],
+        )
+        with tf.control_dependencies([check]):
+            return tf.identity(dimensions), tf.identity(input_ids)
+
+    def _embed_text_dimensions(self, text, dimensions):
+        input_ids = self.tokenize(text)
+        return self.serve_dimensions(input_ids, tf.zeros_like(input_ids), dimensions)
 
     def _nearest(self, embedding):
         """Exact cosine (the embeddings and corpus rows are unit vectors) and the top k."""
@@ -140,8 +194,9 @@ class ServingModule(tf.Module):
         them once, in its own context (a concrete function traced before it would be traced
         again there)."""
         signatures = {"serving_default": self.serve_ids}
-        if hasattr(self, "serve_text"):
-            signatures["serve_text"] = self.serve_text
+        for name in ("serve_text", "serve_dimensions", "serve_text_dimensions"):
+            if hasattr(self, name):
+                signatures[name] = getattr(self, name)
         if hasattr(self, "serve_search"):
             signatures["serve_search"] = self.serve_search
         return signatures
@@ -208,7 +263,8 @@ def export_saved_model(
 def _serving_module(encoder, options, corpus):
     """The `ServingModule` of ``encoder``: its in-graph tokenizer with ``options.text``, its
     corpus for ``serve_search`` (``top_k`` cut to the corpus's rows, with a warning), its
-    products' bfloat16 copies for a bfloat16 export."""
+    products' bfloat16 copies for a bfloat16 export, its whitened coordinates for
+    ``serve_dimensions`` when it has them (`bert_whitening.export.dimensions`)."""
     tokenizer = None
     if options.text:
         from bert_whitening.tokenization.graph_tokenizer import GraphTokenizer
@@ -216,7 +272,14 @@ def _serving_module(encoder, options, corpus):
         tokenizer = GraphTokenizer(encoder.vocab, encoder.maxlen, encoder.lowercase)
     bfloat16 = options.precision == "bfloat16"
     module = ServingModule(
-        encoder.model, encoder.maxlen, len(encoder.vocab), tokenizer, corpus, options.top_k, bfloat16=bfloat16
+        encoder.model,
+        encoder.maxlen,
+        len(encoder.vocab),
+        tokenizer,
+        corpus,
+        options.top_k,
+        bfloat16=bfloat16,
+        coordinates=whitened_coordinates(encoder),
     )
     if corpus is not None and module.top_k < options.top_k:
         logger.warning(

@@ -12,7 +12,13 @@ compares the outputs with the in-memory Keras encoder:
   a server's graph runs the first packed and the second on every row (`unpadded_rows`);
 - ``serve_search`` must agree with a FAISS ``IndexFlatIP`` of the same corpus searched with the
   served embeddings, rank by rank: each returned id's own cosine must equal FAISS's score at that
-  rank (so different ids pass only where cosines tie) and the returned score must be that cosine.
+  rank (so different ids pass only where cosines tie) and the returned score must be that cosine;
+- ``serve_dimensions`` and ``serve_text_dimensions``, served at each of
+  `bert_whitening.export.dimensions.verified_dimensions` ``d``, must equal the encoder's vectors
+  at ``n_components = d`` within the tolerance, and the vectors the same export serves at ``k``
+  cut to ``d`` and renormalised within `DIMENSIONS_TOLERANCE` (the transformer's float noise,
+  common to both, cancels there: what remains is the cut alone); a ``dimensions`` outside
+  ``1..k`` must be refused.
 """
 
 import json
@@ -28,9 +34,15 @@ import numpy as np
 from bert_whitening.errors import ExportError
 from bert_whitening.io.records import parse_json
 from bert_whitening.progress import Progress
+from bert_whitening.serving import DIMENSIONS_SIGNATURES, IDS_SIGNATURE, TEXT_SIGNATURE
 from bert_whitening.vectors import check_vectors, l2_normalize
 
 TOLERANCE = 1e-5
+#: How far the vectors served at ``dimensions`` d may be from those served at k cut to d and
+#: renormalised.
+DIMENSIONS_TOLERANCE = 1e-6
+#: Each signature taking ``dimensions``, and the signature serving its other inputs at k.
+AT_K = {name: at_k for at_k, name in DIMENSIONS_SIGNATURES.items()}
 #: The child's exit status when it could not write its response, after a last line of standard
 #: error ``errno N``: the parent raises that OSError (a full disk is one line, not a traceback).
 RESPONSE_NOT_WRITTEN = 3
@@ -58,6 +70,7 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE, 
     ops between the products to the last bit, so the in-process graph's fused layer norms would
     differ by more than float noise), and its vectors must keep `AUTO_MIN_COSINE` of float32's."""
     from bert_whitening.encoding import compiled, tokenize
+    from bert_whitening.export.dimensions import refused_dimensions, verified_dimensions, whitened_coordinates
     from bert_whitening.precision import AUTO_MIN_COSINE
     from bert_whitening.tokenization.token_ids import pad_ids
 
@@ -66,8 +79,10 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE, 
     expected = _vectors(compiled(encoder.model), ids)  # float32, whatever the process runs
     source = "the Keras encoder's vectors of the verification sentences"
     check_vectors(expected["serving_default"], source, encoder.normalize, stages=encoder.config.stages)
+    coordinates = whitened_coordinates(encoder)
+    k = coordinates.k if coordinates else 0
     if precision == "bfloat16":
-        exact, expected = expected, _vectors(_bfloat16_export_graph(encoder), ids)
+        exact, expected = expected, _vectors(_bfloat16_export_graph(encoder.model), ids)
         lowest = min(
             float((l2_normalize(exact[name]) * l2_normalize(expected[name])).sum(axis=1).min()) for name in expected
         )
@@ -77,7 +92,12 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE, 
                 "nothing was written: export in float32" % (lowest, AUTO_MIN_COSINE)
             )
     expected["serve_text"] = expected["serving_default"]
-    outputs = process.run(directory, ids, VERIFY_SENTENCES if text else [])
+    dimensions = verified_dimensions(k) + refused_dimensions(k) if k else []
+    outputs = process.run(directory, ids, VERIFY_SENTENCES if text else [], dimensions=dimensions)
+    if k:
+        pooled = (compiled if precision == "float32" else _bfloat16_export_graph)(coordinates.pooled)
+        pooled = pooled(ids, np.zeros_like(ids))
+        expected.update(_dimensions_expected(outputs, coordinates, encoder.whitening, pooled.numpy()))
     compared = [name for name in expected if name in outputs]
     for name in compared:
         exported = "the exported %s of the verification sentences" % name
@@ -91,6 +111,37 @@ def verify(process, directory, encoder, text, corpus=None, tolerance=TOLERANCE, 
     if corpus is not None:
         _check_search(outputs, corpus, tolerance)
     return difference
+
+
+def _dimensions_expected(outputs, coordinates, whitening, pooled):
+    """``{"NAME_D": the encoder's vectors at n_components = D}`` for each signature ``NAME`` taking
+    ``dimensions`` beside one in ``outputs`` and each verified ``D``, once the served vectors at
+    ``D`` are those served at k cut and renormalised (`DIMENSIONS_TOLERANCE`) and ``dimensions``
+    outside ``1..k`` were refused; ``pooled``: the encoder's pooled vectors of the ids."""
+    from bert_whitening.export.dimensions import encoded_at, refused_dimensions, verified_dimensions
+
+    k, expected = coordinates.k, {}
+    for name, at_k in AT_K.items():
+        if at_k not in outputs:
+            continue
+        if name + "_refused" not in outputs:
+            raise ExportError("the exported SavedModel has %s and no %s; nothing was written" % (at_k, name))
+        refused = sorted(outputs[name + "_refused"].tolist())
+        if refused != refused_dimensions(k):
+            raise ExportError(
+                "%s refused dimensions %s of %s: it must answer 1..%d and refuse the rest; nothing was written"
+                % (name, refused, verified_dimensions(k) + refused_dimensions(k), k)
+            )
+        for d in verified_dimensions(k):
+            served, cut = outputs["%s_%d" % (name, d)], l2_normalize(outputs[at_k][:, :d].astype(np.float64))
+            off = float(np.abs(served - cut).max())
+            if not off <= DIMENSIONS_TOLERANCE:
+                raise ExportError(
+                    "%s at dimensions %d differs by %.3g from %s's vectors cut to %d and renormalised "
+                    "(tolerance %.3g); nothing was written" % (name, d, off, at_k, d, DIMENSIONS_TOLERANCE)
+                )
+            expected["%s_%d" % (name, d)] = encoded_at(whitening, pooled, d)
+    return expected
 
 
 def unpadded_rows(ids):
@@ -109,14 +160,14 @@ def _vectors(graph, ids):
     }
 
 
-def _bfloat16_export_graph(encoder):
-    """The graph a bfloat16 export of ``encoder`` saves, ``(ids, segments) -> vectors``, run as
-    a graph (Grappler fuses each product with its bias and activation, as the server's does)."""
+def _bfloat16_export_graph(model):
+    """The graph a bfloat16 export of the Keras ``model`` saves, ``(ids, segments) -> vectors``,
+    run as a graph (Grappler fuses each product with its bias and activation, as the server's does)."""
     from bert_whitening.backend import graph_function, tf
     from bert_whitening.layers.fused_bert import bfloat16_products, serving_graph
 
     spec = tf.TensorSpec([None, None], tf.int32)
-    function = graph_function(lambda ids, segments: encoder.model([ids, segments], training=False), [spec, spec])
+    function = graph_function(lambda ids, segments: model([ids, segments], training=False), [spec, spec])
     with serving_graph(), bfloat16_products():
         return function.get_concrete_function()
 
@@ -169,19 +220,26 @@ class FreshProcess:
             stderr=self._stderr,
         )
 
-    def run(self, directory, input_ids, sentences=(), scratch=None):
+    def run(self, directory, input_ids, sentences=(), scratch=None, dimensions=()):
         """Outputs of the SavedModel in ``directory``: ``serving_default`` (vectors of
         ``input_ids``), ``serving_default_rows`` (of each row alone, `unpadded_rows`),
-        ``serve_text`` (of ``sentences``, when given), and
+        ``serve_text`` (of ``sentences``, when given),
         ``search_ids``/``search_scores`` when it has ``serve_search`` (fed the sentences when it
-        takes text, else the ids). The request and response files live in ``scratch`` (default
+        takes text, else the ids), and for each signature taking ``dimensions`` that it has,
+        ``NAME_D`` (its vectors at each of ``dimensions`` D it answers) and ``NAME_refused``
+        (those it refuses). The request and response files live in ``scratch`` (default
         ``directory/.verify``, which goes with a staging directory when that is removed) and are
         removed afterwards."""
         scratch = scratch or os.path.join(directory, ".verify")
         os.makedirs(scratch, exist_ok=True)
         request, response = os.path.join(scratch, "request.npz"), os.path.join(scratch, "response.npz")
         try:
-            np.savez(request, input_ids=input_ids, text=np.array(list(sentences), dtype=object))
+            np.savez(
+                request,
+                input_ids=input_ids,
+                text=np.array(list(sentences), dtype=object),
+                dimensions=np.array(list(dimensions), dtype=np.int32),
+            )
             # A child that died before reading is not an error here (communicate ignores the
             # broken pipe): its exit status and stderr say why, below.
             with Progress("verifying the export in a fresh process", unit=None):
@@ -240,7 +298,7 @@ def _run_signatures(directory, request_path, response_path):
     from bert_whitening.backend import tf
 
     with np.load(request_path, allow_pickle=True) as request:
-        input_ids, text = request["input_ids"], list(request["text"])
+        input_ids, text, dimensions = request["input_ids"], list(request["text"]), request["dimensions"].tolist()
     if text:
         import tensorflow_text  # noqa: F401  registers the tokenizer ops
 
@@ -255,6 +313,9 @@ def _run_signatures(directory, request_path, response_path):
     if "serve_search" in loaded.signatures:
         searched = loaded.signatures["serve_search"](**(text_input if text else ids_input))
         outputs.update(search_ids=searched["ids"].numpy(), search_scores=searched["scores"].numpy())
+    inputs = {DIMENSIONS_SIGNATURES[IDS_SIGNATURE]: ids_input, DIMENSIONS_SIGNATURES[TEXT_SIGNATURE]: text_input}
+    for name in (name for name in inputs if name in loaded.signatures):
+        outputs.update(_served_dimensions(loaded.signatures[name], name, inputs[name], dimensions))
     partial = response_path + ".partial"
     try:
         with open(partial, "wb") as stream:
@@ -265,6 +326,21 @@ def _run_signatures(directory, request_path, response_path):
         sys.stderr.flush()
         os._exit(RESPONSE_NOT_WRITTEN)
     return loaded
+
+
+def _served_dimensions(signature, name, inputs, dimensions):
+    """Child side: ``{NAME_D: vectors}`` of ``signature`` at each of ``dimensions`` D it answers,
+    and ``{NAME_refused: the D it refuses}``."""
+    from bert_whitening.backend import tf
+
+    outputs, refused = {}, []
+    for d in dimensions:
+        try:
+            outputs["%s_%d" % (name, d)] = signature(**inputs, dimensions=tf.constant(d, tf.int32))["embedding"].numpy()
+        except tf.errors.InvalidArgumentError:
+            refused.append(d)
+    outputs[name + "_refused"] = np.array(refused, dtype=np.int64)
+    return outputs
 
 
 def _serve_one_request(text):

@@ -105,5 +105,5 @@ def test_cli_export_records_the_whitening_file(tiny_model, tmp_path):
     with open(whitening, "rb") as stream:
         assert info["whitening_file"]["sha256"] == hashlib.sha256(stream.read()).hexdigest()
     assert info["pooling"] == "cls" and info["n_components"] == 8
-    assert info["signatures"] == ["serving_default"]
+    assert info["signatures"] == ["serve_dimensions", "serving_default"]
     assert cli.main(argv + ["--version", "1"]) == 1  # exists, no --overwrite

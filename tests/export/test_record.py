@@ -22,7 +22,7 @@ def test_check_export_refuses_an_edited_file_in_one_line_naming_it(exported, tmp
     shutil.copytree(exported[1], copy)
     record = check_export(str(copy))
     assert {DATA, "variables/variables.index", "saved_model.pb"} <= set(record["files"])
-    assert record["signatures"] == ["serve_text", "serving_default"]
+    assert record["signatures"] == ["serve_dimensions", "serve_text", "serve_text_dimensions", "serving_default"]
     with open(copy / name, "r+b") as stream:
         stream.seek(os.path.getsize(copy / name) // 2)
         byte = stream.read(1)

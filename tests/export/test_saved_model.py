@@ -14,6 +14,7 @@ from bert_whitening.export import ExportError, ExportOptions, export_saved_model
 from bert_whitening.layers import fused_bert
 from bert_whitening.models import build_encoder
 from bert_whitening.serving import pad_ids
+from bert_whitening.vectors import l2_normalize
 
 from helpers import SENTENCES, TINY_CONFIG, TINY_VOCAB, random_weights
 
@@ -35,7 +36,7 @@ def test_exports_version_1_readable_with_metadata(exported, whitened):
     assert info["n_components"] == 16 and info["normalize"] is True and info["note"] == "test"
     assert info["model"]["vocab_sha256"] == whitened.model_identity["vocab_sha256"]
     assert info["whitening"]["beta"] == 1.0 and info["whitening"]["count"] == 64
-    assert info["signatures"] == ["serve_text", "serving_default"]
+    assert info["signatures"] == ["serve_dimensions", "serve_text", "serve_text_dimensions", "serving_default"]
     assert info["versions"]["tensorflow"] and info["versions"]["bert4keras"] == "0.11.5"
     assert sorted(os.listdir(os.path.dirname(base))) == ["encoder"]  # no staging left
 
@@ -212,3 +213,53 @@ def test_the_saved_serving_default_refuses_ids_outside_the_vocabulary_and_segmen
     segments[1, 0] = segments[2, 3] = 1
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"segment id other than 0 .*counting from 0:\] \[1 2\]"):
         call(ids, segments)
+
+
+@on_the_export
+def test_the_saved_dimensions_signatures_serve_the_whitening_kept_at_d(exported, whitened, encoders):
+    """At every ``d`` from 1 to k: the whitening kept at ``d`` of the pooled vectors (numpy's
+    `Whitening.transform`), within the float noise of the served graph, and what the export
+    serves at k cut to ``d`` and renormalised within 1e-6."""
+    loaded = tf.saved_model.load(exported[1])
+    ids = pad_ids(tokenize(whitened, SENTENCES)[0])
+    inputs = {"input_ids": tf.constant(ids), "segment_ids": tf.zeros_like(ids)}
+    at_k = loaded.signatures["serving_default"](**inputs)["embedding"].numpy()
+    pooled = encode(encoders["first-last-avg"], SENTENCES)
+    for d in range(1, 17):
+        dimensions = tf.constant(d, tf.int32)
+        served = loaded.signatures["serve_dimensions"](**inputs, dimensions=dimensions)["embedding"].numpy()
+        texts = loaded.signatures["serve_text_dimensions"](text=tf.constant(SENTENCES), dimensions=dimensions)
+        assert served.shape == (len(SENTENCES), d) and served.dtype == np.float32
+        np.testing.assert_allclose(served, whitened.whitening.transform(pooled, n_components=d), atol=1e-5)
+        np.testing.assert_allclose(served, l2_normalize(at_k[:, :d].astype(np.float64)), atol=1e-6)
+        np.testing.assert_array_equal(texts["embedding"].numpy(), served)
+
+
+@on_the_export
+def test_the_saved_dimensions_signatures_refuse_dimensions_outside_1_to_k(exported, whitened):
+    """Refused by an op of the graph, not clipped (a slice would give 16 columns for 17, none for
+    0 and 15 for -1), and the ids checked as serving_default checks them."""
+    loaded = tf.saved_model.load(exported[1])
+    ids = pad_ids(tokenize(whitened, SENTENCES[:3])[0])
+    inputs = {"input_ids": tf.constant(ids), "segment_ids": tf.zeros_like(ids)}
+    for d in (0, 17, -1, 2**31 - 1):
+        message = r"dimensions must be from 1 to the 16 whitened dimensions kept, got\] \[%d\]" % d
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            loaded.signatures["serve_dimensions"](**inputs, dimensions=tf.constant(d))
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            loaded.signatures["serve_text_dimensions"](text=tf.constant(SENTENCES[:3]), dimensions=tf.constant(d))
+    ids[1] = 0
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"no token .*counting from 0:\] \[1\]"):
+        loaded.signatures["serve_dimensions"](
+            input_ids=tf.constant(ids), segment_ids=tf.zeros_like(ids), dimensions=tf.constant(4)
+        )
+
+
+def test_an_export_without_whitened_coordinates_has_no_dimensions_signatures(encoders, tmp_path):
+    """No whitening (k = 0): the pooled coordinates are not ordered by variance."""
+    from bert_whitening.models import with_whitening
+
+    path, _ = export_saved_model(with_whitening(encoders["cls"]), str(tmp_path / "m"), ExportOptions(text=True))
+    assert sorted(tf.saved_model.load(path).signatures) == ["serve_text", "serving_default"]
+    with open(os.path.join(path, "assets", "bert_whitening.json"), encoding="utf-8") as stream:
+        assert json.load(stream)["signatures"] == ["serve_text", "serving_default"]

@@ -35,9 +35,15 @@ def test_saved_model_cli_shows_both_signatures(exported):
         block = default[default.index("inputs['%s']" % name) :]
         assert block.index("dtype: DT_INT32") < block.index("shape: (-1, -1)") < 120
     assert "outputs['embedding']" in default and "shape: (-1, 16)" in default
-    served_text = text[text.index("signature_def['serve_text']") : text.index("signature_def['serving_default']")]
+    served_text = text[text.index("signature_def['serve_text']") : text.index("signature_def['serve_text_dimensions']")]
     assert "inputs['text']" in served_text and "dtype: DT_STRING" in served_text
     assert "shape: (-1)" in served_text and "shape: (-1, 16)" in served_text
+    for name in ("serve_dimensions", "serve_text_dimensions"):
+        served = text[text.index("signature_def['%s']" % name) :]
+        block = served[served.index("inputs['dimensions']") :]
+        assert block.index("dtype: DT_INT32") < block.index("shape: ()") < 120
+        output = served[served.index("outputs['embedding']") :]
+        assert output.index("dtype: DT_FLOAT") < output.index("shape: (-1, -1)") < 120
 
 
 @on_the_export

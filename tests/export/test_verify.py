@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bert_whitening.export import ExportError, ExportOptions, export_saved_model, run_in_fresh_process
+from bert_whitening.export.saved_model import ServingModule
 from bert_whitening.layers import fused_bert
 from export.test_saved_model import CHILD_IMPORTS
 
@@ -43,8 +44,6 @@ def test_a_served_graph_wrong_on_packed_or_on_unpacked_batches_is_refused(
 def test_a_signature_off_by_more_than_float_noise_is_refused_by_default(encoders, tmp_path, monkeypatch, signature):
     """The default tolerance is float32's noise (1e-5): ``serving_default`` or ``serve_text`` alone
     off by 1e-4 is not published; a tolerance given is the one applied."""
-    from bert_whitening.export.saved_model import ServingModule
-
     pooled = encoders["first-last-avg"]  # not normalised: any vector is one it could give
 
     original = getattr(ServingModule, signature)
@@ -77,3 +76,56 @@ def test_the_verification_child_loads_tensorflow_alone():
     child = subprocess.run([sys.executable, "-c", CHILD_IMPORTS], capture_output=True, text=True)
     assert child.returncode == 0, child.stderr[-2000:]
     assert child.stdout.split("\n")[-2] == "['tensorflow', 'tensorflow_text']", child.stdout
+
+
+def _not_renormalised(self, input_ids, segment_ids, dimensions):
+    """The vectors at k cut to ``dimensions``."""
+    dimensions, input_ids = self._checked_dimensions(dimensions, input_ids)
+    return {"embedding": self.serve_ids(input_ids, segment_ids)["embedding"][:, :dimensions]}
+
+
+def _clipped(self, input_ids, segment_ids, dimensions):
+    """No check of ``dimensions``: the slice clips it."""
+    return {"embedding": self._normalize(self.coordinates(input_ids, segment_ids)[:, :dimensions])}
+
+
+def _off_by_2e_6(self, input_ids, segment_ids, dimensions):
+    """Within the export's tolerance of encode at d (1e-5), not of the cut (1e-6)."""
+    return {"embedding": RIGHT(self, input_ids, segment_ids, dimensions)["embedding"] + 2e-6}
+
+
+RIGHT = ServingModule._embed_dimensions
+
+
+@pytest.mark.parametrize(
+    "wrong, message",
+    [
+        (
+            _not_renormalised,
+            r"serve_dimensions at dimensions 1 differs by [\d.e+-]+ from serving_default's vectors cut",
+        ),
+        (_clipped, r"serve_dimensions refused dimensions \[\] of \[1, 8, 16, 0, 17\]: it must answer 1..16"),
+        (_off_by_2e_6, r"serve_dimensions at dimensions 1 differs by 2\.\d*e-06 .* \(tolerance 1e-06\)"),
+    ],
+    ids=["not-renormalised", "clipped", "off-by-2e-6"],
+)
+def test_a_wrong_serve_dimensions_is_refused_and_leaves_nothing(whitened, tmp_path, monkeypatch, wrong, message):
+    """The verification serves dimensions 1, k/2 and k, and 0 and k + 1: a graph that does not
+    renormalise the cut, clips a dimensions outside 1..k or is off by more than 1e-6 of the
+    vectors served at k cut and renormalised is not published."""
+    monkeypatch.setattr(ServingModule, "_embed_dimensions", wrong)
+    with pytest.raises(ExportError, match=message):
+        export_saved_model(whitened, str(tmp_path / "m"))
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_bfloat16_export_s_dimensions_are_verified_against_the_bfloat16_graph(whitened, encoders, tmp_path):
+    """The vectors at ``d`` are compared with the pooled vectors of the graph a bfloat16 export
+    saves, traced here, not with float32's, which its products' rounding moves past 1e-5."""
+    from bert_whitening.backend import tf
+    from bert_whitening.models import with_whitening
+
+    encoder = with_whitening(encoders["first-last-avg"], whitened.whitening, 4)
+    path, difference = export_saved_model(encoder, str(tmp_path / "m"), ExportOptions(precision="bfloat16"))
+    assert difference <= 1e-5
+    assert sorted(tf.saved_model.load(path).signatures) == ["serve_dimensions", "serving_default"]
