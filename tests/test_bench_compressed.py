@@ -238,3 +238,27 @@ def test_the_queries_are_drawn_from_the_sentences_and_left_out_of_the_corpus(tmp
     args.sentences = 4
     corpus, queries = bench.retrieval_sentences(args)
     assert sorted(corpus + queries) == list("abcd")
+
+
+def test_our_index_directories_search_exactly_and_rescore_codes_by_the_float_vectors(tmp_path):
+    from bert_whitening.config import EncoderConfig
+
+    rng = np.random.default_rng(3)
+    unit = rng.normal(size=(500, 384))
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    asked = unit[:20] + rng.normal(size=(20, 384)) * 0.05
+    asked /= np.linalg.norm(asked, axis=1, keepdims=True)
+    exact = np.argsort(-(asked @ unit.T), axis=1)[:, : bench.TOP_K].tolist()
+    config = EncoderConfig("minilm", pooling="last-avg", normalize=True)
+    args = type("Args", (), {"rescore": [4, 50], "repeats": 1})
+    found = bench.our_index_searches(config, (unit, asked), "float32", args, str(tmp_path))
+    found.update(bench.our_index_searches(config, (unit, asked), "binary", args, str(tmp_path)))
+    assert list(found) == ["raw float32", "raw binary x4", "raw binary x50"]
+    assert found["raw float32"]["ids"] == exact
+    assert found["raw binary x50"]["ids"] == exact  # every row a candidate: the float vectors rank them
+    assert bench.recall_at(found["raw binary x4"]["ids"], exact) < 1
+    assert [(f["index_bytes"], f["rescore_bytes"], f["candidates"]) for f in found.values()] == [
+        (500 * 384 * 4, 0, None),
+        (500 * 48, 500 * 384 * 4, 40),
+        (500 * 48, 500 * 384 * 4, 500),
+    ]
