@@ -29,8 +29,10 @@ the tables, ``--plot`` the test Spearman against bytes a vector (log scale), one
 
 ``--retrieval``: a corpus of the tasks' distinct sentences less ``--queries`` drawn from them
 (seed 0) as queries, the same for both. For each system, its binary codes with rescoring against
-its own exact float32 search at the same k, the reference: Recall@10 (the share of the exact top 10
-found, so float32's is 1), queries per second (all queries in one call, the index built, median of
+its own exact float32 search at the same k, the reference: Recall@10 (the share of the results
+that are among the exact top 10: whose exact cosine is at least the exact 10th's, less `TIE`, so
+that any of identical vectors counts; float32's is 1), the share of the exact search's very ids
+found, queries per second (all queries in one call, the index built, median of
 ``--repeats``) and the bytes of the searched part in memory, with what the rescoring reads from
 disk. The peer's ``semantic_search_faiss``: float32 exact, and its ubinary index rescored by its
 ``rescore_multiplier`` (each ``--rescore``: its documentation's 4, and 10, for the 100 candidates
@@ -74,6 +76,10 @@ PLOT_TICKS = (4, 16, 64, 256, 1024)
 #: Retrieval: the hits compared, and the targets of codes against float32 at the same k: the share
 #: of its top `TOP_K` found, and at most 1/`MEMORY_SHARE` of its searched bytes.
 TOP_K, RECALL_SHARE, MEMORY_SHARE = 10, 0.97, 16
+#: A result whose exact cosine is this close to the exact search's last is a tie with it, and
+#: found: the corpus holds identical vectors (sentences whose tokens differ only where the
+#: model's vocabulary has [UNK]), and which of them exact search lists is arbitrary.
+TIE = 1e-6
 
 
 def our_results(encoded):
@@ -437,19 +443,20 @@ def our_index_searches(config, vectors, codes, args, workdir):
     from bert_whitening.retrieval.index_directory import IndexOptions
     from bert_whitening.retrieval.search import index_vectors
 
-    unit, asked = vectors
+    unit, asked = (part.astype("float32") for part in vectors)
     name = "k=%d" % config.n_components if config.n_components else "raw"
     where = os.path.join(workdir, "ours-%s-%s" % (name, codes))
-    directory = index_vectors(config, where, unit.astype("float32"), IndexOptions(codes=codes))
-    asked = asked.astype("float32")
+    directory = index_vectors(config, where, unit, IndexOptions(codes=codes))
     found = {}
     for multiplier in args.rescore if codes != "float32" else [None]:
         rescore = TOP_K * multiplier if multiplier else None
         search = lambda vectors, rescore=rescore: directory.search(vectors, TOP_K, rescore)  # noqa: E731
+        ids = search(asked)[1]
         found["%s %s" % (name, codes) + (" x%d" % multiplier if multiplier else "")] = {
             "k": directory.dim,
             "codes": codes,
-            "ids": search(asked)[1].tolist(),
+            "ids": ids.tolist(),
+            "cosines": exact_cosines(asked, unit, ids),
             "qps": timed_qps(search, asked, args.repeats),
             "index_bytes": directory.count * directory.bytes_per_vector,
             "rescore_bytes": 4 * directory.count * directory.dim if multiplier else 0,
@@ -472,8 +479,24 @@ def our_whitening(encoder, stats):
     )
 
 
+def exact_cosines(queries, corpus, ids):
+    """Each query's float32 cosine with the ``corpus`` rows of its ``ids`` (unit vectors): what
+    decides whether a result is among the exact top (`recall_at`)."""
+    import numpy as np
+
+    return np.einsum("qd,qmd->qm", queries, corpus[np.asarray(ids)]).tolist()
+
+
 def recall_at(found, reference):
-    """The share of each query's ``reference`` top ids that ``found`` holds, averaged."""
+    """The share of each query's results (the `exact_cosines` of ``found``) among the exact top:
+    at least the exact search's last cosine (of ``reference``) less `TIE`; averaged."""
+    shares = [sum(c >= b[-1] - TIE for c in a) / len(b) for a, b in zip(found, reference, strict=True)]
+    return sum(shares) / len(reference)
+
+
+def same_ids_at(found, reference):
+    """The share of each query's ``reference`` ids that ``found`` holds, averaged: below
+    `recall_at` where identical vectors tie and a search lists others of them."""
     return sum(len(set(a) & set(b)) / len(b) for a, b in zip(found, reference, strict=True)) / len(reference)
 
 
@@ -490,7 +513,8 @@ def retrieval_rows(system, searches):
                 "k": entry["k"],
                 "codes": entry["codes"],
                 "candidates": entry.get("candidates"),
-                "recall@10": recall_at(entry["ids"], reference["ids"]),
+                "recall@10": recall_at(entry["cosines"], reference["cosines"]),
+                "same_ids@10": same_ids_at(entry["ids"], reference["ids"]),
                 "qps": entry["qps"],
                 "qps_vs_float32": entry["qps"] / reference["qps"],
                 "index_bytes": entry["index_bytes"],
@@ -533,11 +557,9 @@ def retrieval_checks(rows):
 def format_retrieval(rows):
     """The retrieval table: each search's Recall@10 and queries per second against its float32
     search's, the bytes it searches in memory and what it rescores from on disk."""
-    line = "%-22s %-16s %4s %8s %9s %9s %8s %9s %8s %9s"
-    lines = [
-        line
-        % ("system", "search", "k", "rescored", "recall@10", "queries/s", "vs float", "MiB", "vs float", "disk MiB")
-    ]
+    line = "%-22s %-16s %4s %8s %9s %8s %9s %8s %9s %8s %9s"
+    titles = ("system", "search", "k", "rescored", "recall@10", "same ids", "queries/s", "vs float", "MiB", "vs float")
+    lines = [line % (titles + ("disk MiB",))]
     for row in rows:
         lines.append(
             line
@@ -547,6 +569,7 @@ def format_retrieval(rows):
                 row["k"],
                 row["candidates"] or "-",
                 "%.4f" % row["recall@10"],
+                "%.4f" % row["same_ids@10"],
                 "%.0f" % row["qps"],
                 "%.2fx" % row["qps_vs_float32"],
                 "%.1f" % (row["index_bytes"] / 2**20),

@@ -23,7 +23,8 @@ reported, so that a reader sees the cache changes nothing.
 repeats. The corpus and the queries are encoded (float32, normalised); exact float32 search
 (``semantic_search_faiss``, ``corpus_precision="float32"``) is the reference; the corpus as
 ``ubinary`` codes in its binary index is searched with rescoring (``rescore_multiplier``), as its
-documentation does. It reports each search's top ids, queries per second (the whole call, the
+documentation does. It reports each search's top ids, their exact float32 cosines with the query
+(which decide, in bench_compressed.py, whether a result is among the exact top), queries per second (the whole call, the
 index built beforehand, median of the repeats) and the bytes its index holds.
 
 It prints one JSON line: versions, threads and what the mode computed.
@@ -123,6 +124,12 @@ def top_ids(hits):
     return [[hit["corpus_id"] for hit in row] for row in hits]
 
 
+def exact_cosines(queries, corpus, ids):
+    """Each query's float32 cosine with the corpus rows of its ids (its rescored scores are not
+    cosines: the float query against the candidates' bits)."""
+    return np.einsum("qd,qmd->qm", queries, corpus[np.asarray(ids)]).tolist()
+
+
 def median_qps(search, queries, repeats):
     search(queries[:8])  # warm-up
     times = []
@@ -144,6 +151,7 @@ def retrieval(model, request):
             "k": dim,
             "codes": "float32",
             "ids": top_ids(hits),
+            "cosines": exact_cosines(queries, corpus, top_ids(hits)),
             "qps": median_qps(lambda q: semantic_search_faiss(q, corpus_index=flat, top_k=top_k), queries, repeats),
             "index_bytes": flat.ntotal * flat.d * 4,
             "rescore_bytes": 0,
@@ -169,6 +177,7 @@ def retrieval(model, request):
             "k": dim,
             "codes": "ubinary",
             "ids": top_ids(hits),
+            "cosines": exact_cosines(queries, corpus, top_ids(hits)),
             "qps": median_qps(search, queries, repeats),
             "index_bytes": binary.ntotal * binary.code_size,
             "rescore_bytes": 0,  # it rescores with the codes it searched

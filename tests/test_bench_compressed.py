@@ -180,20 +180,22 @@ def test_the_figure_draws_each_systems_test_spearman_against_the_budgets():
     assert figure.axes[0].get_xscale() == "log"
 
 
-def search(k, codes, ids, qps, size):
-    return {"k": k, "codes": codes, "ids": ids, "qps": qps, "index_bytes": size, "rescore_bytes": 0, "candidates": None}
+def search(k, codes, ids, qps, size, cosines=None):
+    cosines = cosines or [[1.0 - 0.1 * rank for rank in range(len(row))] for row in ids]
+    entry = {"k": k, "codes": codes, "ids": ids, "cosines": cosines, "qps": qps, "index_bytes": size}
+    return dict(entry, rescore_bytes=0, candidates=None)
 
 
 def test_each_search_is_read_against_the_float32_search_of_its_k():
     searches = {
-        "k=2 float32": search(2, "float32", [[1, 2], [3, 4]], 100.0, 320),
-        "k=2 binary": search(2, "binary", [[2, 9], [3, 4]], 150.0, 10),
-        "k=4 float32": search(4, "float32", [[2, 9], [5, 6]], 50.0, 640),
-        "k=4 binary": search(4, "binary", [[2, 9], [5, 7]], 40.0, 40),
+        "k=2 float32": search(2, "float32", [[1, 2], [3, 4]], 100.0, 320, [[0.9, 0.8], [0.7, 0.6]]),
+        "k=2 binary": search(2, "binary", [[2, 9], [3, 4]], 150.0, 10, [[0.8, 0.5], [0.7, 0.6]]),
+        "k=4 float32": search(4, "float32", [[2, 9], [5, 6]], 50.0, 640, [[0.5, 0.4], [0.3, 0.2]]),
+        "k=4 binary": search(4, "binary", [[2, 9], [5, 7]], 40.0, 40, [[0.5, 0.4], [0.3, 0.1]]),
     }
     rows = {row["search"]: row for row in bench.retrieval_rows("ours", searches)}
     assert rows["k=2 float32"]["recall@10"] == 1.0 and rows["k=2 float32"]["memory_vs_float32"] == 1.0
-    assert rows["k=2 binary"]["recall@10"] == 0.75  # of [1, 2] it found 2; of [3, 4] both
+    assert rows["k=2 binary"]["recall@10"] == 0.75  # 9's cosine is below 0.8; 3 and 4 found
     assert (rows["k=2 binary"]["qps_vs_float32"], rows["k=2 binary"]["memory_vs_float32"]) == (1.5, 10 / 320)
     assert rows["k=4 binary"]["recall@10"] == 0.75 and rows["k=4 binary"]["memory_vs_float32"] == 1 / 16
     checks = {(target.split(" ")[0], name): met for target, name, _, met in bench.retrieval_checks(list(rows.values()))}
@@ -208,16 +210,26 @@ def test_each_search_is_read_against_the_float32_search_of_its_k():
     assert "k=4 binary" in bench.format_retrieval(list(rows.values())).splitlines()[4]
 
 
+def test_a_result_tying_with_the_exact_last_is_found_though_its_id_differs():
+    exact = {"ids": [[1, 2, 3]], "cosines": [[0.9, 0.5, 0.5]]}  # 3 and 7 are the same vector
+    other = {"ids": [[1, 2, 7]], "cosines": [[0.9, 0.5, 0.5 - bench.TIE / 2]]}
+    assert bench.recall_at(other["cosines"], exact["cosines"]) == 1.0
+    assert bench.same_ids_at(other["ids"], exact["ids"]) == pytest.approx(2 / 3)
+    below = [[0.9, 0.5, 0.5 - 2 * bench.TIE]]  # a nearer miss is no tie
+    assert bench.recall_at(below, exact["cosines"]) == pytest.approx(2 / 3)
+
+
 def test_the_recall_and_memory_targets_hold_at_their_thresholds():
-    found = [[i for i in range(10)] for _ in range(99)] + [[0, 1, 2, 3, 4, 5, 6, 7, 8, 99]] * 1
-    exact = [list(range(10))] * 100
+    exact = [[1.0 - 0.01 * rank for rank in range(10)]] * 100
+    found = exact[:99] + [exact[0][:9] + [0.5]]
     assert bench.recall_at(found, exact) == pytest.approx(0.999)
+    missed = [[0.5] * 10]
     rows = bench.retrieval_rows(
         "peer",
         {
-            "f": search(8, "float32", exact, 1.0, 16 * 100),
-            "b": search(8, "ubinary", [list(range(10))] * 97 + [list(range(10, 20))] * 3, 1.0, 100),
-            "c": search(8, "ubinary", [list(range(10))] * 96 + [list(range(10, 20))] * 4, 1.0, 101),
+            "f": search(8, "float32", [list(range(10))] * 100, 1.0, 16 * 100, exact),
+            "b": search(8, "ubinary", [list(range(10))] * 100, 1.0, 100, exact[:97] + missed * 3),
+            "c": search(8, "ubinary", [list(range(10))] * 100, 1.0, 101, exact[:96] + missed * 4),
         },
     )
     verdict = {(target.split(" ")[0], name): met for target, name, _, met in bench.retrieval_checks(rows)}
@@ -256,7 +268,13 @@ def test_our_index_directories_search_exactly_and_rescore_codes_by_the_float_vec
     assert list(found) == ["raw float32", "raw binary x4", "raw binary x50"]
     assert found["raw float32"]["ids"] == exact
     assert found["raw binary x50"]["ids"] == exact  # every row a candidate: the float vectors rank them
-    assert bench.recall_at(found["raw binary x4"]["ids"], exact) < 1
+    exact_cosines = np.take_along_axis(asked @ unit.T, np.asarray(exact), axis=1)
+    for entry in found.values():
+        np.testing.assert_allclose(
+            entry["cosines"], np.take_along_axis(asked @ unit.T, np.asarray(entry["ids"]), 1), atol=1e-6
+        )
+    assert bench.recall_at(found["raw binary x50"]["cosines"], exact_cosines.tolist()) == 1.0
+    assert bench.recall_at(found["raw binary x4"]["cosines"], exact_cosines.tolist()) < 1
     assert [(f["index_bytes"], f["rescore_bytes"], f["candidates"]) for f in found.values()] == [
         (500 * 384 * 4, 0, None),
         (500 * 48, 500 * 384 * 4, 40),

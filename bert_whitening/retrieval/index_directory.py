@@ -98,6 +98,9 @@ RECORD = Schema(
 #: The candidates an index of codes rescores per query unless told: sentence-transformers'
 #: ``semantic_search_faiss`` rescores 4 x top_k, which at its default top_k of 10 is 40.
 RESCORE = 100
+#: The float32 rows one step of rescoring gathers at most: a search of many queries rescores
+#: them a slice at a time, so its memory does not grow with the number of queries.
+RESCORE_CHUNK_BYTES = 32 * 2**20
 #: The longest row of ``keys.tsv`` or ``texts.jsonl``, without its line end: the text of an input
 #: line (at most `LINE_BYTES`) as JSON, where a control character takes six bytes (``\u0001``); a
 #: key's file name is far shorter. A longer row is refused at opening, before any is read, and
@@ -160,7 +163,7 @@ def rescored(queries, found, rows, top_k):
     """``(scores, ids)`` of the ``top_k`` of each query's candidates ``found`` (ids, ``(n, m)``)
     by the exact cosine of the query with their ``rows`` (``(n, m, dim)`` unit vectors), best
     first, ties by lower id: the rescoring of an index of codes."""
-    scores = np.einsum("qd,qmd->qm", queries.astype(np.float32), rows.astype(np.float32))
+    scores = np.einsum("qd,qmd->qm", np.asarray(queries, np.float32), np.asarray(rows, np.float32))
     order = np.lexsort((found, -scores), axis=1)[:, :top_k]
     return np.take_along_axis(scores, order, axis=1), np.take_along_axis(found, order, axis=1)
 
@@ -564,12 +567,18 @@ class IndexDirectory:
             return self.index.search(vectors, top_k)
         wanted = max(top_k, positive_int(self.rescore if rescore is None else rescore, "rescore"))
         found = candidates(self.index, self.quantizer(), vectors, min(wanted, self.count))
-        return rescored(vectors, found, self._checked_rows(self._rescored[found]), top_k)
+        step = max(1, RESCORE_CHUNK_BYTES // max(1, 4 * self.dim * found.shape[1]))
+        parts = [
+            rescored(vectors[at : at + step], ids, self._checked_rows(self._rescored[ids]), top_k)
+            for at, ids in ((at, found[at : at + step]) for at in range(0, max(len(found), 1), step))
+        ]
+        return tuple(np.concatenate(part) for part in zip(*parts, strict=True))
 
     def _checked_rows(self, rows):
         """``rows`` of ``vectors.npy`` if each is a finite unit vector, as written; else refused as
         changed since its check (the file is mapped, not hashed again)."""
-        norms = np.linalg.norm(rows.reshape(-1, self.dim).astype(np.float64), axis=1)
+        flat = rows.reshape(-1, self.dim)
+        norms = np.sqrt(np.einsum("ij,ij->i", flat, flat))
         if not np.all(np.abs(norms - 1) <= NORM_TOLERANCE):
             self._refuse(
                 "%s changed after it was checked against %s: a row is not a unit vector" % (VECTORS_FILE, RECORD_FILE)

@@ -638,6 +638,23 @@ def test_codes_rescored_over_the_whole_corpus_are_exact_float_search(tmp_path, c
     np.testing.assert_allclose(scores, exact_scores, atol=1e-6)
 
 
+@pytest.mark.parametrize("codes", ["binary", "int8"])
+def test_many_queries_are_rescored_a_slice_at_a_time_with_the_same_answers(tmp_path, monkeypatch, codes):
+    from bert_whitening.retrieval import index_directory
+
+    write_code_index(tmp_path / "index", codes)
+    opened = IndexDirectory(str(tmp_path / "index"))
+    queries = queries_of(4, rows=23)
+    whole = opened.search(queries, 5)
+    gathered = []
+    monkeypatch.setattr(index_directory, "RESCORE_CHUNK_BYTES", 3 * 8 * 24 * 4)  # 3 queries' 8 rows of 24
+    monkeypatch.setattr(opened, "_checked_rows", lambda rows: gathered.append(rows.shape) or rows)
+    sliced = opened.search(queries, 5)
+    assert gathered == [(3, 8, 24)] * 7 + [(2, 8, 24)]
+    for one, other in zip(whole, sliced, strict=True):
+        np.testing.assert_array_equal(one, other)
+
+
 def test_binary_candidates_are_the_nearest_by_hamming_then_ranked_by_cosine(tmp_path):
     from bert_whitening.retrieval.benchmark import exact_search
 
