@@ -30,8 +30,8 @@ the tables, ``--plot`` the test Spearman against bytes a vector (log scale), one
 ``--retrieval``: a corpus of the tasks' distinct sentences less ``--queries`` drawn from them
 (seed 0) as queries, the same for both. For each system, its binary codes with rescoring against
 its own exact float32 search at the same k, the reference: Recall@10 (the share of the results
-that are among the exact top 10: whose exact cosine is at least the exact 10th's, less `TIE`, so
-that any of identical vectors counts; float32's is 1), the share of the exact search's very ids
+that are among the exact top 10, ties counted: `recall_against_exact`, so that any of identical
+vectors counts; float32's is 1), the share of the exact search's very ids
 found, queries per second (all queries in one call, the index built, median of
 ``--repeats``) and the bytes of the searched part in memory, with what the rescoring reads from
 disk. The peer's ``semantic_search_faiss``: float32 exact, and its ubinary index rescored by its
@@ -76,10 +76,6 @@ PLOT_TICKS = (4, 16, 64, 256, 1024)
 #: Retrieval: the hits compared, and the targets of codes against float32 at the same k: the share
 #: of its top `TOP_K` found, and at most 1/`MEMORY_SHARE` of its searched bytes.
 TOP_K, RECALL_SHARE, MEMORY_SHARE = 10, 0.97, 16
-#: A result whose exact cosine is this close to the exact search's last is a tie with it, and
-#: found: the corpus holds identical vectors (sentences whose tokens differ only where the
-#: model's vocabulary has [UNK]), and which of them exact search lists is arbitrary.
-TIE = 1e-6
 
 
 def our_results(encoded):
@@ -440,6 +436,7 @@ def our_searches(corpus, queries, args, workdir):
 def our_index_searches(config, vectors, codes, args, workdir):
     """The searches of one index directory of the corpus's unit ``vectors`` (with the queries')
     in ``codes``: exact for float32, with each rescore count for codes."""
+    from bert_whitening.retrieval.benchmark import result_cosines
     from bert_whitening.retrieval.index_directory import IndexOptions
     from bert_whitening.retrieval.search import index_vectors
 
@@ -456,7 +453,7 @@ def our_index_searches(config, vectors, codes, args, workdir):
             "k": directory.dim,
             "codes": codes,
             "ids": ids.tolist(),
-            "cosines": exact_cosines(asked, unit, ids),
+            "cosines": result_cosines(asked, unit, ids).tolist(),
             "qps": timed_qps(search, asked, args.repeats),
             "index_bytes": directory.count * directory.bytes_per_vector,
             "rescore_bytes": 4 * directory.count * directory.dim if multiplier else 0,
@@ -479,29 +476,10 @@ def our_whitening(encoder, stats):
     )
 
 
-def exact_cosines(queries, corpus, ids):
-    """Each query's float32 cosine with the ``corpus`` rows of its ``ids`` (unit vectors): what
-    decides whether a result is among the exact top (`recall_at`)."""
-    import numpy as np
-
-    return np.einsum("qd,qmd->qm", queries, corpus[np.asarray(ids)]).tolist()
-
-
-def recall_at(found, reference):
-    """The share of each query's results (the `exact_cosines` of ``found``) among the exact top:
-    at least the exact search's last cosine (of ``reference``) less `TIE`; averaged."""
-    shares = [sum(c >= b[-1] - TIE for c in a) / len(b) for a, b in zip(found, reference, strict=True)]
-    return sum(shares) / len(reference)
-
-
-def same_ids_at(found, reference):
-    """The share of each query's ``reference`` ids that ``found`` holds, averaged: below
-    `recall_at` where identical vectors tie and a search lists others of them."""
-    return sum(len(set(a) & set(b)) / len(b) for a, b in zip(found, reference, strict=True)) / len(reference)
-
-
 def retrieval_rows(system, searches):
     """Rows of one system's ``searches``: each against its float32 search of the same k."""
+    from bert_whitening.retrieval.benchmark import overlap_at_k, recall_against_exact
+
     exact = {entry["k"]: entry for entry in searches.values() if entry["codes"] == "float32"}
     rows = []
     for name, entry in searches.items():
@@ -513,8 +491,8 @@ def retrieval_rows(system, searches):
                 "k": entry["k"],
                 "codes": entry["codes"],
                 "candidates": entry.get("candidates"),
-                "recall@10": recall_at(entry["cosines"], reference["cosines"]),
-                "same_ids@10": same_ids_at(entry["ids"], reference["ids"]),
+                "recall@10": recall_against_exact(entry["cosines"], reference["cosines"]),
+                "same_ids@10": overlap_at_k(entry["ids"], reference["ids"]),
                 "qps": entry["qps"],
                 "qps_vs_float32": entry["qps"] / reference["qps"],
                 "index_bytes": entry["index_bytes"],

@@ -109,6 +109,7 @@ def saved_search(corpus, queries, directory):
 
 def run_size(n, dim, rng, args, rows):
     from bert_whitening.retrieval import faiss_indexes as retrieval
+    from bert_whitening.retrieval.benchmark import recall_against_exact, result_cosines
 
     corpus = rng.standard_normal((n, dim), dtype=np.float32)
     corpus /= np.linalg.norm(corpus, axis=1, keepdims=True)
@@ -125,7 +126,8 @@ def run_size(n, dim, rng, args, rows):
         hnsw = retrieval.hnsw_index(dim)
         hnsw.add(corpus)
         built = time.perf_counter() - started
-        recall = retrieval.overlap_at_k(hnsw.search(queries, TOP_K)[1], exact)
+        found = hnsw.search(queries, TOP_K)[1]
+        recall = recall_against_exact(*(result_cosines(queries, corpus, ids) for ids in (found, exact)))
         qps, p50 = measure(lambda q: hnsw.search(q, TOP_K), queries, args.budget)
         rows.append(
             (

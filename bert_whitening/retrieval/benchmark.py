@@ -159,9 +159,32 @@ def retrieval_metrics(ids: np.ndarray, relevant: Sequence[set[int]]) -> dict[str
     }
 
 
+#: A cosine within this of the exact top k's last ties with it (both are `result_cosines`,
+#: computed alike): identical vectors, sentences alike once tokenised, tie, and which of them
+#: exact search lists is arbitrary.
+TIE = 1e-6
+
+
+def result_cosines(queries: np.ndarray, corpus: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Each query's cosine with the ``corpus`` rows of its ``ids`` (``(n, m)``, unit vectors);
+    -inf where an id is -1, FAISS' missing result."""
+    ids = np.asarray(ids)
+    cosines = np.einsum("qd,qmd->qm", np.asarray(queries, np.float32), np.asarray(corpus, np.float32)[ids])
+    return np.where(ids >= 0, cosines, -np.inf)
+
+
+def recall_against_exact(found: np.ndarray, exact: np.ndarray) -> float:
+    """Recall of a search against exact search, ties counted: the mean share of each query's
+    results whose cosine (``found``, `result_cosines`) is at least the last of the exact top k's
+    (``exact``) less `TIE`. A search listing another of identical vectors misses nothing, where
+    `overlap_at_k`, the share of the very ids, counts it a miss."""
+    found, exact = np.asarray(found, np.float64), np.asarray(exact, np.float64)
+    return float(np.mean((found >= exact[:, -1:] - TIE).sum(axis=1) / exact.shape[1]))
+
+
 def overlap_at_k(approximate: np.ndarray, exact: np.ndarray) -> float:
-    """Recall of an approximate index against exact search: the mean share of each query's exact
-    top-k ids that the approximate top-k also returns."""
+    """The mean share of each query's exact top-k ids that the approximate top-k also returns:
+    below `recall_against_exact` where identical vectors tie."""
     pairs = zip(approximate, exact, strict=True)
     return float(np.mean([len(set(a) & set(e)) / len(e) for a, e in pairs]))
 

@@ -15,7 +15,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from bert_whitening.errors import BertWhiteningError, DataError
-from bert_whitening.retrieval.benchmark import CUTOFF, exact_search, overlap_at_k, retrieval_metrics
+from bert_whitening.retrieval.benchmark import (
+    CUTOFF,
+    exact_search,
+    recall_against_exact,
+    result_cosines,
+    retrieval_metrics,
+)
 
 #: HNSW build and search parameters (FAISS defaults are M 32, efConstruction 40, efSearch 16).
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 40, 64
@@ -318,7 +324,8 @@ def latencies(search: Callable[[np.ndarray], object], queries: np.ndarray) -> di
 
 def score_setting(queries: np.ndarray, corpus: np.ndarray, relevant: Sequence[set[int]], hnsw_m: int = HNSW_M) -> dict:
     """Everything eval-retrieval reports for one setting's query and corpus vectors: exact
-    metrics, FAISS flat index size and latencies, and HNSW recall against exact search."""
+    metrics, FAISS flat index size and latencies, and HNSW recall against exact search (ties
+    counted: `recall_against_exact`)."""
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     corpus = np.ascontiguousarray(corpus, dtype=np.float32)
     ids, _ = exact_search(queries, corpus)
@@ -333,7 +340,9 @@ def score_setting(queries: np.ndarray, corpus: np.ndarray, relevant: Sequence[se
         "m": hnsw_m,
         "ef_search": HNSW_EF_SEARCH,
         "index_bytes": index_bytes(hnsw),
-        "recall@10_vs_exact": overlap_at_k(approximate, ids),
+        "recall@10_vs_exact": recall_against_exact(
+            result_cosines(queries, corpus, approximate), result_cosines(queries, corpus, ids)
+        ),
         **latencies(lambda q: hnsw.search(q, CUTOFF), queries),
     }
     return result

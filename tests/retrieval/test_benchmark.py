@@ -165,3 +165,18 @@ def test_code_search_ranks_by_hamming_distance_ties_by_position(monkeypatch):
         expected = sorted(range(len(corpus)), key=lambda row: (hamming[row], row))[:10]
         assert found.tolist() == expected
         np.testing.assert_allclose(found_scores, 1 - 2 * hamming[expected] / 12)
+
+
+def test_a_result_tying_with_the_exact_last_is_found_though_its_id_differs():
+    corpus = np.eye(4, dtype=np.float32)[[0, 1, 2, 2]]  # rows 2 and 3 are the same vector
+    queries = np.array([[0.8, 0.0, 0.6, 0.0]], np.float32)
+    exact, other, missing = [[0, 2]], [[0, 3]], [[0, -1]]
+    cosines = lambda ids: benchmark.result_cosines(queries, corpus, np.array(ids))  # noqa: E731
+    np.testing.assert_allclose(cosines(exact), [[0.8, 0.6]])
+    assert cosines(missing)[0, 1] == -np.inf  # FAISS' -1 is no row, not the last one
+    assert benchmark.recall_against_exact(cosines(other), cosines(exact)) == 1.0
+    assert benchmark.overlap_at_k(other, exact) == 0.5
+    assert benchmark.recall_against_exact(cosines(missing), cosines(exact)) == 0.5
+    near = cosines(exact) - [[0.0, 2 * benchmark.TIE]]  # nearer than the last, but no tie
+    assert benchmark.recall_against_exact(near, cosines(exact)) == 0.5
+    assert benchmark.recall_against_exact(cosines(exact) - [[0.0, benchmark.TIE / 2]], cosines(exact)) == 1.0
