@@ -30,9 +30,9 @@ the tables, ``--plot`` the test Spearman against bytes a vector (log scale), one
 ``--retrieval``: a corpus of the tasks' distinct sentences less ``--queries`` drawn from them
 (seed 0) as queries, the same for both. For each system, its binary codes with rescoring against
 its own exact float32 search at the same k, the reference: Recall@10 (the share of the results
-that are among the exact top 10, ties counted: `recall_against_exact`, so that any of identical
-vectors counts; float32's is 1), the share of the exact search's very ids
-found, queries per second (all queries in one call, the index built, median of
+among the exact top 10, ties counted, `recall_against_exact`: any of identical vectors counts;
+float32's is 1), the share of the exact search's very ids found (`overlap_at_k`), queries per
+second (all queries in one call, the index built, median of
 ``--repeats``) and the bytes of the searched part in memory, with what the rescoring reads from
 disk. The peer's ``semantic_search_faiss``: float32 exact, and its ubinary index rescored by its
 ``rescore_multiplier`` (each ``--rescore``: its documentation's 4, and 10, for the 100 candidates

@@ -568,10 +568,10 @@ class IndexDirectory:
         wanted = max(top_k, positive_int(self.rescore if rescore is None else rescore, "rescore"))
         found = candidates(self.index, self.quantizer(), vectors, min(wanted, self.count))
         step = max(1, RESCORE_CHUNK_BYTES // max(1, 4 * self.dim * found.shape[1]))
-        parts = [
-            rescored(vectors[at : at + step], ids, self._checked_rows(self._rescored[ids]), top_k)
-            for at, ids in ((at, found[at : at + step]) for at in range(0, max(len(found), 1), step))
-        ]
+        parts = []
+        for at in range(0, max(len(found), 1), step):
+            ids = found[at : at + step]
+            parts.append(rescored(vectors[at : at + step], ids, self._checked_rows(self._rescored[ids]), top_k))
         return tuple(np.concatenate(part) for part in zip(*parts, strict=True))
 
     def _checked_rows(self, rows):
