@@ -422,14 +422,31 @@ def test_an_output_left_aside_by_a_killed_run_is_put_back_by_the_next(tmp_path, 
 def test_a_signal_waits_for_the_steps_it_must_not_part():
     import signal
 
+    # Python's own handler, whatever the test process inherited: a job started in the
+    # background by a shell without job control has SIGINT ignored, and keeps it ignored here
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     done = []
-    with pytest.raises(KeyboardInterrupt):
-        with atomic._signals_held():
-            # raise_signal delivers to this thread before it returns; os.kill to the process may
-            # go to any of a test worker's threads and be handled after the block
-            signal.raise_signal(signal.SIGINT)
-            done.append("the second rename")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with atomic._signals_held():
+                signal.raise_signal(signal.SIGINT)  # handled in this thread before it returns
+                done.append("the second rename")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back as it was
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert done == ["the second rename"]
+
+
+def test_a_signal_ignored_before_stays_ignored_after_the_block():
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with atomic._signals_held():
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.parametrize("kind", ["file", "directory"])
