@@ -38,11 +38,9 @@ def cli(*arguments):
 
 def distinct_test_sentences(path):
     """The distinct sentences of STS-B's test split, in file order, written one a line to ``path``."""
-    sentences = []
-    with open(os.path.join(STSB, "STS-B.test.data"), encoding="utf-8") as stream:
-        for line in stream:
-            sentences.extend(line.rstrip("\n").split("\t")[:2])
-    sentences = list(dict.fromkeys(sentences))
+    from bert_whitening.data import distinct_sentences, load_task
+
+    sentences = distinct_sentences({"test": load_task("STS-B", os.path.dirname(STSB))["test"]})
     with open(path, "w", encoding="utf-8") as stream:
         stream.write("".join(s + "\n" for s in sentences))
     return sentences

@@ -24,8 +24,9 @@ repeats. The corpus and the queries are encoded (float32, normalised); exact flo
 (``semantic_search_faiss``, ``corpus_precision="float32"``) is the reference; the corpus as
 ``ubinary`` codes in its binary index is searched with rescoring (``rescore_multiplier``), as its
 documentation does. It reports each search's top ids, their exact float32 cosines with the query
-(which decide, in bench_compressed.py, whether a result is among the exact top), queries per second (the whole call, the
-index built beforehand, median of the repeats) and the bytes its index holds.
+(which decide, in bench_compressed.py, whether a result is among the exact top), queries per
+second (the whole call, the index built beforehand, median of the repeats) and the bytes its
+index holds.
 
 It prints one JSON line: versions, threads and what the mode computed.
 """
